@@ -1,0 +1,57 @@
+# kbtp build entry points. Every target installs what it needs first, so a fresh clone with
+# only Node 20 and npm can run `make run` or `make test`.
+SHELL := /bin/bash
+.SHELLFLAGS := -eu -o pipefail -c
+NODE ?= node
+UVU := $(NODE) --import tsx node_modules/uvu/bin.js
+export NO_COLOR := 1
+
+AS_SOURCES := $(shell find assembly -name '*.ts' 2>/dev/null)
+TS_SOURCES := $(shell find host firmware bench test -name '*.ts' 2>/dev/null)
+
+.PHONY: all deps build wasm ts test run bench clean help
+
+all: build
+
+help:
+	@echo "make run    install, build and start the demo/target on the embedded defaults"
+	@echo "make test   install, build and run every test (uvu)"
+	@echo "make bench  install, build and run the benchmarks (results in bench/results/)"
+	@echo "make build  compile assembly/ to build/engine.wasm and host/ to dist/"
+	@echo "make deps   install npm dependencies (npm ci)"
+	@echo "make clean  remove build outputs"
+
+deps: node_modules/.deps-stamp
+
+node_modules/.deps-stamp: package.json package-lock.json
+	npm ci --no-audit --no-fund
+	@touch $@
+
+build: deps wasm ts
+
+wasm: build/engine.wasm
+
+build/engine.wasm: $(AS_SOURCES) asconfig.json node_modules/.deps-stamp
+	npx asc assembly/index.ts --config asconfig.json --target release
+
+ts: dist/.ts-stamp
+
+dist/.ts-stamp: $(TS_SOURCES) tsconfig.json node_modules/.deps-stamp
+	npx tsc -p tsconfig.json
+	@chmod +x dist/host/cli.js
+	@touch $@
+
+test: build
+	@mkdir -p .cache
+	$(UVU) test '\.test\.ts$$' 2>&1 | tee .cache/test.log
+	@awk '/^  Total:/{t=$$2} /^  Passed:/{p=$$2} /^  Skipped:/{s=$$2} END{ if (t=="") {print "0 passed, 1 failed"; exit 1} printf "%d passed, %d failed, %d skipped\n", p, t-p, s }' .cache/test.log
+
+run: build
+	$(NODE) dist/host/cli.js demo
+
+bench: build
+	@mkdir -p bench/results
+	$(NODE) dist/bench/engine.js
+
+clean:
+	rm -rf build dist .cache bench/results

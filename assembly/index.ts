@@ -1,0 +1,8 @@
+// The engine's exports. Every function works on addresses in the one shared memory and keeps
+// no state of its own, so any number of instances over that memory can run them at once.
+export { maskedFetchAdd, fetchAdd, maskedCompareSwap } from './masked-fetch-add';
+
+/** First free byte above the module's static data: the host lays its structures above it. */
+export function heapBase(): usize {
+  return __heap_base;
+}

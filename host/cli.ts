@@ -1,0 +1,57 @@
+#!/usr/bin/env node
+// The `kbtp` command. Each subcommand lives in host/commands/<name>.ts and is loaded only
+// when used, so `kbtp --help` stays fast and one broken command cannot break the others.
+import { pathToFileURL } from 'node:url';
+
+export interface Command {
+  /** One line for `kbtp --help`. */
+  readonly summary: string;
+  /** Runs the command; resolves to the process exit code. */
+  run(argv: string[]): Promise<number>;
+}
+
+const commands: Record<string, () => Promise<{ command: Command }>> = {
+  demo: () => import('./commands/demo.ts'),
+};
+
+export function usage(): string {
+  return [
+    'usage: kbtp <command> [options]',
+    '',
+    'commands:',
+    ...Object.keys(commands).map((name) => `  ${name}`),
+    '',
+    "Run 'kbtp <command> --help' for a command's options.",
+  ].join('\n');
+}
+
+export async function main(argv: string[]): Promise<number> {
+  const [name, ...rest] = argv;
+  if (name === undefined || name === '--help' || name === '-h' || name === 'help') {
+    const lines = ['usage: kbtp <command> [options]', '', 'commands:'];
+    for (const [commandName, load] of Object.entries(commands)) {
+      const { command } = await load();
+      lines.push(`  ${commandName.padEnd(12)} ${command.summary}`);
+    }
+    lines.push('', "Run 'kbtp <command> --help' for a command's options.");
+    console.log(lines.join('\n'));
+    return name === undefined ? 2 : 0;
+  }
+  const load = commands[name];
+  if (load === undefined) {
+    console.error(`kbtp: unknown command '${name}'\n\n${usage()}`);
+    return 2;
+  }
+  const { command } = await load();
+  return command.run(rest);
+}
+
+if (process.argv[1] !== undefined && import.meta.url === pathToFileURL(process.argv[1]).href) {
+  main(process.argv.slice(2)).then(
+    (code) => { process.exitCode = code; },
+    (error: unknown) => {
+      console.error(`kbtp: ${error instanceof Error ? error.message : String(error)}`);
+      process.exitCode = 1;
+    },
+  );
+}
