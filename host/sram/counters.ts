@@ -1,0 +1,111 @@
+// Layout of the model's counters. They live in Float64Arrays (exact up to 2^53) indexed by
+// these field numbers, so counting an access is a couple of adds and never allocates; the
+// plain-object views below are built only when someone asks for a report.
+import { KIND_COUNT, KIND_NAMES, EntryKind } from './kinds.ts';
+
+/** Per-kind fields. Hits, misses, inserts and time belong to the kind accessed; evictions, write-backs and invalidations to the kind of the line that went. */
+export const K_HITS = 0;
+export const K_MISSES = 1;
+export const K_EVICTIONS = 2;
+export const K_WRITEBACKS = 3;
+export const K_INVALIDATIONS = 4;
+export const K_INSERTS = 5;
+export const K_TIME = 6;
+export const KIND_FIELDS = 7;
+
+/** Per-owner fields: hits and misses per kind, then what the owner's accesses paid and lost. */
+export const O_HITS = 0; // + kind
+export const O_MISSES = KIND_COUNT; // + kind
+export const O_WRITEBACKS = 2 * KIND_COUNT;
+export const O_TIME = 2 * KIND_COUNT + 1;
+/** Lines holding this owner's entries that another owner's access evicted. */
+export const O_LINES_LOST = 2 * KIND_COUNT + 2;
+export const OWNER_FIELDS = 2 * KIND_COUNT + 3;
+
+export interface KindStats {
+  hits: number;
+  misses: number;
+  /** Lines of this kind given to another entry. */
+  evictions: number;
+  /** Dirty lines of this kind written back (PCIe writes). */
+  writeBacks: number;
+  /** Lines of this kind dropped by a deregistration or QP destruction. */
+  invalidations: number;
+  /** Lines filled by a control operation (registration, QP creation) rather than a miss. */
+  inserts: number;
+  timeNs: number;
+}
+
+export interface SramStats {
+  accesses: number;
+  hits: number;
+  misses: number;
+  hitRate: number;
+  /** One PCIe read per miss. */
+  pcieReads: number;
+  /** One PCIe write per dirty write-back. */
+  pcieWrites: number;
+  pcieCrossings: number;
+  timeNs: number;
+  registrations: number;
+  deregistrations: number;
+  perKind: Record<string, KindStats>;
+}
+
+export interface OwnerStats {
+  owner: number;
+  hits: number;
+  misses: number;
+  hitRate: number;
+  translationLookups: number;
+  translationMisses: number;
+  pcieReads: number;
+  pcieWrites: number;
+  timeNs: number;
+  linesLost: number;
+  perKind: Record<string, { hits: number; misses: number }>;
+}
+
+export function kindStatsFrom(counters: Float64Array, kind: number): KindStats {
+  const base = kind * KIND_FIELDS;
+  return {
+    hits: counters[base + K_HITS]!,
+    misses: counters[base + K_MISSES]!,
+    evictions: counters[base + K_EVICTIONS]!,
+    writeBacks: counters[base + K_WRITEBACKS]!,
+    invalidations: counters[base + K_INVALIDATIONS]!,
+    inserts: counters[base + K_INSERTS]!,
+    timeNs: counters[base + K_TIME]!,
+  };
+}
+
+export function ownerStatsFrom(counters: Float64Array, ownerIndex: number, owner: number): OwnerStats {
+  const base = ownerIndex * OWNER_FIELDS;
+  const perKind: Record<string, { hits: number; misses: number }> = {};
+  let hits = 0;
+  let misses = 0;
+  for (let kind = 0; kind < KIND_COUNT; kind++) {
+    const kindHits = counters[base + O_HITS + kind] ?? 0;
+    const kindMisses = counters[base + O_MISSES + kind] ?? 0;
+    perKind[KIND_NAMES[kind]!] = { hits: kindHits, misses: kindMisses };
+    hits += kindHits;
+    misses += kindMisses;
+  }
+  const translation = (kind: EntryKind) => perKind[KIND_NAMES[kind]!]!;
+  const mpt = translation(EntryKind.MPT);
+  const mtt = translation(EntryKind.MTT);
+  const writeBacks = counters[base + O_WRITEBACKS] ?? 0;
+  return {
+    owner,
+    hits,
+    misses,
+    hitRate: hits + misses === 0 ? 0 : hits / (hits + misses),
+    translationLookups: mpt.hits + mpt.misses + mtt.hits + mtt.misses,
+    translationMisses: mpt.misses + mtt.misses,
+    pcieReads: misses,
+    pcieWrites: writeBacks,
+    timeNs: counters[base + O_TIME] ?? 0,
+    linesLost: counters[base + O_LINES_LOST] ?? 0,
+    perKind,
+  };
+}
