@@ -14,15 +14,8 @@ const commands: Record<string, () => Promise<{ command: Command }>> = {
   demo: () => import('./commands/demo.ts'),
 };
 
-export function usage(): string {
-  return [
-    'usage: kbtp <command> [options]',
-    '',
-    'commands:',
-    ...Object.keys(commands).map((name) => `  ${name}`),
-    '',
-    "Run 'kbtp <command> --help' for a command's options.",
-  ].join('\n');
+function usage(): string {
+  return `usage: kbtp <command> [options]\n\ncommands: ${Object.keys(commands).join(', ')}\n\nRun 'kbtp --help' for what each does.`;
 }
 
 export async function main(argv: string[]): Promise<number> {

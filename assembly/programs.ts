@@ -1,0 +1,366 @@
+// The per-opcode target programs of kbtp-v1 section 8. The host places a request's bytes in a
+// request context and calls run(); the program checks it in the order of kbtp-v1 section 11,
+// changes table, ring and quota state, and tells the host the one thing to do next: carry out
+// a data operation (RDMA Write or Read) it has described, send the COMPLETION it has written,
+// or come back later. The host makes no data-path decision of its own.
+import * as S from './struct-offsets';
+import * as K from './kbtp-constants';
+import { loadU16, loadU32, loadU64, storeU16, storeU32, storeU64 } from './big-endian';
+import {
+  entryAddress, entryLock, entryFlagsGeneration, entryDataLength, entryBlockOffset, entryBind, entryUnbind,
+  entryUpdateStore, tryLockShared, tryLockExclusive, unlockShared, unlockExclusive,
+} from './table';
+import { blockAddress, releaseBlock } from './blocks';
+import {
+  CONSUMED, ringTakeTicket, ringSlotOffset, ringTryTake, ringTicketAbandoned, ringTicketTaken, ringSlotHolds,
+  ringClaimTicket,
+} from './ring';
+
+/** Slot re-reads per run() before an allocation gives the thread back to the host. */
+const SLOT_SPINS: u32 = 64;
+
+// @ts-ignore: decorator
+@inline function message(request: usize): usize {
+  return request + S.REQUEST_MESSAGE;
+}
+// @ts-ignore: decorator
+@inline function opcodeOf(request: usize): u32 {
+  return <u32>load<u8>(message(request) + 1);
+}
+// @ts-ignore: decorator
+@inline function flagsOf(request: usize): u32 {
+  return loadU16(message(request) + 2);
+}
+// @ts-ignore: decorator
+@inline function sessionOf(request: usize): usize {
+  return <usize>load<u32>(request + S.REQUEST_SESSION);
+}
+// @ts-ignore: decorator
+@inline function tenantOf(request: usize): usize {
+  return <usize>load<u32>(sessionOf(request) + S.SESSION_TENANT);
+}
+// Data Descriptor fields (draft 5.2), right after the common header.
+// @ts-ignore: decorator
+@inline function descriptorStag(request: usize): u32 {
+  return loadU32(message(request) + K.HEADER_SIZE);
+}
+// @ts-ignore: decorator
+@inline function descriptorOffset(request: usize): u64 {
+  return loadU64(message(request) + K.HEADER_SIZE + 4);
+}
+// @ts-ignore: decorator
+@inline function descriptorLength(request: usize): u32 {
+  return loadU32(message(request) + K.HEADER_SIZE + 12);
+}
+
+/** Inline data follows the Data Descriptor and, with RECORD, the Completion Descriptor. */
+// @ts-ignore: decorator
+@inline function inlineData(request: usize): usize {
+  const record: usize = (flagsOf(request) & K.FLAG_RECORD) != 0 ? <usize>K.DESCRIPTOR_SIZE : 0;
+  return message(request) + <usize>K.HEADER_SIZE + <usize>K.DESCRIPTOR_SIZE + record;
+}
+
+/** Flags each opcode accepts (kbtp-v1 section 1); 0xffffffff marks an opcode no initiator may send. */
+function allowedFlags(opcode: u32): u32 {
+  switch (opcode) {
+    case K.OPCODE_LOAD: return K.FLAG_RECORD | K.FLAG_INVALIDATE | K.FLAG_ALLOW_UNSEALED;
+    case K.OPCODE_STORE:
+    case K.OPCODE_ALLOC_STORE: return K.FLAG_INLINE | K.FLAG_SEAL | K.FLAG_RECORD | K.FLAG_INVALIDATE;
+    case K.OPCODE_FREE: return K.FLAG_RECORD;
+    case K.OPCODE_BIND: return K.FLAG_SEAL | K.FLAG_RECORD;
+    case K.OPCODE_GOODBYE: return 0;
+  }
+  return 0xffffffff;
+}
+
+/** The format check: INVALID_REQUEST or SUCCESS. */
+function checkFormat(request: usize): u32 {
+  const length = load<u32>(request + S.REQUEST_LENGTH);
+  const header = message(request);
+  if (length < <u32>K.HEADER_SIZE) return K.STATUS_INVALID_REQUEST;
+  if (<u32>load<u8>(header) != K.KBTP_VERSION) return K.STATUS_INVALID_REQUEST;
+  if (loadU16(header + 22) != 0) return K.STATUS_INVALID_REQUEST;
+  const opcode = opcodeOf(request);
+  const flags = flagsOf(request);
+  const allowed = allowedFlags(opcode);
+  if (allowed == 0xffffffff || (flags & ~allowed) != 0) return K.STATUS_INVALID_REQUEST;
+  const record: u64 = (flags & K.FLAG_RECORD) != 0 ? K.DESCRIPTOR_SIZE : 0;
+  let expected: u64 = K.HEADER_SIZE + record;
+  if (opcode == K.OPCODE_LOAD || opcode == K.OPCODE_STORE || opcode == K.OPCODE_ALLOC_STORE) {
+    expected += K.DESCRIPTOR_SIZE;
+    if (length < <u32>expected) return K.STATUS_INVALID_REQUEST;
+    if ((flags & K.FLAG_INLINE) != 0) {
+      if ((flags & K.FLAG_INVALIDATE) != 0) return K.STATUS_INVALID_REQUEST;
+      if (descriptorStag(request) != 0 || descriptorOffset(request) != 0) return K.STATUS_INVALID_REQUEST;
+      expected += <u64>descriptorLength(request);
+    }
+  } else if (opcode == K.OPCODE_BIND) {
+    expected = K.BIND_SIZE + record;
+  }
+  return <u64>length == expected ? K.STATUS_SUCCESS : K.STATUS_INVALID_REQUEST;
+}
+
+/** Takes one credit of the session unless all are in use (TOO_MANY_REQUESTS). */
+function takeCredit(session: usize): bool {
+  const credits = load<u32>(session + S.SESSION_CREDITS);
+  let observed = atomic.load<u32>(session + S.SESSION_OUTSTANDING);
+  while (observed < credits) {
+    const witnessed = atomic.cmpxchg<u32>(session + S.SESSION_OUTSTANDING, observed, observed + 1);
+    if (witnessed == observed) return true;
+    observed = witnessed;
+  }
+  return false;
+}
+
+/** Reserves one unit of the tenant's Allocation Quota (draft 3.4); false is NO_SPACE. */
+function reserveQuota(tenant: usize): bool {
+  const quota = load<u32>(tenant + S.TENANT_QUOTA);
+  let observed = atomic.load<u32>(tenant + S.TENANT_USAGE);
+  while (observed < quota) {
+    const witnessed = atomic.cmpxchg<u32>(tenant + S.TENANT_USAGE, observed, observed + 1);
+    if (witnessed == observed) return true;
+    observed = witnessed;
+  }
+  return false;
+}
+
+// @ts-ignore: decorator
+@inline function releaseQuota(tenant: usize): void {
+  atomic.sub<u32>(tenant + S.TENANT_USAGE, 1);
+}
+
+// @ts-ignore: decorator
+@inline function inRange(handle: u64, first: u64, count: u64): bool {
+  return handle - first < count;
+}
+
+/**
+ * The checks after the handle is known to be served and its lock is held: range or scope,
+ * expected generation, entry state, lengths (kbtp-v1 section 11 order). Changes nothing.
+ */
+export function lookup(engine: usize, tenant: usize, opcode: u32, flags: u32, handle: u64, expectedGeneration: u32,
+  length: u32, entry: usize): u32 {
+  if (opcode == K.OPCODE_LOAD) {
+    if (!inRange(handle, load<u64>(tenant + S.TENANT_LOAD_FIRST), load<u64>(tenant + S.TENANT_LOAD_COUNT))) {
+      return K.STATUS_ACCESS_DENIED;
+    }
+  } else if (!inRange(handle, load<u64>(tenant + S.TENANT_STORE_FIRST), load<u64>(tenant + S.TENANT_STORE_COUNT))) {
+    return K.STATUS_ACCESS_DENIED;
+  }
+  const flagsGeneration = entryFlagsGeneration(entry);
+  if (expectedGeneration != 0 && expectedGeneration != (flagsGeneration & 0xffff)) return K.STATUS_GENERATION_MISMATCH;
+  const valid = (flagsGeneration & (<u32>K.ENTRY_VALID << 16)) != 0;
+  const sealed = (flagsGeneration & (<u32>K.ENTRY_SEALED << 16)) != 0;
+  const mustBeValid = opcode == K.OPCODE_LOAD || opcode == K.OPCODE_STORE || opcode == K.OPCODE_FREE;
+  if (mustBeValid && !valid) return K.STATUS_NOT_VALID;
+  if ((opcode == K.OPCODE_ALLOC_STORE || opcode == K.OPCODE_BIND) && valid) return K.STATUS_ALREADY_VALID;
+  if (opcode == K.OPCODE_STORE && sealed) return K.STATUS_SEALED;
+  if (opcode == K.OPCODE_LOAD && !sealed && (flags & K.FLAG_ALLOW_UNSEALED) == 0) return K.STATUS_NOT_SEALED;
+  const blockSize = load<u32>(engine + S.ENGINE_BLOCK_SIZE);
+  if (opcode == K.OPCODE_LOAD) {
+    if (entryDataLength(entry) > length) return K.STATUS_LENGTH_ERROR;
+  } else if (opcode == K.OPCODE_STORE || opcode == K.OPCODE_ALLOC_STORE || opcode == K.OPCODE_BIND) {
+    if (length > blockSize) return K.STATUS_LENGTH_ERROR;
+    if ((flags & K.FLAG_INLINE) != 0 && length > load<u32>(engine + S.ENGINE_MAX_INLINE)) return K.STATUS_LENGTH_ERROR;
+  }
+  return K.STATUS_SUCCESS;
+}
+
+/** Writes the COMPLETION (kbtp-v1 section 2) for the request, from the entry as it is now. */
+function writeCompletion(request: usize, status: u32): void {
+  const out = request + S.REQUEST_COMPLETION;
+  const length = load<u32>(request + S.REQUEST_LENGTH);
+  const header = message(request);
+  const entry = <usize>load<u32>(request + S.REQUEST_ENTRY);
+  store<u8>(out, K.KBTP_VERSION);
+  store<u8>(out + 1, K.OPCODE_COMPLETION);
+  storeU16(out + 2, length >= 2 ? <u32>load<u8>(header + 1) : 0);
+  storeU64(out + 4, length >= 12 ? loadU64(header + 4) : 0);
+  storeU64(out + 12, length >= 20 ? loadU64(header + 12) : 0);
+  storeU16(out + 20, entry != 0 ? entryFlagsGeneration(entry) & 0xffff : 0);
+  storeU16(out + 22, status);
+  storeU32(out + 24, entry != 0 ? entryDataLength(entry) : 0);
+  storeU32(out + 28, 0);
+  storeU64(out + 32, entry != 0 ? entryBlockOffset(entry) : 0);
+}
+
+/** Releases whatever the request holds, writes its COMPLETION and returns ACTION_SEND. */
+function finish(engine: usize, request: usize, status: u32): u32 {
+  writeCompletion(request, status);
+  // An accepted INVALIDATE asks for Send with Invalidate of the descriptor's STag whatever the status.
+  const invalidate = status != K.STATUS_INVALID_REQUEST && (flagsOf(request) & K.FLAG_INVALIDATE) != 0;
+  store<u32>(request + S.REQUEST_INVALIDATE_STAG, invalidate ? descriptorStag(request) : 0);
+  release(engine, request);
+  return S.ACTION_SEND;
+}
+
+/** Drops the request's handle lock and its credit; the request is done. */
+function release(engine: usize, request: usize): void {
+  const lock = load<u32>(request + S.REQUEST_LOCK);
+  if (lock == S.LOCK_SHARED) unlockShared(entryLock(engine, <usize>load<u32>(request + S.REQUEST_ENTRY)));
+  else if (lock == S.LOCK_EXCLUSIVE) unlockExclusive(entryLock(engine, <usize>load<u32>(request + S.REQUEST_ENTRY)));
+  store<u32>(request + S.REQUEST_LOCK, S.LOCK_NONE);
+  if (load<u32>(request + S.REQUEST_STATE) != S.REQUEST_STATE_NEW) {
+    atomic.sub<u32>(sessionOf(request) + S.SESSION_OUTSTANDING, 1);
+  }
+  store<u32>(request + S.REQUEST_STATE, S.REQUEST_STATE_DONE);
+}
+
+/** Describes the RDMA operation the host carries out before complete(). */
+function emitData(request: usize, kind: u32, localAddress: usize, length: u32): u32 {
+  store<u32>(request + S.REQUEST_OP_KIND, kind);
+  store<u32>(request + S.REQUEST_OP_LENGTH, length);
+  store<u32>(request + S.REQUEST_OP_LOCAL, <u32>localAddress);
+  store<u32>(request + S.REQUEST_OP_STAG, descriptorStag(request));
+  store<u64>(request + S.REQUEST_OP_REMOTE_OFFSET, descriptorOffset(request));
+  store<u32>(request + S.REQUEST_STATE, S.REQUEST_STATE_DATA);
+  return S.ACTION_DATA;
+}
+
+/**
+ * Runs a request placed in `request` (REQUEST_SESSION and REQUEST_LENGTH set, message at
+ * REQUEST_MESSAGE, REQUEST_STATE 0), or resumes one that returned ACTION_RETRY.
+ */
+export function run(engine: usize, request: usize): u32 {
+  const state = load<u32>(request + S.REQUEST_STATE);
+  if (state == S.REQUEST_STATE_NEW) return start(engine, request);
+  if (state == S.REQUEST_STATE_CREDITED) return proceed(engine, request);
+  if (state == S.REQUEST_STATE_WAIT_SLOT) return continueAllocation(engine, request);
+  return S.ACTION_NONE;
+}
+
+function start(engine: usize, request: usize): u32 {
+  store<u32>(request + S.REQUEST_LOCK, S.LOCK_NONE);
+  store<u32>(request + S.REQUEST_INVALIDATE_STAG, 0);
+  store<u32>(request + S.REQUEST_CLOSE, 0);
+  const length = load<u32>(request + S.REQUEST_LENGTH);
+  const handle = length >= 20 ? loadU64(message(request) + 12) : 0;
+  store<u32>(request + S.REQUEST_ENTRY, length >= 20 ? <u32>entryAddress(engine, handle) : 0);
+  const format = checkFormat(request);
+  if (format != K.STATUS_SUCCESS) return finish(engine, request, format);
+  if (opcodeOf(request) == K.OPCODE_GOODBYE) {
+    store<u32>(request + S.REQUEST_STATE, S.REQUEST_STATE_DONE);
+    return S.ACTION_GOODBYE;
+  }
+  if (!takeCredit(sessionOf(request))) return finish(engine, request, K.STATUS_TOO_MANY_REQUESTS);
+  store<u32>(request + S.REQUEST_STATE, S.REQUEST_STATE_CREDITED);
+  return proceed(engine, request);
+}
+
+function proceed(engine: usize, request: usize): u32 {
+  const session = sessionOf(request);
+  const tenant = tenantOf(request);
+  const opcode = opcodeOf(request);
+  const flags = flagsOf(request);
+  if (load<u32>(session + S.SESSION_DRAINING) != 0) return finish(engine, request, K.STATUS_SHUTTING_DOWN);
+  const capabilities = load<u32>(session + S.SESSION_CAPABILITIES);
+  if ((flags & K.FLAG_RECORD) != 0 && (capabilities & K.CAP_RECORD_COMPLETION) == 0) {
+    return finish(engine, request, K.STATUS_NOT_SUPPORTED);
+  }
+  if (opcode == K.OPCODE_BIND && (capabilities & K.CAP_DIRECT_ALLOC) == 0) {
+    return finish(engine, request, K.STATUS_NOT_SUPPORTED);
+  }
+  const entry = <usize>load<u32>(request + S.REQUEST_ENTRY);
+  if (entry == 0) return finish(engine, request, K.STATUS_OUT_OF_RANGE);
+  const lock = entryLock(engine, entry);
+  if (opcode == K.OPCODE_LOAD) {
+    if (!tryLockShared(lock)) return S.ACTION_RETRY;
+    store<u32>(request + S.REQUEST_LOCK, S.LOCK_SHARED);
+  } else {
+    if (!tryLockExclusive(lock)) return S.ACTION_RETRY;
+    store<u32>(request + S.REQUEST_LOCK, S.LOCK_EXCLUSIVE);
+  }
+  const header = message(request);
+  const handle = loadU64(header + 12);
+  const length = opcode == K.OPCODE_BIND ? loadU32(header + 28) : descriptorLength(request);
+  const status = lookup(engine, tenant, opcode, flags, handle, loadU16(header + 20), length, entry);
+  if (status != K.STATUS_SUCCESS) return finish(engine, request, status);
+  store<u32>(request + S.REQUEST_DATA_LENGTH, length);
+
+  if (opcode == K.OPCODE_LOAD) {
+    const dataLength = entryDataLength(entry);
+    if (dataLength == 0) return finish(engine, request, K.STATUS_SUCCESS);
+    return emitData(request, S.OP_WRITE_TO_INITIATOR, blockAddress(engine, entryBlockOffset(entry)), dataLength);
+  }
+  if (opcode == K.OPCODE_STORE) {
+    const block = blockAddress(engine, entryBlockOffset(entry));
+    if ((flags & K.FLAG_INLINE) == 0 && length != 0) return emitData(request, S.OP_READ_FROM_INITIATOR, block, length);
+    memory.copy(block, inlineData(request), length);
+    entryUpdateStore(entry, length, (flags & K.FLAG_SEAL) != 0);
+    return finish(engine, request, K.STATUS_SUCCESS);
+  }
+  if (opcode == K.OPCODE_FREE) {
+    const blockOffset = entryBlockOffset(entry);
+    entryUnbind(entry);
+    releaseBlock(engine, blockOffset);
+    releaseQuota(tenant);
+    return finish(engine, request, K.STATUS_SUCCESS);
+  }
+  const ring = <usize>load<u32>(tenant + S.TENANT_RING);
+  if (opcode == K.OPCODE_BIND) {
+    const ticket = loadU32(header + 24);
+    const blockOffset = loadU64(header + 32);
+    if (ringTicketAbandoned(ring, ticket)) return finish(engine, request, K.STATUS_TICKET_ABANDONED);
+    if (!ringTicketTaken(ring, ticket) || !ringSlotHolds(ring, ticket, blockOffset)) {
+      return finish(engine, request, K.STATUS_BAD_TICKET);
+    }
+    if (!reserveQuota(tenant)) return finish(engine, request, K.STATUS_NO_SPACE);
+    if (!ringClaimTicket(ring, ticket, blockOffset)) {
+      // A reclaim took the slot between the check and the claim.
+      releaseQuota(tenant);
+      return finish(engine, request, ringTicketAbandoned(ring, ticket) ? K.STATUS_TICKET_ABANDONED : K.STATUS_BAD_TICKET);
+    }
+    entryBind(entry, blockOffset, length, (flags & K.FLAG_SEAL) != 0);
+    return finish(engine, request, K.STATUS_SUCCESS);
+  }
+  // ALLOC_STORE: every check has passed, so from here on the request succeeds unless the
+  // transport fails, and the ticket it takes is always bound or returned.
+  if (!reserveQuota(tenant)) return finish(engine, request, K.STATUS_NO_SPACE);
+  const counter = ringTakeTicket(ring);
+  store<u32>(request + S.REQUEST_RING, <u32>ring);
+  store<u32>(request + S.REQUEST_TICKET, <u32>(counter >>> 32));
+  store<u32>(request + S.REQUEST_SLOT, ringSlotOffset(ring, counter));
+  store<u32>(request + S.REQUEST_STATE, S.REQUEST_STATE_WAIT_SLOT);
+  return continueAllocation(engine, request);
+}
+
+function continueAllocation(engine: usize, request: usize): u32 {
+  const ring = <usize>load<u32>(request + S.REQUEST_RING);
+  const blockOffset = ringTryTake(ring, load<u32>(request + S.REQUEST_TICKET), load<u32>(request + S.REQUEST_SLOT), SLOT_SPINS);
+  if (blockOffset == CONSUMED) return S.ACTION_RETRY;
+  store<u64>(request + S.REQUEST_BLOCK_OFFSET, blockOffset);
+  const flags = flagsOf(request);
+  const length = load<u32>(request + S.REQUEST_DATA_LENGTH);
+  const block = blockAddress(engine, blockOffset);
+  if ((flags & K.FLAG_INLINE) == 0 && length != 0) return emitData(request, S.OP_READ_FROM_INITIATOR, block, length);
+  memory.copy(block, inlineData(request), length);
+  entryBind(<usize>load<u32>(request + S.REQUEST_ENTRY), blockOffset, length, (flags & K.FLAG_SEAL) != 0);
+  return finish(engine, request, K.STATUS_SUCCESS);
+}
+
+/**
+ * The host reports the data operation of ACTION_DATA done (`ok`) or failed. On success the
+ * program makes its state change and returns ACTION_SEND. On failure nothing has changed:
+ * an allocated block goes back to its ring, the quota unit is released and ACTION_NONE says the
+ * session ends without a COMPLETION (on RDMAP the initiator's RNIC has terminated the stream).
+ */
+export function complete(engine: usize, request: usize, ok: bool): u32 {
+  if (load<u32>(request + S.REQUEST_STATE) != S.REQUEST_STATE_DATA) return S.ACTION_NONE;
+  const opcode = opcodeOf(request);
+  const flags = flagsOf(request);
+  const entry = <usize>load<u32>(request + S.REQUEST_ENTRY);
+  const length = load<u32>(request + S.REQUEST_DATA_LENGTH);
+  if (ok) {
+    if (opcode == K.OPCODE_STORE) entryUpdateStore(entry, length, (flags & K.FLAG_SEAL) != 0);
+    if (opcode == K.OPCODE_ALLOC_STORE) {
+      entryBind(entry, load<u64>(request + S.REQUEST_BLOCK_OFFSET), length, (flags & K.FLAG_SEAL) != 0);
+    }
+    return finish(engine, request, K.STATUS_SUCCESS);
+  }
+  if (opcode == K.OPCODE_ALLOC_STORE) {
+    releaseBlock(engine, load<u64>(request + S.REQUEST_BLOCK_OFFSET));
+    releaseQuota(tenantOf(request));
+  }
+  release(engine, request);
+  return S.ACTION_NONE;
+}

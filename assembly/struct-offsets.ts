@@ -1,0 +1,101 @@
+// Byte offsets of the engine's control structures in shared memory. This file is valid both
+// as AssemblyScript and as TypeScript, so the engine and the host read one definition.
+// Fields are little-endian (wasm memory order) unless they are wire-visible: table entries,
+// ring slots and KBTP messages are big-endian, as the draft requires.
+
+// Engine descriptor: written once by the host, read-only afterwards.
+export const ENGINE_POOL_BASE = 0; // u32 address of block 0
+export const ENGINE_BLOCK_SIZE = 4; // u32
+export const ENGINE_BLOCK_COUNT = 8; // u32 F
+export const ENGINE_TABLE_BASE = 12; // u32 address of the entry of the first handle
+export const ENGINE_HANDLE_COUNT = 16; // u32 handles served
+export const ENGINE_HANDLE_LOCKS = 20; // u32 address of one u32 lock word per handle
+export const ENGINE_BASE_HANDLE = 24; // u64 Table Base Handle
+export const ENGINE_BLOCK_RINGS = 32; // u32 address of one u32 ring address per block (its home ring)
+export const ENGINE_MAX_INLINE = 36; // u32
+export const ENGINE_SHARED_RING = 40; // u32 address of the shared ring's descriptor
+export const ENGINE_SIZE = 64;
+
+// Ring descriptor (64-octet aligned). Head sits alone just before the slots so that one STag can
+// cover Head and slots (the Ring STag of DIRECT_ALLOC) without covering Tail or this descriptor.
+export const RING_TAIL = 0; // u64 counter, memory byte order
+export const RING_MODE = 8; // u32 RING_MODE_*
+export const RING_ORDER = 12; // u32 n, N = 2^n slots
+export const RING_SLOTS = 16; // u32 address of slot 0
+export const RING_HEAD = 20; // u32 address of the Head counter
+export const RING_BLOCK_COUNT = 24; // u32 blocks that live on this ring
+export const RING_FIRST_BLOCK = 28; // u32 index of its first block (a partition is contiguous)
+export const RING_DEFERRED_COUNT = 32; // u32 frees parked or being parked
+export const RING_DEFERRED_LOCK = 36; // u32 spin lock over the parked list (never held while waiting)
+export const RING_DEFERRED_LIST = 40; // u32 address of N parked frees of DEFERRED_ENTRY_SIZE
+export const RING_ABANDONED = 44; // u32 address of N u64 records (1 << 32 | ticket) of reclaimed tickets
+export const RING_CLEAR_ON_FREE = 48; // u32 1 when blocks cross trust domains on this ring
+export const RING_DEFERRED_USED = 52; // u32 entries in the parked list (under the lock)
+export const RING_DESCRIPTOR_SIZE = 64;
+export const RING_MODE_MASKED = 0; // RFC 7306 masked FetchAdd: Ticket | Slot Offset
+export const RING_MODE_UNMASKED = 1; // IB FetchAdd: Ticket in the high 32 bits, slot = ticket mod N
+export const DEFERRED_ENTRY_SIZE = 16; // u32 ticket, u32 pad, u64 block offset
+export const SLOT_SIZE = 16;
+export const ENTRY_SIZE = 16;
+
+// Tenant: what a tenant may do, and its usage, shared by all of its sessions.
+export const TENANT_STORE_FIRST = 0; // u64
+export const TENANT_STORE_COUNT = 8; // u64
+export const TENANT_LOAD_FIRST = 16; // u64
+export const TENANT_LOAD_COUNT = 24; // u64
+export const TENANT_QUOTA = 32; // u32
+export const TENANT_USAGE = 36; // u32 bound handles + tickets taken and not bound (atomic)
+export const TENANT_RING = 40; // u32 ring descriptor its allocations use
+export const TENANT_SIZE = 64;
+
+// Session: one per connection.
+export const SESSION_TENANT = 0; // u32 tenant address
+export const SESSION_CAPABILITIES = 4; // u32 granted capability bits
+export const SESSION_CREDITS = 8; // u32 Target Receive Credits
+export const SESSION_OUTSTANDING = 12; // u32 requests between arrival and COMPLETION (atomic)
+export const SESSION_DRAINING = 16; // u32 1 while the target drains
+export const SESSION_SIZE = 64;
+
+// Request context: one per posted receive. The RNIC places the request's bytes at
+// REQUEST_MESSAGE; the engine leaves the data operation and the COMPLETION beside it.
+export const REQUEST_SESSION = 0; // u32 session address (host sets it when posting)
+export const REQUEST_LENGTH = 4; // u32 message length (host sets it on arrival)
+export const REQUEST_STATE = 8; // u32 REQUEST_STATE_* of the running program
+export const REQUEST_LOCK = 12; // u32 LOCK_* held on the handle
+export const REQUEST_TICKET = 16; // u32 ticket taken by ALLOC_STORE
+export const REQUEST_SLOT = 20; // u32 slot offset of that ticket
+export const REQUEST_RING = 24; // u32 ring the ticket came from
+export const REQUEST_ENTRY = 28; // u32 address of the handle's table entry (0: not served)
+export const REQUEST_BLOCK_OFFSET = 32; // u64 block chosen for the request
+export const REQUEST_DATA_LENGTH = 40; // u32 data length the request will leave in the entry
+export const REQUEST_OP_KIND = 48; // u32 OP_* the host carries out for ACTION_DATA
+export const REQUEST_OP_LENGTH = 52; // u32 octets to move
+export const REQUEST_OP_LOCAL = 56; // u32 address in this memory (inside the pool)
+export const REQUEST_OP_STAG = 60; // u32 initiator STag
+export const REQUEST_OP_REMOTE_OFFSET = 64; // u64 initiator tagged offset
+export const REQUEST_INVALIDATE_STAG = 72; // u32 STag for Send with Invalidate (0: plain Send)
+export const REQUEST_CLOSE = 76; // u32 1: close the session after sending the completion
+export const REQUEST_COMPLETION = 80; // 40-octet COMPLETION message, big-endian
+export const REQUEST_MESSAGE = 128; // the request as received
+export const REQUEST_HEADER_SIZE = 128;
+
+export const REQUEST_STATE_NEW = 0;
+export const REQUEST_STATE_CREDITED = 1; // passed format and credit checks, waiting for the handle
+export const REQUEST_STATE_WAIT_SLOT = 2; // ALLOC_STORE holds a ticket whose slot is not yet filled
+export const REQUEST_STATE_DATA = 3; // the data operation is out with the host
+export const REQUEST_STATE_DONE = 4;
+
+export const LOCK_NONE = 0;
+export const LOCK_SHARED = 1;
+export const LOCK_EXCLUSIVE = 2;
+export const LOCK_WRITER_BIT = 0x80000000;
+
+// What the host does next with a request (return value of submit/resume/complete).
+export const ACTION_SEND = 1; // send the COMPLETION at REQUEST_COMPLETION (Send with Invalidate if REQUEST_INVALIDATE_STAG)
+export const ACTION_DATA = 2; // carry out the data operation, then call complete(request, ok)
+export const ACTION_RETRY = 3; // the handle is busy or the ring slot not filled yet: call resume later
+export const ACTION_GOODBYE = 4; // the initiator said GOODBYE: finish outstanding requests and close
+export const ACTION_NONE = 5; // nothing to send (the transport failed; the session ends)
+
+export const OP_WRITE_TO_INITIATOR = 1; // RDMA Write: pool -> initiator buffer (LOAD)
+export const OP_READ_FROM_INITIATOR = 2; // RDMA Read Request: initiator buffer -> pool (STORE, ALLOC_STORE)

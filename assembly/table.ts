@@ -1,0 +1,100 @@
+// The block table of draft 3.2 (big-endian 16-octet entries) and the per-handle lock words that
+// keep two requests on one handle from interleaving their check-then-act sequences.
+import {
+  ENGINE_TABLE_BASE, ENGINE_HANDLE_COUNT, ENGINE_BASE_HANDLE, ENGINE_HANDLE_LOCKS, ENTRY_SIZE, LOCK_WRITER_BIT,
+} from './struct-offsets';
+import { ENTRY_VALID, ENTRY_SEALED } from './kbtp-constants';
+import { atomicLoadU32, atomicStoreU32, atomicStoreU64 } from './big-endian';
+
+/** Address of the entry of `handle`, or 0 when the table does not serve it. */
+export function entryAddress(engine: usize, handle: u64): usize {
+  const index = handle - load<u64>(engine + ENGINE_BASE_HANDLE);
+  if (index >= <u64>load<u32>(engine + ENGINE_HANDLE_COUNT)) return 0;
+  return <usize>load<u32>(engine + ENGINE_TABLE_BASE) + <usize>index * ENTRY_SIZE;
+}
+
+/** Lock word of the entry at `entry`. */
+// @ts-ignore: decorator
+@inline export function entryLock(engine: usize, entry: usize): usize {
+  return <usize>load<u32>(engine + ENGINE_HANDLE_LOCKS) + ((entry - <usize>load<u32>(engine + ENGINE_TABLE_BASE)) >> 2);
+}
+
+/** Flags in the high half, Generation in the low half, read in one atomic load. */
+// @ts-ignore: decorator
+@inline export function entryFlagsGeneration(entry: usize): u32 {
+  return atomicLoadU32(entry);
+}
+
+// @ts-ignore: decorator
+@inline export function entryDataLength(entry: usize): u32 {
+  return atomicLoadU32(entry + 4);
+}
+
+// @ts-ignore: decorator
+@inline export function entryBlockOffset(entry: usize): u64 {
+  return bswap<u64>(atomic.load<u64>(entry + 8));
+}
+
+/** The next Generation: incremented by one, skipping zero (draft 3.2, 6.3, 6.4). */
+// @ts-ignore: decorator
+@inline export function nextGeneration(generation: u32): u32 {
+  const next = (generation + 1) & 0xffff;
+  return next == 0 ? 1 : next;
+}
+
+/** Binds the entry: Data Length and Block Offset first, then Flags and Generation (draft 3.2). */
+export function entryBind(entry: usize, blockOffset: u64, dataLength: u32, seal: bool): void {
+  const generation = entryFlagsGeneration(entry) & 0xffff;
+  atomicStoreU32(entry + 4, dataLength);
+  atomicStoreU64(entry + 8, blockOffset);
+  const flags: u32 = ENTRY_VALID | (seal ? ENTRY_SEALED : 0);
+  atomicStoreU32(entry, (flags << 16) | nextGeneration(generation));
+}
+
+/**
+ * Unbinds the entry for FREE: VALID and SEALED cleared and the Generation moved on first, so a
+ * direct loader sees the change before the block can be reused; Data Length 0 after, Block
+ * Offset left naming the freed block (kbtp-v1 section 11).
+ */
+export function entryUnbind(entry: usize): void {
+  const flagsGeneration = entryFlagsGeneration(entry);
+  const flags = (flagsGeneration >>> 16) & ~(ENTRY_VALID | ENTRY_SEALED);
+  atomicStoreU32(entry, (flags << 16) | nextGeneration(flagsGeneration & 0xffff));
+  atomicStoreU32(entry + 4, 0);
+}
+
+/** Mapped store: new Data Length, then SEALED if asked; the Generation stays. */
+export function entryUpdateStore(entry: usize, dataLength: u32, seal: bool): void {
+  atomicStoreU32(entry + 4, dataLength);
+  if (seal) {
+    const flagsGeneration = entryFlagsGeneration(entry);
+    atomicStoreU32(entry, flagsGeneration | (<u32>ENTRY_SEALED << 16));
+  }
+}
+
+/** Shared lock for LOAD: many readers, no writer. Never waits: false means try again later. */
+export function tryLockShared(lock: usize): bool {
+  let observed = atomic.load<u32>(lock);
+  while ((observed & LOCK_WRITER_BIT) == 0) {
+    const witnessed = atomic.cmpxchg<u32>(lock, observed, observed + 1);
+    if (witnessed == observed) return true;
+    observed = witnessed;
+  }
+  return false;
+}
+
+/** Exclusive lock for requests that change the entry. Never waits. */
+// @ts-ignore: decorator
+@inline export function tryLockExclusive(lock: usize): bool {
+  return atomic.cmpxchg<u32>(lock, 0, LOCK_WRITER_BIT) == 0;
+}
+
+// @ts-ignore: decorator
+@inline export function unlockShared(lock: usize): void {
+  atomic.sub<u32>(lock, 1);
+}
+
+// @ts-ignore: decorator
+@inline export function unlockExclusive(lock: usize): void {
+  atomic.store<u32>(lock, 0);
+}

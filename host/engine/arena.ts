@@ -1,0 +1,157 @@
+// One thread's share of the engine's sessions and request contexts. Each thread owns a disjoint
+// slice of both areas, so handing them out needs no cross-thread coordination.
+import * as S from '../../assembly/struct-offsets.ts';
+import { maxRequestSize } from './layout.ts';
+import type { Engine } from './engine.ts';
+
+export interface SessionOptions {
+  tenant: number;
+  capabilities: number;
+  credits: number;
+}
+
+export class ArenaExhaustedError extends Error {
+  constructor(what: string, capacity: number, setting: string) {
+    super(`all ${capacity} ${what} of this thread are in use; raise ${setting} in the engine config`);
+    this.name = 'ArenaExhaustedError';
+  }
+}
+
+/** A stack of free indices that never allocates after construction. */
+class FreeList {
+  private readonly free: Int32Array;
+  private top: number;
+  constructor(capacity: number) {
+    this.free = new Int32Array(capacity);
+    for (let i = 0; i < capacity; i++) this.free[i] = capacity - 1 - i;
+    this.top = capacity;
+  }
+  take(): number {
+    if (this.top === 0) return -1;
+    this.top -= 1;
+    return this.free[this.top] ?? -1;
+  }
+  give(index: number): void {
+    this.free[this.top] = index;
+    this.top += 1;
+  }
+  get inUse(): number {
+    return this.free.length - this.top;
+  }
+}
+
+export class ThreadArena {
+  private readonly sessionBase: number;
+  private readonly requestBase: number;
+  private readonly sessions: FreeList;
+  private readonly requests: FreeList;
+  readonly maxMessage: number;
+
+  constructor(readonly engine: Engine, readonly thread: number) {
+    const { config, layout } = engine;
+    if (!Number.isInteger(thread) || thread < 0 || thread >= config.threads) {
+      throw new RangeError(`thread ${thread} is outside the engine's ${config.threads} threads`);
+    }
+    this.sessionBase = layout.sessions + S.SESSION_SIZE * config.sessionsPerThread * thread;
+    this.requestBase = layout.requests + layout.requestSize * config.requestsPerThread * thread;
+    this.sessions = new FreeList(config.sessionsPerThread);
+    this.requests = new FreeList(config.requestsPerThread);
+    this.maxMessage = maxRequestSize(config.maxInline);
+  }
+
+  openSession(options: SessionOptions): number {
+    const index = this.sessions.take();
+    if (index < 0) throw new ArenaExhaustedError('sessions', this.engine.config.sessionsPerThread, 'sessionsPerThread');
+    const session = this.sessionBase + S.SESSION_SIZE * index;
+    const view = this.engine.view;
+    view.setUint32(session + S.SESSION_TENANT, this.engine.tenantAddress(options.tenant), true);
+    view.setUint32(session + S.SESSION_CAPABILITIES, options.capabilities, true);
+    view.setUint32(session + S.SESSION_CREDITS, options.credits, true);
+    view.setUint32(session + S.SESSION_OUTSTANDING, 0, true);
+    view.setUint32(session + S.SESSION_DRAINING, 0, true);
+    return session;
+  }
+
+  closeSession(session: number): void {
+    this.sessions.give((session - this.sessionBase) / S.SESSION_SIZE);
+  }
+
+  setDraining(session: number, draining: boolean): void {
+    this.engine.view.setUint32(session + S.SESSION_DRAINING, draining ? 1 : 0, true);
+  }
+
+  outstanding(session: number): number {
+    return this.engine.view.getUint32(session + S.SESSION_OUTSTANDING, true);
+  }
+
+  /** A request context for `session`, ready to receive a message at messageAddress(). */
+  acquireRequest(session: number): number {
+    const index = this.requests.take();
+    if (index < 0) throw new ArenaExhaustedError('request contexts', this.engine.config.requestsPerThread, 'requestsPerThread');
+    const request = this.requestBase + this.engine.layout.requestSize * index;
+    this.engine.view.setUint32(request + S.REQUEST_SESSION, session, true);
+    this.engine.view.setUint32(request + S.REQUEST_STATE, S.REQUEST_STATE_NEW, true);
+    return request;
+  }
+
+  releaseRequest(request: number): void {
+    this.requests.give((request - this.requestBase) / this.engine.layout.requestSize);
+  }
+
+  get requestsInUse(): number {
+    return this.requests.inUse;
+  }
+
+  /** Where the transport places an arriving message (a posted receive of maxMessage octets). */
+  messageAddress(request: number): number {
+    return request + S.REQUEST_MESSAGE;
+  }
+
+  /** Marks a message of `length` octets as arrived in the context and makes it runnable. */
+  arrived(request: number, length: number): void {
+    if (length > this.maxMessage) throw new RangeError(`message of ${length} octets exceeds the ${this.maxMessage}-octet receive`);
+    this.engine.view.setUint32(request + S.REQUEST_LENGTH, length, true);
+    this.engine.view.setUint32(request + S.REQUEST_STATE, S.REQUEST_STATE_NEW, true);
+  }
+
+  /** Copies a message into the context (for callers whose transport did not place it there). */
+  place(request: number, message: Uint8Array): void {
+    if (message.length > this.maxMessage) {
+      throw new RangeError(`message of ${message.length} octets exceeds the ${this.maxMessage}-octet receive`);
+    }
+    this.engine.bytes.set(message, this.messageAddress(request));
+    this.arrived(request, message.length);
+  }
+
+  /** Runs or resumes the request's program; returns an ACTION_* code. */
+  run(request: number): number {
+    return this.engine.exports.run(this.engine.address, request);
+  }
+
+  /** Reports the data operation of ACTION_DATA done or failed; returns ACTION_SEND or ACTION_NONE. */
+  complete(request: number, ok: boolean): number {
+    return this.engine.exports.complete(this.engine.address, request, ok ? 1 : 0);
+  }
+
+  /** The COMPLETION the program wrote (a view into shared memory, valid until the context is reused). */
+  completion(request: number): Uint8Array {
+    return new Uint8Array(this.engine.memory.buffer, request + S.REQUEST_COMPLETION, 40);
+  }
+
+  /** The data operation of ACTION_DATA. */
+  dataOperation(request: number): { kind: number; length: number; local: number; stag: number; remoteOffset: bigint } {
+    const view = this.engine.view;
+    return {
+      kind: view.getUint32(request + S.REQUEST_OP_KIND, true),
+      length: view.getUint32(request + S.REQUEST_OP_LENGTH, true),
+      local: view.getUint32(request + S.REQUEST_OP_LOCAL, true),
+      stag: view.getUint32(request + S.REQUEST_OP_STAG, true),
+      remoteOffset: view.getBigUint64(request + S.REQUEST_OP_REMOTE_OFFSET, true),
+    };
+  }
+
+  /** STag to invalidate with Send with Invalidate, or 0 for a plain Send. */
+  invalidateStag(request: number): number {
+    return this.engine.view.getUint32(request + S.REQUEST_INVALIDATE_STAG, true);
+  }
+}

@@ -1,0 +1,144 @@
+// The host's handle on the engine: one shared WebAssembly.Memory with the pool, table and rings,
+// and an instance of the engine module over it in this thread. Worker threads attach to the
+// same memory with Engine.attach(engine.handoff()).
+import * as S from '../../assembly/struct-offsets.ts';
+import { resolveEngineConfig, type EngineConfig, type ResolvedEngineConfig } from './config.ts';
+import { computeLayout, type EngineLayout, type RingLayout } from './layout.ts';
+import { engineModule, instantiateEngine, type EngineExports } from './wasm.ts';
+import { initializeEngine } from './initialize.ts';
+
+/** Everything a worker thread needs to run the same engine (structured-cloneable). */
+export interface EngineHandoff {
+  memory: WebAssembly.Memory;
+  module: WebAssembly.Module;
+  config: ResolvedEngineConfig;
+  layout: EngineLayout;
+}
+
+export interface TableEntry {
+  flags: number;
+  generation: number;
+  dataLength: number;
+  blockOffset: bigint;
+}
+
+export interface RingCounters {
+  headTicket: number;
+  headSlotOffset: number;
+  tailTicket: number;
+  tailSlotOffset: number;
+}
+
+export class Engine {
+  readonly exports: EngineExports;
+  readonly bytes: Uint8Array;
+  readonly view: DataView;
+  /** Address of the engine descriptor: the first argument of the engine's entry points. */
+  readonly address: number;
+
+  private constructor(
+    readonly memory: WebAssembly.Memory,
+    readonly module: WebAssembly.Module,
+    readonly config: ResolvedEngineConfig,
+    readonly layout: EngineLayout,
+  ) {
+    this.exports = instantiateEngine(module, memory);
+    this.bytes = new Uint8Array(memory.buffer);
+    this.view = new DataView(memory.buffer);
+    this.address = layout.engine;
+  }
+
+  /** Validates the configuration, lays out and creates the shared memory, and initialises it. */
+  static create(config: EngineConfig, module: WebAssembly.Module = engineModule()): Engine {
+    const resolved = resolveEngineConfig(config);
+    const probe = instantiateEngine(module, new WebAssembly.Memory({ initial: 1, maximum: 1, shared: true }));
+    const layout = computeLayout(resolved, probe.heapBase());
+    const memory = new WebAssembly.Memory({ initial: layout.pages, maximum: layout.pages, shared: true });
+    initializeEngine(memory, resolved, layout);
+    return new Engine(memory, module, resolved, layout);
+  }
+
+  /** Attaches to an engine created in another thread. */
+  static attach(handoff: EngineHandoff): Engine {
+    return new Engine(handoff.memory, handoff.module, handoff.config, handoff.layout);
+  }
+
+  handoff(): EngineHandoff {
+    return { memory: this.memory, module: this.module, config: this.config, layout: this.layout };
+  }
+
+  get sharedRing(): RingLayout {
+    const ring = this.layout.rings[0];
+    if (ring === undefined) throw new Error('engine has no shared ring');
+    return ring;
+  }
+
+  /** The ring of partition `index`. */
+  partitionRing(index: number): RingLayout {
+    const ring = this.layout.rings[index + 1];
+    if (ring === undefined) throw new RangeError(`no partition ${index}`);
+    return ring;
+  }
+
+  tenantAddress(index: number): number {
+    if (!Number.isInteger(index) || index < 0 || index >= this.config.tenants.length) throw new RangeError(`no tenant ${index}`);
+    return this.layout.tenants + S.TENANT_SIZE * index;
+  }
+
+  tenantUsage(index: number): number {
+    return Atomics.load(new Uint32Array(this.memory.buffer, this.tenantAddress(index) + S.TENANT_USAGE, 1), 0);
+  }
+
+  /** Address of the entry of `handle`, or 0 when the table does not serve it. */
+  entryAddress(handle: bigint): number {
+    return this.exports.entryAddress(this.address, handle);
+  }
+
+  /** The entry of `handle` as an initiator would read it (big-endian fields). */
+  readEntry(handle: bigint): TableEntry | undefined {
+    const entry = this.entryAddress(handle);
+    if (entry === 0) return undefined;
+    return {
+      flags: this.view.getUint16(entry, false),
+      generation: this.view.getUint16(entry + 2, false),
+      dataLength: this.view.getUint32(entry + 4, false),
+      blockOffset: this.view.getBigUint64(entry + 8, false),
+    };
+  }
+
+  readSlot(ring: RingLayout, slot: number): { sequence: number; blockOffset: bigint } {
+    const address = ring.slots + S.SLOT_SIZE * slot;
+    return { sequence: this.view.getUint32(address, false), blockOffset: this.view.getBigUint64(address + 8, false) };
+  }
+
+  readCounters(ring: RingLayout): RingCounters {
+    const head = this.view.getBigUint64(ring.head, true);
+    const tail = this.view.getBigUint64(ring.descriptor + S.RING_TAIL, true);
+    return {
+      headTicket: Number(head >> 32n),
+      headSlotOffset: this.exports.ringSlotOffset(ring.descriptor, head),
+      tailTicket: Number(tail >> 32n),
+      tailSlotOffset: this.exports.ringSlotOffset(ring.descriptor, tail),
+    };
+  }
+
+  /** Frees parked on `ring` because their slot was not consumed yet. */
+  parkedFrees(ring: RingLayout): Array<{ ticket: number; blockOffset: bigint }> {
+    const used = this.view.getUint32(ring.descriptor + S.RING_DEFERRED_USED, true);
+    const parked: Array<{ ticket: number; blockOffset: bigint }> = [];
+    for (let i = 0; i < used; i++) {
+      const entry = ring.deferredList + S.DEFERRED_ENTRY_SIZE * i;
+      parked.push({ ticket: this.view.getUint32(entry, true), blockOffset: this.view.getBigUint64(entry + 8, true) });
+    }
+    return parked;
+  }
+
+  blockAddress(blockOffset: bigint): number {
+    return this.layout.pool + Number(blockOffset);
+  }
+
+  /** A view of the block's octets in the shared pool (no copy). */
+  block(blockOffset: bigint, length: number = this.config.blockSize): Uint8Array {
+    return new Uint8Array(this.memory.buffer, this.blockAddress(blockOffset), length);
+  }
+}

@@ -1,0 +1,45 @@
+// Drives one request through the engine's program with a synchronous data mover: run, carry out
+// the data operation, complete. A busy handle or a slot still being filled by another thread is
+// retried here; the real target yields to its event loop instead.
+import { ACTION_SEND, ACTION_DATA, ACTION_RETRY, ACTION_GOODBYE, ACTION_NONE } from '../../assembly/struct-offsets.ts';
+import { decodeCompletion, type Completion } from '../kbtp/messages.ts';
+import type { ThreadArena } from './arena.ts';
+import type { LoopbackMover } from './loopback-mover.ts';
+
+export class RetryLimitError extends Error {
+  constructor(retries: number) {
+    super(`request still waiting after ${retries} retries (handle busy or ring slot never filled)`);
+    this.name = 'RetryLimitError';
+  }
+}
+
+export type RunOutcome =
+  | { kind: 'completion'; completion: Completion; invalidateStag: number }
+  | { kind: 'goodbye' }
+  | { kind: 'failed' };
+
+export function runToCompletion(arena: ThreadArena, mover: LoopbackMover, message: Uint8Array, session: number,
+  maxRetries = 10_000_000): RunOutcome {
+  const request = arena.acquireRequest(session);
+  try {
+    arena.place(request, message);
+    let action = arena.run(request);
+    let retries = 0;
+    while (action === ACTION_RETRY) {
+      if (++retries > maxRetries) throw new RetryLimitError(maxRetries);
+      action = arena.run(request);
+    }
+    if (action === ACTION_DATA) {
+      const op = arena.dataOperation(request);
+      action = arena.complete(request, mover.carryOut(op.kind, op.local, op.length, op.stag, op.remoteOffset));
+    }
+    if (action === ACTION_SEND) {
+      return { kind: 'completion', completion: decodeCompletion(arena.completion(request).slice()), invalidateStag: arena.invalidateStag(request) };
+    }
+    if (action === ACTION_GOODBYE) return { kind: 'goodbye' };
+    if (action === ACTION_NONE) return { kind: 'failed' };
+    throw new Error(`engine returned unknown action ${action}`);
+  } finally {
+    arena.releaseRequest(request);
+  }
+}

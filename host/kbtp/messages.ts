@@ -1,0 +1,139 @@
+// KBTP request and COMPLETION messages (draft 5.1-5.2, kbtp-v1 sections 1-3): encode and decode.
+import * as K from '../../assembly/kbtp-constants.ts';
+
+export interface DataDescriptor {
+  stag: number;
+  taggedOffset: bigint;
+  length: number;
+}
+
+export interface RequestFields {
+  opcode: number;
+  flags?: number;
+  requestId: bigint;
+  handle: bigint;
+  /** Expected generation; 0 means any. */
+  generation?: number;
+  /** LOAD, STORE, ALLOC_STORE. With INLINE, STag and Tagged Offset are 0 and Length is the inline length. */
+  descriptor?: DataDescriptor;
+  /** Completion Descriptor (present exactly when RECORD is set). */
+  completionDescriptor?: { stag: number; taggedOffset: bigint };
+  /** Inline data (STORE, ALLOC_STORE with INLINE). */
+  inline?: Uint8Array;
+  /** BIND body. */
+  bind?: { ticket: number; dataLength: number; blockOffset: bigint };
+  version?: number;
+}
+
+export interface Completion {
+  version: number;
+  requestOpcode: number;
+  requestId: bigint;
+  handle: bigint;
+  generation: number;
+  status: number;
+  dataLength: number;
+  blockOffset: bigint;
+}
+
+export class MessageFormatError extends Error {
+  constructor(message: string) {
+    super(message);
+    this.name = 'MessageFormatError';
+  }
+}
+
+function writeHeader(view: DataView, fields: RequestFields): void {
+  view.setUint8(0, fields.version ?? K.KBTP_VERSION);
+  view.setUint8(1, fields.opcode);
+  view.setUint16(2, fields.flags ?? 0, false);
+  view.setBigUint64(4, fields.requestId, false);
+  view.setBigUint64(12, fields.handle, false);
+  view.setUint16(20, fields.generation ?? 0, false);
+  view.setUint16(22, 0, false);
+}
+
+/** Encodes a request exactly as laid out in kbtp-v1 section 1 (descriptors, BIND body, inline data). */
+export function encodeRequest(fields: RequestFields): Uint8Array {
+  const flags = fields.flags ?? 0;
+  const hasDescriptor = fields.opcode === K.OPCODE_LOAD || fields.opcode === K.OPCODE_STORE || fields.opcode === K.OPCODE_ALLOC_STORE;
+  const record = (flags & K.FLAG_RECORD) !== 0;
+  const inline = (flags & K.FLAG_INLINE) !== 0 ? fields.inline ?? new Uint8Array(0) : undefined;
+  let length = K.HEADER_SIZE;
+  if (hasDescriptor) length += K.DESCRIPTOR_SIZE;
+  if (fields.opcode === K.OPCODE_BIND) length = K.BIND_SIZE;
+  if (record) length += K.DESCRIPTOR_SIZE;
+  if (inline !== undefined) length += inline.length;
+  const bytes = new Uint8Array(length);
+  const view = new DataView(bytes.buffer);
+  writeHeader(view, fields);
+  let cursor = K.HEADER_SIZE;
+  if (hasDescriptor) {
+    const descriptor = fields.descriptor ?? { stag: 0, taggedOffset: 0n, length: inline?.length ?? 0 };
+    view.setUint32(cursor, descriptor.stag, false);
+    view.setBigUint64(cursor + 4, descriptor.taggedOffset, false);
+    view.setUint32(cursor + 12, descriptor.length, false);
+    cursor += K.DESCRIPTOR_SIZE;
+  }
+  if (fields.opcode === K.OPCODE_BIND) {
+    const bind = fields.bind;
+    if (bind === undefined) throw new MessageFormatError('BIND needs ticket, dataLength and blockOffset');
+    view.setUint32(24, bind.ticket, false);
+    view.setUint32(28, bind.dataLength, false);
+    view.setBigUint64(32, bind.blockOffset, false);
+    cursor = K.BIND_SIZE;
+  }
+  if (record) {
+    const completion = fields.completionDescriptor ?? { stag: 0, taggedOffset: 0n };
+    view.setUint32(cursor, completion.stag, false);
+    view.setBigUint64(cursor + 4, completion.taggedOffset, false);
+    view.setUint32(cursor + 12, 0, false);
+    cursor += K.DESCRIPTOR_SIZE;
+  }
+  if (inline !== undefined) bytes.set(inline, cursor);
+  return bytes;
+}
+
+/** Decodes a 40-octet COMPLETION (kbtp-v1 section 2). */
+export function decodeCompletion(bytes: Uint8Array): Completion {
+  if (bytes.length !== K.COMPLETION_SIZE) throw new MessageFormatError(`COMPLETION is ${K.COMPLETION_SIZE} octets, got ${bytes.length}`);
+  const view = new DataView(bytes.buffer, bytes.byteOffset, bytes.byteLength);
+  if (view.getUint8(1) !== K.OPCODE_COMPLETION) throw new MessageFormatError(`opcode 0x${view.getUint8(1).toString(16)} is not COMPLETION`);
+  return {
+    version: view.getUint8(0),
+    requestOpcode: view.getUint16(2, false) & 0xff,
+    requestId: view.getBigUint64(4, false),
+    handle: view.getBigUint64(12, false),
+    generation: view.getUint16(20, false),
+    status: view.getUint16(22, false),
+    dataLength: view.getUint32(24, false),
+    blockOffset: view.getBigUint64(32, false),
+  };
+}
+
+const STATUS_NAMES: Record<number, string> = {
+  [K.STATUS_SUCCESS]: 'SUCCESS',
+  [K.STATUS_INVALID_REQUEST]: 'INVALID_REQUEST',
+  [K.STATUS_VERSION_MISMATCH]: 'VERSION_MISMATCH',
+  [K.STATUS_AUTH_FAILED]: 'AUTH_FAILED',
+  [K.STATUS_NOT_SUPPORTED]: 'NOT_SUPPORTED',
+  [K.STATUS_OUT_OF_RANGE]: 'OUT_OF_RANGE',
+  [K.STATUS_ACCESS_DENIED]: 'ACCESS_DENIED',
+  [K.STATUS_NOT_VALID]: 'NOT_VALID',
+  [K.STATUS_NOT_SEALED]: 'NOT_SEALED',
+  [K.STATUS_SEALED]: 'SEALED',
+  [K.STATUS_ALREADY_VALID]: 'ALREADY_VALID',
+  [K.STATUS_GENERATION_MISMATCH]: 'GENERATION_MISMATCH',
+  [K.STATUS_LENGTH_ERROR]: 'LENGTH_ERROR',
+  [K.STATUS_NO_SPACE]: 'NO_SPACE',
+  [K.STATUS_TICKET_ABANDONED]: 'TICKET_ABANDONED',
+  [K.STATUS_BAD_TICKET]: 'BAD_TICKET',
+  [K.STATUS_REMOTE_ACCESS]: 'REMOTE_ACCESS',
+  [K.STATUS_TOO_MANY_REQUESTS]: 'TOO_MANY_REQUESTS',
+  [K.STATUS_TIER_ERROR]: 'TIER_ERROR',
+  [K.STATUS_SHUTTING_DOWN]: 'SHUTTING_DOWN',
+};
+
+export function statusName(status: number): string {
+  return STATUS_NAMES[status] ?? `UNKNOWN_STATUS_0x${status.toString(16).padStart(4, '0')}`;
+}
