@@ -13,6 +13,7 @@ import { atomicLoadU32, atomicStoreU32, atomicStoreU64 } from './big-endian';
 export const CONSUMED: u64 = 0xffffffffffffffff;
 export const RECLAIM_NOT_FILLED: i64 = -2;
 export const RECLAIM_ALREADY_CONSUMED: i64 = -1;
+export const RECLAIM_NOT_TAKEN: i64 = -3;
 
 // @ts-ignore: decorator
 @inline function slotCount(ring: usize): u32 {
@@ -184,12 +185,17 @@ export function ringClaimTicket(ring: usize, ticket: u32, blockOffset: u64): boo
  * Reclaims an abandoned ticket (draft 3.4): the host has already made sure no RDMA Write of the
  * initiator can reach the block. Consumes the slot, records the ticket as abandoned and returns
  * the block to the ring with a new ticket. Returns the Block Offset, RECLAIM_NOT_FILLED when
- * the slot has not been filled for this ticket yet (try again later), or
- * RECLAIM_ALREADY_CONSUMED when the ticket was bound or reclaimed already.
+ * the slot has not been filled for this ticket yet (try again later),
+ * RECLAIM_ALREADY_CONSUMED when the ticket was bound or reclaimed already, or RECLAIM_NOT_TAKEN
+ * when Head has not handed the ticket out (its slot may already hold a block for it).
  */
 export function ringAbandon(ring: usize, ticket: u32): i64 {
+  if (!ringTicketTaken(ring, ticket)) return RECLAIM_NOT_TAKEN;
   const slot = <usize>load<u32>(ring + RING_SLOTS) + <usize>(ticket & (slotCount(ring) - 1)) * SLOT_SIZE;
-  if (atomicLoadU32(slot) != ticket) return RECLAIM_NOT_FILLED;
+  const sequence = atomicLoadU32(slot);
+  // Still the previous turn: the free owed to this ticket has not landed yet. Any other
+  // Sequence means the ticket's turn is over: it was bound or reclaimed and the slot reused.
+  if (sequence != ticket) return sequence == ticket - slotCount(ring) ? RECLAIM_NOT_FILLED : RECLAIM_ALREADY_CONSUMED;
   const raw = atomic.load<u64>(slot + 8);
   if (raw == CONSUMED) return RECLAIM_ALREADY_CONSUMED;
   const record = abandonedRecord(ring, ticket);
