@@ -156,10 +156,14 @@ export function ringTicketAbandoned(ring: usize, ticket: u32): bool {
   return atomic.load<u64>(abandonedRecord(ring, ticket)) == abandonedMark(ticket);
 }
 
-/** True when `ticket` has been handed out by Head and is at most one ring turn old. */
+/**
+ * True when Head has handed `ticket` out. Tickets wrap at 2^32, so "before Head" means within
+ * the half of the ticket space behind it. Head may be many ring turns past an unbound ticket:
+ * later tickets of its slot simply wait behind it.
+ */
 export function ringTicketTaken(ring: usize, ticket: u32): bool {
   const headTicket = <u32>(atomic.load<u64>(load<u32>(ring + RING_HEAD)) >>> 32);
-  return headTicket - ticket - 1 < slotCount(ring);
+  return headTicket - ticket - 1 < 0x80000000;
 }
 
 /** True when the slot of `ticket` holds Sequence `ticket` and exactly `blockOffset`, unconsumed. */
