@@ -16,6 +16,7 @@ import {
   K_WRITEBACKS,
   OWNER_FIELDS,
   O_HITS,
+  O_LINES_DROPPED,
   O_LINES_LOST,
   O_MISSES,
   O_TIME,
@@ -90,6 +91,8 @@ export class SramCache implements InvalidationTarget {
   private readonly keyA: Uint32Array;
   private readonly keyB: Uint32Array;
   private readonly hashOf: Int32Array;
+  /** Where the line's key sits in the hash table. */
+  private readonly slotOf: Int32Array;
   private readonly dirty: Uint8Array;
   private readonly ownerOf: Int32Array;
   private readonly setOf: Int32Array;
@@ -123,6 +126,11 @@ export class SramCache implements InvalidationTarget {
   registrations = 0;
   deregistrations = 0;
 
+  // The costs as plain fields: read on every access.
+  private readonly hitNs: number;
+  private readonly missNs: number;
+  private readonly writeBackNs: number;
+
   /** Line touched by the last access or insert (for walkthroughs and tests). */
   lastLine = NONE;
 
@@ -145,11 +153,15 @@ export class SramCache implements InvalidationTarget {
       }
     }
     this.controlInsertsLines = options.controlInsertsLines ?? true;
+    this.hitNs = this.costs.sramHitNs;
+    this.missNs = this.costs.sramHitNs + this.costs.pcieReadNs;
+    this.writeBackNs = this.costs.pcieWriteNs;
 
     this.kindOf = new Uint8Array(lines).fill(NO_KIND);
     this.keyA = new Uint32Array(lines);
     this.keyB = new Uint32Array(lines);
     this.hashOf = new Int32Array(lines);
+    this.slotOf = new Int32Array(lines);
     this.dirty = new Uint8Array(lines);
     this.ownerOf = new Int32Array(lines).fill(NONE);
     this.setOf = new Int32Array(lines);
@@ -210,7 +222,7 @@ export class SramCache implements InvalidationTarget {
       }
     }
 
-    const slotCount = nextPowerOfTwo(lines * 2);
+    const slotCount = nextPowerOfTwo(lines * 4);
     this.slots = new Int32Array(slotCount).fill(EMPTY_SLOT);
     this.slotMask = slotCount - 1;
 
@@ -231,31 +243,44 @@ export class SramCache implements InvalidationTarget {
       throw new Error(`${kindName(kind)} entries are never modified on-chip; access them with write = false`);
     }
     if (owner >>> 0 >= this.ownerCapacity) this.growOwners(owner);
-    const costs = this.costs;
+    const h = hashKey(kind, a, b);
+    // The probe is written out here rather than calling find(): this is the hottest loop.
+    const slots = this.slots;
+    const mask = this.slotMask;
+    const keyA = this.keyA;
+    const keyB = this.keyB;
+    const kindOf = this.kindOf;
+    let slot = h & mask;
+    let line = slots[slot]!;
+    while (line !== EMPTY_SLOT) {
+      if (keyA[line] === a && keyB[line] === b && kindOf[line] === kind) break;
+      slot = (slot + 1) & mask;
+      line = slots[slot]!;
+    }
+    const kindCounters = this.kindCounters;
+    const ownerCounters = this.ownerCounters;
     const kindBase = kind * KIND_FIELDS;
     const ownerBase = owner * OWNER_FIELDS;
-    const h = hashKey(kind, a, b);
-    const line = this.find(h, kind, a, b);
-    if (line !== NONE) {
+    if (line !== EMPTY_SLOT) {
       this.touch(line);
       if (write) this.dirty[line] = 1;
       this.lastLine = line;
+      const hitNs = this.hitNs;
       this.hits++;
-      this.timeNs += costs.sramHitNs;
-      this.kindCounters[kindBase + K_HITS]! += 1;
-      this.kindCounters[kindBase + K_TIME]! += costs.sramHitNs;
-      this.ownerCounters[ownerBase + O_HITS + kind]! += 1;
-      this.ownerCounters[ownerBase + O_TIME]! += costs.sramHitNs;
+      this.timeNs += hitNs;
+      kindCounters[kindBase + K_HITS]! += 1;
+      kindCounters[kindBase + K_TIME]! += hitNs;
+      ownerCounters[ownerBase + O_HITS + kind]! += 1;
+      ownerCounters[ownerBase + O_TIME]! += hitNs;
       return HIT;
     }
-    const missNs = costs.sramHitNs + costs.pcieReadNs;
     this.misses++;
-    this.kindCounters[kindBase + K_MISSES]! += 1;
-    this.ownerCounters[ownerBase + O_MISSES + kind]! += 1;
+    kindCounters[kindBase + K_MISSES]! += 1;
+    ownerCounters[ownerBase + O_MISSES + kind]! += 1;
     const result = this.fill(kind, a, b, h, owner, write);
-    const spent = (result & WROTE_BACK) !== 0 ? missNs + costs.pcieWriteNs : missNs;
+    const spent = (result & WROTE_BACK) !== 0 ? this.missNs + this.writeBackNs : this.missNs;
     this.timeNs += spent;
-    this.kindCounters[kindBase + K_TIME]! += spent;
+    kindCounters[kindBase + K_TIME]! += spent;
     this.ownerCounters[ownerBase + O_TIME]! += spent;
     return result;
   }
@@ -279,9 +304,9 @@ export class SramCache implements InvalidationTarget {
     this.kindCounters[kind * KIND_FIELDS + K_INSERTS]! += 1;
     const result = this.fill(kind, a, b, h, owner, dirty);
     if ((result & WROTE_BACK) !== 0) {
-      this.timeNs += this.costs.pcieWriteNs;
-      this.kindCounters[kind * KIND_FIELDS + K_TIME]! += this.costs.pcieWriteNs;
-      this.ownerCounters[owner * OWNER_FIELDS + O_TIME]! += this.costs.pcieWriteNs;
+      this.timeNs += this.writeBackNs;
+      this.kindCounters[kind * KIND_FIELDS + K_TIME]! += this.writeBackNs;
+      this.ownerCounters[owner * OWNER_FIELDS + O_TIME]! += this.writeBackNs;
     }
     return result;
   }
@@ -489,6 +514,7 @@ export class SramCache implements InvalidationTarget {
     let slot = h & mask;
     while (slots[slot] !== EMPTY_SLOT) slot = (slot + 1) & mask;
     slots[slot] = line;
+    this.slotOf[line] = slot;
     this.touch(line);
     this.lastLine = line;
     return result;
@@ -497,6 +523,8 @@ export class SramCache implements InvalidationTarget {
   private drop(line: number): void {
     const kind = this.kindOf[line]!;
     this.kindCounters[kind * KIND_FIELDS + K_INVALIDATIONS]! += 1;
+    const owner = this.ownerOf[line]!;
+    if (owner >= 0) this.ownerCounters[owner * OWNER_FIELDS + O_LINES_DROPPED]! += 1;
     this.unhash(line);
     this.kindOf[line] = NO_KIND;
     this.dirty[line] = 0;
@@ -516,8 +544,7 @@ export class SramCache implements InvalidationTarget {
   private unhash(line: number): void {
     const slots = this.slots;
     const mask = this.slotMask;
-    let hole = this.hashOf[line]! & mask;
-    while (slots[hole] !== line) hole = (hole + 1) & mask;
+    let hole = this.slotOf[line]!;
     for (let probe = (hole + 1) & mask; ; probe = (probe + 1) & mask) {
       const moving = slots[probe]!;
       if (moving === EMPTY_SLOT) break;
@@ -526,6 +553,7 @@ export class SramCache implements InvalidationTarget {
       const stays = hole <= probe ? home > hole && home <= probe : home > hole || home <= probe;
       if (!stays) {
         slots[hole] = moving;
+        this.slotOf[moving] = hole;
         hole = probe;
       }
     }

@@ -20,7 +20,9 @@ export const O_WRITEBACKS = 2 * KIND_COUNT;
 export const O_TIME = 2 * KIND_COUNT + 1;
 /** Lines holding this owner's entries that another owner's access evicted. */
 export const O_LINES_LOST = 2 * KIND_COUNT + 2;
-export const OWNER_FIELDS = 2 * KIND_COUNT + 3;
+/** Lines holding this owner's entries dropped by an invalidation (a deregistration, anyone's). */
+export const O_LINES_DROPPED = 2 * KIND_COUNT + 3;
+export const OWNER_FIELDS = 2 * KIND_COUNT + 4;
 
 export interface KindStats {
   hits: number;
@@ -63,6 +65,7 @@ export interface OwnerStats {
   pcieWrites: number;
   timeNs: number;
   linesLost: number;
+  linesDropped: number;
   perKind: Record<string, { hits: number; misses: number }>;
 }
 
@@ -106,6 +109,7 @@ export function ownerStatsFrom(counters: Float64Array, ownerIndex: number, owner
     pcieWrites: writeBacks,
     timeNs: counters[base + O_TIME] ?? 0,
     linesLost: counters[base + O_LINES_LOST] ?? 0,
+    linesDropped: counters[base + O_LINES_DROPPED] ?? 0,
     perKind,
   };
 }

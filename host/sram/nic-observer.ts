@@ -25,6 +25,8 @@ export interface QueuePairReport {
   nicTimeNs: number;
   /** Lines holding this QP's entries that another QP's access evicted. */
   linesLost: number;
+  /** Lines holding this QP's entries dropped by a deregistration. */
+  linesDropped: number;
 }
 
 export interface SramNicReport {
@@ -59,6 +61,7 @@ function queuePairReport(qp: number, destroyed: boolean, stats: OwnerStats): Que
     pcieWrites: stats.pcieWrites,
     nicTimeNs: stats.timeNs,
     linesLost: stats.linesLost,
+    linesDropped: stats.linesDropped,
   };
 }
 
@@ -197,7 +200,7 @@ export function formatSramNicReport(report: SramNicReport): string {
     lines.push(
       `  QP ${qp.qp}${qp.destroyed ? ' (destroyed)' : ''}: ${qp.hits} hits, ${qp.misses} misses (${percent(qp.hitRate)}), ` +
         `translations ${qp.translationMisses}/${qp.translationLookups} missed, PCIe ${qp.pcieReads}r+${qp.pcieWrites}w, ` +
-        `NIC time ${micros(qp.nicTimeNs)}, ${qp.linesLost} lines lost to others`,
+        `NIC time ${micros(qp.nicTimeNs)}, ${qp.linesLost} lines lost to others, ${qp.linesDropped} dropped by deregistrations`,
     );
   }
   return lines.join('\n');

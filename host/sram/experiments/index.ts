@@ -1,0 +1,9 @@
+// The experiments `kbtp sram <experiment>` can run, in the order --help lists them.
+import { dereg } from './dereg.ts';
+import type { Experiment } from './experiment.ts';
+
+export const EXPERIMENTS: readonly Experiment[] = [dereg];
+
+export function experimentByName(name: string): Experiment | undefined {
+  return EXPERIMENTS.find((experiment) => experiment.name === name);
+}

@@ -1,0 +1,65 @@
+// Loads a Mooncake-format trace (one JSON object a line with hash_ids, the prefix block ids of a
+// request) into flat typed arrays: block ids of every request back to back, plus where each
+// request starts.
+import { existsSync, readFileSync } from 'node:fs';
+import { dirname, join, resolve } from 'node:path';
+import { fileURLToPath } from 'node:url';
+
+export interface BlockTrace {
+  readonly requests: number;
+  /** Block ids of request r are blockIds[starts[r] .. starts[r + 1]). */
+  readonly starts: Uint32Array;
+  readonly blockIds: Uint32Array;
+  readonly distinctBlocks: number;
+}
+
+export const TRACE_FILE = join('traces', 'mooncake-conversation.jsonl');
+
+/** Where the shared trace is when the command runs from the repository or from dist/. */
+export function defaultTracePath(): string | undefined {
+  const here = dirname(fileURLToPath(import.meta.url));
+  const candidates = [
+    resolve(process.cwd(), '..', 'shared', TRACE_FILE),
+    resolve(process.cwd(), 'shared', TRACE_FILE),
+    resolve(here, '..', '..', '..', 'shared', TRACE_FILE),
+    resolve(here, '..', '..', '..', '..', 'shared', TRACE_FILE),
+  ];
+  return candidates.find((path) => existsSync(path));
+}
+
+export function parseBlockTrace(text: string, source: string, maxRequests = Infinity): BlockTrace {
+  const starts: number[] = [0];
+  const ids: number[] = [];
+  const lines = text.split('\n');
+  for (let index = 0; index < lines.length && starts.length - 1 < maxRequests; index++) {
+    const line = lines[index]!.trim();
+    if (line === '') continue;
+    let record: unknown;
+    try {
+      record = JSON.parse(line);
+    } catch {
+      throw new Error(`${source}:${index + 1}: not a JSON object; each line must be {"hash_ids": [...], ...}`);
+    }
+    const hashIds = (record as { hash_ids?: unknown } | null)?.hash_ids;
+    if (!Array.isArray(hashIds)) throw new Error(`${source}:${index + 1}: missing "hash_ids" array`);
+    for (const id of hashIds) {
+      if (typeof id !== 'number' || !Number.isInteger(id) || id < 0 || id > 0xffffffff) {
+        throw new Error(`${source}:${index + 1}: hash id ${JSON.stringify(id)} is not an integer in 0..2^32-1`);
+      }
+      ids.push(id);
+    }
+    starts.push(ids.length);
+  }
+  const blockIds = Uint32Array.from(ids);
+  return { requests: starts.length - 1, starts: Uint32Array.from(starts), blockIds, distinctBlocks: new Set(blockIds).size };
+}
+
+export function loadBlockTrace(path: string, maxRequests = Infinity): BlockTrace {
+  let text: string;
+  try {
+    text = readFileSync(path, 'utf8');
+  } catch (error) {
+    throw new Error(`cannot read trace ${path} (${(error as NodeJS.ErrnoException).code ?? (error as Error).message}); pass --trace <file.jsonl>`);
+  }
+  return parseBlockTrace(text, path, maxRequests);
+}
