@@ -12,6 +12,7 @@ export interface Command {
 
 const commands: Record<string, () => Promise<{ command: Command }>> = {
   demo: () => import('./commands/demo.ts'),
+  sram: () => import('./commands/sram.ts'),
 };
 
 function usage(): string {
