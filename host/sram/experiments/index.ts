@@ -1,8 +1,10 @@
 // The experiments `kbtp sram <experiment>` can run, in the order --help lists them.
 import { dereg } from './dereg.ts';
+import { policies } from './policies.ts';
+import { qpSweep } from './qp-sweep.ts';
 import type { Experiment } from './experiment.ts';
 
-export const EXPERIMENTS: readonly Experiment[] = [dereg];
+export const EXPERIMENTS: readonly Experiment[] = [dereg, qpSweep, policies];
 
 export function experimentByName(name: string): Experiment | undefined {
   return EXPERIMENTS.find((experiment) => experiment.name === name);
