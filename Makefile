@@ -51,7 +51,7 @@ run: build
 
 bench: build
 	@mkdir -p bench/results
-	$(NODE) dist/bench/engine.js
+	$(NODE) --expose-gc dist/bench/engine.js
 
 clean:
 	rm -rf build dist .cache bench/results
