@@ -9,7 +9,7 @@ export NO_COLOR := 1
 AS_SOURCES := $(shell find assembly -name '*.ts' 2>/dev/null)
 TS_SOURCES := $(shell find host firmware bench test -name '*.ts' 2>/dev/null)
 
-.PHONY: all deps build wasm ts test run bench clean help
+.PHONY: all deps build wasm ts test run bench clean help interop
 
 all: build
 
@@ -17,6 +17,7 @@ help:
 	@echo "make run    install, build and start the demo/target on the embedded defaults"
 	@echo "make test   install, build and run every test (uvu)"
 	@echo "make bench  install, build and run the benchmarks (results in bench/results/)"
+	@echo "make interop  build/boot the soft-iWARP (siw) QEMU guest and run the interop tests (docs/INTEROP.md)"
 	@echo "make build  compile assembly/ to build/engine.wasm and host/ to dist/"
 	@echo "make deps   install npm dependencies (npm ci)"
 	@echo "make clean  remove build outputs"
@@ -43,8 +44,17 @@ dist/.ts-stamp: $(TS_SOURCES) tsconfig.json node_modules/.deps-stamp
 
 test: build
 	@mkdir -p .cache
-	$(UVU) test '\.test\.ts$$' 2>&1 | tee .cache/test.log
+	$(UVU) test '\.test\.ts$$' --no-color 2>&1 | tee .cache/test.log
 	@awk '/^  Total:/{t=$$2} /^  Passed:/{p=$$2} /^  Skipped:/{s=$$2} END{ if (t=="") {print "0 passed, 1 failed"; exit 1} printf "%d passed, %d failed, %d skipped\n", p, t-p, s }' .cache/test.log
+
+# Interop with the Linux kernel's soft-iWARP in a QEMU guest: images/guest/build.sh fetches and
+# builds the guest from Debian packages (cached in .cache/images/), logs and pcaps go to .cache/interop/.
+interop: deps
+	images/guest/host-deps.sh run
+	@mkdir -p .cache
+	images/guest/build.sh > .cache/guest-image.path
+	KBTP_GUEST_IMAGE="$$(cat .cache/guest-image.path)" $(UVU) test/interop '\.interop\.ts$$' 2>&1 | tee .cache/interop.log
+	@awk '/^  Total:/{t=$$2} /^  Passed:/{p=$$2} /^  Skipped:/{s=$$2} END{ if (t=="") {print "interop: 0 passed, 1 failed"; exit 1} printf "interop: %d passed, %d failed, %d skipped\n", p, t-p, s; if (t!=p) exit 1 }' .cache/interop.log
 
 run: build
 	$(NODE) dist/host/cli.js demo
