@@ -237,5 +237,15 @@ mv "$work/vmlinux" "$work/initramfs.cpio" "$out.tmp/"
 } > "$out.tmp/manifest.json"
 rm -rf "$out"
 mv "$out.tmp" "$out"
+# Only the current image and its packages are kept: older keys are dead weight (hundreds of MB).
+for old in "$cache"/*/; do
+  old="${old%/}"
+  [[ "$old" == "$out" || "$old" == "$debs" ]] || rm -rf "$old"
+done
+keep=()
+for spec in "${pins[@]}"; do keep+=("$(deb_of "${spec% *}" "${spec#* }")"); done
+for f in "$debs"/*.deb; do
+  [[ " ${keep[*]} " == *" $f "* ]] || rm -f "$f"
+done
 log "built $out ($(du -sh "$out" | cut -f1))"
 echo "$out"

@@ -6,6 +6,7 @@
 import { test } from 'uvu';
 import * as assert from 'uvu/assert';
 import type { Socket } from 'node:net';
+import { decodeIwarpCapture, opcodeSequence } from './capture-check.ts';
 import { GUEST_ADDRESS, Guest, type GuestResult } from './guest.ts';
 import {
   encodeFpdu,
@@ -170,6 +171,20 @@ test('the guest powered off cleanly and rping logged the data it read', async ()
   if (/kernel BUG at drivers\/infiniband\/core\/iwcm\.c/.test(result.log)) {
     console.log('  note: siw hit the known iw_cm BUG() after the RTR-mismatch Terminate (see docs/INTEROP.md)');
   }
+});
+
+test("kbtp's decoders parse the whole capture: six connections, CRC verified where negotiated", () => {
+  assert.ok(result, 'the guest has exited');
+  const capture = decodeIwarpCapture(result.pcapPath, RPING_PORT);
+  assert.equal(capture.problems, [], 'every byte decodes');
+  assert.is(capture.connections.length, 6);
+  const [plain, withCrc, markers] = capture.connections;
+  assert.equal(opcodeSequence(plain?.responderToInitiator.segments ?? []).slice(0, 4), ['RDMA Read Request', 'Send', 'RDMA Write', 'Send']);
+  assert.ok(withCrc?.crcNegotiated);
+  assert.is(withCrc?.responderToInitiator.crcVerified, withCrc?.responderToInitiator.segments.length);
+  assert.is(withCrc?.initiatorToResponder.crcVerified, withCrc?.initiatorToResponder.segments.length);
+  assert.ok(markers?.responderToInitiator.frame?.reject);
+  assert.is(markers?.responderToInitiator.segments.length, 0);
 });
 
 test.run();
