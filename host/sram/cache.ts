@@ -101,6 +101,14 @@ export class SramCache implements InvalidationTarget {
   /** Toward the least recently used end. */
   private readonly next: Int32Array;
 
+  /** Every valid line is also on its kind's list, so invalidations need not scan the cache. */
+  private readonly kindNext: Int32Array;
+  private readonly kindPrev: Int32Array;
+  private readonly kindHead = new Int32Array(KIND_COUNT).fill(NONE);
+  /** Lines collected for an invalidation. */
+  private readonly scratch: Int32Array;
+  private readonly regionPages = new Map<number, number>();
+
   // Per set.
   private readonly head: Int32Array;
   private readonly tail: Int32Array;
@@ -167,6 +175,9 @@ export class SramCache implements InvalidationTarget {
     this.setOf = new Int32Array(lines);
     this.prev = new Int32Array(lines);
     this.next = new Int32Array(lines);
+    this.kindNext = new Int32Array(lines);
+    this.kindPrev = new Int32Array(lines);
+    this.scratch = new Int32Array(lines);
     this.writable = new Uint8Array(KIND_COUNT);
     for (const kind of WRITABLE_KINDS) this.writable[kind] = 1;
 
@@ -347,23 +358,44 @@ export class SramCache implements InvalidationTarget {
     return true;
   }
 
-  invalidateMatching(kindMask: number, firstKey?: number): number {
-    const match = firstKey === undefined ? -1 : firstKey >>> 0;
-    let dropped = 0;
-    // Descending, so the lowest freed line ends at the LRU end and is refilled first.
-    for (let line = this.lineCount - 1; line >= 0; line--) {
-      const kind = this.kindOf[line]!;
-      if (kind === NO_KIND || ((1 << kind) & kindMask) === 0) continue;
-      if (match !== -1 && this.keyA[line] !== match) continue;
-      this.drop(line);
-      dropped++;
+  invalidateKinds(kindMask: number): number {
+    let count = 0;
+    for (let kind = 0; kind < KIND_COUNT; kind++) {
+      if (((1 << kind) & kindMask) === 0) continue;
+      for (let line = this.kindHead[kind]!; line !== NONE; line = this.kindNext[line]!) this.scratch[count++] = line;
     }
-    return dropped;
+    return this.dropCollected(count);
   }
 
-  /** A region was registered: its MPT entry is written through the cache. */
-  registerRegion(stag: number, owner: number): void {
+  invalidateRegion(stag: number): number {
+    stag >>>= 0;
+    let count = 0;
+    const pages = this.regionPages.get(stag);
+    if (pages !== undefined && pages <= 4 * this.lineCount) {
+      // A region of known size: look each of its keys up rather than walking every translation line.
+      const mpt = this.find(hashKey(EntryKind.MPT, stag, 0), EntryKind.MPT, stag, 0);
+      if (mpt !== NONE) this.scratch[count++] = mpt;
+      for (let page = 0; page < pages; page++) {
+        const line = this.find(hashKey(EntryKind.MTT, stag, page), EntryKind.MTT, stag, page);
+        if (line !== NONE) this.scratch[count++] = line;
+      }
+    } else {
+      for (const kind of [EntryKind.MPT, EntryKind.MTT]) {
+        for (let line = this.kindHead[kind]!; line !== NONE; line = this.kindNext[line]!) {
+          if (this.keyA[line] === stag) this.scratch[count++] = line;
+        }
+      }
+    }
+    return this.dropCollected(count);
+  }
+
+  /**
+   * A region was registered: its MPT entry is written through the cache. `pages` (its MTT entry
+   * count), when known, lets a region-only invalidation find its lines without a scan.
+   */
+  registerRegion(stag: number, owner: number, pages?: number): void {
     this.registrations++;
+    if (pages !== undefined) this.regionPages.set(stag >>> 0, pages);
     if (this.controlInsertsLines) this.insert(EntryKind.MPT, stag, 0, owner, false);
   }
 
@@ -371,6 +403,7 @@ export class SramCache implements InvalidationTarget {
   deregisterRegion(stag: number): void {
     this.deregistrations++;
     this.policy.deregister(this, stag >>> 0);
+    this.regionPages.delete(stag >>> 0);
   }
 
   createQueuePair(qpNumber: number, owner: number): void {
@@ -502,7 +535,9 @@ export class SramCache implements InvalidationTarget {
         this.ownerCounters[owner * OWNER_FIELDS + O_WRITEBACKS]! += 1;
       }
       this.unhash(line);
+      this.unlinkKind(line, victimKind);
     }
+    this.linkKind(line, kind);
     this.kindOf[line] = kind;
     this.keyA[line] = a;
     this.keyB[line] = b;
@@ -526,12 +561,39 @@ export class SramCache implements InvalidationTarget {
     const owner = this.ownerOf[line]!;
     if (owner >= 0) this.ownerCounters[owner * OWNER_FIELDS + O_LINES_DROPPED]! += 1;
     this.unhash(line);
+    this.unlinkKind(line, kind);
     this.kindOf[line] = NO_KIND;
     this.dirty[line] = 0;
     this.ownerOf[line] = NONE;
     const set = this.setOf[line]!;
     this.unlink(line, set);
     this.pushTail(line, set);
+  }
+
+  /**
+   * Drops the first `count` lines of scratch in descending line order, so the lowest freed line
+   * ends at the LRU end and is refilled first (the order a scan of the lines would give).
+   */
+  private dropCollected(count: number): number {
+    const collected = this.scratch.subarray(0, count).sort();
+    for (let index = count - 1; index >= 0; index--) this.drop(collected[index]!);
+    return count;
+  }
+
+  private linkKind(line: number, kind: number): void {
+    const first = this.kindHead[kind]!;
+    this.kindPrev[line] = NONE;
+    this.kindNext[line] = first;
+    if (first !== NONE) this.kindPrev[first] = line;
+    this.kindHead[kind] = line;
+  }
+
+  private unlinkKind(line: number, kind: number): void {
+    const before = this.kindPrev[line]!;
+    const after = this.kindNext[line]!;
+    if (before !== NONE) this.kindNext[before] = after;
+    else this.kindHead[kind] = after;
+    if (after !== NONE) this.kindPrev[after] = before;
   }
 
   private setFor(kind: number, h: number, setCount: number): number {

@@ -105,8 +105,9 @@ export class SramNicObserver implements NicObserver {
     this.cache.access(EntryKind.EQC, eqNumber, 0, this.currentOwner, true);
   }
 
-  registerRegion(stag: number, _bytes: number, _pageSize: number): void {
-    this.cache.registerRegion(stag, CONTROL_OWNER);
+  registerRegion(stag: number, bytes: number, pageSize: number): void {
+    const pages = pageSize > 0 && bytes >= 0 ? Math.ceil(bytes / pageSize) : undefined;
+    this.cache.registerRegion(stag, CONTROL_OWNER, pages);
   }
 
   deregisterRegion(stag: number): void {

@@ -16,13 +16,12 @@ export interface CacheGeometry {
   readonly associativity: number;
 }
 
-/** What a policy may do to the model when a region is deregistered. */
+/** What a policy may do to the model when a region is deregistered. Both return the lines dropped (never written back). */
 export interface InvalidationTarget {
-  /**
-   * Drops (without write-back) every valid line whose kind is in `kindMask` (bit 1 << kind) and,
-   * when `firstKey` is not undefined, whose key's first part equals it. Returns the lines dropped.
-   */
-  invalidateMatching(kindMask: number, firstKey?: number): number;
+  /** Drops every line whose kind is in `kindMask` (bit 1 << kind). */
+  invalidateKinds(kindMask: number): number;
+  /** Drops the MPT line and the MTT lines of one region. */
+  invalidateRegion(stag: number): number;
 }
 
 export interface SramPolicy {
@@ -59,7 +58,7 @@ export const sharedLru: PolicyFactory = () => ({
   description: 'one pool for every kind, LRU victims; a deregistration drops every MPT/MTT line',
   layout: sharedPool,
   deregister(target) {
-    target.invalidateMatching(TRANSLATION_MASK);
+    target.invalidateKinds(TRANSLATION_MASK);
   },
 });
 
@@ -69,7 +68,7 @@ export const hwAssisted: PolicyFactory = () => ({
   description: "one pool for every kind, LRU victims; a deregistration drops only that region's MPT/MTT lines",
   layout: sharedPool,
   deregister(target, stag) {
-    target.invalidateMatching(TRANSLATION_MASK, stag);
+    target.invalidateRegion(stag);
   },
 });
 
@@ -120,7 +119,7 @@ export const partitioned: PolicyFactory = (options) => ({
     return pools;
   },
   deregister(target) {
-    target.invalidateMatching(TRANSLATION_MASK);
+    target.invalidateKinds(TRANSLATION_MASK);
   },
 });
 

@@ -45,7 +45,7 @@ const refusals: Array<[string, unknown, RegExp]> = [
   ['lines as text', { lines: '2048' }, /"lines" must be a whole number .*got "2048"/],
   ['associativity', { associativity: 2.5 }, /"associativity" must be "full" \(or 0\) or a positive number of ways per set \(got 2\.5\)/],
   ['associativity divides lines', { lines: 100, associativity: 8 }, /not a multiple of associativity 8/],
-  ['policy', { policy: 'lru' }, /"policy" must be one of "shared-lru", "partitioned", "hw-assisted" \(got "lru"\)/],
+  ['policy', { policy: 'lru' }, /"policy" must be one of "shared-lru", "partitioned", "hw-assisted"(, "[^"]+")* \(got "lru"\)/],
   ['partition without the policy', { partition: { QPC: 1 } }, /"partition" only applies to "policy": "partitioned"/],
   ['partition kind', { lines: 4, policy: 'partitioned', partition: { QP: 4 } }, /"partition\.QP" names no kind; use QPC, MPT, MTT, CQC, EQC, BLOCK/],
   ['partition sum', { lines: 4, policy: 'partitioned', partition: { QPC: 3 } }, /"partition" gives 3 lines in all but "lines" is 4; make the per-kind counts add up/],

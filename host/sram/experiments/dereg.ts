@@ -21,6 +21,8 @@ const VICTIM_STAG = 0x100;
 const NEIGHBOUR_QP = 2;
 const FIRST_NEIGHBOUR_STAG = 0x10000;
 const PAGE_BYTES = 4096;
+/** The neighbour's regions: 64 KiB each. */
+const NEIGHBOUR_REGION_PAGES = 16;
 
 export interface DeregParams {
   readonly victimPages: number;
@@ -49,7 +51,7 @@ export function runDeregCase(config: SramModelConfig, mode: Mode, params: DeregP
   const cache = createSramCache(config);
   const random = new Random(seed);
   const meter = new ThroughputMeter(params.linkGbps);
-  cache.registerRegion(VICTIM_STAG, VICTIM);
+  cache.registerRegion(VICTIM_STAG, VICTIM, params.victimPages);
   cache.createQueuePair(VICTIM_QP, VICTIM);
   cache.createQueuePair(NEIGHBOUR_QP, NEIGHBOUR);
   const pagesPerMessage = Math.max(1, Math.ceil(params.messageBytes / PAGE_BYTES));
@@ -63,7 +65,7 @@ export function runDeregCase(config: SramModelConfig, mode: Mode, params: DeregP
     if (op >= params.warmup) meter.add(nicNs, params.messageBytes);
     if (mode !== 'alone' && op % params.interval === params.interval - 1) {
       const stag = nextStag++;
-      cache.registerRegion(stag, NEIGHBOUR);
+      cache.registerRegion(stag, NEIGHBOUR, NEIGHBOUR_REGION_PAGES);
       if (mode === 'dereg') cache.deregisterRegion(stag);
     }
   }

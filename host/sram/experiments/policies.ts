@@ -15,6 +15,8 @@ import { integerOption, numberOption, type Experiment, type ExperimentContext, t
 
 export const POLICIES = ['shared-lru', 'partitioned', 'hw-assisted'] as const;
 const PAGE_BYTES = 4096;
+/** The churning neighbour's regions: 64 KiB each. */
+const CHURN_REGION_PAGES = 16;
 
 export interface TenantLoad {
   readonly name: string;
@@ -81,7 +83,7 @@ export function runPolicyCell(config: SramModelConfig, mix: Mix, params: Policie
   let sum = 0;
   for (const tenant of mix.tenants) cumulative.push((sum += tenant.share));
   mix.tenants.forEach((tenant, index) => {
-    for (let region = 0; region < tenant.regions; region++) cache.registerRegion(stagBase[index]! + region, index);
+    for (let region = 0; region < tenant.regions; region++) cache.registerRegion(stagBase[index]! + region, index, pagesPerRegion[index]);
   });
   let churnStag = 0x7000_0000;
   const total = params.warmup + params.operations;
@@ -100,7 +102,7 @@ export function runPolicyCell(config: SramModelConfig, mix: Mix, params: Policie
       if (index === 0) tenantA.add(nicNs, params.messageBytes);
     }
     if (mix.churnEvery > 0 && op % mix.churnEvery === mix.churnEvery - 1) {
-      cache.registerRegion(churnStag, churnOwner);
+      cache.registerRegion(churnStag, churnOwner, CHURN_REGION_PAGES);
       cache.deregisterRegion(churnStag++);
     }
   }
