@@ -1,0 +1,330 @@
+// The byte pipe under one RDMAP stream. A channel writes framed bytes out (ByteSink) and feeds
+// received bytes to whichever consumer currently owns the stream: first the MPA handshake,
+// then the FPDU receiver. SocketChannel wraps a TCP socket whose every read lands in a buffer
+// the consumer picks for that read, which is how tagged payload reaches registered memory
+// without an intermediate copy.
+
+import net from 'node:net';
+import type { ByteSink, WriteDone } from './transmit.ts';
+
+/** Something that takes bytes from the stream. */
+export interface StreamConsumer {
+  /** The buffer the next read fills (must not be empty). */
+  readBuffer(): Uint8Array;
+  /** `length` octets were written into the last buffer returned by readBuffer(). */
+  commit(length: number): void;
+  /** Octets received but not meant for this consumer (they belong to the next one). */
+  leftover?(): Uint8Array;
+}
+
+export interface ChannelEvents {
+  /** The peer closed its sending side (TCP FIN). */
+  onEnd(): void;
+  /** The channel is fully closed; `error` when it failed (reset, write error). */
+  onClose(error: Error | undefined): void;
+}
+
+export interface StreamChannel extends ByteSink {
+  setConsumer(consumer: StreamConsumer): void;
+  setEvents(events: ChannelEvents): void;
+  /** Sends everything queued, then FIN; destroys the channel if the peer does not close in time. */
+  end(lingerMs?: number): void;
+  /** Closes at once, dropping unsent bytes. */
+  destroy(): void;
+  readonly closed: boolean;
+  readonly remoteAddress: string | undefined;
+  readonly remotePort: number | undefined;
+  readonly localAddress: string | undefined;
+  readonly localPort: number | undefined;
+}
+
+const DEFAULT_LINGER_MS = 2000;
+
+/** A consumer used before anyone owns the stream: bytes that arrive then are held, bounded. */
+class HoldingConsumer implements StreamConsumer {
+  private readonly buffer = new Uint8Array(4096);
+  held = 0;
+  readBuffer(): Uint8Array {
+    return this.held < this.buffer.length ? this.buffer.subarray(this.held) : this.buffer.subarray(this.buffer.length - 1);
+  }
+  commit(length: number): void {
+    this.held = Math.min(this.buffer.length, this.held + length);
+  }
+  leftover(): Uint8Array {
+    const out = this.buffer.slice(0, this.held);
+    this.held = 0;
+    return out;
+  }
+}
+
+/** Hands a consumer that is being replaced its successor's bytes, if it kept any. */
+function replayLeftover(previous: StreamConsumer, next: () => StreamConsumer): void {
+  const early = previous.leftover?.();
+  if (early !== undefined && early.length > 0) feed(next, early);
+}
+
+/** Feeds `bytes` to `consumer` through its own read buffers (a copy; used off the fast path). */
+export function feed(channelConsumer: () => StreamConsumer, bytes: Uint8Array): void {
+  let offset = 0;
+  let idle = 0;
+  while (offset < bytes.length) {
+    const consumer = channelConsumer();
+    const target = consumer.readBuffer();
+    const length = Math.min(target.length, bytes.length - offset);
+    if (length === 0) {
+      if (++idle > 2) return; // a consumer that accepts nothing is dead; drop the rest
+      continue;
+    }
+    idle = 0;
+    target.set(bytes.subarray(offset, offset + length));
+    offset += length;
+    consumer.commit(length);
+  }
+}
+
+export class SocketChannel implements StreamChannel {
+  private consumer: StreamConsumer;
+  private readonly holding = new HoldingConsumer();
+  private events: ChannelEvents | undefined;
+  private socket: net.Socket;
+  private lingerTimer: NodeJS.Timeout | undefined;
+  /** Who the buffer of the read in progress was chosen for (the consumer may change meanwhile). */
+  private readOwner: StreamConsumer | undefined;
+  private readTarget: Uint8Array | undefined;
+  private isClosed = false;
+  private closeError: Error | undefined;
+
+  /**
+   * Takes over a connected socket. The socket's handle moves to a new net.Socket created with
+   * a per-read buffer callback (Node offers `onread` only at construction); bytes the old socket
+   * had already buffered are replayed first.
+   */
+  constructor(socket: net.Socket) {
+    this.consumer = this.holding;
+    const onread = {
+      buffer: () => this.nextReadBuffer(),
+      callback: (length: number) => {
+        this.delivered(length);
+        return true;
+      },
+    };
+    const handle = (socket as unknown as { _handle: unknown })._handle;
+    const buffered = socket.readableLength > 0 ? (socket.read() as Buffer | null) : null;
+    if (handle !== null && handle !== undefined && !socket.destroyed) {
+      (socket as unknown as { _handle: unknown })._handle = null;
+      socket.destroy(); // releases the old wrapper (and its server's connection count) only
+      this.socket = new net.Socket({ handle, readable: true, writable: true, onread } as net.SocketConstructorOpts);
+    } else {
+      this.socket = socket;
+      socket.on('data', (chunk: Buffer) => feed(() => this.consumer, chunk));
+    }
+    this.socket.setNoDelay(true);
+    this.socket.on('end', () => this.events?.onEnd());
+    this.socket.on('error', (error) => {
+      this.closeError ??= error;
+    });
+    this.socket.on('close', () => {
+      this.isClosed = true;
+      if (this.lingerTimer !== undefined) clearTimeout(this.lingerTimer);
+      this.events?.onClose(this.closeError);
+    });
+    if (buffered !== null && buffered.length > 0) queueMicrotask(() => feed(() => this.consumer, buffered));
+  }
+
+  /** Connects to `host:port`; the socket reads through per-read buffers from the start. */
+  static connect(host: string, port: number, timeoutMs: number): Promise<SocketChannel> {
+    return new Promise((resolve, reject) => {
+      const socket = net.connect({ host, port });
+      const timer = setTimeout(() => {
+        socket.destroy();
+        reject(Object.assign(new Error(`TCP connect to ${host}:${port} timed out after ${timeoutMs} ms`), { code: 'ETIMEDOUT' }));
+      }, timeoutMs);
+      socket.once('error', (error) => {
+        clearTimeout(timer);
+        reject(error);
+      });
+      socket.once('connect', () => {
+        clearTimeout(timer);
+        socket.removeAllListeners('error');
+        socket.pause();
+        resolve(new SocketChannel(socket));
+      });
+    });
+  }
+
+  private nextReadBuffer(): Uint8Array {
+    let owner = this.consumer;
+    let buffer = owner.readBuffer();
+    if (buffer.length === 0) {
+      owner = this.holding;
+      buffer = owner.readBuffer();
+    }
+    this.readOwner = owner;
+    this.readTarget = buffer;
+    return buffer;
+  }
+
+  private delivered(length: number): void {
+    try {
+      const owner = this.readOwner;
+      if (owner === this.consumer) {
+        owner.commit(length);
+      } else if (this.readTarget !== undefined) {
+        // The buffer was picked for a consumer that has since handed the stream on.
+        feed(() => this.consumer, this.readTarget.slice(0, length));
+      }
+    } catch (error) {
+      // Consumers catch their own errors; anything escaping is a bug that must only cost
+      // this connection, never the process.
+      this.closeError ??= error instanceof Error ? error : new Error(String(error));
+      this.destroy();
+    }
+  }
+
+  setConsumer(consumer: StreamConsumer): void {
+    const previous = this.consumer;
+    this.consumer = consumer;
+    replayLeftover(previous, () => this.consumer);
+    if (previous !== this.holding) replayLeftover(this.holding, () => this.consumer);
+  }
+
+  setEvents(events: ChannelEvents): void {
+    this.events = events;
+    if (this.isClosed) queueMicrotask(() => events.onClose(this.closeError));
+  }
+
+  write(chunks: Uint8Array[], done: WriteDone | undefined): void {
+    if (this.isClosed || this.socket.destroyed || this.socket.writableEnded) {
+      if (done !== undefined) queueMicrotask(() => done(new Error('connection closed')));
+      return;
+    }
+    const socket = this.socket;
+    if (chunks.length === 1) {
+      socket.write(chunks[0]!, done);
+      return;
+    }
+    socket.cork();
+    const last = chunks.length - 1;
+    for (let i = 0; i < last; i++) socket.write(chunks[i]!);
+    socket.write(chunks[last]!, done);
+    socket.uncork();
+  }
+
+  get pendingBytes(): number {
+    return this.socket.writableLength;
+  }
+
+  end(lingerMs = DEFAULT_LINGER_MS): void {
+    if (this.isClosed) return;
+    if (!this.socket.writableEnded) this.socket.end();
+    if (this.lingerTimer === undefined) {
+      this.lingerTimer = setTimeout(() => this.socket.destroy(), lingerMs);
+      this.lingerTimer.unref();
+    }
+  }
+
+  destroy(): void {
+    if (!this.socket.destroyed) this.socket.destroy();
+  }
+
+  get closed(): boolean {
+    return this.isClosed;
+  }
+  get remoteAddress(): string | undefined {
+    return this.socket.remoteAddress;
+  }
+  get remotePort(): number | undefined {
+    return this.socket.remotePort;
+  }
+  get localAddress(): string | undefined {
+    return this.socket.localAddress;
+  }
+  get localPort(): number | undefined {
+    return this.socket.localPort;
+  }
+}
+
+/**
+ * An in-memory channel: everything written is kept in `written` (and passed to `onWrite`).
+ * Tests and the fuzzer drive a QP through it without sockets.
+ */
+export class MemoryChannel implements StreamChannel {
+  private consumer: StreamConsumer | undefined;
+  private events: ChannelEvents | undefined;
+  readonly written: Uint8Array[] = [];
+  writtenBytes = 0;
+  /** Keep at most this many written octets (older ones are dropped) so fuzzing stays bounded. */
+  constructor(
+    private readonly retain = Infinity,
+    private readonly onWrite?: (chunks: Uint8Array[]) => void,
+  ) {}
+  isClosed = false;
+  endCalled = false;
+
+  setConsumer(consumer: StreamConsumer): void {
+    const previous = this.consumer;
+    this.consumer = consumer;
+    if (previous !== undefined) replayLeftover(previous, () => consumer);
+  }
+  setEvents(events: ChannelEvents): void {
+    this.events = events;
+  }
+  /** Delivers bytes as if read from the network. */
+  receive(bytes: Uint8Array): void {
+    const consumer = this.consumer;
+    if (consumer === undefined || this.isClosed) return;
+    feed(() => this.consumer ?? consumer, bytes);
+  }
+  /** The peer sent FIN. */
+  receiveEnd(): void {
+    this.events?.onEnd();
+  }
+  write(chunks: Uint8Array[], done: WriteDone | undefined): void {
+    if (this.isClosed) {
+      if (done !== undefined) queueMicrotask(() => done(new Error('connection closed')));
+      return;
+    }
+    for (const chunk of chunks) {
+      this.written.push(chunk.slice());
+      this.writtenBytes += chunk.length;
+    }
+    while (this.writtenBytes > this.retain && this.written.length > 1) this.writtenBytes -= this.written.shift()!.length;
+    this.onWrite?.(chunks);
+    if (done !== undefined) queueMicrotask(() => done());
+  }
+  get pendingBytes(): number {
+    return 0;
+  }
+  /** Everything written so far, concatenated, and forgotten. */
+  drain(): Uint8Array {
+    const out = new Uint8Array(this.written.reduce((sum, chunk) => sum + chunk.length, 0));
+    let offset = 0;
+    for (const chunk of this.written) {
+      out.set(chunk, offset);
+      offset += chunk.length;
+    }
+    this.written.length = 0;
+    this.writtenBytes = 0;
+    return out;
+  }
+  end(): void {
+    this.endCalled = true;
+    this.close();
+  }
+  destroy(): void {
+    this.close();
+  }
+  private close(): void {
+    if (this.isClosed) return;
+    this.isClosed = true;
+    const events = this.events;
+    queueMicrotask(() => events?.onClose(undefined));
+  }
+  get closed(): boolean {
+    return this.isClosed;
+  }
+  readonly remoteAddress = 'memory';
+  readonly remotePort = 0;
+  readonly localAddress = 'memory';
+  readonly localPort = 0;
+}

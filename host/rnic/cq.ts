@@ -1,0 +1,137 @@
+// Completion queues. Completions are polled; a consumer that does not want to spin arms the CQ
+// (optionally for solicited completions only) and awaits the next notification. Notifications
+// are delivered from a microtask, never from inside the receive path, so a handler that posts
+// new work cannot re-enter a half-processed FPDU.
+
+import type { NicObserver } from './nic-observer.ts';
+import type { WorkCompletion } from './work.ts';
+import { RnicError } from './errors.ts';
+
+export interface CompletionQueueOptions {
+  /** Most completions held before the CQ overruns (default 4096). */
+  depth?: number;
+  /** Event queue number reported to the observer for this CQ's notifications (default 0). */
+  eventQueue?: number;
+}
+
+type Waiter = { solicitedOnly: boolean; resolve: () => void };
+
+export class CompletionQueue {
+  readonly depth: number;
+  readonly eventQueue: number;
+  private entries: WorkCompletion[] = [];
+  private head = 0;
+  private waiters: Waiter[] = [];
+  private armed: 'none' | 'any' | 'solicited' = 'none';
+  private notifyScheduled = false;
+  private pendingSolicited = false;
+  private pendingAny = false;
+  private listeners: Array<() => void> = [];
+  /** Set when more completions arrived than `depth`; the CQ is unusable afterwards. */
+  overrun = false;
+
+  constructor(
+    readonly number: number,
+    private readonly observer: NicObserver | undefined,
+    options: CompletionQueueOptions = {},
+  ) {
+    this.depth = options.depth ?? 4096;
+    this.eventQueue = options.eventQueue ?? 0;
+    if (!Number.isInteger(this.depth) || this.depth < 1) throw new RnicError('EINVAL', `CQ depth ${this.depth} must be a positive integer`);
+  }
+
+  get size(): number {
+    return this.entries.length - this.head;
+  }
+
+  /** Adds a completion; false when the CQ overran (the completion is dropped). */
+  push(completion: WorkCompletion): boolean {
+    if (this.size >= this.depth) {
+      this.overrun = true;
+      return false;
+    }
+    this.entries.push(completion);
+    this.observer?.completionQueue(this.number);
+    this.pendingAny = true;
+    if (completion.solicited === true || completion.status !== 0) this.pendingSolicited = true;
+    if (!this.notifyScheduled && (this.waiters.length > 0 || this.armed !== 'none')) {
+      this.notifyScheduled = true;
+      queueMicrotask(() => this.notify());
+    }
+    return true;
+  }
+
+  /** Removes and returns up to `max` completions, oldest first. */
+  poll(max = 16): WorkCompletion[] {
+    const available = this.size;
+    const count = Math.min(max, available);
+    const out = this.entries.slice(this.head, this.head + count);
+    this.head += count;
+    if (this.head > 1024 && this.head * 2 > this.entries.length) {
+      this.entries = this.entries.slice(this.head);
+      this.head = 0;
+    }
+    return out;
+  }
+
+  /**
+   * Arms the CQ (ibv_req_notify_cq): the next completion added (a solicited or failed one when
+   * `solicitedOnly`) raises one notification to the `onNotify` listeners. Arming is one-shot.
+   */
+  requestNotify(solicitedOnly = false): void {
+    if (this.armed === 'any') return;
+    this.armed = solicitedOnly ? 'solicited' : 'any';
+    this.pendingAny = false;
+    this.pendingSolicited = false;
+  }
+
+  /** Registers a notification listener; returns a function that removes it. */
+  onNotify(listener: () => void): () => void {
+    this.listeners.push(listener);
+    return () => {
+      this.listeners = this.listeners.filter((item) => item !== listener);
+    };
+  }
+
+  /**
+   * Resolves once the CQ holds a completion (at once if it already does). With `solicitedOnly`
+   * it waits for a solicited or failed completion added after the call.
+   */
+  wait(solicitedOnly = false): Promise<void> {
+    if (!solicitedOnly && this.size > 0) return Promise.resolve();
+    return new Promise((resolve) => {
+      this.waiters.push({ solicitedOnly, resolve });
+      if (solicitedOnly) this.pendingSolicited = false;
+    });
+  }
+
+  private notify(): void {
+    this.notifyScheduled = false;
+    const any = this.pendingAny;
+    const solicited = this.pendingSolicited;
+    if (this.armed !== 'none' && (this.armed === 'any' ? any : solicited)) {
+      this.armed = 'none';
+      this.observer?.eventQueue(this.eventQueue);
+      for (const listener of this.listeners.slice()) {
+        try {
+          listener();
+        } catch (error) {
+          // A listener's bug must not stop completion delivery for other listeners.
+          queueMicrotask(() => {
+            throw error;
+          });
+        }
+      }
+    }
+    if (this.waiters.length > 0) {
+      const remaining: Waiter[] = [];
+      for (const waiter of this.waiters) {
+        if (waiter.solicitedOnly ? solicited : any || this.size > 0) waiter.resolve();
+        else remaining.push(waiter);
+      }
+      this.waiters = remaining;
+    }
+    this.pendingAny = false;
+    this.pendingSolicited = false;
+  }
+}

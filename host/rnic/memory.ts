@@ -1,0 +1,263 @@
+// Protection domains, memory regions and the STag table of one RNIC instance. An STag is a
+// 24-bit table index and an 8-bit key chosen at registration, so a stale STag whose index was
+// reused is rejected by the key. Every access names an STag, a tagged offset and a length and is
+// checked in the order Linux siw uses: STag valid -> PD -> rights -> TO wrap -> bounds.
+
+import type { NicObserver } from './nic-observer.ts';
+import { RnicError } from './errors.ts';
+
+/** Access rights of a memory region (bit mask). Any region may be read locally. */
+export const Access = {
+  LocalWrite: 0x1,
+  RemoteWrite: 0x2,
+  RemoteRead: 0x4,
+  RemoteAtomic: 0x8,
+} as const;
+export const ACCESS_ALL = Access.LocalWrite | Access.RemoteWrite | Access.RemoteRead | Access.RemoteAtomic;
+
+/** Outcome of an access check; Ok is 0 so callers can test `!== AccessStatus.Ok`. */
+export const AccessStatus = {
+  Ok: 0,
+  InvalidStag: 1,
+  PdMismatch: 2,
+  AccessRights: 3,
+  ToWrap: 4,
+  BaseBounds: 5,
+} as const;
+export type AccessStatus = (typeof AccessStatus)[keyof typeof AccessStatus];
+
+const STAG_INDEX_LIMIT = 0x00ffffff;
+const TWO_POW_64 = 1n << 64n;
+export const DEFAULT_PAGE_SIZE = 4096;
+
+export class ProtectionDomain {
+  constructor(
+    readonly handle: number,
+    /** Identifies the RNIC the domain belongs to; regions and QPs must share it. */
+    readonly deviceId: number,
+  ) {}
+}
+
+export interface RegisterMemoryOptions {
+  /** Rights, a mask of `Access` bits. */
+  access: number;
+  /** First byte of the range inside the buffer (default 0; for a view, relative to the view). */
+  offset?: number;
+  /** Length of the range (default: to the end of the buffer or view). */
+  length?: number;
+  /**
+   * Tagged offset of the region's first byte. Default 0 ("zero-based"): a peer addresses byte i of
+   * the region as TO i. Any 64-bit base is allowed as long as base + length fits in 64 bits.
+   */
+  taggedOffsetBase?: bigint | number;
+  /** Page size reported to the observer's translation model (default 4096). */
+  pageSize?: number;
+  /** 8-bit STag key; default random. */
+  key?: number;
+}
+
+export class MemoryRegion {
+  /** True until invalidated (locally or by a remote Send with Invalidate) or deregistered. */
+  valid = true;
+  /** True until deregistered; an invalidated region stays registered. */
+  registered = true;
+  private atomicView: BigUint64Array | undefined;
+
+  constructor(
+    readonly stag: number,
+    readonly pd: ProtectionDomain,
+    readonly access: number,
+    readonly buffer: ArrayBufferLike,
+    /** Offset of the region's first byte in `buffer`. */
+    readonly byteOffset: number,
+    readonly length: number,
+    readonly taggedOffsetBase: bigint,
+    readonly pageSize: number,
+  ) {
+    this.bytes = new Uint8Array(buffer, byteOffset, length);
+  }
+
+  /** The registered bytes. */
+  readonly bytes: Uint8Array;
+
+  /** Local key; equal to the STag as in siw. */
+  get lkey(): number {
+    return this.stag;
+  }
+
+  /** Remote key (the STag a peer puts on the wire). */
+  get rkey(): number {
+    return this.stag;
+  }
+
+  get shared(): boolean {
+    return typeof SharedArrayBuffer !== 'undefined' && this.buffer instanceof SharedArrayBuffer;
+  }
+
+  /** 64-bit view over the whole underlying buffer, for Atomics on 8-aligned targets. */
+  atomics(): BigUint64Array {
+    this.atomicView ??= new BigUint64Array(this.buffer, 0, Math.floor(this.buffer.byteLength / 8));
+    return this.atomicView;
+  }
+
+  /** Tagged offset of byte `offset` of the region. */
+  taggedOffsetAt(offset: number): bigint {
+    return this.taggedOffsetBase + BigInt(offset);
+  }
+}
+
+export class MemoryTable {
+  private readonly regions = new Map<number, MemoryRegion>();
+  private nextIndex: number;
+  private nextPdHandle = 1;
+  /** Region and byte offset found by the last successful `checkRemote`. */
+  resolvedRegion: MemoryRegion | undefined;
+  resolvedOffset = 0;
+
+  constructor(
+    readonly deviceId: number,
+    private readonly observer: NicObserver | undefined,
+  ) {
+    // siw also randomises the first index so STags are not guessable from a fresh device.
+    this.nextIndex = 1 + Math.floor(Math.random() * STAG_INDEX_LIMIT);
+  }
+
+  get size(): number {
+    return this.regions.size;
+  }
+
+  allocatePd(): ProtectionDomain {
+    return new ProtectionDomain(this.nextPdHandle++, this.deviceId);
+  }
+
+  register(pd: ProtectionDomain, target: ArrayBufferLike | ArrayBufferView, options: RegisterMemoryOptions): MemoryRegion {
+    if (pd.deviceId !== this.deviceId) throw new RnicError('EINVAL', 'protection domain belongs to another RNIC');
+    const access = options.access;
+    if (!Number.isInteger(access) || (access & ~0xf) !== 0) {
+      throw new RnicError('EINVAL', `access ${access} is not a mask of Access.LocalWrite/RemoteWrite/RemoteRead/RemoteAtomic`);
+    }
+    if ((access & (Access.RemoteWrite | Access.RemoteAtomic)) !== 0 && (access & Access.LocalWrite) === 0) {
+      // Same rule as ibv_reg_mr: remote writers need the region to be locally writable too.
+      throw new RnicError('EINVAL', 'RemoteWrite and RemoteAtomic access require LocalWrite as well');
+    }
+    let buffer: ArrayBufferLike;
+    let viewOffset: number;
+    let viewLength: number;
+    if (ArrayBuffer.isView(target)) {
+      buffer = target.buffer;
+      viewOffset = target.byteOffset;
+      viewLength = target.byteLength;
+    } else if (target instanceof ArrayBuffer || (typeof SharedArrayBuffer !== 'undefined' && target instanceof SharedArrayBuffer)) {
+      buffer = target;
+      viewOffset = 0;
+      viewLength = target.byteLength;
+    } else {
+      throw new RnicError('EINVAL', 'memory must be an ArrayBuffer, a SharedArrayBuffer or a view of one');
+    }
+    const offset = options.offset ?? 0;
+    const length = options.length ?? viewLength - offset;
+    if (!Number.isSafeInteger(offset) || offset < 0 || !Number.isSafeInteger(length) || length < 0 || offset + length > viewLength) {
+      throw new RnicError('EINVAL', `range offset ${offset} length ${length} does not fit a ${viewLength}-byte buffer`);
+    }
+    const base = BigInt(options.taggedOffsetBase ?? 0);
+    if (base < 0n || base + BigInt(length) > TWO_POW_64) {
+      throw new RnicError('EINVAL', `tagged offset base ${base} plus length ${length} does not fit 64 bits`);
+    }
+    const pageSize = options.pageSize ?? DEFAULT_PAGE_SIZE;
+    if (!Number.isInteger(pageSize) || pageSize <= 0) throw new RnicError('EINVAL', `page size ${pageSize} must be a positive integer`);
+    const key = options.key ?? Math.floor(Math.random() * 256);
+    if (!Number.isInteger(key) || key < 0 || key > 0xff) throw new RnicError('EINVAL', `STag key ${key} is not an octet`);
+    const index = this.allocateIndex();
+    const stag = ((index << 8) | key) >>> 0;
+    const region = new MemoryRegion(stag, pd, access, buffer, viewOffset + offset, length, base, pageSize);
+    this.regions.set(index, region);
+    this.observer?.registerRegion(stag, length, pageSize);
+    return region;
+  }
+
+  deregister(region: MemoryRegion): void {
+    if (!region.registered) throw new RnicError('EINVAL', `STag 0x${hex(region.stag)} is not registered`);
+    region.valid = false;
+    region.registered = false;
+    this.regions.delete(region.stag >>> 8);
+    this.observer?.deregisterRegion(region.stag);
+  }
+
+  /** Marks the STag invalid (local invalidate or remote Send with Invalidate). */
+  invalidate(stag: number, pd: ProtectionDomain): AccessStatus {
+    const region = this.regions.get(stag >>> 8);
+    if (region === undefined || region.stag !== stag) return AccessStatus.InvalidStag;
+    if (region.pd !== pd) return AccessStatus.PdMismatch;
+    // An STag may already be invalid; invalidating again is not an error (verbs semantics).
+    if (region.valid) {
+      region.valid = false;
+      this.observer?.deregisterRegion(stag);
+    }
+    return AccessStatus.Ok;
+  }
+
+  /** Makes an invalidated (still registered) STag usable again, optionally with a new key. */
+  revalidate(region: MemoryRegion): void {
+    if (!region.registered) throw new RnicError('EINVAL', `STag 0x${hex(region.stag)} was deregistered`);
+    if (!region.valid) {
+      region.valid = true;
+      this.observer?.registerRegion(region.stag, region.length, region.pageSize);
+    }
+  }
+
+  /** The registered region with exactly this STag (index and key), valid or not. */
+  lookup(stag: number): MemoryRegion | undefined {
+    const region = this.regions.get(stag >>> 8);
+    return region !== undefined && region.stag === stag ? region : undefined;
+  }
+
+  /**
+   * Checks a remote access of `length` octets at tagged offset `taggedOffset` through `stag`.
+   * On success sets `resolvedRegion` / `resolvedOffset` (byte offset in the region).
+   */
+  checkRemote(stag: number, pd: ProtectionDomain, required: number, taggedOffset: bigint, length: number): AccessStatus {
+    const region = this.regions.get(stag >>> 8);
+    if (region === undefined || region.stag !== stag || !region.valid) return AccessStatus.InvalidStag;
+    if (region.pd !== pd) return AccessStatus.PdMismatch;
+    if ((region.access & required) !== required) return AccessStatus.AccessRights;
+    const end = taggedOffset + BigInt(length);
+    if (end > TWO_POW_64) return AccessStatus.ToWrap;
+    if (taggedOffset < region.taggedOffsetBase || end > region.taggedOffsetBase + BigInt(region.length)) {
+      return AccessStatus.BaseBounds;
+    }
+    this.resolvedRegion = region;
+    this.resolvedOffset = Number(taggedOffset - region.taggedOffsetBase);
+    this.observer?.memoryTranslation(stag, this.resolvedOffset, length, region.pageSize);
+    return AccessStatus.Ok;
+  }
+
+  /**
+   * Checks a local scatter/gather element: `lkey`, byte `offset` into the region and `length`.
+   * Local reads need no right; local writes need LocalWrite.
+   */
+  checkLocal(lkey: number, pd: ProtectionDomain, required: number, offset: number, length: number): AccessStatus {
+    const region = this.regions.get(lkey >>> 8);
+    if (region === undefined || region.stag !== lkey || !region.valid) return AccessStatus.InvalidStag;
+    if (region.pd !== pd) return AccessStatus.PdMismatch;
+    if ((region.access & required) !== required) return AccessStatus.AccessRights;
+    if (!Number.isSafeInteger(offset) || !Number.isSafeInteger(length) || offset < 0 || length < 0 || offset + length > region.length) {
+      return AccessStatus.BaseBounds;
+    }
+    this.resolvedRegion = region;
+    this.resolvedOffset = offset;
+    this.observer?.memoryTranslation(lkey, offset, length, region.pageSize);
+    return AccessStatus.Ok;
+  }
+
+  private allocateIndex(): number {
+    if (this.regions.size >= STAG_INDEX_LIMIT) throw new RnicError('ENOMEM', 'STag table is full (16M regions)');
+    let index = this.nextIndex;
+    while (this.regions.has(index)) index = index >= STAG_INDEX_LIMIT ? 1 : index + 1;
+    this.nextIndex = index >= STAG_INDEX_LIMIT ? 1 : index + 1;
+    return index;
+  }
+}
+
+function hex(value: number): string {
+  return value.toString(16).padStart(8, '0');
+}

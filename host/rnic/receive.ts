@@ -1,0 +1,734 @@
+// The receive half of one RDMAP stream: finds FPDUs in the TCP byte stream, removes markers,
+// checks lengths, DDP fields and CRC, and places payload straight into the memory the RDMAP
+// layer (the QP, through ReceiveSink) names for it. With a socket whose reads land in a buffer
+// chosen per read (`readBuffer()` / `commit()`), a large tagged or Send payload is read by the
+// kernel directly into the registered region; small FPDUs are batched through a staging buffer.
+//
+// Every byte is accounted for by a fixed-size state (header, payload, trailer, marker), so any
+// input makes progress, memory stays bounded, and the first error stops the stream for good.
+
+import { CRC_LENGTH, crc32cUpdate, readCrc } from './wire/crc.ts';
+import {
+  DDP_ECODE_CATASTROPHIC,
+  DDP_ECODE_TAGGED_BASE_BOUNDS,
+  DDP_ECODE_TAGGED_INVALID_STAG,
+  DDP_ECODE_TAGGED_VERSION,
+  DDP_ECODE_UNTAGGED_INVALID_MO,
+  DDP_ECODE_UNTAGGED_INVALID_QN,
+  DDP_ECODE_UNTAGGED_MSN_RANGE,
+  DDP_ECODE_UNTAGGED_TOO_LONG,
+  DDP_ECODE_UNTAGGED_VERSION,
+  DDP_ETYPE_CATASTROPHIC,
+  DDP_ETYPE_TAGGED,
+  DDP_ETYPE_UNTAGGED,
+  DDP_FLAG_LAST,
+  DDP_FLAG_TAGGED,
+  DDP_TAGGED_HEADER_LENGTH,
+  DDP_UNTAGGED_HEADER_LENGTH,
+  DDP_VERSION,
+  DDP_VERSION_MASK,
+  QN_ATOMIC_RESPONSE,
+  QN_READ_REQUEST,
+  QN_SEND,
+  QN_TERMINATE,
+  QUEUE_COUNT,
+  readUint32,
+} from './wire/ddp.ts';
+import { decodeMarker, MARKER_INTERVAL, MARKER_LENGTH } from './wire/markers.ts';
+import { fpduPadding, MPA_ERROR_CONNECTION_LOST, MPA_ERROR_CRC, MPA_ERROR_MARKER, MPA_LENGTH_FIELD, MPA_MAX_ULPDU } from './wire/mpa.ts';
+import {
+  LLP_ETYPE_MPA,
+  RDMAP_ECODE_INVALID_VERSION,
+  RDMAP_ECODE_UNEXPECTED_OPCODE,
+  RDMAP_ETYPE_REMOTE_OPERATION,
+  RDMAP_VERSION,
+  RdmapOpcode,
+  TERMINATE_CONTROL_LENGTH,
+  TerminateLayer,
+} from './wire/rdmap.ts';
+import { rdmapHeaderLength, type TerminateCause } from './terminate.ts';
+
+/** What the receive path asks of the RDMAP layer above it (implemented by the QP). */
+export interface ReceiveSink {
+  /**
+   * A tagged segment (RDMA Write or Read Response) passed the DDP checks. Returns the view its
+   * `length` payload octets go to (exactly that long), or undefined after calling
+   * `receiver.fail()`. Zero-length segments must not have their STag or TO checked.
+   */
+  placeTagged(opcode: number, stag: number, taggedOffset: bigint, length: number, first: boolean, last: boolean): Uint8Array | undefined;
+  /**
+   * A Send-family segment. Returns the first view for its payload (may be shorter than `length`
+   * when the receive buffer is scattered; `nextSendView` supplies the rest), or undefined after
+   * calling `receiver.fail()`.
+   */
+  placeSend(opcode: number, messageOffset: number, length: number, first: boolean, invalidateStag: number): Uint8Array | undefined;
+  nextSendView(): Uint8Array | undefined;
+  /** The last segment of a tagged message arrived intact. */
+  taggedMessageDone(opcode: number, stag: number): void;
+  /** The last segment of a Send-family message arrived intact. */
+  sendMessageDone(opcode: number, messageLength: number, invalidateStag: number, msn: number): void;
+  /** A single-FPDU control message arrived intact; `fpdu` holds its length field and ULPDU. */
+  controlMessage(opcode: number, fpdu: Uint8Array): void;
+  /** The stream failed; the sink sends a Terminate for `cause` and closes. */
+  receiveFailed(cause: TerminateCause): void;
+}
+
+export interface ReceiveOptions {
+  crc: boolean;
+  /** The peer inserts markers (we asked with M=1). */
+  markers: boolean;
+  /** Largest ULPDU accepted (default 64768, the most DDP may send). */
+  maxUlpdu?: number;
+}
+
+/** Payloads at least this long are read by the kernel straight into their target. */
+export const DIRECT_PLACEMENT_MIN = 8192;
+const STAGING_SIZE = 64 * 1024;
+/** Length field plus the longest header collected whole (Atomic Request, full Terminate). */
+const HEADER_BUFFER_SIZE = MPA_LENGTH_FIELD + DDP_UNTAGGED_HEADER_LENGTH + 52;
+const TAGGED_PREFIX = MPA_LENGTH_FIELD + DDP_TAGGED_HEADER_LENGTH;
+const TERMINATE_MIN_ULPDU = DDP_UNTAGGED_HEADER_LENGTH + TERMINATE_CONTROL_LENGTH;
+const TERMINATE_MAX_ULPDU = DDP_UNTAGGED_HEADER_LENGTH + TERMINATE_CONTROL_LENGTH + 2 + DDP_UNTAGGED_HEADER_LENGTH + 28;
+const EMPTY = new Uint8Array(0);
+
+const State = { Header: 0, Payload: 1, Trailer: 2, Dead: 3 } as const;
+type State = (typeof State)[keyof typeof State];
+
+/** Queue an untagged opcode must arrive on, or -1 for tagged opcodes. */
+function queueOf(opcode: number): number {
+  switch (opcode) {
+    case RdmapOpcode.Send:
+    case RdmapOpcode.SendWithInvalidate:
+    case RdmapOpcode.SendWithSolicitedEvent:
+    case RdmapOpcode.SendWithSolicitedEventAndInvalidate:
+    case RdmapOpcode.ImmediateData:
+    case RdmapOpcode.ImmediateDataWithSolicitedEvent:
+      return QN_SEND;
+    case RdmapOpcode.RdmaReadRequest:
+    case RdmapOpcode.AtomicRequest:
+      return QN_READ_REQUEST;
+    case RdmapOpcode.Terminate:
+      return QN_TERMINATE;
+    case RdmapOpcode.AtomicResponse:
+      return QN_ATOMIC_RESPONSE;
+    default:
+      return -1;
+  }
+}
+
+export class FpduReceiver {
+  private state: State = State.Header;
+  private readonly crcEnabled: boolean;
+  private readonly markersEnabled: boolean;
+  private readonly maxUlpdu: number;
+  private readonly staging = new Uint8Array(STAGING_SIZE);
+  private readonly header = new Uint8Array(HEADER_BUFFER_SIZE);
+  private readonly trailer = new Uint8Array(3 + CRC_LENGTH);
+  private readonly markerBytes = new Uint8Array(MARKER_LENGTH);
+
+  // Current FPDU.
+  private headerHave = 0;
+  private headerNeed = 4;
+  private ulpduLength = 0;
+  private opcode = 0;
+  private tagged = false;
+  private last = false;
+  private control = false;
+  private payloadRemaining = 0;
+  private payloadLength = 0;
+  private trailerHave = 0;
+  private trailerNeed = 0;
+  private padding = 0;
+  private crc = 0;
+  private fpduStartOffset = 0;
+  private markerMismatch = false;
+  private pendingError: TerminateCause | undefined;
+  private target: Uint8Array | undefined;
+  private targetPosition = 0;
+  private discard = false;
+  private segmentStag = 0;
+  private segmentTaggedOffset = 0n;
+  private segmentMessageOffset = 0;
+  private segmentInvalidateStag = 0;
+
+  // Stream-wide DDP state.
+  private streamOffset = 0;
+  private markerRemaining = 0;
+  private readonly expectedMsn = new Uint32Array(QUEUE_COUNT).fill(1);
+  private sendInProgress = false;
+  private sendOpcode = 0;
+  private sendReceived = 0;
+  private taggedInProgress = false;
+  private taggedOpcode = 0;
+  private taggedStag = 0;
+  private taggedNextOffset = 0n;
+  /** The current FPDU is large, so read exactly up to its payload and let the kernel place it. */
+  private bulk = false;
+  /** The view handed out by the last `readBuffer()` when it was a direct placement target. */
+  private directView: Uint8Array | undefined;
+
+  fpdusReceived = 0;
+  messagesReceived = 0;
+  payloadBytesReceived = 0;
+
+  constructor(
+    private readonly sink: ReceiveSink,
+    options: ReceiveOptions,
+  ) {
+    this.crcEnabled = options.crc;
+    this.markersEnabled = options.markers;
+    this.maxUlpdu = options.maxUlpdu ?? MPA_MAX_ULPDU;
+  }
+
+  get dead(): boolean {
+    return this.state === State.Dead;
+  }
+
+  /** True when the stream is between FPDUs (a close here loses nothing). */
+  get atBoundary(): boolean {
+    return this.state === State.Header && this.headerHave === 0 && this.markerRemaining === 0;
+  }
+
+  /** The buffer the next socket read should fill. */
+  readBuffer(): Uint8Array {
+    if (this.state === State.Payload && !this.discard && this.target !== undefined && this.markerRemaining === 0) {
+      let length = Math.min(this.payloadRemaining, this.target.length - this.targetPosition);
+      if (this.markersEnabled) length = Math.min(length, MARKER_INTERVAL - (this.streamOffset % MARKER_INTERVAL));
+      if (length >= DIRECT_PLACEMENT_MIN) {
+        this.directView = this.target.subarray(this.targetPosition, this.targetPosition + length);
+        return this.directView;
+      }
+    }
+    this.directView = undefined;
+    return this.staging.subarray(0, this.stagingWant());
+  }
+
+  /** `length` octets were written into the buffer returned by the last `readBuffer()`. */
+  commit(length: number): void {
+    if (length <= 0) return;
+    const direct = this.directView;
+    this.directView = undefined;
+    if (direct !== undefined && this.state === State.Payload) {
+      this.placed(direct.subarray(0, length));
+      return;
+    }
+    this.consume(this.staging, 0, Math.min(length, this.staging.length));
+  }
+
+  /** Feeds bytes that were read elsewhere (tests, fuzzing, a socket without per-read buffers). */
+  push(chunk: Uint8Array): void {
+    let offset = 0;
+    while (offset < chunk.length && this.state !== State.Dead) {
+      if (this.state === State.Payload && !this.discard && this.target !== undefined && this.markerRemaining === 0) {
+        // Copy payload straight to its target, as the kernel would with a direct read.
+        let length = Math.min(this.payloadRemaining, this.target.length - this.targetPosition, chunk.length - offset);
+        if (this.markersEnabled) length = Math.min(length, MARKER_INTERVAL - (this.streamOffset % MARKER_INTERVAL));
+        if (length > 0) {
+          const view = this.target.subarray(this.targetPosition, this.targetPosition + length);
+          view.set(chunk.subarray(offset, offset + length));
+          offset += length;
+          this.placed(view);
+          continue;
+        }
+      }
+      offset = this.consume(chunk, offset, chunk.length);
+    }
+  }
+
+  /**
+   * The peer closed its sending side. A close between FPDUs is orderly; inside one it is a
+   * truncated stream (MPA error 1, "TCP connection closed").
+   */
+  end(): void {
+    if (this.state === State.Dead) return;
+    if (!this.atBoundary) {
+      this.report({
+        layer: TerminateLayer.Llp,
+        errorType: LLP_ETYPE_MPA,
+        errorCode: MPA_ERROR_CONNECTION_LOST,
+        reason: `stream ended inside an FPDU (${this.describePosition()})`,
+      });
+      return;
+    }
+    this.state = State.Dead;
+  }
+
+  /** Stops processing without reporting (the connection is being torn down). */
+  stop(): void {
+    this.state = State.Dead;
+    this.target = undefined;
+  }
+
+  /**
+   * Called by the sink while a segment is being placed: the segment is invalid. The error is
+   * reported once the FPDU's CRC has been checked (a corrupted header is a CRC error, not the
+   * error it seems to show), or at once when CRC is off.
+   */
+  fail(layer: number, errorType: number, errorCode: number, reason: string): void {
+    if (this.state === State.Dead || this.pendingError !== undefined) return;
+    this.pendingError = { layer, errorType, errorCode, reason, failedFpdu: this.header.slice(0, this.headerHave) };
+    this.discard = true;
+    this.target = undefined;
+  }
+
+  /** Reports an error found after the FPDU completed (e.g. by the QP processing a message). */
+  failMessage(cause: TerminateCause): void {
+    this.report(cause);
+  }
+
+  private report(cause: TerminateCause): void {
+    if (this.state === State.Dead) return;
+    this.state = State.Dead;
+    this.target = undefined;
+    this.sink.receiveFailed(cause);
+  }
+
+  private describePosition(): string {
+    if (this.markerRemaining > 0) return `${MARKER_LENGTH - this.markerRemaining} of 4 marker octets`;
+    switch (this.state) {
+      case State.Header:
+        return `${this.headerHave} of ${this.headerNeed} header octets`;
+      case State.Payload:
+        return `${this.payloadLength - this.payloadRemaining} of ${this.payloadLength} payload octets`;
+      default:
+        return `${this.trailerHave} of ${this.trailerNeed} PAD and CRC octets`;
+    }
+  }
+
+  private stagingWant(): number {
+    if (!this.bulk) return STAGING_SIZE;
+    let want: number;
+    switch (this.state) {
+      case State.Header:
+        want = this.headerHave < 4 ? TAGGED_PREFIX - this.headerHave : this.headerNeed - this.headerHave;
+        break;
+      case State.Payload:
+        want = this.payloadRemaining + this.padding + CRC_LENGTH + TAGGED_PREFIX;
+        break;
+      case State.Trailer:
+        want = this.trailerNeed - this.trailerHave + TAGGED_PREFIX;
+        break;
+      default:
+        want = STAGING_SIZE;
+    }
+    if (this.markerRemaining > 0) want += this.markerRemaining;
+    return Math.max(1, Math.min(STAGING_SIZE, want));
+  }
+
+  /** Processes `source[start..end)`; returns the offset reached (end, unless the stream died). */
+  private consume(source: Uint8Array, start: number, end: number): number {
+    let offset = start;
+    while (offset < end && this.state !== State.Dead) {
+      let limit = end;
+      if (this.markersEnabled) {
+        if (this.markerRemaining === 0 && this.streamOffset % MARKER_INTERVAL === 0) this.markerRemaining = MARKER_LENGTH;
+        if (this.markerRemaining > 0) {
+          const length = Math.min(this.markerRemaining, end - offset);
+          this.markerBytes.set(source.subarray(offset, offset + length), MARKER_LENGTH - this.markerRemaining);
+          if (this.crcEnabled) this.crc = crc32cUpdate(this.crc, source.subarray(offset, offset + length));
+          this.markerRemaining -= length;
+          this.streamOffset += length;
+          offset += length;
+          if (this.markerRemaining === 0) this.checkMarker();
+          continue;
+        }
+        limit = Math.min(end, offset + MARKER_INTERVAL - (this.streamOffset % MARKER_INTERVAL));
+      }
+      switch (this.state) {
+        case State.Header: {
+          const length = Math.min(this.headerNeed - this.headerHave, limit - offset);
+          const run = source.subarray(offset, offset + length);
+          if (this.headerHave === 0) this.fpduStartOffset = this.streamOffset;
+          this.header.set(run, this.headerHave);
+          if (this.crcEnabled) this.crc = crc32cUpdate(this.crc, run);
+          this.headerHave += length;
+          this.streamOffset += length;
+          offset += length;
+          if (this.headerHave === this.headerNeed) this.headerComplete();
+          break;
+        }
+        case State.Payload: {
+          if (this.discard || this.target === undefined) {
+            const length = Math.min(this.payloadRemaining, limit - offset);
+            if (this.crcEnabled) this.crc = crc32cUpdate(this.crc, source.subarray(offset, offset + length));
+            this.payloadRemaining -= length;
+            this.streamOffset += length;
+            offset += length;
+            if (this.payloadRemaining === 0) this.enterTrailer();
+            break;
+          }
+          const length = Math.min(this.payloadRemaining, this.target.length - this.targetPosition, limit - offset);
+          const view = this.target.subarray(this.targetPosition, this.targetPosition + length);
+          view.set(source.subarray(offset, offset + length));
+          offset += length;
+          this.placed(view);
+          break;
+        }
+        case State.Trailer: {
+          const length = Math.min(this.trailerNeed - this.trailerHave, limit - offset);
+          const run = source.subarray(offset, offset + length);
+          if (this.crcEnabled && this.trailerHave < this.padding) {
+            // PAD is covered by the CRC; the CRC field itself is not.
+            this.crc = crc32cUpdate(this.crc, run.subarray(0, Math.min(length, this.padding - this.trailerHave)));
+          }
+          this.trailer.set(run, this.trailerHave);
+          this.trailerHave += length;
+          this.streamOffset += length;
+          offset += length;
+          if (this.trailerHave === this.trailerNeed) this.fpduComplete();
+          break;
+        }
+        default:
+          return end;
+      }
+    }
+    return this.state === State.Dead ? end : offset;
+  }
+
+  /** Payload octets landed in `view` (the next octets of the current target). */
+  private placed(view: Uint8Array): void {
+    const length = view.length;
+    if (this.crcEnabled) this.crc = crc32cUpdate(this.crc, view);
+    this.targetPosition += length;
+    this.payloadRemaining -= length;
+    this.streamOffset += length;
+    this.payloadBytesReceived += length;
+    if (this.payloadRemaining === 0) {
+      this.enterTrailer();
+      return;
+    }
+    if (this.target !== undefined && this.targetPosition === this.target.length) {
+      // A scattered receive buffer: the next element continues the payload.
+      const next = this.tagged ? undefined : this.sink.nextSendView();
+      if (this.state === State.Dead) return;
+      if (next === undefined || next.length === 0) {
+        if (this.pendingError === undefined) {
+          this.fail(TerminateLayer.Ddp, DDP_ETYPE_CATASTROPHIC, DDP_ECODE_CATASTROPHIC, 'placement target ended before the segment');
+        }
+        this.proceedAfterHeader();
+        return;
+      }
+      this.target = next;
+      this.targetPosition = 0;
+    }
+  }
+
+  private checkMarker(): void {
+    const pointer = decodeMarker(this.markerBytes);
+    const markerOffset = this.streamOffset - MARKER_LENGTH;
+    // A marker before the first octet of an FPDU belongs to it and points at itself (0).
+    const expected = this.state === State.Header && this.headerHave === 0 ? 0 : markerOffset - this.fpduStartOffset;
+    if (pointer !== expected) this.markerMismatch = true;
+  }
+
+  private headerComplete(): void {
+    if (this.headerHave === 4 && this.headerNeed === 4) {
+      this.classify();
+      return;
+    }
+    this.dispatchHeader();
+  }
+
+  /** First four octets known: length, DDP control and RDMAP control. Decide what to collect. */
+  private classify(): void {
+    const header = this.header;
+    this.ulpduLength = (header[0]! << 8) | header[1]!;
+    const ddpControl = header[2]!;
+    const rdmapControl = header[3]!;
+    this.tagged = (ddpControl & DDP_FLAG_TAGGED) !== 0;
+    this.last = (ddpControl & DDP_FLAG_LAST) !== 0;
+    this.opcode = rdmapControl & 0x0f;
+    const ddpHeaderLength = this.tagged ? DDP_TAGGED_HEADER_LENGTH : DDP_UNTAGGED_HEADER_LENGTH;
+    this.bulk = this.ulpduLength >= DIRECT_PLACEMENT_MIN;
+    this.padding = fpduPadding(this.ulpduLength);
+    if (this.ulpduLength > this.maxUlpdu) {
+      this.reportNow(TerminateLayer.Ddp, DDP_ETYPE_CATASTROPHIC, DDP_ECODE_CATASTROPHIC, `ULPDU_Length ${this.ulpduLength} exceeds the ${this.maxUlpdu}-octet maximum`);
+      return;
+    }
+    if (this.ulpduLength < ddpHeaderLength) {
+      this.reportNow(TerminateLayer.Ddp, DDP_ETYPE_CATASTROPHIC, DDP_ECODE_CATASTROPHIC, `ULPDU_Length ${this.ulpduLength} cannot hold the ${ddpHeaderLength}-octet DDP header`);
+      return;
+    }
+    // From here the FPDU's extent is known, so errors wait for its CRC.
+    this.headerNeed = MPA_LENGTH_FIELD + ddpHeaderLength;
+    if ((ddpControl & DDP_VERSION_MASK) !== DDP_VERSION) {
+      this.failWhole(TerminateLayer.Ddp, this.tagged ? DDP_ETYPE_TAGGED : DDP_ETYPE_UNTAGGED, this.tagged ? DDP_ECODE_TAGGED_VERSION : DDP_ECODE_UNTAGGED_VERSION, `DDP version ${ddpControl & DDP_VERSION_MASK} is not 1`);
+      return;
+    }
+    if (rdmapControl >> 6 !== RDMAP_VERSION) {
+      this.failWhole(TerminateLayer.Rdmap, RDMAP_ETYPE_REMOTE_OPERATION, RDMAP_ECODE_INVALID_VERSION, `RDMAP version ${rdmapControl >> 6} is not 1`);
+      return;
+    }
+    const tagExpected = this.opcode === RdmapOpcode.RdmaWrite || this.opcode === RdmapOpcode.RdmaReadResponse;
+    if (this.opcode > RdmapOpcode.AtomicResponse || tagExpected !== this.tagged) {
+      this.failWhole(TerminateLayer.Rdmap, RDMAP_ETYPE_REMOTE_OPERATION, RDMAP_ECODE_UNEXPECTED_OPCODE, `opcode 0x${this.opcode.toString(16)} in a ${this.tagged ? 'tagged' : 'untagged'} segment`);
+      return;
+    }
+    const queue = queueOf(this.opcode);
+    this.control = queue !== -1 && queue !== QN_SEND ? true : this.opcode === RdmapOpcode.ImmediateData || this.opcode === RdmapOpcode.ImmediateDataWithSolicitedEvent;
+    if (this.control) {
+      if (this.opcode === RdmapOpcode.Terminate) {
+        if (this.ulpduLength < TERMINATE_MIN_ULPDU || this.ulpduLength > TERMINATE_MAX_ULPDU) {
+          this.failWhole(TerminateLayer.Ddp, DDP_ETYPE_UNTAGGED, DDP_ECODE_UNTAGGED_TOO_LONG, `Terminate ULPDU of ${this.ulpduLength} octets (allowed ${TERMINATE_MIN_ULPDU}..${TERMINATE_MAX_ULPDU})`);
+          return;
+        }
+      } else {
+        const expected = DDP_UNTAGGED_HEADER_LENGTH + rdmapHeaderLength(this.opcode);
+        if (this.ulpduLength !== expected) {
+          const longer = this.ulpduLength > expected;
+          this.failWhole(
+            TerminateLayer.Ddp,
+            longer ? DDP_ETYPE_UNTAGGED : DDP_ETYPE_CATASTROPHIC,
+            longer ? DDP_ECODE_UNTAGGED_TOO_LONG : DDP_ECODE_CATASTROPHIC,
+            `a ${rdmapOpcodeLabel(this.opcode)} is a ${expected}-octet ULPDU, got ${this.ulpduLength}`,
+          );
+          return;
+        }
+      }
+      this.headerNeed = MPA_LENGTH_FIELD + this.ulpduLength;
+    }
+    if (this.headerHave === this.headerNeed) this.dispatchHeader();
+  }
+
+  /** The whole DDP header (and a control message's body) is in `header`. */
+  private dispatchHeader(): void {
+    const header = this.header;
+    this.payloadLength = this.control ? 0 : this.ulpduLength - (this.headerNeed - MPA_LENGTH_FIELD);
+    this.payloadRemaining = this.payloadLength;
+    this.target = undefined;
+    this.targetPosition = 0;
+    if (this.pendingError !== undefined) {
+      this.proceedAfterHeader();
+      return;
+    }
+    if (this.tagged) {
+      const stag = readUint32(header, 4);
+      const taggedOffset = (BigInt(readUint32(header, 6 + 2)) << 32n) | BigInt(readUint32(header, 10 + 2));
+      const first = !this.taggedInProgress;
+      if (!first) {
+        if (this.opcode !== this.taggedOpcode || stag !== this.taggedStag) {
+          this.fail(TerminateLayer.Ddp, DDP_ETYPE_TAGGED, DDP_ECODE_TAGGED_INVALID_STAG, 'tagged segment does not continue the message in progress');
+          this.proceedAfterHeader();
+          return;
+        }
+        if (taggedOffset !== this.taggedNextOffset) {
+          this.fail(TerminateLayer.Ddp, DDP_ETYPE_TAGGED, DDP_ECODE_TAGGED_BASE_BOUNDS, `tagged offset ${taggedOffset} does not continue at ${this.taggedNextOffset}`);
+          this.proceedAfterHeader();
+          return;
+        }
+      }
+      this.segmentStag = stag;
+      this.segmentTaggedOffset = taggedOffset;
+      const target = this.sink.placeTagged(this.opcode, stag, taggedOffset, this.payloadLength, first, this.last);
+      if (this.state === State.Dead) return;
+      if (target === undefined) {
+        this.failIfSilent();
+        this.proceedAfterHeader();
+        return;
+      }
+      this.target = target;
+    } else {
+      const queue = readUint32(header, 8);
+      const msn = readUint32(header, 12);
+      const messageOffset = readUint32(header, 16);
+      const wanted = queueOf(this.opcode);
+      if (queue !== wanted) {
+        this.fail(TerminateLayer.Ddp, DDP_ETYPE_UNTAGGED, DDP_ECODE_UNTAGGED_INVALID_QN, `${rdmapOpcodeLabel(this.opcode)} on queue ${queue}, expected ${wanted}`);
+        this.proceedAfterHeader();
+        return;
+      }
+      if (this.control) {
+        if (msn !== this.expectedMsn[queue]) {
+          this.fail(TerminateLayer.Ddp, DDP_ETYPE_UNTAGGED, DDP_ECODE_UNTAGGED_MSN_RANGE, `MSN ${msn} on queue ${queue}, expected ${this.expectedMsn[queue]}`);
+        } else if (messageOffset !== 0) {
+          this.fail(TerminateLayer.Ddp, DDP_ETYPE_UNTAGGED, DDP_ECODE_UNTAGGED_INVALID_MO, `MO ${messageOffset} in a single-segment message`);
+        } else if (!this.last) {
+          this.fail(TerminateLayer.Ddp, DDP_ETYPE_UNTAGGED, DDP_ECODE_UNTAGGED_TOO_LONG, `${rdmapOpcodeLabel(this.opcode)} does not fit one segment`);
+        } else if (queue === QN_SEND && this.sendInProgress) {
+          this.fail(TerminateLayer.Ddp, DDP_ETYPE_UNTAGGED, DDP_ECODE_UNTAGGED_MSN_RANGE, 'Immediate Data inside an unfinished Send');
+        }
+        this.proceedAfterHeader();
+        return;
+      }
+      const first = !this.sendInProgress;
+      const expectedMsn = this.expectedMsn[QN_SEND]!;
+      if (msn !== expectedMsn) {
+        this.fail(TerminateLayer.Ddp, DDP_ETYPE_UNTAGGED, DDP_ECODE_UNTAGGED_MSN_RANGE, `Send MSN ${msn}, expected ${expectedMsn}`);
+        this.proceedAfterHeader();
+        return;
+      }
+      const expectedOffset = first ? 0 : this.sendReceived;
+      if (messageOffset !== expectedOffset || (!first && this.opcode !== this.sendOpcode)) {
+        this.fail(TerminateLayer.Ddp, DDP_ETYPE_UNTAGGED, DDP_ECODE_UNTAGGED_INVALID_MO, `Send MO ${messageOffset}, expected ${expectedOffset}`);
+        this.proceedAfterHeader();
+        return;
+      }
+      this.segmentMessageOffset = messageOffset;
+      this.segmentInvalidateStag = readUint32(header, 4);
+      const target = this.sink.placeSend(this.opcode, messageOffset, this.payloadLength, first, this.segmentInvalidateStag);
+      if (this.state === State.Dead) return;
+      if (target === undefined) {
+        this.failIfSilent();
+        this.proceedAfterHeader();
+        return;
+      }
+      this.target = target;
+    }
+    this.state = this.payloadRemaining > 0 ? State.Payload : State.Trailer;
+    if (this.state === State.Trailer) this.enterTrailer();
+    else if (this.target !== undefined && this.target.length === 0) {
+      const next = this.sink.nextSendView();
+      if (this.dead) return;
+      if (next === undefined || next.length === 0) {
+        this.fail(TerminateLayer.Ddp, DDP_ETYPE_CATASTROPHIC, DDP_ECODE_CATASTROPHIC, 'no placement target for the payload');
+        this.proceedAfterHeader();
+        return;
+      }
+      this.target = next;
+    }
+  }
+
+  /**
+   * Leaves the header state after a control message or a failed check: an error is reported at
+   * once without CRC, otherwise after skipping the payload and checking the CRC.
+   */
+  private proceedAfterHeader(): void {
+    if (this.state === State.Dead) return;
+    this.discard = this.pendingError !== undefined;
+    this.target = undefined;
+    if (this.pendingError !== undefined && !this.crcEnabled) {
+      this.report(this.pendingError);
+      return;
+    }
+    if (this.state === State.Header) {
+      this.state = this.payloadRemaining > 0 ? State.Payload : State.Trailer;
+      if (this.state === State.Trailer) this.enterTrailer();
+    }
+  }
+
+  /** Fails a segment whose header is not fully read yet: skip the rest of the ULPDU, then report. */
+  private failWhole(layer: number, errorType: number, errorCode: number, reason: string): void {
+    this.fail(layer, errorType, errorCode, reason);
+    if (!this.crcEnabled) {
+      this.proceedAfterHeader();
+      return;
+    }
+    // Treat everything after the octets read so far as payload to be skipped.
+    this.payloadLength = MPA_LENGTH_FIELD + this.ulpduLength - this.headerHave;
+    this.payloadRemaining = this.payloadLength;
+    this.headerNeed = this.headerHave;
+    this.state = this.payloadRemaining > 0 ? State.Payload : State.Trailer;
+    if (this.state === State.Trailer) this.enterTrailer();
+  }
+
+  /** A sink that refused a segment must have said why; never let a segment vanish silently. */
+  private failIfSilent(): void {
+    if (this.pendingError === undefined) {
+      this.fail(TerminateLayer.Ddp, DDP_ETYPE_CATASTROPHIC, DDP_ECODE_CATASTROPHIC, 'segment refused without a reason');
+    }
+  }
+
+  private reportNow(layer: number, errorType: number, errorCode: number, reason: string): void {
+    this.report({ layer, errorType, errorCode, reason, failedFpdu: this.header.slice(0, this.headerHave) });
+  }
+
+  private enterTrailer(): void {
+    this.state = State.Trailer;
+    this.trailerHave = 0;
+    this.trailerNeed = this.padding + CRC_LENGTH;
+    this.target = undefined;
+  }
+
+  private fpduComplete(): void {
+    this.fpdusReceived++;
+    if (this.crcEnabled) {
+      const carried = readCrc(this.trailer, this.padding);
+      if (carried !== this.crc >>> 0) {
+        this.report({
+          layer: TerminateLayer.Llp,
+          errorType: LLP_ETYPE_MPA,
+          errorCode: MPA_ERROR_CRC,
+          reason: `CRC 0x${carried.toString(16).padStart(8, '0')} carried, 0x${(this.crc >>> 0).toString(16).padStart(8, '0')} computed`,
+          failedFpdu: this.header.slice(0, this.headerHave),
+        });
+        return;
+      }
+    }
+    if (this.pendingError !== undefined) {
+      this.report(this.pendingError);
+      return;
+    }
+    if (this.markerMismatch) {
+      this.report({
+        layer: TerminateLayer.Llp,
+        errorType: LLP_ETYPE_MPA,
+        errorCode: MPA_ERROR_MARKER,
+        reason: 'a marker does not point at the start of its FPDU',
+      });
+      return;
+    }
+    const opcode = this.opcode;
+    const fpdu = this.header.subarray(0, this.headerNeed);
+    // Reset before calling up: the sink may fail the stream or (in tests) feed more input.
+    this.resetFpdu();
+    if (this.tagged) {
+      if (this.last) {
+        this.taggedInProgress = false;
+        this.messagesReceived++;
+        this.sink.taggedMessageDone(opcode, this.segmentStag);
+      } else {
+        this.taggedInProgress = true;
+        this.taggedOpcode = opcode;
+        this.taggedStag = this.segmentStag;
+        this.taggedNextOffset = (this.segmentTaggedOffset + BigInt(this.payloadLength)) & 0xffff_ffff_ffff_ffffn;
+      }
+      return;
+    }
+    if (this.control) {
+      const queue = queueOf(opcode);
+      this.expectedMsn[queue] = (this.expectedMsn[queue]! + 1) >>> 0;
+      this.messagesReceived++;
+      this.sink.controlMessage(opcode, fpdu);
+      return;
+    }
+    this.sendReceived = this.segmentMessageOffset + this.payloadLength;
+    if (this.last) {
+      const msn = this.expectedMsn[QN_SEND]!;
+      this.expectedMsn[QN_SEND] = (msn + 1) >>> 0;
+      this.sendInProgress = false;
+      this.messagesReceived++;
+      this.sink.sendMessageDone(opcode, this.sendReceived, this.segmentInvalidateStag, msn);
+    } else {
+      this.sendInProgress = true;
+      this.sendOpcode = opcode;
+    }
+  }
+
+  private resetFpdu(): void {
+    this.state = State.Header;
+    this.headerHave = 0;
+    this.headerNeed = 4;
+    this.crc = 0;
+    this.discard = false;
+    this.target = undefined;
+    this.markerMismatch = false;
+  }
+}
+
+function rdmapOpcodeLabel(opcode: number): string {
+  switch (opcode) {
+    case RdmapOpcode.RdmaReadRequest:
+      return 'RDMA Read Request';
+    case RdmapOpcode.AtomicRequest:
+      return 'Atomic Request';
+    case RdmapOpcode.AtomicResponse:
+      return 'Atomic Response';
+    case RdmapOpcode.ImmediateData:
+    case RdmapOpcode.ImmediateDataWithSolicitedEvent:
+      return 'Immediate Data message';
+    case RdmapOpcode.Terminate:
+      return 'Terminate';
+    default:
+      return `opcode 0x${opcode.toString(16)} message`;
+  }
+}

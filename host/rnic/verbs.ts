@@ -1,0 +1,326 @@
+// The public API of the software RNIC: a verbs-like device object.
+//
+//   const rnic = createRnic({ observer });                 // one per thread; no shared state
+//   const pd = rnic.allocPd();
+//   const mr = rnic.registerMemory(pd, sharedArrayBuffer, { access: Access.LocalWrite | Access.RemoteWrite });
+//   const cq = rnic.createCq({ depth: 1024 });
+//   const qp = rnic.createQp({ pd, sendCq: cq, recvCq: cq, ird: 16, ord: 16 });
+//   qp.postRecv({ wrId: 1, sgList: [{ lkey: mr.lkey, offset: 0, length: 4096 }] });
+//   await rnic.connect(qp, { host: '127.0.0.1', port, privateData });        // active side
+//   const listener = await rnic.listen({ host: '127.0.0.1', port: 0 });      // passive side
+//   const request = await listener.next(); await request.accept(qp, { privateData });
+//   qp.postSend({ wrId: 2, opcode: 'RDMA_WRITE', sgList: [...], remote: { stag, taggedOffset } });
+//   await cq.wait(); const completions = cq.poll();
+//
+// Wire behaviour follows RFC 5040/5041/5044/6581/7306 and Linux siw: MPA revision 2 with the
+// enhanced IRD/ORD word, peer-to-peer RTR (zero-length Write preferred), CRC requested unless
+// `crc: false`, markers only when asked. Errors on a connection end that connection with a
+// Terminate and flushed completions; they never throw out of the event loop and never touch
+// another connection. See docs/RNIC.md for the architecture and the error table.
+
+import net from 'node:net';
+import { SocketChannel, type StreamChannel } from './channel.ts';
+import {
+  ConnectionRequest,
+  DEFAULT_SETUP_TIMEOUT_MS,
+  initiate,
+  receiveRequest,
+  type ConnectionSummary,
+  type InitiatorOptions,
+  type ResponderOptions,
+} from './connection.ts';
+import { CompletionQueue, type CompletionQueueOptions } from './cq.ts';
+import { RnicError } from './errors.ts';
+import { MemoryRegion, MemoryTable, ProtectionDomain, type RegisterMemoryOptions } from './memory.ts';
+import type { NicObserver } from './nic-observer.ts';
+import { QueuePair, type QueuePairOptions } from './qp.ts';
+
+export { Access, ACCESS_ALL, MemoryRegion, ProtectionDomain, type RegisterMemoryOptions } from './memory.ts';
+export { CompletionQueue, type CompletionQueueOptions } from './cq.ts';
+export { QueuePair, type QueuePairOptions, type QpState, type DisconnectInfo, type RtrType } from './qp.ts';
+export { ConnectionRequest, type ConnectionSummary, type InitiatorOptions, type ResponderOptions } from './connection.ts';
+export { RnicError, type RnicErrorCode, type TerminateInfo } from './errors.ts';
+export { WcStatus, wcStatusName, type WorkCompletion, type SendWorkRequest, type ReceiveWorkRequest, type Sge, type SendOpcode, type WcOpcode } from './work.ts';
+export type { NicObserver } from './nic-observer.ts';
+
+export interface RnicOptions {
+  /** Receives the SRAM-model hooks; with none set the RNIC makes no observer calls at all. */
+  observer?: NicObserver;
+  /** A name for logs and errors (default "rnic<N>"). */
+  name?: string;
+}
+
+export interface ConnectOptions extends InitiatorOptions {
+  host: string;
+  port: number;
+}
+
+export interface ListenOptions {
+  /** Address to bind (default 127.0.0.1). */
+  host?: string;
+  /** Port (0 = any free port). Ignored with `server`. */
+  port?: number;
+  /** Requests queued for `next()` before new ones are rejected (default 128). */
+  backlog?: number;
+  /** Bound on each connection's MPA setup (default 10 s). */
+  timeoutMs?: number;
+  /** Use this already listening server (e.g. one sharing a listening handle across workers). */
+  server?: net.Server;
+}
+
+let nextDeviceId = 1;
+
+export class Rnic {
+  readonly id: number;
+  readonly name: string;
+  readonly observer: NicObserver | undefined;
+  readonly memory: MemoryTable;
+  private readonly queuePairs = new Map<number, QueuePair>();
+  private nextQpNumber = 1;
+  private nextCqNumber = 1;
+  private readonly listeners = new Set<Listener>();
+
+  constructor(options: RnicOptions = {}) {
+    this.id = nextDeviceId++;
+    this.name = options.name ?? `rnic${this.id}`;
+    this.observer = options.observer;
+    this.memory = new MemoryTable(this.id, this.observer);
+  }
+
+  /** Allocates a protection domain (ibv_alloc_pd). */
+  allocPd(): ProtectionDomain {
+    return this.memory.allocatePd();
+  }
+
+  /**
+   * Registers a memory region over an ArrayBuffer, a SharedArrayBuffer (e.g. a
+   * WebAssembly.Memory's buffer) or a view of one (ibv_reg_mr). The region's STag serves as
+   * both lkey and rkey; its key byte is random unless given.
+   */
+  registerMemory(pd: ProtectionDomain, memory: ArrayBufferLike | ArrayBufferView, options: RegisterMemoryOptions): MemoryRegion {
+    return this.memory.register(pd, memory, options);
+  }
+
+  /** Deregisters (ibv_dereg_mr): the STag stops resolving at once. */
+  deregisterMemory(region: MemoryRegion): void {
+    this.memory.deregister(region);
+  }
+
+  /** Invalidates an STag at once (the synchronous form of a LOCAL_INV work request). */
+  invalidate(region: MemoryRegion): void {
+    this.memory.invalidate(region.stag, region.pd);
+  }
+
+  /** Makes an invalidated region's STag valid again (a re-registration keeping the STag). */
+  revalidate(region: MemoryRegion): void {
+    this.memory.revalidate(region);
+  }
+
+  /** Creates a completion queue (ibv_create_cq). */
+  createCq(options: CompletionQueueOptions = {}): CompletionQueue {
+    return new CompletionQueue(this.nextCqNumber++, this.observer, options);
+  }
+
+  /** Creates a queue pair (ibv_create_qp); it gets the next QP number of this RNIC. */
+  createQp(options: QueuePairOptions): QueuePair {
+    if (options.pd.deviceId !== this.id) throw new RnicError('EINVAL', 'protection domain belongs to another RNIC');
+    const qpNumber = this.nextQpNumber;
+    this.nextQpNumber = (this.nextQpNumber + 1) & 0xffffff || 1;
+    const qp = new QueuePair(qpNumber, this.memory, this.observer, options, (destroyed) => {
+      if (this.queuePairs.delete(destroyed.qpNumber)) this.observer?.queuePairDestroyed(destroyed.qpNumber);
+    });
+    this.queuePairs.set(qpNumber, qp);
+    this.observer?.queuePairCreated(qpNumber);
+    return qp;
+  }
+
+  queuePair(qpNumber: number): QueuePair | undefined {
+    return this.queuePairs.get(qpNumber);
+  }
+
+  get queuePairCount(): number {
+    return this.queuePairs.size;
+  }
+
+  /**
+   * Active side (rdma_connect): opens TCP to host:port, runs the MPA exchange and resolves
+   * once `qp` is in full operation. Rejects with RnicError ECONNREFUSED (peer rejected),
+   * ETIMEDOUT, EPROTO (bad Reply; a Terminate was sent) or ECONNRESET.
+   */
+  async connect(qp: QueuePair, options: ConnectOptions): Promise<ConnectionSummary> {
+    const timeoutMs = options.timeoutMs ?? DEFAULT_SETUP_TIMEOUT_MS;
+    const started = Date.now();
+    let channel: SocketChannel;
+    try {
+      channel = await SocketChannel.connect(options.host, options.port, timeoutMs);
+    } catch (error) {
+      const code = (error as { code?: string }).code;
+      throw new RnicError(
+        code === 'ETIMEDOUT' ? 'ETIMEDOUT' : 'ECONNREFUSED',
+        `TCP connection to ${options.host}:${options.port} failed: ${error instanceof Error ? error.message : String(error)}`,
+      );
+    }
+    return initiate(qp, channel, { ...options, timeoutMs: Math.max(1, timeoutMs - (Date.now() - started)) });
+  }
+
+  /** Active side over a channel that is already connected (tests, custom transports). */
+  connectChannel(qp: QueuePair, channel: StreamChannel, options: InitiatorOptions = {}): Promise<ConnectionSummary> {
+    return initiate(qp, channel, options);
+  }
+
+  /**
+   * Passive side (rdma_listen): listens on TCP and yields one ConnectionRequest per valid MPA
+   * Request, through `listener.next()` or the `onRequest` callback.
+   */
+  async listen(options: ListenOptions = {}, onRequest?: (request: ConnectionRequest) => void): Promise<Listener> {
+    const listener = new Listener(this, options, onRequest);
+    await listener.start();
+    this.listeners.add(listener);
+    listener.onClose(() => this.listeners.delete(listener));
+    return listener;
+  }
+
+  /**
+   * Passive side for a socket accepted elsewhere (for example by a worker sharing a listening
+   * handle): reads the MPA Request and resolves with the request to accept or reject.
+   */
+  acceptSocket(socket: net.Socket, timeoutMs = DEFAULT_SETUP_TIMEOUT_MS): Promise<ConnectionRequest> {
+    return receiveRequest(new SocketChannel(socket), timeoutMs);
+  }
+
+  /** Passive side over a channel that is already connected (tests, custom transports). */
+  acceptChannel(channel: StreamChannel, timeoutMs = DEFAULT_SETUP_TIMEOUT_MS): Promise<ConnectionRequest> {
+    return receiveRequest(channel, timeoutMs);
+  }
+
+  /** Closes every listener and destroys every QP. */
+  async close(): Promise<void> {
+    await Promise.all([...this.listeners].map((listener) => listener.close()));
+    for (const qp of [...this.queuePairs.values()]) qp.destroy();
+  }
+}
+
+/** Creates an RNIC instance (the device). Each worker thread creates its own. */
+export function createRnic(options: RnicOptions = {}): Rnic {
+  return new Rnic(options);
+}
+
+export class Listener {
+  private server: net.Server | undefined;
+  private readonly queue: ConnectionRequest[] = [];
+  private readonly waiting: Array<{ resolve: (request: ConnectionRequest) => void; reject: (error: Error) => void }> = [];
+  private closed = false;
+  private readonly closeHandlers: Array<() => void> = [];
+  private readonly ownServer: boolean;
+  /** Setup failures of incoming connections (bad Request, timeout), newest last, bounded. */
+  readonly failures: string[] = [];
+
+  constructor(
+    private readonly rnic: Rnic,
+    private readonly options: ListenOptions,
+    private readonly onRequest: ((request: ConnectionRequest) => void) | undefined,
+  ) {
+    this.ownServer = options.server === undefined;
+  }
+
+  async start(): Promise<void> {
+    const server = this.options.server ?? net.createServer({ pauseOnConnect: true });
+    this.server = server;
+    server.on('connection', (socket) => this.incoming(socket));
+    if (!this.ownServer) return;
+    await new Promise<void>((resolve, reject) => {
+      server.once('error', reject);
+      server.listen(this.options.port ?? 0, this.options.host ?? '127.0.0.1', () => {
+        server.off('error', reject);
+        resolve();
+      });
+    });
+    server.on('error', (error) => this.recordFailure(`listener error: ${error.message}`));
+  }
+
+  get port(): number {
+    const address = this.server?.address();
+    return typeof address === 'object' && address !== null ? address.port : 0;
+  }
+
+  get address(): string {
+    const address = this.server?.address();
+    return typeof address === 'object' && address !== null ? address.address : '';
+  }
+
+  /** The next connection request (in arrival order). */
+  next(): Promise<ConnectionRequest> {
+    const queued = this.queue.shift();
+    if (queued !== undefined) return Promise.resolve(queued);
+    if (this.closed) return Promise.reject(new RnicError('ENOTCONN', 'listener is closed'));
+    return new Promise((resolve, reject) => this.waiting.push({ resolve, reject }));
+  }
+
+  async *[Symbol.asyncIterator](): AsyncGenerator<ConnectionRequest> {
+    while (!this.closed) {
+      try {
+        yield await this.next();
+      } catch {
+        return;
+      }
+    }
+  }
+
+  onClose(handler: () => void): void {
+    this.closeHandlers.push(handler);
+  }
+
+  /** Stops listening; requests not yet accepted are rejected. */
+  async close(): Promise<void> {
+    if (this.closed) return;
+    this.closed = true;
+    for (const waiter of this.waiting.splice(0)) waiter.reject(new RnicError('ENOTCONN', 'listener closed'));
+    for (const request of this.queue.splice(0)) if (request.pending) request.reject();
+    const server = this.server;
+    if (server !== undefined && this.ownServer) await new Promise<void>((resolve) => server.close(() => resolve()));
+    for (const handler of this.closeHandlers) handler();
+  }
+
+  private incoming(socket: net.Socket): void {
+    if (this.closed) {
+      socket.destroy();
+      return;
+    }
+    this.rnic
+      .acceptSocket(socket, this.options.timeoutMs ?? DEFAULT_SETUP_TIMEOUT_MS)
+      .then((request) => this.deliver(request))
+      .catch((error: unknown) => this.recordFailure(error instanceof Error ? error.message : String(error)));
+  }
+
+  private deliver(request: ConnectionRequest): void {
+    if (this.closed) {
+      request.reject();
+      return;
+    }
+    if (this.onRequest !== undefined) {
+      try {
+        this.onRequest(request);
+      } catch (error) {
+        this.recordFailure(`request handler threw: ${error instanceof Error ? error.message : String(error)}`);
+        if (request.pending) request.reject();
+      }
+      return;
+    }
+    const waiter = this.waiting.shift();
+    if (waiter !== undefined) {
+      waiter.resolve(request);
+      return;
+    }
+    if (this.queue.length >= (this.options.backlog ?? 128)) {
+      request.reject();
+      this.recordFailure('backlog full: connection request rejected');
+      return;
+    }
+    this.queue.push(request);
+  }
+
+  private recordFailure(message: string): void {
+    this.failures.push(message);
+    if (this.failures.length > 64) this.failures.shift();
+  }
+}
