@@ -76,8 +76,8 @@ export function integerListOption(
   const raw = values[name];
   if (raw === undefined) return [...fallback];
   const items = String(raw).split(',').map((item) => item.trim()).filter((item) => item !== '');
-  const parsed = items.map((item) => words[item] ?? (/^\d+$/.test(item) ? Number(item) : Number.NaN));
-  const bad = items.find((_, index) => !Number.isSafeInteger(parsed[index]) || parsed[index]! < min);
+  const parsed = items.map((item) => (Object.hasOwn(words, item) ? words[item]! : /^\d+$/.test(item) ? Number(item) : Number.NaN));
+  const bad = items.find((item, index) => !Object.hasOwn(words, item) && (!Number.isSafeInteger(parsed[index]) || parsed[index]! < min));
   if (bad !== undefined || items.length === 0) {
     const extra = Object.keys(words).length > 0 ? ` or ${Object.keys(words).join('/')}` : '';
     throw new UsageError(`--${name} must be a comma-separated list of whole numbers >= ${min}${extra} (bad item ${JSON.stringify(bad ?? raw)})`);
