@@ -44,8 +44,9 @@ function decodeConnection(connection: TcpConnection): ConnectionReport {
   const replyFrame = readFrame(connection.responderToInitiator);
   const crcNegotiated = (requestFrame.frame?.crc ?? false) || (replyFrame.frame?.crc ?? false);
   const rejected = replyFrame.frame?.reject ?? false;
-  const forward = decodeDirection(connection.initiatorToResponder, requestFrame, 'request', crcNegotiated, rejected);
-  const backward = decodeDirection(connection.responderToInitiator, replyFrame, 'reply', crcNegotiated, rejected);
+  // A side inserts markers when the *other* side's frame set M (RFC 5044 §7.1.2).
+  const forward = decodeDirection(connection.initiatorToResponder, requestFrame, 'request', crcNegotiated, rejected, replyFrame.frame?.markers ?? false);
+  const backward = decodeDirection(connection.responderToInitiator, replyFrame, 'reply', crcNegotiated, rejected, requestFrame.frame?.markers ?? false);
   return {
     label,
     initiatorToResponder: forward,
@@ -73,6 +74,7 @@ function decodeDirection(
   expected: 'request' | 'reply',
   crcNegotiated: boolean,
   rejected: boolean,
+  markers: boolean,
 ): DirectionReport {
   const problems: string[] = [];
   const segments: RdmapSegment[] = [];
@@ -82,10 +84,13 @@ function decodeDirection(
   if (start.problem) problems.push(start.problem);
   if (direction.bytes.length === 0 || !start.frame) return { frame: start.frame, segments, crcVerified, problems };
   if (start.frame.kind !== expected) problems.push(`starts with an MPA ${start.frame.kind}, expected a ${expected}`);
-  if (start.frame.markers && !rejected) problems.push('markers negotiated: FPDUs are not decoded with markers here');
-
   let offset = start.length;
   const bytes = direction.bytes;
+  if (markers && !rejected && offset < bytes.length) {
+    // siw never inserts markers, so an interop capture should not contain any.
+    problems.push(`markers in effect: ${bytes.length - offset} octets of marked FPDUs not decoded`);
+    return { frame: start.frame, segments, crcVerified, problems };
+  }
   while (offset < bytes.length) {
     const fpdu = decodeFpdu(bytes.subarray(offset));
     if (!fpdu) {
