@@ -54,6 +54,11 @@ export interface RegisterMemoryOptions {
   pageSize?: number;
   /** 8-bit STag key; default random. */
   key?: number;
+  /**
+   * A specific STag (index and key), for replaying recorded traffic or matching a peer's
+   * expectations; registration fails if the index is taken. Default: the next free index.
+   */
+  stag?: number;
 }
 
 export class MemoryRegion {
@@ -165,9 +170,20 @@ export class MemoryTable {
     }
     const pageSize = options.pageSize ?? DEFAULT_PAGE_SIZE;
     if (!Number.isInteger(pageSize) || pageSize <= 0) throw new RnicError('EINVAL', `page size ${pageSize} must be a positive integer`);
-    const key = options.key ?? Math.floor(Math.random() * 256);
-    if (!Number.isInteger(key) || key < 0 || key > 0xff) throw new RnicError('EINVAL', `STag key ${key} is not an octet`);
-    const index = this.allocateIndex();
+    let index: number;
+    let key: number;
+    if (options.stag !== undefined) {
+      const stag = options.stag;
+      if (!Number.isInteger(stag) || stag < 0 || stag > 0xffffffff) throw new RnicError('EINVAL', `STag ${stag} is not a 32-bit value`);
+      index = stag >>> 8;
+      key = stag & 0xff;
+      if (index === 0) throw new RnicError('EINVAL', 'STag index 0 is reserved');
+      if (this.regions.has(index)) throw new RnicError('EINVAL', `STag index 0x${index.toString(16)} is already registered`);
+    } else {
+      key = options.key ?? Math.floor(Math.random() * 256);
+      if (!Number.isInteger(key) || key < 0 || key > 0xff) throw new RnicError('EINVAL', `STag key ${key} is not an octet`);
+      index = this.allocateIndex();
+    }
     const stag = ((index << 8) | key) >>> 0;
     const region = new MemoryRegion(stag, pd, access, buffer, viewOffset + offset, length, base, pageSize);
     this.regions.set(index, region);

@@ -121,7 +121,8 @@ export class FpduReceiver {
   private readonly crcEnabled: boolean;
   private readonly markersEnabled: boolean;
   private readonly maxUlpdu: number;
-  private readonly staging = new Uint8Array(STAGING_SIZE);
+  /** Allocated on the first socket read; push() never needs it. */
+  private staging: Uint8Array = EMPTY;
   private readonly header = new Uint8Array(HEADER_BUFFER_SIZE);
   private readonly trailer = new Uint8Array(3 + CRC_LENGTH);
   private readonly markerBytes = new Uint8Array(MARKER_LENGTH);
@@ -200,6 +201,7 @@ export class FpduReceiver {
       }
     }
     this.directView = undefined;
+    if (this.staging.length === 0) this.staging = new Uint8Array(STAGING_SIZE);
     return this.staging.subarray(0, this.stagingWant());
   }
 
