@@ -4,6 +4,8 @@
 export interface Series {
   readonly name: string;
   readonly points: ReadonlyArray<readonly [number, number]>;
+  /** Drawn dashed (e.g. reference figures beside measured ones). */
+  readonly dashed?: boolean;
 }
 
 export interface LineChartSpec {
@@ -29,9 +31,9 @@ export interface BarChartSpec {
   readonly formatY?: (value: number) => string;
 }
 
-const WIDTH = 760;
+const WIDTH = 800;
 const HEIGHT = 440;
-const MARGIN = { top: 48, right: 190, bottom: 64, left: 78 };
+const MARGIN = { top: 48, right: 210, bottom: 64, left: 78 };
 const PLOT_W = WIDTH - MARGIN.left - MARGIN.right;
 const PLOT_H = HEIGHT - MARGIN.top - MARGIN.bottom;
 const COLORS = ['#1f77b4', '#d62728', '#2ca02c', '#ff7f0e', '#9467bd', '#8c564b', '#e377c2', '#17becf'];
@@ -49,14 +51,16 @@ function defaultFormat(value: number): string {
   return `${+value.toPrecision(2)}`;
 }
 
-/** Round tick values covering [min, max]. */
+/** Round tick values from at or below `min` to at or above `max`. */
 export function niceTicks(min: number, max: number, count = 5): number[] {
   if (!(max > min)) return [min];
   const rough = (max - min) / count;
   const power = 10 ** Math.floor(Math.log10(rough));
   const step = [1, 2, 2.5, 5, 10].map((m) => m * power).find((s) => s >= rough) ?? 10 * power;
+  const first = Math.floor(min / step + 1e-9);
+  const last = Math.ceil(max / step - 1e-9);
   const ticks: number[] = [];
-  for (let tick = Math.ceil(min / step - 1e-9) * step; tick <= max + step * 1e-9; tick += step) ticks.push(+tick.toPrecision(12));
+  for (let index = first; index <= last; index++) ticks.push(+(index * step).toPrecision(12));
   return ticks;
 }
 
@@ -135,7 +139,8 @@ export function lineChart(spec: LineChartSpec): string {
       const color = COLORS[index % COLORS.length]!;
       const path = series.points.map(([x, y], i) => `${i === 0 ? 'M' : 'L'}${xScale(x).toFixed(1)},${yScale(y).toFixed(1)}`).join(' ');
       const dots = series.points.map(([x, y]) => `<circle cx="${xScale(x).toFixed(1)}" cy="${yScale(y).toFixed(1)}" r="3" fill="${color}"/>`).join('');
-      return `<path d="${path}" fill="none" stroke="${color}" stroke-width="2.5"/>${dots}`;
+      const dash = series.dashed ? ' stroke-dasharray="7,5"' : '';
+      return `<path d="${path}" fill="none" stroke="${color}" stroke-width="2.5"${dash}/>${dots}`;
     })
     .join('\n');
   let marker = '';

@@ -145,7 +145,7 @@ export const blockTier: Experiment = {
     const series = [
       { name: 'LRU, prefix hits', points: points.map((p) => [xOf(p), p.prefixHitRate] as const) },
       { name: 'LRU, all hits', points: points.map((p) => [xOf(p), p.hitRate] as const) },
-      { name: 'README reference', points: compared.map((p) => [xOf(p), p.reference!] as const) },
+      { name: 'README reference', points: compared.map((p) => [xOf(p), p.reference!] as const), dashed: true },
     ];
     if (ways > 0) {
       series.push({

@@ -223,25 +223,29 @@ export const kbtpVsPerBlockMr: Experiment = {
         `KBTP's NIC time: every stored block still brings its own MPT and MTT lines, which the pool's ${params.poolBlocks} blocks cannot all keep in ${context.config.lines} lines ` +
         '(and a registration per stored block costs target-CPU or firmware time the model does not count).',
     ];
-    const names = results.map((r) => r.scheme);
+    // Short names fit under the bars: "kbtp 4K", "per-block 64K hw".
+    const short = (scheme: Scheme) =>
+      `${scheme.perBlockRegions ? 'per-block' : 'kbtp'} ${bytesLabel(scheme.pageBytes).replace(' KiB', 'K').replace(' MiB', 'M')}` +
+      (scheme.perBlockRegions && scheme.config.policy === 'hw-assisted' ? ' hw' : '');
+    const groups = schemes.map(short);
     const charts = [
       {
         file: 'kbtp-vs-per-block-mr.svg',
         svg: barChart({
           title: `NIC time per block operation (${context.config.lines} lines)`,
           yLabel: 'modelled NIC ns per block operation',
-          groups: ['NIC ns per block op'],
-          series: names.map((name, index) => ({ name, values: [results[index]!.nicNsPerBlockOperation] })),
+          groups,
+          series: [{ name: 'NIC ns per block op', values: results.map((r) => r.nicNsPerBlockOperation) }],
           formatY: (value) => value.toFixed(0),
         }),
       },
       {
         file: 'kbtp-vs-per-block-mr-misses.svg',
         svg: barChart({
-          title: 'Translation misses per block operation',
+          title: `Translation misses per block operation (${context.config.lines} lines)`,
           yLabel: 'MPT+MTT misses per block operation',
-          groups: ['translation misses per block op'],
-          series: names.map((name, index) => ({ name, values: [results[index]!.translationMisses / operations] })),
+          groups,
+          series: [{ name: 'translation misses per block op', values: results.map((r) => r.translationMisses / operations) }],
           formatY: (value) => value.toFixed(2),
         }),
       },
