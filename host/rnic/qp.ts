@@ -229,6 +229,7 @@ export class QueuePair extends EventEmitter<QueuePairEvents> implements ReceiveS
   private transmitBlocked = false;
   private awaitingRtr: ReadonlySet<RtrType> | undefined;
   private pendingReadResponses = 0;
+  private pendingAtomicResponses = 0;
   private atomicWaitsForReads = false;
   // The inbound Send being placed.
   private currentRecv: RecvWqe | undefined;
@@ -732,7 +733,8 @@ export class QueuePair extends EventEmitter<QueuePairEvents> implements ReceiveS
       if (read.readSize === 0) {
         // No source checks for a zero-length read (RFC 5040 §5.3); answer with an empty response.
         this.irq.shift();
-        transmitter.sendTagged(RdmapOpcode.RdmaReadResponse, read.sinkStag, read.sinkTaggedOffset, [], 0);
+        this.pendingReadResponses++;
+        transmitter.sendTagged(RdmapOpcode.RdmaReadResponse, read.sinkStag, read.sinkTaggedOffset, [], 0, this.readResponseWritten);
         return true;
       }
       const status = this.memory.checkRemote(read.sourceStag, this.pd, Access.RemoteRead, read.sourceTaggedOffset, read.readSize);
@@ -806,9 +808,15 @@ export class QueuePair extends EventEmitter<QueuePairEvents> implements ReceiveS
     this.irq.shift();
     const response = new Uint8Array(ATOMIC_RESPONSE_HEADER_LENGTH);
     encodeAtomicResponse(response, 0, { requestId: atomic.requestId, originalValue: original });
-    transmitter.sendUntagged(RdmapOpcode.AtomicResponse, QN_ATOMIC_RESPONSE, 0, response);
+    this.pendingAtomicResponses++;
+    transmitter.sendUntagged(RdmapOpcode.AtomicResponse, QN_ATOMIC_RESPONSE, 0, response, undefined, 0, this.atomicResponseWritten);
     return true;
   }
+
+  private atomicResponseWritten = (): void => {
+    this.pendingAtomicResponses--;
+    if (this.stalled) this.pump();
+  };
 
   private readResponseWritten = (): void => {
     this.pendingReadResponses--;
@@ -1108,9 +1116,13 @@ export class QueuePair extends EventEmitter<QueuePairEvents> implements ReceiveS
     this.fail(cause);
   }
 
-  /** IRD accounting shared by RDMA Read and Atomic Requests (RFC 7306 §7.1). */
+  /**
+   * IRD accounting shared by RDMA Read and Atomic Requests (RFC 7306 §7.1). A request holds
+   * its slot until the kernel has taken its whole response; a peer that issues more than IRD
+   * requests before reading the responses breaks the protocol.
+   */
   private acceptInbound(fpdu: Uint8Array, what: string): boolean {
-    if (this.irq.length < Math.max(1, this.ird)) return true;
+    if (this.irq.length + this.pendingReadResponses + this.pendingAtomicResponses < Math.max(1, this.ird)) return true;
     this.receiver!.failMessage({
       layer: TerminateLayer.Ddp,
       errorType: DDP_ETYPE_UNTAGGED,
@@ -1196,8 +1208,9 @@ export class QueuePair extends EventEmitter<QueuePairEvents> implements ReceiveS
   private attributeRemoteError(info: TerminateInfo): void {
     const ddp = info.ddpHeader;
     if (ddp === undefined || ddp.length !== DDP_UNTAGGED_HEADER_LENGTH) return;
-    if (readUint32(ddp, 4) !== QN_READ_REQUEST) return;
-    const msn = readUint32(ddp, 8);
+    // DDP header octets: control, RDMAP control, reserved (4), QN at 6, MSN at 10.
+    if (readUint32(ddp, 6) !== QN_READ_REQUEST) return;
+    const msn = readUint32(ddp, 10);
     const request = this.orq.find((entry) => entry.msn === msn);
     if (request?.wqe === undefined) return;
     const status =

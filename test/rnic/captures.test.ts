@@ -281,6 +281,8 @@ test('rping client role: our Request equals siw\'s, and our Sends and Read Respo
   let ping = 0;
   for (const bytes of fpduBytes(serverBytes, server)) {
     side.channel.receive(bytes);
+    // Let write completions run, as they would before siw's next request could arrive.
+    await new Promise((resolve) => setImmediate(resolve));
     const opcode = bytes[3]! & 0x0f;
     if (opcode !== RdmapOpcode.Send) continue;
     if (next % 2 === 1) {
