@@ -7,6 +7,7 @@
 import { test } from 'uvu';
 import * as assert from 'uvu/assert';
 import { decodeIwarpCapture, opcodeSequence } from './capture-check.ts';
+import type { RdmapSegment } from '../../host/rnic/wire/rdmap.ts';
 import { GUEST_ADDRESS, Guest, HOST_ADDRESS_FROM_GUEST, type GuestResult } from './guest.ts';
 import { createRnic, RnicError, type ConnectionRequest, type Rnic } from '../../host/rnic/verbs.ts';
 import { runRpingClient, runRpingServer } from './rping-peer.ts';
@@ -29,17 +30,21 @@ async function failure(promise: Promise<unknown>): Promise<Error> {
 // --- 1 + 3: kbtp as rping client against `rping -s` on siw ------------------------------------
 
 const clientSide = { guest: undefined as Guest | undefined, result: undefined as GuestResult | undefined };
-const serverScenarios = ['crc-off-client-server', 'crc-on-peer-to-peer'] as const;
+// name:rping -S size. The large one makes both sides segment messages into many FPDUs.
+const LARGE = 40_000;
+const serverScenarios = ['crc-off-client-server:64', 'crc-on-peer-to-peer:64', `large:${LARGE}`] as const;
 
 test('kbtp client vs rping -s, CRC off, client-server model: 10 validated iterations, both exit 0', async () => {
-  const rpingServer = `rping -s -v -a ${GUEST_ADDRESS} -p ${RPING_PORT}`;
+  const rpingServer = `rping -s -a ${GUEST_ADDRESS} -p ${RPING_PORT}`;
   clientSide.guest = await Guest.start({
     name: 'siw-rping-server',
     forwardGuestPorts: [RPING_PORT],
     peerScript: [
       'status=0',
       `for s in ${serverScenarios.join(' ')}; do`,
-      `  ${rpingServer} & pid=$!`,
+      '  size=${s##*:} s=${s%%:*} v=-v',
+      '  [ $size = 64 ] || v=', // 40 kB of "server ping data" per iteration would swamp the console
+      `  ${rpingServer} $v -S $size & pid=$!`,
       `  wait_tcp_listen ${RPING_PORT} || exit 10`,
       '  echo "KBTP-READY $s"',
       '  wait $pid; rc=$?',
@@ -47,7 +52,7 @@ test('kbtp client vs rping -s, CRC off, client-server model: 10 validated iterat
       '  [ $rc = 0 ] || status=1',
       'done',
       // One more server for the connections siw itself refuses or that never reach rping.
-      `${rpingServer} & pid=$!`,
+      `${rpingServer} -S 64 & pid=$!`,
       `wait_tcp_listen ${RPING_PORT} || exit 10`,
       'echo "KBTP-READY corners"',
       'read -r line',
@@ -82,6 +87,14 @@ test('kbtp client vs rping -s, kbtp requests CRC (C=1), peer-to-peer with the Wr
   assert.is(exit[1], '0', 'rping -s exit status');
 });
 
+test(`kbtp client vs rping -s -S ${LARGE}: messages span many FPDUs both ways, data verified`, async () => {
+  const guest = clientSide.guest!;
+  await guest.waitForLine(/^KBTP-READY large/);
+  const report = await runRpingClient({ host: '127.0.0.1', port: guest.hostPort(RPING_PORT), count: 3, size: LARGE, settleMs: SIW_SETTLE_MS });
+  assert.is(report.iterations, 3);
+  assert.is((await guest.waitForLine(/^KBTP-RPING-EXIT large (\d+)/, 60_000))[1], '0');
+});
+
 test('kbtp client asking for markers: siw rejects and kbtp reports ECONNREFUSED promptly', async () => {
   const guest = clientSide.guest!;
   await guest.waitForLine(/^KBTP-READY corners/);
@@ -110,8 +123,16 @@ test("the rping -s run's capture decodes completely; CRC verified on every FPDU 
   assert.ok(result, 'the guest has exited');
   const capture = decodeIwarpCapture(result.pcapPath, RPING_PORT);
   assert.equal(capture.problems, []);
-  assert.is(capture.connections.length, 4);
-  const [plain, withCrc, markers, rtrMismatch] = capture.connections;
+  assert.is(capture.connections.length, 5);
+  const [plain, withCrc, large, markers, rtrMismatch] = capture.connections;
+  // siw cuts each message into MSS-sized FPDUs (1436 payload octets on this link); kbtp's TCP
+  // peer is QEMU on loopback (MSS ~65 k), so its MULPDU lets a 40 kB Read Response be one FPDU.
+  const payload = (segments: readonly RdmapSegment[], opcode: number): number[] =>
+    segments.filter((s) => s.opcode === opcode).map((s) => s.payload.length);
+  const siwWrites = payload(large!.responderToInitiator.segments, 0x0);
+  assert.ok(siwWrites.length > 3 * 20, `siw segmented its RDMA Writes (${siwWrites.length} segments)`);
+  assert.is(siwWrites.reduce((a, b) => a + b, 0), 3 * LARGE);
+  assert.is(payload(large!.initiatorToResponder.segments, 0x2).reduce((a, b) => a + b, 0), 3 * LARGE, 'Read Response octets');
   assert.not.ok(plain!.crcNegotiated);
   const perIteration = ['RDMA Read Request', 'Send', 'RDMA Write', 'Send'];
   assert.equal(opcodeSequence(plain!.responderToInitiator.segments), Array.from({ length: COUNT }, () => perIteration).flat());
@@ -125,12 +146,12 @@ test("the rping -s run's capture decodes completely; CRC verified on every FPDU 
 
 // --- 2 + 3: kbtp as rping server against `rping -c` on siw -------------------------------------
 
-test('kbtp server vs rping -c -V -C 10: CRC off, then kbtp answering C=1; reject and markers end cleanly', async () => {
+test(`kbtp server vs rping -c -V: CRC off, kbtp answering C=1, -S ${LARGE}; reject and markers end cleanly`, async () => {
   const rnic: Rnic = createRnic({ name: 'rping-listener' });
   const listener = await rnic.listen({ host: '127.0.0.1', port: 0, timeoutMs: 30_000 });
-  const client = (name: string, count: number): string[] => [
+  const client = (name: string, count: number, size = 64): string[] => [
     `echo "KBTP-CLIENT-START ${name}"`,
-    `rping -c -v -V -C ${count} -a ${HOST_ADDRESS_FROM_GUEST} -p ${listener.port}; rc=$?`,
+    `rping -c ${size === 64 ? '-v ' : ''}-V -C ${count} -S ${size} -a ${HOST_ADDRESS_FROM_GUEST} -p ${listener.port}; rc=$?`,
     `echo "KBTP-RPING-EXIT ${name} $rc"`,
   ];
   let guest: Guest | undefined;
@@ -142,6 +163,8 @@ test('kbtp server vs rping -c -V -C 10: CRC off, then kbtp answering C=1; reject
         ...client('crc-off', COUNT),
         '[ $rc = 0 ] || status=1',
         ...client('crc-on', COUNT),
+        '[ $rc = 0 ] || status=1',
+        ...client('large', 3, LARGE),
         '[ $rc = 0 ] || status=1',
         ...client('rejected', 1),
         ...client('markers', 1),
@@ -161,6 +184,10 @@ test('kbtp server vs rping -c -V -C 10: CRC off, then kbtp answering C=1; reject
     assert.ok(withCrc.connection.crc, 'siw sent C=0, kbtp answered C=1: CRC on');
     assert.is((await guest.waitForLine(/^KBTP-RPING-EXIT crc-on (\d+)/))[1], '0');
 
+    const large = await runRpingServer(await next(), { size: LARGE });
+    assert.is(large.iterations, 3);
+    assert.is((await guest.waitForLine(/^KBTP-RPING-EXIT large (\d+)/))[1], '0');
+
     (await next()).reject();
     assert.not.equal((await guest.waitForLine(/^KBTP-RPING-EXIT rejected (\d+)/, 30_000))[1], '0', 'rping -c reports the reject');
 
@@ -177,14 +204,14 @@ test('kbtp server vs rping -c -V -C 10: CRC off, then kbtp answering C=1; reject
 
     const capture = decodeIwarpCapture(result.pcapPath, listener.port);
     assert.equal(capture.problems, []);
-    assert.is(capture.connections.length, 4);
+    assert.is(capture.connections.length, 5);
     const [offConnection, onConnection] = capture.connections;
     assert.not.ok(offConnection!.crcNegotiated);
     assert.ok(onConnection!.crcNegotiated);
     assert.is(onConnection!.initiatorToResponder.crcVerified, onConnection!.initiatorToResponder.segments.length, 'siw generates CRC');
     assert.is(onConnection!.responderToInitiator.crcVerified, onConnection!.responderToInitiator.segments.length, 'kbtp generates CRC');
-    assert.ok(capture.connections[2]!.responderToInitiator.frame?.reject, 'kbtp Reply R=1');
-    assert.ok(capture.connections[3]!.responderToInitiator.frame?.markers, 'kbtp Reply M=1');
+    assert.ok(capture.connections[3]!.responderToInitiator.frame?.reject, 'kbtp Reply R=1');
+    assert.ok(capture.connections[4]!.responderToInitiator.frame?.markers, 'kbtp Reply M=1');
   } finally {
     guest?.kill();
     await rnic.close();
