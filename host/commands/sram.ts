@@ -53,7 +53,7 @@ function experimentUsage(experiment: Experiment): string {
 function modelConfig(values: OptionValues): SramModelConfig {
   const base = typeof values.config === 'string' ? loadSramConfig(values.config) : DEFAULT_SRAM_CONFIG;
   if (values.lines === undefined) return base;
-  const lines = integerOption(values, 'lines', base.lines, 1, 1 << 26);
+  const lines = integerOption(values, 'lines', base.lines, 1, 1 << 24);
   return withOverrides(base, { lines }, '--lines');
 }
 

@@ -3,7 +3,9 @@
 // policy; each pool is divided into sets, and each set keeps an intrusive doubly linked LRU
 // list over line indices. A key finds its line through an open-addressing hash table with
 // linear probing and backward-shift deletion. Everything lives in typed arrays allocated up
-// front, so access() allocates nothing.
+// front, so access() allocates nothing. A line's fields sit together in one 64-byte record of
+// an Int32Array (array of structs): a hit or a miss touches a few CPU cache lines rather than
+// one per field, which is most of the model's speed.
 import { DEFAULT_COSTS, type SramCosts } from './costs.ts';
 import {
   KIND_FIELDS,
@@ -12,21 +14,20 @@ import {
   K_INSERTS,
   K_INVALIDATIONS,
   K_MISSES,
-  K_TIME,
+  K_WRITEBACKS_PAID,
   K_WRITEBACKS,
   OWNER_FIELDS,
   O_HITS,
   O_LINES_DROPPED,
   O_LINES_LOST,
   O_MISSES,
-  O_TIME,
   O_WRITEBACKS,
   kindStatsFrom,
   ownerStatsFrom,
   type OwnerStats,
   type SramStats,
 } from './counters.ts';
-import { EntryKind, KIND_COUNT, KIND_NAMES, NO_KIND, WRITABLE_KINDS, kindName } from './kinds.ts';
+import { EntryKind, KIND_COUNT, KIND_NAMES, WRITABLE_KINDS, kindName } from './kinds.ts';
 import { createPolicy, type InvalidationTarget, type SramPolicy } from './policy.ts';
 
 export interface SramCacheOptions {
@@ -62,8 +63,32 @@ export interface LineView {
   readonly owner: number;
 }
 
+/** 2^24 lines: 1 GiB of line records, far beyond any NIC or device SRAM. */
+export const MAX_LINES = 1 << 24;
+
 const EMPTY_SLOT = -1;
 const NONE = -1;
+/** Kind field of an empty line. */
+const EMPTY = -1;
+
+// Fields of a line's record in `rec` (line << SHIFT is its first field).
+const SHIFT = 4;
+const F_A = 0;
+const F_B = 1;
+const F_KIND = 2;
+const F_DIRTY = 3;
+const F_OWNER = 4;
+/** Toward the most recently used end of the set's list. */
+const F_PREV = 5;
+/** Toward the least recently used end. */
+const F_NEXT = 6;
+const F_HASH = 7;
+/** Where the line's key sits in the hash table. */
+const F_SLOT = 8;
+const F_SET = 9;
+/** Neighbours on the list of valid lines of the same kind (invalidations walk it, not the cache). */
+const F_KIND_PREV = 10;
+const F_KIND_NEXT = 11;
 
 function hashKey(kind: number, a: number, b: number): number {
   let h = (a ^ Math.imul(kind + 1, 0x9e3779b9)) | 0;
@@ -86,24 +111,8 @@ export class SramCache implements InvalidationTarget {
   readonly costs: SramCosts;
   readonly controlInsertsLines: boolean;
 
-  // Per line.
-  private readonly kindOf: Uint8Array;
-  private readonly keyA: Uint32Array;
-  private readonly keyB: Uint32Array;
-  private readonly hashOf: Int32Array;
-  /** Where the line's key sits in the hash table. */
-  private readonly slotOf: Int32Array;
-  private readonly dirty: Uint8Array;
-  private readonly ownerOf: Int32Array;
-  private readonly setOf: Int32Array;
-  /** Toward the most recently used end of the set's list. */
-  private readonly prev: Int32Array;
-  /** Toward the least recently used end. */
-  private readonly next: Int32Array;
-
-  /** Every valid line is also on its kind's list, so invalidations need not scan the cache. */
-  private readonly kindNext: Int32Array;
-  private readonly kindPrev: Int32Array;
+  /** Every line's record, 1 << SHIFT int32 fields each. Keys are stored as int32 (a | 0). */
+  private readonly rec: Int32Array;
   private readonly kindHead = new Int32Array(KIND_COUNT).fill(NONE);
   /** Lines collected for an invalidation. */
   private readonly scratch: Int32Array;
@@ -126,26 +135,25 @@ export class SramCache implements InvalidationTarget {
   private ownerCounters: Float64Array;
   private ownerCapacity: number;
 
-  /** Running totals, read by experiments between accesses to time one operation. */
-  timeNs = 0;
+  /** Running totals. */
   hits = 0;
   misses = 0;
   writeBacks = 0;
   registrations = 0;
   deregistrations = 0;
 
-  // The costs as plain fields: read on every access.
-  private readonly hitNs: number;
-  private readonly missNs: number;
-  private readonly writeBackNs: number;
+  /** The costs as the counters use them: a hit, a miss (lookup + PCIe read), a write-back. */
+  readonly hitNs: number;
+  readonly missNs: number;
+  readonly writeBackNs: number;
 
   /** Line touched by the last access or insert (for walkthroughs and tests). */
   lastLine = NONE;
 
   constructor(options: SramCacheOptions) {
     const { lines } = options;
-    if (!Number.isInteger(lines) || lines < 1) {
-      throw new Error(`lines must be a positive integer (got ${lines})`);
+    if (!Number.isInteger(lines) || lines < 1 || lines > MAX_LINES) {
+      throw new Error(`lines must be a whole number from 1 to ${MAX_LINES} (got ${lines})`);
     }
     const associativity = options.associativity ?? 0;
     if (!Number.isInteger(associativity) || associativity < 0) {
@@ -165,18 +173,11 @@ export class SramCache implements InvalidationTarget {
     this.missNs = this.costs.sramHitNs + this.costs.pcieReadNs;
     this.writeBackNs = this.costs.pcieWriteNs;
 
-    this.kindOf = new Uint8Array(lines).fill(NO_KIND);
-    this.keyA = new Uint32Array(lines);
-    this.keyB = new Uint32Array(lines);
-    this.hashOf = new Int32Array(lines);
-    this.slotOf = new Int32Array(lines);
-    this.dirty = new Uint8Array(lines);
-    this.ownerOf = new Int32Array(lines).fill(NONE);
-    this.setOf = new Int32Array(lines);
-    this.prev = new Int32Array(lines);
-    this.next = new Int32Array(lines);
-    this.kindNext = new Int32Array(lines);
-    this.kindPrev = new Int32Array(lines);
+    this.rec = new Int32Array(lines << SHIFT);
+    for (let line = 0; line < lines; line++) {
+      this.rec[(line << SHIFT) + F_KIND] = EMPTY;
+      this.rec[(line << SHIFT) + F_OWNER] = NONE;
+    }
     this.scratch = new Int32Array(lines);
     this.writable = new Uint8Array(KIND_COUNT);
     for (const kind of WRITABLE_KINDS) this.writable[kind] = 1;
@@ -227,7 +228,7 @@ export class SramCache implements InvalidationTarget {
         // filled in index order, which keeps walkthroughs readable.
         for (let way = 0; way < pool.ways; way++) {
           const line = pool.firstLine + s * pool.ways + way;
-          this.setOf[line] = set;
+          this.rec[(line << SHIFT) + F_SET] = set;
           this.pushHead(line, set);
         }
       }
@@ -248,8 +249,8 @@ export class SramCache implements InvalidationTarget {
    * dirty (only kinds the NIC modifies on-chip). Returns HIT/EVICTED/WROTE_BACK/BYPASSED bits.
    */
   access(kind: EntryKind, a: number, b: number, owner: number, write: boolean): number {
-    a >>>= 0;
-    b >>>= 0;
+    a |= 0;
+    b |= 0;
     if (write && this.writable[kind] === 0) {
       throw new Error(`${kindName(kind)} entries are never modified on-chip; access them with write = false`);
     }
@@ -257,43 +258,37 @@ export class SramCache implements InvalidationTarget {
     const h = hashKey(kind, a, b);
     // The probe is written out here rather than calling find(): this is the hottest loop.
     const slots = this.slots;
+    const rec = this.rec;
     const mask = this.slotMask;
-    const keyA = this.keyA;
-    const keyB = this.keyB;
-    const kindOf = this.kindOf;
     let slot = h & mask;
     let line = slots[slot]!;
     while (line !== EMPTY_SLOT) {
-      if (keyA[line] === a && keyB[line] === b && kindOf[line] === kind) break;
+      const at = line << SHIFT;
+      if (rec[at + F_A] === a && rec[at + F_B] === b && rec[at + F_KIND] === kind) break;
       slot = (slot + 1) & mask;
       line = slots[slot]!;
     }
-    const kindCounters = this.kindCounters;
-    const ownerCounters = this.ownerCounters;
-    const kindBase = kind * KIND_FIELDS;
-    const ownerBase = owner * OWNER_FIELDS;
     if (line !== EMPTY_SLOT) {
       this.touch(line);
-      if (write) this.dirty[line] = 1;
+      if (write) rec[(line << SHIFT) + F_DIRTY] = 1;
       this.lastLine = line;
-      const hitNs = this.hitNs;
       this.hits++;
-      this.timeNs += hitNs;
-      kindCounters[kindBase + K_HITS]! += 1;
-      kindCounters[kindBase + K_TIME]! += hitNs;
-      ownerCounters[ownerBase + O_HITS + kind]! += 1;
-      ownerCounters[ownerBase + O_TIME]! += hitNs;
+      this.kindCounters[kind * KIND_FIELDS + K_HITS]! += 1;
+      this.ownerCounters[owner * OWNER_FIELDS + O_HITS + kind]! += 1;
       return HIT;
     }
     this.misses++;
-    kindCounters[kindBase + K_MISSES]! += 1;
-    ownerCounters[ownerBase + O_MISSES + kind]! += 1;
-    const result = this.fill(kind, a, b, h, owner, write);
-    const spent = (result & WROTE_BACK) !== 0 ? this.missNs + this.writeBackNs : this.missNs;
-    this.timeNs += spent;
-    kindCounters[kindBase + K_TIME]! += spent;
-    this.ownerCounters[ownerBase + O_TIME]! += spent;
-    return result;
+    this.kindCounters[kind * KIND_FIELDS + K_MISSES]! += 1;
+    this.ownerCounters[owner * OWNER_FIELDS + O_MISSES + kind]! += 1;
+    return this.fill(kind, a, b, h, owner, write);
+  }
+
+  /**
+   * Modelled NIC time of every access and write-back so far (experiments read it before and
+   * after an operation to time it). Derived from the counts, so exact and free to keep.
+   */
+  get timeNs(): number {
+    return this.hits * this.hitNs + this.misses * this.missNs + this.writeBacks * this.writeBackNs;
   }
 
   /**
@@ -301,31 +296,25 @@ export class SramCache implements InvalidationTarget {
    * Present already: it becomes most recently used. Returns the same bits as access().
    */
   insert(kind: EntryKind, a: number, b: number, owner: number, dirty: boolean): number {
-    a >>>= 0;
-    b >>>= 0;
+    a |= 0;
+    b |= 0;
     if (owner >>> 0 >= this.ownerCapacity) this.growOwners(owner);
     const h = hashKey(kind, a, b);
     const line = this.find(h, kind, a, b);
     if (line !== NONE) {
       this.touch(line);
-      if (dirty) this.dirty[line] = 1;
+      if (dirty) this.rec[(line << SHIFT) + F_DIRTY] = 1;
       this.lastLine = line;
       return HIT;
     }
     this.kindCounters[kind * KIND_FIELDS + K_INSERTS]! += 1;
-    const result = this.fill(kind, a, b, h, owner, dirty);
-    if ((result & WROTE_BACK) !== 0) {
-      this.timeNs += this.writeBackNs;
-      this.kindCounters[kind * KIND_FIELDS + K_TIME]! += this.writeBackNs;
-      this.ownerCounters[owner * OWNER_FIELDS + O_TIME]! += this.writeBackNs;
-    }
-    return result;
+    return this.fill(kind, a, b, h, owner, dirty);
   }
 
   /** Whether the entry is cached; does not change recency. */
   contains(kind: EntryKind, a: number, b: number): boolean {
-    a >>>= 0;
-    b >>>= 0;
+    a |= 0;
+    b |= 0;
     return this.find(hashKey(kind, a, b), kind, a, b) !== NONE;
   }
 
@@ -334,8 +323,8 @@ export class SramCache implements InvalidationTarget {
    * cached or its kind has no lines. Changes nothing.
    */
   peekVictim(kind: EntryKind, a: number, b: number): number {
-    a >>>= 0;
-    b >>>= 0;
+    a |= 0;
+    b |= 0;
     const h = hashKey(kind, a, b);
     const setCount = this.setCountOfKind[kind]!;
     if (setCount === 0 || this.find(h, kind, a, b) !== NONE) return NONE;
@@ -345,13 +334,13 @@ export class SramCache implements InvalidationTarget {
   /** The set (global index) a key maps to, or -1 when its kind has no lines. */
   setOfKey(kind: EntryKind, a: number, b: number): number {
     const setCount = this.setCountOfKind[kind]!;
-    return setCount === 0 ? NONE : this.setFor(kind, hashKey(kind, a >>> 0, b >>> 0), setCount);
+    return setCount === 0 ? NONE : this.setFor(kind, hashKey(kind, a | 0, b | 0), setCount);
   }
 
   /** Drops one entry without writing it back (its owner is gone). Returns whether it was cached. */
   invalidate(kind: EntryKind, a: number, b: number): boolean {
-    a >>>= 0;
-    b >>>= 0;
+    a |= 0;
+    b |= 0;
     const line = this.find(hashKey(kind, a, b), kind, a, b);
     if (line === NONE) return false;
     this.drop(line);
@@ -362,13 +351,13 @@ export class SramCache implements InvalidationTarget {
     let count = 0;
     for (let kind = 0; kind < KIND_COUNT; kind++) {
       if (((1 << kind) & kindMask) === 0) continue;
-      for (let line = this.kindHead[kind]!; line !== NONE; line = this.kindNext[line]!) this.scratch[count++] = line;
+      for (let line = this.kindHead[kind]!; line !== NONE; line = this.rec[(line << SHIFT) + F_KIND_NEXT]!) this.scratch[count++] = line;
     }
     return this.dropCollected(count);
   }
 
   invalidateRegion(stag: number): number {
-    stag >>>= 0;
+    stag |= 0;
     let count = 0;
     const pages = this.regionPages.get(stag);
     if (pages !== undefined && pages <= 4 * this.lineCount) {
@@ -381,8 +370,8 @@ export class SramCache implements InvalidationTarget {
       }
     } else {
       for (const kind of [EntryKind.MPT, EntryKind.MTT]) {
-        for (let line = this.kindHead[kind]!; line !== NONE; line = this.kindNext[line]!) {
-          if (this.keyA[line] === stag) this.scratch[count++] = line;
+        for (let line = this.kindHead[kind]!; line !== NONE; line = this.rec[(line << SHIFT) + F_KIND_NEXT]!) {
+          if (this.rec[(line << SHIFT) + F_A] === stag) this.scratch[count++] = line;
         }
       }
     }
@@ -395,7 +384,7 @@ export class SramCache implements InvalidationTarget {
    */
   registerRegion(stag: number, owner: number, pages?: number): void {
     this.registrations++;
-    if (pages !== undefined) this.regionPages.set(stag >>> 0, pages);
+    if (pages !== undefined) this.regionPages.set(stag | 0, pages);
     if (this.controlInsertsLines) this.insert(EntryKind.MPT, stag, 0, owner, false);
   }
 
@@ -403,7 +392,7 @@ export class SramCache implements InvalidationTarget {
   deregisterRegion(stag: number): void {
     this.deregistrations++;
     this.policy.deregister(this, stag >>> 0);
-    this.regionPages.delete(stag >>> 0);
+    this.regionPages.delete(stag | 0);
   }
 
   createQueuePair(qpNumber: number, owner: number): void {
@@ -417,15 +406,17 @@ export class SramCache implements InvalidationTarget {
   // ---- reports (these allocate; never on the access path) ----
 
   lineView(line: number): LineView | null {
-    const kind = this.kindOf[line];
-    if (kind === undefined || kind === NO_KIND) return null;
+    if (!Number.isInteger(line) || line < 0 || line >= this.lineCount) return null;
+    const at = line << SHIFT;
+    const kind = this.rec[at + F_KIND]!;
+    if (kind === EMPTY) return null;
     return {
       line,
       kind: kindName(kind),
-      a: this.keyA[line]!,
-      b: this.keyB[line]!,
-      dirty: this.dirty[line] === 1,
-      owner: this.ownerOf[line]!,
+      a: this.rec[at + F_A]! >>> 0,
+      b: this.rec[at + F_B]! >>> 0,
+      dirty: this.rec[at + F_DIRTY] === 1,
+      owner: this.rec[at + F_OWNER]!,
     };
   }
 
@@ -436,7 +427,7 @@ export class SramCache implements InvalidationTarget {
   /** Lines of the set holding `line`, most recently used first. */
   recencyOrder(line = 0): number[] {
     const order: number[] = [];
-    for (let at = this.head[this.setOf[line]!]!; at !== NONE; at = this.next[at]!) order.push(at);
+    for (let at = this.head[this.rec[(line << SHIFT) + F_SET]!]!; at !== NONE; at = this.rec[(at << SHIFT) + F_NEXT]!) order.push(at);
     return order;
   }
 
@@ -444,15 +435,15 @@ export class SramCache implements InvalidationTarget {
     const counts: Record<string, number> = {};
     for (const name of KIND_NAMES) counts[name] = 0;
     for (let line = 0; line < this.lineCount; line++) {
-      const kind = this.kindOf[line]!;
-      if (kind !== NO_KIND) counts[kindName(kind)]! += 1;
+      const kind = this.rec[(line << SHIFT) + F_KIND]!;
+      if (kind !== EMPTY) counts[kindName(kind)]! += 1;
     }
     return counts;
   }
 
   stats(): SramStats {
     const perKind: SramStats['perKind'] = {};
-    for (let kind = 0; kind < KIND_COUNT; kind++) perKind[KIND_NAMES[kind]!] = kindStatsFrom(this.kindCounters, kind);
+    for (let kind = 0; kind < KIND_COUNT; kind++) perKind[KIND_NAMES[kind]!] = kindStatsFrom(this.kindCounters, kind, this);
     const accesses = this.hits + this.misses;
     return {
       accesses,
@@ -470,8 +461,8 @@ export class SramCache implements InvalidationTarget {
   }
 
   ownerStats(owner: number): OwnerStats {
-    if (owner >= this.ownerCapacity) return ownerStatsFrom(new Float64Array(OWNER_FIELDS), 0, owner);
-    return ownerStatsFrom(this.ownerCounters, owner, owner);
+    if (owner >= this.ownerCapacity) return ownerStatsFrom(new Float64Array(OWNER_FIELDS), 0, owner, this);
+    return ownerStatsFrom(this.ownerCounters, owner, owner, this);
   }
 
   /** Owners that have touched the cache, in index order. */
@@ -493,7 +484,6 @@ export class SramCache implements InvalidationTarget {
   resetCounters(): void {
     this.kindCounters.fill(0);
     this.ownerCounters.fill(0);
-    this.timeNs = 0;
     this.hits = 0;
     this.misses = 0;
     this.writeBacks = 0;
@@ -503,13 +493,16 @@ export class SramCache implements InvalidationTarget {
 
   // ---- internals ----
 
+  /** The line holding the key (a and b as int32), or NONE. */
   private find(h: number, kind: number, a: number, b: number): number {
     const slots = this.slots;
+    const rec = this.rec;
     const mask = this.slotMask;
     for (let slot = h & mask; ; slot = (slot + 1) & mask) {
       const line = slots[slot]!;
       if (line === EMPTY_SLOT) return NONE;
-      if (this.keyA[line] === a && this.keyB[line] === b && this.kindOf[line] === kind) return line;
+      const at = line << SHIFT;
+      if (rec[at + F_A] === a && rec[at + F_B] === b && rec[at + F_KIND] === kind) return line;
     }
   }
 
@@ -520,52 +513,57 @@ export class SramCache implements InvalidationTarget {
       this.lastLine = NONE;
       return BYPASSED;
     }
+    const rec = this.rec;
     const line = this.tail[this.setFor(kind, h, setCount)]!;
+    const at = line << SHIFT;
     let result = 0;
-    const victimKind = this.kindOf[line]!;
-    if (victimKind !== NO_KIND) {
+    const victimKind = rec[at + F_KIND]!;
+    if (victimKind !== EMPTY) {
       result = EVICTED;
       this.kindCounters[victimKind * KIND_FIELDS + K_EVICTIONS]! += 1;
-      const victimOwner = this.ownerOf[line]!;
+      const victimOwner = rec[at + F_OWNER]!;
       if (victimOwner !== owner && victimOwner >= 0) this.ownerCounters[victimOwner * OWNER_FIELDS + O_LINES_LOST]! += 1;
-      if (this.dirty[line] === 1) {
+      if (rec[at + F_DIRTY] === 1) {
         result |= WROTE_BACK;
         this.writeBacks++;
         this.kindCounters[victimKind * KIND_FIELDS + K_WRITEBACKS]! += 1;
+        this.kindCounters[kind * KIND_FIELDS + K_WRITEBACKS_PAID]! += 1;
         this.ownerCounters[owner * OWNER_FIELDS + O_WRITEBACKS]! += 1;
       }
       this.unhash(line);
       this.unlinkKind(line, victimKind);
     }
     this.linkKind(line, kind);
-    this.kindOf[line] = kind;
-    this.keyA[line] = a;
-    this.keyB[line] = b;
-    this.hashOf[line] = h;
-    this.dirty[line] = dirty ? 1 : 0;
-    this.ownerOf[line] = owner;
+    rec[at + F_KIND] = kind;
+    rec[at + F_A] = a;
+    rec[at + F_B] = b;
+    rec[at + F_HASH] = h;
+    rec[at + F_DIRTY] = dirty ? 1 : 0;
+    rec[at + F_OWNER] = owner;
     const slots = this.slots;
     const mask = this.slotMask;
     let slot = h & mask;
     while (slots[slot] !== EMPTY_SLOT) slot = (slot + 1) & mask;
     slots[slot] = line;
-    this.slotOf[line] = slot;
+    rec[at + F_SLOT] = slot;
     this.touch(line);
     this.lastLine = line;
     return result;
   }
 
   private drop(line: number): void {
-    const kind = this.kindOf[line]!;
+    const rec = this.rec;
+    const at = line << SHIFT;
+    const kind = rec[at + F_KIND]!;
     this.kindCounters[kind * KIND_FIELDS + K_INVALIDATIONS]! += 1;
-    const owner = this.ownerOf[line]!;
+    const owner = rec[at + F_OWNER]!;
     if (owner >= 0) this.ownerCounters[owner * OWNER_FIELDS + O_LINES_DROPPED]! += 1;
     this.unhash(line);
     this.unlinkKind(line, kind);
-    this.kindOf[line] = NO_KIND;
-    this.dirty[line] = 0;
-    this.ownerOf[line] = NONE;
-    const set = this.setOf[line]!;
+    rec[at + F_KIND] = EMPTY;
+    rec[at + F_DIRTY] = 0;
+    rec[at + F_OWNER] = NONE;
+    const set = rec[at + F_SET]!;
     this.unlink(line, set);
     this.pushTail(line, set);
   }
@@ -581,41 +579,45 @@ export class SramCache implements InvalidationTarget {
   }
 
   private linkKind(line: number, kind: number): void {
+    const rec = this.rec;
     const first = this.kindHead[kind]!;
-    this.kindPrev[line] = NONE;
-    this.kindNext[line] = first;
-    if (first !== NONE) this.kindPrev[first] = line;
+    rec[(line << SHIFT) + F_KIND_PREV] = NONE;
+    rec[(line << SHIFT) + F_KIND_NEXT] = first;
+    if (first !== NONE) rec[(first << SHIFT) + F_KIND_PREV] = line;
     this.kindHead[kind] = line;
   }
 
   private unlinkKind(line: number, kind: number): void {
-    const before = this.kindPrev[line]!;
-    const after = this.kindNext[line]!;
-    if (before !== NONE) this.kindNext[before] = after;
+    const rec = this.rec;
+    const before = rec[(line << SHIFT) + F_KIND_PREV]!;
+    const after = rec[(line << SHIFT) + F_KIND_NEXT]!;
+    if (before !== NONE) rec[(before << SHIFT) + F_KIND_NEXT] = after;
     else this.kindHead[kind] = after;
-    if (after !== NONE) this.kindPrev[after] = before;
+    if (after !== NONE) rec[(after << SHIFT) + F_KIND_PREV] = before;
   }
 
   private setFor(kind: number, h: number, setCount: number): number {
     const base = this.setBaseOfKind[kind]!;
-    // Rotated so the set index does not reuse the low bits that pick the hash slot.
-    return setCount === 1 ? base : base + (((h >>> 11) | (h << 21)) >>> 0) % setCount;
+    // Rotated so the set index does not reuse the low bits that pick the hash slot; masked to 31
+    // bits so the modulo stays an integer operation.
+    return setCount === 1 ? base : base + (((h >>> 11) | (h << 21)) & 0x7fffffff) % setCount;
   }
 
   /** Removes the line's key from the table, shifting later probes back so no tombstone is needed. */
   private unhash(line: number): void {
     const slots = this.slots;
+    const rec = this.rec;
     const mask = this.slotMask;
-    let hole = this.slotOf[line]!;
+    let hole = rec[(line << SHIFT) + F_SLOT]!;
     for (let probe = (hole + 1) & mask; ; probe = (probe + 1) & mask) {
       const moving = slots[probe]!;
       if (moving === EMPTY_SLOT) break;
-      const home = this.hashOf[moving]! & mask;
+      const home = rec[(moving << SHIFT) + F_HASH]! & mask;
       // The entry may fill the hole unless its home lies cyclically in (hole, probe].
       const stays = hole <= probe ? home > hole && home <= probe : home > hole || home <= probe;
       if (!stays) {
         slots[hole] = moving;
-        this.slotOf[moving] = hole;
+        rec[(moving << SHIFT) + F_SLOT] = hole;
         hole = probe;
       }
     }
@@ -623,35 +625,38 @@ export class SramCache implements InvalidationTarget {
   }
 
   private touch(line: number): void {
-    const set = this.setOf[line]!;
+    const set = this.rec[(line << SHIFT) + F_SET]!;
     if (this.head[set] === line) return;
     this.unlink(line, set);
     this.pushHead(line, set);
   }
 
   private unlink(line: number, set: number): void {
-    const before = this.prev[line]!;
-    const after = this.next[line]!;
-    if (before !== NONE) this.next[before] = after;
+    const rec = this.rec;
+    const before = rec[(line << SHIFT) + F_PREV]!;
+    const after = rec[(line << SHIFT) + F_NEXT]!;
+    if (before !== NONE) rec[(before << SHIFT) + F_NEXT] = after;
     else this.head[set] = after;
-    if (after !== NONE) this.prev[after] = before;
+    if (after !== NONE) rec[(after << SHIFT) + F_PREV] = before;
     else this.tail[set] = before;
   }
 
   private pushHead(line: number, set: number): void {
+    const rec = this.rec;
     const first = this.head[set]!;
-    this.prev[line] = NONE;
-    this.next[line] = first;
-    if (first !== NONE) this.prev[first] = line;
+    rec[(line << SHIFT) + F_PREV] = NONE;
+    rec[(line << SHIFT) + F_NEXT] = first;
+    if (first !== NONE) rec[(first << SHIFT) + F_PREV] = line;
     else this.tail[set] = line;
     this.head[set] = line;
   }
 
   private pushTail(line: number, set: number): void {
+    const rec = this.rec;
     const last = this.tail[set]!;
-    this.next[line] = NONE;
-    this.prev[line] = last;
-    if (last !== NONE) this.next[last] = line;
+    rec[(line << SHIFT) + F_NEXT] = NONE;
+    rec[(line << SHIFT) + F_PREV] = last;
+    if (last !== NONE) rec[(last << SHIFT) + F_NEXT] = line;
     else this.head[set] = line;
     this.tail[set] = line;
   }

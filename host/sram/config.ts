@@ -59,8 +59,8 @@ export function parseSramConfig(value: unknown, source: string): SramModelConfig
 
   let lines = DEFAULT_SRAM_CONFIG.lines;
   if (record.lines !== undefined) {
-    if (typeof record.lines !== 'number' || !Number.isInteger(record.lines) || record.lines < 1 || record.lines > 1 << 26) {
-      fail(`"lines" must be a whole number of SRAM lines between 1 and ${1 << 26} (got ${describe(record.lines)}); e.g. "lines": 2048`);
+    if (typeof record.lines !== 'number' || !Number.isInteger(record.lines) || record.lines < 1 || record.lines > 1 << 24) {
+      fail(`"lines" must be a whole number of SRAM lines between 1 and ${1 << 24} (got ${describe(record.lines)}); e.g. "lines": 2048`);
     }
     lines = record.lines as number;
   }

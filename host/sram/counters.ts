@@ -10,19 +10,31 @@ export const K_EVICTIONS = 2;
 export const K_WRITEBACKS = 3;
 export const K_INVALIDATIONS = 4;
 export const K_INSERTS = 5;
-export const K_TIME = 6;
+/** Write-backs that an access of this kind had to wait for (its time, not the victim's). */
+export const K_WRITEBACKS_PAID = 6;
 export const KIND_FIELDS = 7;
 
-/** Per-owner fields: hits and misses per kind, then what the owner's accesses paid and lost. */
+/**
+ * Per-owner fields: hits and misses per kind, then what the owner's accesses paid and lost.
+ * Time is not accumulated: it is hits x hit cost + misses x miss cost + write-backs paid x
+ * write-back cost, computed when a report is built, which keeps two adds off every access.
+ */
 export const O_HITS = 0; // + kind
 export const O_MISSES = KIND_COUNT; // + kind
+/** Write-backs this owner's accesses had to wait for. */
 export const O_WRITEBACKS = 2 * KIND_COUNT;
-export const O_TIME = 2 * KIND_COUNT + 1;
 /** Lines holding this owner's entries that another owner's access evicted. */
-export const O_LINES_LOST = 2 * KIND_COUNT + 2;
+export const O_LINES_LOST = 2 * KIND_COUNT + 1;
 /** Lines holding this owner's entries dropped by an invalidation (a deregistration, anyone's). */
-export const O_LINES_DROPPED = 2 * KIND_COUNT + 3;
-export const OWNER_FIELDS = 2 * KIND_COUNT + 4;
+export const O_LINES_DROPPED = 2 * KIND_COUNT + 2;
+export const OWNER_FIELDS = 2 * KIND_COUNT + 3;
+
+/** Modelled time of a count of hits, misses and write-backs waited for. */
+export interface TimeCosts {
+  readonly hitNs: number;
+  readonly missNs: number;
+  readonly writeBackNs: number;
+}
 
 export interface KindStats {
   hits: number;
@@ -69,20 +81,22 @@ export interface OwnerStats {
   perKind: Record<string, { hits: number; misses: number }>;
 }
 
-export function kindStatsFrom(counters: Float64Array, kind: number): KindStats {
+export function kindStatsFrom(counters: Float64Array, kind: number, costs: TimeCosts): KindStats {
   const base = kind * KIND_FIELDS;
+  const hits = counters[base + K_HITS]!;
+  const misses = counters[base + K_MISSES]!;
   return {
-    hits: counters[base + K_HITS]!,
-    misses: counters[base + K_MISSES]!,
+    hits,
+    misses,
     evictions: counters[base + K_EVICTIONS]!,
     writeBacks: counters[base + K_WRITEBACKS]!,
     invalidations: counters[base + K_INVALIDATIONS]!,
     inserts: counters[base + K_INSERTS]!,
-    timeNs: counters[base + K_TIME]!,
+    timeNs: hits * costs.hitNs + misses * costs.missNs + counters[base + K_WRITEBACKS_PAID]! * costs.writeBackNs,
   };
 }
 
-export function ownerStatsFrom(counters: Float64Array, ownerIndex: number, owner: number): OwnerStats {
+export function ownerStatsFrom(counters: Float64Array, ownerIndex: number, owner: number, costs: TimeCosts): OwnerStats {
   const base = ownerIndex * OWNER_FIELDS;
   const perKind: Record<string, { hits: number; misses: number }> = {};
   let hits = 0;
@@ -107,7 +121,7 @@ export function ownerStatsFrom(counters: Float64Array, ownerIndex: number, owner
     translationMisses: mpt.misses + mtt.misses,
     pcieReads: misses,
     pcieWrites: writeBacks,
-    timeNs: counters[base + O_TIME] ?? 0,
+    timeNs: hits * costs.hitNs + misses * costs.missNs + writeBacks * costs.writeBackNs,
     linesLost: counters[base + O_LINES_LOST] ?? 0,
     linesDropped: counters[base + O_LINES_DROPPED] ?? 0,
     perKind,

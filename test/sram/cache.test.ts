@@ -234,7 +234,8 @@ test('policies are pluggable by name', () => {
 });
 
 test('bad geometry is refused with a message naming the fix', () => {
-  assert.throws(() => new SramCache({ lines: 0 }), /lines must be a positive integer/);
+  assert.throws(() => new SramCache({ lines: 0 }), /lines must be a whole number from 1 to 16777216/);
+  assert.throws(() => new SramCache({ lines: 2 ** 25 }), /lines must be a whole number from 1 to 16777216/);
   assert.throws(() => new SramCache({ lines: 10, associativity: 4 }), /not a multiple of associativity 4/);
   assert.throws(() => new SramCache({ lines: 8, costs: { pcieReadNs: -1 } }), /costs.pcieReadNs must be a non-negative number/);
 });

@@ -170,7 +170,7 @@ export const kbtpVsPerBlockMr: Experiment = {
     const maxRequests = integerOption(values, 'requests', Number.MAX_SAFE_INTEGER, 1);
     const params: BlockTrafficParams = {
       blockBytes: integerOption(values, 'block-bytes', 65_536, 1, 1 << 30),
-      poolBlocks: integerOption(values, 'pool-blocks', 20_000, 1, 1 << 26),
+      poolBlocks: integerOption(values, 'pool-blocks', 20_000, 1, 1 << 24),
       sessions: integerOption(values, 'sessions', 32, 1, 4096),
       requestBytes: 64,
       linkGbps: numberOption(values, 'link-gbps', DEFAULT_LINK_GBPS, 0.001),
