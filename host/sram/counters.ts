@@ -25,7 +25,7 @@ export const O_MISSES = KIND_COUNT; // + kind
 export const O_WRITEBACKS = 2 * KIND_COUNT;
 /** Lines holding this owner's entries that another owner's access evicted. */
 export const O_LINES_LOST = 2 * KIND_COUNT + 1;
-/** Lines holding this owner's entries dropped by an invalidation (a deregistration, anyone's). */
+/** Lines holding this owner's entries dropped by an invalidation (anyone's deregistration, a QP destruction). */
 export const O_LINES_DROPPED = 2 * KIND_COUNT + 2;
 export const OWNER_FIELDS = 2 * KIND_COUNT + 3;
 

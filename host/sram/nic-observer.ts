@@ -25,7 +25,7 @@ export interface QueuePairReport {
   nicTimeNs: number;
   /** Lines holding this QP's entries that another QP's access evicted. */
   linesLost: number;
-  /** Lines holding this QP's entries dropped by a deregistration. */
+  /** Lines holding this QP's entries dropped by an invalidation: a deregistration, or the QP's destruction. */
   linesDropped: number;
 }
 
@@ -201,7 +201,7 @@ export function formatSramNicReport(report: SramNicReport): string {
     lines.push(
       `  QP ${qp.qp}${qp.destroyed ? ' (destroyed)' : ''}: ${qp.hits} hits, ${qp.misses} misses (${percent(qp.hitRate)}), ` +
         `translations ${qp.translationMisses}/${qp.translationLookups} missed, PCIe ${qp.pcieReads}r+${qp.pcieWrites}w, ` +
-        `NIC time ${micros(qp.nicTimeNs)}, ${qp.linesLost} lines lost to others, ${qp.linesDropped} dropped by deregistrations`,
+        `NIC time ${micros(qp.nicTimeNs)}, ${qp.linesLost} lines lost to others, ${qp.linesDropped} invalidated`,
     );
   }
   return lines.join('\n');
