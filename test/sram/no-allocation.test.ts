@@ -1,0 +1,61 @@
+// The model's access path must not allocate: millions of accesses (hits, misses, evictions,
+// write-backs, over many owners) run without a single garbage collection. A per-access
+// allocation of even a few bytes would fill the young generation, and force a scavenge, many
+// times over in this many calls.
+import { PerformanceObserver } from 'node:perf_hooks';
+import { setTimeout as sleep } from 'node:timers/promises';
+import { test } from 'uvu';
+import * as assert from 'uvu/assert';
+import { SramCache } from '../../host/sram/cache.ts';
+import { EntryKind } from '../../host/sram/kinds.ts';
+import { SramNicObserver } from '../../host/sram/nic-observer.ts';
+import { Random } from '../../host/sram/random.ts';
+
+const CALLS = 3_000_000;
+
+async function garbageCollectionsDuring(work: () => void): Promise<number> {
+  let collections = 0;
+  const observer = new PerformanceObserver((list) => {
+    collections += list.getEntries().length;
+  });
+  observer.observe({ entryTypes: ['gc'] });
+  work();
+  await sleep(50); // gc entries are delivered asynchronously
+  observer.disconnect();
+  return collections;
+}
+
+test('SramCache.access allocates nothing', async () => {
+  const cache = new SramCache({ lines: 2048, associativity: 8 });
+  const random = new Random(5);
+  const keys = new Uint32Array(1 << 16).map(() => random.below(6000));
+  const run = (count: number) => {
+    for (let i = 0; i < count; i++) {
+      const key = keys[i & 0xffff]!;
+      const kind = (key & 3) === 0 ? EntryKind.MTT : EntryKind.QPC;
+      cache.access(kind, key, key >>> 4, i & 127, kind === EntryKind.QPC);
+    }
+  };
+  run(200_000); // warm up: compile, grow owner counters
+  const collections = await garbageCollectionsDuring(() => run(CALLS));
+  assert.is(collections, 0);
+  assert.ok(cache.stats().misses > CALLS / 10, 'the run missed and evicted');
+  assert.ok(cache.stats().pcieWrites > 0, 'and wrote dirty lines back');
+});
+
+test('the NicObserver adapter allocates nothing per message', async () => {
+  const observer = new SramNicObserver(new SramCache({ lines: 1024 }));
+  const run = (count: number) => {
+    for (let i = 0; i < count; i++) {
+      const qp = i % 1500;
+      observer.queuePairContext(qp, true);
+      observer.memoryTranslation(7, (i % 3000) * 4096, 4096, 4096);
+      observer.completionQueue(qp & 15);
+    }
+  };
+  run(200_000);
+  const collections = await garbageCollectionsDuring(() => run(CALLS / 3));
+  assert.is(collections, 0);
+});
+
+test.run();
