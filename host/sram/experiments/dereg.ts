@@ -171,9 +171,9 @@ export const dereg: Experiment = {
         `throughput x${times(deregCase.throughputGbps, alone.throughputGbps)} of alone.`,
       `register-only neighbour: miss rate x${times(register.translationMissRate, alone.translationMissRate)}, ` +
         `throughput x${times(register.throughputGbps, alone.throughputGbps)} (Kong et al.: barely moves).`,
-      `The dereg ratio is bounded by 1 / (alone miss rate) = ${alone.translationMissRate === 0 ? 'infinity' : (1 / alone.translationMissRate).toFixed(2)}: ` +
-        'each deregistration empties every translation line, so right after it the victim misses on everything; ' +
-        'how many times worse that is depends on how often the victim missed anyway.',
+      'Right after each deregistration the victim misses on every page it touches, so its miss rate approaches the ceiling ' +
+        `(every MTT lookup missing: about half of its MPT+MTT lookups); the ratio is that ceiling over the alone rate ` +
+        `(${percent(alone.translationMissRate, 2)} here), so it depends on how often the victim missed anyway (see --sweep).`,
     ];
     const charts = [
       {
