@@ -62,6 +62,7 @@ run: build
 bench: build
 	@mkdir -p bench/results
 	$(NODE) --expose-gc dist/bench/engine.js
+	$(NODE) dist/bench/sram.js
 
 clean:
 	rm -rf build dist .cache bench/results
