@@ -67,6 +67,11 @@ export class MemoryRegion {
   /** True until deregistered; an invalidated region stays registered. */
   registered = true;
   private atomicView: BigUint64Array | undefined;
+  /**
+   * Called after a peer's atomic executed on this region, with the byte offset and the value
+   * before it. The KBTP target uses it to learn which ring tickets a session took one-sidedly.
+   */
+  onRemoteAtomic: ((offset: number, original: bigint) => void) | undefined = undefined;
 
   constructor(
     readonly stag: number,

@@ -805,6 +805,7 @@ export class QueuePair extends EventEmitter<QueuePairEvents> implements ReceiveS
       return false;
     }
     const original = executeAtomic(region, offset, atomic);
+    region.onRemoteAtomic?.(offset, original);
     this.irq.shift();
     const response = new Uint8Array(ATOMIC_RESPONSE_HEADER_LENGTH);
     encodeAtomicResponse(response, 0, { requestId: atomic.requestId, originalValue: original });
