@@ -268,6 +268,7 @@ export class MemoryChannel implements StreamChannel {
   }
   setEvents(events: ChannelEvents): void {
     this.events = events;
+    if (this.isClosed) queueMicrotask(() => events.onClose(undefined));
   }
   /** Delivers bytes as if read from the network. */
   receive(bytes: Uint8Array): void {
