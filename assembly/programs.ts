@@ -129,6 +129,14 @@ function reserveQuota(tenant: usize): bool {
   atomic.sub<u32>(tenant + S.TENANT_USAGE, 1);
 }
 
+/**
+ * Counts a ticket the host saw an initiator take one-sidedly (+1), or one reclaimed (-1), in the
+ * tenant's usage (draft 3.4: bound handles plus tickets taken and not bound). Returns the new usage.
+ */
+export function quotaAdjust(tenant: usize, delta: i32): u32 {
+  return atomic.add<u32>(tenant + S.TENANT_USAGE, <u32>delta) + <u32>delta;
+}
+
 // @ts-ignore: decorator
 @inline function inRange(handle: u64, first: u64, count: u64): bool {
   return handle - first < count;
@@ -304,10 +312,13 @@ function proceed(engine: usize, request: usize): u32 {
     if (!ringTicketTaken(ring, ticket) || !ringSlotHolds(ring, ticket, blockOffset)) {
       return finish(engine, request, K.STATUS_BAD_TICKET);
     }
-    if (!reserveQuota(tenant)) return finish(engine, request, K.STATUS_NO_SPACE);
+    // The ticket was counted in the tenant's usage when the host saw it taken (quotaAdjust), so
+    // binding it adds nothing; usage over the quota means the initiator took too many.
+    if (atomic.load<u32>(tenant + S.TENANT_USAGE) > load<u32>(tenant + S.TENANT_QUOTA)) {
+      return finish(engine, request, K.STATUS_NO_SPACE);
+    }
     if (!ringClaimTicket(ring, ticket, blockOffset)) {
       // A reclaim took the slot between the check and the claim.
-      releaseQuota(tenant);
       return finish(engine, request, ringTicketAbandoned(ring, ticket) ? K.STATUS_TICKET_ABANDONED : K.STATUS_BAD_TICKET);
     }
     entryBind(entry, blockOffset, length, (flags & K.FLAG_SEAL) != 0);

@@ -31,6 +31,7 @@ export interface EngineExports {
   releaseBlock(engine: number, blockOffset: bigint): void;
   run(engine: number, request: number): number;
   complete(engine: number, request: number, ok: number): number;
+  quotaAdjust(tenant: number, delta: number): number;
   lookup(engine: number, tenant: number, opcode: number, flags: number, handle: bigint, expectedGeneration: number,
     length: number, entry: number): number;
 }

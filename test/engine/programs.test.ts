@@ -270,12 +270,14 @@ test('DIRECT_ALLOC: FetchAdd on the partition Head, read the slot, write, BIND; 
   const ring = r.engine.partitionRing(0);
   const x = r.engine.exports;
   const mask = x.ringAddMask(ring.order);
-  const direct = (): { ticket: number; blockOffset: bigint } => {
+  const direct = (filled = true): { ticket: number; blockOffset: bigint } => {
     const counter = BigInt.asUintN(64, x.maskedFetchAdd(ring.head, BigInt(K.RING_ADD_DATA_MASKED), mask));
     const slot = Number(counter & 0xffffffffn) / 16;
+    r.engine.exports.quotaAdjust(r.engine.tenantAddress(2), 1); // the target saw the ticket taken
     const seen = r.engine.readSlot(ring, slot);
-    assert.is(seen.sequence, Number(counter >> 32n));
-    return { ticket: seen.sequence, blockOffset: seen.blockOffset };
+    const ticket = Number(counter >> 32n);
+    assert.is(seen.sequence === ticket, filled, `slot of ticket ${ticket} filled`);
+    return { ticket, blockOffset: seen.blockOffset };
   };
   const first = direct();
   r.engine.block(first.blockOffset).set(inline('direct data'));
@@ -298,6 +300,7 @@ test('DIRECT_ALLOC: FetchAdd on the partition Head, read the slot, write, BIND; 
   const second = direct();
   // The ticket times out: the host reclaims it, and a late BIND is told so.
   assert.is(BigInt.asUintN(64, x.ringAbandon(ring.descriptor, second.ticket)), second.blockOffset);
+  x.quotaAdjust(r.engine.tenantAddress(2), -1);
   before = snapshot(r);
   expectStatus('TICKET_ABANDONED', bind(1022n, second).status);
   assert.ok(snapshot(r).equals(before));
@@ -312,6 +315,19 @@ test('DIRECT_ALLOC: FetchAdd on the partition Head, read the slot, write, BIND; 
   expectStatus('SUCCESS', r.send(r.gamma, { opcode: K.OPCODE_FREE, handle: 1020n }).status);
   assert.ok(auditPool(r.engine).ok);
   assert.is(r.engine.readCounters(ring).tailTicket, 4);
+  assert.is(r.engine.tenantUsage(2), 0);
+  // Tickets beyond the quota: usage over it makes BIND answer NO_SPACE and change nothing.
+  const a = direct();
+  const b = direct();
+  const c = direct(false); // partition of 2 blocks: the third ticket's slot fills only after a free
+  assert.is(r.engine.tenantUsage(2), 3);
+  before = snapshot(r);
+  expectStatus('NO_SPACE', bind(1023n, a).status);
+  assert.ok(snapshot(r).equals(before));
+  assert.is(BigInt.asIntN(64, x.ringAbandon(ring.descriptor, c.ticket)), -2n, 'the third ticket is still waiting for a block');
+  assert.is(BigInt.asUintN(64, x.ringAbandon(ring.descriptor, b.ticket)), b.blockOffset);
+  x.quotaAdjust(r.engine.tenantAddress(2), -1);
+  expectStatus('SUCCESS', bind(1023n, a).status);
 });
 
 test('GOODBYE is handed to the host', () => {

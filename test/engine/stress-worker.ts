@@ -42,6 +42,7 @@ const usage = new Int32Array(job.initiatorUsage);
 const destination = new Uint8Array(16);
 const destinationStag = mover.register(destination);
 const partition = engine.partitionRing(0);
+const directTenant = engine.tenantAddress(1);
 const addMask = engine.exports.ringAddMask(partition.order);
 const addData = BigInt(K.RING_ADD_DATA_MASKED);
 const ALL_ONES = 0xffffffffffffffffn;
@@ -79,6 +80,7 @@ function directAllocate(handle: bigint): void {
     return;
   }
   const counter = BigInt.asUintN(64, engine.exports.maskedFetchAdd(partition.head, addData, addMask));
+  engine.exports.quotaAdjust(directTenant, 1); // as the target does when it sees a one-sided ticket
   const ticket = Number(counter >> 32n);
   const slot = partition.slots + Number(counter & 0xffffffffn);
   let blockOffset = ALL_ONES;
@@ -107,6 +109,7 @@ function directAllocate(handle: bigint): void {
   const reclaimed = BigInt.asIntN(64, engine.exports.ringAbandon(partition.descriptor, ticket));
   if (reclaimed !== blockOffset && report.unexpected.length < 20) report.unexpected.push(`reclaim of ticket ${ticket} gave ${reclaimed}`);
   report.reclaimed += 1;
+  engine.exports.quotaAdjust(directTenant, -1);
   Atomics.sub(usage, 0, 1);
 }
 
