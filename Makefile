@@ -53,7 +53,7 @@ interop: deps
 	images/guest/host-deps.sh run
 	@mkdir -p .cache
 	images/guest/build.sh > .cache/guest-image.path
-	KBTP_GUEST_IMAGE="$$(cat .cache/guest-image.path)" $(UVU) test/interop '\.interop\.ts$$' 2>&1 | tee .cache/interop.log
+	KBTP_GUEST_IMAGE="$$(cat .cache/guest-image.path)" $(UVU) test/interop '\.interop\.ts$$' --no-color 2>&1 | tee .cache/interop.log
 	@awk '/^  Total:/{t=$$2} /^  Passed:/{p=$$2} /^  Skipped:/{s=$$2} END{ if (t=="") {print "interop: 0 passed, 1 failed"; exit 1} printf "interop: %d passed, %d failed, %d skipped\n", p, t-p, s; if (t!=p) exit 1 }' .cache/interop.log
 
 run: build
