@@ -1,5 +1,5 @@
 // The kinds of entry the on-NIC SRAM holds. They are small integers so the model can keep a
-// line's kind in a Uint8Array and index per-kind counters without a lookup.
+// line's kind in its integer record and index per-kind counters without a lookup.
 
 export const EntryKind = {
   /** Queue-pair context: next PSN/MSN, queue pointers. Modified on-chip, so it can be dirty. */
@@ -22,29 +22,15 @@ export const KIND_COUNT = 6;
 
 export const KIND_NAMES: readonly string[] = ['QPC', 'MPT', 'MTT', 'CQC', 'EQC', 'BLOCK'];
 
-/** Marks an empty line in the model's kind array; never a real kind. */
-export const NO_KIND = 255;
-
 /**
  * Kinds the NIC may modify in place. A translation is only ever read on-chip, so dropping its
  * line is free; the others can hold state newer than the backing table's copy.
  */
 export const WRITABLE_KINDS: readonly EntryKind[] = [EntryKind.QPC, EntryKind.CQC, EntryKind.EQC, EntryKind.BLOCK];
 
-export const TRANSLATION_KINDS: readonly EntryKind[] = [EntryKind.MPT, EntryKind.MTT];
-
 export function kindName(kind: number): string {
   return KIND_NAMES[kind] ?? `kind${kind}`;
 }
 
-/** Parses a kind name (case-insensitive); undefined when it names no kind. */
-export function parseKind(name: string): EntryKind | undefined {
-  const index = KIND_NAMES.indexOf(name.toUpperCase());
-  return index < 0 ? undefined : (index as EntryKind);
-}
-
-export function kindBit(kind: EntryKind): number {
-  return 1 << kind;
-}
-
-export const TRANSLATION_MASK = kindBit(EntryKind.MPT) | kindBit(EntryKind.MTT);
+/** Bit mask of the translation kinds (bit 1 << kind), for invalidations. */
+export const TRANSLATION_MASK = (1 << EntryKind.MPT) | (1 << EntryKind.MTT);
