@@ -1,7 +1,9 @@
 // The model's access path must not allocate: millions of accesses (hits, misses, evictions,
 // write-backs, over many owners) run without a single garbage collection. A per-access
 // allocation of even a few bytes would fill the young generation, and force a scavenge, many
-// times over in this many calls.
+// times over in this many calls (32 bytes per call: about 60 collections). One collection is
+// tolerated: uvu runs every test file in one process, and a collection another file's test set
+// in motion may finish during the loop.
 import { PerformanceObserver } from 'node:perf_hooks';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { test } from 'uvu';
@@ -38,7 +40,7 @@ test('SramCache.access allocates nothing', async () => {
   };
   run(200_000); // warm up: compile, grow owner counters
   const collections = await garbageCollectionsDuring(() => run(CALLS));
-  assert.is(collections, 0);
+  assert.ok(collections <= 1, `${collections} garbage collections`);
   assert.ok(cache.stats().misses > CALLS / 10, 'the run missed and evicted');
   assert.ok(cache.stats().pcieWrites > 0, 'and wrote dirty lines back');
 });
@@ -55,7 +57,7 @@ test('the NicObserver adapter allocates nothing per message', async () => {
   };
   run(200_000);
   const collections = await garbageCollectionsDuring(() => run(CALLS / 3));
-  assert.is(collections, 0);
+  assert.ok(collections <= 1, `${collections} garbage collections`);
 });
 
 test.run();
