@@ -11,6 +11,11 @@ export interface Command {
 }
 
 const commands: Record<string, () => Promise<{ command: Command }>> = {
+  target: () => import('./commands/target.ts'),
+  info: () => import('./commands/info.ts'),
+  put: () => import('./commands/put.ts'),
+  get: () => import('./commands/get.ts'),
+  free: () => import('./commands/free.ts'),
   demo: () => import('./commands/demo.ts'),
   sram: () => import('./commands/sram.ts'),
 };

@@ -98,6 +98,16 @@ export class ThreadArena {
     this.requests.give((request - this.requestBase) / this.engine.layout.requestSize);
   }
 
+  /** The thread's request contexts as one range (for registering them with the RNIC once). */
+  get requestArea(): { address: number; bytes: number } {
+    return { address: this.requestBase, bytes: this.engine.layout.requestSize * this.engine.config.requestsPerThread };
+  }
+
+  /** Gives a context posted before its session existed (the HELLO phase) to that session. */
+  assignSession(request: number, session: number): void {
+    this.engine.view.setUint32(request + S.REQUEST_SESSION, session, true);
+  }
+
   get requestsInUse(): number {
     return this.requests.inUse;
   }

@@ -1,0 +1,68 @@
+// What the client commands (info, put, get, free) share: target options, handle parsing, exit
+// codes, and turning failures into one clear line.
+import { parseArgs, type ParseArgsConfig } from 'node:util';
+import { connect, KbtpError, type KbtpSession } from '../kbtp/initiator.ts';
+import * as K from '../../assembly/kbtp-constants.ts';
+import { DEFAULT_PORT } from '../../firmware/config.ts';
+
+export const EXIT_OK = 0;
+export const EXIT_FAILURE = 1; // cannot reach the target, transport failure
+export const EXIT_USAGE = 2;
+export const EXIT_STATUS = 3; // the target answered with a KBTP status other than SUCCESS
+
+export const TARGET_HELP = `target options:
+  --target HOST:PORT  the target (default 127.0.0.1:${DEFAULT_PORT}, or $KBTP_TARGET)
+  --tenant NAME       tenant (default "default", or $KBTP_TENANT)
+  --secret SECRET     the tenant's secret (default $KBTP_SECRET; prefer the variable: arguments are visible to other users)
+  --direct            use the one-sided direct mode (trusted tenants only)
+  -h, --help          show this help
+
+exit codes: 0 success, 1 target unreachable or transport failure, 2 usage error,
+3 the target answered with a KBTP status (printed), e.g. NOT_VALID or ACCESS_DENIED`;
+
+export const TARGET_OPTIONS = {
+  target: { type: 'string' }, tenant: { type: 'string' }, secret: { type: 'string' }, direct: { type: 'boolean' },
+  help: { type: 'boolean', short: 'h' },
+} as const satisfies ParseArgsConfig['options'];
+
+export class UsageError extends Error {}
+
+export function parseHandle(text: string | undefined): bigint {
+  if (text === undefined) throw new UsageError('a handle is required (a decimal or 0x-hex number)');
+  if (!/^(0x[0-9a-fA-F]+|[0-9]+)$/.test(text)) throw new UsageError(`"${text}" is not a handle; give a decimal or 0x-hex number`);
+  const handle = BigInt(text);
+  if (handle >= 2n ** 64n) throw new UsageError(`handle ${text} does not fit in 64 bits`);
+  return handle;
+}
+
+export function parse<T extends ParseArgsConfig['options']>(argv: string[], options: T) {
+  return parseArgs({ args: argv, options: { ...TARGET_OPTIONS, ...options }, allowPositionals: true });
+}
+
+export async function openSession(values: { target?: string; tenant?: string; secret?: string; direct?: boolean }, capabilities = 0): Promise<KbtpSession> {
+  const wanted = values.direct === true ? capabilities : 0;
+  return connect(values.target ?? process.env.KBTP_TARGET ?? `127.0.0.1:${DEFAULT_PORT}`, {
+    tenant: values.tenant ?? process.env.KBTP_TENANT ?? 'default',
+    secret: values.secret ?? process.env.KBTP_SECRET ?? '',
+    capabilities: wanted,
+    pipeline: 2,
+  });
+}
+
+/** Runs a client command body, mapping failures to a message and an exit code. */
+export async function guarded(name: string, help: string, body: () => Promise<number>): Promise<number> {
+  try {
+    return await body();
+  } catch (error) {
+    if (error instanceof UsageError || (error as { code?: string }).code?.startsWith('ERR_PARSE_ARGS') === true) {
+      console.error(`kbtp ${name}: ${(error as Error).message}\n\n${help}`);
+      return EXIT_USAGE;
+    }
+    if (error instanceof KbtpError) {
+      console.error(`kbtp ${name}: ${error.message}`);
+      return error.status === K.STATUS_AUTH_FAILED || error.status > 0 ? EXIT_STATUS : EXIT_FAILURE;
+    }
+    console.error(`kbtp ${name}: ${error instanceof Error ? error.message : String(error)}`);
+    return EXIT_FAILURE;
+  }
+}

@@ -1,0 +1,123 @@
+// `kbtp target`: the cache node. Reads the config file (if any), applies flags over it, starts
+// the engine and the worker threads, and reports statistics until SIGINT/SIGTERM, then drains.
+import { parseArgs } from 'node:util';
+import type { Command } from '../cli.ts';
+import { loadTargetSettings, parseListen, ConfigError, type TargetSettings } from '../../firmware/config.ts';
+import { startTarget } from '../kbtp/target/target.ts';
+import { EngineConfigError } from '../engine/config.ts';
+import { SramConfigError } from '../sram/index.ts';
+import type { StatsSnapshot } from '../kbtp/target/stats.ts';
+
+const HELP = `usage: kbtp target [options]
+
+Runs a KBTP target (cache node) on the RDMAP binding over TCP. With no options it serves a
+256 MiB pool of 64 KiB blocks to one open tenant ("default") on 127.0.0.1:7117.
+
+options:
+  --config FILE          JSON configuration (see docs/PROTOCOL.md); flags override it
+  --listen HOST:PORT     address to listen on (default 127.0.0.1:7117)
+  --workers N            worker threads serving connections (default 2)
+  --block-size BYTES     block size (default 65536)
+  --blocks N             blocks in the pool (default 4096)
+  --credits N            requests a session may have outstanding (default 64)
+  --sram-model FILE      model the RNIC's on-chip SRAM cache with this config (docs/SRAM.md)
+  --stats-interval SECS  print statistics every SECS seconds (default 0: only at exit)
+  -v, --verbose          log every session (open, refused, GOODBYE, disconnect)
+  -h, --help             show this help
+
+exit codes: 0 after a clean shutdown, 2 for a configuration error, 1 otherwise.`;
+
+function describe(stats: StatsSnapshot): string {
+  const lines = [`sessions: ${stats.sessionsOpen} open, ${stats.sessionsTotal} total, ${stats.sessionsRefused} refused;` +
+    ` data moved ${(stats.dataBytes / 2 ** 20).toFixed(1)} MiB; tickets reclaimed ${stats.ticketsReclaimed}`];
+  for (const [opcode, byStatus] of Object.entries(stats.requests)) {
+    lines.push(`  ${opcode.padEnd(11)} ${Object.entries(byStatus).map(([status, count]) => `${status} ${count}`).join(', ')}`);
+  }
+  for (const report of stats.sram ?? []) lines.push(`  sram ${report}`);
+  return lines.join('\n');
+}
+
+export const command: Command = {
+  summary: 'run a KBTP target (the cache node) on 127.0.0.1:7117 by default',
+  async run(argv) {
+    let values;
+    try {
+      ({ values } = parseArgs({ args: argv, options: {
+        config: { type: 'string' }, listen: { type: 'string' }, workers: { type: 'string' }, 'block-size': { type: 'string' },
+        blocks: { type: 'string' }, credits: { type: 'string' }, 'sram-model': { type: 'string' }, 'stats-interval': { type: 'string' },
+        verbose: { type: 'boolean', short: 'v' }, help: { type: 'boolean', short: 'h' },
+      } }));
+    } catch (error) {
+      console.error(`kbtp target: ${(error as Error).message}\n\n${HELP}`);
+      return 2;
+    }
+    if (values.help === true) {
+      console.log(HELP);
+      return 0;
+    }
+    let settings: TargetSettings;
+    try {
+      settings = loadTargetSettings(values.config);
+      const integer = (flag: string, value: string | undefined, min: number): number | undefined => {
+        if (value === undefined) return undefined;
+        const n = Number(value);
+        if (!Number.isSafeInteger(n) || n < min) throw new ConfigError(`--${flag}`, `"${value}" is not an integer >= ${min}`, `e.g. --${flag} ${Math.max(min, 2)}`);
+        return n;
+      };
+      if (values.listen !== undefined) settings.listen = parseListen(values.listen, '--listen');
+      settings.workers = integer('workers', values.workers, 1) ?? settings.workers;
+      const blockSize = integer('block-size', values['block-size'], 8);
+      const blocks = integer('blocks', values.blocks, 1);
+      if (blockSize !== undefined) settings.pool.blockSize = blockSize;
+      if (blocks !== undefined) {
+        // The default open tenant follows the pool when only the size changes on the command line.
+        if (values.config === undefined && settings.tenants[0] !== undefined) settings.tenants[0].quota = blocks;
+        settings.pool.blockCount = blocks;
+        if (values.config === undefined) {
+          settings.pool.handleCount = blocks * 4;
+          const all = { first: 0n, count: BigInt(blocks * 4) };
+          if (settings.tenants[0] !== undefined) settings.tenants[0] = { ...settings.tenants[0], storeRange: all, loadScope: all };
+        }
+      }
+      if (blockSize !== undefined) settings.pool.maxInline = Math.min(settings.pool.maxInline, blockSize);
+      settings.session.credits = integer('credits', values.credits, 1) ?? settings.session.credits;
+      if (values['sram-model'] !== undefined) settings.sramModel = values['sram-model'];
+    } catch (error) {
+      if (error instanceof ConfigError) {
+        console.error(`kbtp target: configuration error: ${error.message}`);
+        return 2;
+      }
+      throw error;
+    }
+    let target;
+    try {
+      target = await startTarget(settings, { verbose: values.verbose === true, log: (line) => console.error(line) });
+    } catch (error) {
+      if (error instanceof EngineConfigError || error instanceof SramConfigError) {
+        console.error(`kbtp target: configuration error: ${error.message}`);
+        return 2;
+      }
+      console.error(`kbtp target: cannot start: ${error instanceof Error ? error.message : String(error)}`);
+      return 1;
+    }
+    const { pool } = settings;
+    console.log(`kbtp target listening on ${target.host}:${target.port} (RDMAP/MPA over TCP, ${settings.workers} workers)`);
+    console.log(`pool: ${pool.blockCount} blocks of ${pool.blockSize} octets (${((pool.blockCount * pool.blockSize) / 2 ** 20).toFixed(pool.blockCount * pool.blockSize < 2 ** 24 ? 2 : 0)} MiB),` +
+      ` handles ${pool.handleBase}..${pool.handleBase + BigInt(pool.handleCount) - 1n}, tenants: ${settings.tenants.map((t) => t.name).join(', ')}`);
+    console.log(`try: kbtp info --target ${target.host}:${target.port}   (Ctrl-C to stop)`);
+    const interval = Number(values['stats-interval'] ?? 0);
+    const timer = interval > 0 ? setInterval(() => { void target.stats().then((s) => console.log(describe(s))); }, interval * 1000) : undefined;
+    await new Promise<void>((resolve) => {
+      process.once('SIGINT', resolve);
+      process.once('SIGTERM', resolve);
+    });
+    if (timer !== undefined) clearInterval(timer);
+    console.error('kbtp target: draining...');
+    const final = await target.stats();
+    await target.stop();
+    const audit = target.audit();
+    console.log(describe(final));
+    console.log(`pool audit: ${audit.bound} bound, ${audit.inRings} free, lost ${audit.lost.length}, doubled ${audit.doubled.length}`);
+    return audit.ok ? 0 : 1;
+  },
+};

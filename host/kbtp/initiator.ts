@@ -1,0 +1,446 @@
+// The KBTP initiator library: a session with a target over kbtp's software RNIC.
+//
+//   const session = await connect('127.0.0.1:7117', { tenant: 'default' });
+//   await session.allocStore(42n, bytes, { seal: true });
+//   const { data } = await session.load(42n);
+//   await session.free(42n);
+//   await session.close();
+//
+// Requests are pipelined up to the credits the target grants; buffers are registered once per
+// session and reused; a failed request throws KbtpError carrying the KBTP status name.
+import * as K from '../../assembly/kbtp-constants.ts';
+import {
+  createRnic, Access, WcStatus, wcStatusName, type Rnic, type QueuePair, type CompletionQueue, type MemoryRegion,
+  type WorkCompletion, type SendWorkRequest,
+} from '../rnic/verbs.ts';
+import { encodeRequest, decodeCompletion, statusName, type Completion, type RequestFields } from './messages.ts';
+import { encodeHello, decodeHelloAck, type HelloAck } from './hello.ts';
+import { DEFAULT_PORT } from '../../firmware/config.ts';
+
+export class KbtpError extends Error {
+  readonly statusName: string;
+  constructor(readonly status: number, message: string, readonly completion?: Completion) {
+    super(`${statusName(status)}: ${message}`);
+    this.name = 'KbtpError';
+    this.statusName = statusName(status);
+  }
+}
+
+export interface ConnectOptions {
+  tenant?: string;
+  secret?: string;
+  /** Capabilities to ask for (CAP_DIRECT_LOAD, CAP_DIRECT_ALLOC); granted ones are in `hello`. */
+  capabilities?: number;
+  /** Most requests in flight, further capped by the target's credits (default 32). */
+  pipeline?: number;
+  /** Ask for MPA CRC (default false: like siw, loopback does not need it). */
+  crc?: boolean;
+  timeoutMs?: number;
+}
+
+export interface BlockInfo {
+  generation: number;
+  dataLength: number;
+  blockOffset: bigint;
+}
+
+export interface LoadResult extends BlockInfo {
+  data: Uint8Array;
+}
+
+const ALL_ONES = 0xffffffffffffffffn;
+const RECV_SLOT = 128;
+const CONTROL_SIZE = 256;
+const RECV_BASE = 0x10000000;
+
+/** "host:port", "kbtp://host:port" or "host" (default port 7117). */
+export function parseTarget(target: string): { host: string; port: number } {
+  const bare = target.replace(/^kbtp:\/\//, '');
+  const match = /^(\[[^\]]+\]|[^:]+)(?::([0-9]+))?$/.exec(bare);
+  const port = match?.[2] === undefined ? DEFAULT_PORT : Number(match[2]);
+  if (match === null || !Number.isInteger(port) || port < 1 || port > 65535) {
+    throw new Error(`"${target}" is not a target address; use host:port, e.g. 127.0.0.1:${DEFAULT_PORT}`);
+  }
+  return { host: (match[1] ?? '').replace(/^\[(.*)\]$/, '$1'), port };
+}
+
+export async function connect(target: string, options: ConnectOptions = {}): Promise<KbtpSession> {
+  const { host, port } = parseTarget(target);
+  const rnic = createRnic({ name: 'initiator' });
+  const session = new KbtpSession(rnic, options);
+  try {
+    await session.open(host, port, options);
+  } catch (error) {
+    await rnic.close();
+    throw error;
+  }
+  return session;
+}
+
+interface Waiter {
+  resolve(completion: WorkCompletion): void;
+  reject(error: Error): void;
+}
+
+export class KbtpSession {
+  private readonly pd;
+  private readonly cq: CompletionQueue;
+  private readonly qp: QueuePair;
+  private readonly receiveDepth: number;
+  private readonly receiveBuffer: Uint8Array;
+  private readonly receiveRegion: MemoryRegion;
+  private readonly control = new Uint8Array(CONTROL_SIZE);
+  private readonly controlRegion: MemoryRegion;
+  private sendBuffer = new Uint8Array(0);
+  private sendRegion: MemoryRegion | undefined;
+  private dataBuffer = new Uint8Array(0);
+  private dataRegion: MemoryRegion | undefined;
+  private slotSize = 0;
+  private messageSize = 0;
+  private readonly freeSlots: number[] = [];
+  private readonly slotWaiters: Array<() => void> = [];
+  private readonly pending = new Map<bigint, { resolve(c: Completion): void; reject(e: Error): void }>();
+  private readonly sendWaiters = new Map<number, Waiter>();
+  private nextRequestId = 1n;
+  private nextWrId = 1;
+  private helloWaiter: ((ack: HelloAck) => void) | undefined;
+  private failure: Error | undefined;
+  private closing = false;
+  /** The target's HELLO_ACK: block size, credits, granted capabilities and STags. */
+  hello!: HelloAck;
+
+  constructor(private readonly rnic: Rnic, options: ConnectOptions) {
+    this.pd = rnic.allocPd();
+    this.receiveDepth = Math.max(2, (options.pipeline ?? 32) + 2);
+    this.cq = rnic.createCq({ depth: 4 * this.receiveDepth + 64 });
+    this.qp = rnic.createQp({ pd: this.pd, sendCq: this.cq, recvCq: this.cq, maxRecvWr: this.receiveDepth, maxSendWr: 4 * this.receiveDepth + 16 });
+    this.receiveBuffer = new Uint8Array(RECV_SLOT * this.receiveDepth);
+    this.receiveRegion = rnic.registerMemory(this.pd, this.receiveBuffer, { access: Access.LocalWrite });
+    this.controlRegion = rnic.registerMemory(this.pd, this.control, { access: Access.LocalWrite });
+  }
+
+  async open(host: string, port: number, options: ConnectOptions): Promise<void> {
+    for (let i = 0; i < this.receiveDepth; i++) this.postReceive(i);
+    void this.pump();
+    void this.qp.whenDisconnected().then((info) => this.fail(new Error(`connection to the target lost (${info.reason}: ${info.message})`)));
+    await this.rnic.connect(this.qp, { host, port, crc: options.crc ?? false, timeoutMs: options.timeoutMs ?? 10_000 });
+    const secret = new TextEncoder().encode(options.secret ?? '');
+    const hello = encodeHello({ version: K.KBTP_VERSION, requestId: 0n, capabilities: options.capabilities ?? 0,
+      initiatorCredits: this.receiveDepth, tenant: options.tenant ?? 'default', credential: secret });
+    const ack = new Promise<HelloAck>((resolve, reject) => {
+      this.helloWaiter = resolve;
+      this.pending.set(0n, { resolve: () => undefined, reject });
+    });
+    this.control.set(hello);
+    this.qp.postSend({ wrId: 0, opcode: 'SEND', sgList: [{ lkey: this.controlRegion.stag, offset: 0, length: hello.length }] });
+    const answer = await ack;
+    this.pending.delete(0n);
+    if (answer.status !== K.STATUS_SUCCESS) {
+      throw new KbtpError(answer.status, `the target refused the session of tenant '${options.tenant ?? 'default'}'`);
+    }
+    this.hello = answer;
+    const depth = Math.min(this.receiveDepth - 2, answer.targetCredits);
+    this.messageSize = K.HEADER_SIZE + 2 * K.DESCRIPTOR_SIZE + answer.maxInline;
+    this.slotSize = Math.ceil(answer.blockSize / 64) * 64;
+    this.sendBuffer = new Uint8Array(this.messageSize * depth);
+    this.sendRegion = this.rnic.registerMemory(this.pd, this.sendBuffer, { access: Access.LocalWrite });
+    this.dataBuffer = new Uint8Array(this.slotSize * depth + 64 * depth);
+    this.dataRegion = this.rnic.registerMemory(this.pd, this.dataBuffer, { access: Access.LocalWrite | Access.RemoteWrite | Access.RemoteRead });
+    for (let slot = 0; slot < depth; slot++) this.freeSlots.push(slot);
+  }
+
+  /** Requests that may be in flight at once. */
+  get depth(): number {
+    return this.sendBuffer.length / Math.max(1, this.messageSize);
+  }
+
+  private postReceive(index: number): void {
+    if (this.failure !== undefined) return;
+    this.qp.postRecv({ wrId: RECV_BASE + index, sgList: [{ lkey: this.receiveRegion.stag, offset: index * RECV_SLOT, length: RECV_SLOT }] });
+  }
+
+  private async pump(): Promise<void> {
+    while (this.failure === undefined) {
+      await this.cq.wait();
+      for (const completion of this.cq.poll(64)) this.onCompletion(completion);
+    }
+  }
+
+  private onCompletion(completion: WorkCompletion): void {
+    const id = Number(completion.wrId);
+    if (id >= RECV_BASE) {
+      if (completion.status !== WcStatus.Success) return;
+      const index = id - RECV_BASE;
+      const bytes = this.receiveBuffer.slice(index * RECV_SLOT, index * RECV_SLOT + completion.byteLength);
+      this.postReceive(index);
+      this.deliver(bytes);
+      return;
+    }
+    const waiter = this.sendWaiters.get(id);
+    if (waiter === undefined) return;
+    this.sendWaiters.delete(id);
+    if (completion.status === WcStatus.Success) waiter.resolve(completion);
+    else waiter.reject(new Error(`${completion.opcode} failed: ${wcStatusName(completion.status)}${completion.error === undefined ? '' : ` (${completion.error})`}`));
+  }
+
+  private deliver(bytes: Uint8Array): void {
+    if (bytes[1] === K.OPCODE_HELLO_ACK && this.helloWaiter !== undefined) {
+      const waiter = this.helloWaiter;
+      this.helloWaiter = undefined;
+      try {
+        waiter(decodeHelloAck(bytes));
+      } catch (error) {
+        this.fail(error instanceof Error ? error : new Error(String(error)));
+      }
+      return;
+    }
+    let completion: Completion;
+    try {
+      completion = decodeCompletion(bytes);
+    } catch (error) {
+      this.fail(new Error(`the target sent a malformed message: ${(error as Error).message}`));
+      return;
+    }
+    const pending = this.pending.get(completion.requestId);
+    if (pending === undefined) return;
+    this.pending.delete(completion.requestId);
+    pending.resolve(completion);
+  }
+
+  private fail(error: Error): void {
+    if (this.failure !== undefined) return;
+    this.failure = this.closing ? new Error('session closed') : error;
+    for (const pending of this.pending.values()) pending.reject(this.failure);
+    this.pending.clear();
+    for (const waiter of this.sendWaiters.values()) waiter.reject(this.failure);
+    this.sendWaiters.clear();
+    for (const wake of this.slotWaiters.splice(0)) wake();
+    this.cq.push({ wrId: 0, status: WcStatus.WrFlushError, opcode: 'RECV', qpNumber: this.qp.qpNumber, byteLength: 0 });
+  }
+
+  private async takeSlot(): Promise<number> {
+    for (;;) {
+      if (this.failure !== undefined) throw this.failure;
+      const slot = this.freeSlots.pop();
+      if (slot !== undefined) return slot;
+      await new Promise<void>((resolve) => this.slotWaiters.push(resolve));
+    }
+  }
+
+  private giveSlot(slot: number): void {
+    this.freeSlots.push(slot);
+    this.slotWaiters.shift()?.();
+  }
+
+  private stagingOffset(slot: number): number {
+    return slot * this.slotSize;
+  }
+
+  /** Scratch octets of a slot for one-sided reads (entries, slots, FetchAdd results). */
+  private scratchOffset(slot: number): number {
+    return this.depth * this.slotSize + slot * 64;
+  }
+
+  private post(wr: Omit<SendWorkRequest, 'wrId'>): Promise<WorkCompletion> {
+    if (this.failure !== undefined) return Promise.reject(this.failure);
+    const wrId = this.nextWrId;
+    this.nextWrId = this.nextWrId + 1 >= RECV_BASE ? 1 : this.nextWrId + 1;
+    return new Promise((resolve, reject) => {
+      this.sendWaiters.set(wrId, { resolve, reject });
+      this.qp.postSend({ ...wr, wrId });
+    });
+  }
+
+  /** Sends one request from `slot` and waits for its COMPLETION. */
+  private async request(slot: number, fields: Omit<RequestFields, 'requestId'>): Promise<Completion> {
+    const requestId = this.nextRequestId++;
+    const message = encodeRequest({ ...fields, requestId });
+    const offset = slot * this.messageSize;
+    this.sendBuffer.set(message, offset);
+    const answer = new Promise<Completion>((resolve, reject) => this.pending.set(requestId, { resolve, reject }));
+    await this.post({ opcode: 'SEND', sgList: [{ lkey: this.sendRegion?.stag ?? 0, offset, length: message.length }] });
+    const completion = await answer;
+    if (completion.status !== K.STATUS_SUCCESS) {
+      throw new KbtpError(completion.status, `handle ${fields.handle}`, completion);
+    }
+    return completion;
+  }
+
+  private info(completion: Completion): BlockInfo {
+    return { generation: completion.generation, dataLength: completion.dataLength, blockOffset: completion.blockOffset };
+  }
+
+  private checkLength(data: Uint8Array): void {
+    if (data.length > this.hello.blockSize) {
+      throw new KbtpError(K.STATUS_LENGTH_ERROR, `${data.length} octets do not fit a ${this.hello.blockSize}-octet block`);
+    }
+  }
+
+  /** Block Load (draft 6.1): the target RDMA-writes the block into a registered buffer, then completes. */
+  async load(handle: bigint, options: { generation?: number; allowUnsealed?: boolean } = {}): Promise<LoadResult> {
+    const slot = await this.takeSlot();
+    try {
+      const completion = await this.request(slot, {
+        opcode: K.OPCODE_LOAD, handle, generation: options.generation ?? 0,
+        flags: options.allowUnsealed === true ? K.FLAG_ALLOW_UNSEALED : 0,
+        descriptor: { stag: this.dataRegion?.stag ?? 0, taggedOffset: BigInt(this.stagingOffset(slot)), length: this.hello.blockSize },
+      });
+      const start = this.stagingOffset(slot);
+      return { ...this.info(completion), data: this.dataBuffer.slice(start, start + completion.dataLength) };
+    } finally {
+      this.giveSlot(slot);
+    }
+  }
+
+  private async storeRequest(opcode: number, handle: bigint, data: Uint8Array, options: { seal?: boolean; generation?: number }): Promise<BlockInfo> {
+    this.checkLength(data);
+    const slot = await this.takeSlot();
+    try {
+      const seal = options.seal === true ? K.FLAG_SEAL : 0;
+      if (data.length <= this.hello.maxInline) {
+        return this.info(await this.request(slot, { opcode, handle, generation: options.generation ?? 0, flags: K.FLAG_INLINE | seal, inline: data }));
+      }
+      // The target pulls the data with RDMA Read from the registered staging slot.
+      this.dataBuffer.set(data, this.stagingOffset(slot));
+      return this.info(await this.request(slot, {
+        opcode, handle, generation: options.generation ?? 0, flags: seal,
+        descriptor: { stag: this.dataRegion?.stag ?? 0, taggedOffset: BigInt(this.stagingOffset(slot)), length: data.length },
+      }));
+    } finally {
+      this.giveSlot(slot);
+    }
+  }
+
+  /** Block Mapped Store (draft 6.2) into a bound, unsealed handle. */
+  store(handle: bigint, data: Uint8Array, options: { seal?: boolean; generation?: number } = {}): Promise<BlockInfo> {
+    return this.storeRequest(K.OPCODE_STORE, handle, data, options);
+  }
+
+  /** Block Unmapped Store (draft 6.3): allocate, write and bind in one round trip. */
+  allocStore(handle: bigint, data: Uint8Array, options: { seal?: boolean } = {}): Promise<BlockInfo> {
+    return this.storeRequest(K.OPCODE_ALLOC_STORE, handle, data, options);
+  }
+
+  /** Block Free (draft 6.4). */
+  async free(handle: bigint, options: { generation?: number } = {}): Promise<BlockInfo> {
+    const slot = await this.takeSlot();
+    try {
+      return this.info(await this.request(slot, { opcode: K.OPCODE_FREE, handle, generation: options.generation ?? 0 }));
+    } finally {
+      this.giveSlot(slot);
+    }
+  }
+
+  private requireCapability(capability: number, name: string): void {
+    if ((this.hello.capabilities & capability) === 0) {
+      throw new KbtpError(K.STATUS_NOT_SUPPORTED, `${name} was not granted to this session (ask for it in connect() and be trusted for it)`);
+    }
+  }
+
+  private async readRemote(stag: number, taggedOffset: bigint, localOffset: number, length: number): Promise<void> {
+    await this.post({ opcode: 'RDMA_READ', sgList: [{ lkey: this.dataRegion?.stag ?? 0, offset: localOffset, length }], remote: { stag, taggedOffset } });
+  }
+
+  private readEntry(offset: number): { flags: number; generation: number; dataLength: number; blockOffset: bigint } {
+    const view = new DataView(this.dataBuffer.buffer, offset, 16);
+    return { flags: view.getUint16(0, false), generation: view.getUint16(2, false), dataLength: view.getUint32(4, false), blockOffset: view.getBigUint64(8, false) };
+  }
+
+  /**
+   * Direct Load (draft 6.6): read the entry, the block, and the entry again, each after the
+   * previous completed; valid when both entries show the same Generation with VALID and SEALED.
+   * Retries a few times when a concurrent free or store is seen, then throws NOT_VALID/NOT_SEALED.
+   */
+  async directLoad(handle: bigint, options: { attempts?: number } = {}): Promise<LoadResult> {
+    this.requireCapability(K.CAP_DIRECT_LOAD, 'DIRECT_LOAD');
+    const { tableBaseHandle, tableHandleCount, tableStag, tableOffset, poolStag } = this.hello;
+    if (handle < tableBaseHandle || handle - tableBaseHandle >= tableHandleCount) {
+      throw new KbtpError(K.STATUS_OUT_OF_RANGE, `handle ${handle} is not served by the table`);
+    }
+    const entryOffset = tableOffset + 16n * (handle - tableBaseHandle);
+    const slot = await this.takeSlot();
+    try {
+      const scratch = this.scratchOffset(slot);
+      let last = { status: K.STATUS_NOT_VALID, why: 'not bound' };
+      for (let attempt = 0; attempt < (options.attempts ?? 4); attempt++) {
+        await this.readRemote(tableStag, entryOffset, scratch, 16);
+        const before = this.readEntry(scratch);
+        if ((before.flags & K.ENTRY_VALID) === 0) return Promise.reject(new KbtpError(K.STATUS_NOT_VALID, `handle ${handle} is not bound`));
+        if ((before.flags & K.ENTRY_SEALED) === 0) {
+          last = { status: K.STATUS_NOT_SEALED, why: 'not sealed' };
+          continue;
+        }
+        if (before.dataLength > 0) await this.readRemote(poolStag, before.blockOffset, this.stagingOffset(slot), before.dataLength);
+        await this.readRemote(tableStag, entryOffset, scratch, 16);
+        const after = this.readEntry(scratch);
+        if (after.generation === before.generation && (after.flags & (K.ENTRY_VALID | K.ENTRY_SEALED)) === (K.ENTRY_VALID | K.ENTRY_SEALED)) {
+          const start = this.stagingOffset(slot);
+          return { generation: before.generation, dataLength: before.dataLength, blockOffset: before.blockOffset, data: this.dataBuffer.slice(start, start + before.dataLength) };
+        }
+        last = { status: after.generation === before.generation ? K.STATUS_NOT_SEALED : K.STATUS_GENERATION_MISMATCH, why: 'changed while being read' };
+      }
+      throw new KbtpError(last.status, `handle ${handle}: ${last.why}`);
+    } finally {
+      this.giveSlot(slot);
+    }
+  }
+
+  /**
+   * Direct Allocation (draft 6.6): FetchAdd on the session's Head, read the slot until it holds
+   * the ticket (then once more to confirm), RDMA-write the data into the block, and BIND.
+   */
+  async directAllocStore(handle: bigint, data: Uint8Array, options: { seal?: boolean } = {}): Promise<BlockInfo & { ticket: number }> {
+    this.requireCapability(K.CAP_DIRECT_ALLOC, 'DIRECT_ALLOC');
+    this.checkLength(data);
+    const { ringStag, headOffset, ringOffset, partitionStag, partitionRingOrder, ticketTimeoutMs } = this.hello;
+    const slot = await this.takeSlot();
+    try {
+      const scratch = this.scratchOffset(slot);
+      const addMask = (1n << 63n) | (1n << 31n) | (1n << BigInt(partitionRingOrder + 3));
+      const added = await this.post({ opcode: 'ATOMIC_FETCH_ADD', remote: { stag: ringStag, taggedOffset: headOffset },
+        atomic: { add: BigInt(K.RING_ADD_DATA_MASKED), addMask }, sgList: [{ lkey: this.dataRegion?.stag ?? 0, offset: scratch, length: 8 }] });
+      const counter = BigInt.asUintN(64, added.atomicResult ?? 0n);
+      const ticket = Number(counter >> 32n);
+      const slotOffset = counter & ((1n << BigInt(partitionRingOrder + 4)) - 1n);
+      const view = new DataView(this.dataBuffer.buffer, scratch, 16);
+      const deadline = Date.now() + ticketTimeoutMs;
+      let blockOffset = ALL_ONES;
+      let confirmed = false;
+      while (!confirmed) {
+        await this.readRemote(ringStag, ringOffset + slotOffset, scratch, 16);
+        const ready = view.getUint32(0, false) === ticket && view.getBigUint64(8, false) !== ALL_ONES;
+        if (ready && blockOffset === view.getBigUint64(8, false)) confirmed = true; // the same on a second read
+        else if (ready) blockOffset = view.getBigUint64(8, false);
+        else {
+          blockOffset = ALL_ONES;
+          if (Date.now() > deadline) throw new KbtpError(K.STATUS_NO_SPACE, `ticket ${ticket}: no block arrived within the ticket timeout`);
+          await new Promise((resolve) => setImmediate(resolve));
+        }
+      }
+      if (data.length > 0) {
+        this.dataBuffer.set(data, this.stagingOffset(slot));
+        await this.post({ opcode: 'RDMA_WRITE', sgList: [{ lkey: this.dataRegion?.stag ?? 0, offset: this.stagingOffset(slot), length: data.length }],
+          remote: { stag: partitionStag, taggedOffset: blockOffset } });
+      }
+      const completion = await this.request(slot, { opcode: K.OPCODE_BIND, handle, flags: options.seal === true ? K.FLAG_SEAL : 0,
+        bind: { ticket, dataLength: data.length, blockOffset } });
+      return { ...this.info(completion), ticket };
+    } finally {
+      this.giveSlot(slot);
+    }
+  }
+
+  /** GOODBYE, then waits for the target to finish and close (at most `timeoutMs`). */
+  async close(timeoutMs = 5000): Promise<void> {
+    if (this.failure === undefined && !this.closing && this.sendRegion !== undefined) {
+      this.closing = true;
+      const goodbye = encodeRequest({ opcode: K.OPCODE_GOODBYE, requestId: this.nextRequestId++, handle: 0n });
+      this.control.set(goodbye);
+      this.qp.postSend({ wrId: 0, opcode: 'SEND', sgList: [{ lkey: this.controlRegion.stag, offset: 0, length: goodbye.length }] });
+      await Promise.race([this.qp.whenDisconnected(), new Promise((resolve) => setTimeout(resolve, timeoutMs).unref())]);
+    }
+    this.closing = true;
+    this.qp.disconnect();
+    await this.rnic.close();
+  }
+}

@@ -1,0 +1,446 @@
+// One initiator's connection to the target: the session state machine of kbtp-v1 sections 7 and
+// 11 over an RDMAP stream. Requests land by the RNIC straight in engine request contexts; the
+// engine's programs decide everything; this class only carries out what they ask (RDMA Write,
+// RDMA Read, Send of the COMPLETION), admits the session, grants STags and watches one-sided
+// tickets for the Ticket Timeout.
+import * as K from '../../../assembly/kbtp-constants.ts';
+import * as S from '../../../assembly/struct-offsets.ts';
+import type { Engine } from '../../engine/engine.ts';
+import type { ThreadArena } from '../../engine/arena.ts';
+import type { RingLayout } from '../../engine/layout.ts';
+import {
+  Access, WcStatus, type Rnic, type ProtectionDomain, type MemoryRegion, type QueuePair, type CompletionQueue,
+  type WorkCompletion, type DisconnectInfo,
+} from '../../rnic/verbs.ts';
+import type { TargetSettings } from '../../../firmware/config.ts';
+import { decodeHello, encodeHelloAck, refusal, type HelloAck } from '../hello.ts';
+import { MessageFormatError } from '../messages.ts';
+import { admit } from './auth.ts';
+import type { TargetStats } from './stats.ts';
+
+const ALL_ONES = 0xffffffffffffffffn;
+
+// Work request ids: a request context address (64-aligned) plus what the work request is for.
+const WR_RECV = 0;
+const WR_COMPLETION = 1;
+const WR_DATA = 2;
+const WR_CONTROL = 3;
+const WR_KIND_MASK = 63;
+
+/** What every connection of one worker thread shares. */
+export interface WorkerContext {
+  engine: Engine;
+  arena: ThreadArena;
+  rnic: Rnic;
+  pd: ProtectionDomain;
+  /** The pool, for local access: source of RDMA Writes, sink of RDMA Reads. */
+  poolRegion: MemoryRegion;
+  /** This thread's request contexts: receive buffers and COMPLETION sources. */
+  requestRegion: MemoryRegion;
+  settings: TargetSettings;
+  stats: TargetStats;
+  /** Tickets of ended sessions whose slot was not filled yet; reclaimed when it is. */
+  lateReclaims: LateReclaims;
+  log(line: string): void;
+}
+
+type State = 'hello' | 'open' | 'draining' | 'closed';
+
+export class LateReclaims {
+  private readonly pending: Array<{ ring: RingLayout; ticket: number; tenant: number }> = [];
+  private timer: NodeJS.Timeout | undefined;
+  constructor(private readonly engine: Engine) {}
+
+  add(ring: RingLayout, ticket: number, tenant: number): void {
+    this.pending.push({ ring, ticket, tenant });
+    this.timer ??= setInterval(() => this.sweep(), 20);
+    this.timer.unref();
+  }
+
+  get size(): number {
+    return this.pending.length;
+  }
+
+  sweep(): void {
+    for (let i = this.pending.length - 1; i >= 0; i--) {
+      const item = this.pending[i];
+      if (item === undefined) continue;
+      const result = BigInt.asIntN(64, this.engine.exports.ringAbandon(item.ring.descriptor, item.ticket));
+      if (result === -2n) continue; // still waiting for its block
+      if (result >= 0n) this.engine.exports.quotaAdjust(item.tenant, -1);
+      this.pending.splice(i, 1);
+    }
+    if (this.pending.length === 0 && this.timer !== undefined) {
+      clearInterval(this.timer);
+      this.timer = undefined;
+    }
+  }
+}
+
+export class TargetConnection {
+  private state: State = 'hello';
+  private readonly contexts: number[] = [];
+  /** Contexts between arrival and the completion of their COMPLETION Send. */
+  private busy = 0;
+  private session = 0;
+  private tenantAddress = 0;
+  private readonly grantedRegions: MemoryRegion[] = [];
+  private partitionRegion: MemoryRegion | undefined;
+  private partitionRing: RingLayout | undefined;
+  /** One-sided tickets this session took, with when the target saw them. */
+  private readonly tickets = new Map<number, number>();
+  private ticketTimer: NodeJS.Timeout | undefined;
+  private readonly retries: number[] = [];
+  private retryScheduled = false;
+  private readonly control = new Uint8Array(256);
+  private readonly controlRegion: MemoryRegion;
+  private disconnected = false;
+  private cleanedUp = false;
+  readonly label: string;
+
+  constructor(private readonly ctx: WorkerContext, private readonly qp: QueuePair, private readonly cq: CompletionQueue, peer: string) {
+    this.label = `${peer} qp ${qp.qpNumber}`;
+    this.controlRegion = ctx.rnic.registerMemory(ctx.pd, this.control, { access: Access.LocalWrite });
+  }
+
+  /** Posts the receives (before the initiator may send HELLO) and starts serving. */
+  start(): void {
+    const receives = 2 * this.ctx.settings.session.credits;
+    for (let i = 0; i < receives; i++) {
+      const request = this.ctx.arena.acquireRequest(0);
+      this.contexts.push(request);
+      this.postReceive(request);
+    }
+    this.ctx.stats.sessionOpened();
+    void this.qp.whenDisconnected().then((info) => this.onDisconnected(info));
+    void this.pump();
+  }
+
+  private async pump(): Promise<void> {
+    while (!this.cleanedUp) {
+      await this.cq.wait();
+      for (const completion of this.cq.poll(64)) this.onCompletion(completion);
+      this.maybeFinish();
+    }
+  }
+
+  private postReceive(request: number): void {
+    if (this.disconnected) return;
+    const area = this.ctx.requestRegion;
+    this.qp.postRecv({ wrId: request | WR_RECV, sgList: [{ lkey: area.stag, offset: request - this.ctx.arena.requestArea.address + S.REQUEST_MESSAGE, length: this.ctx.arena.maxMessage }] });
+  }
+
+  private onCompletion(completion: WorkCompletion): void {
+    const id = Number(completion.wrId);
+    const kind = id & WR_KIND_MASK;
+    const request = id - kind;
+    if (completion.status !== WcStatus.Success) {
+      // The stream is failing (a Terminate, a reset, a flush): release what the request holds.
+      if (kind === WR_DATA) this.settle(request, this.ctx.arena.complete(request, false));
+      else if (kind === WR_COMPLETION) this.busy -= 1;
+      return;
+    }
+    switch (kind) {
+      case WR_RECV:
+        this.arrived(request, completion.byteLength);
+        return;
+      case WR_DATA:
+        this.settle(request, this.ctx.arena.complete(request, true));
+        return;
+      case WR_COMPLETION:
+        this.busy -= 1;
+        if (this.state === 'open') this.postReceive(request);
+        return;
+      case WR_CONTROL:
+        if (this.state === 'closed') this.qp.disconnect();
+        return;
+    }
+  }
+
+  private arrived(request: number, length: number): void {
+    this.ctx.stats.bytesIn(length);
+    if (this.state === 'hello') {
+      this.hello(request, length);
+      return;
+    }
+    if (this.state !== 'open') return; // after GOODBYE the initiator sends nothing more
+    this.busy += 1;
+    this.ctx.arena.arrived(request, length);
+    this.settle(request, this.ctx.arena.run(request));
+  }
+
+  /** Carries out what the engine's program asked for. */
+  private settle(request: number, action: number): void {
+    const { arena, poolRegion, engine } = this.ctx;
+    switch (action) {
+      case S.ACTION_SEND: {
+        this.ctx.stats.completed(engine.view.getUint8(request + S.REQUEST_MESSAGE + 1), engine.view.getUint16(request + S.REQUEST_COMPLETION + 22, false));
+        if (this.disconnected) {
+          this.busy -= 1;
+          return;
+        }
+        const invalidateStag = arena.invalidateStag(request);
+        this.qp.postSend({
+          wrId: request | WR_COMPLETION,
+          opcode: invalidateStag !== 0 ? 'SEND_WITH_INV' : 'SEND',
+          invalidateStag,
+          sgList: [{ lkey: this.ctx.requestRegion.stag, offset: request - arena.requestArea.address + S.REQUEST_COMPLETION, length: K.COMPLETION_SIZE }],
+        });
+        return;
+      }
+      case S.ACTION_DATA: {
+        const view = engine.view;
+        const kind = view.getUint32(request + S.REQUEST_OP_KIND, true);
+        const local = view.getUint32(request + S.REQUEST_OP_LOCAL, true) - engine.layout.pool;
+        const length = view.getUint32(request + S.REQUEST_OP_LENGTH, true);
+        const remote = { stag: view.getUint32(request + S.REQUEST_OP_STAG, true), taggedOffset: view.getBigUint64(request + S.REQUEST_OP_REMOTE_OFFSET, true) };
+        if (this.disconnected) {
+          this.settle(request, arena.complete(request, false));
+          return;
+        }
+        this.ctx.stats.dataMoved(length);
+        this.qp.postSend({
+          wrId: request | WR_DATA,
+          opcode: kind === S.OP_WRITE_TO_INITIATOR ? 'RDMA_WRITE' : 'RDMA_READ',
+          sgList: [{ lkey: poolRegion.stag, offset: local, length }],
+          remote,
+        });
+        return;
+      }
+      case S.ACTION_RETRY:
+        this.retries.push(request);
+        if (!this.retryScheduled) {
+          this.retryScheduled = true;
+          setImmediate(() => this.runRetries());
+        }
+        return;
+      case S.ACTION_GOODBYE:
+        this.busy -= 1;
+        this.state = 'draining';
+        this.ctx.log(`${this.label}: GOODBYE`);
+        this.maybeFinish();
+        return;
+      case S.ACTION_NONE:
+        this.busy -= 1;
+        return;
+    }
+  }
+
+  private runRetries(): void {
+    this.retryScheduled = false;
+    const waiting = this.retries.splice(0);
+    for (const request of waiting) this.settle(request, this.ctx.arena.run(request));
+    this.maybeFinish();
+  }
+
+  // --- session setup -------------------------------------------------------------------------
+
+  private sendControl(bytes: Uint8Array, closeAfter: boolean): void {
+    this.control.set(bytes);
+    if (closeAfter) this.state = 'closed';
+    this.qp.postSend({ wrId: WR_CONTROL, opcode: 'SEND', sgList: [{ lkey: this.controlRegion.stag, offset: 0, length: bytes.length }] });
+  }
+
+  private refuse(requestId: bigint, status: number, reason: string): void {
+    this.ctx.log(`${this.label}: session refused (${reason})`);
+    this.ctx.stats.refused();
+    this.sendControl(encodeHelloAck(refusal(requestId, status)), true);
+  }
+
+  private hello(request: number, length: number): void {
+    const { engine, arena, settings } = this.ctx;
+    const bytes = engine.bytes.subarray(request + S.REQUEST_MESSAGE, request + S.REQUEST_MESSAGE + length);
+    if (length < K.HEADER_SIZE) {
+      this.ctx.log(`${this.label}: ${length}-octet message before HELLO; closing`);
+      this.state = 'closed';
+      this.qp.disconnect();
+      return;
+    }
+    const view = new DataView(bytes.buffer, bytes.byteOffset, bytes.byteLength);
+    const requestId = view.getBigUint64(4, false);
+    if (bytes[1] !== K.OPCODE_HELLO) {
+      // kbtp-v1 section 11: INVALID_REQUEST with nothing disclosed, then close.
+      const completion = new Uint8Array(K.COMPLETION_SIZE);
+      const out = new DataView(completion.buffer);
+      out.setUint8(0, K.KBTP_VERSION);
+      out.setUint8(1, K.OPCODE_COMPLETION);
+      out.setUint16(2, bytes[1] ?? 0, false);
+      out.setBigUint64(4, requestId, false);
+      out.setBigUint64(12, view.getBigUint64(12, false), false);
+      out.setUint16(22, K.STATUS_INVALID_REQUEST, false);
+      this.ctx.log(`${this.label}: opcode 0x${(bytes[1] ?? 0).toString(16)} before HELLO; closing`);
+      this.sendControl(completion, true);
+      return;
+    }
+    let hello;
+    try {
+      hello = decodeHello(bytes);
+    } catch (error) {
+      this.refuse(requestId, K.STATUS_INVALID_REQUEST, error instanceof MessageFormatError ? error.message : String(error));
+      return;
+    }
+    if (hello.version === 0) {
+      this.refuse(requestId, K.STATUS_VERSION_MISMATCH, 'HELLO version 0');
+      return;
+    }
+    const admission = admit(settings.tenants, hello.tenant, hello.credential, hello.capabilities);
+    if (!admission.ok) {
+      this.refuse(requestId, admission.status, admission.reason);
+      return;
+    }
+    const credits = settings.session.credits;
+    this.session = arena.openSession({ tenant: admission.tenantIndex, capabilities: admission.capabilities, credits });
+    this.tenantAddress = engine.tenantAddress(admission.tenantIndex);
+    for (const context of this.contexts) arena.assignSession(context, this.session);
+    const { config, layout } = engine;
+    const tenantConfig = config.tenants[admission.tenantIndex];
+    const ack: HelloAck = {
+      ...refusal(requestId, K.STATUS_SUCCESS),
+      capabilities: admission.capabilities,
+      blockSize: config.blockSize,
+      blockCount: config.blockCount,
+      targetCredits: credits,
+      sharedRingOrder: config.ringOrder,
+      maxInline: config.maxInline,
+      quota: admission.tenant.quota,
+      ticketTimeoutMs: settings.session.ticketTimeoutMs,
+      tableBaseHandle: config.handleBase,
+      tableHandleCount: BigInt(config.handleCount),
+      storeFirst: admission.tenant.storeRange.first,
+      storeCount: admission.tenant.storeRange.count,
+    };
+    const buffer = engine.memory.buffer;
+    if ((admission.capabilities & K.CAP_DIRECT_LOAD) !== 0) {
+      // Read-only views of the table and pool, valid for this session only.
+      const table = this.grant(buffer, layout.table, S.ENTRY_SIZE * config.handleCount, Access.RemoteRead, 0n);
+      const pool = this.grant(buffer, layout.pool, layout.poolBytes, Access.RemoteRead, 0n);
+      ack.tableStag = table.stag;
+      ack.tableOffset = 0n;
+      ack.poolStag = pool.stag;
+    }
+    if ((admission.capabilities & K.CAP_DIRECT_ALLOC) !== 0 && tenantConfig?.partition !== undefined) {
+      const ring = engine.partitionRing(tenantConfig.partition);
+      this.partitionRing = ring;
+      const firstOffset = ring.firstBlock * config.blockSize;
+      // Same tagged-offset base as the pool: a Block Offset read from a slot is the Write's TO.
+      this.partitionRegion = this.grant(buffer, layout.pool + firstOffset, ring.blocks * config.blockSize, Access.RemoteWrite, BigInt(firstOffset));
+      const ringRegion = this.grant(buffer, ring.head, ring.slots - ring.head + S.SLOT_SIZE * 2 ** ring.order,
+        Access.RemoteRead | Access.RemoteAtomic, 0n);
+      ringRegion.onRemoteAtomic = (offset, original) => {
+        if (offset !== 0) return;
+        this.tickets.set(Number(BigInt.asUintN(64, original) >> 32n), Date.now());
+        engine.exports.quotaAdjust(this.tenantAddress, 1);
+        this.watchTickets();
+      };
+      ack.partitionStag = this.partitionRegion.stag;
+      ack.ringStag = ringRegion.stag;
+      ack.partitionRingOrder = ring.order;
+      ack.ringOffset = BigInt(ring.slots - ring.head);
+      ack.headOffset = 0n;
+    }
+    this.state = 'open';
+    this.ctx.log(`${this.label}: session of tenant '${admission.tenant.name}' open (capabilities 0x${admission.capabilities.toString(16)})`);
+    this.sendControl(encodeHelloAck(ack), false);
+    this.postReceive(request);
+  }
+
+  private grant(buffer: ArrayBufferLike, offset: number, length: number, access: number, taggedOffsetBase: bigint): MemoryRegion {
+    const region = this.ctx.rnic.registerMemory(this.ctx.pd, buffer, { access, offset, length, taggedOffsetBase });
+    this.grantedRegions.push(region);
+    return region;
+  }
+
+  // --- one-sided tickets and the Ticket Timeout ------------------------------------------------
+
+  private watchTickets(): void {
+    if (this.ticketTimer !== undefined) return;
+    const period = Math.max(5, Math.floor(this.ctx.settings.session.ticketTimeoutMs / 4));
+    this.ticketTimer = setInterval(() => this.checkTickets(false), period);
+    this.ticketTimer.unref();
+  }
+
+  /** Drops bound tickets and reclaims those past the timeout (all of them when `ending`). */
+  private checkTickets(ending: boolean): void {
+    const ring = this.partitionRing;
+    if (ring === undefined) return;
+    const { engine } = this.ctx;
+    const slotCount = 2 ** ring.order;
+    const now = Date.now();
+    for (const [ticket, takenAt] of this.tickets) {
+      const slot = engine.readSlot(ring, ticket & (slotCount - 1));
+      const filled = slot.sequence === ticket;
+      const waiting = slot.sequence === ((ticket - slotCount) >>> 0);
+      if ((filled && slot.blockOffset === ALL_ONES) || (!filled && !waiting)) {
+        this.tickets.delete(ticket); // bound (or reclaimed): its turn is over
+        continue;
+      }
+      if (!ending && now - takenAt < this.ctx.settings.session.ticketTimeoutMs) continue;
+      // Draft 3.4: no Write of the initiator may reach the block any more before it is reclaimed.
+      if (this.partitionRegion?.valid === true) {
+        this.ctx.rnic.invalidate(this.partitionRegion);
+        this.ctx.log(`${this.label}: ticket ${ticket} abandoned; Partition STag invalidated, DIRECT_ALLOC off for this session`);
+      }
+      const result = BigInt.asIntN(64, engine.exports.ringAbandon(ring.descriptor, ticket));
+      if (result === -2n) {
+        if (ending) {
+          this.ctx.lateReclaims.add(ring, ticket, this.tenantAddress);
+          this.tickets.delete(ticket);
+        }
+        continue;
+      }
+      if (result >= 0n) {
+        engine.exports.quotaAdjust(this.tenantAddress, -1);
+        this.ctx.stats.ticketReclaimed();
+      }
+      this.tickets.delete(ticket);
+    }
+    if (this.tickets.size === 0 && this.ticketTimer !== undefined) {
+      clearInterval(this.ticketTimer);
+      this.ticketTimer = undefined;
+    }
+  }
+
+  // --- the end of the session ------------------------------------------------------------------
+
+  /** Starts draining: requests in flight finish, new ones get SHUTTING_DOWN. */
+  drain(): void {
+    if (this.session !== 0) this.ctx.arena.setDraining(this.session, true);
+  }
+
+  get open(): boolean {
+    return this.state === 'open';
+  }
+
+  private onDisconnected(info: DisconnectInfo): void {
+    this.disconnected = true;
+    if (this.state !== 'closed') this.state = 'closed';
+    this.ctx.log(`${this.label}: disconnected (${info.reason}: ${info.message})`);
+    // kbtp-v1 section 7 step 4: the session's STags stop resolving at once.
+    for (const region of this.grantedRegions) this.ctx.rnic.deregisterMemory(region);
+    this.grantedRegions.length = 0;
+    this.checkTickets(true);
+    this.maybeFinish();
+    // The CQ may have nothing more to say; wake the pump so it can finish.
+    queueMicrotask(() => this.maybeFinish());
+  }
+
+  private maybeFinish(): void {
+    if (this.state === 'draining' && this.busy === 0 && !this.disconnected) {
+      this.state = 'closed';
+      this.qp.disconnect();
+      return;
+    }
+    if (!this.disconnected || this.busy > 0 || this.retries.length > 0 || this.cleanedUp) return;
+    this.cleanedUp = true;
+    if (this.ticketTimer !== undefined) clearInterval(this.ticketTimer);
+    const { arena, rnic } = this.ctx;
+    for (const context of this.contexts) arena.releaseRequest(context);
+    this.contexts.length = 0;
+    if (this.session !== 0) arena.closeSession(this.session);
+    rnic.deregisterMemory(this.controlRegion);
+    this.qp.destroy();
+    this.ctx.stats.sessionClosed();
+    // Push one completion-less wake-up through the pump loop's wait.
+    this.cq.push({ wrId: 0, status: WcStatus.WrFlushError, opcode: 'RECV', qpNumber: this.qp.qpNumber, byteLength: 0 });
+  }
+}

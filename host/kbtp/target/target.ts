@@ -1,0 +1,110 @@
+// The target's main thread: creates the engine and its shared memory, starts the worker threads
+// that serve connections on one shared listening socket, and collects their statistics.
+import type { Worker } from 'node:worker_threads';
+import { Engine } from '../../engine/engine.ts';
+import { auditPool, type AuditReport } from '../../engine/audit.ts';
+import { spawnWorker } from '../../util/spawn-worker.ts';
+import { engineConfigFor, type TargetSettings } from '../../../firmware/config.ts';
+import { loadSramConfig } from '../../sram/index.ts';
+import { mergeStats, type StatsSnapshot } from './stats.ts';
+import type { TargetWorkerData, WorkerToMain, MainToWorker } from './worker.ts';
+
+export interface TargetOptions {
+  /** Per-session log lines (connections, refusals, GOODBYE). */
+  verbose?: boolean;
+  log?: (line: string) => void;
+}
+
+export interface RunningTarget {
+  readonly host: string;
+  readonly port: number;
+  readonly engine: Engine;
+  stats(): Promise<StatsSnapshot>;
+  audit(): AuditReport;
+  /** Drains (new requests get SHUTTING_DOWN, nothing new is accepted), then stops the workers. */
+  stop(graceMs?: number): Promise<void>;
+}
+
+const workerUrl = new URL('./worker' + (import.meta.url.endsWith('.ts') ? '.ts' : '.js'), import.meta.url);
+
+function startWorker(data: TargetWorkerData, log: (line: string) => void): { worker: Worker; first: Promise<WorkerToMain> } {
+  const worker = spawnWorker(workerUrl, { workerData: data });
+  const first = new Promise<WorkerToMain>((resolve, reject) => {
+    const onMessage = (message: WorkerToMain): void => {
+      if (message.type === 'log') return;
+      worker.off('message', onMessage);
+      if (message.type === 'error') reject(new Error(`target worker ${data.thread}: ${message.message}`));
+      else resolve(message);
+    };
+    worker.on('message', onMessage);
+    worker.once('error', reject);
+  });
+  worker.on('message', (message: WorkerToMain) => {
+    if (message.type === 'log') log(message.line);
+    else if (message.type === 'error') log(`worker ${data.thread}: ${message.message}`);
+  });
+  return { worker, first };
+}
+
+export async function startTarget(settings: TargetSettings, options: TargetOptions = {}): Promise<RunningTarget> {
+  const log = options.log ?? ((line: string) => console.error(line));
+  // A bad SRAM model file is reported here, naming the field, before any thread starts.
+  if (settings.sramModel !== undefined) loadSramConfig(settings.sramModel);
+  const engine = Engine.create(engineConfigFor(settings));
+  const verbose = options.verbose ?? false;
+  const workers: Worker[] = [];
+  const firstData: TargetWorkerData = { handoff: engine.handoff(), settings, thread: 1, verbose };
+  const first = startWorker(firstData, log);
+  workers.push(first.worker);
+  let listening: WorkerToMain;
+  try {
+    listening = await first.first;
+  } catch (error) {
+    await first.worker.terminate();
+    throw error;
+  }
+  if (listening.type !== 'listening') throw new Error('target worker 1 did not report its listening socket');
+  try {
+    const rest = [];
+    for (let thread = 2; thread <= settings.workers; thread++) {
+      const started = startWorker({ handoff: engine.handoff(), settings, thread, fd: listening.fd, verbose }, log);
+      workers.push(started.worker);
+      rest.push(started.first);
+    }
+    await Promise.all(rest);
+  } catch (error) {
+    await Promise.all(workers.map((worker) => worker.terminate()));
+    throw error;
+  }
+
+  let nextStatsId = 1;
+  const ask = (worker: Worker): Promise<StatsSnapshot> => new Promise((resolve) => {
+    const id = nextStatsId++;
+    const onMessage = (message: WorkerToMain): void => {
+      if (message.type === 'stats' && message.id === id) {
+        worker.off('message', onMessage);
+        resolve(message.stats);
+      }
+    };
+    worker.on('message', onMessage);
+    worker.postMessage({ type: 'stats', id } satisfies MainToWorker);
+  });
+
+  return {
+    host: listening.host,
+    port: listening.port,
+    engine,
+    stats: async () => mergeStats(await Promise.all(workers.map(ask))),
+    audit: () => auditPool(engine),
+    stop: async (graceMs = 2000) => {
+      for (const worker of workers) worker.postMessage({ type: 'drain' } satisfies MainToWorker);
+      const deadline = Date.now() + graceMs;
+      while (Date.now() < deadline) {
+        const stats = mergeStats(await Promise.all(workers.map(ask)));
+        if (stats.sessionsOpen === 0) break;
+        await new Promise((resolve) => setTimeout(resolve, 20));
+      }
+      await Promise.all(workers.map((worker) => worker.terminate()));
+    },
+  };
+}
