@@ -78,8 +78,8 @@ export function parseListen(value: string, field = 'listen'): { host: string; po
   const match = /^(.*):([0-9]+)$/.exec(value);
   const port = match === null ? Number.NaN : Number(match[2]);
   const host = match?.[1]?.replace(/^\[(.*)\]$/, '$1') ?? '';
-  if (match === null || host === '' || !Number.isInteger(port) || port < 1 || port > 65535) {
-    throw new ConfigError(field, `"${value}" is not host:port`, `e.g. "127.0.0.1:${DEFAULT_PORT}"`);
+  if (match === null || host === '' || !Number.isInteger(port) || port < 0 || port > 65535) {
+    throw new ConfigError(field, `"${value}" is not host:port`, `e.g. "127.0.0.1:${DEFAULT_PORT}" (port 0 picks a free port)`);
   }
   return { host, port };
 }

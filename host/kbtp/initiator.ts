@@ -386,13 +386,24 @@ export class KbtpSession {
   }
 
   /**
-   * Direct Allocation (draft 6.6): FetchAdd on the session's Head, read the slot until it holds
-   * the ticket (then once more to confirm), RDMA-write the data into the block, and BIND.
+   * Direct Allocation (draft 6.6) in one call: take a block one-sidedly, RDMA-write the data into
+   * it, and BIND it to `handle`.
    */
   async directAllocStore(handle: bigint, data: Uint8Array, options: { seal?: boolean } = {}): Promise<BlockInfo & { ticket: number }> {
-    this.requireCapability(K.CAP_DIRECT_ALLOC, 'DIRECT_ALLOC');
     this.checkLength(data);
-    const { ringStag, headOffset, ringOffset, partitionStag, partitionRingOrder, ticketTimeoutMs } = this.hello;
+    const taken = await this.directTakeBlock();
+    await this.directWrite(taken.blockOffset, data);
+    return { ...(await this.bind(handle, taken.ticket, taken.blockOffset, data.length, options)), ticket: taken.ticket };
+  }
+
+  /**
+   * FetchAdd on the session's Head, then read the slot of the ticket until it holds the ticket and
+   * a block, and once more to confirm both (a 16-octet read is not atomic). The ticket counts
+   * against the quota until it is bound; unbound past the Ticket Timeout, the target reclaims it.
+   */
+  async directTakeBlock(): Promise<{ ticket: number; blockOffset: bigint }> {
+    this.requireCapability(K.CAP_DIRECT_ALLOC, 'DIRECT_ALLOC');
+    const { ringStag, headOffset, ringOffset, partitionRingOrder, ticketTimeoutMs } = this.hello;
     const slot = await this.takeSlot();
     try {
       const scratch = this.scratchOffset(slot);
@@ -405,26 +416,44 @@ export class KbtpSession {
       const view = new DataView(this.dataBuffer.buffer, scratch, 16);
       const deadline = Date.now() + ticketTimeoutMs;
       let blockOffset = ALL_ONES;
-      let confirmed = false;
-      while (!confirmed) {
+      for (;;) {
         await this.readRemote(ringStag, ringOffset + slotOffset, scratch, 16);
         const ready = view.getUint32(0, false) === ticket && view.getBigUint64(8, false) !== ALL_ONES;
-        if (ready && blockOffset === view.getBigUint64(8, false)) confirmed = true; // the same on a second read
-        else if (ready) blockOffset = view.getBigUint64(8, false);
-        else {
-          blockOffset = ALL_ONES;
-          if (Date.now() > deadline) throw new KbtpError(K.STATUS_NO_SPACE, `ticket ${ticket}: no block arrived within the ticket timeout`);
-          await new Promise((resolve) => setImmediate(resolve));
+        if (ready && blockOffset === view.getBigUint64(8, false)) return { ticket, blockOffset }; // the same on a second read
+        if (ready) {
+          blockOffset = view.getBigUint64(8, false);
+          continue;
         }
+        blockOffset = ALL_ONES;
+        if (Date.now() > deadline) throw new KbtpError(K.STATUS_NO_SPACE, `ticket ${ticket}: no block arrived within the ticket timeout`);
+        await new Promise((resolve) => setImmediate(resolve));
       }
-      if (data.length > 0) {
-        this.dataBuffer.set(data, this.stagingOffset(slot));
-        await this.post({ opcode: 'RDMA_WRITE', sgList: [{ lkey: this.dataRegion?.stag ?? 0, offset: this.stagingOffset(slot), length: data.length }],
-          remote: { stag: partitionStag, taggedOffset: blockOffset } });
-      }
-      const completion = await this.request(slot, { opcode: K.OPCODE_BIND, handle, flags: options.seal === true ? K.FLAG_SEAL : 0,
-        bind: { ticket, dataLength: data.length, blockOffset } });
-      return { ...this.info(completion), ticket };
+    } finally {
+      this.giveSlot(slot);
+    }
+  }
+
+  /** RDMA-writes `data` into a block taken with directTakeBlock (through the Partition STag). */
+  async directWrite(blockOffset: bigint, data: Uint8Array): Promise<void> {
+    this.requireCapability(K.CAP_DIRECT_ALLOC, 'DIRECT_ALLOC');
+    this.checkLength(data);
+    if (data.length === 0) return;
+    const slot = await this.takeSlot();
+    try {
+      this.dataBuffer.set(data, this.stagingOffset(slot));
+      await this.post({ opcode: 'RDMA_WRITE', sgList: [{ lkey: this.dataRegion?.stag ?? 0, offset: this.stagingOffset(slot), length: data.length }],
+        remote: { stag: this.hello.partitionStag, taggedOffset: blockOffset } });
+    } finally {
+      this.giveSlot(slot);
+    }
+  }
+
+  /** BIND (kbtp-v1 section 3): binds a one-sidedly taken and written block to `handle`. */
+  async bind(handle: bigint, ticket: number, blockOffset: bigint, dataLength: number, options: { seal?: boolean } = {}): Promise<BlockInfo> {
+    const slot = await this.takeSlot();
+    try {
+      return this.info(await this.request(slot, { opcode: K.OPCODE_BIND, handle, flags: options.seal === true ? K.FLAG_SEAL : 0,
+        bind: { ticket, dataLength, blockOffset } }));
     } finally {
       this.giveSlot(slot);
     }

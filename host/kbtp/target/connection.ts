@@ -32,11 +32,6 @@ export interface WorkerContext {
   engine: Engine;
   arena: ThreadArena;
   rnic: Rnic;
-  pd: ProtectionDomain;
-  /** The pool, for local access: source of RDMA Writes, sink of RDMA Reads. */
-  poolRegion: MemoryRegion;
-  /** This thread's request contexts: receive buffers and COMPLETION sources. */
-  requestRegion: MemoryRegion;
   settings: TargetSettings;
   stats: TargetStats;
   /** Tickets of ended sessions whose slot was not filled yet; reclaimed when it is. */
@@ -94,13 +89,26 @@ export class TargetConnection {
   private retryScheduled = false;
   private readonly control = new Uint8Array(256);
   private readonly controlRegion: MemoryRegion;
+  /** The pool, for local access: source of RDMA Writes, sink of RDMA Reads. */
+  private readonly poolRegion: MemoryRegion;
+  /** This thread's request contexts: receive buffers and COMPLETION sources. */
+  private readonly requestRegion: MemoryRegion;
   private disconnected = false;
   private cleanedUp = false;
   readonly label: string;
 
-  constructor(private readonly ctx: WorkerContext, private readonly qp: QueuePair, private readonly cq: CompletionQueue, peer: string) {
+  /**
+   * `pd` is this connection's own protection domain: the STags granted to the session live in it,
+   * so no other session's QP can use them (kbtp-v1 section 11), even on the same RNIC.
+   */
+  constructor(private readonly ctx: WorkerContext, private readonly pd: ProtectionDomain, private readonly qp: QueuePair,
+    private readonly cq: CompletionQueue, peer: string) {
     this.label = `${peer} qp ${qp.qpNumber}`;
-    this.controlRegion = ctx.rnic.registerMemory(ctx.pd, this.control, { access: Access.LocalWrite });
+    const { rnic, engine, arena } = ctx;
+    const buffer = engine.memory.buffer;
+    this.controlRegion = rnic.registerMemory(pd, this.control, { access: Access.LocalWrite });
+    this.poolRegion = rnic.registerMemory(pd, buffer, { access: Access.LocalWrite, offset: engine.layout.pool, length: engine.layout.poolBytes });
+    this.requestRegion = rnic.registerMemory(pd, buffer, { access: Access.LocalWrite, offset: arena.requestArea.address, length: arena.requestArea.bytes });
   }
 
   /** Posts the receives (before the initiator may send HELLO) and starts serving. */
@@ -119,14 +127,23 @@ export class TargetConnection {
   private async pump(): Promise<void> {
     while (!this.cleanedUp) {
       await this.cq.wait();
-      for (const completion of this.cq.poll(64)) this.onCompletion(completion);
+      for (const completion of this.cq.poll(64)) {
+        try {
+          this.onCompletion(completion);
+        } catch (error) {
+          // A fault while serving one connection ends that connection only.
+          this.ctx.log(`${this.label}: internal error, closing the connection: ${error instanceof Error ? error.stack ?? error.message : String(error)}`);
+          this.ctx.stats.internalError();
+          this.qp.disconnect();
+        }
+      }
       this.maybeFinish();
     }
   }
 
   private postReceive(request: number): void {
     if (this.disconnected) return;
-    const area = this.ctx.requestRegion;
+    const area = this.requestRegion;
     this.qp.postRecv({ wrId: request | WR_RECV, sgList: [{ lkey: area.stag, offset: request - this.ctx.arena.requestArea.address + S.REQUEST_MESSAGE, length: this.ctx.arena.maxMessage }] });
   }
 
@@ -171,7 +188,8 @@ export class TargetConnection {
 
   /** Carries out what the engine's program asked for. */
   private settle(request: number, action: number): void {
-    const { arena, poolRegion, engine } = this.ctx;
+    const { arena, engine } = this.ctx;
+    const poolRegion = this.poolRegion;
     switch (action) {
       case S.ACTION_SEND: {
         this.ctx.stats.completed(engine.view.getUint8(request + S.REQUEST_MESSAGE + 1), engine.view.getUint16(request + S.REQUEST_COMPLETION + 22, false));
@@ -184,7 +202,7 @@ export class TargetConnection {
           wrId: request | WR_COMPLETION,
           opcode: invalidateStag !== 0 ? 'SEND_WITH_INV' : 'SEND',
           invalidateStag,
-          sgList: [{ lkey: this.ctx.requestRegion.stag, offset: request - arena.requestArea.address + S.REQUEST_COMPLETION, length: K.COMPLETION_SIZE }],
+          sgList: [{ lkey: this.requestRegion.stag, offset: request - arena.requestArea.address + S.REQUEST_COMPLETION, length: K.COMPLETION_SIZE }],
         });
         return;
       }
@@ -323,9 +341,11 @@ export class TargetConnection {
       this.partitionRing = ring;
       const firstOffset = ring.firstBlock * config.blockSize;
       // Same tagged-offset base as the pool: a Block Offset read from a slot is the Write's TO.
-      this.partitionRegion = this.grant(buffer, layout.pool + firstOffset, ring.blocks * config.blockSize, Access.RemoteWrite, BigInt(firstOffset));
+      this.partitionRegion = this.grant(buffer, layout.pool + firstOffset, ring.blocks * config.blockSize,
+        Access.LocalWrite | Access.RemoteWrite, BigInt(firstOffset));
+      // Verbs require local write with remote atomic (and remote write) access.
       const ringRegion = this.grant(buffer, ring.head, ring.slots - ring.head + S.SLOT_SIZE * 2 ** ring.order,
-        Access.RemoteRead | Access.RemoteAtomic, 0n);
+        Access.LocalWrite | Access.RemoteRead | Access.RemoteAtomic, 0n);
       ringRegion.onRemoteAtomic = (offset, original) => {
         if (offset !== 0) return;
         this.tickets.set(Number(BigInt.asUintN(64, original) >> 32n), Date.now());
@@ -345,7 +365,7 @@ export class TargetConnection {
   }
 
   private grant(buffer: ArrayBufferLike, offset: number, length: number, access: number, taggedOffsetBase: bigint): MemoryRegion {
-    const region = this.ctx.rnic.registerMemory(this.ctx.pd, buffer, { access, offset, length, taggedOffsetBase });
+    const region = this.ctx.rnic.registerMemory(this.pd, buffer, { access, offset, length, taggedOffsetBase });
     this.grantedRegions.push(region);
     return region;
   }
@@ -437,7 +457,7 @@ export class TargetConnection {
     for (const context of this.contexts) arena.releaseRequest(context);
     this.contexts.length = 0;
     if (this.session !== 0) arena.closeSession(this.session);
-    rnic.deregisterMemory(this.controlRegion);
+    for (const region of [this.controlRegion, this.poolRegion, this.requestRegion]) rnic.deregisterMemory(region);
     this.qp.destroy();
     this.ctx.stats.sessionClosed();
     // Push one completion-less wake-up through the pump loop's wait.

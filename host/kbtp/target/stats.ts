@@ -12,6 +12,7 @@ export interface StatsSnapshot {
   bytesIn: number;
   dataBytes: number;
   ticketsReclaimed: number;
+  internalErrors: number;
   /** Per worker, the SRAM cache model's report when the target runs with one. */
   sram?: string[];
 }
@@ -24,6 +25,7 @@ export class TargetStats {
   private received = 0;
   private moved = 0;
   private reclaimed = 0;
+  private faults = 0;
 
   sessionOpened(): void { this.sessionsOpen += 1; this.sessionsTotal += 1; }
   sessionClosed(): void { this.sessionsOpen -= 1; }
@@ -31,6 +33,7 @@ export class TargetStats {
   bytesIn(octets: number): void { this.received += octets; }
   dataMoved(octets: number): void { this.moved += octets; }
   ticketReclaimed(): void { this.reclaimed += 1; }
+  internalError(): void { this.faults += 1; }
   completed(opcode: number, status: number): void {
     const key = (opcode << 16) | status;
     this.counts.set(key, (this.counts.get(key) ?? 0) + 1);
@@ -45,13 +48,13 @@ export class TargetStats {
     }
     return {
       sessionsOpen: this.sessionsOpen, sessionsTotal: this.sessionsTotal, sessionsRefused: this.sessionsRefused, requests,
-      bytesIn: this.received, dataBytes: this.moved, ticketsReclaimed: this.reclaimed,
+      bytesIn: this.received, dataBytes: this.moved, ticketsReclaimed: this.reclaimed, internalErrors: this.faults,
     };
   }
 }
 
 export function mergeStats(parts: readonly StatsSnapshot[]): StatsSnapshot {
-  const total: StatsSnapshot = { sessionsOpen: 0, sessionsTotal: 0, sessionsRefused: 0, requests: {}, bytesIn: 0, dataBytes: 0, ticketsReclaimed: 0 };
+  const total: StatsSnapshot = { sessionsOpen: 0, sessionsTotal: 0, sessionsRefused: 0, requests: {}, bytesIn: 0, dataBytes: 0, ticketsReclaimed: 0, internalErrors: 0 };
   for (const part of parts) {
     total.sessionsOpen += part.sessionsOpen;
     total.sessionsTotal += part.sessionsTotal;
@@ -59,6 +62,7 @@ export function mergeStats(parts: readonly StatsSnapshot[]): StatsSnapshot {
     total.bytesIn += part.bytesIn;
     total.dataBytes += part.dataBytes;
     total.ticketsReclaimed += part.ticketsReclaimed;
+    total.internalErrors += part.internalErrors;
     if (part.sram !== undefined) total.sram = [...(total.sram ?? []), ...part.sram];
     for (const [opcode, byStatus] of Object.entries(part.requests)) {
       const into = (total.requests[opcode] ??= {});

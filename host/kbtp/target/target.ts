@@ -21,7 +21,9 @@ export interface RunningTarget {
   readonly engine: Engine;
   stats(): Promise<StatsSnapshot>;
   audit(): AuditReport;
-  /** Drains (new requests get SHUTTING_DOWN, nothing new is accepted), then stops the workers. */
+  /** New requests get SHUTTING_DOWN and no new connection is accepted; sessions finish and close. */
+  drain(): void;
+  /** Drains, waits for the sessions to close (at most `graceMs`), then stops the workers. */
   stop(graceMs?: number): Promise<void>;
 }
 
@@ -39,6 +41,7 @@ function startWorker(data: TargetWorkerData, log: (line: string) => void): { wor
     worker.on('message', onMessage);
     worker.once('error', reject);
   });
+  worker.on('error', (error) => log(`worker ${data.thread} failed: ${error.stack ?? error.message}`));
   worker.on('message', (message: WorkerToMain) => {
     if (message.type === 'log') log(message.line);
     else if (message.type === 'error') log(`worker ${data.thread}: ${message.message}`);
@@ -78,10 +81,22 @@ export async function startTarget(settings: TargetSettings, options: TargetOptio
   }
 
   let nextStatsId = 1;
+  const exited = new Set<Worker>();
+  for (const worker of workers) worker.once('exit', () => exited.add(worker));
+  // A worker that died or does not answer within a second counts as empty rather than stalling stop().
   const ask = (worker: Worker): Promise<StatsSnapshot> => new Promise((resolve) => {
+    if (exited.has(worker)) {
+      resolve(mergeStats([]));
+      return;
+    }
     const id = nextStatsId++;
+    const timer = setTimeout(() => {
+      worker.off('message', onMessage);
+      resolve(mergeStats([]));
+    }, 1000);
     const onMessage = (message: WorkerToMain): void => {
       if (message.type === 'stats' && message.id === id) {
+        clearTimeout(timer);
         worker.off('message', onMessage);
         resolve(message.stats);
       }
@@ -96,6 +111,9 @@ export async function startTarget(settings: TargetSettings, options: TargetOptio
     engine,
     stats: async () => mergeStats(await Promise.all(workers.map(ask))),
     audit: () => auditPool(engine),
+    drain: () => {
+      for (const worker of workers) worker.postMessage({ type: 'drain' } satisfies MainToWorker);
+    },
     stop: async (graceMs = 2000) => {
       for (const worker of workers) worker.postMessage({ type: 'drain' } satisfies MainToWorker);
       const deadline = Date.now() + graceMs;

@@ -4,7 +4,7 @@ import net from 'node:net';
 import { parentPort, workerData } from 'node:worker_threads';
 import { Engine, type EngineHandoff } from '../../engine/engine.ts';
 import { ThreadArena } from '../../engine/arena.ts';
-import { createRnic, Access, type ConnectionRequest } from '../../rnic/verbs.ts';
+import { createRnic, type ConnectionRequest } from '../../rnic/verbs.ts';
 import { openSramModel, formatSramNicReport, type SramNicObserver } from '../../sram/index.ts';
 import type { TargetSettings } from '../../../firmware/config.ts';
 import { TargetConnection, LateReclaims, type WorkerContext } from './connection.ts';
@@ -46,14 +46,9 @@ async function main(): Promise<void> {
   // One model per RNIC: an observer is not shared across threads (docs/SRAM.md).
   const observer: SramNicObserver | undefined = data.settings.sramModel === undefined ? undefined : openSramModel(data.settings.sramModel);
   const rnic = createRnic({ name: `target-w${data.thread}`, ...(observer === undefined ? {} : { observer }) });
-  const pd = rnic.allocPd();
-  const buffer = engine.memory.buffer;
-  const requestArea = arena.requestArea;
   const stats = new TargetStats();
   const context: WorkerContext = {
-    engine, arena, rnic, pd, settings: data.settings, stats, lateReclaims: new LateReclaims(engine),
-    poolRegion: rnic.registerMemory(pd, buffer, { access: Access.LocalWrite, offset: engine.layout.pool, length: engine.layout.poolBytes }),
-    requestRegion: rnic.registerMemory(pd, buffer, { access: Access.LocalWrite, offset: requestArea.address, length: requestArea.bytes }),
+    engine, arena, rnic, settings: data.settings, stats, lateReclaims: new LateReclaims(engine),
     log: (line) => { if (data.verbose) send({ type: 'log', line: `[w${data.thread}] ${line}` }); },
   };
   const connections = new Set<TargetConnection>();
@@ -69,9 +64,10 @@ async function main(): Promise<void> {
 
   const accept = async (request: ConnectionRequest): Promise<void> => {
     const peer = `${request.remoteAddress ?? '?'}:${request.remotePort ?? '?'}`;
+    const pd = rnic.allocPd();
     const cq = rnic.createCq({ depth: 8 * credits + 64 });
     const qp = rnic.createQp({ pd, sendCq: cq, recvCq: cq, maxRecvWr: 2 * credits + 8, maxSendWr: 4 * credits + 8, ird: 16, ord: 16 });
-    const connection = new TargetConnection(context, qp, cq, peer);
+    const connection = new TargetConnection(context, pd, qp, cq, peer);
     connections.add(connection);
     void qp.whenDisconnected().then(() => setTimeout(() => connections.delete(connection), 0));
     connection.start(); // receives are posted before the initiator can send HELLO
