@@ -48,6 +48,20 @@ export interface LoadResult extends BlockInfo {
   data: Uint8Array;
 }
 
+/** A block table entry as read one-sidedly (draft 3.2). */
+export interface TableEntry {
+  flags: number;
+  generation: number;
+  dataLength: number;
+  blockOffset: bigint;
+}
+
+/** Draft 6.6: a direct load is valid when both entry reads show the same Generation, VALID and SEALED. */
+export function directLoadConsistent(before: TableEntry, after: TableEntry): boolean {
+  const bound = K.ENTRY_VALID | K.ENTRY_SEALED;
+  return before.generation === after.generation && (before.flags & bound) === bound && (after.flags & bound) === bound;
+}
+
 const ALL_ONES = 0xffffffffffffffffn;
 const RECV_SLOT = 128;
 const CONTROL_SIZE = 256;
@@ -341,48 +355,59 @@ export class KbtpSession {
     await this.post({ opcode: 'RDMA_READ', sgList: [{ lkey: this.dataRegion?.stag ?? 0, offset: localOffset, length }], remote: { stag, taggedOffset } });
   }
 
-  private readEntry(offset: number): { flags: number; generation: number; dataLength: number; blockOffset: bigint } {
+  private decodeEntry(offset: number): TableEntry {
     const view = new DataView(this.dataBuffer.buffer, offset, 16);
     return { flags: view.getUint16(0, false), generation: view.getUint16(2, false), dataLength: view.getUint32(4, false), blockOffset: view.getBigUint64(8, false) };
   }
 
-  /**
-   * Direct Load (draft 6.6): read the entry, the block, and the entry again, each after the
-   * previous completed; valid when both entries show the same Generation with VALID and SEALED.
-   * Retries a few times when a concurrent free or store is seen, then throws NOT_VALID/NOT_SEALED.
-   */
-  async directLoad(handle: bigint, options: { attempts?: number } = {}): Promise<LoadResult> {
+  /** One RDMA Read of the table entry of `handle` through the Table STag (DIRECT_LOAD). */
+  async directReadEntry(handle: bigint): Promise<TableEntry> {
     this.requireCapability(K.CAP_DIRECT_LOAD, 'DIRECT_LOAD');
-    const { tableBaseHandle, tableHandleCount, tableStag, tableOffset, poolStag } = this.hello;
+    const { tableBaseHandle, tableHandleCount, tableStag, tableOffset } = this.hello;
     if (handle < tableBaseHandle || handle - tableBaseHandle >= tableHandleCount) {
       throw new KbtpError(K.STATUS_OUT_OF_RANGE, `handle ${handle} is not served by the table`);
     }
-    const entryOffset = tableOffset + 16n * (handle - tableBaseHandle);
     const slot = await this.takeSlot();
     try {
       const scratch = this.scratchOffset(slot);
-      let last = { status: K.STATUS_NOT_VALID, why: 'not bound' };
-      for (let attempt = 0; attempt < (options.attempts ?? 4); attempt++) {
-        await this.readRemote(tableStag, entryOffset, scratch, 16);
-        const before = this.readEntry(scratch);
-        if ((before.flags & K.ENTRY_VALID) === 0) return Promise.reject(new KbtpError(K.STATUS_NOT_VALID, `handle ${handle} is not bound`));
-        if ((before.flags & K.ENTRY_SEALED) === 0) {
-          last = { status: K.STATUS_NOT_SEALED, why: 'not sealed' };
-          continue;
-        }
-        if (before.dataLength > 0) await this.readRemote(poolStag, before.blockOffset, this.stagingOffset(slot), before.dataLength);
-        await this.readRemote(tableStag, entryOffset, scratch, 16);
-        const after = this.readEntry(scratch);
-        if (after.generation === before.generation && (after.flags & (K.ENTRY_VALID | K.ENTRY_SEALED)) === (K.ENTRY_VALID | K.ENTRY_SEALED)) {
-          const start = this.stagingOffset(slot);
-          return { generation: before.generation, dataLength: before.dataLength, blockOffset: before.blockOffset, data: this.dataBuffer.slice(start, start + before.dataLength) };
-        }
-        last = { status: after.generation === before.generation ? K.STATUS_NOT_SEALED : K.STATUS_GENERATION_MISMATCH, why: 'changed while being read' };
-      }
-      throw new KbtpError(last.status, `handle ${handle}: ${last.why}`);
+      await this.readRemote(tableStag, tableOffset + 16n * (handle - tableBaseHandle), scratch, 16);
+      return this.decodeEntry(scratch);
     } finally {
       this.giveSlot(slot);
     }
+  }
+
+  /** One RDMA Read of `length` octets of a block through the Pool STag (DIRECT_LOAD). */
+  async directReadBlock(blockOffset: bigint, length: number): Promise<Uint8Array> {
+    this.requireCapability(K.CAP_DIRECT_LOAD, 'DIRECT_LOAD');
+    if (length > this.hello.blockSize) throw new KbtpError(K.STATUS_LENGTH_ERROR, `${length} octets exceed the block size`);
+    const slot = await this.takeSlot();
+    try {
+      const start = this.stagingOffset(slot);
+      if (length > 0) await this.readRemote(this.hello.poolStag, blockOffset, start, length);
+      return this.dataBuffer.slice(start, start + length);
+    } finally {
+      this.giveSlot(slot);
+    }
+  }
+
+  /**
+   * Direct Load (draft 6.6): the entry, the block, and the entry again, each read after the
+   * previous one completed; the data is valid when both entries show the same Generation with
+   * VALID and SEALED. A change in between (a free, a reuse) is retried, at most `attempts` times.
+   */
+  async directLoad(handle: bigint, options: { attempts?: number } = {}): Promise<LoadResult> {
+    let last: KbtpError | undefined;
+    for (let attempt = 0; attempt < (options.attempts ?? 4); attempt++) {
+      const before = await this.directReadEntry(handle);
+      if ((before.flags & K.ENTRY_VALID) === 0) throw new KbtpError(K.STATUS_NOT_VALID, `handle ${handle} is not bound`);
+      if ((before.flags & K.ENTRY_SEALED) === 0) throw new KbtpError(K.STATUS_NOT_SEALED, `handle ${handle} is not sealed`);
+      const data = await this.directReadBlock(before.blockOffset, before.dataLength);
+      const after = await this.directReadEntry(handle);
+      if (directLoadConsistent(before, after)) return { generation: before.generation, dataLength: before.dataLength, blockOffset: before.blockOffset, data };
+      last = new KbtpError(K.STATUS_GENERATION_MISMATCH, `handle ${handle} changed while it was read (generation ${before.generation} -> ${after.generation})`);
+    }
+    throw last ?? new KbtpError(K.STATUS_GENERATION_MISMATCH, `handle ${handle} kept changing`);
   }
 
   /**

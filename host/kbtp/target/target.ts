@@ -20,6 +20,8 @@ export interface RunningTarget {
   readonly port: number;
   readonly engine: Engine;
   stats(): Promise<StatsSnapshot>;
+  /** The same, one entry per worker thread. */
+  workerStats(): Promise<StatsSnapshot[]>;
   audit(): AuditReport;
   /** New requests get SHUTTING_DOWN and no new connection is accepted; sessions finish and close. */
   drain(): void;
@@ -110,6 +112,7 @@ export async function startTarget(settings: TargetSettings, options: TargetOptio
     port: listening.port,
     engine,
     stats: async () => mergeStats(await Promise.all(workers.map(ask))),
+    workerStats: () => Promise.all(workers.map(ask)),
     audit: () => auditPool(engine),
     drain: () => {
       for (const worker of workers) worker.postMessage({ type: 'drain' } satisfies MainToWorker);
