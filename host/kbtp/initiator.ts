@@ -331,7 +331,7 @@ export class KbtpSession {
   }
 
   /** Block Unmapped Store (draft 6.3): allocate, write and bind in one round trip. */
-  allocStore(handle: bigint, data: Uint8Array, options: { seal?: boolean } = {}): Promise<BlockInfo> {
+  allocStore(handle: bigint, data: Uint8Array, options: { seal?: boolean; generation?: number } = {}): Promise<BlockInfo> {
     return this.storeRequest(K.OPCODE_ALLOC_STORE, handle, data, options);
   }
 
