@@ -9,12 +9,13 @@ export NO_COLOR := 1
 AS_SOURCES := $(shell find assembly -name '*.ts' 2>/dev/null)
 TS_SOURCES := $(shell find host firmware bench test -name '*.ts' 2>/dev/null)
 
-.PHONY: all deps build wasm ts test run bench clean help interop
+.PHONY: all deps build wasm ts test run demo bench clean help interop
 
 all: build
 
 help:
-	@echo "make run    install, build and start the demo/target on the embedded defaults"
+	@echo "make run    install, build and start the KBTP target on the embedded defaults (127.0.0.1:7117)"
+	@echo "make demo   run the engine demo (two worker threads over one pool)"
 	@echo "make test   install, build and run every test (uvu)"
 	@echo "make bench  install, build and run the benchmarks (results in bench/results/)"
 	@echo "make interop  build/boot the soft-iWARP (siw) QEMU guest and run the interop tests (docs/INTEROP.md)"
@@ -40,6 +41,8 @@ ts: dist/.ts-stamp
 dist/.ts-stamp: $(TS_SOURCES) tsconfig.json node_modules/.deps-stamp
 	npx tsc -p tsconfig.json
 	@chmod +x dist/host/cli.js
+	@# npx finds a project's own bin only in node_modules/.bin: link it there.
+	@ln -sf ../../dist/host/cli.js node_modules/.bin/kbtp
 	@touch $@
 
 test: build
@@ -56,7 +59,12 @@ interop: deps
 	KBTP_GUEST_IMAGE="$$(cat .cache/guest-image.path)" $(UVU) test/interop '\.interop\.ts$$' --no-color 2>&1 | tee .cache/interop.log
 	@awk '/^  Total:/{t=$$2} /^  Passed:/{p=$$2} /^  Skipped:/{s=$$2} END{ if (t=="") {print "interop: 0 passed, 1 failed"; exit 1} printf "interop: %d passed, %d failed, %d skipped\n", p, t-p, s; if (t!=p) exit 1 }' .cache/interop.log
 
+# Starts the cache node on the embedded defaults (127.0.0.1:7117); Ctrl-C drains and stops it.
 run: build
+	@echo "reach it with: npx kbtp info | echo hi | npx kbtp put 1 | npx kbtp get 1 | npx kbtp free 1"
+	$(NODE) dist/host/cli.js target
+
+demo: build
 	$(NODE) dist/host/cli.js demo
 
 bench: build

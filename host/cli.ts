@@ -1,6 +1,7 @@
 #!/usr/bin/env node
 // The `kbtp` command. Each subcommand lives in host/commands/<name>.ts and is loaded only
 // when used, so `kbtp --help` stays fast and one broken command cannot break the others.
+import { realpathSync } from 'node:fs';
 import { pathToFileURL } from 'node:url';
 
 export interface Command {
@@ -45,7 +46,8 @@ export async function main(argv: string[]): Promise<number> {
   return command.run(rest);
 }
 
-if (process.argv[1] !== undefined && import.meta.url === pathToFileURL(process.argv[1]).href) {
+// Run when started as a program, also through a symlink such as node_modules/.bin/kbtp.
+if (process.argv[1] !== undefined && import.meta.url === pathToFileURL(realpathSync(process.argv[1])).href) {
   main(process.argv.slice(2)).then(
     (code) => { process.exitCode = code; },
     (error: unknown) => {
