@@ -220,6 +220,8 @@ export class QueuePair extends EventEmitter<QueuePairEvents> implements ReceiveS
   private readonly rq: RecvWqe[] = [];
   private rqHead = 0;
   private readonly orq: OutstandingRequest[] = [];
+  /** Reads and atomics in `orq` (the RTR read does not count against ORD). */
+  private outstandingRequests = 0;
   private readonly irq: InboundRequest[] = [];
   private nextRequestId = 1;
   private pumping = false;
@@ -229,7 +231,6 @@ export class QueuePair extends EventEmitter<QueuePairEvents> implements ReceiveS
   private transmitBlocked = false;
   private awaitingRtr: ReadonlySet<RtrType> | undefined;
   private pendingReadResponses = 0;
-  private pendingAtomicResponses = 0;
   private atomicWaitsForReads = false;
   // The inbound Send being placed.
   private currentRecv: RecvWqe | undefined;
@@ -481,8 +482,8 @@ export class QueuePair extends EventEmitter<QueuePairEvents> implements ReceiveS
           }
           const opcode = wqe.wr.opcode;
           const usesOrd = opcode === 'RDMA_READ' || opcode === 'ATOMIC_FETCH_ADD' || opcode === 'ATOMIC_CMP_SWAP';
-          if (usesOrd && this.orq.filter((entry) => entry.kind !== 'rtr').length >= Math.max(1, this.ord)) break;
-          if (wqe.wr.fence === true && this.orq.some((entry) => entry.kind !== 'rtr')) break;
+          if (usesOrd && this.outstandingRequests >= Math.max(1, this.ord)) break;
+          if (wqe.wr.fence === true && this.outstandingRequests > 0) break;
           this.sqNext++;
           this.startWqe(wqe);
         }
@@ -579,6 +580,7 @@ export class QueuePair extends EventEmitter<QueuePairEvents> implements ReceiveS
         wqe.requestMsn = msn;
         wqe.byteLength = length;
         this.orq.push({ kind: 'read', wqe, msn, sinkStag, sinkTaggedOffset, sinkOffset, length, received: 0, requestId: 0 });
+        this.outstandingRequests++;
         transmitter.sendUntagged(RdmapOpcode.RdmaReadRequest, QN_READ_REQUEST, 0, header);
         return;
       }
@@ -622,6 +624,7 @@ export class QueuePair extends EventEmitter<QueuePairEvents> implements ReceiveS
           requestId,
           ...(sge !== undefined ? { resultSge: sge } : {}),
         });
+        this.outstandingRequests++;
         transmitter.sendUntagged(RdmapOpcode.AtomicRequest, QN_READ_REQUEST, 0, header);
         return;
       }
@@ -809,15 +812,9 @@ export class QueuePair extends EventEmitter<QueuePairEvents> implements ReceiveS
     this.irq.shift();
     const response = new Uint8Array(ATOMIC_RESPONSE_HEADER_LENGTH);
     encodeAtomicResponse(response, 0, { requestId: atomic.requestId, originalValue: original });
-    this.pendingAtomicResponses++;
-    transmitter.sendUntagged(RdmapOpcode.AtomicResponse, QN_ATOMIC_RESPONSE, 0, response, undefined, 0, this.atomicResponseWritten);
+    transmitter.sendUntagged(RdmapOpcode.AtomicResponse, QN_ATOMIC_RESPONSE, 0, response);
     return true;
   }
-
-  private atomicResponseWritten = (): void => {
-    this.pendingAtomicResponses--;
-    if (this.stalled) this.pump();
-  };
 
   private readResponseWritten = (): void => {
     this.pendingReadResponses--;
@@ -964,6 +961,7 @@ export class QueuePair extends EventEmitter<QueuePairEvents> implements ReceiveS
       return;
     }
     const request = this.orq.shift();
+    if (request !== undefined && request.kind !== 'rtr') this.outstandingRequests--;
     if (request?.wqe !== undefined) {
       this.finishWqe(request.wqe, WcStatus.Success);
       this.completeInOrder();
@@ -1053,6 +1051,7 @@ export class QueuePair extends EventEmitter<QueuePairEvents> implements ReceiveS
           return;
         }
         this.orq.shift();
+        this.outstandingRequests--;
         const wqe = request.wqe!;
         wqe.atomicResult = response.originalValue;
         const sge = request.resultSge;
@@ -1118,12 +1117,13 @@ export class QueuePair extends EventEmitter<QueuePairEvents> implements ReceiveS
   }
 
   /**
-   * IRD accounting shared by RDMA Read and Atomic Requests (RFC 7306 §7.1). A request holds
-   * its slot until the kernel has taken its whole response; a peer that issues more than IRD
-   * requests before reading the responses breaks the protocol.
+   * IRD accounting shared by RDMA Read and Atomic Requests (RFC 7306 §7.1): IRD is the depth of
+   * the queue of requests waiting to be served. A request leaves it when its response is handed
+   * to the transport; while the peer does not read, responses stop being generated and further
+   * requests wait here, so a peer that keeps more than IRD requests waiting breaks the protocol.
    */
   private acceptInbound(fpdu: Uint8Array, what: string): boolean {
-    if (this.irq.length + this.pendingReadResponses + this.pendingAtomicResponses < Math.max(1, this.ird)) return true;
+    if (this.irq.length < Math.max(1, this.ird)) return true;
     this.receiver!.failMessage({
       layer: TerminateLayer.Ddp,
       errorType: DDP_ETYPE_UNTAGGED,
@@ -1274,6 +1274,7 @@ export class QueuePair extends EventEmitter<QueuePairEvents> implements ReceiveS
     for (let i = this.sqHead; i < this.sq.length; i++) this.finishWqe(this.sq[i]!, WcStatus.WrFlushError, reason);
     this.sqNext = this.sq.length;
     this.orq.length = 0;
+    this.outstandingRequests = 0;
     this.irq.length = 0;
     this.completeInOrder();
     const current = this.currentRecv;

@@ -37,7 +37,6 @@ export interface TransmitOptions {
 }
 
 const NO_PAYLOAD: readonly Uint8Array[] = [];
-const ZERO_PAD = new Uint8Array(3);
 
 export class Transmitter {
   readonly crc: boolean;
@@ -80,36 +79,31 @@ export class Transmitter {
     length: number,
     done?: WriteDone,
   ): void {
+    const headerSize = MPA_LENGTH_FIELD + DDP_TAGGED_HEADER_LENGTH;
     const perSegment = this.mulpdu - DDP_TAGGED_HEADER_LENGTH;
     const segments = Math.max(1, Math.ceil(length / perSegment));
-    const headerSize = MPA_LENGTH_FIELD + DDP_TAGGED_HEADER_LENGTH;
-    // One allocation per message holds every segment's header and trailer.
-    const arena = new Uint8Array(segments * (headerSize + 3 + CRC_LENGTH));
-    const chunks: Uint8Array[] = [];
-    const cursor = new GatherCursor(payload);
+    const framer = new MessageFramer(this, segments, headerSize, payload);
     const control = rdmapControl(opcode);
     const toHigh = Number((taggedOffset >> 32n) & 0xffffffffn);
     const toLow = Number(taggedOffset & 0xffffffffn);
-    let arenaOffset = 0;
     let sent = 0;
     for (let segment = 0; segment < segments; segment++) {
       const bytes = Math.min(perSegment, length - sent);
       const ulpduLength = DDP_TAGGED_HEADER_LENGTH + bytes;
-      const header = arena.subarray(arenaOffset, arenaOffset + headerSize);
-      arenaOffset += headerSize;
+      const header = framer.header();
       header[0] = ulpduLength >> 8;
       header[1] = ulpduLength & 0xff;
       header[2] = DDP_FLAG_TAGGED | (segment === segments - 1 ? DDP_FLAG_LAST : 0) | DDP_VERSION;
       header[3] = control;
       writeUint32(header, 4, stag);
-      // TO + sent, carried across the 32-bit halves without BigInt per segment.
+      // TO + sent, carried across the 32-bit halves without a BigInt per segment.
       const low = toLow + sent;
       writeUint32(header, 8, (toHigh + Math.floor(low / 0x1_0000_0000)) >>> 0);
       writeUint32(header, 12, low >>> 0);
-      arenaOffset = this.frame(header, cursor, bytes, ulpduLength, arena, arenaOffset, chunks);
+      framer.finishSegment(bytes, ulpduLength);
       sent += bytes;
     }
-    this.emit(chunks, length, done);
+    this.emit(framer.chunks(), length, done);
   }
 
   /**
@@ -129,20 +123,16 @@ export class Transmitter {
     const msn = this.nextMsn[queue]!;
     this.nextMsn[queue] = (msn + 1) >>> 0;
     const extra = rdmapHeader?.length ?? 0;
+    const headerSize = MPA_LENGTH_FIELD + DDP_UNTAGGED_HEADER_LENGTH + extra;
     const perSegment = this.mulpdu - DDP_UNTAGGED_HEADER_LENGTH - extra;
     const segments = Math.max(1, Math.ceil(length / perSegment));
-    const headerSize = MPA_LENGTH_FIELD + DDP_UNTAGGED_HEADER_LENGTH + extra;
-    const arena = new Uint8Array(segments * (headerSize + 3 + CRC_LENGTH));
-    const chunks: Uint8Array[] = [];
-    const cursor = new GatherCursor(payload);
+    const framer = new MessageFramer(this, segments, headerSize, payload);
     const control = rdmapControl(opcode);
-    let arenaOffset = 0;
     let sent = 0;
     for (let segment = 0; segment < segments; segment++) {
       const bytes = Math.min(perSegment, length - sent);
       const ulpduLength = DDP_UNTAGGED_HEADER_LENGTH + extra + bytes;
-      const header = arena.subarray(arenaOffset, arenaOffset + headerSize);
-      arenaOffset += headerSize;
+      const header = framer.header();
       header[0] = ulpduLength >> 8;
       header[1] = ulpduLength & 0xff;
       header[2] = (segment === segments - 1 ? DDP_FLAG_LAST : 0) | DDP_VERSION;
@@ -152,71 +142,107 @@ export class Transmitter {
       writeUint32(header, 12, msn);
       writeUint32(header, 16, sent);
       if (rdmapHeader !== undefined) header.set(rdmapHeader, 20);
-      arenaOffset = this.frame(header, cursor, bytes, ulpduLength, arena, arenaOffset, chunks);
+      framer.finishSegment(bytes, ulpduLength);
       sent += bytes;
     }
-    this.emit(chunks, length, done);
+    this.emit(framer.chunks(), length, done);
     return msn;
   }
 
   /** Sends an already built ULPDU as one FPDU (used for Terminate). */
   sendUlpdu(ulpdu: Uint8Array, done?: WriteDone): void {
-    const header = new Uint8Array(MPA_LENGTH_FIELD + ulpdu.length);
+    const framer = new MessageFramer(this, 1, MPA_LENGTH_FIELD + ulpdu.length, NO_PAYLOAD);
+    const header = framer.header();
     header[0] = ulpdu.length >> 8;
     header[1] = ulpdu.length & 0xff;
     header.set(ulpdu, MPA_LENGTH_FIELD);
-    const arena = new Uint8Array(3 + CRC_LENGTH);
-    const chunks: Uint8Array[] = [];
-    this.frame(header, new GatherCursor(NO_PAYLOAD), 0, ulpdu.length, arena, 0, chunks);
-    this.emit(chunks, 0, done);
+    framer.finishSegment(0, ulpdu.length);
+    this.emit(framer.chunks(), 0, done);
   }
 
-  /**
-   * Appends one FPDU (header, payload views, PAD, CRC) to `chunks`; with markers, builds it
-   * contiguously through the marker encoder instead. Returns the new arena offset.
-   */
-  private frame(
-    header: Uint8Array,
-    cursor: GatherCursor,
-    payloadBytes: number,
-    ulpduLength: number,
-    arena: Uint8Array,
-    arenaOffset: number,
-    chunks: Uint8Array[],
-  ): number {
-    const padding = fpduPadding(ulpduLength);
-    if (this.markers) {
-      const ulpdu = new Uint8Array(ulpduLength);
-      ulpdu.set(header.subarray(MPA_LENGTH_FIELD), 0);
-      let offset = header.length - MPA_LENGTH_FIELD;
-      for (const view of cursor.take(payloadBytes)) {
-        ulpdu.set(view, offset);
-        offset += view.length;
-      }
-      const framed = encodeFpduWithMarkers(ulpdu, this.streamOffset, this.crc);
-      this.streamOffset = framed.nextStreamOffset;
-      chunks.push(framed.bytes);
-      return arenaOffset;
-    }
-    chunks.push(header);
-    let crc = this.crc ? crc32cUpdate(0, header) : 0;
-    for (const view of cursor.take(payloadBytes)) {
-      chunks.push(view);
-      if (this.crc) crc = crc32cUpdate(crc, view);
-    }
-    const trailer = arena.subarray(arenaOffset, arenaOffset + padding + CRC_LENGTH);
-    if (this.crc) {
-      if (padding > 0) crc = crc32cUpdate(crc, ZERO_PAD.subarray(0, padding));
-      writeCrc(trailer, padding, crc);
-    }
-    chunks.push(trailer);
-    return arenaOffset + padding + CRC_LENGTH;
+  /** Frames one ULPDU with markers at the current stream position and advances it. */
+  frameWithMarkers(ulpdu: Uint8Array): Uint8Array {
+    const framed = encodeFpduWithMarkers(ulpdu, this.streamOffset, this.crc);
+    this.streamOffset = framed.nextStreamOffset;
+    return framed.bytes;
   }
 
   private emit(chunks: Uint8Array[], payloadLength: number, done: WriteDone | undefined): void {
     this.messagesSent++;
     this.bytesSent += payloadLength;
     this.sink.write(chunks, done);
+  }
+}
+
+/**
+ * Lays out one message's FPDUs: headers and trailers share one allocation, and a trailer and
+ * the next header are adjacent so they leave as one chunk between the payload views. With
+ * markers the FPDU is built contiguously instead (markers may split any part of it).
+ */
+class MessageFramer {
+  private readonly arena: Uint8Array;
+  private readonly out: Uint8Array[] = [];
+  private readonly cursor: GatherCursor;
+  private offset = 0;
+  private spanStart = 0;
+  private headerStart = 0;
+
+  constructor(
+    private readonly transmitter: Transmitter,
+    segments: number,
+    private readonly headerSize: number,
+    payload: readonly Uint8Array[],
+  ) {
+    this.arena = new Uint8Array(segments * (headerSize + 3 + CRC_LENGTH));
+    this.cursor = new GatherCursor(payload);
+  }
+
+  /** Space for the next segment's length field and headers. */
+  header(): Uint8Array {
+    this.headerStart = this.offset;
+    this.offset += this.headerSize;
+    return this.arena.subarray(this.headerStart, this.offset);
+  }
+
+  /** Appends the segment's payload views, PAD and CRC. */
+  finishSegment(payloadBytes: number, ulpduLength: number): void {
+    const header = this.arena.subarray(this.headerStart, this.headerStart + this.headerSize);
+    const views = this.cursor.take(payloadBytes);
+    const padding = fpduPadding(ulpduLength);
+    if (this.transmitter.markers) {
+      const ulpdu = new Uint8Array(ulpduLength);
+      ulpdu.set(header.subarray(MPA_LENGTH_FIELD), 0);
+      let position = header.length - MPA_LENGTH_FIELD;
+      for (const view of views) {
+        ulpdu.set(view, position);
+        position += view.length;
+      }
+      this.out.push(this.transmitter.frameWithMarkers(ulpdu));
+      this.offset = this.headerStart;
+      this.spanStart = this.offset;
+      return;
+    }
+    const crcOn = this.transmitter.crc;
+    let crc = crcOn ? crc32cUpdate(0, header) : 0;
+    if (views.length > 0) {
+      this.out.push(this.arena.subarray(this.spanStart, this.offset));
+      for (const view of views) {
+        this.out.push(view);
+        if (crcOn) crc = crc32cUpdate(crc, view);
+      }
+      this.spanStart = this.offset;
+    }
+    // The arena is zero-filled, so the PAD octets are already zero.
+    if (crcOn) {
+      if (padding > 0) crc = crc32cUpdate(crc, this.arena.subarray(this.offset, this.offset + padding));
+      writeCrc(this.arena, this.offset + padding, crc);
+    }
+    this.offset += padding + CRC_LENGTH;
+  }
+
+  chunks(): Uint8Array[] {
+    if (this.offset > this.spanStart) this.out.push(this.arena.subarray(this.spanStart, this.offset));
+    return this.out;
   }
 }
 
