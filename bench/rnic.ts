@@ -6,7 +6,8 @@
 //   node --import tsx bench/rnic.ts [--mib-per-run N] [--trials N] [--sizes 16384,262144] [--output path]
 
 import { mkdirSync, writeFileSync } from 'node:fs';
-import { dirname } from 'node:path';
+import { dirname, join } from 'node:path';
+import { fileURLToPath } from 'node:url';
 import net from 'node:net';
 import { parseArgs } from 'node:util';
 import { Access, createRnic, type CompletionQueue, type MemoryRegion, type QueuePair } from '../host/rnic/verbs.ts';
@@ -28,7 +29,7 @@ const { values } = parseArgs({
     'mib-per-run': { type: 'string', default: '128' },
     trials: { type: 'string', default: '3' },
     sizes: { type: 'string', default: `${16 * 1024},${256 * 1024},${1024 * 1024}` },
-    output: { type: 'string', default: new URL('./results/rnic.json', import.meta.url).pathname },
+    output: { type: 'string', default: defaultOutput() },
     help: { type: 'boolean', default: false },
   },
 });
@@ -36,6 +37,13 @@ const { values } = parseArgs({
 if (values.help) {
   console.log('usage: node --import tsx bench/rnic.ts [--mib-per-run 128] [--trials 3] [--sizes 16384,262144,1048576] [--output path]');
   process.exit(0);
+}
+
+/** bench/results/rnic.json of the source tree, whether this runs from bench/ or dist/bench/. */
+function defaultOutput(): string {
+  const here = dirname(fileURLToPath(import.meta.url));
+  const root = here.endsWith(join('dist', 'bench')) ? join(here, '..', '..') : join(here, '..');
+  return join(root, 'bench', 'results', 'rnic.json');
 }
 
 const bytesPerRun = Number(values['mib-per-run']) * 1024 * 1024;

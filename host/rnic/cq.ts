@@ -14,7 +14,8 @@ export interface CompletionQueueOptions {
   eventQueue?: number;
 }
 
-type Waiter = { solicitedOnly: boolean; resolve: () => void };
+/** Who waits for which completions: any, or solicited (and failed) ones added after `since`. */
+type Waiter = { solicitedOnly: boolean; since: number; resolve: () => void };
 
 export class CompletionQueue {
   readonly depth: number;
@@ -22,10 +23,13 @@ export class CompletionQueue {
   private entries: WorkCompletion[] = [];
   private head = 0;
   private waiters: Waiter[] = [];
+  /** Arming (one-shot): none, any completion, or a solicited one, counted from `armedSince`. */
   private armed: 'none' | 'any' | 'solicited' = 'none';
+  private armedSince = 0;
   private notifyScheduled = false;
-  private pendingSolicited = false;
-  private pendingAny = false;
+  /** Completions ever added, and those that were solicited or failed (which always notify). */
+  private added = 0;
+  private solicitedAdded = 0;
   private listeners: Array<() => void> = [];
   /** Set when more completions arrived than `depth`; the CQ is unusable afterwards. */
   overrun = false;
@@ -52,8 +56,8 @@ export class CompletionQueue {
     }
     this.entries.push(completion);
     this.observer?.completionQueue(this.number);
-    this.pendingAny = true;
-    if (completion.solicited === true || completion.status !== 0) this.pendingSolicited = true;
+    this.added++;
+    if (completion.solicited === true || completion.status !== 0) this.solicitedAdded++;
     if (!this.notifyScheduled && (this.waiters.length > 0 || this.armed !== 'none')) {
       this.notifyScheduled = true;
       queueMicrotask(() => this.notify());
@@ -63,8 +67,7 @@ export class CompletionQueue {
 
   /** Removes and returns up to `max` completions, oldest first. */
   poll(max = 16): WorkCompletion[] {
-    const available = this.size;
-    const count = Math.min(max, available);
+    const count = Math.min(max, this.size);
     const out = this.entries.slice(this.head, this.head + count);
     this.head += count;
     if (this.head > 1024 && this.head * 2 > this.entries.length) {
@@ -76,13 +79,14 @@ export class CompletionQueue {
 
   /**
    * Arms the CQ (ibv_req_notify_cq): the next completion added (a solicited or failed one when
-   * `solicitedOnly`) raises one notification to the `onNotify` listeners. Arming is one-shot.
+   * `solicitedOnly`) raises one notification to the `onNotify` listeners. Arming is one-shot;
+   * arming for any completion overrides a solicited-only arming.
    */
   requestNotify(solicitedOnly = false): void {
     if (this.armed === 'any') return;
-    this.armed = solicitedOnly ? 'solicited' : 'any';
-    this.pendingAny = false;
-    this.pendingSolicited = false;
+    if (this.armed === 'none') this.armedSince = solicitedOnly ? this.solicitedAdded : this.added;
+    else if (!solicitedOnly) this.armedSince = this.added;
+    this.armed = solicitedOnly ? (this.armed === 'none' ? 'solicited' : this.armed) : 'any';
   }
 
   /** Registers a notification listener; returns a function that removes it. */
@@ -94,44 +98,49 @@ export class CompletionQueue {
   }
 
   /**
-   * Resolves once the CQ holds a completion (at once if it already does). With `solicitedOnly`
-   * it waits for a solicited or failed completion added after the call.
+   * The awaitable notification: resolves once the CQ holds a completion (at once if it already
+   * does). With `solicitedOnly`, waits for a solicited or failed completion added after the call.
    */
   wait(solicitedOnly = false): Promise<void> {
     if (!solicitedOnly && this.size > 0) return Promise.resolve();
     return new Promise((resolve) => {
-      this.waiters.push({ solicitedOnly, resolve });
-      if (solicitedOnly) this.pendingSolicited = false;
+      this.waiters.push({ solicitedOnly, since: solicitedOnly ? this.solicitedAdded : this.added, resolve });
     });
   }
 
   private notify(): void {
     this.notifyScheduled = false;
-    const any = this.pendingAny;
-    const solicited = this.pendingSolicited;
-    if (this.armed !== 'none' && (this.armed === 'any' ? any : solicited)) {
-      this.armed = 'none';
-      this.observer?.eventQueue(this.eventQueue);
-      for (const listener of this.listeners.slice()) {
-        try {
-          listener();
-        } catch (error) {
-          // A listener's bug must not stop completion delivery for other listeners.
-          queueMicrotask(() => {
-            throw error;
-          });
+    let raised = false;
+    if (this.armed !== 'none') {
+      const fire = this.armed === 'any' ? this.added > this.armedSince : this.solicitedAdded > this.armedSince;
+      if (fire) {
+        this.armed = 'none';
+        raised = true;
+        for (const listener of this.listeners.slice()) {
+          try {
+            listener();
+          } catch (error) {
+            // A listener's bug must not stop the other listeners; report it outside this call.
+            queueMicrotask(() => {
+              throw error;
+            });
+          }
         }
       }
     }
     if (this.waiters.length > 0) {
       const remaining: Waiter[] = [];
       for (const waiter of this.waiters) {
-        if (waiter.solicitedOnly ? solicited : any || this.size > 0) waiter.resolve();
-        else remaining.push(waiter);
+        const ready = waiter.solicitedOnly ? this.solicitedAdded > waiter.since : this.size > 0 || this.added > waiter.since;
+        if (ready) {
+          raised = true;
+          waiter.resolve();
+        } else {
+          remaining.push(waiter);
+        }
       }
       this.waiters = remaining;
     }
-    this.pendingAny = false;
-    this.pendingSolicited = false;
+    if (raised) this.observer?.eventQueue(this.eventQueue);
   }
 }
