@@ -71,6 +71,7 @@ bench: build
 	@mkdir -p bench/results
 	$(NODE) --expose-gc dist/bench/engine.js
 	$(NODE) dist/bench/sram.js
+	$(NODE) dist/bench/rnic.js
 
 clean:
 	rm -rf build dist .cache bench/results

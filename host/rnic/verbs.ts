@@ -124,8 +124,10 @@ export class Rnic {
   /** Creates a queue pair (ibv_create_qp); it gets the next QP number of this RNIC. */
   createQp(options: QueuePairOptions): QueuePair {
     if (options.pd.deviceId !== this.id) throw new RnicError('EINVAL', 'protection domain belongs to another RNIC');
-    const qpNumber = this.nextQpNumber;
-    this.nextQpNumber = (this.nextQpNumber + 1) & 0xffffff || 1;
+    // QP numbers are 24-bit like a hardware RNIC's; skip any still in use after a wrap.
+    let qpNumber = this.nextQpNumber;
+    while (this.queuePairs.has(qpNumber)) qpNumber = (qpNumber + 1) & 0xffffff || 1;
+    this.nextQpNumber = (qpNumber + 1) & 0xffffff || 1;
     const qp = new QueuePair(qpNumber, this.memory, this.observer, options, (destroyed) => {
       if (this.queuePairs.delete(destroyed.qpNumber)) this.observer?.queuePairDestroyed(destroyed.qpNumber);
     });
