@@ -121,7 +121,7 @@ export class FpduReceiver {
   private readonly crcEnabled: boolean;
   private readonly markersEnabled: boolean;
   private readonly maxUlpdu: number;
-  /** Allocated on the first socket read; push() never needs it. */
+  /** Allocated on the first read, so a QP that never receives costs no 64 KiB. */
   private staging: Uint8Array = EMPTY;
   private readonly header = new Uint8Array(HEADER_BUFFER_SIZE);
   private readonly trailer = new Uint8Array(3 + CRC_LENGTH);
@@ -215,26 +215,6 @@ export class FpduReceiver {
       return;
     }
     this.consume(this.staging, 0, Math.min(length, this.staging.length));
-  }
-
-  /** Feeds bytes that were read elsewhere (tests, fuzzing, a socket without per-read buffers). */
-  push(chunk: Uint8Array): void {
-    let offset = 0;
-    while (offset < chunk.length && this.state !== State.Dead) {
-      if (this.state === State.Payload && !this.discard && this.target !== undefined && this.markerRemaining === 0) {
-        // Copy payload straight to its target, as the kernel would with a direct read.
-        let length = Math.min(this.payloadRemaining, this.target.length - this.targetPosition, chunk.length - offset);
-        if (this.markersEnabled) length = Math.min(length, MARKER_INTERVAL - (this.streamOffset % MARKER_INTERVAL));
-        if (length > 0) {
-          const view = this.target.subarray(this.targetPosition, this.targetPosition + length);
-          view.set(chunk.subarray(offset, offset + length));
-          offset += length;
-          this.placed(view);
-          continue;
-        }
-      }
-      offset = this.consume(chunk, offset, chunk.length);
-    }
   }
 
   /**

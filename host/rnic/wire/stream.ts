@@ -2,7 +2,6 @@
 // a capture): the MPA Request or Reply, then every FPDU with its CRC, as DDP/RDMAP segments.
 // Offline tools and the capture tests use it; the live receive path is ../receive.ts.
 
-import { CRC_LENGTH } from './crc.ts';
 import { decodeFpdu, decodeMpaFrame, decodeMpaFrameHeader, MPA_FRAME_HEADER_LENGTH, type MpaFrame } from './mpa.ts';
 import { stripMarkers } from './markers.ts';
 import { decodeRdmapSegment, type RdmapSegment } from './rdmap.ts';
