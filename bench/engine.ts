@@ -37,7 +37,7 @@ async function compileKernels(): Promise<WebAssembly.Module> {
 }
 
 function setUpEngine(): Engine {
-  const engine = Engine.create({ blockSize: 1 << 20, blockCount: 16, handleCount: LOOKUP_HANDLES, threads: 3, maxInline: 4096 });
+  const engine = Engine.create({ blockSize: 1 << 20, blockCount: 16, ringOrder: Number(process.env.KBTP_BENCH_RING_ORDER ?? 4), handleCount: LOOKUP_HANDLES, threads: 3, maxInline: 4096 });
   // Bound, sealed entries so every lookup runs the whole check sequence and passes.
   const entry0 = engine.entryAddress(0n);
   for (let i = 0; i < LOOKUP_HANDLES; i++) engine.exports.entryBind(entry0 + 16 * i, 0n, 4096, 1);
