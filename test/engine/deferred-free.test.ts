@@ -5,9 +5,8 @@ import { Engine } from '../../host/engine/engine.ts';
 const ALL_ONES = 0xffffffffffffffffn;
 const block = (index: number): bigint => BigInt(index * 64);
 
-test('a free whose slot is still owed to a taken ticket waits, then lands when that ticket reads', () => {
-  // F = N = 4 (n = 2), so the free with ticket 7 lands on slot 3, whose ticket 3 is taken but unread.
-  const engine = Engine.create({ blockSize: 64, blockCount: 4, ringOrder: 2, threads: 1 });
+/** Take a ticket (FetchAdd on Head) and read its slot, as separate steps. */
+function ringOf(engine: Engine) {
   const ring = engine.sharedRing;
   const x = engine.exports;
   const take = (): { ticket: number; slotOffset: number } => {
@@ -16,6 +15,13 @@ test('a free whose slot is still owed to a taken ticket waits, then lands when t
   };
   const read = (t: { ticket: number; slotOffset: number }): bigint =>
     BigInt.asUintN(64, x.ringTryTake(ring.descriptor, t.ticket, t.slotOffset, 4));
+  return { ring, x, take, read };
+}
+
+test('a free whose slot is still owed to a taken ticket waits, then lands when that ticket reads', () => {
+  // F = N = 4 (n = 2), so the free with ticket 7 lands on slot 3, whose ticket 3 is taken but unread.
+  const engine = Engine.create({ blockSize: 64, blockCount: 4, ringOrder: 2, threads: 1 });
+  const { ring, x, take, read } = ringOf(engine);
 
   const taken = [take(), take(), take()].map(read);
   assert.equal(taken, [block(0), block(1), block(2)]);
@@ -45,14 +51,7 @@ test('a free whose slot is still owed to a taken ticket waits, then lands when t
 test('a parked free chains: two turns of one slot wait behind the same unread ticket', () => {
   // F = 2, N = 2: tickets t, t+2, t+4 share a slot.
   const engine = Engine.create({ blockSize: 64, blockCount: 2, ringOrder: 1, threads: 1 });
-  const ring = engine.sharedRing;
-  const x = engine.exports;
-  const take = (): { ticket: number; slotOffset: number } => {
-    const counter = BigInt.asUintN(64, x.ringTakeTicket(ring.descriptor));
-    return { ticket: Number(counter >> 32n), slotOffset: x.ringSlotOffset(ring.descriptor, counter) };
-  };
-  const read = (t: { ticket: number; slotOffset: number }): bigint =>
-    BigInt.asUintN(64, x.ringTryTake(ring.descriptor, t.ticket, t.slotOffset, 4));
+  const { ring, x, take, read } = ringOf(engine);
   const first = take(); // ticket 0 on slot 0, left unread
   assert.is(read(take()), block(1)); // ticket 1
   x.ringReturn(ring.descriptor, block(1)); // Tail ticket 2 -> slot 0: owed to ticket 0, parked
