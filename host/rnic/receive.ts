@@ -84,6 +84,8 @@ export interface ReceiveOptions {
 /** Payloads at least this long are read by the kernel straight into their target. */
 export const DIRECT_PLACEMENT_MIN = 8192;
 const STAGING_SIZE = 64 * 1024;
+/** Small FPDUs that may follow a large one before reads go back to filling the staging buffer. */
+const BULK_CREDIT = 4;
 /** Length field plus the longest header collected whole (Atomic Request, full Terminate). */
 const HEADER_BUFFER_SIZE = MPA_LENGTH_FIELD + DDP_UNTAGGED_HEADER_LENGTH + 52;
 const TAGGED_PREFIX = MPA_LENGTH_FIELD + DDP_TAGGED_HEADER_LENGTH;
@@ -163,8 +165,13 @@ export class FpduReceiver {
   private taggedOpcode = 0;
   private taggedStag = 0;
   private taggedNextOffset = 0n;
-  /** The current FPDU is large, so read exactly up to its payload and let the kernel place it. */
+  /**
+   * Large FPDUs were seen recently, so reads stop exactly where a payload starts and the kernel
+   * places it. Kept for a few small FPDUs (a large message's short last segment, a Send after
+   * Writes) so one of them does not turn the next large payload into a staged copy.
+   */
   private bulk = false;
+  private bulkCredit = 0;
   /** The view handed out by the last `readBuffer()` when it was a direct placement target. */
   private directView: Uint8Array | undefined;
 
@@ -421,7 +428,9 @@ export class FpduReceiver {
     this.last = (ddpControl & DDP_FLAG_LAST) !== 0;
     this.opcode = rdmapControl & 0x0f;
     const ddpHeaderLength = this.tagged ? DDP_TAGGED_HEADER_LENGTH : DDP_UNTAGGED_HEADER_LENGTH;
-    this.bulk = this.ulpduLength >= DIRECT_PLACEMENT_MIN;
+    if (this.ulpduLength >= DIRECT_PLACEMENT_MIN) this.bulkCredit = BULK_CREDIT;
+    else if (this.bulkCredit > 0) this.bulkCredit--;
+    this.bulk = this.bulkCredit > 0;
     this.padding = fpduPadding(this.ulpduLength);
     if (this.ulpduLength > this.maxUlpdu) {
       this.reportNow(TerminateLayer.Ddp, DDP_ETYPE_CATASTROPHIC, DDP_ECODE_CATASTROPHIC, `ULPDU_Length ${this.ulpduLength} exceeds the ${this.maxUlpdu}-octet maximum`);
