@@ -57,6 +57,13 @@ export interface InitiatorOptions extends MpaOptions {
   peerToPeer?: boolean;
   /** RTR messages this side can send, most preferred first (default write, read). */
   rtr?: readonly RtrType[];
+  /**
+   * Wait this long after the MPA Reply before sending the first FPDU (the RTR, or the ULP's
+   * first message); connect resolves after the wait. Default 0. Linux siw as responder switches
+   * its socket to RDMA mode only after sending the Reply and can strand an FPDU that arrives in
+   * between (docs/INTEROP.md); 50 ms avoids it.
+   */
+  firstFpduDelayMs?: number;
 }
 
 export interface ResponderOptions extends MpaOptions {
@@ -215,6 +222,8 @@ export async function initiate(qp: QueuePair, channel: StreamChannel, options: I
   for (const type of offered) if (!RTR_PREFERENCE.includes(type)) throw new RnicError('EINVAL', `unknown RTR type ${String(type)}`);
   if (peerToPeer && offered.size === 0) throw new RnicError('EINVAL', 'peer-to-peer setup needs at least one RTR type');
   const timeoutMs = options.timeoutMs ?? DEFAULT_SETUP_TIMEOUT_MS;
+  const firstFpduDelayMs = options.firstFpduDelayMs ?? 0;
+  if (!Number.isFinite(firstFpduDelayMs) || firstFpduDelayMs < 0) throw new RnicError('EINVAL', `firstFpduDelayMs ${firstFpduDelayMs} must be a non-negative number`);
   qp.beginConnecting();
   const fail = (code: RnicError['code'], message: string, terminate?: TerminateInfo): RnicError => {
     const error = new RnicError(code, message, terminate);
@@ -305,6 +314,11 @@ export async function initiate(qp: QueuePair, channel: StreamChannel, options: I
         ...(rtr !== undefined ? { sendRtr: rtr } : {}),
       };
       qp.peerPrivateData = reply.privateData;
+      if (firstFpduDelayMs > 0) {
+        // Bytes the responder sends meanwhile (it should send none) are held by the frame reader.
+        await new Promise((resolve) => setTimeout(resolve, firstFpduDelayMs));
+        if (channel.closed) throw new RnicError('ECONNRESET', 'connection closed while holding the first FPDU');
+      }
       qp.enterRdmaMode(channel, parameters);
       return {
         revision: reply.revision,

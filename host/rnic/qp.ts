@@ -267,6 +267,15 @@ export class QueuePair extends EventEmitter<QueuePairEvents> implements ReceiveS
     };
   }
 
+  /** The peer's address once connecting started (undefined for in-memory channels). */
+  get remoteAddress(): string | undefined {
+    return this.channel?.remoteAddress;
+  }
+
+  get remotePort(): number | undefined {
+    return this.channel?.remotePort;
+  }
+
   /** Receive WRs posted and not yet consumed. */
   get postedReceives(): number {
     return this.rq.length - this.rqHead;

@@ -42,6 +42,7 @@ export { ConnectionRequest, type ConnectionSummary, type InitiatorOptions, type 
 export { RnicError, type RnicErrorCode, type TerminateInfo } from './errors.ts';
 export { WcStatus, wcStatusName, type WorkCompletion, type SendWorkRequest, type ReceiveWorkRequest, type Sge, type SendOpcode, type WcOpcode } from './work.ts';
 export type { NicObserver } from './nic-observer.ts';
+export { SocketChannel, MemoryChannel, type StreamChannel } from './channel.ts';
 
 export interface RnicOptions {
   /** Receives the SRAM-model hooks; with none set the RNIC makes no observer calls at all. */

@@ -272,6 +272,15 @@ for (const rtr of ['write', 'read', 'send'] as const) {
   });
 }
 
+test('firstFpduDelayMs holds the RTR after the Reply and delays connect', async () => {
+  const started = Date.now();
+  await withPair({ connect: { firstFpduDelayMs: 60 } }, async ({ client, server }) => {
+    assert.ok(Date.now() - started >= 50, "connect waited for the hold");
+    client.qp.postSend({ wrId: 1, opcode: 'RDMA_WRITE', sgList: [{ lkey: client.mr.lkey, offset: 0, length: 4 }], remote: { stag: server.mr.rkey, taggedOffset: 0 } });
+    await completions(client.cq, 1);
+  });
+});
+
 test('MPA revision 1, client-server model, private data both ways, IRD/ORD negotiation', async () => {
   await withPair({ connect: { revision: 1, privateData: new Uint8Array([1, 2, 3]) }, accept: { privateData: new Uint8Array([4, 5]) } }, async ({ clientSummary, serverSummary, client, server }) => {
     assert.is(clientSummary.revision, 1);
