@@ -367,6 +367,18 @@ test('rejection with private data, setup timeout, refused TCP, posting before co
   }
 });
 
+test('a listener drops a connection that never sends its MPA Request', async () => {
+  const server = createRnic();
+  const listener = await server.listen({ timeoutMs: 100 });
+  const net = await import('node:net');
+  const socket = net.connect(listener.port, '127.0.0.1');
+  socket.on('error', () => undefined);
+  const closed = new Promise<void>((resolve) => socket.on('close', () => resolve()));
+  await closed;
+  assert.match(listener.failures.at(-1) ?? '', /waiting for the Request/);
+  await listener.close();
+});
+
 test('the observer sees every hook; without one nothing is called', async () => {
   const calls = new Map<string, number>();
   const count = (name: string) => () => calls.set(name, (calls.get(name) ?? 0) + 1);

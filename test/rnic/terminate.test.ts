@@ -248,6 +248,25 @@ test('an MPA Reply key sent to a listener, and an oversize PD_Length -> LLP / MP
   await healthyRoundTrip();
 });
 
+test('data sent right behind the MPA Request (before the Reply) -> LLP / MPA / invalid frame', async () => {
+  const listener = await listenerReady;
+  const request = encodeMpaFrame({
+    kind: 'request',
+    markers: false,
+    crc: false,
+    reject: false,
+    enhanced: true,
+    revision: 2,
+    enhancedData: { peerToPeer: true, sendRtr: false, writeRtr: true, readRtr: false, ird: 1, ord: 1 },
+    privateData: new Uint8Array(0),
+  });
+  const peer = await RawPeer.open(listener.port, { request: Uint8Array.from([...request, 0, 14, 0xc1, 0x40]) });
+  assertTerminate(await peer.terminate(), { layer: 2, type: 0, code: 4 });
+  await peer.closed();
+  peer.destroy();
+  await healthyRoundTrip();
+});
+
 test('oversize ULPDU_Length -> DDP / local catastrophic, at once', async () => {
   await expectTerminate('oversize', { layer: 1, type: 0, code: 0 }, (peer) => {
     // 0xFFFF octets announced (more than the 64768 DDP may ever send); only the header follows.
