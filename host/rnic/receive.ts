@@ -91,9 +91,19 @@ const HEADER_BUFFER_SIZE = MPA_LENGTH_FIELD + DDP_UNTAGGED_HEADER_LENGTH + 52;
 const TAGGED_PREFIX = MPA_LENGTH_FIELD + DDP_TAGGED_HEADER_LENGTH;
 const TERMINATE_MIN_ULPDU = DDP_UNTAGGED_HEADER_LENGTH + TERMINATE_CONTROL_LENGTH;
 const TERMINATE_MAX_ULPDU = DDP_UNTAGGED_HEADER_LENGTH + TERMINATE_CONTROL_LENGTH + 2 + DDP_UNTAGGED_HEADER_LENGTH + 28;
-const EMPTY = new Uint8Array(0);
 
 const State = { Header: 0, Payload: 1, Trailer: 2, Dead: 3 } as const;
+
+/**
+ * One staging buffer per thread, shared by every receiver: a read into it is consumed entirely
+ * by the commit that follows (headers and trailers are copied out, small payloads placed), and
+ * reads of different sockets never overlap on one thread. A thousand connections therefore cost
+ * 64 KiB of staging, not 64 MiB. A receiver fed while another commit is running (in-memory
+ * channels wired back to back) uses a buffer of its own instead.
+ */
+let sharedStaging: Uint8Array | undefined;
+/** Commits in progress on this thread; a nested one (bytes fed from inside a commit) gets its own buffer. */
+let stagingDepth = 0;
 type State = (typeof State)[keyof typeof State];
 
 /** Queue an untagged opcode must arrive on, or -1 for tagged opcodes. */
@@ -123,8 +133,6 @@ export class FpduReceiver {
   private readonly crcEnabled: boolean;
   private readonly markersEnabled: boolean;
   private readonly maxUlpdu: number;
-  /** Allocated on the first read, so a QP that never receives costs no 64 KiB. */
-  private staging: Uint8Array = EMPTY;
   private readonly header = new Uint8Array(HEADER_BUFFER_SIZE);
   private readonly trailer = new Uint8Array(3 + CRC_LENGTH);
   private readonly markerBytes = new Uint8Array(MARKER_LENGTH);
@@ -174,6 +182,10 @@ export class FpduReceiver {
   private bulkCredit = 0;
   /** The view handed out by the last `readBuffer()` when it was a direct placement target. */
   private directView: Uint8Array | undefined;
+  /** The staging buffer handed out by the last `readBuffer()` otherwise. */
+  private readStaging: Uint8Array | undefined;
+  /** Used only when a receiver is fed from inside another receiver's commit. */
+  private ownStaging: Uint8Array | undefined;
 
   fpdusReceived = 0;
   messagesReceived = 0;
@@ -208,8 +220,9 @@ export class FpduReceiver {
       }
     }
     this.directView = undefined;
-    if (this.staging.length === 0) this.staging = new Uint8Array(STAGING_SIZE);
-    return this.staging.subarray(0, this.stagingWant());
+    if (stagingDepth === 0) this.readStaging = sharedStaging ??= new Uint8Array(STAGING_SIZE);
+    else this.readStaging = this.ownStaging ??= new Uint8Array(STAGING_SIZE);
+    return this.readStaging.subarray(0, this.stagingWant());
   }
 
   /** `length` octets were written into the buffer returned by the last `readBuffer()`. */
@@ -221,7 +234,15 @@ export class FpduReceiver {
       this.placed(direct.subarray(0, length));
       return;
     }
-    this.consume(this.staging, 0, Math.min(length, this.staging.length));
+    const staging = this.readStaging;
+    if (staging === undefined) return;
+    this.readStaging = undefined;
+    stagingDepth++;
+    try {
+      this.consume(staging, 0, Math.min(length, staging.length));
+    } finally {
+      stagingDepth--;
+    }
   }
 
   /**

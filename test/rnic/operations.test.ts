@@ -379,6 +379,42 @@ test('a listener drops a connection that never sends its MPA Request', async () 
   await listener.close();
 });
 
+test('two QPs wired back to back through synchronous in-memory channels (nested receive paths)', async () => {
+  const a = createRnic();
+  const b = createRnic();
+  const { MemoryChannel } = await import('../../host/rnic/channel.ts');
+  let toB: InstanceType<typeof MemoryChannel> | undefined;
+  let toA: InstanceType<typeof MemoryChannel> | undefined;
+  // Each side's writes are delivered to the other side at once, from inside its own processing.
+  const channelA = new MemoryChannel(0, (chunks) => chunks.forEach((chunk) => toB?.receive(chunk)));
+  const channelB = new MemoryChannel(0, (chunks) => chunks.forEach((chunk) => toA?.receive(chunk)));
+  toA = channelA;
+  toB = channelB;
+  const side = (rnic: typeof a) => {
+    const pd = rnic.allocPd();
+    const memory = new Uint8Array(new SharedArrayBuffer(1 << 18));
+    const mr = rnic.registerMemory(pd, memory, { access: Access.LocalWrite | Access.RemoteWrite | Access.RemoteRead | Access.RemoteAtomic });
+    const cq = rnic.createCq();
+    return { memory, mr, cq, qp: rnic.createQp({ pd, sendCq: cq, recvCq: cq }) };
+  };
+  const left = side(a);
+  const right = side(b);
+  const accepted = b.acceptChannel(channelB).then((request) => request.accept(right.qp));
+  await a.connectChannel(left.qp, channelA);
+  await accepted;
+  const data = pattern(150_000, 11);
+  right.memory.set(data, 0);
+  left.qp.postSend({ wrId: 1, opcode: 'RDMA_READ', sgList: [{ lkey: left.mr.lkey, offset: 0, length: data.length }], remote: { stag: right.mr.rkey, taggedOffset: 0 } });
+  left.qp.postSend({ wrId: 2, opcode: 'RDMA_WRITE', sgList: [{ lkey: left.mr.lkey, offset: 0, length: data.length }], remote: { stag: right.mr.rkey, taggedOffset: 100_000 } });
+  left.qp.postSend({ wrId: 3, opcode: 'ATOMIC_FETCH_ADD', remote: { stag: right.mr.rkey, taggedOffset: 250_000 }, atomic: { add: 3n } });
+  const done = await completions(left.cq, 3);
+  assert.ok(done.every((c) => c.status === 0), JSON.stringify(done.map((c) => c.error)));
+  equalBytes(left.memory.subarray(0, data.length), data);
+  equalBytes(right.memory.subarray(100_000, 100_000 + data.length), data);
+  left.qp.destroy();
+  right.qp.destroy();
+});
+
 test('the observer sees every hook; without one nothing is called', async () => {
   const calls = new Map<string, number>();
   const count = (name: string) => () => calls.set(name, (calls.get(name) ?? 0) + 1);

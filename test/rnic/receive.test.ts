@@ -1,0 +1,143 @@
+// The FPDU receiver on its own: direct placement through readBuffer/commit, reads that stop at
+// payload boundaries, marker removal, and a receiver fed from inside another one's commit.
+import { test } from 'uvu';
+import * as assert from 'uvu/assert';
+import { FpduReceiver, DIRECT_PLACEMENT_MIN, type ReceiveSink } from '../../host/rnic/receive.ts';
+import { feed } from '../../host/rnic/channel.ts';
+import type { TerminateCause } from '../../host/rnic/terminate.ts';
+import { encodeFpdu } from '../../host/rnic/wire/mpa.ts';
+import { encodeFpduWithMarkers } from '../../host/rnic/wire/markers.ts';
+import { encodeTaggedHeader, encodeUntaggedHeader } from '../../host/rnic/wire/ddp.ts';
+import { rdmapControl, RdmapOpcode } from '../../host/rnic/wire/rdmap.ts';
+import { pattern } from './harness.ts';
+
+class RecordingSink implements ReceiveSink {
+  readonly target = new Uint8Array(1 << 20);
+  readonly events: string[] = [];
+  failure: TerminateCause | undefined;
+  onControl: ((fpdu: Uint8Array) => void) | undefined;
+  placeTagged(_opcode: number, stag: number, taggedOffset: bigint, length: number): Uint8Array | undefined {
+    this.events.push(`tagged ${stag.toString(16)} ${taggedOffset} ${length}`);
+    return this.target.subarray(Number(taggedOffset), Number(taggedOffset) + length);
+  }
+  placeSend(_opcode: number, messageOffset: number, length: number): Uint8Array | undefined {
+    this.events.push(`send ${messageOffset} ${length}`);
+    return this.target.subarray(messageOffset, messageOffset + length);
+  }
+  nextSendView(): Uint8Array | undefined {
+    return undefined;
+  }
+  taggedMessageDone(): void {
+    this.events.push('tagged done');
+  }
+  sendMessageDone(_opcode: number, length: number): void {
+    this.events.push(`send done ${length}`);
+  }
+  controlMessage(opcode: number, fpdu: Uint8Array): void {
+    this.events.push(`control ${opcode} ${fpdu[fpdu.length - 1]}`);
+    this.onControl?.(fpdu);
+  }
+  receiveFailed(cause: TerminateCause): void {
+    this.failure = cause;
+  }
+}
+
+function write(stag: number, to: number, payload: Uint8Array, crc = true): Uint8Array {
+  const ulpdu = new Uint8Array(14 + payload.length);
+  encodeTaggedHeader(ulpdu, 0, { last: true, ddpVersion: 1, rdmapControl: rdmapControl(RdmapOpcode.RdmaWrite), stag, taggedOffset: BigInt(to) });
+  ulpdu.set(payload, 14);
+  return encodeFpdu(ulpdu, crc);
+}
+
+function immediate(msn: number, tag = 0, crc = true): Uint8Array {
+  const ulpdu = new Uint8Array(26);
+  encodeUntaggedHeader(ulpdu, 0, { last: true, ddpVersion: 1, rdmapControl: rdmapControl(RdmapOpcode.ImmediateData), reserved: 0, queueNumber: 0, messageSequenceNumber: msn, messageOffset: 0 });
+  ulpdu[25] = tag | msn;
+  return encodeFpdu(ulpdu, crc);
+}
+
+test('after a large FPDU, reads stop at the next payload, which the kernel places directly', () => {
+  const sink = new RecordingSink();
+  const receiver = new FpduReceiver(sink, { crc: true, markers: false });
+  const payload = pattern(60_000, 1);
+  /** Reads like a socket with `available` octets waiting; returns each read's size and target. */
+  const readAll = (available: Uint8Array): Array<[number, boolean]> => {
+    const reads: Array<[number, boolean]> = [];
+    let offset = 0;
+    while (offset < available.length) {
+      const buffer = receiver.readBuffer();
+      const length = Math.min(buffer.length, available.length - offset);
+      buffer.set(available.subarray(offset, offset + length));
+      reads.push([length, buffer.buffer === sink.target.buffer]);
+      offset += length;
+      receiver.commit(length);
+    }
+    return reads;
+  };
+  // First FPDU: nothing known yet, so one staging read takes all of it (and copies it).
+  assert.equal(readAll(write(7, 1000, payload)), [[60_020, false]]);
+  // From then on: the header, the payload straight into the target, the trailer.
+  assert.equal(readAll(write(7, 70_000, payload)), [
+    [16, false],
+    [60_000, true],
+    [4, false],
+  ]);
+  assert.is(sink.failure, undefined);
+  assert.equal(sink.events, ['tagged 7 1000 60000', 'tagged done', 'tagged 7 70000 60000', 'tagged done']);
+  assert.is(Buffer.compare(Buffer.from(sink.target.subarray(70_000, 130_000)), Buffer.from(payload)), 0);
+  assert.is(Buffer.compare(Buffer.from(sink.target.subarray(1000, 61_000)), Buffer.from(payload)), 0);
+  assert.ok(DIRECT_PLACEMENT_MIN <= 60_000);
+});
+
+test('markers are removed, checked and covered by the CRC, in any chunking', () => {
+  for (const pieces of [1, 7, 512, 100_000]) {
+    const sink = new RecordingSink();
+    const receiver = new FpduReceiver(sink, { crc: true, markers: true });
+    const chunks: Uint8Array[] = [];
+    let offset = 0;
+    for (const [to, size] of [[0, 1000], [5000, 20_000], [40_000, 3]] as const) {
+      const ulpdu = new Uint8Array(14 + size);
+      encodeTaggedHeader(ulpdu, 0, { last: true, ddpVersion: 1, rdmapControl: 0x40, stag: 9, taggedOffset: BigInt(to) });
+      ulpdu.set(pattern(size, to + 1), 14);
+      const framed = encodeFpduWithMarkers(ulpdu, offset, true);
+      offset = framed.nextStreamOffset;
+      chunks.push(framed.bytes);
+    }
+    const stream = new Uint8Array(chunks.reduce((sum, chunk) => sum + chunk.length, 0));
+    chunks.reduce((at, chunk) => (stream.set(chunk, at), at + chunk.length), 0);
+    for (let at = 0; at < stream.length; at += pieces) feed(() => receiver, stream.subarray(at, at + pieces));
+    assert.is(sink.failure, undefined, `chunks of ${pieces}`);
+    assert.is(sink.events.filter((event) => event === 'tagged done').length, 3);
+    assert.is(Buffer.compare(Buffer.from(sink.target.subarray(5000, 25_000)), Buffer.from(pattern(20_000, 5001))), 0);
+  }
+  // A marker whose FPDUPTR lies is an MPA marker error (when the CRC still matches).
+  const sink = new RecordingSink();
+  const receiver = new FpduReceiver(sink, { crc: false, markers: true });
+  const ulpdu = new Uint8Array(14 + 600);
+  encodeTaggedHeader(ulpdu, 0, { last: true, ddpVersion: 1, rdmapControl: 0x40, stag: 9, taggedOffset: 0n });
+  const framed = encodeFpduWithMarkers(ulpdu, 0, false).bytes.slice();
+  framed[512 + 3] = 0x10; // the marker at 512 should point 508 back
+  feed(() => receiver, framed);
+  assert.equal([sink.failure?.layer, sink.failure?.errorType, sink.failure?.errorCode], [2, 0, 3]);
+});
+
+test('a receiver fed from inside another receiver\'s commit does not disturb it', () => {
+  const inner = new RecordingSink();
+  const innerReceiver = new FpduReceiver(inner, { crc: true, markers: false });
+  const outer = new RecordingSink();
+  const outerReceiver = new FpduReceiver(outer, { crc: true, markers: false });
+  // Each control message the outer stream delivers makes the inner stream receive two FPDUs.
+  let next = 1;
+  outer.onControl = () => {
+    feed(() => innerReceiver, new Uint8Array([...immediate(next, 0x80), ...immediate(next + 1, 0x80)]));
+    next += 2;
+  };
+  const stream = new Uint8Array([...immediate(1), ...immediate(2), ...immediate(3), ...immediate(4)]);
+  feed(() => outerReceiver, stream);
+  assert.is(outer.failure, undefined);
+  assert.is(inner.failure, undefined);
+  assert.equal(outer.events, ['control 8 1', 'control 8 2', 'control 8 3', 'control 8 4']);
+  assert.equal(inner.events, [1, 2, 3, 4, 5, 6, 7, 8].map((msn) => `control 8 ${0x80 | msn}`));
+});
+
+test.run();
