@@ -116,7 +116,7 @@ export class SocketChannel implements StreamChannel {
       this.socket = new net.Socket({ handle, readable: true, writable: true, onread } as net.SocketConstructorOpts);
     } else {
       this.socket = socket;
-      socket.on('data', (chunk: Buffer) => feed(() => this.consumer, chunk));
+      socket.on('data', (chunk: Buffer) => this.guarded(() => feed(() => this.consumer, chunk)));
     }
     this.socket.setNoDelay(true);
     this.socket.on('end', () => this.events?.onEnd());
@@ -128,7 +128,7 @@ export class SocketChannel implements StreamChannel {
       if (this.lingerTimer !== undefined) clearTimeout(this.lingerTimer);
       this.events?.onClose(this.closeError);
     });
-    if (buffered !== null && buffered.length > 0) queueMicrotask(() => feed(() => this.consumer, buffered));
+    if (buffered !== null && buffered.length > 0) queueMicrotask(() => this.guarded(() => feed(() => this.consumer, buffered)));
   }
 
   /** Connects to `host:port`; the socket reads through per-read buffers from the start. */
@@ -165,7 +165,7 @@ export class SocketChannel implements StreamChannel {
   }
 
   private delivered(length: number): void {
-    try {
+    this.guarded(() => {
       const owner = this.readOwner;
       if (owner === this.consumer) {
         owner.commit(length);
@@ -173,9 +173,17 @@ export class SocketChannel implements StreamChannel {
         // The buffer was picked for a consumer that has since handed the stream on.
         feed(() => this.consumer, this.readTarget.slice(0, length));
       }
+    });
+  }
+
+  /**
+   * Runs a consumer call. Consumers report protocol errors themselves; anything escaping is a
+   * bug that must only cost this connection, never the process.
+   */
+  private guarded(body: () => void): void {
+    try {
+      body();
     } catch (error) {
-      // Consumers catch their own errors; anything escaping is a bug that must only cost
-      // this connection, never the process.
       this.closeError ??= error instanceof Error ? error : new Error(String(error));
       this.destroy();
     }
