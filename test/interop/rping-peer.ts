@@ -198,8 +198,8 @@ export async function runRpingClient(options: RpingClientOptions): Promise<Rping
   const completions = new Completions(cq, qp);
   const step = options.stepTimeoutMs ?? DEFAULT_STEP_TIMEOUT_MS;
   try {
-    const connection = await rnic.connect(qp, { ...options.mpa, host: options.host, port: options.port });
-    if (options.settleMs) await new Promise((resolve) => setTimeout(resolve, options.settleMs));
+    // siw as responder can miss an FPDU sent right after its Reply (docs/INTEROP.md): the RNIC holds the first one.
+    const connection = await rnic.connect(qp, { ...options.mpa, host: options.host, port: options.port, firstFpduDelayMs: options.settleMs ?? 0 });
     for (let ping = 0; ping < count; ping++) {
       buffers.start.bytes.set(rpingPattern(ping, size));
       writeRpingInfo(buffers.send.bytes, { address: buffers.start.taggedOffsetAt(0), rkey: buffers.start.rkey, size });
