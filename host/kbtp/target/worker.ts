@@ -72,7 +72,8 @@ async function main(): Promise<void> {
     void qp.whenDisconnected().then(() => setTimeout(() => connections.delete(connection), 0));
     connection.start(); // receives are posted before the initiator can send HELLO
     try {
-      await request.accept(qp, {});
+      // MPA CRC only when the initiator asks for it (RFC 5044: used unless both sides decline).
+      await request.accept(qp, { crc: false });
     } catch (error) {
       context.log(`${peer}: connection setup failed: ${error instanceof Error ? error.message : String(error)}`);
       qp.disconnect();
