@@ -19,6 +19,7 @@ const commands: Record<string, () => Promise<{ command: Command }>> = {
   free: () => import('./commands/free.ts'),
   demo: () => import('./commands/demo.ts'),
   sram: () => import('./commands/sram.ts'),
+  bench: () => import('./commands/bench.ts'),
 };
 
 function usage(): string {

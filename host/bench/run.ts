@@ -1,0 +1,114 @@
+// One `kbtp bench` run over block sizes: for each size, a target (spawned for that size, or the
+// one given), N sessions, and a phase per entry of the mix. Used by the command and by
+// bench/compare.
+import * as K from '../../assembly/kbtp-constants.ts';
+import { connect, type KbtpSession } from '../kbtp/initiator.ts';
+import type { RunningTarget } from '../kbtp/target/target.ts';
+import { OP_LABELS, usesDirect, type Phase } from './mix.ts';
+import { rowsOf, formatSize, type BenchRow } from './report.ts';
+import { spawnTarget } from './spawn.ts';
+import { runPhase, type Progress } from './workload.ts';
+
+export interface BenchConfig {
+  /** host:port of a running target, or undefined to spawn one per block size. */
+  target?: string;
+  tenant?: string;
+  secret?: string;
+  /** Worker threads of a spawned target. */
+  workers: number;
+  sizes: readonly number[];
+  phases: readonly Phase[];
+  sessions: number;
+  inFlight: number;
+  keysPerSession: number;
+  durationMs?: number;
+  count?: number;
+  warmupMs: number;
+  /** First handle used (default: the start of the session's store range). */
+  handleBase?: bigint;
+  onProgress?: (label: string, progress: Progress) => void;
+  log?: (line: string) => void;
+}
+
+export class BenchConfigError extends Error {}
+
+function phaseLabel(phase: Phase): string {
+  return phase.map((item) => (phase.length > 1 ? `${OP_LABELS[item.op]}:${item.weight}` : OP_LABELS[item.op])).join('+');
+}
+
+async function openSessions(address: string, config: BenchConfig): Promise<KbtpSession[]> {
+  const direct = usesDirect(config.phases);
+  const capabilities = (direct.load ? K.CAP_DIRECT_LOAD : 0) | (direct.alloc ? K.CAP_DIRECT_ALLOC : 0);
+  const sessions: KbtpSession[] = [];
+  try {
+    for (let i = 0; i < config.sessions; i++) {
+      sessions.push(await connect(address, { tenant: config.tenant ?? 'default', secret: config.secret ?? '', capabilities, pipeline: config.inFlight }));
+    }
+  } catch (error) {
+    await Promise.all(sessions.map((session) => session.close(500).catch(() => undefined)));
+    throw error;
+  }
+  const first = sessions[0];
+  if (first !== undefined && (first.hello.capabilities & capabilities) !== capabilities) {
+    await Promise.all(sessions.map((session) => session.close(500).catch(() => undefined)));
+    throw new BenchConfigError(`the target did not grant ${direct.load ? 'DIRECT_LOAD ' : ''}${direct.alloc ? 'DIRECT_ALLOC ' : ''}to tenant '${config.tenant ?? 'default'}'; ` +
+      'use a tenant trusted for direct mode, or drop direct-load/direct-alloc from the mix');
+  }
+  return sessions;
+}
+
+function checkFit(sessions: readonly KbtpSession[], size: number, config: BenchConfig, firstHandle: bigint): void {
+  const hello = sessions[0]?.hello;
+  if (hello === undefined) return;
+  if (size > hello.blockSize) throw new BenchConfigError(`${formatSize(size)} blocks do not fit the target's ${hello.blockSize}-octet blocks; use --sizes up to ${hello.blockSize}`);
+  const depth = Math.min(...sessions.map((session) => session.depth));
+  if (config.inFlight > depth) {
+    throw new BenchConfigError(`the target grants ${hello.targetCredits} credits per session, fewer than --in-flight ${config.inFlight}; lower --in-flight`);
+  }
+  const needed = BigInt(config.sessions * config.keysPerSession);
+  if (needed > BigInt(hello.quota)) {
+    throw new BenchConfigError(`${config.sessions} sessions x ${config.keysPerSession} handles need ${needed} blocks, over the tenant's quota of ${hello.quota}; lower --sessions or --keys`);
+  }
+  const rangeEnd = hello.storeFirst + hello.storeCount;
+  if (firstHandle < hello.storeFirst || firstHandle + needed > rangeEnd) {
+    throw new BenchConfigError(`handles ${firstHandle}..${firstHandle + needed - 1n} are outside the tenant's store range ${hello.storeFirst}..${rangeEnd - 1n}; adjust --handle-base or --keys`);
+  }
+}
+
+/** Runs every phase at every size; rows come back in the order they ran. */
+export async function runBench(config: BenchConfig): Promise<BenchRow[]> {
+  const rows: BenchRow[] = [];
+  const direct = usesDirect(config.phases);
+  for (const size of config.sizes) {
+    let target: RunningTarget | undefined;
+    let address = config.target;
+    if (address === undefined) {
+      // Room for every session's handles plus the ring's slack; credits cover the pipeline.
+      target = await spawnTarget({ blockSize: size, blocks: config.sessions * config.keysPerSession + 16, workers: config.workers,
+        credits: Math.max(config.inFlight, 8), sessions: config.sessions, directLoad: direct.load, directAlloc: direct.alloc,
+        ...(config.log !== undefined ? { log: config.log } : {}) });
+      address = `127.0.0.1:${target.port}`;
+    }
+    let sessions: KbtpSession[] = [];
+    try {
+      sessions = await openSessions(address, config);
+      const firstHandle = config.handleBase ?? sessions[0]?.hello.storeFirst ?? 0n;
+      checkFit(sessions, size, config, firstHandle);
+      for (const phase of config.phases) {
+        const label = `${phaseLabel(phase)} ${formatSize(size)}`;
+        const result = await runPhase({
+          sessions, size, phase, inFlight: config.inFlight, keysPerSession: config.keysPerSession, firstHandle,
+          ...(config.durationMs !== undefined ? { durationMs: config.durationMs } : {}),
+          ...(config.count !== undefined ? { count: config.count } : {}),
+          warmupMs: config.warmupMs,
+          ...(config.onProgress !== undefined ? { onProgress: (progress: Progress) => config.onProgress?.(label, progress) } : {}),
+        });
+        rows.push(...rowsOf(result));
+      }
+    } finally {
+      await Promise.all(sessions.map((session) => session.close(1000).catch(() => undefined)));
+      if (target !== undefined) await target.stop(1000);
+    }
+  }
+  return rows;
+}

@@ -1,0 +1,315 @@
+// Runs one benchmark phase: every session keeps `inFlight` requests outstanding over its own set
+// of handles, drawing operations from the phase's mix, for a duration or a count. Each handle is
+// used by one request at a time, so every LOAD knows exactly which block it must find and checks
+// it (blocks.ts). Latencies go into per-operation histograms; throughput counts the requests that
+// completed inside the measured window.
+import { performance } from 'node:perf_hooks';
+import { KbtpError, type KbtpSession } from '../kbtp/initiator.ts';
+import { BlockMaker, checkBlock, type ExpectedBlock } from './blocks.ts';
+import { LatencyHistogram } from './histogram.ts';
+import { OpPicker, sealingFor, type OpName, type Phase } from './mix.ts';
+
+/** Operations that move a block's data (FREE moves none). */
+const MOVES_DATA: ReadonlySet<OpName> = new Set(['load', 'store', 'alloc-store', 'direct-load', 'direct-alloc']);
+
+export class OpStats {
+  readonly histogram = new LatencyHistogram();
+  /** Requests that succeeded (and, for loads, passed the check) inside the measured window. */
+  count = 0;
+  bytes = 0;
+  /** KBTP statuses and transport failures, by name. */
+  readonly errors = new Map<string, number>();
+  /** Loads that returned data other than what was stored. */
+  corrupt = 0;
+  firstProblem: string | undefined;
+
+  constructor(readonly op: OpName) {}
+
+  problem(kind: string, message: string): void {
+    this.errors.set(kind, (this.errors.get(kind) ?? 0) + 1);
+    this.firstProblem ??= message;
+  }
+
+  get errorCount(): number {
+    let total = 0;
+    for (const count of this.errors.values()) total += count;
+    return total;
+  }
+}
+
+export interface PhaseResult {
+  size: number;
+  sessions: number;
+  inFlight: number;
+  /** Length of the measured window. */
+  seconds: number;
+  ops: OpStats[];
+}
+
+export interface Progress {
+  elapsedMs: number;
+  plannedMs: number | undefined;
+  completed: number;
+  planned: number | undefined;
+  bytes: number;
+  errors: number;
+}
+
+export interface PhaseOptions {
+  sessions: readonly KbtpSession[];
+  size: number;
+  phase: Phase;
+  /** Requests each session keeps outstanding (at most its pipeline depth). */
+  inFlight: number;
+  /** Handles per session, at least `inFlight`. Session s uses firstHandle + s * keys onward. */
+  keysPerSession: number;
+  firstHandle: bigint;
+  /** Run for this long after the warm-up... */
+  durationMs?: number;
+  /** ...or until this many requests (over all sessions) completed; no warm-up then. */
+  count?: number;
+  warmupMs?: number;
+  onProgress?: (progress: Progress) => void;
+  progressIntervalMs?: number;
+}
+
+/** A FIFO of handle indices; round-robin reuse spreads requests over every handle. */
+class IndexQueue {
+  private readonly items: Int32Array;
+  private head = 0;
+  private length = 0;
+  constructor(capacity: number) {
+    this.items = new Int32Array(Math.max(1, capacity));
+  }
+  get size(): number {
+    return this.length;
+  }
+  push(index: number): void {
+    this.items[(this.head + this.length) % this.items.length] = index;
+    this.length += 1;
+  }
+  shift(): number | undefined {
+    if (this.length === 0) return undefined;
+    const index = this.items[this.head];
+    this.head = (this.head + 1) % this.items.length;
+    this.length -= 1;
+    return index;
+  }
+}
+
+/** What one session's handles hold, as far as the benchmark stored them. */
+class SessionBlocks {
+  readonly expected: Array<ExpectedBlock | undefined>;
+  readonly idleBound: IndexQueue;
+  readonly idleFree: IndexQueue;
+  version = 0;
+  failed: Error | undefined;
+
+  constructor(readonly session: KbtpSession, readonly firstHandle: bigint, readonly keys: number) {
+    this.expected = new Array<ExpectedBlock | undefined>(keys).fill(undefined);
+    this.idleBound = new IndexQueue(keys);
+    this.idleFree = new IndexQueue(keys);
+  }
+
+  handle(index: number): bigint {
+    return this.firstHandle + BigInt(index);
+  }
+}
+
+function describe(error: unknown): string {
+  return error instanceof Error ? error.message : String(error);
+}
+
+function isStatus(error: unknown, name: string): boolean {
+  return error instanceof KbtpError && error.statusName === name;
+}
+
+/** Binds every handle of a session (untimed), freeing leftovers of an earlier run first. */
+async function prefill(blocks: SessionBlocks, maker: BlockMaker, sealed: boolean, parallel: number): Promise<void> {
+  let next = 0;
+  const worker = async (): Promise<void> => {
+    const buffer = maker.buffer();
+    while (next < blocks.keys) {
+      const index = next++;
+      const handle = blocks.handle(index);
+      const expected = maker.make(buffer, handle, ++blocks.version);
+      try {
+        await blocks.session.allocStore(handle, buffer, { seal: sealed });
+      } catch (error) {
+        if (!isStatus(error, 'ALREADY_VALID')) throw new Error(`preparing handle ${handle}: ${describe(error)}`);
+        await blocks.session.free(handle);
+        await blocks.session.allocStore(handle, buffer, { seal: sealed });
+      }
+      blocks.expected[index] = expected;
+      blocks.idleBound.push(index);
+    }
+  };
+  await Promise.all(Array.from({ length: Math.max(1, parallel) }, worker));
+}
+
+/** Frees every handle the phase left bound (untimed), so the next phase starts from an empty pool. */
+export async function cleanup(blocks: { session: KbtpSession; handles: bigint[] }, parallel: number): Promise<void> {
+  let next = 0;
+  const worker = async (): Promise<void> => {
+    while (next < blocks.handles.length) {
+      const handle = blocks.handles[next++];
+      if (handle === undefined) continue;
+      try {
+        await blocks.session.free(handle);
+      } catch (error) {
+        if (!isStatus(error, 'NOT_VALID')) throw error;
+      }
+    }
+  };
+  await Promise.all(Array.from({ length: Math.max(1, parallel) }, worker));
+}
+
+/** The operation that can run now: the one drawn, or the one that makes it possible next time. */
+function feasible(op: OpName, blocks: SessionBlocks, phase: Phase): OpName {
+  const needsFree = op === 'alloc-store' || op === 'direct-alloc';
+  if (needsFree) return blocks.idleFree.size > 0 ? op : 'free';
+  if (blocks.idleBound.size > 0) return op;
+  return phase.some((item) => item.op === 'direct-alloc') && !phase.some((item) => item.op === 'alloc-store') ? 'direct-alloc' : 'alloc-store';
+}
+
+export async function runPhase(options: PhaseOptions): Promise<PhaseResult> {
+  const { sessions, size, phase, inFlight } = options;
+  const keys = options.keysPerSession;
+  if (keys < inFlight) throw new RangeError(`${keys} handles per session cannot keep ${inFlight} requests in flight; use at least ${inFlight}`);
+  for (const session of sessions) {
+    if (inFlight > session.depth) throw new RangeError(`${inFlight} requests in flight exceed the session's pipeline depth ${session.depth}`);
+    if (size > session.hello.blockSize) throw new RangeError(`${size}-octet blocks do not fit the target's ${session.hello.blockSize}-octet blocks`);
+  }
+  if (options.durationMs === undefined && options.count === undefined) throw new RangeError('give a duration or a count');
+  const sealed = sealingFor(phase);
+  const maker = new BlockMaker(size);
+  const stats = new Map<OpName, OpStats>();
+  const statsOf = (op: OpName): OpStats => {
+    let entry = stats.get(op);
+    if (entry === undefined) {
+      entry = new OpStats(op);
+      stats.set(op, entry);
+    }
+    return entry;
+  };
+  for (const item of phase) statsOf(item.op);
+
+  const all = sessions.map((session, index) => new SessionBlocks(session, options.firstHandle + BigInt(index * keys), keys));
+  await Promise.all(all.map((blocks) => prefill(blocks, maker, sealed, inFlight)));
+
+  const warmupMs = options.count !== undefined ? 0 : options.warmupMs ?? 0;
+  const start = performance.now();
+  const measureFrom = start + warmupMs;
+  const endAt = options.durationMs !== undefined ? measureFrom + options.durationMs : Infinity;
+  const countLimit = options.count ?? Infinity;
+  let issued = 0;
+  let completed = 0;
+  let completedBytes = 0;
+  let problems = 0;
+  let lastCompletion = start;
+  const stopped = (): boolean => performance.now() >= endAt || issued >= countLimit;
+
+  const runWorker = async (blocks: SessionBlocks, seed: number): Promise<void> => {
+    const picker = new OpPicker(phase, seed);
+    const buffer = maker.buffer();
+    const session = blocks.session;
+    while (blocks.failed === undefined && !stopped()) {
+      const op = feasible(picker.next(), blocks, phase);
+      const fromFree = op === 'alloc-store' || op === 'direct-alloc';
+      const index = fromFree ? blocks.idleFree.shift() : blocks.idleBound.shift();
+      if (index === undefined) throw new Error('internal: no idle handle although keys >= requests in flight');
+      const handle = blocks.handle(index);
+      const expected = blocks.expected[index];
+      let made: ExpectedBlock | undefined;
+      let data: Uint8Array | undefined;
+      let bound = !fromFree;
+      issued += 1;
+      const began = performance.now();
+      let ok = true;
+      const entry = statsOf(op);
+      try {
+        switch (op) {
+          case 'load':
+            data = (await session.load(handle, { allowUnsealed: !sealed })).data;
+            break;
+          case 'direct-load':
+            data = (await session.directLoad(handle)).data;
+            break;
+          case 'store':
+            made = maker.make(buffer, handle, ++blocks.version);
+            await session.store(handle, buffer);
+            break;
+          case 'alloc-store':
+            made = maker.make(buffer, handle, ++blocks.version);
+            await session.allocStore(handle, buffer, { seal: sealed });
+            bound = true;
+            break;
+          case 'direct-alloc':
+            made = maker.make(buffer, handle, ++blocks.version);
+            await session.directAllocStore(handle, buffer, { seal: sealed });
+            bound = true;
+            break;
+          case 'free':
+            await session.free(handle);
+            bound = false;
+            break;
+        }
+      } catch (error) {
+        ok = false;
+        problems += 1;
+        if (error instanceof KbtpError) {
+          entry.problem(error.statusName, `${op} handle ${handle}: ${error.message}`);
+        } else {
+          entry.problem('TRANSPORT', `${op} handle ${handle}: ${describe(error)}`);
+          blocks.failed = error instanceof Error ? error : new Error(String(error));
+        }
+      }
+      const ended = performance.now();
+      if (ok && data !== undefined) {
+        const wrong = expected === undefined ? `handle ${handle}: loaded a block the benchmark never stored` : checkBlock(data, expected, handle);
+        if (wrong !== undefined) {
+          ok = false;
+          problems += 1;
+          entry.corrupt += 1;
+          entry.problem('CORRUPT', wrong);
+        }
+      }
+      if (ok) {
+        if (made !== undefined) blocks.expected[index] = made;
+        if (!bound) blocks.expected[index] = undefined;
+        if (began >= measureFrom && ended <= endAt) {
+          entry.count += 1;
+          entry.histogram.record((ended - began) * 1e6);
+          const moved = MOVES_DATA.has(op) ? size : 0;
+          entry.bytes += moved;
+          completed += 1;
+          completedBytes += moved;
+          lastCompletion = ended;
+        }
+        (bound ? blocks.idleBound : blocks.idleFree).push(index);
+      } else {
+        // A failed request changes nothing at the target (kbtp-v1 section 6).
+        (fromFree ? blocks.idleFree : blocks.idleBound).push(index);
+      }
+    }
+  };
+
+  const timer = options.onProgress === undefined ? undefined : setInterval(() => {
+    options.onProgress?.({ elapsedMs: performance.now() - start, plannedMs: options.durationMs === undefined ? undefined : options.durationMs + warmupMs,
+      completed, planned: options.count, bytes: completedBytes, errors: problems });
+  }, options.progressIntervalMs ?? 1000);
+  try {
+    await Promise.all(all.flatMap((blocks, s) => Array.from({ length: inFlight }, (_, w) => runWorker(blocks, 1 + s * 977 + w * 131))));
+  } finally {
+    if (timer !== undefined) clearInterval(timer);
+  }
+  // A duration run measures its whole window; a count run ends with its last completion.
+  const seconds = Math.max(1e-9, (options.durationMs !== undefined ? options.durationMs : lastCompletion - measureFrom) / 1000);
+
+  const failed = all.find((blocks) => blocks.failed !== undefined)?.failed;
+  if (failed === undefined) {
+    await Promise.all(all.map((blocks) => cleanup({ session: blocks.session,
+      handles: blocks.expected.flatMap((expected, index) => (expected === undefined ? [] : [blocks.handle(index)])) }, inFlight)));
+  }
+  return { size, sessions: sessions.length, inFlight, seconds, ops: [...stats.values()] };
+}

@@ -1,0 +1,179 @@
+// `kbtp bench`: measures a target with a mix of KBTP operations at several block sizes, or
+// replays a Mooncake trace against it; prints a table (or JSON) and optionally an SVG chart.
+import { writeFileSync } from 'node:fs';
+import { parseArgs } from 'node:util';
+import type { Command } from '../cli.ts';
+import { DEFAULT_PORT } from '../../firmware/config.ts';
+import { KbtpError } from '../kbtp/initiator.ts';
+import { parseMix, MixError } from '../bench/mix.ts';
+import { parseInteger, parseNumber, parseSize, parseSizes, OptionError } from '../bench/options.ts';
+import { chartRows, formatRows, formatSize, type BenchRow } from '../bench/report.ts';
+import { runBench, BenchConfigError } from '../bench/run.ts';
+import { replayTrace, formatReplay, chartReplay, type ReplayResult } from '../bench/trace.ts';
+import type { Progress } from '../bench/workload.ts';
+
+const HELP = `usage: kbtp bench [options]
+       kbtp bench --trace FILE [options]
+
+Measures a KBTP target: N sessions each keep M requests in flight over their own handles, for a
+duration or a count, at each block size; every block loaded is checked against what was stored
+(CRC-32 and a handle/version stamp), so a wrong answer counts as an error, never as speed.
+
+target:
+  --spawn                start a target in this process for each block size (loopback, open tenant)
+  --workers N            worker threads of the spawned target (default 1)
+  --target HOST:PORT     benchmark a running target instead (default 127.0.0.1:${DEFAULT_PORT}, or $KBTP_TARGET)
+  --tenant NAME          tenant (default "default", or $KBTP_TENANT)
+  --secret SECRET        the tenant's secret (default $KBTP_SECRET)
+  --handle-base H        first handle used on a running target (default: its store range start);
+                         the handles used are overwritten and freed
+
+workload:
+  --mix LIST             operations: load, store, alloc-store, free, direct-load, direct-alloc
+                         "load,store" runs a phase per operation (default);
+                         "load:3,store:1" runs one phase drawing operations with those weights
+  --sizes LIST           block sizes (default 16K,256K,1M)
+  --sessions N           sessions (default 1)
+  --in-flight M          requests in flight per session (default 8)
+  --keys K               handles per session (default: --in-flight)
+  --duration SECS        measured time per phase (default 3)
+  --count N              instead of a duration: requests per phase over all sessions
+  --warmup SECS          unmeasured time before each timed phase (default 0.5)
+
+trace replay (--trace FILE, e.g. ../shared/traces/mooncake-conversation.jsonl):
+  --block-size SIZE      octets per trace block (default 16K)
+  --time-scale X         replay timestamps X times faster (default 0: as fast as possible)
+  --capacity N           blocks the replay may keep; least recently used ones are freed
+                         (default: unbounded, as many as the trace has distinct blocks)
+  --requests N           replay only the first N requests
+  --concurrency N        requests replayed at once per session (default 8)
+
+output:
+  --json                 print the results as JSON on standard output instead of the table
+  --svg FILE             write an SVG chart
+  -q, --quiet            no progress on standard error
+  -h, --help             show this help
+
+exit codes: 0 success, 1 errors or wrong data seen (or the target failed), 2 usage error.`;
+
+function progressPrinter(quiet: boolean): (label: string, progress: Progress) => void {
+  if (quiet) return () => undefined;
+  const tty = process.stderr.isTTY === true;
+  return (label, progress) => {
+    const seconds = progress.elapsedMs / 1000;
+    const rate = progress.completed / Math.max(1e-3, seconds);
+    const done = progress.plannedMs !== undefined ? `${seconds.toFixed(1)}/${(progress.plannedMs / 1000).toFixed(1)} s`
+      : `${progress.completed}/${progress.planned ?? '?'} requests`;
+    const line = `  ${label}: ${done}, ${progress.completed} done (${rate.toFixed(0)}/s), ${(progress.bytes / 1e9).toFixed(2)} GB, ${progress.errors} errors`;
+    process.stderr.write(tty ? `\r${line.padEnd(100)}` : `${line}\n`);
+  };
+}
+
+function endProgress(quiet: boolean): void {
+  if (!quiet && process.stderr.isTTY === true) process.stderr.write('\r'.padEnd(101) + '\r');
+}
+
+export const command: Command = {
+  summary: 'benchmark a target (ops/s, GB/s, latency percentiles) or replay a KV-cache trace',
+  async run(argv) {
+    let values;
+    try {
+      ({ values } = parseArgs({ args: argv, options: {
+        spawn: { type: 'boolean' }, workers: { type: 'string' }, target: { type: 'string' }, tenant: { type: 'string' }, secret: { type: 'string' },
+        'handle-base': { type: 'string' }, mix: { type: 'string' }, sizes: { type: 'string' }, sessions: { type: 'string' },
+        'in-flight': { type: 'string' }, keys: { type: 'string' }, duration: { type: 'string' }, count: { type: 'string' }, warmup: { type: 'string' },
+        trace: { type: 'string' }, 'block-size': { type: 'string' }, 'time-scale': { type: 'string' }, capacity: { type: 'string' },
+        requests: { type: 'string' }, concurrency: { type: 'string' },
+        json: { type: 'boolean' }, svg: { type: 'string' }, quiet: { type: 'boolean', short: 'q' }, help: { type: 'boolean', short: 'h' },
+      } }));
+    } catch (error) {
+      console.error(`kbtp bench: ${(error as Error).message}\n\n${HELP}`);
+      return 2;
+    }
+    if (values.help === true) {
+      console.log(HELP);
+      return 0;
+    }
+    const quiet = values.quiet === true;
+    const log = (line: string): void => { if (!quiet) console.error(line); };
+    try {
+      if (values.spawn === true && values.target !== undefined) throw new OptionError('give either --spawn or --target, not both');
+      const target = values.spawn === true ? undefined : values.target ?? process.env.KBTP_TARGET ?? `127.0.0.1:${DEFAULT_PORT}`;
+      const tenant = values.tenant ?? process.env.KBTP_TENANT ?? 'default';
+      const secret = values.secret ?? process.env.KBTP_SECRET ?? '';
+      const workers = parseInteger(values.workers, '--workers', 1);
+      const sessions = parseInteger(values.sessions, '--sessions', 1);
+      if (values.duration !== undefined && values.count !== undefined) throw new OptionError('give either --duration or --count, not both');
+
+      if (values.trace !== undefined) {
+        for (const flag of ['mix', 'sizes', 'in-flight', 'keys', 'duration', 'count', 'warmup', 'handle-base'] as const) {
+          if (values[flag] !== undefined) throw new OptionError(`--${flag} does not apply to a trace replay`);
+        }
+        const result: ReplayResult = await replayTrace({
+          path: values.trace, ...(target !== undefined ? { target } : {}), tenant, secret, workers, sessions,
+          blockSize: values['block-size'] === undefined ? 16 * 1024 : parseSize(values['block-size'], '--block-size'),
+          timeScale: parseNumber(values['time-scale'], '--time-scale', 0),
+          ...(values.capacity !== undefined ? { capacity: parseInteger(values.capacity, '--capacity', 1) } : {}),
+          ...(values.requests !== undefined ? { requests: parseInteger(values.requests, '--requests', 1) } : {}),
+          concurrency: parseInteger(values.concurrency, '--concurrency', 8),
+          ...(quiet ? {} : { onProgress: progressPrinter(false) }),
+          log,
+        });
+        endProgress(quiet);
+        if (values.json === true) console.log(JSON.stringify(result, null, 2));
+        else console.log(formatReplay(result));
+        if (values.svg !== undefined) writeFileSync(values.svg, chartReplay(result));
+        return result.corrupt > 0 || Object.keys(result.errors).length > 0 ? 1 : 0;
+      }
+
+      for (const flag of ['block-size', 'time-scale', 'capacity', 'requests', 'concurrency'] as const) {
+        if (values[flag] !== undefined) throw new OptionError(`--${flag} applies only to a trace replay (--trace FILE)`);
+      }
+      const inFlight = parseInteger(values['in-flight'], '--in-flight', 8);
+      const keys = parseInteger(values.keys, '--keys', inFlight);
+      if (keys < inFlight) throw new OptionError(`--keys ${keys} is fewer than --in-flight ${inFlight}: each request in flight needs a handle of its own`);
+      let handleBase: bigint | undefined;
+      if (values['handle-base'] !== undefined) {
+        if (!/^(0x[0-9a-fA-F]+|[0-9]+)$/.test(values['handle-base'])) throw new OptionError(`--handle-base: "${values['handle-base']}" is not a handle`);
+        handleBase = BigInt(values['handle-base']);
+      }
+      const config = {
+        ...(target !== undefined ? { target } : {}), tenant, secret, workers,
+        sizes: parseSizes(values.sizes ?? '16K,256K,1M', '--sizes'),
+        phases: parseMix(values.mix ?? 'load,store'),
+        sessions, inFlight, keysPerSession: keys,
+        ...(values.count !== undefined ? { count: parseInteger(values.count, '--count', 1) }
+          : { durationMs: parseNumber(values.duration, '--duration', 3, 0.001) * 1000 }),
+        warmupMs: parseNumber(values.warmup, '--warmup', 0.5) * 1000,
+        ...(handleBase !== undefined ? { handleBase } : {}),
+        ...(quiet ? {} : { onProgress: progressPrinter(false) }),
+        log,
+      };
+      log(`kbtp bench: ${target === undefined ? `spawned target (${workers} worker${workers === 1 ? '' : 's'}) per size` : `target ${target}`}, ` +
+        `${sessions} session${sessions === 1 ? '' : 's'} x ${inFlight} in flight, sizes ${config.sizes.map(formatSize).join(', ')}`);
+      const rows: BenchRow[] = await runBench(config);
+      endProgress(quiet);
+      const title = `kbtp bench (${target === undefined ? `spawned, ${workers} worker${workers === 1 ? '' : 's'}` : target}, ${sessions} session${sessions === 1 ? '' : 's'} x ${inFlight} in flight)`;
+      if (values.json === true) {
+        console.log(JSON.stringify({ target: target ?? 'spawned', workers: target === undefined ? workers : undefined, sessions, inFlight, keysPerSession: keys, rows }, null, 2));
+      } else {
+        console.log(formatRows(title, rows));
+      }
+      for (const row of rows) if (row.firstError !== undefined) console.error(`kbtp bench: ${row.op} ${formatSize(row.size)}: first error: ${row.firstError}`);
+      if (values.svg !== undefined) writeFileSync(values.svg, chartRows(title, rows));
+      return rows.some((row) => row.corrupt > 0 || Object.keys(row.errors).length > 0) ? 1 : 0;
+    } catch (error) {
+      endProgress(quiet);
+      if (error instanceof OptionError || error instanceof MixError || error instanceof BenchConfigError) {
+        console.error(`kbtp bench: ${error.message}`);
+        return 2;
+      }
+      if (error instanceof KbtpError) {
+        console.error(`kbtp bench: the target answered ${error.message}`);
+        return 1;
+      }
+      console.error(`kbtp bench: ${error instanceof Error ? error.message : String(error)}`);
+      return 1;
+    }
+  },
+};
