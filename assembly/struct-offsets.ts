@@ -16,22 +16,24 @@ export const ENGINE_MAX_INLINE = 36; // u32
 export const ENGINE_SHARED_RING = 40; // u32 address of the shared ring's descriptor
 export const ENGINE_SIZE = 64;
 
-// Ring descriptor (64-octet aligned). Head sits alone just before the slots so that one STag can
-// cover Head and slots (the Ring STag of DIRECT_ALLOC) without covering Tail or this descriptor.
-export const RING_TAIL = 0; // u64 counter, memory byte order
-export const RING_MODE = 8; // u32 RING_MODE_*
-export const RING_ORDER = 12; // u32 n, N = 2^n slots
-export const RING_SLOTS = 16; // u32 address of slot 0
-export const RING_HEAD = 20; // u32 address of the Head counter
-export const RING_BLOCK_COUNT = 24; // u32 blocks that live on this ring
-export const RING_FIRST_BLOCK = 28; // u32 index of its first block (a partition is contiguous)
-export const RING_DEFERRED_COUNT = 32; // u32 frees parked or being parked
-export const RING_DEFERRED_LOCK = 36; // u32 spin lock over the parked list (never held while waiting)
-export const RING_DEFERRED_LIST = 40; // u32 address of N parked frees of DEFERRED_ENTRY_SIZE
-export const RING_ABANDONED = 44; // u32 address of N u64 records (1 << 32 | ticket) of reclaimed tickets
-export const RING_CLEAR_ON_FREE = 48; // u32 1 when blocks cross trust domains on this ring
-export const RING_DEFERRED_USED = 52; // u32 entries in the parked list (under the lock)
-export const RING_DESCRIPTOR_SIZE = 64;
+// Ring descriptor, three cache lines: fields written once (read by every operation), then Tail
+// alone, then the parked-free bookkeeping, so that frees moving Tail do not evict what every
+// allocation reads. Head sits alone just before the slots, so that one STag can cover Head and
+// slots (the Ring STag of DIRECT_ALLOC) without covering Tail or this descriptor.
+export const RING_MODE = 0; // u32 RING_MODE_*
+export const RING_ORDER = 4; // u32 n, N = 2^n slots
+export const RING_SLOTS = 8; // u32 address of slot 0
+export const RING_HEAD = 12; // u32 address of the Head counter
+export const RING_BLOCK_COUNT = 16; // u32 blocks that live on this ring
+export const RING_FIRST_BLOCK = 20; // u32 index of its first block (a partition is contiguous)
+export const RING_DEFERRED_LIST = 24; // u32 address of N parked frees of DEFERRED_ENTRY_SIZE
+export const RING_ABANDONED = 28; // u32 address of N u64 records (1 << 32 | ticket) of reclaimed tickets
+export const RING_CLEAR_ON_FREE = 32; // u32 1 when blocks cross trust domains on this ring
+export const RING_TAIL = 64; // u64 counter, memory byte order
+export const RING_DEFERRED_COUNT = 128; // u32 frees parked or being parked
+export const RING_DEFERRED_LOCK = 132; // u32 spin lock over the parked list (never held while waiting)
+export const RING_DEFERRED_USED = 136; // u32 entries in the parked list (under the lock)
+export const RING_DESCRIPTOR_SIZE = 192;
 export const RING_MODE_MASKED = 0; // RFC 7306 masked FetchAdd: Ticket | Slot Offset
 export const RING_MODE_UNMASKED = 1; // IB FetchAdd: Ticket in the high 32 bits, slot = ticket mod N
 export const DEFERRED_ENTRY_SIZE = 16; // u32 ticket, u32 pad, u64 block offset

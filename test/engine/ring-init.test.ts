@@ -2,6 +2,7 @@ import { test } from 'uvu';
 import * as assert from 'uvu/assert';
 import { Engine } from '../../host/engine/engine.ts';
 import { hex } from './helpers.ts';
+import { RING_TAIL } from '../../assembly/struct-offsets.ts';
 
 test('shared ring starts as draft 3.3 says, byte for byte (masked counters)', () => {
   const engine = Engine.create({ blockSize: 64, blockCount: 5, ringOrder: 3, threads: 1 });
@@ -18,14 +19,14 @@ test('shared ring starts as draft 3.3 says, byte for byte (masked counters)', ()
     'ffffffff' + '00000000' + 'ffffffffffffffff');
   // Head: ticket 0, offset 0. Tail: ticket F = 5, Slot Offset 16 * (5 mod 8) = 0x50, in memory order.
   assert.is(hex(engine.bytes.subarray(ring.head, ring.head + 8)), '0000000000000000');
-  assert.is(hex(engine.bytes.subarray(ring.descriptor, ring.descriptor + 8)), '5000000005000000');
+  assert.is(hex(engine.bytes.subarray(ring.descriptor + RING_TAIL, ring.descriptor + RING_TAIL + 8)), '5000000005000000');
   assert.equal(engine.readCounters(ring), { headTicket: 0, headSlotOffset: 0, tailTicket: 5, tailSlotOffset: 0x50 });
 });
 
 test('unmasked ring keeps the ticket in the high half and zero below', () => {
   const engine = Engine.create({ blockSize: 64, blockCount: 8, ringOrder: 3, ringMode: 'unmasked', threads: 1 });
   const ring = engine.sharedRing;
-  assert.is(hex(engine.bytes.subarray(ring.descriptor, ring.descriptor + 8)), '0000000008000000');
+  assert.is(hex(engine.bytes.subarray(ring.descriptor + RING_TAIL, ring.descriptor + RING_TAIL + 8)), '0000000008000000');
   // F = N: every slot holds a block, and the Tail's slot (8 mod 8 = 0) is slot 0 again.
   assert.equal(engine.readSlot(ring, 7), { sequence: 7, blockOffset: 7n * 64n });
   assert.is(engine.readCounters(ring).tailSlotOffset, 0);
