@@ -9,7 +9,7 @@ export NO_COLOR := 1
 AS_SOURCES := $(shell find assembly -name '*.ts' 2>/dev/null)
 TS_SOURCES := $(shell find host firmware bench test -name '*.ts' 2>/dev/null)
 
-.PHONY: all deps build wasm ts test run demo bench clean help interop
+.PHONY: all deps build wasm ts test run demo bench clean help interop compare
 
 all: build
 
@@ -18,6 +18,7 @@ help:
 	@echo "make demo   run the engine demo (two worker threads over one pool)"
 	@echo "make test   install, build and run every test (uvu)"
 	@echo "make bench  install, build and run the benchmarks (results in bench/results/)"
+	@echo "make compare  kbtp LOAD/STORE vs Redis GET/SET vs iperf3 on loopback (docs/BENCH.md; installs redis, iperf3)"
 	@echo "make interop  build/boot the soft-iWARP (siw) QEMU guest and run the interop tests (docs/INTEROP.md)"
 	@echo "make build  compile assembly/ to build/engine.wasm and host/ to dist/"
 	@echo "make deps   install npm dependencies (npm ci)"
@@ -72,6 +73,13 @@ bench: build
 	$(NODE) --expose-gc dist/bench/engine.js
 	$(NODE) dist/bench/sram.js
 	$(NODE) dist/bench/rnic.js
+
+# kbtp against Redis and the loopback limit (docs/BENCH.md); installs redis-server, redis-tools and
+# iperf3 from Debian when missing, starts them on 127.0.0.1 only and stops them at the end.
+compare: build
+	bash bench/compare/deps.sh
+	@mkdir -p bench/results
+	$(NODE) dist/bench/compare/compare.js
 
 clean:
 	rm -rf build dist .cache bench/results

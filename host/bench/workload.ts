@@ -212,6 +212,8 @@ export async function runPhase(options: PhaseOptions): Promise<PhaseResult> {
   const runWorker = async (blocks: SessionBlocks, seed: number): Promise<void> => {
     const picker = new OpPicker(phase, seed);
     const buffer = maker.buffer();
+    // Loads land in a buffer of the worker's own: no allocation (and page faults) per request.
+    const loadBuffer = new Uint8Array(size);
     const session = blocks.session;
     while (blocks.failed === undefined && !stopped()) {
       const op = feasible(picker.next(), blocks, phase);
@@ -230,7 +232,7 @@ export async function runPhase(options: PhaseOptions): Promise<PhaseResult> {
       try {
         switch (op) {
           case 'load':
-            data = (await session.load(handle, { allowUnsealed: !sealed })).data;
+            data = (await session.load(handle, { allowUnsealed: !sealed, into: loadBuffer })).data;
             break;
           case 'direct-load':
             data = (await session.directLoad(handle)).data;
