@@ -296,15 +296,16 @@ export async function runPhase(options: PhaseOptions): Promise<PhaseResult> {
     }
   };
 
-  const timer = options.onProgress === undefined ? undefined : setInterval(() => {
-    options.onProgress?.({ elapsedMs: performance.now() - start, plannedMs: options.durationMs === undefined ? undefined : options.durationMs + warmupMs,
-      completed, planned: options.count, bytes: completedBytes, errors: problems });
-  }, options.progressIntervalMs ?? 1000);
+  const report = (): void => options.onProgress?.({ elapsedMs: performance.now() - start,
+    plannedMs: options.durationMs === undefined ? undefined : options.durationMs + warmupMs,
+    completed, planned: options.count, bytes: completedBytes, errors: problems });
+  const timer = options.onProgress === undefined ? undefined : setInterval(report, options.progressIntervalMs ?? 1000);
   try {
     await Promise.all(all.flatMap((blocks, s) => Array.from({ length: inFlight }, (_, w) => runWorker(blocks, 1 + s * 977 + w * 131))));
   } finally {
     if (timer !== undefined) clearInterval(timer);
   }
+  report(); // every phase shows at least its final state
   // A duration run measures its whole window; a count run ends with its last completion.
   const seconds = Math.max(1e-9, (options.durationMs !== undefined ? options.durationMs : lastCompletion - measureFrom) / 1000);
 

@@ -1,0 +1,125 @@
+// `kbtp bench` for real: phases against an in-process target with every loaded block checked, a
+// wrong answer counted as an error rather than as speed, and the command line end to end.
+import { test } from 'uvu';
+import * as assert from 'uvu/assert';
+import { spawn } from 'node:child_process';
+import { existsSync, mkdtempSync, readFileSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { connect, type KbtpSession, type LoadResult } from '../../host/kbtp/initiator.ts';
+import type { RunningTarget } from '../../host/kbtp/target/target.ts';
+import { spawnTarget } from '../../host/bench/spawn.ts';
+import { parseMix } from '../../host/bench/mix.ts';
+import { runPhase } from '../../host/bench/workload.ts';
+import { rowsOf } from '../../host/bench/report.ts';
+
+const cli = fileURLToPath(new URL('../../host/cli.ts', import.meta.url));
+const scratch = mkdtempSync(join(tmpdir(), 'kbtp-bench-test-'));
+let target: RunningTarget;
+let sessions: KbtpSession[] = [];
+
+test.before(async () => {
+  target = await spawnTarget({ blockSize: 16 * 1024, blocks: 64, workers: 1, credits: 8, sessions: 2, log: () => undefined });
+  for (let i = 0; i < 2; i++) sessions.push(await connect(`127.0.0.1:${target.port}`, { pipeline: 4 }));
+});
+test.after(async () => {
+  await Promise.all(sessions.map((session) => session.close(500)));
+  sessions = [];
+  await target.stop(1000);
+  rmSync(scratch, { recursive: true, force: true });
+});
+
+test('a weighted mix of every two-sided operation, counted, with no error', async () => {
+  const [phase] = parseMix('load:4,store:2,alloc-store:1,free:1');
+  const result = await runPhase({ sessions, size: 10_000, phase: phase ?? [], inFlight: 4, keysPerSession: 8, firstHandle: 0n, count: 2000 });
+  const rows = rowsOf(result);
+  const byOp = new Map(rows.map((row) => [row.op, row]));
+  const total = rows.reduce((sum, row) => sum + row.ops, 0);
+  assert.ok(total >= 2000 && total <= 2000 + 8, `${total} requests counted`);
+  for (const op of ['load', 'store', 'alloc-store', 'free'] as const) {
+    const row = byOp.get(op);
+    assert.ok(row !== undefined && row.ops > 0, `${op} ran`);
+    assert.equal(row?.errors, {}, `${op} errors`);
+    assert.ok((row?.p50Us ?? 0) > 0 && (row?.p99Us ?? 0) >= (row?.p50Us ?? 0), `${op} latency`);
+  }
+  assert.is(byOp.get('load')?.corrupt, 0);
+  // Everything the phase bound was freed again: a second phase starts from an empty pool.
+  const stats = await target.stats();
+  assert.is(stats.internalErrors, 0);
+  const audit = target.audit();
+  assert.is(audit.bound, 0, 'the phase cleans up after itself');
+});
+
+test('a LOAD that returns other data is an error, not a fast answer', async () => {
+  const session = sessions[0];
+  if (session === undefined) throw new Error('no session');
+  const original = session.load.bind(session);
+  session.load = async (handle, options): Promise<LoadResult> => {
+    const result = await original(handle, options);
+    result.data[7] = (result.data[7] ?? 0) ^ 0x40; // one wrong bit
+    return result;
+  };
+  try {
+    const [phase] = parseMix('load');
+    const result = await runPhase({ sessions: [session], size: 4096, phase: phase ?? [], inFlight: 2, keysPerSession: 4, firstHandle: 100n, count: 50 });
+    const [row] = rowsOf(result);
+    assert.is(row?.ops, 0, 'no wrong load counts as done');
+    assert.is(row?.corrupt, 50);
+    assert.is(row?.errors.CORRUPT, 50);
+    assert.match(row?.firstError ?? '', /checksum/);
+  } finally {
+    session.load = original;
+  }
+});
+
+function kbtp(args: string[]): Promise<{ code: number; stdout: string; stderr: string }> {
+  return new Promise((resolve, reject) => {
+    const child = spawn(process.execPath, ['--import', 'tsx', cli, ...args], { stdio: ['ignore', 'pipe', 'pipe'] });
+    let stdout = '';
+    let stderr = '';
+    child.stdout.on('data', (chunk: Buffer) => { stdout += chunk.toString(); });
+    child.stderr.on('data', (chunk: Buffer) => { stderr += chunk.toString(); });
+    child.on('error', reject);
+    child.on('close', (code) => resolve({ code: code ?? -1, stdout, stderr }));
+  });
+}
+
+test('kbtp bench --spawn --json --svg: a row per operation and size, data checked, chart written', async () => {
+  const svg = join(scratch, 'bench.svg');
+  const run = await kbtp(['bench', '--spawn', '--sizes', '4K,64K', '--sessions', '2', '--in-flight', '2', '--duration', '0.4', '--warmup', '0.1', '--json', '--svg', svg]);
+  assert.is(run.code, 0, run.stderr);
+  const report = JSON.parse(run.stdout) as { rows: Array<{ op: string; size: number; ops: number; gbPerSec: number; corrupt: number; errors: object; p999Us: number }> };
+  assert.equal(report.rows.map((row) => `${row.op}@${row.size}`), ['load@4096', 'store@4096', 'load@65536', 'store@65536']);
+  for (const row of report.rows) {
+    assert.ok(row.ops > 0 && row.gbPerSec > 0, `${row.op}@${row.size} moved data`);
+    assert.is(row.corrupt, 0);
+    assert.equal(row.errors, {});
+    assert.ok(row.p999Us > 0);
+  }
+  assert.match(run.stderr, /LOAD 4 KiB/, 'progress on standard error');
+  assert.ok(existsSync(svg));
+  const chart = readFileSync(svg, 'utf8');
+  assert.match(chart, /^<svg/);
+  assert.match(chart, /throughput/);
+  assert.match(chart, /p99 latency/);
+});
+
+test('bad options get a message and exit code 2', async () => {
+  const sizes = await kbtp(['bench', '--spawn', '--sizes', '12X']);
+  assert.is(sizes.code, 2);
+  assert.match(sizes.stderr, /"12X" is not a size/);
+  const keys = await kbtp(['bench', '--spawn', '--keys', '1', '--in-flight', '4']);
+  assert.is(keys.code, 2);
+  assert.match(keys.stderr, /each request in flight needs a handle/);
+  const both = await kbtp(['bench', '--spawn', '--target', '127.0.0.1:1']);
+  assert.is(both.code, 2);
+  const traceOnly = await kbtp(['bench', '--spawn', '--capacity', '5']);
+  assert.is(traceOnly.code, 2);
+  assert.match(traceOnly.stderr, /only to a trace replay/);
+  const help = await kbtp(['bench', '--help']);
+  assert.is(help.code, 0);
+  assert.match(help.stdout, /--trace FILE/);
+});
+
+test.run();
