@@ -7,6 +7,8 @@ import type { PhaseResult } from './workload.ts';
 
 export interface BenchRow {
   op: OpName;
+  /** The phase the row was measured in ("LOAD", or e.g. "DIRECT_ALLOC" for its FREEs). */
+  phase: string;
   /** Octets per block. */
   size: number;
   sessions: number;
@@ -32,11 +34,11 @@ export interface BenchRow {
 
 const round = (value: number, digits = 3): number => (Number.isFinite(value) ? +value.toFixed(digits) : value);
 
-export function rowsOf(result: PhaseResult): BenchRow[] {
+export function rowsOf(result: PhaseResult, phase = ''): BenchRow[] {
   return result.ops.map((stats) => {
     const h = stats.histogram;
     const row: BenchRow = {
-      op: stats.op, size: result.size, sessions: result.sessions, inFlight: result.inFlight,
+      op: stats.op, phase: phase || OP_LABELS[stats.op], size: result.size, sessions: result.sessions, inFlight: result.inFlight,
       ops: stats.count, seconds: round(result.seconds),
       opsPerSec: round(stats.count / result.seconds, 1),
       bytesPerSec: Math.round(stats.bytes / result.seconds),
@@ -65,7 +67,7 @@ export function formatRows(title: string, rows: readonly BenchRow[]): string {
   return formatTable({
     title,
     columns: ['op', 'size', 'sessions', 'in flight', 'ops', 'ops/s', 'GB/s', 'p50 us', 'p99 us', 'p99.9 us', 'errors'],
-    rows: rows.map((row) => [OP_LABELS[row.op], formatSize(row.size), row.sessions, row.inFlight, row.ops, row.opsPerSec, row.gbPerSec,
+    rows: rows.map((row) => [row.phase === OP_LABELS[row.op] ? row.phase : `${OP_LABELS[row.op]} (in ${row.phase})`, formatSize(row.size), row.sessions, row.inFlight, row.ops, row.opsPerSec, row.gbPerSec,
       row.p50Us, row.p99Us, row.p999Us, errorText(row)]),
   });
 }

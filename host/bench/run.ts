@@ -103,7 +103,7 @@ export async function runBench(config: BenchConfig): Promise<BenchRow[]> {
           warmupMs: config.warmupMs,
           ...(config.onProgress !== undefined ? { onProgress: (progress: Progress) => config.onProgress?.(label, progress) } : {}),
         });
-        rows.push(...rowsOf(result));
+        rows.push(...rowsOf(result, phaseLabel(phase)));
       }
     } finally {
       await Promise.all(sessions.map((session) => session.close(1000).catch(() => undefined)));
