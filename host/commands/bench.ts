@@ -9,7 +9,7 @@ import { parseMix, MixError } from '../bench/mix.ts';
 import { parseInteger, parseNumber, parseSize, parseSizes, OptionError } from '../bench/options.ts';
 import { chartRows, formatRows, formatSize, type BenchRow } from '../bench/report.ts';
 import { runBench, BenchConfigError } from '../bench/run.ts';
-import { replayTrace, formatReplay, chartReplay, type ReplayResult } from '../bench/trace.ts';
+import { replayTrace, formatReplay, chartReplay, TraceError, type ReplayResult } from '../bench/trace.ts';
 import type { Progress } from '../bench/workload.ts';
 
 const HELP = `usage: kbtp bench [options]
@@ -164,7 +164,7 @@ export const command: Command = {
       return rows.some((row) => row.corrupt > 0 || Object.keys(row.errors).length > 0) ? 1 : 0;
     } catch (error) {
       endProgress(quiet);
-      if (error instanceof OptionError || error instanceof MixError || error instanceof BenchConfigError) {
+      if (error instanceof OptionError || error instanceof MixError || error instanceof BenchConfigError || error instanceof TraceError) {
         console.error(`kbtp bench: ${error.message}`);
         return 2;
       }
