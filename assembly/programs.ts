@@ -288,7 +288,14 @@ function proceed(engine: usize, request: usize): u32 {
   if (opcode == K.OPCODE_LOAD) {
     const dataLength = entryDataLength(entry);
     if (dataLength == 0) return finish(engine, request, K.STATUS_SUCCESS);
-    return emitData(request, S.OP_WRITE_TO_INITIATOR, blockAddress(engine, entryBlockOffset(entry)), dataLength);
+    // A LOAD changes nothing, so its COMPLETION is known now and can travel right behind the Write.
+    // The credit returns with it; the handle stays held until the Write has left the pool.
+    emitData(request, S.OP_WRITE_TO_INITIATOR, blockAddress(engine, entryBlockOffset(entry)), dataLength);
+    writeCompletion(request, K.STATUS_SUCCESS);
+    store<u32>(request + S.REQUEST_INVALIDATE_STAG, (flags & K.FLAG_INVALIDATE) != 0 ? descriptorStag(request) : 0);
+    atomic.sub<u32>(session + S.SESSION_OUTSTANDING, 1);
+    store<u32>(request + S.REQUEST_STATE, S.REQUEST_STATE_DATA_SENT);
+    return S.ACTION_DATA_AND_SEND;
   }
   if (opcode == K.OPCODE_STORE) {
     const block = blockAddress(engine, entryBlockOffset(entry));
@@ -356,7 +363,15 @@ function continueAllocation(engine: usize, request: usize): u32 {
  * session ends without a COMPLETION (on RDMAP the initiator's RNIC has terminated the stream).
  */
 export function complete(engine: usize, request: usize, ok: bool): u32 {
-  if (load<u32>(request + S.REQUEST_STATE) != S.REQUEST_STATE_DATA) return S.ACTION_NONE;
+  const state = load<u32>(request + S.REQUEST_STATE);
+  if (state == S.REQUEST_STATE_DATA_SENT) {
+    // The LOAD's Write is done (or the stream failed): only the handle is still held.
+    unlockShared(entryLock(engine, <usize>load<u32>(request + S.REQUEST_ENTRY)));
+    store<u32>(request + S.REQUEST_LOCK, S.LOCK_NONE);
+    store<u32>(request + S.REQUEST_STATE, S.REQUEST_STATE_DONE);
+    return S.ACTION_NONE;
+  }
+  if (state != S.REQUEST_STATE_DATA) return S.ACTION_NONE;
   const opcode = opcodeOf(request);
   const flags = flagsOf(request);
   const entry = <usize>load<u32>(request + S.REQUEST_ENTRY);

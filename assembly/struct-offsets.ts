@@ -86,6 +86,7 @@ export const REQUEST_STATE_CREDITED = 1; // passed format and credit checks, wai
 export const REQUEST_STATE_WAIT_SLOT = 2; // ALLOC_STORE holds a ticket whose slot is not yet filled
 export const REQUEST_STATE_DATA = 3; // the data operation is out with the host
 export const REQUEST_STATE_DONE = 4;
+export const REQUEST_STATE_DATA_SENT = 5; // LOAD: Write and COMPLETION are out, the handle is held until the Write is done
 
 export const LOCK_NONE = 0;
 export const LOCK_SHARED = 1;
@@ -98,6 +99,9 @@ export const ACTION_DATA = 2; // carry out the data operation, then call complet
 export const ACTION_RETRY = 3; // the handle is busy or the ring slot not filled yet: call resume later
 export const ACTION_GOODBYE = 4; // the initiator said GOODBYE: finish outstanding requests and close
 export const ACTION_NONE = 5; // nothing to send (the transport failed; the session ends)
+// LOAD: carry out the RDMA Write and post the COMPLETION right behind it (RDMAP places the Write's
+// data before it delivers a later Send); call complete(request, ok) once the Write is done locally.
+export const ACTION_DATA_AND_SEND = 6;
 
 export const OP_WRITE_TO_INITIATOR = 1; // RDMA Write: pool -> initiator buffer (LOAD)
 export const OP_READ_FROM_INITIATOR = 2; // RDMA Read Request: initiator buffer -> pool (STORE, ALLOC_STORE)

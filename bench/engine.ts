@@ -7,7 +7,7 @@ import { dirname, join } from 'node:path';
 import asc from 'assemblyscript/asc';
 import { tmpdir } from 'node:os';
 import * as K from '../assembly/kbtp-constants.ts';
-import { ACTION_DATA, ACTION_SEND } from '../assembly/struct-offsets.ts';
+import { ACTION_DATA_AND_SEND, ACTION_NONE } from '../assembly/struct-offsets.ts';
 import { Engine } from '../host/engine/engine.ts';
 import { ThreadArena } from '../host/engine/arena.ts';
 import { encodeRequest } from '../host/kbtp/messages.ts';
@@ -75,7 +75,7 @@ function hotPathHeapBytes(engine: Engine): number | undefined {
   arena.place(request, message);
   const cycle = (): void => {
     arena.arrived(request, message.length);
-    if (arena.run(request) !== ACTION_DATA || arena.complete(request, true) !== ACTION_SEND) throw new Error('hot path loop misbehaved');
+    if (arena.run(request) !== ACTION_DATA_AND_SEND || arena.complete(request, true) !== ACTION_NONE) throw new Error('hot path loop misbehaved');
   };
   for (let i = 0; i < 100_000; i++) cycle();
   gc();

@@ -138,7 +138,10 @@ export class ThreadArena {
     return this.engine.exports.run(this.engine.address, request);
   }
 
-  /** Reports the data operation of ACTION_DATA done or failed; returns ACTION_SEND or ACTION_NONE. */
+  /**
+   * Reports the data operation of ACTION_DATA (returns ACTION_SEND or ACTION_NONE) or of
+   * ACTION_DATA_AND_SEND (returns ACTION_NONE: its COMPLETION is already out) done or failed.
+   */
   complete(request: number, ok: boolean): number {
     return this.engine.exports.complete(this.engine.address, request, ok ? 1 : 0);
   }

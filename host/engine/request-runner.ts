@@ -1,7 +1,7 @@
 // Drives one request through the engine's program with a synchronous data mover: run, carry out
 // the data operation, complete. A busy handle or a slot still being filled by another thread is
 // retried here; the real target yields to its event loop instead.
-import { ACTION_SEND, ACTION_DATA, ACTION_RETRY, ACTION_GOODBYE, ACTION_NONE } from '../../assembly/struct-offsets.ts';
+import { ACTION_SEND, ACTION_DATA, ACTION_DATA_AND_SEND, ACTION_RETRY, ACTION_GOODBYE, ACTION_NONE } from '../../assembly/struct-offsets.ts';
 import { decodeCompletion, type Completion } from '../kbtp/messages.ts';
 import type { ThreadArena } from './arena.ts';
 import type { LoopbackMover } from './loopback-mover.ts';
@@ -29,9 +29,12 @@ export function runToCompletion(arena: ThreadArena, mover: LoopbackMover, messag
       if (++retries > maxRetries) throw new RetryLimitError(maxRetries);
       action = arena.run(request);
     }
-    if (action === ACTION_DATA) {
+    if (action === ACTION_DATA || action === ACTION_DATA_AND_SEND) {
       const op = arena.dataOperation(request);
-      action = arena.complete(request, mover.carryOut(op.kind, op.local, op.length, op.stag, op.remoteOffset));
+      const moved = mover.carryOut(op.kind, op.local, op.length, op.stag, op.remoteOffset);
+      const after = arena.complete(request, moved);
+      // With DATA_AND_SEND the COMPLETION was written before the data moved; it goes out if the data did.
+      action = action === ACTION_DATA ? after : moved ? ACTION_SEND : ACTION_NONE;
     }
     if (action === ACTION_SEND) {
       return { kind: 'completion', completion: decodeCompletion(arena.completion(request).slice()), invalidateStag: arena.invalidateStag(request) };

@@ -84,9 +84,17 @@ test('INVALIDATE asks for Send with Invalidate of the Data Descriptor STag', () 
   const request = r.arena.acquireRequest(r.alpha);
   r.arena.place(request, encodeRequest({ opcode: K.OPCODE_LOAD, flags: K.FLAG_INVALIDATE, requestId: 9n, handle: 1000n,
     descriptor: { stag: 0x4242_4200, taggedOffset: 0n, length: 16 } }));
-  assert.is(r.arena.run(request), S.ACTION_DATA);
-  assert.is(r.arena.complete(request, true), S.ACTION_SEND);
+  // A LOAD's COMPLETION is ready with its Write; complete() then only releases the handle.
+  assert.is(r.arena.run(request), S.ACTION_DATA_AND_SEND);
   assert.is(r.arena.invalidateStag(request), 0x4242_4200);
+  assert.is(r.arena.outstanding(r.alpha), 0, 'the credit returns with the COMPLETION');
+  assert.is(statusName(decodeCompletion(r.arena.completion(request).slice()).status), 'SUCCESS');
+  const free = r.arena.acquireRequest(r.alpha);
+  r.arena.place(free, encodeRequest({ opcode: K.OPCODE_FREE, requestId: 10n, handle: 1000n }));
+  assert.is(r.arena.run(free), S.ACTION_RETRY, 'the handle is held until the Write is done');
+  assert.is(r.arena.complete(request, true), S.ACTION_NONE);
+  assert.is(r.arena.run(free), S.ACTION_SEND);
+  r.arena.releaseRequest(free);
   r.arena.releaseRequest(request);
 });
 
@@ -185,34 +193,33 @@ test('every status the engine decides, each with nothing changed on failure', ()
 
 test('TOO_MANY_REQUESTS past the credits and SHUTTING_DOWN while draining; neither changes anything', () => {
   const r = setup();
-  store(r, r.alpha, 1000n, 'data');
+  const narrow = r.arena.openSession({ tenant: 0, capabilities: 0, credits: 3 });
+  // Three mapped stores through RDMA Read keep the session's three credits until their data arrives.
+  for (const handle of [1000n, 1001n, 1002n]) store(r, r.alpha, handle, 'open', 0);
   const held: number[] = [];
-  for (let i = 0; i < 3; i++) { // 1 + these 3 = the 4 credits
-    const request = r.arena.acquireRequest(r.alpha);
-    r.arena.place(request, encodeRequest({ opcode: K.OPCODE_LOAD, requestId: BigInt(i), handle: 1000n,
-      descriptor: { stag: 1, taggedOffset: 0n, length: 16 } }));
+  for (const handle of [1000n, 1001n, 1002n]) {
+    const request = r.arena.acquireRequest(narrow);
+    r.arena.place(request, encodeRequest({ opcode: K.OPCODE_STORE, requestId: handle, handle, descriptor: { stag: 1, taggedOffset: 0n, length: 16 } }));
     assert.is(r.arena.run(request), S.ACTION_DATA);
     held.push(request);
   }
-  const fourth = r.arena.acquireRequest(r.alpha);
-  r.arena.place(fourth, encodeRequest({ opcode: K.OPCODE_LOAD, requestId: 4n, handle: 1000n, descriptor: { stag: 1, taggedOffset: 0n, length: 16 } }));
-  assert.is(r.arena.run(fourth), S.ACTION_DATA);
-  held.push(fourth);
   const before = snapshot(r);
-  const refused = r.send(r.alpha, { opcode: K.OPCODE_FREE, handle: 1000n });
+  const refused = r.send(narrow, { opcode: K.OPCODE_FREE, handle: 1000n });
   expectStatus('TOO_MANY_REQUESTS', refused.status);
   assert.ok(snapshot(r).equals(before));
   // A malformed request is answered INVALID_REQUEST even when credits are gone (format comes first).
-  expectStatus('INVALID_REQUEST', r.send(r.alpha, { opcode: K.OPCODE_FREE, flags: K.FLAG_SEAL, handle: 1000n }).status);
+  expectStatus('INVALID_REQUEST', r.send(narrow, { opcode: K.OPCODE_FREE, flags: K.FLAG_SEAL, handle: 1000n }).status);
+  // Other sessions of the tenant have their own credits.
+  expectStatus('NOT_VALID', r.send(r.alpha, { opcode: K.OPCODE_FREE, handle: 1005n }).status);
   for (const request of held) {
     assert.is(r.arena.complete(request, true), S.ACTION_SEND);
     r.arena.releaseRequest(request);
   }
-  assert.is(r.arena.outstanding(r.alpha), 0);
-  r.arena.setDraining(r.alpha, true);
-  expectStatus('SHUTTING_DOWN', r.send(r.alpha, { opcode: K.OPCODE_FREE, handle: 1000n }).status);
-  r.arena.setDraining(r.alpha, false);
-  expectStatus('SUCCESS', r.send(r.alpha, { opcode: K.OPCODE_FREE, handle: 1000n }).status);
+  assert.is(r.arena.outstanding(narrow), 0);
+  r.arena.setDraining(narrow, true);
+  expectStatus('SHUTTING_DOWN', r.send(narrow, { opcode: K.OPCODE_FREE, handle: 1000n }).status);
+  r.arena.setDraining(narrow, false);
+  expectStatus('SUCCESS', r.send(narrow, { opcode: K.OPCODE_FREE, handle: 1000n }).status);
 });
 
 test('NO_SPACE beyond the quota; a FREE gives the unit back', () => {

@@ -141,20 +141,33 @@ test('NO_SPACE: allocations past the tenant quota', async () => {
 
 test('TOO_MANY_REQUESTS: requests beyond the credits are answered at once and change nothing', async () => {
   const alpha = await rig.session('alpha');
-  await alpha.allocStore(20n, new Uint8Array(4096).fill(7), { seal: true });
+  const handles = [20n, 21n, 22n, 23n, 24n, 25n, 26n, 27n];
+  for (const handle of handles) await alpha.allocStore(handle, bytes('unsealed'));
   const raw = await rawSession();
-  // Eight LOADs in one burst against 4 credits: the RDMA Writes keep the first ones outstanding.
-  for (let i = 0; i < 8; i++) {
-    raw.send(encodeRequest({ opcode: K.OPCODE_LOAD, requestId: BigInt(100 + i), handle: 20n,
-      descriptor: { stag: raw.dataRegion.stag, taggedOffset: BigInt(i * 4096), length: 4096 } }));
+  raw.data.fill(0x5a, 0, 2000);
+  // Eight mapped stores in one burst against 4 credits; each stays outstanding while the target
+  // pulls its 2000 octets with RDMA Read.
+  for (const handle of handles) {
+    raw.send(encodeRequest({ opcode: K.OPCODE_STORE, requestId: handle, handle,
+      descriptor: { stag: raw.dataRegion.stag, taggedOffset: 0n, length: 2000 } }));
   }
-  const statuses: string[] = [];
-  for (let i = 0; i < 8; i++) statuses.push(statusName(decodeCompletion((await raw.next()) ?? new Uint8Array(0)).status));
+  const answers = new Map<bigint, string>();
+  for (let i = 0; i < 8; i++) {
+    const completion = decodeCompletion((await raw.next()) ?? new Uint8Array(0));
+    answers.set(completion.requestId, statusName(completion.status));
+  }
+  const statuses = [...answers.values()];
   assert.ok(statuses.includes('TOO_MANY_REQUESTS'), statuses.join(','));
   assert.ok(statuses.filter((s) => s === 'SUCCESS').length >= 4, statuses.join(','));
+  assert.is(answers.size, 8);
   assert.is(await raw.next(200), undefined, 'exactly one COMPLETION per request');
+  for (const handle of handles) {
+    const loaded = await alpha.load(handle, { allowUnsealed: true });
+    // Refused requests changed nothing; accepted ones stored the 2000 octets.
+    assert.is(loaded.dataLength, answers.get(handle) === 'SUCCESS' ? 2000 : 8, `handle ${handle}`);
+    await alpha.free(handle);
+  }
   await raw.close();
-  await alpha.free(20n);
 });
 
 test('REMOTE_ACCESS on RDMAP: a bad initiator buffer terminates the stream; the request changes nothing', async () => {

@@ -153,7 +153,7 @@ export class TargetConnection {
     const request = id - kind;
     if (completion.status !== WcStatus.Success) {
       // The stream is failing (a Terminate, a reset, a flush): release what the request holds.
-      if (kind === WR_DATA) this.settle(request, this.ctx.arena.complete(request, false));
+      if (kind === WR_DATA) this.dataDone(request, false);
       else if (kind === WR_COMPLETION) this.busy -= 1;
       return;
     }
@@ -162,7 +162,7 @@ export class TargetConnection {
         this.arrived(request, completion.byteLength);
         return;
       case WR_DATA:
-        this.settle(request, this.ctx.arena.complete(request, true));
+        this.dataDone(request, true);
         return;
       case WR_COMPLETION:
         this.busy -= 1;
@@ -188,43 +188,18 @@ export class TargetConnection {
 
   /** Carries out what the engine's program asked for. */
   private settle(request: number, action: number): void {
-    const { arena, engine } = this.ctx;
-    const poolRegion = this.poolRegion;
     switch (action) {
-      case S.ACTION_SEND: {
-        this.ctx.stats.completed(engine.view.getUint8(request + S.REQUEST_MESSAGE + 1), engine.view.getUint16(request + S.REQUEST_COMPLETION + 22, false));
-        if (this.disconnected) {
-          this.busy -= 1;
-          return;
-        }
-        const invalidateStag = arena.invalidateStag(request);
-        this.qp.postSend({
-          wrId: request | WR_COMPLETION,
-          opcode: invalidateStag !== 0 ? 'SEND_WITH_INV' : 'SEND',
-          invalidateStag,
-          sgList: [{ lkey: this.requestRegion.stag, offset: request - arena.requestArea.address + S.REQUEST_COMPLETION, length: K.COMPLETION_SIZE }],
-        });
+      case S.ACTION_SEND:
+        this.postCompletion(request);
         return;
-      }
-      case S.ACTION_DATA: {
-        const view = engine.view;
-        const kind = view.getUint32(request + S.REQUEST_OP_KIND, true);
-        const local = view.getUint32(request + S.REQUEST_OP_LOCAL, true) - engine.layout.pool;
-        const length = view.getUint32(request + S.REQUEST_OP_LENGTH, true);
-        const remote = { stag: view.getUint32(request + S.REQUEST_OP_STAG, true), taggedOffset: view.getBigUint64(request + S.REQUEST_OP_REMOTE_OFFSET, true) };
-        if (this.disconnected) {
-          this.settle(request, arena.complete(request, false));
-          return;
-        }
-        this.ctx.stats.dataMoved(length);
-        this.qp.postSend({
-          wrId: request | WR_DATA,
-          opcode: kind === S.OP_WRITE_TO_INITIATOR ? 'RDMA_WRITE' : 'RDMA_READ',
-          sgList: [{ lkey: poolRegion.stag, offset: local, length }],
-          remote,
-        });
+      case S.ACTION_DATA:
+        this.postData(request);
         return;
-      }
+      case S.ACTION_DATA_AND_SEND:
+        // LOAD: the Write and the COMPLETION go out together; the Send is delivered after the data is placed.
+        if (this.postData(request)) this.postCompletion(request);
+        else this.busy -= 1; // the stream is gone: no COMPLETION will be posted or confirmed
+        return;
       case S.ACTION_RETRY:
         this.retries.push(request);
         if (!this.retryScheduled) {
@@ -242,6 +217,52 @@ export class TargetConnection {
         this.busy -= 1;
         return;
     }
+  }
+
+  private postCompletion(request: number): void {
+    const { arena, engine } = this.ctx;
+    this.ctx.stats.completed(engine.view.getUint8(request + S.REQUEST_MESSAGE + 1), engine.view.getUint16(request + S.REQUEST_COMPLETION + 22, false));
+    if (this.disconnected) {
+      this.busy -= 1;
+      return;
+    }
+    const invalidateStag = arena.invalidateStag(request);
+    this.qp.postSend({
+      wrId: request | WR_COMPLETION,
+      opcode: invalidateStag !== 0 ? 'SEND_WITH_INV' : 'SEND',
+      invalidateStag,
+      sgList: [{ lkey: this.requestRegion.stag, offset: request - arena.requestArea.address + S.REQUEST_COMPLETION, length: K.COMPLETION_SIZE }],
+    });
+  }
+
+  /** Posts the RDMA Write or Read the program described; false when the stream is already gone. */
+  private postData(request: number): boolean {
+    const { engine } = this.ctx;
+    const view = engine.view;
+    if (this.disconnected) {
+      this.dataDone(request, false);
+      return false;
+    }
+    const kind = view.getUint32(request + S.REQUEST_OP_KIND, true);
+    const local = view.getUint32(request + S.REQUEST_OP_LOCAL, true) - engine.layout.pool;
+    const length = view.getUint32(request + S.REQUEST_OP_LENGTH, true);
+    this.ctx.stats.dataMoved(length);
+    this.qp.postSend({
+      wrId: request | WR_DATA,
+      opcode: kind === S.OP_WRITE_TO_INITIATOR ? 'RDMA_WRITE' : 'RDMA_READ',
+      sgList: [{ lkey: this.poolRegion.stag, offset: local, length }],
+      remote: { stag: view.getUint32(request + S.REQUEST_OP_STAG, true), taggedOffset: view.getBigUint64(request + S.REQUEST_OP_REMOTE_OFFSET, true) },
+    });
+    return true;
+  }
+
+  /** The data operation finished (or failed): the program completes the request. */
+  private dataDone(request: number, ok: boolean): void {
+    // A LOAD's COMPLETION went out with its Write: completing it only releases the handle.
+    const completionSent = this.ctx.engine.view.getUint32(request + S.REQUEST_STATE, true) === S.REQUEST_STATE_DATA_SENT;
+    const action = this.ctx.arena.complete(request, ok);
+    if (completionSent) return;
+    this.settle(request, action);
   }
 
   private runRetries(): void {
