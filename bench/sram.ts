@@ -9,7 +9,7 @@ import { SramCache } from '../host/sram/cache.ts';
 import { EntryKind } from '../host/sram/kinds.ts';
 import { SramNicObserver } from '../host/sram/nic-observer.ts';
 import { createPolicy } from '../host/sram/policy.ts';
-import { Random } from '../host/sram/random.ts';
+import { Random } from '../host/util/random.ts';
 
 const STREAM = 1 << 20;
 const SECONDS_PER_CASE = Number(process.env.SRAM_BENCH_SECONDS ?? 1.5);

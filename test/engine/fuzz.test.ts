@@ -10,15 +10,11 @@ import { auditPool } from '../../host/engine/audit.ts';
 import { encodeRequest, decodeCompletion } from '../../host/kbtp/messages.ts';
 import { decodeHello, encodeHello } from '../../host/kbtp/hello.ts';
 import { MessageFormatError } from '../../host/kbtp/messages.ts';
+import { Random } from '../../host/util/random.ts';
 
 function randomSource(seed: number): (n: number) => number {
-  let state = seed >>> 0 || 1;
-  return (n) => {
-    state ^= state << 13; state >>>= 0;
-    state ^= state >>> 17;
-    state ^= state << 5; state >>>= 0;
-    return state % n;
-  };
+  const generator = new Random(seed);
+  return (n) => generator.below(n);
 }
 
 test('100,000 random and mutated requests: always a COMPLETION, the pool stays whole', () => {

@@ -8,6 +8,7 @@ import { ThreadArena } from '../../host/engine/arena.ts';
 import { LoopbackMover } from '../../host/engine/loopback-mover.ts';
 import { runToCompletion, RetryLimitError } from '../../host/engine/request-runner.ts';
 import { encodeRequest, statusName } from '../../host/kbtp/messages.ts';
+import { Random } from '../../host/util/random.ts';
 
 export interface StressJob {
   handoff: EngineHandoff;
@@ -47,12 +48,9 @@ const addMask = engine.exports.ringAddMask(partition.order);
 const addData = BigInt(K.RING_ADD_DATA_MASKED);
 const ALL_ONES = 0xffffffffffffffffn;
 
-let state = job.seed >>> 0 || 1;
+const generator = new Random(job.seed);
 function random(n: number): number {
-  state ^= state << 13; state >>>= 0;
-  state ^= state >>> 17;
-  state ^= state << 5; state >>>= 0;
-  return state % n;
+  return generator.below(n);
 }
 
 const report: StressReport = { thread: job.thread, operations: 0, statuses: {}, directBinds: 0, reclaimed: 0, wrongData: 0, unexpected: [], stuck: undefined };

@@ -4,6 +4,7 @@ import { test } from 'uvu';
 import * as assert from 'uvu/assert';
 import { startRig, type Rig } from './rig.ts';
 import { KbtpError, type KbtpSession, type BlockInfo } from '../../host/kbtp/initiator.ts';
+import { Random } from '../../host/util/random.ts';
 
 interface ModelEntry { valid: boolean; sealed: boolean; generation: number; data: Uint8Array; blockOffset: bigint }
 interface Tenant { name: 'alpha' | 'beta'; store: [bigint, bigint]; load: [bigint, bigint]; quota: number; usage: number }
@@ -16,13 +17,8 @@ test.before(async () => { rig = await startRig(); });
 test.after(async () => { await rig.stop(); });
 
 function randomSource(seed: number): (n: number) => number {
-  let state = seed >>> 0 || 1;
-  return (n) => {
-    state ^= state << 13; state >>>= 0;
-    state ^= state >>> 17;
-    state ^= state << 5; state >>>= 0;
-    return state % n;
-  };
+  const generator = new Random(seed);
+  return (n) => generator.below(n);
 }
 
 test('1,200 random requests from three sessions agree with the model', async () => {

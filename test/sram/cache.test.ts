@@ -3,7 +3,7 @@ import * as assert from 'uvu/assert';
 import { BYPASSED, EVICTED, HIT, SramCache, WROTE_BACK } from '../../host/sram/cache.ts';
 import { EntryKind, KIND_COUNT } from '../../host/sram/kinds.ts';
 import { createPolicy, defaultPartition, policyNames, registerPolicy } from '../../host/sram/policy.ts';
-import { Random } from '../../host/sram/random.ts';
+import { Random } from '../../host/util/random.ts';
 
 const { QPC, MPT, MTT, CQC, BLOCK } = EntryKind;
 

@@ -11,7 +11,7 @@ import * as assert from 'uvu/assert';
 import { SramCache } from '../../host/sram/cache.ts';
 import { EntryKind } from '../../host/sram/kinds.ts';
 import { SramNicObserver } from '../../host/sram/nic-observer.ts';
-import { Random } from '../../host/sram/random.ts';
+import { Random } from '../../host/util/random.ts';
 
 const CALLS = 3_000_000;
 

@@ -4,7 +4,7 @@
 // modelled throughput in each case.
 import { createSramCache, type SramModelConfig } from '../config.ts';
 import { DEFAULT_LINK_GBPS } from '../costs.ts';
-import { Random } from '../random.ts';
+import { Random } from '../../util/random.ts';
 import { barChart, lineChart } from '../svg.ts';
 import { percent, type TextTable } from '../table.ts';
 import { ThroughputMeter, modelMessage } from '../workload.ts';

@@ -7,7 +7,7 @@
 //                  deregistering a region every 50 operations
 import { withOverrides, createSramCache, type SramModelConfig } from '../config.ts';
 import { DEFAULT_LINK_GBPS } from '../costs.ts';
-import { Random } from '../random.ts';
+import { Random } from '../../util/random.ts';
 import { barChart } from '../svg.ts';
 import { percent, type TextTable } from '../table.ts';
 import { ThroughputMeter, modelMessage } from '../workload.ts';

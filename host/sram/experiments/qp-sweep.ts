@@ -4,7 +4,7 @@
 // dirty, so its eviction also costs a write-back.
 import { createSramCache, type SramModelConfig } from '../config.ts';
 import { DEFAULT_LINK_GBPS } from '../costs.ts';
-import { Random } from '../random.ts';
+import { Random } from '../../util/random.ts';
 import { lineChart } from '../svg.ts';
 import { percent, type TextTable } from '../table.ts';
 import { ThroughputMeter, modelMessage } from '../workload.ts';

@@ -1,5 +1,5 @@
-// A small seeded generator (mulberry32) so experiments and tests replay the same access
-// stream on every run.
+// A small seeded generator (mulberry32), so experiments, stress runs and tests replay the same
+// sequence on every run.
 
 export class Random {
   private state: number;
