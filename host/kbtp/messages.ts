@@ -94,6 +94,22 @@ export function encodeRequest(fields: RequestFields): Uint8Array {
   return bytes;
 }
 
+/** Encodes a 40-octet COMPLETION (kbtp-v1 section 2). */
+export function encodeCompletion(completion: Completion): Uint8Array {
+  const bytes = new Uint8Array(K.COMPLETION_SIZE);
+  const view = new DataView(bytes.buffer);
+  view.setUint8(0, completion.version);
+  view.setUint8(1, K.OPCODE_COMPLETION);
+  view.setUint16(2, completion.requestOpcode & 0xff, false);
+  view.setBigUint64(4, completion.requestId, false);
+  view.setBigUint64(12, completion.handle, false);
+  view.setUint16(20, completion.generation, false);
+  view.setUint16(22, completion.status, false);
+  view.setUint32(24, completion.dataLength, false);
+  view.setBigUint64(32, completion.blockOffset, false);
+  return bytes;
+}
+
 /** Decodes a 40-octet COMPLETION (kbtp-v1 section 2). */
 export function decodeCompletion(bytes: Uint8Array): Completion {
   if (bytes.length !== K.COMPLETION_SIZE) throw new MessageFormatError(`COMPLETION is ${K.COMPLETION_SIZE} octets, got ${bytes.length}`);

@@ -1,7 +1,7 @@
 import { test } from 'uvu';
 import * as assert from 'uvu/assert';
 import { encodeHello, decodeHello, encodeHelloAck, decodeHelloAck, refusal, type HelloAck } from '../../host/kbtp/hello.ts';
-import { MessageFormatError } from '../../host/kbtp/messages.ts';
+import { MessageFormatError, encodeCompletion, decodeCompletion } from '../../host/kbtp/messages.ts';
 
 test('HELLO layout of kbtp-v1 section 4, byte for byte', () => {
   const bytes = encodeHello({ version: 1, requestId: 0x0102030405060708n, capabilities: 0x3, initiatorCredits: 32, tenant: 'ab',
@@ -46,6 +46,15 @@ test('HELLO_ACK is 128 octets with every field where section 5 puts it', () => {
   const refused = encodeHelloAck(refusal(5n, 3));
   assert.ok(refused.subarray(24).every((b) => b === 0), 'a failed HELLO_ACK has an all-zero body');
   assert.is(new DataView(refused.buffer).getUint16(22, false), 3);
+});
+
+test('COMPLETION encodes and decodes back to the same fields', () => {
+  const completion = { version: 1, requestOpcode: 0x12, requestId: 0x1122334455667788n, handle: 42n, generation: 7, status: 0x000d,
+    dataLength: 4096, blockOffset: 0x30000n };
+  const bytes = encodeCompletion(completion);
+  assert.is(Buffer.from(bytes).toString('hex'),
+    '01' + '20' + '0012' + '1122334455667788' + '000000000000002a' + '0007' + '000d' + '00001000' + '00000000' + '0000000000030000');
+  assert.equal(decodeCompletion(bytes), completion);
 });
 
 test.run();

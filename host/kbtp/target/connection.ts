@@ -14,7 +14,7 @@ import {
 } from '../../rnic/verbs.ts';
 import type { TargetSettings } from '../../../firmware/config.ts';
 import { decodeHello, encodeHelloAck, refusal, type HelloAck } from '../hello.ts';
-import { MessageFormatError } from '../messages.ts';
+import { MessageFormatError, encodeCompletion } from '../messages.ts';
 import { admit } from './auth.ts';
 import type { TargetStats } from './stats.ts';
 
@@ -41,6 +41,18 @@ export interface WorkerContext {
 
 type State = 'hello' | 'open' | 'draining' | 'closed';
 
+/**
+ * Reclaims an abandoned one-sided ticket and releases its unit of the tenant's usage.
+ * 'waiting': its slot has no block yet, try again later; 'gone': bound or reclaimed already.
+ */
+export function reclaimTicket(engine: Engine, ring: RingLayout, ticket: number, tenant: number): 'reclaimed' | 'waiting' | 'gone' {
+  const result = BigInt.asIntN(64, engine.exports.ringAbandon(ring.descriptor, ticket));
+  if (result === -2n) return 'waiting';
+  if (result < 0n) return 'gone';
+  engine.exports.quotaAdjust(tenant, -1);
+  return 'reclaimed';
+}
+
 export class LateReclaims {
   private readonly pending: Array<{ ring: RingLayout; ticket: number; tenant: number }> = [];
   private timer: NodeJS.Timeout | undefined;
@@ -60,9 +72,7 @@ export class LateReclaims {
     for (let i = this.pending.length - 1; i >= 0; i--) {
       const item = this.pending[i];
       if (item === undefined) continue;
-      const result = BigInt.asIntN(64, this.engine.exports.ringAbandon(item.ring.descriptor, item.ticket));
-      if (result === -2n) continue; // still waiting for its block
-      if (result >= 0n) this.engine.exports.quotaAdjust(item.tenant, -1);
+      if (reclaimTicket(this.engine, item.ring, item.ticket, item.tenant) === 'waiting') continue;
       this.pending.splice(i, 1);
     }
     if (this.pending.length === 0 && this.timer !== undefined) {
@@ -237,21 +247,17 @@ export class TargetConnection {
 
   /** Posts the RDMA Write or Read the program described; false when the stream is already gone. */
   private postData(request: number): boolean {
-    const { engine } = this.ctx;
-    const view = engine.view;
     if (this.disconnected) {
       this.dataDone(request, false);
       return false;
     }
-    const kind = view.getUint32(request + S.REQUEST_OP_KIND, true);
-    const local = view.getUint32(request + S.REQUEST_OP_LOCAL, true) - engine.layout.pool;
-    const length = view.getUint32(request + S.REQUEST_OP_LENGTH, true);
-    this.ctx.stats.dataMoved(length);
+    const op = this.ctx.arena.dataOperation(request);
+    this.ctx.stats.dataMoved(op.length);
     this.qp.postSend({
       wrId: request | WR_DATA,
-      opcode: kind === S.OP_WRITE_TO_INITIATOR ? 'RDMA_WRITE' : 'RDMA_READ',
-      sgList: [{ lkey: this.poolRegion.stag, offset: local, length }],
-      remote: { stag: view.getUint32(request + S.REQUEST_OP_STAG, true), taggedOffset: view.getBigUint64(request + S.REQUEST_OP_REMOTE_OFFSET, true) },
+      opcode: op.kind === S.OP_WRITE_TO_INITIATOR ? 'RDMA_WRITE' : 'RDMA_READ',
+      sgList: [{ lkey: this.poolRegion.stag, offset: op.local - this.ctx.engine.layout.pool, length: op.length }],
+      remote: { stag: op.stag, taggedOffset: op.remoteOffset },
     });
     return true;
   }
@@ -299,14 +305,8 @@ export class TargetConnection {
     const requestId = view.getBigUint64(4, false);
     if (bytes[1] !== K.OPCODE_HELLO) {
       // kbtp-v1 section 11: INVALID_REQUEST with nothing disclosed, then close.
-      const completion = new Uint8Array(K.COMPLETION_SIZE);
-      const out = new DataView(completion.buffer);
-      out.setUint8(0, K.KBTP_VERSION);
-      out.setUint8(1, K.OPCODE_COMPLETION);
-      out.setUint16(2, bytes[1] ?? 0, false);
-      out.setBigUint64(4, requestId, false);
-      out.setBigUint64(12, view.getBigUint64(12, false), false);
-      out.setUint16(22, K.STATUS_INVALID_REQUEST, false);
+      const completion = encodeCompletion({ version: K.KBTP_VERSION, requestOpcode: bytes[1] ?? 0, requestId,
+        handle: view.getBigUint64(12, false), generation: 0, status: K.STATUS_INVALID_REQUEST, dataLength: 0, blockOffset: 0n });
       this.ctx.log(`${this.label}: opcode 0x${(bytes[1] ?? 0).toString(16)} before HELLO; closing`);
       this.sendControl(completion, true);
       return;
@@ -421,18 +421,15 @@ export class TargetConnection {
         this.ctx.rnic.invalidate(this.partitionRegion);
         this.ctx.log(`${this.label}: ticket ${ticket} abandoned; Partition STag invalidated, DIRECT_ALLOC off for this session`);
       }
-      const result = BigInt.asIntN(64, engine.exports.ringAbandon(ring.descriptor, ticket));
-      if (result === -2n) {
+      const result = reclaimTicket(engine, ring, ticket, this.tenantAddress);
+      if (result === 'waiting') {
         if (ending) {
           this.ctx.lateReclaims.add(ring, ticket, this.tenantAddress);
           this.tickets.delete(ticket);
         }
         continue;
       }
-      if (result >= 0n) {
-        engine.exports.quotaAdjust(this.tenantAddress, -1);
-        this.ctx.stats.ticketReclaimed();
-      }
+      if (result === 'reclaimed') this.ctx.stats.ticketReclaimed();
       this.tickets.delete(ticket);
     }
     if (this.tickets.size === 0 && this.ticketTimer !== undefined) {

@@ -107,6 +107,9 @@ export async function startTarget(settings: TargetSettings, options: TargetOptio
     worker.postMessage({ type: 'stats', id } satisfies MainToWorker);
   });
 
+  const drain = (): void => {
+    for (const worker of workers) worker.postMessage({ type: 'drain' } satisfies MainToWorker);
+  };
   return {
     host: listening.host,
     port: listening.port,
@@ -114,11 +117,9 @@ export async function startTarget(settings: TargetSettings, options: TargetOptio
     stats: async () => mergeStats(await Promise.all(workers.map(ask))),
     workerStats: () => Promise.all(workers.map(ask)),
     audit: () => auditPool(engine),
-    drain: () => {
-      for (const worker of workers) worker.postMessage({ type: 'drain' } satisfies MainToWorker);
-    },
+    drain,
     stop: async (graceMs = 2000) => {
-      for (const worker of workers) worker.postMessage({ type: 'drain' } satisfies MainToWorker);
+      drain();
       const deadline = Date.now() + graceMs;
       while (Date.now() < deadline) {
         const stats = mergeStats(await Promise.all(workers.map(ask)));
