@@ -2,7 +2,6 @@
 // codes, and turning failures into one clear line.
 import { parseArgs, type ParseArgsConfig } from 'node:util';
 import { connect, KbtpError, type KbtpSession } from '../kbtp/initiator.ts';
-import * as K from '../../assembly/kbtp-constants.ts';
 import { DEFAULT_PORT } from '../../firmware/config.ts';
 
 export const EXIT_OK = 0;
@@ -60,7 +59,7 @@ export async function guarded(name: string, help: string, body: () => Promise<nu
     }
     if (error instanceof KbtpError) {
       console.error(`kbtp ${name}: ${error.message}`);
-      return error.status === K.STATUS_AUTH_FAILED || error.status > 0 ? EXIT_STATUS : EXIT_FAILURE;
+      return error.status > 0 ? EXIT_STATUS : EXIT_FAILURE;
     }
     console.error(`kbtp ${name}: ${error instanceof Error ? error.message : String(error)}`);
     return EXIT_FAILURE;

@@ -229,7 +229,7 @@ export class KbtpSession {
     for (const waiter of this.sendWaiters.values()) waiter.reject(this.failure);
     this.sendWaiters.clear();
     for (const wake of this.slotWaiters.splice(0)) wake();
-    this.cq.push({ wrId: 0, status: WcStatus.WrFlushError, opcode: 'RECV', qpNumber: this.qp.qpNumber, byteLength: 0 });
+    this.cq.releaseWaiters(); // the pump loop sees the failure and ends
   }
 
   private async takeSlot(): Promise<number> {

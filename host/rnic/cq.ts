@@ -108,6 +108,14 @@ export class CompletionQueue {
     });
   }
 
+  /**
+   * Resolves every pending wait() without a completion: a consumer that stops polling (its
+   * connection is over) wakes its own loop this way instead of faking a completion.
+   */
+  releaseWaiters(): void {
+    for (const waiter of this.waiters.splice(0)) waiter.resolve();
+  }
+
   private notify(): void {
     this.notifyScheduled = false;
     let raised = false;

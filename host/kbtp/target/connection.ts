@@ -478,7 +478,6 @@ export class TargetConnection {
     for (const region of [this.controlRegion, this.poolRegion, this.requestRegion]) rnic.deregisterMemory(region);
     this.qp.destroy();
     this.ctx.stats.sessionClosed();
-    // Push one completion-less wake-up through the pump loop's wait.
-    this.cq.push({ wrId: 0, status: WcStatus.WrFlushError, opcode: 'RECV', qpNumber: this.qp.qpNumber, byteLength: 0 });
+    this.cq.releaseWaiters(); // the pump loop sees cleanedUp and ends
   }
 }
