@@ -100,28 +100,27 @@ function checkFormat(request: usize): u32 {
   return <u64>length == expected ? K.STATUS_SUCCESS : K.STATUS_INVALID_REQUEST;
 }
 
-/** Takes one credit of the session unless all are in use (TOO_MANY_REQUESTS). */
-function takeCredit(session: usize): bool {
-  const credits = load<u32>(session + S.SESSION_CREDITS);
-  let observed = atomic.load<u32>(session + S.SESSION_OUTSTANDING);
-  while (observed < credits) {
-    const witnessed = atomic.cmpxchg<u32>(session + S.SESSION_OUTSTANDING, observed, observed + 1);
+/** Atomically adds one to the counter at `counter` unless it has reached `limit`. */
+function incrementBelow(counter: usize, limit: u32): bool {
+  let observed = atomic.load<u32>(counter);
+  while (observed < limit) {
+    const witnessed = atomic.cmpxchg<u32>(counter, observed, observed + 1);
     if (witnessed == observed) return true;
     observed = witnessed;
   }
   return false;
 }
 
+/** Takes one credit of the session unless all are in use (TOO_MANY_REQUESTS). */
+// @ts-ignore: decorator
+@inline function takeCredit(session: usize): bool {
+  return incrementBelow(session + S.SESSION_OUTSTANDING, load<u32>(session + S.SESSION_CREDITS));
+}
+
 /** Reserves one unit of the tenant's Allocation Quota (draft 3.4); false is NO_SPACE. */
-function reserveQuota(tenant: usize): bool {
-  const quota = load<u32>(tenant + S.TENANT_QUOTA);
-  let observed = atomic.load<u32>(tenant + S.TENANT_USAGE);
-  while (observed < quota) {
-    const witnessed = atomic.cmpxchg<u32>(tenant + S.TENANT_USAGE, observed, observed + 1);
-    if (witnessed == observed) return true;
-    observed = witnessed;
-  }
-  return false;
+// @ts-ignore: decorator
+@inline function reserveQuota(tenant: usize): bool {
+  return incrementBelow(tenant + S.TENANT_USAGE, load<u32>(tenant + S.TENANT_QUOTA));
 }
 
 // @ts-ignore: decorator
