@@ -3,7 +3,7 @@
 // bench/compare.
 import * as K from '../../assembly/kbtp-constants.ts';
 import { connect, type KbtpSession } from '../kbtp/initiator.ts';
-import type { RunningTarget } from '../kbtp/target/target.ts';
+import type { RunningTarget } from '../kbtp/server/target.ts';
 import { OP_LABELS, usesDirect, type Phase } from './mix.ts';
 import { rowsOf, formatSize, type BenchRow } from './report.ts';
 import { spawnTarget } from './spawn.ts';

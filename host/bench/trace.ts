@@ -12,7 +12,7 @@
 import { readFileSync } from 'node:fs';
 import { performance } from 'node:perf_hooks';
 import { connect, KbtpError, type KbtpSession } from '../kbtp/initiator.ts';
-import type { RunningTarget } from '../kbtp/target/target.ts';
+import type { RunningTarget } from '../kbtp/server/target.ts';
 import { BlockMaker, checkBlock, type ExpectedBlock } from './blocks.ts';
 import { LatencyHistogram } from './histogram.ts';
 import { formatSize, stack } from './report.ts';

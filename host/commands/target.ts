@@ -3,10 +3,10 @@
 import { parseArgs } from 'node:util';
 import type { Command } from '../cli.ts';
 import { loadTargetSettings, parseListen, ConfigError, type TargetSettings } from '../../firmware/config.ts';
-import { startTarget } from '../kbtp/target/target.ts';
+import { startTarget } from '../kbtp/server/target.ts';
 import { EngineConfigError } from '../engine/config.ts';
 import { SramConfigError } from '../sram/index.ts';
-import type { StatsSnapshot } from '../kbtp/target/stats.ts';
+import type { StatsSnapshot } from '../kbtp/server/stats.ts';
 
 const HELP = `usage: kbtp target [options]
 

@@ -8,7 +8,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { connect, type KbtpSession, type LoadResult } from '../../host/kbtp/initiator.ts';
-import type { RunningTarget } from '../../host/kbtp/target/target.ts';
+import type { RunningTarget } from '../../host/kbtp/server/target.ts';
 import { spawnTarget } from '../../host/bench/spawn.ts';
 import { parseMix } from '../../host/bench/mix.ts';
 import { runPhase } from '../../host/bench/workload.ts';

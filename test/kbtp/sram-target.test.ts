@@ -6,7 +6,7 @@ import { mkdtempSync, writeFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { startRig, testSettings } from './rig.ts';
-import { startTarget } from '../../host/kbtp/target/target.ts';
+import { startTarget } from '../../host/kbtp/server/target.ts';
 
 test('a target with an SRAM model reports hits, misses and PCIe crossings per QP', async () => {
   const work = mkdtempSync(join(tmpdir(), 'kbtp-sram-'));
