@@ -7,7 +7,6 @@ import * as K from '../../../assembly/kbtp-constants.ts';
 import * as S from '../../../assembly/struct-offsets.ts';
 import type { Engine } from '../../engine/engine.ts';
 import type { ThreadArena } from '../../engine/arena.ts';
-import type { RingLayout } from '../../engine/layout.ts';
 import {
   Access, WcStatus, type Rnic, type ProtectionDomain, type MemoryRegion, type QueuePair, type CompletionQueue,
   type WorkCompletion, type DisconnectInfo,
@@ -17,8 +16,7 @@ import { decodeHello, encodeHelloAck, refusal, type HelloAck } from '../hello.ts
 import { MessageFormatError, encodeCompletion } from '../messages.ts';
 import { admit } from './auth.ts';
 import type { TargetStats } from './stats.ts';
-
-const ALL_ONES = 0xffffffffffffffffn;
+import { SessionTickets, type LateReclaims } from './tickets.ts';
 
 // Work request ids: a request context address (64-aligned) plus what the work request is for.
 const WR_RECV = 0;
@@ -41,47 +39,6 @@ export interface WorkerContext {
 
 type State = 'hello' | 'open' | 'draining' | 'closed';
 
-/**
- * Reclaims an abandoned one-sided ticket and releases its unit of the tenant's usage.
- * 'waiting': its slot has no block yet, try again later; 'gone': bound or reclaimed already.
- */
-export function reclaimTicket(engine: Engine, ring: RingLayout, ticket: number, tenant: number): 'reclaimed' | 'waiting' | 'gone' {
-  const result = BigInt.asIntN(64, engine.exports.ringAbandon(ring.descriptor, ticket));
-  if (result === -2n) return 'waiting';
-  if (result < 0n) return 'gone';
-  engine.exports.quotaAdjust(tenant, -1);
-  return 'reclaimed';
-}
-
-export class LateReclaims {
-  private readonly pending: Array<{ ring: RingLayout; ticket: number; tenant: number }> = [];
-  private timer: NodeJS.Timeout | undefined;
-  constructor(private readonly engine: Engine) {}
-
-  add(ring: RingLayout, ticket: number, tenant: number): void {
-    this.pending.push({ ring, ticket, tenant });
-    this.timer ??= setInterval(() => this.sweep(), 20);
-    this.timer.unref();
-  }
-
-  get size(): number {
-    return this.pending.length;
-  }
-
-  sweep(): void {
-    for (let i = this.pending.length - 1; i >= 0; i--) {
-      const item = this.pending[i];
-      if (item === undefined) continue;
-      if (reclaimTicket(this.engine, item.ring, item.ticket, item.tenant) === 'waiting') continue;
-      this.pending.splice(i, 1);
-    }
-    if (this.pending.length === 0 && this.timer !== undefined) {
-      clearInterval(this.timer);
-      this.timer = undefined;
-    }
-  }
-}
-
 export class TargetConnection {
   private state: State = 'hello';
   private readonly contexts: number[] = [];
@@ -90,11 +47,8 @@ export class TargetConnection {
   private session = 0;
   private tenantAddress = 0;
   private readonly grantedRegions: MemoryRegion[] = [];
-  private partitionRegion: MemoryRegion | undefined;
-  private partitionRing: RingLayout | undefined;
-  /** One-sided tickets this session took, with when the target saw them. */
-  private readonly tickets = new Map<number, number>();
-  private ticketTimer: NodeJS.Timeout | undefined;
+  /** One-sided tickets this session took (DIRECT_ALLOC sessions only). */
+  private tickets: SessionTickets | undefined;
   private readonly retries: number[] = [];
   private retryScheduled = false;
   private readonly control = new Uint8Array(256);
@@ -359,21 +313,20 @@ export class TargetConnection {
     }
     if ((admission.capabilities & K.CAP_DIRECT_ALLOC) !== 0 && tenantConfig?.partition !== undefined) {
       const ring = engine.partitionRing(tenantConfig.partition);
-      this.partitionRing = ring;
       const firstOffset = ring.firstBlock * config.blockSize;
       // Same tagged-offset base as the pool: a Block Offset read from a slot is the Write's TO.
-      this.partitionRegion = this.grant(buffer, layout.pool + firstOffset, ring.blocks * config.blockSize,
+      const partitionRegion = this.grant(buffer, layout.pool + firstOffset, ring.blocks * config.blockSize,
         Access.LocalWrite | Access.RemoteWrite, BigInt(firstOffset));
       // Verbs require local write with remote atomic (and remote write) access.
       const ringRegion = this.grant(buffer, ring.head, ring.slots - ring.head + S.SLOT_SIZE * 2 ** ring.order,
         Access.LocalWrite | Access.RemoteRead | Access.RemoteAtomic, 0n);
+      const tickets = new SessionTickets(this.ctx, ring, partitionRegion, this.tenantAddress, this.label);
+      this.tickets = tickets;
       ringRegion.onRemoteAtomic = (offset, original) => {
         if (offset !== 0) return;
-        this.tickets.set(Number(BigInt.asUintN(64, original) >> 32n), Date.now());
-        engine.exports.quotaAdjust(this.tenantAddress, 1);
-        this.watchTickets();
+        tickets.take(Number(BigInt.asUintN(64, original) >> 32n));
       };
-      ack.partitionStag = this.partitionRegion.stag;
+      ack.partitionStag = partitionRegion.stag;
       ack.ringStag = ringRegion.stag;
       ack.partitionRingOrder = ring.order;
       ack.ringOffset = BigInt(ring.slots - ring.head);
@@ -389,53 +342,6 @@ export class TargetConnection {
     const region = this.ctx.rnic.registerMemory(this.pd, buffer, { access, offset, length, taggedOffsetBase });
     this.grantedRegions.push(region);
     return region;
-  }
-
-  // --- one-sided tickets and the Ticket Timeout ------------------------------------------------
-
-  private watchTickets(): void {
-    if (this.ticketTimer !== undefined) return;
-    const period = Math.max(5, Math.floor(this.ctx.settings.session.ticketTimeoutMs / 4));
-    this.ticketTimer = setInterval(() => this.checkTickets(false), period);
-    this.ticketTimer.unref();
-  }
-
-  /** Drops bound tickets and reclaims those past the timeout (all of them when `ending`). */
-  private checkTickets(ending: boolean): void {
-    const ring = this.partitionRing;
-    if (ring === undefined) return;
-    const { engine } = this.ctx;
-    const slotCount = 2 ** ring.order;
-    const now = Date.now();
-    for (const [ticket, takenAt] of this.tickets) {
-      const slot = engine.readSlot(ring, ticket & (slotCount - 1));
-      const filled = slot.sequence === ticket;
-      const waiting = slot.sequence === ((ticket - slotCount) >>> 0);
-      if ((filled && slot.blockOffset === ALL_ONES) || (!filled && !waiting)) {
-        this.tickets.delete(ticket); // bound (or reclaimed): its turn is over
-        continue;
-      }
-      if (!ending && now - takenAt < this.ctx.settings.session.ticketTimeoutMs) continue;
-      // Draft 3.4: no Write of the initiator may reach the block any more before it is reclaimed.
-      if (this.partitionRegion?.valid === true) {
-        this.ctx.rnic.invalidate(this.partitionRegion);
-        this.ctx.log(`${this.label}: ticket ${ticket} abandoned; Partition STag invalidated, DIRECT_ALLOC off for this session`);
-      }
-      const result = reclaimTicket(engine, ring, ticket, this.tenantAddress);
-      if (result === 'waiting') {
-        if (ending) {
-          this.ctx.lateReclaims.add(ring, ticket, this.tenantAddress);
-          this.tickets.delete(ticket);
-        }
-        continue;
-      }
-      if (result === 'reclaimed') this.ctx.stats.ticketReclaimed();
-      this.tickets.delete(ticket);
-    }
-    if (this.tickets.size === 0 && this.ticketTimer !== undefined) {
-      clearInterval(this.ticketTimer);
-      this.ticketTimer = undefined;
-    }
   }
 
   // --- the end of the session ------------------------------------------------------------------
@@ -456,7 +362,7 @@ export class TargetConnection {
     // kbtp-v1 section 7 step 4: the session's STags stop resolving at once.
     for (const region of this.grantedRegions) this.ctx.rnic.deregisterMemory(region);
     this.grantedRegions.length = 0;
-    this.checkTickets(true);
+    this.tickets?.check(true);
     this.maybeFinish();
     // The CQ may have nothing more to say; wake the pump so it can finish.
     queueMicrotask(() => this.maybeFinish());
@@ -470,7 +376,7 @@ export class TargetConnection {
     }
     if (!this.disconnected || this.busy > 0 || this.retries.length > 0 || this.cleanedUp) return;
     this.cleanedUp = true;
-    if (this.ticketTimer !== undefined) clearInterval(this.ticketTimer);
+    this.tickets?.stop();
     const { arena, rnic } = this.ctx;
     for (const context of this.contexts) arena.releaseRequest(context);
     this.contexts.length = 0;

@@ -7,7 +7,8 @@ import { ThreadArena } from '../../engine/arena.ts';
 import { createRnic, type ConnectionRequest } from '../../rnic/verbs.ts';
 import { openSramModel, formatSramNicReport, type SramNicObserver } from '../../sram/index.ts';
 import type { TargetSettings } from '../../../firmware/config.ts';
-import { TargetConnection, LateReclaims, type WorkerContext } from './connection.ts';
+import { TargetConnection, type WorkerContext } from './connection.ts';
+import { LateReclaims } from './tickets.ts';
 import { TargetStats } from './stats.ts';
 
 export interface TargetWorkerData {
