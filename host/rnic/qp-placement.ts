@@ -1,0 +1,405 @@
+// Placement: the queue pair's ReceiveSink. The receive path (./receive.ts) asks it where each
+// inbound segment belongs: RDMA Writes into registered memory, Read Responses into the sink of
+// the oldest outstanding read, Sends into the posted receive buffers; it also dispatches the
+// single-FPDU control messages and checks the ready-to-receive message a responder waits for
+// (RFC 5041 placement, RFC 6581), as siw's siw_qp_rx.c does.
+import { Access, AccessStatus } from './memory.ts';
+import type { QueuePair } from './qp.ts';
+import { accessStatusText, checkSge, hex, localAccessText, taggedErrorFor } from './qp-checks.ts';
+import { RnicError } from './errors.ts';
+import type { FpduReceiver, ReceiveSink } from './receive.ts';
+import type { TerminateCause } from './terminate.ts';
+import { decodeAtomicRequest, decodeAtomicResponse, decodeImmediateData } from './wire/atomics.ts';
+import {
+  DDP_ECODE_CATASTROPHIC,
+  DDP_ECODE_TAGGED_BASE_BOUNDS,
+  DDP_ECODE_TAGGED_INVALID_STAG,
+  DDP_ECODE_UNTAGGED_NO_BUFFER,
+  DDP_ECODE_UNTAGGED_TOO_LONG,
+  DDP_ETYPE_CATASTROPHIC,
+  DDP_ETYPE_TAGGED,
+  DDP_ETYPE_UNTAGGED,
+  DDP_UNTAGGED_HEADER_LENGTH,
+} from './wire/ddp.ts';
+import { MPA_ERROR_NO_MATCHING_RTR, MPA_LENGTH_FIELD } from './wire/mpa.ts';
+import {
+  decodeReadRequest,
+  isSolicitedEvent,
+  LLP_ETYPE_MPA,
+  RDMAP_ECODE_CANNOT_INVALIDATE,
+  RDMAP_ECODE_UNEXPECTED_OPCODE,
+  RDMAP_ETYPE_REMOTE_OPERATION,
+  RDMAP_ETYPE_REMOTE_PROTECTION,
+  RdmapOpcode,
+  TerminateLayer,
+} from './wire/rdmap.ts';
+import { WcStatus, type ReceiveWorkRequest, type WcOpcode } from './work.ts';
+
+const EMPTY = new Uint8Array(0);
+
+interface RecvWqe {
+  readonly wr: ReceiveWorkRequest;
+  readonly capacity: number;
+  status: WcStatus;
+  error?: string;
+}
+
+export class Placement implements ReceiveSink {
+  private readonly rq: RecvWqe[] = [];
+  private rqHead = 0;
+  // The inbound Send being placed.
+  private currentRecv: RecvWqe | undefined;
+  private currentSolicited = false;
+  private scatterIndex = 0;
+  private scatterOffset = 0;
+
+  constructor(private readonly qp: QueuePair) {}
+
+  /** Receive WRs posted and not yet consumed. */
+  get posted(): number {
+    return this.rq.length - this.rqHead;
+  }
+
+  post(wr: ReceiveWorkRequest): void {
+    const qp = this.qp;
+    if (!Array.isArray(wr.sgList)) throw new RnicError('EINVAL', 'receive work request needs an sgList array');
+    if (wr.sgList.length > qp.maxSge) throw new RnicError('EINVAL', `${wr.sgList.length} SGEs exceed maxSge ${qp.maxSge}`);
+    let capacity = 0;
+    for (const sge of wr.sgList) {
+      checkSge(sge);
+      capacity += sge.length;
+    }
+    if (this.rq.length - this.rqHead >= qp.maxRecvWr) {
+      throw new RnicError('ENOMEM', `receive queue of QP ${qp.qpNumber} is full (${qp.maxRecvWr} posted)`);
+    }
+    const wqe: RecvWqe = { wr, capacity, status: WcStatus.Success };
+    if (qp.state === 'error') {
+      qp.pushCompletion(qp.recvCq, {
+        wrId: wr.wrId,
+        status: WcStatus.WrFlushError,
+        opcode: 'RECV',
+        qpNumber: qp.qpNumber,
+        byteLength: 0,
+        error: 'QP is in the error state',
+      });
+      return;
+    }
+    this.rq.push(wqe);
+  }
+
+  placeTagged(opcode: number, stag: number, taggedOffset: bigint, length: number, first: boolean, last: boolean): Uint8Array | undefined {
+    const qp = this.qp;
+    const receiver = qp.receiver!;
+    if (first) qp.observer?.queuePairContext(qp.qpNumber, opcode === RdmapOpcode.RdmaReadResponse);
+    if (qp.awaitingRtr !== undefined) {
+      if (opcode === RdmapOpcode.RdmaWrite && length === 0 && first && last && qp.awaitingRtr.has('write')) return EMPTY;
+      this.rtrMismatch(receiver, `${opcode === RdmapOpcode.RdmaWrite ? 'RDMA Write' : 'Read Response'} of ${length} octets`);
+      return undefined;
+    }
+    if (opcode === RdmapOpcode.RdmaWrite) {
+      // RFC 5041: a zero-length tagged segment's STag and TO are not checked.
+      if (length === 0) return EMPTY;
+      const status = qp.memory.checkRemote(stag, qp.pd, Access.RemoteWrite, taggedOffset, length);
+      if (status !== AccessStatus.Ok) {
+        const [layer, errorType, errorCode] = taggedErrorFor(status);
+        receiver.fail(layer, errorType, errorCode, `RDMA Write to STag 0x${hex(stag)} TO ${taggedOffset} length ${length}: ${accessStatusText(status)}`);
+        return undefined;
+      }
+      const offset = qp.memory.resolvedOffset;
+      return qp.memory.resolvedRegion!.bytes.subarray(offset, offset + length);
+    }
+    // Read Response: must continue the oldest outstanding RDMA Read exactly.
+    const request = qp.requester.orq[0];
+    if (request === undefined || request.kind === 'atomic') {
+      receiver.fail(TerminateLayer.Ddp, DDP_ETYPE_CATASTROPHIC, DDP_ECODE_CATASTROPHIC, 'RDMA Read Response without an outstanding RDMA Read');
+      return undefined;
+    }
+    if (length === 0 && request.length === 0) return EMPTY;
+    if (stag !== request.sinkStag) {
+      receiver.fail(TerminateLayer.Ddp, DDP_ETYPE_TAGGED, DDP_ECODE_TAGGED_INVALID_STAG, `Read Response STag 0x${hex(stag)}, expected 0x${hex(request.sinkStag)}`);
+      return undefined;
+    }
+    const expectedOffset = request.sinkTaggedOffset + BigInt(request.received);
+    if (taggedOffset !== expectedOffset || request.received + length > request.length || (last && request.received + length !== request.length)) {
+      receiver.fail(
+        TerminateLayer.Ddp,
+        DDP_ETYPE_TAGGED,
+        DDP_ECODE_TAGGED_BASE_BOUNDS,
+        `Read Response at TO ${taggedOffset} for ${length} octets does not match the read (TO ${expectedOffset}, ${request.length - request.received} left)`,
+      );
+      return undefined;
+    }
+    if (length === 0) return EMPTY;
+    const status = qp.memory.checkLocal(request.sinkStag, qp.pd, Access.LocalWrite, request.sinkOffset + request.received, length);
+    if (status !== AccessStatus.Ok) {
+      if (request.wqe !== undefined) qp.requester.finishWqe(request.wqe, WcStatus.LocalProtectionError, `RDMA Read sink: ${accessStatusText(status)}`);
+      const [layer, errorType, errorCode] = taggedErrorFor(status);
+      receiver.fail(layer, errorType, errorCode, `RDMA Read sink STag 0x${hex(request.sinkStag)}: ${accessStatusText(status)}`);
+      return undefined;
+    }
+    const offset = qp.memory.resolvedOffset;
+    request.received += length;
+    return qp.memory.resolvedRegion!.bytes.subarray(offset, offset + length);
+  }
+
+  placeSend(opcode: number, messageOffset: number, length: number, first: boolean): Uint8Array | undefined {
+    const qp = this.qp;
+    const receiver = qp.receiver!;
+    if (first) {
+      qp.observer?.queuePairContext(qp.qpNumber, true);
+      if (qp.awaitingRtr !== undefined && !(opcode === RdmapOpcode.Send && length === 0 && qp.awaitingRtr.has('send'))) {
+        this.rtrMismatch(receiver, `Send of ${length} octets`);
+        return undefined;
+      }
+      const wqe = this.takeReceive();
+      if (wqe === undefined) {
+        receiver.fail(TerminateLayer.Ddp, DDP_ETYPE_UNTAGGED, DDP_ECODE_UNTAGGED_NO_BUFFER, 'Send arrived with no receive posted');
+        return undefined;
+      }
+      this.currentRecv = wqe;
+      this.currentSolicited = isSolicitedEvent(opcode);
+      for (const sge of wqe.wr.sgList) {
+        if (sge.length === 0) continue;
+        const status = qp.memory.checkLocal(sge.lkey >>> 0, qp.pd, Access.LocalWrite, sge.offset, sge.length);
+        if (status !== AccessStatus.Ok) {
+          wqe.status = WcStatus.LocalProtectionError;
+          wqe.error = `receive buffer: ${localAccessText(status, sge)}`;
+          this.completeReceive(wqe, 0, {});
+          this.currentRecv = undefined;
+          receiver.fail(TerminateLayer.Ddp, DDP_ETYPE_CATASTROPHIC, DDP_ECODE_CATASTROPHIC, wqe.error);
+          return undefined;
+        }
+      }
+    }
+    const wqe = this.currentRecv;
+    if (wqe === undefined) {
+      receiver.fail(TerminateLayer.Ddp, DDP_ETYPE_CATASTROPHIC, DDP_ECODE_CATASTROPHIC, 'Send segment with no receive in progress');
+      return undefined;
+    }
+    if (messageOffset + length > wqe.capacity) {
+      wqe.status = WcStatus.LocalLengthError;
+      wqe.error = `Send of at least ${messageOffset + length} octets exceeds the ${wqe.capacity}-octet receive buffer`;
+      this.completeReceive(wqe, messageOffset, {});
+      this.currentRecv = undefined;
+      receiver.fail(TerminateLayer.Ddp, DDP_ETYPE_UNTAGGED, DDP_ECODE_UNTAGGED_TOO_LONG, wqe.error);
+      return undefined;
+    }
+    if (length === 0) return EMPTY;
+    // Find the scatter element holding message offset `messageOffset`.
+    let index = 0;
+    let remaining = messageOffset;
+    const sgList = wqe.wr.sgList;
+    while (index < sgList.length && remaining >= sgList[index]!.length) {
+      remaining -= sgList[index]!.length;
+      index++;
+    }
+    this.scatterIndex = index;
+    this.scatterOffset = remaining;
+    return this.scatterView();
+  }
+
+  nextSendView(): Uint8Array | undefined {
+    this.scatterIndex++;
+    this.scatterOffset = 0;
+    return this.scatterView();
+  }
+
+  private scatterView(): Uint8Array | undefined {
+    const sgList = this.currentRecv?.wr.sgList;
+    if (sgList === undefined) return undefined;
+    while (this.scatterIndex < sgList.length && sgList[this.scatterIndex]!.length === 0) this.scatterIndex++;
+    const sge = sgList[this.scatterIndex];
+    if (sge === undefined) return undefined;
+    const region = this.qp.memory.lookup(sge.lkey >>> 0);
+    if (region === undefined || !region.valid) return undefined;
+    return region.bytes.subarray(sge.offset + this.scatterOffset, sge.offset + sge.length);
+  }
+
+  taggedMessageDone(opcode: number): void {
+    const qp = this.qp;
+    if (opcode === RdmapOpcode.RdmaWrite) {
+      if (qp.awaitingRtr !== undefined) qp.readyToReceiveArrived();
+      else qp.peerSpoke();
+      return;
+    }
+    qp.requester.readResponseDone();
+    qp.peerSpoke();
+    qp.pump();
+  }
+
+  sendMessageDone(opcode: number, messageLength: number, invalidateStag: number): void {
+    const qp = this.qp;
+    const wqe = this.currentRecv;
+    this.currentRecv = undefined;
+    if (wqe === undefined) return;
+    if (qp.awaitingRtr !== undefined) {
+      this.completeReceive(wqe, 0, {});
+      qp.readyToReceiveArrived();
+      return;
+    }
+    qp.peerSpoke();
+    if (opcode === RdmapOpcode.SendWithInvalidate || opcode === RdmapOpcode.SendWithSolicitedEventAndInvalidate) {
+      const status = qp.memory.invalidate(invalidateStag, qp.pd);
+      if (status !== AccessStatus.Ok) {
+        wqe.status = WcStatus.RemoteInvalidRequestError;
+        wqe.error = `cannot invalidate STag 0x${hex(invalidateStag)}: ${accessStatusText(status)}`;
+        this.completeReceive(wqe, messageLength, { solicited: this.currentSolicited });
+        qp.receiver!.failMessage({
+          layer: TerminateLayer.Rdmap,
+          // siw: an STag of another PD is a protection error, an unknown one an operation error.
+          errorType: status === AccessStatus.PdMismatch ? RDMAP_ETYPE_REMOTE_PROTECTION : RDMAP_ETYPE_REMOTE_OPERATION,
+          errorCode: RDMAP_ECODE_CANNOT_INVALIDATE,
+          reason: wqe.error,
+        });
+        return;
+      }
+      this.completeReceive(wqe, messageLength, { solicited: this.currentSolicited, invalidatedStag: invalidateStag });
+      return;
+    }
+    this.completeReceive(wqe, messageLength, { solicited: this.currentSolicited });
+  }
+
+  controlMessage(opcode: number, fpdu: Uint8Array): void {
+    const qp = this.qp;
+    const receiver = qp.receiver!;
+    const body = DDP_UNTAGGED_HEADER_LENGTH + MPA_LENGTH_FIELD;
+    qp.observer?.queuePairContext(qp.qpNumber, true);
+    switch (opcode) {
+      case RdmapOpcode.RdmaReadRequest: {
+        const read = decodeReadRequest(fpdu, body);
+        if (qp.awaitingRtr !== undefined) {
+          if (read.readSize === 0 && qp.awaitingRtr.has('read')) {
+            qp.responder.queueRead(fpdu, read);
+            qp.readyToReceiveArrived();
+            return;
+          }
+          this.rtrMismatch(receiver, `RDMA Read Request of ${read.readSize} octets`, fpdu);
+          return;
+        }
+        if (!qp.responder.accept(fpdu, 'RDMA Read Request')) return;
+        qp.responder.queueRead(fpdu, read);
+        qp.peerSpoke();
+        qp.pump();
+        return;
+      }
+      case RdmapOpcode.AtomicRequest: {
+        if (qp.awaitingRtr !== undefined) {
+          this.rtrMismatch(receiver, 'Atomic Request', fpdu);
+          return;
+        }
+        if (!qp.responder.accept(fpdu, 'Atomic Request')) return;
+        qp.responder.queueAtomic(fpdu, decodeAtomicRequest(fpdu, body));
+        qp.peerSpoke();
+        qp.pump();
+        return;
+      }
+      case RdmapOpcode.AtomicResponse: {
+        if (!qp.requester.atomicResponseArrived(decodeAtomicResponse(fpdu, body), fpdu)) return;
+        qp.peerSpoke();
+        qp.pump();
+        return;
+      }
+      case RdmapOpcode.ImmediateData:
+      case RdmapOpcode.ImmediateDataWithSolicitedEvent: {
+        if (qp.awaitingRtr !== undefined) {
+          this.rtrMismatch(receiver, 'Immediate Data', fpdu);
+          return;
+        }
+        const wqe = this.takeReceive();
+        if (wqe === undefined) {
+          receiver.failMessage({
+            layer: TerminateLayer.Ddp,
+            errorType: DDP_ETYPE_UNTAGGED,
+            errorCode: DDP_ECODE_UNTAGGED_NO_BUFFER,
+            reason: 'Immediate Data arrived with no receive posted',
+            failedFpdu: fpdu.slice(),
+          });
+          return;
+        }
+        qp.peerSpoke();
+        this.completeReceive(wqe, 0, {
+          immediate: decodeImmediateData(fpdu, body),
+          solicited: opcode === RdmapOpcode.ImmediateDataWithSolicitedEvent,
+          opcode: 'RECV_RDMA_WITH_IMM',
+        });
+        return;
+      }
+      case RdmapOpcode.Terminate: {
+        qp.terminateReceived(fpdu);
+        return;
+      }
+      default:
+        receiver.failMessage({
+          layer: TerminateLayer.Rdmap,
+          errorType: RDMAP_ETYPE_REMOTE_OPERATION,
+          errorCode: RDMAP_ECODE_UNEXPECTED_OPCODE,
+          reason: `unexpected opcode 0x${opcode.toString(16)}`,
+          failedFpdu: fpdu.slice(),
+        });
+    }
+  }
+
+  receiveFailed(cause: TerminateCause): void {
+    this.qp.fail(cause);
+  }
+
+  private takeReceive(): RecvWqe | undefined {
+    if (this.rqHead >= this.rq.length) return undefined;
+    const wqe = this.rq[this.rqHead++]!;
+    if (this.rqHead > 1024 && this.rqHead * 2 > this.rq.length) {
+      this.rq.splice(0, this.rqHead);
+      this.rqHead = 0;
+    }
+    return wqe;
+  }
+
+  private completeReceive(
+    wqe: RecvWqe,
+    byteLength: number,
+    extra: { solicited?: boolean; invalidatedStag?: number; immediate?: bigint; opcode?: WcOpcode },
+  ): void {
+    const qp = this.qp;
+    qp.pushCompletion(qp.recvCq, {
+      wrId: wqe.wr.wrId,
+      status: wqe.status,
+      opcode: extra.opcode ?? 'RECV',
+      qpNumber: qp.qpNumber,
+      byteLength,
+      ...(extra.solicited === true ? { solicited: true } : {}),
+      ...(extra.invalidatedStag !== undefined ? { invalidatedStag: extra.invalidatedStag } : {}),
+      ...(extra.immediate !== undefined ? { immediate: extra.immediate } : {}),
+      ...(wqe.error !== undefined ? { error: wqe.error } : {}),
+    });
+  }
+
+  private rtrMismatch(receiver: FpduReceiver, what: string, fpdu?: Uint8Array): void {
+    const accepted = [...(this.qp.awaitingRtr ?? [])].join('/');
+    const cause = {
+      layer: TerminateLayer.Llp,
+      errorType: LLP_ETYPE_MPA,
+      errorCode: MPA_ERROR_NO_MATCHING_RTR,
+      reason: `first message is a ${what}, not a zero-length ${accepted} ready-to-receive message`,
+    };
+    if (fpdu !== undefined) receiver.failMessage(cause);
+    else receiver.fail(cause.layer, cause.errorType, cause.errorCode, cause.reason);
+  }
+
+  /** The QP left RTS: the Send being placed and every posted receive complete as flushed. */
+  flush(reason: string): void {
+    const current = this.currentRecv;
+    this.currentRecv = undefined;
+    if (current !== undefined) {
+      current.status = WcStatus.WrFlushError;
+      current.error = reason;
+      this.completeReceive(current, 0, {});
+    }
+    while (this.rqHead < this.rq.length) {
+      const wqe = this.rq[this.rqHead++]!;
+      wqe.status = WcStatus.WrFlushError;
+      wqe.error = reason;
+      this.completeReceive(wqe, 0, {});
+    }
+    this.rq.length = 0;
+    this.rqHead = 0;
+  }
+}

@@ -1,0 +1,421 @@
+// The requester side of a queue pair: the send queue. It turns send work requests into RDMAP
+// messages, keeps the outbound RDMA Reads and Atomics in flight within ORD, and completes work
+// requests in posting order (RFC 5040 §5.5, RFC 7306 §7), as siw's siw_qp_tx.c does.
+import { RnicError, type TerminateInfo } from './errors.ts';
+import { Access, AccessStatus } from './memory.ts';
+import type { QueuePair } from './qp.ts';
+import { accessStatusText, checkSendRequest, hex, localAccessText } from './qp-checks.ts';
+import {
+  ALL_ONES_64,
+  ATOMIC_REQUEST_HEADER_LENGTH,
+  AtomicOpcode,
+  encodeAtomicRequest,
+  encodeImmediateData,
+  IMMEDIATE_DATA_HEADER_LENGTH,
+  type AtomicResponseHeader,
+} from './wire/atomics.ts';
+import { DDP_UNTAGGED_HEADER_LENGTH, QN_READ_REQUEST, QN_SEND, readUint32 } from './wire/ddp.ts';
+import {
+  encodeReadRequest,
+  RDMAP_ECODE_UNEXPECTED_OPCODE,
+  RDMAP_ETYPE_LOCAL_CATASTROPHIC,
+  RDMAP_ETYPE_REMOTE_OPERATION,
+  RDMAP_ETYPE_REMOTE_PROTECTION,
+  RdmapOpcode,
+  READ_REQUEST_HEADER_LENGTH,
+  TerminateLayer,
+} from './wire/rdmap.ts';
+import { wcOpcodeFor, WcStatus, type SendWorkRequest, type Sge } from './work.ts';
+
+const HOST_LITTLE_ENDIAN = new Uint8Array(new Uint16Array([1]).buffer)[0] === 1;
+const MAX_MESSAGE = 0xffffffff;
+
+const SendWqeState = { Queued: 0, InFlight: 1, Done: 2 } as const;
+type SendWqeState = (typeof SendWqeState)[keyof typeof SendWqeState];
+
+interface SendWqe {
+  readonly wr: SendWorkRequest;
+  readonly signaled: boolean;
+  state: SendWqeState;
+  status: WcStatus;
+  error?: string;
+  byteLength: number;
+  atomicResult?: bigint;
+  /** MSN of the request message on queue 1 (reads and atomics), for Terminate attribution. */
+  requestMsn?: number;
+}
+
+/** An outbound RDMA Read or Atomic (or the RTR read) waiting for its response. */
+export interface OutstandingRequest {
+  readonly kind: 'read' | 'atomic' | 'rtr';
+  readonly wqe?: SendWqe;
+  readonly msn: number;
+  // Reads: where the response lands.
+  readonly sinkStag: number;
+  readonly sinkTaggedOffset: bigint;
+  readonly sinkOffset: number;
+  readonly length: number;
+  received: number;
+  // Atomics.
+  readonly requestId: number;
+  readonly resultSge?: Sge;
+}
+
+export class Requester {
+  private readonly sq: SendWqe[] = [];
+  private sqHead = 0; // oldest WQE not yet completed
+  private sqNext = 0; // next WQE to transmit
+  /** Outbound reads and atomics in request order; their responses arrive in the same order. */
+  readonly orq: OutstandingRequest[] = [];
+  /** Reads and atomics in `orq` (the RTR read does not count against ORD). */
+  private outstandingRequests = 0;
+  private nextRequestId = 1;
+
+  constructor(private readonly qp: QueuePair) {}
+
+  /** Send WRs posted and not yet completed. */
+  get outstanding(): number {
+    return this.sq.length - this.sqHead;
+  }
+
+  post(wr: SendWorkRequest): void {
+    const qp = this.qp;
+    checkSendRequest(wr, qp.maxSge);
+    if (qp.state === 'idle' || qp.state === 'connecting') {
+      throw new RnicError('ENOTCONN', `QP ${qp.qpNumber} is not connected (state ${qp.state}); post sends once connect/accept resolved`);
+    }
+    if (this.sq.length - this.sqHead >= qp.maxSendWr) {
+      throw new RnicError('ENOMEM', `send queue of QP ${qp.qpNumber} is full (${qp.maxSendWr} outstanding)`);
+    }
+    const wqe: SendWqe = {
+      wr,
+      signaled: wr.signaled ?? qp.signalAll,
+      state: SendWqeState.Queued,
+      status: WcStatus.Success,
+      byteLength: 0,
+    };
+    this.sq.push(wqe);
+    if (qp.state === 'error') {
+      this.finishWqe(wqe, WcStatus.WrFlushError, 'QP is in the error state');
+      this.sqNext = this.sq.length;
+      this.completeInOrder();
+      return;
+    }
+    qp.pump();
+  }
+
+  /** The RTR Read Request went out: its zero-length Read Response completes nothing the ULP posted. */
+  rtrReadSent(msn: number): void {
+    this.orq.push({ kind: 'rtr', msn, sinkStag: 0, sinkTaggedOffset: 0n, sinkOffset: 0, length: 0, received: 0, requestId: 0 });
+  }
+
+  /** Starts queued work requests while ORD, fences and the transmit high-water mark allow. */
+  transmit(): void {
+    const qp = this.qp;
+    while (this.sqNext < this.sq.length && qp.state === 'rts') {
+      if (qp.transmitFull()) break;
+      const wqe = this.sq[this.sqNext]!;
+      if (wqe.state === SendWqeState.Done) {
+        this.sqNext++;
+        continue;
+      }
+      const opcode = wqe.wr.opcode;
+      const usesOrd = opcode === 'RDMA_READ' || opcode === 'ATOMIC_FETCH_ADD' || opcode === 'ATOMIC_CMP_SWAP';
+      if (usesOrd && this.outstandingRequests >= Math.max(1, qp.ord)) break;
+      if (wqe.wr.fence === true && this.outstandingRequests > 0) break;
+      this.sqNext++;
+      this.startWqe(wqe);
+    }
+  }
+
+  private startWqe(wqe: SendWqe): void {
+    const qp = this.qp;
+    const wr = wqe.wr;
+    const transmitter = qp.transmitter!;
+    qp.observer?.queuePairContext(qp.qpNumber, true);
+    wqe.state = SendWqeState.InFlight;
+    switch (wr.opcode) {
+      case 'SEND':
+      case 'SEND_WITH_INV':
+      case 'SEND_WITH_SE':
+      case 'SEND_WITH_SE_INV': {
+        const gathered = this.gather(wqe);
+        if (gathered === undefined) return;
+        const invalidate = wr.opcode === 'SEND_WITH_INV' || wr.opcode === 'SEND_WITH_SE_INV';
+        const solicited = wr.opcode === 'SEND_WITH_SE' || wr.opcode === 'SEND_WITH_SE_INV' || wr.solicited === true;
+        const opcode = invalidate
+          ? solicited
+            ? RdmapOpcode.SendWithSolicitedEventAndInvalidate
+            : RdmapOpcode.SendWithInvalidate
+          : solicited
+            ? RdmapOpcode.SendWithSolicitedEvent
+            : RdmapOpcode.Send;
+        wqe.byteLength = gathered.length;
+        transmitter.sendUntagged(opcode, QN_SEND, invalidate ? wr.invalidateStag! >>> 0 : 0, undefined, gathered.views, gathered.length, (error) =>
+          this.sent(wqe, error),
+        );
+        return;
+      }
+      case 'RDMA_WRITE':
+      case 'RDMA_WRITE_WITH_IMM': {
+        const gathered = this.gather(wqe);
+        if (gathered === undefined) return;
+        wqe.byteLength = gathered.length;
+        const remote = wr.remote!;
+        const withImmediate = wr.opcode === 'RDMA_WRITE_WITH_IMM';
+        transmitter.sendTagged(
+          RdmapOpcode.RdmaWrite,
+          remote.stag >>> 0,
+          BigInt(remote.taggedOffset),
+          gathered.views,
+          gathered.length,
+          withImmediate ? undefined : (error) => this.sent(wqe, error),
+        );
+        if (withImmediate) {
+          // RFC 7306: Write with Immediate is an RDMA Write followed by an Immediate Data message.
+          const immediate = new Uint8Array(IMMEDIATE_DATA_HEADER_LENGTH);
+          encodeImmediateData(immediate, 0, wr.immediate ?? 0n);
+          const opcode = wr.solicited === true ? RdmapOpcode.ImmediateDataWithSolicitedEvent : RdmapOpcode.ImmediateData;
+          transmitter.sendUntagged(opcode, QN_SEND, 0, immediate, undefined, 0, (error) => this.sent(wqe, error));
+        }
+        return;
+      }
+      case 'RDMA_READ': {
+        const sge = wr.sgList?.[0];
+        const length = sge?.length ?? 0;
+        let sinkStag = 0;
+        let sinkTaggedOffset = 0n;
+        let sinkOffset = 0;
+        if (sge !== undefined && length > 0) {
+          const status = qp.memory.checkLocal(sge.lkey >>> 0, qp.pd, Access.LocalWrite, sge.offset, length);
+          if (status !== AccessStatus.Ok) {
+            this.localFailure(wqe, WcStatus.LocalProtectionError, `RDMA Read sink: ${localAccessText(status, sge)}`);
+            return;
+          }
+          const region = qp.memory.resolvedRegion!;
+          sinkStag = region.stag;
+          sinkOffset = sge.offset;
+          sinkTaggedOffset = region.taggedOffsetAt(sge.offset);
+        }
+        const remote = wr.remote!;
+        const header = new Uint8Array(READ_REQUEST_HEADER_LENGTH);
+        encodeReadRequest(header, 0, {
+          sinkStag,
+          sinkTaggedOffset,
+          readSize: length,
+          sourceStag: remote.stag >>> 0,
+          sourceTaggedOffset: BigInt(remote.taggedOffset),
+        });
+        const msn = transmitter.peekMsn(QN_READ_REQUEST);
+        wqe.requestMsn = msn;
+        wqe.byteLength = length;
+        this.orq.push({ kind: 'read', wqe, msn, sinkStag, sinkTaggedOffset, sinkOffset, length, received: 0, requestId: 0 });
+        this.outstandingRequests++;
+        transmitter.sendUntagged(RdmapOpcode.RdmaReadRequest, QN_READ_REQUEST, 0, header);
+        return;
+      }
+      case 'ATOMIC_FETCH_ADD':
+      case 'ATOMIC_CMP_SWAP': {
+        const sge = wr.sgList?.[0];
+        if (sge !== undefined) {
+          const status = qp.memory.checkLocal(sge.lkey >>> 0, qp.pd, Access.LocalWrite, sge.offset, 8);
+          if (status !== AccessStatus.Ok) {
+            this.localFailure(wqe, WcStatus.LocalProtectionError, `atomic result buffer: ${localAccessText(status, sge)}`);
+            return;
+          }
+        }
+        const atomic = wr.atomic ?? {};
+        const fetchAdd = wr.opcode === 'ATOMIC_FETCH_ADD';
+        const requestId = this.nextRequestId;
+        this.nextRequestId = (this.nextRequestId + 1) >>> 0 || 1;
+        const header = new Uint8Array(ATOMIC_REQUEST_HEADER_LENGTH);
+        encodeAtomicRequest(header, 0, {
+          atomicOpcode: fetchAdd ? AtomicOpcode.FetchAdd : AtomicOpcode.CompareSwap,
+          requestId,
+          remoteStag: wr.remote!.stag >>> 0,
+          remoteTaggedOffset: BigInt(wr.remote!.taggedOffset),
+          addOrSwapData: BigInt.asUintN(64, (fetchAdd ? atomic.add : atomic.swap) ?? 0n),
+          addOrSwapMask: BigInt.asUintN(64, fetchAdd ? (atomic.addMask ?? 0n) : (atomic.swapMask ?? ALL_ONES_64)),
+          compareData: BigInt.asUintN(64, fetchAdd ? 0n : (atomic.compare ?? 0n)),
+          compareMask: fetchAdd ? ALL_ONES_64 : BigInt.asUintN(64, atomic.compareMask ?? ALL_ONES_64),
+        });
+        const msn = transmitter.peekMsn(QN_READ_REQUEST);
+        wqe.requestMsn = msn;
+        wqe.byteLength = 8;
+        this.orq.push({
+          kind: 'atomic',
+          wqe,
+          msn,
+          sinkStag: 0,
+          sinkTaggedOffset: 0n,
+          sinkOffset: 0,
+          length: 8,
+          received: 0,
+          requestId,
+          ...(sge !== undefined ? { resultSge: sge } : {}),
+        });
+        this.outstandingRequests++;
+        transmitter.sendUntagged(RdmapOpcode.AtomicRequest, QN_READ_REQUEST, 0, header);
+        return;
+      }
+      case 'LOCAL_INV': {
+        const status = qp.memory.invalidate(wr.invalidateStag! >>> 0, qp.pd);
+        if (status !== AccessStatus.Ok) {
+          this.localFailure(wqe, WcStatus.LocalProtectionError, `cannot invalidate STag 0x${hex(wr.invalidateStag!)}: ${accessStatusText(status)}`);
+          return;
+        }
+        this.finishWqe(wqe, WcStatus.Success);
+        this.completeInOrder();
+        return;
+      }
+    }
+  }
+
+  /** Resolves a WR's gather list to views of registered memory. */
+  private gather(wqe: SendWqe): { views: Uint8Array[]; length: number } | undefined {
+    const qp = this.qp;
+    const views: Uint8Array[] = [];
+    let length = 0;
+    for (const sge of wqe.wr.sgList ?? []) {
+      if (sge.length === 0) continue;
+      const status = qp.memory.checkLocal(sge.lkey >>> 0, qp.pd, 0, sge.offset, sge.length);
+      if (status !== AccessStatus.Ok) {
+        this.localFailure(wqe, WcStatus.LocalProtectionError, `gather element: ${localAccessText(status, sge)}`);
+        return undefined;
+      }
+      views.push(qp.memory.resolvedRegion!.bytes.subarray(sge.offset, sge.offset + sge.length));
+      length += sge.length;
+    }
+    if (length > MAX_MESSAGE) {
+      this.localFailure(wqe, WcStatus.LocalLengthError, `message of ${length} octets exceeds 2^32-1`);
+      return undefined;
+    }
+    return { views, length };
+  }
+
+  /** A Send or Write was taken by TCP: it completes locally (RFC 5040 §5.5 rule 14). */
+  private sent(wqe: SendWqe, error: Error | null | undefined): void {
+    if (wqe.state !== SendWqeState.Done) {
+      if (error !== undefined && error !== null) this.finishWqe(wqe, WcStatus.WrFlushError, `not sent: ${error.message}`);
+      else this.finishWqe(wqe, WcStatus.Success);
+      this.completeInOrder();
+    }
+    this.qp.writeDone();
+  }
+
+  /**
+   * A local error while building an outbound message: the WR fails, and RFC 5040 §7.1 ends
+   * the stream with a Terminate carrying no headers.
+   */
+  private localFailure(wqe: SendWqe, status: WcStatus, reason: string): void {
+    this.finishWqe(wqe, status, reason);
+    this.qp.fail({ layer: TerminateLayer.Rdmap, errorType: RDMAP_ETYPE_LOCAL_CATASTROPHIC, errorCode: 0, reason });
+  }
+
+  finishWqe(wqe: SendWqe, status: WcStatus, error?: string): void {
+    if (wqe.state === SendWqeState.Done) return;
+    wqe.state = SendWqeState.Done;
+    wqe.status = status;
+    if (error !== undefined) wqe.error = error;
+  }
+
+  /** Emits completions for finished WQEs at the head of the send queue, in posting order. */
+  completeInOrder(): void {
+    const qp = this.qp;
+    while (this.sqHead < this.sq.length) {
+      const wqe = this.sq[this.sqHead]!;
+      if (wqe.state !== SendWqeState.Done) break;
+      this.sqHead++;
+      if (wqe.signaled || wqe.status !== WcStatus.Success) {
+        qp.pushCompletion(qp.sendCq, {
+          wrId: wqe.wr.wrId,
+          status: wqe.status,
+          opcode: wcOpcodeFor(wqe.wr.opcode),
+          qpNumber: qp.qpNumber,
+          byteLength: wqe.byteLength,
+          ...(wqe.atomicResult !== undefined ? { atomicResult: wqe.atomicResult } : {}),
+          ...(wqe.error !== undefined ? { error: wqe.error } : {}),
+        });
+      }
+    }
+    if (this.sqHead > 1024 && this.sqHead * 2 > this.sq.length) {
+      this.sq.splice(0, this.sqHead);
+      this.sqNext -= this.sqHead;
+      this.sqHead = 0;
+    }
+  }
+
+  /** The last Read Response segment of the oldest outstanding read arrived: it completes. */
+  readResponseDone(): void {
+    const request = this.orq.shift();
+    if (request !== undefined && request.kind !== 'rtr') this.outstandingRequests--;
+    if (request?.wqe !== undefined) {
+      this.finishWqe(request.wqe, WcStatus.Success);
+      this.completeInOrder();
+    }
+  }
+
+  /**
+   * An Atomic Response arrived: it must answer the oldest outstanding request, an atomic with the
+   * same request id. False when it does not (the receive path then terminates the stream) or
+   * when writing the result failed the stream already.
+   */
+  atomicResponseArrived(response: AtomicResponseHeader, fpdu: Uint8Array): boolean {
+    const qp = this.qp;
+    const request = this.orq[0];
+    if (request === undefined || request.kind !== 'atomic' || request.requestId !== response.requestId) {
+      qp.receiver!.failMessage({
+        layer: TerminateLayer.Rdmap,
+        errorType: RDMAP_ETYPE_REMOTE_OPERATION,
+        errorCode: RDMAP_ECODE_UNEXPECTED_OPCODE,
+        reason:
+          request?.kind === 'atomic'
+            ? `Atomic Response for request ${response.requestId}, expected ${request.requestId}`
+            : 'Atomic Response without an outstanding atomic',
+        failedFpdu: fpdu.slice(),
+      });
+      return false;
+    }
+    this.orq.shift();
+    this.outstandingRequests--;
+    const wqe = request.wqe!;
+    wqe.atomicResult = response.originalValue;
+    const sge = request.resultSge;
+    if (sge !== undefined) {
+      const status = qp.memory.checkLocal(sge.lkey >>> 0, qp.pd, Access.LocalWrite, sge.offset, 8);
+      if (status !== AccessStatus.Ok) {
+        this.finishWqe(wqe, WcStatus.LocalProtectionError, `atomic result buffer: ${localAccessText(status, sge)}`);
+        this.completeInOrder();
+        qp.fail({ layer: TerminateLayer.Rdmap, errorType: RDMAP_ETYPE_LOCAL_CATASTROPHIC, errorCode: 0, reason: wqe.error! });
+        return false;
+      }
+      const region = qp.memory.resolvedRegion!;
+      new DataView(region.buffer, region.byteOffset + sge.offset, 8).setBigUint64(0, response.originalValue, HOST_LITTLE_ENDIAN);
+    }
+    this.finishWqe(wqe, WcStatus.Success);
+    this.completeInOrder();
+    return true;
+  }
+
+  /** Gives the read or atomic a received Terminate names its remote error status. */
+  attributeRemoteError(info: TerminateInfo): void {
+    const ddp = info.ddpHeader;
+    if (ddp === undefined || ddp.length !== DDP_UNTAGGED_HEADER_LENGTH) return;
+    // DDP header octets: control, RDMAP control, reserved (4), QN at 6, MSN at 10.
+    if (readUint32(ddp, 6) !== QN_READ_REQUEST) return;
+    const msn = readUint32(ddp, 10);
+    const request = this.orq.find((entry) => entry.msn === msn);
+    if (request?.wqe === undefined) return;
+    const status =
+      info.layer === TerminateLayer.Rdmap && info.errorType === RDMAP_ETYPE_REMOTE_PROTECTION ? WcStatus.RemoteAccessError : WcStatus.RemoteOperationError;
+    this.finishWqe(request.wqe, status, `peer: ${info.description}`);
+  }
+
+  /** The QP left RTS: every send WR not yet complete completes as flushed. */
+  flush(reason: string): void {
+    for (let i = this.sqHead; i < this.sq.length; i++) this.finishWqe(this.sq[i]!, WcStatus.WrFlushError, reason);
+    this.sqNext = this.sq.length;
+    this.orq.length = 0;
+    this.outstandingRequests = 0;
+  }
+}
