@@ -204,6 +204,56 @@ function enhancedWord(qpIrd: number, qpOrd: number, flags: Omit<MpaEnhancedData,
   return { ...flags, ird: qpIrd, ord: qpOrd };
 }
 
+/** What RFC 6581 setup settled: the QP's IRD/ORD and the ready-to-receive message. */
+interface Negotiated {
+  ird: number;
+  ord: number;
+  /** Initiator: the RTR it sends. Responder: the one it chose, if any. */
+  rtr?: RtrType;
+  /** Responder: the RTR types it announces and accepts as the first message. */
+  acceptRtr?: Set<RtrType>;
+}
+
+/**
+ * The IRD/ORD and RTR rules of RFC 6581, one place for both sides. `peer` is the other side's
+ * enhanced word (undefined without enhanced setup); `rtrTypes` the RTR types this side offers
+ * (initiator, in preference order) or accepts (responder); undefined when this side does not use
+ * the peer-to-peer model. Returns the MPA error code and reason when setup must end.
+ */
+function negotiate(
+  qp: QueuePair,
+  role: StreamParameters['role'],
+  peer: MpaEnhancedData | undefined,
+  rtrTypes: readonly RtrType[] | undefined,
+): Negotiated | { errorCode: number; reason: string } {
+  let ird = qp.requestedIrd;
+  let ord = qp.requestedOrd;
+  if (peer === undefined) return { ird, ord };
+  // Our IRD must cover the peer's ORD (raise it; an IRD slot costs us nothing), our ORD must not
+  // exceed its IRD. 0x3FFF means "the ULP negotiates": leave ours alone.
+  if (peer.ord !== MPA_V2_IRD_ORD_UNNEGOTIATED && peer.ord > ird) {
+    if (peer.ord > MAX_IRD) {
+      const peerRole = role === 'initiator' ? 'responder' : 'initiator';
+      return { errorCode: MPA_ERROR_INSUFFICIENT_IRD, reason: `${peerRole} ORD ${peer.ord} exceeds the IRD limit ${MAX_IRD}` };
+    }
+    ird = peer.ord;
+  }
+  if (peer.ird !== MPA_V2_IRD_ORD_UNNEGOTIATED) ord = Math.min(ord, peer.ird);
+  if (rtrTypes === undefined || !peer.peerToPeer) return { ird, ord };
+  const peerTypes = new Set<RtrType>([...(peer.writeRtr ? ['write' as const] : []), ...(peer.readRtr ? ['read' as const] : []), ...(peer.sendRtr ? ['send' as const] : [])]);
+  if (role === 'initiator') {
+    const rtr = rtrTypes.find((type) => peerTypes.has(type));
+    if (rtr === undefined) return { errorCode: MPA_ERROR_NO_MATCHING_RTR, reason: 'responder accepts none of the ready-to-receive messages offered' };
+    return { ird, ord, rtr };
+  }
+  const chosen = RTR_PREFERENCE.find((type) => peerTypes.has(type) && rtrTypes.includes(type));
+  // With no common type, announce what we accept; the initiator then ends with 2/0/7.
+  const acceptRtr = new Set(chosen !== undefined ? [chosen] : rtrTypes);
+  // A Read RTR takes one inbound read slot.
+  if (acceptRtr.has('read') && ird === 0) ird = 1;
+  return { ird, ord, acceptRtr, ...(chosen !== undefined ? { rtr: chosen } : {}) };
+}
+
 /**
  * Active side: sends the MPA Request on a connected channel, validates the Reply, negotiates,
  * sends the RTR and puts `qp` in full operation.
@@ -279,30 +329,13 @@ export async function initiate(qp: QueuePair, channel: StreamChannel, options: I
         const info = terminateSetup(channel, MPA_ERROR_INVALID_FRAME, 'enhanced MPA Request answered without the RFC 6581 IRD/ORD word');
         throw fail('EPROTO', info.reason!, info);
       }
-      let ird = qp.requestedIrd;
-      let ord = qp.requestedOrd;
-      let rtr: RtrType | undefined;
       const peer = reply.enhancedData;
-      if (peer !== undefined) {
-        // Our IRD must cover the responder's ORD (raise it; an IRD slot costs us nothing), our
-        // ORD must not exceed its IRD. 0x3FFF means "the ULP negotiates": leave ours alone.
-        if (peer.ord !== MPA_V2_IRD_ORD_UNNEGOTIATED && peer.ord > ird) {
-          if (peer.ord > MAX_IRD) {
-            const info = terminateSetup(channel, MPA_ERROR_INSUFFICIENT_IRD, `responder ORD ${peer.ord} exceeds the IRD limit ${MAX_IRD}`);
-            throw fail('EPROTO', info.reason!, info);
-          }
-          ird = peer.ord;
-        }
-        if (peer.ird !== MPA_V2_IRD_ORD_UNNEGOTIATED) ord = Math.min(ord, peer.ird);
-        if (peerToPeer && peer.peerToPeer) {
-          const accepted = new Set<RtrType>([...(peer.writeRtr ? ['write' as const] : []), ...(peer.readRtr ? ['read' as const] : []), ...(peer.sendRtr ? ['send' as const] : [])]);
-          rtr = (options.rtr ?? ['write', 'read']).find((type) => accepted.has(type));
-          if (rtr === undefined) {
-            const info = terminateSetup(channel, MPA_ERROR_NO_MATCHING_RTR, 'responder accepts none of the ready-to-receive messages offered');
-            throw fail('EPROTO', info.reason!, info);
-          }
-        }
+      const negotiated = negotiate(qp, 'initiator', peer, peerToPeer ? (options.rtr ?? ['write', 'read']) : undefined);
+      if ('errorCode' in negotiated) {
+        const info = terminateSetup(channel, negotiated.errorCode, negotiated.reason);
+        throw fail('EPROTO', info.reason!, info);
       }
+      const { ird, ord, rtr } = negotiated;
       const parameters: StreamParameters = {
         role: 'initiator',
         crc: wantCrc || reply.crc,
@@ -416,38 +449,21 @@ export class ConnectionRequest {
     qp.beginConnecting();
     const wantCrc = options.crc ?? true;
     const wantMarkers = options.markers ?? false;
-    let ird = qp.requestedIrd;
-    let ord = qp.requestedOrd;
+    const peer = enhanced ? request.enhancedData : undefined;
+    const negotiated = negotiate(qp, 'responder', peer, peer?.peerToPeer === true ? (options.acceptRtr ?? ['write', 'read']) : undefined);
+    if ('errorCode' in negotiated) {
+      const info = terminateSetup(channel, negotiated.errorCode, negotiated.reason);
+      qp.connectFailed({ reason: 'terminate-sent', message: info.reason!, terminate: info });
+      throw new RnicError('EPROTO', info.reason!, info);
+    }
+    const { ird, ord, acceptRtr, rtr: chosen } = negotiated;
     let replyWord: MpaEnhancedData | undefined;
-    let acceptRtr: Set<RtrType> | undefined;
-    let chosen: RtrType | undefined;
-    const peer = request.enhancedData;
-    if (enhanced && peer !== undefined) {
-      if (peer.ord !== MPA_V2_IRD_ORD_UNNEGOTIATED && peer.ord > ird) {
-        if (peer.ord > MAX_IRD) {
-          const info = terminateSetup(channel, MPA_ERROR_INSUFFICIENT_IRD, `initiator ORD ${peer.ord} exceeds the IRD limit ${MAX_IRD}`);
-          qp.connectFailed({ reason: 'terminate-sent', message: info.reason!, terminate: info });
-          throw new RnicError('EPROTO', info.reason!, info);
-        }
-        ird = peer.ord;
-      }
-      if (peer.ird !== MPA_V2_IRD_ORD_UNNEGOTIATED) ord = Math.min(ord, peer.ird);
-      let rtrFlags = { writeRtr: false, readRtr: false, sendRtr: false };
-      if (peer.peerToPeer) {
-        const accepted = options.acceptRtr ?? ['write', 'read'];
-        const offered = new Set<RtrType>([...(peer.writeRtr ? ['write' as const] : []), ...(peer.readRtr ? ['read' as const] : []), ...(peer.sendRtr ? ['send' as const] : [])]);
-        chosen = RTR_PREFERENCE.find((type) => offered.has(type) && accepted.includes(type));
-        // With no common type, announce what we accept; the initiator then ends with 2/0/7.
-        acceptRtr = new Set(chosen !== undefined ? [chosen] : accepted);
-        rtrFlags = { writeRtr: acceptRtr.has('write'), readRtr: acceptRtr.has('read'), sendRtr: acceptRtr.has('send') };
-        // A Read RTR takes one inbound read slot.
-        if (acceptRtr.has('read') && ird === 0) ird = 1;
-      }
+    if (peer !== undefined) {
       replyWord = {
         peerToPeer: peer.peerToPeer,
-        sendRtr: rtrFlags.sendRtr,
-        writeRtr: rtrFlags.writeRtr,
-        readRtr: rtrFlags.readRtr,
+        sendRtr: acceptRtr?.has('send') ?? false,
+        writeRtr: acceptRtr?.has('write') ?? false,
+        readRtr: acceptRtr?.has('read') ?? false,
         ird: peer.ord === MPA_V2_IRD_ORD_UNNEGOTIATED ? MPA_V2_IRD_ORD_UNNEGOTIATED : ird,
         ord: peer.ird === MPA_V2_IRD_ORD_UNNEGOTIATED ? MPA_V2_IRD_ORD_UNNEGOTIATED : ord,
       };
@@ -486,7 +502,7 @@ export class ConnectionRequest {
       markersIn: parameters.markersIn,
       ird,
       ord,
-      ...(peer !== undefined ? { peerIrd: peer.ird, peerOrd: peer.ord } : {}),
+      ...(request.enhancedData !== undefined ? { peerIrd: request.enhancedData.ird, peerOrd: request.enhancedData.ord } : {}),
       ...(chosen !== undefined ? { rtr: chosen } : {}),
       privateData: request.privateData,
     };
