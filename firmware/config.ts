@@ -2,6 +2,9 @@
 // the fix, filled with defaults, and turned into the engine's configuration.
 import { readFileSync } from 'node:fs';
 import type { EngineConfig, TenantConfig } from '../host/engine/config.ts';
+import { DEFAULT_PORT, parseHostPort, type HostPort } from '../host/kbtp/address.ts';
+
+export { DEFAULT_PORT };
 
 export interface TenantSettings {
   name: string;
@@ -30,7 +33,6 @@ export class ConfigError extends Error {
   }
 }
 
-export const DEFAULT_PORT = 7117;
 const DEFAULT_BLOCK_SIZE = 64 * 1024;
 const DEFAULT_BLOCK_COUNT = 4096; // 256 MiB
 
@@ -74,14 +76,12 @@ function handleAt(parent: JsonObject, key: string, field: string, fallback: bigi
     'write it as a number, or as a decimal string above 2^53');
 }
 
-export function parseListen(value: string, field = 'listen'): { host: string; port: number } {
-  const match = /^(.*):([0-9]+)$/.exec(value);
-  const port = match === null ? Number.NaN : Number(match[2]);
-  const host = match?.[1]?.replace(/^\[(.*)\]$/, '$1') ?? '';
-  if (match === null || host === '' || !Number.isInteger(port) || port < 0 || port > 65535) {
+export function parseListen(value: string, field = 'listen'): HostPort {
+  const address = parseHostPort(value, { allowPortZero: true });
+  if (address === undefined) {
     throw new ConfigError(field, `"${value}" is not host:port`, `e.g. "127.0.0.1:${DEFAULT_PORT}" (port 0 picks a free port)`);
   }
-  return { host, port };
+  return address;
 }
 
 function isLoopback(host: string): boolean {

@@ -3,7 +3,7 @@
 import { writeFileSync } from 'node:fs';
 import { parseArgs } from 'node:util';
 import type { Command } from '../cli.ts';
-import { DEFAULT_PORT } from '../../firmware/config.ts';
+import { DEFAULT_PORT } from '../kbtp/address.ts';
 import { KbtpError } from '../kbtp/initiator.ts';
 import { parseMix, MixError } from '../bench/mix.ts';
 import { parseInteger, parseNumber, parseSize, parseSizes, OptionError } from '../bench/options.ts';

@@ -2,7 +2,7 @@
 // codes, and turning failures into one clear line.
 import { parseArgs, type ParseArgsConfig } from 'node:util';
 import { connect, KbtpError, type KbtpSession } from '../kbtp/initiator.ts';
-import { DEFAULT_PORT } from '../../firmware/config.ts';
+import { DEFAULT_PORT } from '../kbtp/address.ts';
 
 export const EXIT_OK = 0;
 export const EXIT_FAILURE = 1; // cannot reach the target, transport failure

@@ -15,7 +15,7 @@ import {
 } from '../rnic/verbs.ts';
 import { encodeRequest, decodeCompletion, statusName, type Completion, type RequestFields } from './messages.ts';
 import { encodeHello, decodeHelloAck, type HelloAck } from './hello.ts';
-import { DEFAULT_PORT } from '../../firmware/config.ts';
+import { DEFAULT_PORT, parseHostPort } from './address.ts';
 
 export class KbtpError extends Error {
   readonly statusName: string;
@@ -69,13 +69,9 @@ const RECV_BASE = 0x10000000;
 
 /** "host:port", "kbtp://host:port" or "host" (default port 7117). */
 export function parseTarget(target: string): { host: string; port: number } {
-  const bare = target.replace(/^kbtp:\/\//, '');
-  const match = /^(\[[^\]]+\]|[^:]+)(?::([0-9]+))?$/.exec(bare);
-  const port = match?.[2] === undefined ? DEFAULT_PORT : Number(match[2]);
-  if (match === null || !Number.isInteger(port) || port < 1 || port > 65535) {
-    throw new Error(`"${target}" is not a target address; use host:port, e.g. 127.0.0.1:${DEFAULT_PORT}`);
-  }
-  return { host: (match[1] ?? '').replace(/^\[(.*)\]$/, '$1'), port };
+  const address = parseHostPort(target, { defaultPort: DEFAULT_PORT });
+  if (address === undefined) throw new Error(`"${target}" is not a target address; use host:port, e.g. 127.0.0.1:${DEFAULT_PORT}`);
+  return address;
 }
 
 export async function connect(target: string, options: ConnectOptions = {}): Promise<KbtpSession> {
