@@ -3,8 +3,8 @@
 import { parentPort, workerData } from 'node:worker_threads';
 import { Engine, type EngineHandoff } from '../engine/engine.ts';
 import { ThreadArena } from '../engine/arena.ts';
-import { LoopbackMover } from '../engine/loopback-mover.ts';
-import { runToCompletion } from '../engine/request-runner.ts';
+import { LoopbackMover } from '../demo/loopback-mover.ts';
+import { runToCompletion } from '../demo/request-runner.ts';
 import { encodeRequest, statusName } from '../kbtp/messages.ts';
 import * as K from '../../assembly/kbtp-constants.ts';
 import { createHash } from 'node:crypto';

@@ -1,8 +1,8 @@
 // Shared pieces of the engine tests.
 import { Engine } from '../../host/engine/engine.ts';
 import { ThreadArena } from '../../host/engine/arena.ts';
-import { LoopbackMover } from '../../host/engine/loopback-mover.ts';
-import { runToCompletion } from '../../host/engine/request-runner.ts';
+import { LoopbackMover } from '../../host/demo/loopback-mover.ts';
+import { runToCompletion } from '../../host/demo/request-runner.ts';
 import { encodeRequest, type RequestFields, type Completion } from '../../host/kbtp/messages.ts';
 import type { EngineConfig } from '../../host/engine/config.ts';
 

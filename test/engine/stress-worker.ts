@@ -5,8 +5,8 @@ import { parentPort, workerData } from 'node:worker_threads';
 import * as K from '../../assembly/kbtp-constants.ts';
 import { Engine, type EngineHandoff } from '../../host/engine/engine.ts';
 import { ThreadArena } from '../../host/engine/arena.ts';
-import { LoopbackMover } from '../../host/engine/loopback-mover.ts';
-import { runToCompletion, RetryLimitError } from '../../host/engine/request-runner.ts';
+import { LoopbackMover } from '../../host/demo/loopback-mover.ts';
+import { runToCompletion, RetryLimitError } from '../../host/demo/request-runner.ts';
 import { encodeRequest, statusName } from '../../host/kbtp/messages.ts';
 import { Random } from '../../host/util/random.ts';
 

@@ -2,7 +2,7 @@
 // byte arrays registered under an STag. It stands in for the RNIC where none is wanted
 // (the demo, engine tests, benchmarks); the RDMA target uses the real RNIC instead.
 import { OP_WRITE_TO_INITIATOR, OP_READ_FROM_INITIATOR } from '../../assembly/struct-offsets.ts';
-import type { Engine } from './engine.ts';
+import type { Engine } from '../engine/engine.ts';
 
 export class LoopbackMover {
   private readonly buffers = new Map<number, Uint8Array>();

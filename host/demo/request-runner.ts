@@ -3,7 +3,7 @@
 // retried here; the real target yields to its event loop instead.
 import { ACTION_SEND, ACTION_DATA, ACTION_DATA_AND_SEND, ACTION_RETRY, ACTION_GOODBYE, ACTION_NONE } from '../../assembly/struct-offsets.ts';
 import { decodeCompletion, type Completion } from '../kbtp/messages.ts';
-import type { ThreadArena } from './arena.ts';
+import type { ThreadArena } from '../engine/arena.ts';
 import type { LoopbackMover } from './loopback-mover.ts';
 
 export class RetryLimitError extends Error {
