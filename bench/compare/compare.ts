@@ -18,8 +18,8 @@ import { runBench } from '../../host/bench/run.ts';
 import { parseMix } from '../../host/bench/mix.ts';
 import { parseInteger, parseNumber, parseSizes } from '../../host/bench/options.ts';
 import { formatSize, stack, type BenchRow } from '../../host/bench/report.ts';
-import { formatTable } from '../../host/sram/table.ts';
-import { barChart } from '../../host/sram/svg.ts';
+import { formatTable } from '../../host/report/table.ts';
+import { barChart } from '../../host/report/svg.ts';
 import { iperf3, redisBenchmark, startRedis, stopAll, type RedisResult } from './tools.ts';
 
 const here = dirname(fileURLToPath(import.meta.url));

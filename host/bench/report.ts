@@ -1,7 +1,7 @@
 // What `kbtp bench` reports: one row per operation and block size, as a text table, as JSON and
 // as an SVG chart (throughput and p99 latency).
-import { formatTable } from '../sram/table.ts';
-import { barChart } from '../sram/svg.ts';
+import { formatTable } from '../report/table.ts';
+import { barChart } from '../report/svg.ts';
 import { OP_LABELS, type OpName } from './mix.ts';
 import type { PhaseResult } from './workload.ts';
 

@@ -17,8 +17,8 @@ import { BlockMaker, checkBlock, type ExpectedBlock } from './blocks.ts';
 import { LatencyHistogram } from './histogram.ts';
 import { formatSize, stack } from './report.ts';
 import { spawnTarget } from './spawn.ts';
-import { formatTable, percent } from '../sram/table.ts';
-import { barChart } from '../sram/svg.ts';
+import { formatTable, percent } from '../report/table.ts';
+import { barChart } from '../report/svg.ts';
 
 export interface Trace {
   readonly requests: number;

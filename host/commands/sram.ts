@@ -7,7 +7,7 @@ import type { Command } from '../cli.ts';
 import { DEFAULT_SRAM_CONFIG, SramConfigError, loadSramConfig, withOverrides, type SramModelConfig } from '../sram/config.ts';
 import { EXPERIMENTS, experimentByName } from '../sram/experiments/index.ts';
 import { Progress, UsageError, integerOption, type Experiment, type OptionValues } from '../sram/experiments/experiment.ts';
-import { formatTable } from '../sram/table.ts';
+import { formatTable } from '../report/table.ts';
 
 const DEFAULT_OUT = 'sram-out';
 

@@ -4,9 +4,9 @@
 // reused); every block is still accessed, so the tier ends up holding the whole request.
 import { HIT, SramCache } from '../cache.ts';
 import { EntryKind } from '../kinds.ts';
-import { lineChart } from '../svg.ts';
+import { lineChart } from '../../report/svg.ts';
 import { defaultTracePath, loadBlockTrace, type BlockTrace } from '../trace.ts';
-import { percent, type TextTable } from '../table.ts';
+import { percent, type TextTable } from '../../report/table.ts';
 import { UsageError, integerListOption, integerOption, type Experiment, type ExperimentContext, type OptionValues } from './experiment.ts';
 
 /** Stands for "as many lines as the trace has distinct blocks". */

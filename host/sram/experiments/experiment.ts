@@ -1,7 +1,7 @@
 // What an experiment is: named options, a run that returns tables, one JSON object and SVG
 // charts, and progress reported to stderr while it runs.
 import type { SramModelConfig } from '../config.ts';
-import type { TextTable } from '../table.ts';
+import type { TextTable } from '../../report/table.ts';
 
 export interface OptionSpec {
   readonly type: 'string' | 'boolean';

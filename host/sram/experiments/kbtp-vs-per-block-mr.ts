@@ -10,9 +10,9 @@ import { EVICTED, HIT, SramCache } from '../cache.ts';
 import { withOverrides, createSramCache, type SramModelConfig } from '../config.ts';
 import { DEFAULT_LINK_GBPS } from '../costs.ts';
 import { EntryKind } from '../kinds.ts';
-import { barChart } from '../svg.ts';
+import { barChart } from '../../report/svg.ts';
 import { defaultTracePath, loadBlockTrace, type BlockTrace } from '../trace.ts';
-import { percent, type TextTable } from '../table.ts';
+import { percent, type TextTable } from '../../report/table.ts';
 import { ThroughputMeter, modelMessage } from '../workload.ts';
 import { UsageError, integerOption, numberOption, type Experiment, type ExperimentContext, type OptionValues } from './experiment.ts';
 

@@ -8,8 +8,8 @@
 import { withOverrides, createSramCache, type SramModelConfig } from '../config.ts';
 import { DEFAULT_LINK_GBPS } from '../costs.ts';
 import { Random } from '../../util/random.ts';
-import { barChart } from '../svg.ts';
-import { percent, type TextTable } from '../table.ts';
+import { barChart } from '../../report/svg.ts';
+import { percent, type TextTable } from '../../report/table.ts';
 import { ThroughputMeter, modelMessage } from '../workload.ts';
 import { integerOption, numberOption, type Experiment, type ExperimentContext, type OptionValues } from './experiment.ts';
 

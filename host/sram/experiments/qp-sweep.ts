@@ -5,8 +5,8 @@
 import { createSramCache, type SramModelConfig } from '../config.ts';
 import { DEFAULT_LINK_GBPS } from '../costs.ts';
 import { Random } from '../../util/random.ts';
-import { lineChart } from '../svg.ts';
-import { percent, type TextTable } from '../table.ts';
+import { lineChart } from '../../report/svg.ts';
+import { percent, type TextTable } from '../../report/table.ts';
 import { ThroughputMeter, modelMessage } from '../workload.ts';
 import { integerListOption, integerOption, numberOption, type Experiment, type ExperimentContext, type OptionValues } from './experiment.ts';
 

@@ -1,7 +1,7 @@
 import { test } from 'uvu';
 import * as assert from 'uvu/assert';
-import { barChart, escapeXml, lineChart, niceTicks } from '../../host/sram/svg.ts';
-import { formatTable } from '../../host/sram/table.ts';
+import { barChart, escapeXml, lineChart, niceTicks } from '../../host/report/svg.ts';
+import { formatTable } from '../../host/report/table.ts';
 
 test('ticks cover the whole range, ending at or above the maximum', () => {
   assert.equal(niceTicks(0, 2.98), [0, 1, 2, 3]);

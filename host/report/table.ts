@@ -1,4 +1,5 @@
-// Plain-text tables for experiment output: a header, aligned columns, numbers right-aligned.
+// Plain-text tables for reports (SRAM experiments, benchmarks, commands): a header, aligned
+// columns, numbers right-aligned.
 
 export interface TextTable {
   readonly title: string;

@@ -1,5 +1,5 @@
-// A small SVG chart writer (line charts and grouped bar charts) for the experiments. Output is
-// a self-contained SVG document with no scripts or external references.
+// A small SVG chart writer (line charts and grouped bar charts) for reports: the SRAM experiments
+// and the benchmarks. Output is a self-contained SVG document with no scripts or external references.
 
 export interface Series {
   readonly name: string;
