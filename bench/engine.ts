@@ -10,7 +10,7 @@ import * as K from '../assembly/kbtp-constants.ts';
 import { ACTION_DATA_AND_SEND, ACTION_NONE } from '../assembly/struct-offsets.ts';
 import { Engine } from '../host/engine/engine.ts';
 import { ThreadArena } from '../host/engine/arena.ts';
-import { encodeRequest } from '../host/kbtp/messages.ts';
+import { encodeRequest } from '../host/kbtp/wire/messages.ts';
 import { spawnWorker } from '../host/util/spawn-worker.ts';
 import type { BenchJob, BenchRound } from './engine-worker.ts';
 

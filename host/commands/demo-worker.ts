@@ -5,7 +5,7 @@ import { Engine, type EngineHandoff } from '../engine/engine.ts';
 import { ThreadArena } from '../engine/arena.ts';
 import { LoopbackMover } from '../demo/loopback-mover.ts';
 import { runToCompletion } from '../demo/request-runner.ts';
-import { encodeRequest, statusName } from '../kbtp/messages.ts';
+import { encodeRequest, statusName } from '../kbtp/wire/messages.ts';
 import * as K from '../../assembly/kbtp-constants.ts';
 import { createHash } from 'node:crypto';
 

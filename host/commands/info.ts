@@ -2,7 +2,7 @@
 import type { Command } from '../cli.ts';
 import * as K from '../../assembly/kbtp-constants.ts';
 import { parse, guarded, openSession, TARGET_HELP, EXIT_OK } from './client-common.ts';
-import type { HelloAck } from '../kbtp/hello.ts';
+import type { HelloAck } from '../kbtp/wire/hello.ts';
 
 const HELP = `usage: kbtp info [--json] [target options]
 

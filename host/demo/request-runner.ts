@@ -2,7 +2,7 @@
 // the data operation, complete. A busy handle or a slot still being filled by another thread is
 // retried here; the real target yields to its event loop instead.
 import { ACTION_SEND, ACTION_DATA, ACTION_DATA_AND_SEND, ACTION_RETRY, ACTION_GOODBYE, ACTION_NONE } from '../../assembly/struct-offsets.ts';
-import { decodeCompletion, type Completion } from '../kbtp/messages.ts';
+import { decodeCompletion, type Completion } from '../kbtp/wire/messages.ts';
 import type { ThreadArena } from '../engine/arena.ts';
 import type { LoopbackMover } from './loopback-mover.ts';
 

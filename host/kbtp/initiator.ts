@@ -13,8 +13,8 @@ import {
   createRnic, Access, WcStatus, wcStatusName, type Rnic, type QueuePair, type CompletionQueue, type MemoryRegion,
   type WorkCompletion, type SendWorkRequest,
 } from '../rnic/verbs.ts';
-import { encodeRequest, decodeCompletion, statusName, type Completion, type RequestFields } from './messages.ts';
-import { encodeHello, decodeHelloAck, type HelloAck } from './hello.ts';
+import { encodeRequest, decodeCompletion, statusName, type Completion, type RequestFields } from './wire/messages.ts';
+import { encodeHello, decodeHelloAck, type HelloAck } from './wire/hello.ts';
 import { DEFAULT_PORT, parseHostPort } from './address.ts';
 
 export class KbtpError extends Error {

@@ -7,9 +7,9 @@ import * as S from '../../assembly/struct-offsets.ts';
 import { Engine } from '../../host/engine/engine.ts';
 import { ThreadArena } from '../../host/engine/arena.ts';
 import { auditPool } from '../../host/engine/audit.ts';
-import { encodeRequest, decodeCompletion } from '../../host/kbtp/messages.ts';
-import { decodeHello, encodeHello } from '../../host/kbtp/hello.ts';
-import { MessageFormatError } from '../../host/kbtp/messages.ts';
+import { encodeRequest, decodeCompletion } from '../../host/kbtp/wire/messages.ts';
+import { decodeHello, encodeHello } from '../../host/kbtp/wire/hello.ts';
+import { MessageFormatError } from '../../host/kbtp/wire/messages.ts';
 import { Random } from '../../host/util/random.ts';
 
 function randomSource(seed: number): (n: number) => number {

@@ -3,7 +3,7 @@ import { Engine } from '../../host/engine/engine.ts';
 import { ThreadArena } from '../../host/engine/arena.ts';
 import { LoopbackMover } from '../../host/demo/loopback-mover.ts';
 import { runToCompletion } from '../../host/demo/request-runner.ts';
-import { encodeRequest, type RequestFields, type Completion } from '../../host/kbtp/messages.ts';
+import { encodeRequest, type RequestFields, type Completion } from '../../host/kbtp/wire/messages.ts';
 import type { EngineConfig } from '../../host/engine/config.ts';
 
 export interface Rig {

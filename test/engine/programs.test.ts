@@ -3,7 +3,7 @@ import * as assert from 'uvu/assert';
 import * as K from '../../assembly/kbtp-constants.ts';
 import * as S from '../../assembly/struct-offsets.ts';
 import { rig, type Rig } from './helpers.ts';
-import { encodeRequest, decodeCompletion, statusName } from '../../host/kbtp/messages.ts';
+import { encodeRequest, decodeCompletion, statusName } from '../../host/kbtp/wire/messages.ts';
 import { auditPool } from '../../host/engine/audit.ts';
 
 const BLOCK = 256;

@@ -7,7 +7,7 @@ import { Engine, type EngineHandoff } from '../../host/engine/engine.ts';
 import { ThreadArena } from '../../host/engine/arena.ts';
 import { LoopbackMover } from '../../host/demo/loopback-mover.ts';
 import { runToCompletion, RetryLimitError } from '../../host/demo/request-runner.ts';
-import { encodeRequest, statusName } from '../../host/kbtp/messages.ts';
+import { encodeRequest, statusName } from '../../host/kbtp/wire/messages.ts';
 import { Random } from '../../host/util/random.ts';
 
 export interface StressJob {

@@ -1,7 +1,7 @@
 import { test } from 'uvu';
 import * as assert from 'uvu/assert';
-import { encodeHello, decodeHello, encodeHelloAck, decodeHelloAck, refusal, type HelloAck } from '../../host/kbtp/hello.ts';
-import { MessageFormatError, encodeCompletion, decodeCompletion } from '../../host/kbtp/messages.ts';
+import { encodeHello, decodeHello, encodeHelloAck, decodeHelloAck, refusal, type HelloAck } from '../../host/kbtp/wire/hello.ts';
+import { MessageFormatError, encodeCompletion, decodeCompletion } from '../../host/kbtp/wire/messages.ts';
 
 test('HELLO layout of kbtp-v1 section 4, byte for byte', () => {
   const bytes = encodeHello({ version: 1, requestId: 0x0102030405060708n, capabilities: 0x3, initiatorCredits: 32, tenant: 'ab',

@@ -4,8 +4,8 @@ import * as assert from 'uvu/assert';
 import * as K from '../../assembly/kbtp-constants.ts';
 import { startRig, testSettings, RawClient, SECRETS, type Rig } from './rig.ts';
 import { KbtpError } from '../../host/kbtp/initiator.ts';
-import { encodeRequest, statusName } from '../../host/kbtp/messages.ts';
-import { decodeHelloAck } from '../../host/kbtp/hello.ts';
+import { encodeRequest, statusName } from '../../host/kbtp/wire/messages.ts';
+import { decodeHelloAck } from '../../host/kbtp/wire/hello.ts';
 
 let rig: Rig;
 // One worker, so that every session shares one RNIC and only the protection domains separate them.

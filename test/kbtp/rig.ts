@@ -4,7 +4,7 @@ import { resolveTargetSettings, type TargetSettings } from '../../firmware/confi
 import { startTarget, type RunningTarget } from '../../host/kbtp/server/target.ts';
 import { connect, type ConnectOptions, type KbtpSession } from '../../host/kbtp/initiator.ts';
 import { createRnic, Access, WcStatus, type Rnic, type QueuePair, type CompletionQueue, type MemoryRegion, type DisconnectInfo } from '../../host/rnic/verbs.ts';
-import { encodeHello } from '../../host/kbtp/hello.ts';
+import { encodeHello } from '../../host/kbtp/wire/hello.ts';
 
 export const SECRETS = { alpha: 'alpha-secret', beta: 'beta-secret', gamma: 'gamma-secret' };
 

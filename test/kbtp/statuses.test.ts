@@ -4,8 +4,8 @@ import * as assert from 'uvu/assert';
 import * as K from '../../assembly/kbtp-constants.ts';
 import { startRig, RawClient, SECRETS, type Rig } from './rig.ts';
 import { KbtpError } from '../../host/kbtp/initiator.ts';
-import { encodeRequest, decodeCompletion, statusName } from '../../host/kbtp/messages.ts';
-import { decodeHelloAck } from '../../host/kbtp/hello.ts';
+import { encodeRequest, decodeCompletion, statusName } from '../../host/kbtp/wire/messages.ts';
+import { decodeHelloAck } from '../../host/kbtp/wire/hello.ts';
 
 let rig: Rig;
 test.before(async () => { rig = await startRig(); });

@@ -12,8 +12,8 @@ import {
   type WorkCompletion, type DisconnectInfo,
 } from '../../rnic/verbs.ts';
 import type { TargetSettings } from '../../../firmware/config.ts';
-import { decodeHello, encodeHelloAck, refusal, type HelloAck } from '../hello.ts';
-import { MessageFormatError, encodeCompletion } from '../messages.ts';
+import { decodeHello, encodeHelloAck, refusal, type HelloAck } from '../wire/hello.ts';
+import { MessageFormatError, encodeCompletion } from '../wire/messages.ts';
 import { admit } from './auth.ts';
 import type { TargetStats } from './stats.ts';
 import { SessionTickets, type LateReclaims } from './tickets.ts';

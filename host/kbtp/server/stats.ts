@@ -1,6 +1,6 @@
 // Counters of one worker thread of the target; the main thread adds them up for `kbtp target`'s
 // periodic and exit reports.
-import { statusName } from '../messages.ts';
+import { statusName } from '../wire/messages.ts';
 
 const OPCODE_NAMES: Record<number, string> = { 0x10: 'LOAD', 0x11: 'STORE', 0x12: 'ALLOC_STORE', 0x13: 'FREE', 0x14: 'BIND' };
 

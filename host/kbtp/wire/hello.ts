@@ -1,5 +1,5 @@
 // HELLO and HELLO_ACK (kbtp-v1 sections 4 and 5): encode and decode, with every length checked.
-import * as K from '../../assembly/kbtp-constants.ts';
+import * as K from '../../../assembly/kbtp-constants.ts';
 import { MessageFormatError } from './messages.ts';
 
 export const HELLO_FIXED_SIZE = 32;

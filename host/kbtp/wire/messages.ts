@@ -1,5 +1,5 @@
 // KBTP request and COMPLETION messages (draft 5.1-5.2, kbtp-v1 sections 1-3): encode and decode.
-import * as K from '../../assembly/kbtp-constants.ts';
+import * as K from '../../../assembly/kbtp-constants.ts';
 
 export interface DataDescriptor {
   stag: number;
