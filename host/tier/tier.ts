@@ -1,0 +1,546 @@
+// The durable tier (kbtp-v1 section 12): sealed blocks in page-aligned slots of one data file,
+// their entries in an append-only journal of checksummed msgpack records, and a checkpoint of the
+// whole index written now and then so that recovery replays little. One committer writes a group
+// of queued requests at a time and makes the whole group durable with one fdatasync of each file
+// it touched (group commit); requests that arrive meanwhile form the next group. The in-memory
+// index changes only after a group is durable, so whatever the tier says it holds is on disk.
+// docs/TIER.md gives the format and the reasoning.
+import { crc32c } from '@node-rs/crc32';
+import path from 'node:path';
+import { nodeFiles, errorCode, type FileLayer, type TierFile } from './files.ts';
+import { encodeFrame, JOURNAL_MAGIC, type JournalRecord } from './records.ts';
+import { encodeCheckpoint, type Checkpoint } from './checkpoint.ts';
+import { sizeTier, type TierSizing } from './capacity.ts';
+import { generationLater } from './generations.ts';
+import {
+  recoverTier, sequenceName, CHECKPOINT_PATTERN, JOURNAL_PATTERN, type BlockRecord, type RecoveryReport,
+} from './recovery.ts';
+
+export interface TierTenant {
+  /** First handle index (from the table's base handle) of the tenant's store range. */
+  first: number;
+  count: number;
+  /** Blocks the tenant may keep on the tier; past it, its least recently used blocks are dropped. */
+  durableQuota: number;
+}
+
+/** What dropping a block needs from the table: the target answers from its engine. */
+export interface DropGate {
+  /**
+   * The tier would drop `index` to make room. 'claimed': the block lives on the tier alone and
+   * its handle is now held for the drop; 'skip': not now (resident, busy); 'recent': it was used
+   * since the tier last ordered it (it moves to the most recently used end).
+   */
+  claim(index: number): 'claimed' | 'skip' | 'recent';
+  /** The drop is durable (the entry must become not VALID with `generation`), or failed (undefined). */
+  settle(index: number, generation: number | undefined): void;
+}
+
+export interface TierOptions {
+  directory: string;
+  capacityBytes: number;
+  blockSize: number;
+  handleBase: bigint;
+  handleCount: number;
+  /** Tenants in handle-index space; a handle outside every range belongs to none and has no quota but the capacity. */
+  tenants: TierTenant[];
+  files?: FileLayer;
+  drops?: DropGate;
+  /** Most records in one group commit. */
+  maxBatch?: number;
+}
+
+export type TierErrorCode = 'ENOSPC' | 'EIO' | 'CHECKSUM' | 'NOT_HELD' | 'CLOSED';
+
+/** A request the tier could not make durable or serve; the request changed nothing. */
+export class TierError extends Error {
+  constructor(readonly code: TierErrorCode, message: string) {
+    super(message);
+    this.name = 'TierError';
+  }
+}
+
+export interface TierStats {
+  capacityBytes: number;
+  /** Octets of the data directory's files: data file extent, journals and checkpoints. */
+  bytesUsed: number;
+  blocksDurable: number;
+  maxBlocks: number;
+  drops: number;
+  fsyncs: number;
+  groupCommits: number;
+  /** Records per group commit: total (divide by groupCommits for the mean) and largest. */
+  batchRecords: number;
+  batchLargest: number;
+  /** Group commits by records: 1, 2-3, 4-7, 8-15, 16-31, 32+. */
+  batchHistogram: number[];
+  checksumFailures: number;
+  writeErrors: number;
+  readErrors: number;
+  recovery: RecoveryReport;
+}
+
+type Op =
+  | { kind: 'seal'; index: number; generation: number; data: Uint8Array; crc: number; tenant: number; slot: number; done: Settle }
+  | { kind: 'unbind'; index: number; generation: number; why: 'free' | 'lost'; done: Settle }
+  | { kind: 'drop'; index: number; generation: number; tenant: number }
+  | { kind: 'reserve'; index: number; mark: number; done: Settle };
+
+interface Settle {
+  resolve(): void;
+  reject(error: Error): void;
+}
+
+const HISTOGRAM_EDGES = [1, 2, 4, 8, 16, 32];
+
+export class DurableTier {
+  readonly sizing: TierSizing;
+  readonly recovery: RecoveryReport;
+  private readonly files: FileLayer;
+  private readonly blocks: Map<number, BlockRecord>;
+  private readonly marks: Uint16Array;
+  private readonly freeSlots: number[] = [];
+  private highSlot: number;
+  private readonly tenantHeld: number[];
+  private journal!: TierFile;
+  private journalSequence: number;
+  private journalSize = 0;
+  private checkpointBytes = 0;
+  /** Octets of the previous checkpoint and the journal after it, kept for a fallback. */
+  private retainedBytes = 0;
+  private previousCheckpoint: number;
+  private queue: Op[] = [];
+  /** Seals waiting for a slot that a drop in flight will free. */
+  private waiting: Op[] = [];
+  private dropsInFlight = 0;
+  private readonly tenantDropsInFlight: number[];
+  private readonly dropping = new Set<number>();
+  private committing = false;
+  private needsCheckpoint = false;
+  private closed = false;
+  private readonly counters = {
+    drops: 0, fsyncs: 0, groupCommits: 0, batchRecords: 0, batchLargest: 0, checksumFailures: 0, writeErrors: 0, readErrors: 0,
+    histogram: [0, 0, 0, 0, 0, 0],
+  };
+  private readonly maxBatch: number;
+  private readonly resumeGenerations: Uint16Array;
+
+  private constructor(private readonly options: TierOptions, private readonly data: TierFile, sizing: TierSizing,
+    state: Awaited<ReturnType<typeof recoverTier>>, seconds: number) {
+    this.files = options.files ?? nodeFiles;
+    this.sizing = sizing;
+    this.blocks = state.blocks;
+    this.marks = state.marks;
+    this.resumeGenerations = state.resume;
+    this.highSlot = state.highSlot;
+    this.journalSequence = state.nextSequence;
+    this.previousCheckpoint = state.usedCheckpoint;
+    this.recovery = { ...state.report, seconds };
+    this.maxBatch = options.maxBatch ?? 256;
+    this.tenantHeld = options.tenants.map(() => 0);
+    this.tenantDropsInFlight = options.tenants.map(() => 0);
+    const used = new Uint8Array(this.highSlot);
+    for (const block of this.blocks.values()) {
+      used[block.slot] = 1;
+      if (block.tenant >= 0) this.tenantHeld[block.tenant] = (this.tenantHeld[block.tenant] ?? 0) + 1;
+    }
+    // Lowest slots last, so they are taken first and the data file stays compact.
+    for (let slot = this.highSlot - 1; slot >= 0; slot--) if (used[slot] === 0) this.freeSlots.push(slot);
+  }
+
+  /** Opens (creating, or recovering) the tier in options.directory. Nothing is served before this resolves. */
+  static async open(options: TierOptions): Promise<DurableTier> {
+    const started = process.hrtime.bigint();
+    const files = options.files ?? nodeFiles;
+    const sizing = sizeTier(options.capacityBytes, options.blockSize, options.handleCount);
+    await files.makeDirectory(options.directory);
+    const data = await files.open(path.join(options.directory, 'blocks'), true);
+    const tenantOf = tenantLookup(options.tenants);
+    const state = await recoverTier({
+      files, directory: options.directory, data, blockSize: options.blockSize, slotSize: sizing.slotSize,
+      handleBase: options.handleBase, handleCount: options.handleCount, maxSlots: sizing.maxSlots, tenantOf,
+      durableQuota: (tenant) => options.tenants[tenant]?.durableQuota ?? Number.POSITIVE_INFINITY,
+    });
+    const tier = new DurableTier(options, data, sizing, state, 0);
+    // The restart's marks and the recovered index become the new checkpoint before anything is served.
+    await tier.writeCheckpoint();
+    // A smaller capacity than before: the data file shrinks to the cap (blocks past it were left out).
+    if ((await data.size()) > sizing.maxSlots * sizing.slotSize) {
+      await data.truncate(sizing.maxSlots * sizing.slotSize);
+      await data.datasync();
+    }
+    (tier.recovery as { seconds: number }).seconds = Number(process.hrtime.bigint() - started) / 1e9;
+    return tier;
+  }
+
+  /** Blocks on the tier, least recently used first. */
+  *entries(): IterableIterator<[number, { generation: number; dataLength: number }]> {
+    for (const [index, block] of this.blocks) yield [index, { generation: block.generation, dataLength: block.dataLength }];
+  }
+
+  holds(index: number): boolean {
+    return this.blocks.has(index);
+  }
+
+  /** The Generation a handle's entry starts at after open() when the tier does not hold it. */
+  resumeGeneration(index: number): number {
+    return this.resumeGenerations[index] ?? 1;
+  }
+
+  /** The highest Generation of the handle that may be shown before another durable record. */
+  generationMark(index: number): number {
+    return this.marks[index] ?? 1;
+  }
+
+  /** Marks the block most recently used. */
+  touch(index: number): void {
+    const block = this.blocks.get(index);
+    if (block === undefined) return;
+    this.blocks.delete(index);
+    this.blocks.set(index, block);
+  }
+
+  /** Makes the block's data and entry durable. `data` must not change until this settles. */
+  seal(index: number, generation: number, data: Uint8Array): Promise<void> {
+    return this.enqueue((done) => ({
+      kind: 'seal', index, generation, data, crc: crc32c(data), tenant: tenantLookup(this.options.tenants)(index), slot: -1, done,
+    }));
+  }
+
+  /** Makes the handle's unbinding durable (FREE of a sealed block, or a block found lost). */
+  unbind(index: number, generation: number, why: 'free' | 'lost' = 'free'): Promise<void> {
+    return this.enqueue((done) => ({ kind: 'unbind', index, generation, why, done }));
+  }
+
+  /** Durably raises the handle's Generation mark to `mark`. */
+  reserve(index: number, mark: number): Promise<void> {
+    return this.enqueue((done) => ({ kind: 'reserve', index, mark, done }));
+  }
+
+  /** Reads the block into `into` (at least its Data Length long) and checks its checksum. */
+  async read(index: number, into: Uint8Array): Promise<{ generation: number; dataLength: number }> {
+    const block = this.blocks.get(index);
+    if (block === undefined) throw new TierError('NOT_HELD', `handle index ${index} is not on the tier`);
+    const view = into.subarray(0, block.dataLength);
+    let got: number;
+    try {
+      got = await this.data.read(view, block.slot * this.sizing.slotSize);
+    } catch (error) {
+      this.counters.readErrors += 1;
+      throw new TierError(errorCode(error) === 'ENOSPC' ? 'ENOSPC' : 'EIO', `reading block of handle index ${index}: ${String(error)}`);
+    }
+    if (got !== block.dataLength || crc32c(view) !== block.crc) {
+      this.counters.checksumFailures += 1;
+      throw new TierError('CHECKSUM', `block of handle index ${index} fails its checksum; it is not served`);
+    }
+    return { generation: block.generation, dataLength: block.dataLength };
+  }
+
+  stats(): TierStats {
+    const c = this.counters;
+    return {
+      capacityBytes: this.options.capacityBytes,
+      bytesUsed: this.highSlot * this.sizing.slotSize + this.journalSize + this.checkpointBytes + this.retainedBytes,
+      blocksDurable: this.blocks.size, maxBlocks: this.sizing.maxSlots, drops: c.drops, fsyncs: c.fsyncs,
+      groupCommits: c.groupCommits, batchRecords: c.batchRecords, batchLargest: c.batchLargest,
+      batchHistogram: [...c.histogram], checksumFailures: c.checksumFailures + this.recovery.checksumFailures,
+      writeErrors: c.writeErrors, readErrors: c.readErrors, recovery: this.recovery,
+    };
+  }
+
+  /** Waits for queued requests, then closes the files. Later requests fail with CLOSED. */
+  async close(): Promise<void> {
+    this.closed = true;
+    while (this.committing || this.queue.length > 0 || this.waiting.length > 0) await new Promise((resolve) => setTimeout(resolve, 5));
+    await this.journal.close();
+    await this.data.close();
+  }
+
+  // --- group commit ----------------------------------------------------------------------------
+
+  private enqueue(make: (done: Settle) => Op): Promise<void> {
+    if (this.closed) return Promise.reject(new TierError('CLOSED', 'the durable tier is closed'));
+    return new Promise<void>((resolve, reject) => {
+      this.queue.push(make({ resolve, reject }));
+      if (!this.committing) void this.commitLoop();
+    });
+  }
+
+  private async commitLoop(): Promise<void> {
+    this.committing = true;
+    try {
+      while (this.queue.length > 0 || this.waiting.length > 0) {
+        const candidates = [...this.waiting, ...this.queue.splice(0, this.maxBatch)];
+        this.waiting = [];
+        if (this.needsCheckpoint || this.journalSize > this.sizing.journalLimit - 64 * (candidates.length + 1) - 64) {
+          try {
+            await this.writeCheckpoint();
+          } catch (error) {
+            this.counters.writeErrors += 1;
+            this.fail(candidates, error);
+            continue;
+          }
+        }
+        const batch = this.admit(candidates);
+        if (batch.length === 0) {
+          // Only seals waiting for drops of another group, which cannot come: let them fail.
+          if (this.dropsInFlight === 0) this.fail(this.waiting.splice(0), new Error('no block can be dropped'));
+          continue;
+        }
+        await this.commit(batch);
+      }
+    } finally {
+      this.committing = false;
+    }
+  }
+
+  /** Gives each seal a slot, or claims a drop and makes it wait; returns the group to write. */
+  private admit(candidates: Op[]): Op[] {
+    const batch: Op[] = [];
+    for (const op of candidates) {
+      if (op.kind !== 'seal') {
+        batch.push(op);
+        continue;
+      }
+      const tenant = this.options.tenants[op.tenant];
+      const replacing = this.blocks.get(op.index);
+      const sameTenant = replacing !== undefined ? 1 : 0;
+      if (tenant !== undefined && (this.tenantHeld[op.tenant] ?? 0) - sameTenant >= tenant.durableQuota) {
+        // Over the tenant's Durable Quota: its least recently used block on the tier alone goes.
+        if ((this.tenantDropsInFlight[op.tenant] ?? 0) > 0 || this.claimDrop(op.tenant, batch)) this.waiting.push(op);
+        else op.done.reject(new TierError('ENOSPC', `tenant's Durable Quota of ${tenant.durableQuota} blocks is full and none of its blocks can be dropped`));
+        continue;
+      }
+      const slot = this.freeSlots.pop() ?? (this.highSlot < this.sizing.maxSlots ? this.highSlot++ : -1);
+      if (slot < 0) {
+        if (this.dropsInFlight > this.waiting.length || this.claimDrop(undefined, batch)) this.waiting.push(op);
+        else op.done.reject(new TierError('ENOSPC', `the tier is full (${this.sizing.maxSlots} blocks) and no block can be dropped`));
+        continue;
+      }
+      op.slot = slot;
+      if (op.tenant >= 0) this.tenantHeld[op.tenant] = (this.tenantHeld[op.tenant] ?? 0) + 1;
+      batch.push(op);
+    }
+    return batch;
+  }
+
+  /** Claims the least recently used droppable block (of `tenant`, or of anyone) into `batch`. */
+  private claimDrop(tenant: number | undefined, batch: Op[]): boolean {
+    const gate = this.options.drops;
+    let budget = this.blocks.size;
+    for (const [index, block] of this.blocks) {
+      if (budget-- <= 0) break;
+      if ((tenant !== undefined && block.tenant !== tenant) || this.dropping.has(index)) continue;
+      const answer = gate === undefined ? 'claimed' : gate.claim(index);
+      if (answer === 'recent') {
+        this.touch(index);
+        continue;
+      }
+      if (answer === 'skip') continue;
+      this.dropping.add(index);
+      this.dropsInFlight += 1;
+      if (block.tenant >= 0) this.tenantDropsInFlight[block.tenant] = (this.tenantDropsInFlight[block.tenant] ?? 0) + 1;
+      // Dropped exactly as if freed: not VALID with the next Generation (kbtp-v1 section 12).
+      batch.push({ kind: 'drop', index, generation: block.generation === 0xffff ? 1 : block.generation + 1, tenant: block.tenant });
+      return true;
+    }
+    return false;
+  }
+
+  private recordOf(op: Op): JournalRecord {
+    switch (op.kind) {
+      case 'seal': return { k: 's', h: op.index, g: op.generation, l: op.data.length, s: op.slot, c: op.crc };
+      case 'unbind': return { k: 'u', h: op.index, g: op.generation, why: op.why };
+      case 'drop': return { k: 'u', h: op.index, g: op.generation, why: 'drop' };
+      case 'reserve': return { k: 'r', h: op.index, m: op.mark };
+    }
+  }
+
+  private async commit(batch: Op[]): Promise<void> {
+    const frames = [encodeFrame(JOURNAL_MAGIC, { k: 'b', q: this.counters.groupCommits }), ...batch.map((op) => encodeFrame(JOURNAL_MAGIC, this.recordOf(op)))];
+    const journalBytes = Buffer.concat(frames);
+    const seals = batch.filter((op): op is Extract<Op, { kind: 'seal' }> => op.kind === 'seal').sort((a, b) => a.slot - b.slot);
+    try {
+      const writes: Array<Promise<void>> = [this.journal.write(journalBytes, this.journalSize)];
+      // Seals in consecutive slots go out in one vectored write (a full block fills its slot exactly).
+      for (let i = 0; i < seals.length;) {
+        const first = seals[i];
+        if (first === undefined) break;
+        const run: Uint8Array[] = [first.data];
+        let j = i + 1;
+        let previous = first;
+        while (j < seals.length && run.length < 64) {
+          const next = seals[j];
+          if (next === undefined || next.slot !== previous.slot + 1 || previous.data.length !== this.sizing.slotSize) break;
+          run.push(next.data);
+          previous = next;
+          j += 1;
+        }
+        if (run.some((part) => part.length > 0)) writes.push(run.length === 1 ? this.data.write(first.data, first.slot * this.sizing.slotSize) : this.data.writev(run, first.slot * this.sizing.slotSize));
+        i = j;
+      }
+      await Promise.all(writes);
+      const syncs = [this.journal.datasync()];
+      if (seals.length > 0) syncs.push(this.data.datasync());
+      await Promise.all(syncs);
+      this.counters.fsyncs += syncs.length;
+    } catch (error) {
+      this.counters.writeErrors += 1;
+      // What reached the journal of this group is unknown: the next group starts from a new
+      // checkpoint and journal, so none of it can come back at a restart.
+      this.needsCheckpoint = true;
+      this.fail(batch, error);
+      return;
+    }
+    this.journalSize += journalBytes.length;
+    const c = this.counters;
+    c.groupCommits += 1;
+    c.batchRecords += batch.length;
+    c.batchLargest = Math.max(c.batchLargest, batch.length);
+    let bucket = 0;
+    while (bucket + 1 < HISTOGRAM_EDGES.length && batch.length >= (HISTOGRAM_EDGES[bucket + 1] ?? Infinity)) bucket += 1;
+    c.histogram[bucket] = (c.histogram[bucket] ?? 0) + 1;
+    for (const op of batch) this.applyDurable(op);
+  }
+
+  /** The group is durable: the index follows, and the requests are answered. */
+  private applyDurable(op: Op): void {
+    const mark = this.marks[op.index] ?? 1;
+    if (op.kind === 'reserve') {
+      this.marks[op.index] = generationLater(mark, op.mark);
+      op.done.resolve();
+      return;
+    }
+    this.marks[op.index] = generationLater(mark, op.generation);
+    this.release(op.index);
+    if (op.kind === 'seal') {
+      this.blocks.set(op.index, { generation: op.generation, dataLength: op.data.length, slot: op.slot, crc: op.crc, tenant: op.tenant });
+      op.done.resolve();
+    } else if (op.kind === 'drop') {
+      this.counters.drops += 1;
+      this.endDrop(op, op.generation);
+    } else {
+      op.done.resolve();
+    }
+  }
+
+  /** Forgets the handle's block on the tier; its slot is free for the next group. */
+  private release(index: number): void {
+    const old = this.blocks.get(index);
+    if (old === undefined) return;
+    this.blocks.delete(index);
+    this.freeSlots.push(old.slot);
+    if (old.tenant >= 0) this.tenantHeld[old.tenant] = (this.tenantHeld[old.tenant] ?? 0) - 1;
+  }
+
+  private endDrop(op: Extract<Op, { kind: 'drop' }>, generation: number | undefined): void {
+    this.dropping.delete(op.index);
+    this.dropsInFlight -= 1;
+    if (op.tenant >= 0) this.tenantDropsInFlight[op.tenant] = (this.tenantDropsInFlight[op.tenant] ?? 0) - 1;
+    this.options.drops?.settle(op.index, generation);
+  }
+
+  private fail(ops: Op[], error: unknown): void {
+    const code = errorCode(error) === 'ENOSPC' ? 'ENOSPC' : 'EIO';
+    const reason = error instanceof Error ? error.message : String(error);
+    for (const op of ops) {
+      if (op.kind === 'drop') {
+        this.endDrop(op, undefined);
+        continue;
+      }
+      if (op.kind === 'seal' && op.slot >= 0) {
+        this.freeSlots.push(op.slot);
+        if (op.tenant >= 0) this.tenantHeld[op.tenant] = (this.tenantHeld[op.tenant] ?? 0) - 1;
+        op.slot = -1;
+      }
+      op.done.reject(new TierError(code, `durable tier: ${reason}`));
+    }
+  }
+
+  // --- checkpoints -----------------------------------------------------------------------------
+
+  /**
+   * Writes the index as it is durable now and starts a new journal: the new journal exists (and
+   * its directory entry is durable) before the checkpoint that names it is renamed into place.
+   */
+  private async writeCheckpoint(): Promise<void> {
+    const { directory } = this.options;
+    const sequence = this.journalSequence + (this.journal === undefined ? 0 : 1);
+    const count = this.blocks.size;
+    const columns = {
+      index: new Uint32Array(count), generation: new Uint16Array(count), dataLength: new Uint32Array(count),
+      slot: new Uint32Array(count), crc: new Uint32Array(count),
+    };
+    let i = 0;
+    for (const [index, block] of this.blocks) {
+      columns.index[i] = index;
+      columns.generation[i] = block.generation;
+      columns.dataLength[i] = block.dataLength;
+      columns.slot[i] = block.slot;
+      columns.crc[i] = block.crc;
+      i += 1;
+    }
+    const checkpoint: Checkpoint = {
+      blockSize: this.options.blockSize, slotSize: this.sizing.slotSize, handleBase: this.options.handleBase,
+      handleCount: this.options.handleCount, journal: sequence, highSlot: this.highSlot, marks: this.marks, blocks: columns,
+    };
+    const bytes = encodeCheckpoint(checkpoint);
+    const journal = await this.files.open(path.join(directory, sequenceName('journal', sequence)), true);
+    try {
+      await journal.truncate(0);
+      const temporary = path.join(directory, `${sequenceName('checkpoint', sequence)}.tmp`);
+      const file = await this.files.open(temporary, true);
+      try {
+        await file.truncate(0);
+        await file.write(bytes, 0);
+        await file.datasync();
+      } finally {
+        await file.close();
+      }
+      await this.files.rename(temporary, path.join(directory, sequenceName('checkpoint', sequence)));
+      await this.files.syncDirectory(directory);
+      this.counters.fsyncs += 2;
+    } catch (error) {
+      await journal.close().catch(() => undefined);
+      throw error;
+    }
+    const oldJournal = this.journal as TierFile | undefined;
+    this.retainedBytes = oldJournal === undefined ? 0 : this.checkpointBytes + this.journalSize;
+    this.journal = journal;
+    this.journalSequence = sequence;
+    this.journalSize = 0;
+    this.checkpointBytes = bytes.length;
+    this.needsCheckpoint = false;
+    await oldJournal?.close().catch(() => undefined);
+    // Keep the checkpoint before this one and the journals after it: a checkpoint that fails its
+    // checksum at the next start falls back to them. Everything older goes.
+    const keepFrom = this.previousCheckpoint >= 0 ? this.previousCheckpoint : sequence;
+    this.previousCheckpoint = sequence;
+    for (const name of await this.files.list(directory)) {
+      const checkpointMatch = CHECKPOINT_PATTERN.exec(name);
+      const journalMatch = JOURNAL_PATTERN.exec(name);
+      const number = Number(checkpointMatch?.[1] ?? journalMatch?.[1] ?? NaN);
+      if ((Number.isFinite(number) && number < keepFrom) || name.endsWith('.tmp')) {
+        await this.files.remove(path.join(directory, name)).catch(() => undefined);
+      }
+    }
+  }
+}
+
+/** Handle index -> tenant index (-1 for none), by binary search over the sorted store ranges. */
+function tenantLookup(tenants: readonly TierTenant[]): (index: number) => number {
+  const sorted = tenants.map((tenant, position) => ({ ...tenant, position })).filter((t) => t.count > 0).sort((a, b) => a.first - b.first);
+  return (index) => {
+    let low = 0;
+    let high = sorted.length - 1;
+    while (low <= high) {
+      const middle = (low + high) >> 1;
+      const tenant = sorted[middle];
+      if (tenant === undefined) break;
+      if (index < tenant.first) high = middle - 1;
+      else if (index >= tenant.first + tenant.count) low = middle + 1;
+      else return tenant.position;
+    }
+    return -1;
+  };
+}

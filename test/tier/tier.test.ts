@@ -1,0 +1,297 @@
+// The durable tier on its own: group commit, recovery, power loss, corruption, faults, capacity.
+import { test } from 'uvu';
+import * as assert from 'uvu/assert';
+import { crc32c } from '@node-rs/crc32';
+import { DurableTier, TierError, type TierOptions, type DropGate } from '../../host/tier/tier.ts';
+import { generationDistance, generationPlus, GENERATION_RESERVE_BATCH } from '../../host/tier/generations.ts';
+import { Random } from '../../host/util/random.ts';
+import { MemoryFiles } from './memory-files.ts';
+
+const DIR = '/tier';
+const BLOCK = 4096;
+
+function options(files: MemoryFiles, extra: Partial<TierOptions> = {}): TierOptions {
+  return {
+    directory: DIR, capacityBytes: 8 << 20, blockSize: BLOCK, handleBase: 0n, handleCount: 256,
+    tenants: [{ first: 0, count: 128, durableQuota: 1000 }, { first: 128, count: 128, durableQuota: 1000 }],
+    files, ...extra,
+  };
+}
+
+async function rejectsWith(work: Promise<unknown>, code: string): Promise<void> {
+  try {
+    await work;
+  } catch (error) {
+    assert.instance(error, TierError);
+    assert.is((error as TierError).code, code);
+    return;
+  }
+  assert.unreachable(`expected a TierError ${code}`);
+}
+
+function blockData(index: number, generation: number, length = BLOCK): Uint8Array {
+  const data = new Uint8Array(length);
+  for (let i = 0; i < length; i++) data[i] = (index * 31 + generation * 7 + i) & 0xff;
+  return data;
+}
+
+async function readBack(tier: DurableTier, index: number): Promise<{ generation: number; data: Uint8Array }> {
+  const into = new Uint8Array(BLOCK);
+  const { generation, dataLength } = await tier.read(index, into);
+  return { generation, data: into.subarray(0, dataLength) };
+}
+
+test('concurrent seals share fdatasyncs and come back after a restart', async () => {
+  const files = new MemoryFiles();
+  const tier = await DurableTier.open(options(files));
+  assert.ok(tier.recovery.fresh);
+  const before = files.calls.datasync;
+  await Promise.all(Array.from({ length: 64 }, (_, i) => tier.seal(i, 2, blockData(i, 2, i === 5 ? 100 : BLOCK))));
+  const syncs = files.calls.datasync - before;
+  assert.ok(syncs <= 8, `64 concurrent seals took ${syncs} fdatasyncs`);
+  const stats = tier.stats();
+  assert.is(stats.blocksDurable, 64);
+  assert.ok(stats.batchLargest > 1);
+  assert.is((await readBack(tier, 5)).data.length, 100);
+  await tier.close();
+
+  const again = await DurableTier.open(options(files.afterCrash()));
+  assert.is(again.recovery.blocksRecovered, 64);
+  for (let i = 0; i < 64; i++) {
+    const { generation, data } = await readBack(again, i);
+    assert.is(generation, 2);
+    assert.equal(data, blockData(i, 2, i === 5 ? 100 : BLOCK));
+  }
+  // A handle the tier does not hold resumes above anything that could have been shown.
+  assert.is(again.resumeGeneration(200), generationPlus(generationPlus(1, GENERATION_RESERVE_BATCH), 1));
+  await again.close();
+});
+
+test('a durable free never comes back, and the freed handle resumes above its last Generation', async () => {
+  const files = new MemoryFiles();
+  const tier = await DurableTier.open(options(files));
+  await tier.seal(7, 5, blockData(7, 5));
+  await tier.unbind(7, 6);
+  assert.not.ok(tier.holds(7));
+  await tier.close();
+  const again = await DurableTier.open(options(files.afterCrash()));
+  assert.not.ok(again.holds(7));
+  const resume = again.resumeGeneration(7);
+  assert.ok(generationDistance(6, resume) >= 1 && generationDistance(6, resume) < 0x8000, `resumes at ${resume}`);
+  await again.close();
+});
+
+test('reserved Generation marks survive and a restart resumes above them', async () => {
+  const files = new MemoryFiles();
+  const tier = await DurableTier.open(options(files));
+  await tier.reserve(9, 3000);
+  assert.is(tier.generationMark(9), 3000);
+  await tier.close();
+  const again = await DurableTier.open(options(files.afterCrash()));
+  assert.is(again.resumeGeneration(9), 3001);
+  assert.is(again.generationMark(9), generationPlus(3000, GENERATION_RESERVE_BATCH));
+  await again.close();
+});
+
+test('power loss: every acknowledged seal and free survives, nothing goes backwards (40 rounds)', async () => {
+  for (let round = 0; round < 40; round++) {
+    const random = new Random(1000 + round);
+    let files = new MemoryFiles();
+    // What was acknowledged per handle, and the highest Generation shown for it.
+    const acked = new Map<number, { generation: number; sealed: boolean }>();
+    const shown = new Map<number, number>();
+    const uncertain = new Map<number, { generation: number; sealed: boolean }>();
+    let generationOf = (index: number): number => shown.get(index) ?? 1;
+    for (let life = 0; life < 3; life++) {
+      const tier = await DurableTier.open(options(files, { capacityBytes: 4 << 20, maxBatch: 1 + random.below(16) }));
+      // A request in flight when the power went may or may not have become durable; either is right.
+      for (const [index, outcome] of uncertain) {
+        const before = acked.get(index);
+        const landed = outcome.sealed ? tier.holds(index) && (await readBack(tier, index)).generation === outcome.generation : !tier.holds(index);
+        if (landed) {
+          acked.set(index, outcome);
+          shown.set(index, outcome.generation);
+        } else if (before === undefined) {
+          acked.delete(index);
+        }
+      }
+      uncertain.clear();
+      for (const [index, state] of acked) {
+        if (state.sealed) {
+          assert.ok(tier.holds(index), `round ${round}: acknowledged seal of ${index} lost`);
+          const { generation, data } = await readBack(tier, index);
+          assert.is(generation, state.generation);
+          assert.equal(data, blockData(index, state.generation));
+        } else {
+          assert.not.ok(tier.holds(index), `round ${round}: freed ${index} came back`);
+        }
+      }
+      for (let index = 0; index < 64; index++) {
+        const resume = tier.holds(index) ? (acked.get(index)?.generation ?? -1) : tier.resumeGeneration(index);
+        const last = shown.get(index);
+        if (last !== undefined && !tier.holds(index)) {
+          const ahead = generationDistance(last, resume);
+          assert.ok(ahead >= 1 && ahead < 0x8000, `round ${round}: handle ${index} resumes at ${resume}, shown ${last}`);
+        }
+        shown.set(index, resume);
+      }
+      generationOf = (index) => shown.get(index) ?? 1;
+      // A burst of concurrent requests, one per handle at a time, as the target's locks make them.
+      const inFlight: Array<Promise<void>> = [];
+      const busy = new Set<number>();
+      // Acknowledgements that arrive after the power went were never seen by anyone.
+      let powerOn = true;
+      const operations = 20 + random.below(60);
+      for (let n = 0; n < operations; n++) {
+        const index = random.below(64);
+        if (busy.has(index)) continue;
+        busy.add(index);
+        const generation = generationPlus(generationOf(index), 1);
+        const held = tier.holds(index);
+        const reserving = !held && random.below(4) === 0;
+        if (!reserving) uncertain.set(index, { generation, sealed: !held });
+        const work = held
+          ? tier.unbind(index, generation).then(() => { if (powerOn) acked.set(index, { generation, sealed: false }); })
+          : reserving
+            ? tier.reserve(index, generationPlus(generation, 10)).then(() => undefined)
+            : tier.seal(index, generation, blockData(index, generation)).then(() => { if (powerOn) acked.set(index, { generation, sealed: true }); });
+        // The new Generation is shown only once the request is acknowledged.
+        inFlight.push(work.then(() => {
+          if (!powerOn) return;
+          shown.set(index, generation);
+          uncertain.delete(index);
+        }, () => undefined).finally(() => busy.delete(index)));
+      }
+      // The power goes at a random moment: after some of the requests were acknowledged.
+      const cut = random.below(inFlight.length + 1);
+      await Promise.all(inFlight.slice(0, cut));
+      files = files.afterPowerLoss(random);
+      powerOn = false;
+      await Promise.allSettled(inFlight);
+      await tier.close();
+    }
+  }
+});
+
+test('a torn journal tail is cut off and reported; recovery starts', async () => {
+  const files = new MemoryFiles();
+  const tier = await DurableTier.open(options(files));
+  await tier.seal(1, 2, blockData(1, 2));
+  await tier.close();
+  const journal = (await files.list(DIR)).find((name) => name.startsWith('journal-')) ?? '';
+  const handle = await files.open(`${DIR}/${journal}`, false);
+  await handle.write(new Uint8Array([0x4b, 0x42, 0x4a, 0x31, 200, 0, 0, 0, 1, 2, 3]), await handle.size());
+  const again = await DurableTier.open(options(files.afterCrash()));
+  assert.ok(again.recovery.tornBytes > 0);
+  assert.ok(again.holds(1));
+  await again.close();
+});
+
+test('bit flips: a corrupt block is never served and is counted; a corrupt checkpoint falls back', async () => {
+  const files = new MemoryFiles();
+  const tier = await DurableTier.open(options(files));
+  await Promise.all([tier.seal(1, 2, blockData(1, 2)), tier.seal(2, 2, blockData(2, 2))]);
+  // Rotate twice so a previous checkpoint exists to fall back on.
+  await (tier as unknown as { writeCheckpoint(): Promise<void> }).writeCheckpoint();
+  await tier.seal(3, 2, blockData(3, 2));
+  const data = files.contentOf(`${DIR}/blocks`);
+  data[10] = (data[10] ?? 0) ^ 0x04; // first block's slot
+  await rejectsWith(readBack(tier, 1), 'CHECKSUM');
+  assert.is(tier.stats().checksumFailures, 1);
+  assert.equal((await readBack(tier, 2)).data, blockData(2, 2));
+  await tier.close();
+
+  const crashed = files.afterCrash();
+  const names = await crashed.list(DIR);
+  const newest = names.filter((name) => name.startsWith('checkpoint-')).sort().at(-1) ?? '';
+  const checkpoint = crashed.contentOf(`${DIR}/${newest}`);
+  checkpoint[checkpoint.length - 3] = (checkpoint[checkpoint.length - 3] ?? 0) ^ 0x80;
+  const again = await DurableTier.open(options(crashed));
+  assert.ok(again.recovery.checksumFailures >= 1, 'the bad checkpoint is counted');
+  assert.ok(again.holds(2) && again.holds(3), 'the previous checkpoint and its journals recover everything');
+  await rejectsWith(readBack(again, 1), 'CHECKSUM');
+  await again.close();
+});
+
+test('a flipped bit in a journal record in the middle is counted and skipped; later records still count', async () => {
+  const files = new MemoryFiles();
+  const tier = await DurableTier.open(options(files));
+  await tier.seal(1, 2, blockData(1, 2));
+  await tier.seal(2, 2, blockData(2, 2));
+  await tier.seal(3, 2, blockData(3, 2));
+  await tier.close();
+  const crashed = files.afterCrash();
+  const journal = (await crashed.list(DIR)).filter((name) => name.startsWith('journal-')).sort().at(-1) ?? '';
+  const bytes = crashed.contentOf(`${DIR}/${journal}`);
+  bytes[30] = (bytes[30] ?? 0) ^ 0x01; // inside the first group's records
+  const again = await DurableTier.open(options(crashed));
+  assert.ok(again.recovery.checksumFailures >= 1);
+  assert.ok(again.holds(3));
+  await again.close();
+});
+
+test('ENOSPC and EIO fail the request, change nothing, and the tier goes on', async () => {
+  const files = new MemoryFiles();
+  const tier = await DurableTier.open(options(files));
+  await tier.seal(1, 2, blockData(1, 2));
+  files.faults.push({ op: 'write', match: /blocks$/, code: 'ENOSPC', times: 1 });
+  await rejectsWith(tier.seal(2, 2, blockData(2, 2)), 'ENOSPC');
+  files.faults.push({ op: 'datasync', match: /journal/, code: 'EIO', times: 1 });
+  await rejectsWith(tier.unbind(1, 3), 'EIO');
+  assert.ok(tier.holds(1), 'a failed free changes nothing');
+  assert.not.ok(tier.holds(2));
+  files.faults.push({ op: 'read', code: 'EIO', times: 1 });
+  await rejectsWith(readBack(tier, 1), 'EIO');
+  await tier.seal(2, 2, blockData(2, 2));
+  assert.equal((await readBack(tier, 1)).data, blockData(1, 2));
+  assert.ok(tier.stats().writeErrors >= 2);
+  await tier.close();
+  const again = await DurableTier.open(options(files.afterCrash()));
+  assert.ok(again.holds(1) && again.holds(2));
+  await again.close();
+});
+
+test('capacity: the tier stays within its cap and drops least recently used blocks first', async () => {
+  const files = new MemoryFiles();
+  const capacity = 2 << 20;
+  const settled: Array<[number, number | undefined]> = [];
+  const gate: DropGate = { claim: () => 'claimed', settle: (index, generation) => { settled.push([index, generation]); } };
+  const tier = await DurableTier.open(options(files, { capacityBytes: capacity, drops: gate }));
+  const max = tier.sizing.maxSlots;
+  for (let i = 0; i < max; i++) await tier.seal(i, 2, blockData(i, 2));
+  tier.touch(0); // 0 is now the most recently used
+  for (let i = max; i < max + 10; i++) await tier.seal(i, 2, blockData(i, 2));
+  assert.is(tier.stats().blocksDurable, max);
+  assert.ok(tier.holds(0), 'the touched block stays');
+  for (let i = 1; i <= 10; i++) assert.not.ok(tier.holds(i), `block ${i} (least recently used) was dropped`);
+  assert.equal(settled.map(([index]) => index), [1, 2, 3, 4, 5, 6, 7, 8, 9, 10]);
+  assert.ok(settled.every(([, generation]) => generation === 3), 'dropped with the next Generation');
+  assert.ok(files.bytesIn(DIR) <= capacity, `${files.bytesIn(DIR)} octets on disk over the ${capacity} cap`);
+  await tier.close();
+});
+
+test('Durable Quota: a tenant past it loses its own least recently used blocks; NO room at all is ENOSPC', async () => {
+  const files = new MemoryFiles();
+  const gate: DropGate = { claim: (index) => (index === 130 ? 'skip' : 'claimed'), settle: () => undefined };
+  const tier = await DurableTier.open(options(files, {
+    drops: gate, tenants: [{ first: 0, count: 128, durableQuota: 3 }, { first: 128, count: 128, durableQuota: 1 }],
+  }));
+  for (const i of [0, 1, 2, 3, 4]) await tier.seal(i, 2, blockData(i, 2));
+  assert.equal([0, 1, 2, 3, 4].map((i) => tier.holds(i)), [false, false, true, true, true]);
+  await tier.seal(130, 2, blockData(130, 2));
+  await rejectsWith(tier.seal(131, 2, blockData(131, 2)), 'ENOSPC');
+  assert.ok(tier.holds(130));
+  await tier.close();
+});
+
+test('the data file is written where the checksum says', async () => {
+  const files = new MemoryFiles();
+  const tier = await DurableTier.open(options(files));
+  const data = blockData(3, 4, 1000);
+  await tier.seal(3, 4, data);
+  const slotBytes = files.contentOf(`${DIR}/blocks`).subarray(0, 1000);
+  assert.is(crc32c(slotBytes), crc32c(data));
+  await tier.close();
+});
+
+test.run();
