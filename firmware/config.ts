@@ -5,76 +5,63 @@ import type { EngineConfig, TenantConfig } from '../host/engine/config.ts';
 import { DEFAULT_PORT, parseHostPort, type HostPort } from '../host/kbtp/address.ts';
 
 export { DEFAULT_PORT };
+import { ConfigError, ObjectReader, isJsonObject, type Json } from './config-reader.ts';
 
 export interface TenantSettings {
   name: string;
   /** Shared secret the HELLO credential must equal; null for an open tenant (loopback only). */
   secret: string | null;
+  /** Said explicitly in the file ("open": true): anyone may use the tenant without a secret. */
+  open: boolean;
   quota: number;
+  /** Sessions of this tenant the node holds at once (all workers together). */
+  maxSessions: number;
   storeRange: { first: bigint; count: bigint };
   loadScope: { first: bigint; count: bigint };
   trust: { directLoad: boolean; directAlloc: boolean };
   trustDomain: string;
 }
 
+/** How long each stage of a connection may take; past it the connection is closed and counted. */
+export interface TimeoutSettings {
+  /** TCP connected, MPA Request not complete. */
+  mpaRequestMs: number;
+  /** MPA Reply sent, the initiator's ready-to-receive (RTR) message not arrived. */
+  rtrMs: number;
+  /** Stream established, no HELLO yet. */
+  helloMs: number;
+  /** A session with nothing outstanding and no message (0: never). */
+  idleSessionMs: number;
+  /** An RDMA Read Request of the target (STORE data) the initiator does not answer. */
+  rdmaReadMs: number;
+}
+
 export interface TargetSettings {
   listen: { host: string; port: number };
   workers: number;
   pool: { blockSize: number; blockCount: number; handleBase: bigint; handleCount: number; maxInline: number; ringOrder: number | undefined };
-  session: { credits: number; ticketTimeoutMs: number; maxSessionsPerWorker: number };
+  session: { credits: number; ticketTimeoutMs: number; maxSessions: number; maxSessionsPerWorker: number };
+  timeouts: TimeoutSettings;
   tenants: TenantSettings[];
   sramModel: string | undefined;
 }
 
-export class ConfigError extends Error {
-  constructor(readonly field: string, problem: string, fix: string) {
-    super(`${field}: ${problem}; ${fix}`);
-    this.name = 'ConfigError';
-  }
-}
+export { ConfigError } from './config-reader.ts';
 
 const DEFAULT_BLOCK_SIZE = 64 * 1024;
 const DEFAULT_BLOCK_COUNT = 4096; // 256 MiB
+const DEFAULT_MAX_SESSIONS = 64;
+const DEFAULT_TIMEOUTS: TimeoutSettings = { mpaRequestMs: 10_000, rtrMs: 10_000, helloMs: 10_000, idleSessionMs: 600_000, rdmaReadMs: 30_000 };
+const MAX_TIMEOUT_MS = 2 ** 31 - 1; // setTimeout's limit
 
-type Json = null | boolean | number | string | Json[] | { [key: string]: Json };
-type JsonObject = { [key: string]: Json };
-
-function isObject(value: Json | undefined): value is JsonObject {
-  return typeof value === 'object' && value !== null && !Array.isArray(value);
-}
-
-function objectAt(parent: JsonObject, key: string, field: string): JsonObject {
-  const value = parent[key];
-  if (value === undefined) return {};
-  if (!isObject(value)) throw new ConfigError(field, `must be an object, got ${JSON.stringify(value)}`, 'write it as { ... }');
-  return value;
-}
-
-function integerAt(parent: JsonObject, key: string, field: string, fallback: number, min: number, max: number): number {
-  const value = parent[key];
-  if (value === undefined) return fallback;
-  if (typeof value !== 'number' || !Number.isSafeInteger(value) || value < min || value > max) {
-    throw new ConfigError(field, `must be an integer from ${min} to ${max}, got ${JSON.stringify(value)}`, `e.g. ${fallback}`);
-  }
-  return value;
-}
-
-function booleanAt(parent: JsonObject, key: string, field: string): boolean {
-  const value = parent[key];
-  if (value === undefined) return false;
-  if (typeof value !== 'boolean') throw new ConfigError(field, `must be true or false, got ${JSON.stringify(value)}`, 'use a JSON boolean');
-  return value;
-}
-
-/** A handle: a JSON number (safe integer) or a decimal string, for handles beyond 2^53. */
-function handleAt(parent: JsonObject, key: string, field: string, fallback: bigint): bigint {
-  const value = parent[key];
-  if (value === undefined) return fallback;
-  if (typeof value === 'number' && Number.isSafeInteger(value) && value >= 0) return BigInt(value);
-  if (typeof value === 'string' && /^[0-9]+$/.test(value) && BigInt(value) < 2n ** 64n) return BigInt(value);
-  throw new ConfigError(field, `must be a non-negative integer below 2^64, got ${JSON.stringify(value)}`,
-    'write it as a number, or as a decimal string above 2^53');
-}
+// The keys each object of the file may hold; a key read below must be listed here.
+const TOP_KEYS = ['listen', 'workers', 'pool', 'session', 'timeouts', 'tenants', 'sramModel'] as const;
+const POOL_KEYS = ['blockSize', 'blockCount', 'handleBase', 'handleCount', 'maxInline', 'ringOrder'] as const;
+const SESSION_KEYS = ['credits', 'ticketTimeoutMs', 'maxSessions', 'maxSessionsPerWorker'] as const;
+const TIMEOUT_KEYS = ['mpaRequestMs', 'rtrMs', 'helloMs', 'idleSessionMs', 'rdmaReadMs'] as const;
+const TENANT_KEYS = ['name', 'secret', 'open', 'quota', 'maxSessions', 'storeRange', 'loadScope', 'trust', 'trustDomain'] as const;
+const RANGE_KEYS = ['first', 'count'] as const;
+const TRUST_KEYS = ['directLoad', 'directAlloc'] as const;
 
 export function parseListen(value: string, field = 'listen'): HostPort {
   const address = parseHostPort(value, { allowPortZero: true });
@@ -84,82 +71,139 @@ export function parseListen(value: string, field = 'listen'): HostPort {
   return address;
 }
 
-function isLoopback(host: string): boolean {
+export function isLoopback(host: string): boolean {
   return host === 'localhost' || host === '::1' || /^127\./.test(host);
 }
 
-function rangeAt(parent: JsonObject, key: string, field: string, fallback: { first: bigint; count: bigint }) {
-  if (parent[key] === undefined) return fallback;
-  const range = objectAt(parent, key, field);
-  return { first: handleAt(range, 'first', `${field}.first`, fallback.first), count: handleAt(range, 'count', `${field}.count`, fallback.count) };
+function rangeAt(parent: ObjectReader<string>, key: string, fallback: { first: bigint; count: bigint } | undefined, why: string) {
+  if (!parent.has(key)) {
+    if (fallback !== undefined) return fallback;
+    throw new ConfigError(parent.field(key), 'is required', why);
+  }
+  const range = parent.object(key, RANGE_KEYS);
+  const count = range.handle('count', fallback?.count ?? -1n);
+  if (count < 0n) throw new ConfigError(range.field('count'), 'is required', 'give the number of handles');
+  return { first: range.handle('first', fallback?.first ?? 0n), count };
+}
+
+function timeoutsAt(top: ObjectReader<(typeof TOP_KEYS)[number]>): TimeoutSettings {
+  const input = top.object('timeouts', TIMEOUT_KEYS);
+  const stage = (key: (typeof TIMEOUT_KEYS)[number], min: number) => input.integer(key, { min, max: MAX_TIMEOUT_MS, fallback: DEFAULT_TIMEOUTS[key] });
+  return {
+    mpaRequestMs: stage('mpaRequestMs', 1),
+    rtrMs: stage('rtrMs', 1),
+    helloMs: stage('helloMs', 1),
+    idleSessionMs: stage('idleSessionMs', 0),
+    rdmaReadMs: stage('rdmaReadMs', 1),
+  };
+}
+
+function tenantAt(value: Json, index: number, context: { listen: { host: string }; blockCount: number; single: boolean;
+  allHandles: { first: bigint; count: bigint }; maxSessions: number }): TenantSettings {
+  const tenant = ObjectReader.of(`tenants[${index}]`, value, TENANT_KEYS);
+  const name = tenant.string('name', 64, 'HELLO carries the tenant name in at most 64 octets');
+  if (name === undefined) throw new ConfigError(tenant.field('name'), 'is required', 'name the tenant (HELLO carries it in at most 64 octets)');
+  const secretValue = tenant.raw('secret');
+  const open = tenant.boolean('open', false);
+  let secret: string | null = null;
+  if (secretValue !== undefined && secretValue !== null) {
+    if (typeof secretValue !== 'string' || secretValue === '' || Buffer.byteLength(secretValue) > 64) {
+      throw new ConfigError(tenant.field('secret'), 'must be a string of 1 to 64 octets', 'HELLO carries the credential in at most 64 octets');
+    }
+    secret = secretValue;
+  }
+  if (secret !== null && open) {
+    throw new ConfigError(tenant.field('open'), `tenant '${name}' has a secret and "open": true`, 'drop one of them: an open tenant has no secret');
+  }
+  if (secret === null && !open) {
+    throw new ConfigError(tenant.field('secret'), `tenant '${name}' has no secret`,
+      'give it a "secret", or say "open": true for a tenant anyone may use without one (loopback only)');
+  }
+  if (open && !isLoopback(context.listen.host)) {
+    throw new ConfigError(tenant.field('open'), `tenant '${name}' is open but the target listens on ${context.listen.host}`,
+      'give the tenant a secret, or listen on loopback only');
+  }
+  const trust = tenant.object('trust', TRUST_KEYS);
+  const trustDomain = tenant.string('trustDomain', 64, 'name the trust domain') ?? name;
+  const rangeWhy = 'give the handles the tenant may store, e.g. { "first": 0, "count": 1024 } (ranges of tenants never overlap)';
+  return {
+    name, secret, open,
+    quota: tenant.integer('quota', { min: 0, max: context.blockCount, ...(context.single ? { fallback: context.blockCount } : {}),
+      why: `give the tenant's allocation quota in blocks (quotas on the shared ring add up to at most pool.blockCount, ${context.blockCount}); 0 makes a tenant that cannot allocate` }),
+    maxSessions: tenant.integer('maxSessions', { min: 1, max: context.maxSessions, fallback: context.maxSessions }),
+    storeRange: rangeAt(tenant, 'storeRange', context.single ? context.allHandles : undefined, rangeWhy),
+    loadScope: rangeAt(tenant, 'loadScope', context.allHandles, 'give the handles the tenant may load'),
+    trust: { directLoad: trust.boolean('directLoad', false), directAlloc: trust.boolean('directAlloc', false) },
+    trustDomain,
+  };
 }
 
 /** Validates a parsed configuration object and fills in defaults. */
 export function resolveTargetSettings(input: Json): TargetSettings {
-  if (!isObject(input)) throw new ConfigError('(top level)', 'must be a JSON object', 'start the file with {');
-  const known = new Set(['listen', 'workers', 'pool', 'session', 'tenants', 'sramModel']);
-  for (const key of Object.keys(input)) {
-    if (!known.has(key)) throw new ConfigError(key, 'is not a setting', `use one of ${[...known].join(', ')}`);
-  }
-  const listenValue = input.listen ?? `127.0.0.1:${DEFAULT_PORT}`;
+  if (!isJsonObject(input)) throw new ConfigError('(top level)', 'must be a JSON object', 'start the file with {');
+  const top = ObjectReader.of('', input, TOP_KEYS);
+  const listenValue = top.raw('listen') ?? `127.0.0.1:${DEFAULT_PORT}`;
   if (typeof listenValue !== 'string') throw new ConfigError('listen', 'must be a string', `e.g. "127.0.0.1:${DEFAULT_PORT}"`);
   const listen = parseListen(listenValue);
-  const workers = integerAt(input, 'workers', 'workers', 2, 1, 64);
-  const poolIn = objectAt(input, 'pool', 'pool');
-  const blockSize = integerAt(poolIn, 'blockSize', 'pool.blockSize', DEFAULT_BLOCK_SIZE, 8, 2 ** 30);
-  const blockCount = integerAt(poolIn, 'blockCount', 'pool.blockCount', DEFAULT_BLOCK_COUNT, 1, 2 ** 27);
-  const handleBase = handleAt(poolIn, 'handleBase', 'pool.handleBase', 0n);
-  const handleCount = integerAt(poolIn, 'handleCount', 'pool.handleCount', blockCount * 4, 1, 2 ** 26);
-  const maxInline = integerAt(poolIn, 'maxInline', 'pool.maxInline', Math.min(8192, blockSize), 0, blockSize);
-  const ringOrder = poolIn.ringOrder === undefined ? undefined : integerAt(poolIn, 'ringOrder', 'pool.ringOrder', 1, 1, 27);
-  const sessionIn = objectAt(input, 'session', 'session');
+  const workers = top.integer('workers', { min: 1, max: 64, fallback: 2 });
+  const poolIn = top.object('pool', POOL_KEYS);
+  const blockSize = poolIn.integer('blockSize', { min: 8, max: 2 ** 30, fallback: DEFAULT_BLOCK_SIZE });
+  const blockCount = poolIn.integer('blockCount', { min: 1, max: 2 ** 27, fallback: DEFAULT_BLOCK_COUNT });
+  const handleBase = poolIn.handle('handleBase', 0n);
+  const handleCount = poolIn.integer('handleCount', { min: 1, max: 2 ** 26, fallback: blockCount * 4 });
+  const maxInline = poolIn.integer('maxInline', { min: 0, max: blockSize, fallback: Math.min(8192, blockSize) });
+  const ringOrder = poolIn.has('ringOrder') ? poolIn.integer('ringOrder', { min: 1, max: 27 }) : undefined;
+  const sessionIn = top.object('session', SESSION_KEYS);
+  const maxSessions = sessionIn.integer('maxSessions', { min: 1, max: 4096, fallback: DEFAULT_MAX_SESSIONS });
   const session = {
-    credits: integerAt(sessionIn, 'credits', 'session.credits', 64, 1, 65535),
-    ticketTimeoutMs: integerAt(sessionIn, 'ticketTimeoutMs', 'session.ticketTimeoutMs', 5000, 1, 2 ** 32 - 1),
-    maxSessionsPerWorker: integerAt(sessionIn, 'maxSessionsPerWorker', 'session.maxSessionsPerWorker', 32, 1, 4096),
+    credits: sessionIn.integer('credits', { min: 1, max: 65535, fallback: 64 }),
+    ticketTimeoutMs: sessionIn.integer('ticketTimeoutMs', { min: 1, max: 2 ** 32 - 1, fallback: 5000 }),
+    maxSessions,
+    maxSessionsPerWorker: sessionIn.integer('maxSessionsPerWorker', { min: 1, max: maxSessions, fallback: maxSessions }),
   };
+  const timeouts = timeoutsAt(top);
 
   const allHandles = { first: handleBase, count: BigInt(handleCount) };
-  const tenantsIn: Json = input.tenants ?? [{ name: 'default', secret: null, quota: blockCount }];
-  if (!Array.isArray(tenantsIn) || tenantsIn.length === 0) {
-    throw new ConfigError('tenants', 'must be a non-empty array', 'list at least one tenant: [{ "name": "default", "quota": 4096 }]');
+  const tenantsIn = top.array('tenants');
+  if (tenantsIn === undefined && !isLoopback(listen.host)) {
+    throw new ConfigError('tenants', `the default tenant is open, and the target listens on ${listen.host}`,
+      'list tenants with secrets, or listen on loopback only');
   }
-  const tenants = tenantsIn.map((tenantIn, index): TenantSettings => {
-    const field = `tenants[${index}]`;
-    if (!isObject(tenantIn)) throw new ConfigError(field, 'must be an object', 'write it as { "name": ..., "quota": ... }');
-    const name = tenantIn.name;
-    if (typeof name !== 'string' || name === '' || Buffer.byteLength(name) > 64) {
-      throw new ConfigError(`${field}.name`, 'must be a non-empty string of at most 64 UTF-8 octets', 'HELLO carries it in 64 octets');
-    }
-    const secret = tenantIn.secret ?? null;
-    if (secret !== null && (typeof secret !== 'string' || secret === '' || Buffer.byteLength(secret) > 64)) {
-      throw new ConfigError(`${field}.secret`, 'must be a string of 1 to 64 octets, or null for an open tenant',
-        'HELLO carries the credential in at most 64 octets');
-    }
-    if (secret === null && !isLoopback(listen.host)) {
-      throw new ConfigError(`${field}.secret`, `tenant '${name}' is open but the target listens on ${listen.host}`,
-        'give the tenant a secret, or listen on loopback only');
-    }
-    const trustIn = objectAt(tenantIn, 'trust', `${field}.trust`);
-    const trustDomain = tenantIn.trustDomain ?? name;
-    if (typeof trustDomain !== 'string') throw new ConfigError(`${field}.trustDomain`, 'must be a string', 'name the trust domain');
-    return {
-      name, secret,
-      quota: integerAt(tenantIn, 'quota', `${field}.quota`, 0, 0, blockCount),
-      storeRange: rangeAt(tenantIn, 'storeRange', `${field}.storeRange`, tenantsIn.length === 1 ? allHandles : { first: 0n, count: 0n }),
-      loadScope: rangeAt(tenantIn, 'loadScope', `${field}.loadScope`, allHandles),
-      trust: { directLoad: booleanAt(trustIn, 'directLoad', `${field}.trust.directLoad`), directAlloc: booleanAt(trustIn, 'directAlloc', `${field}.trust.directAlloc`) },
-      trustDomain,
-    };
-  });
-  const sramModel = input.sramModel;
+  const list: Json[] = tenantsIn ?? [{ name: 'default', open: true }];
+  if (list.length === 0) {
+    throw new ConfigError('tenants', 'must be a non-empty array', 'list at least one tenant: [{ "name": "default", "open": true }]');
+  }
+  const context = { listen, blockCount, single: list.length === 1, allHandles, maxSessions };
+  const tenants = list.map((value, index) => tenantAt(value, index, context));
+  const sramModel = top.raw('sramModel');
   if (sramModel !== undefined && typeof sramModel !== 'string') {
     throw new ConfigError('sramModel', 'must be the path of an SRAM model config file', 'e.g. "sram.json"');
   }
   return {
-    listen, workers, session, tenants, sramModel: sramModel ?? undefined,
+    listen, workers, session, timeouts, tenants, sramModel: sramModel ?? undefined,
     pool: { blockSize, blockCount, handleBase, handleCount, maxInline, ringOrder },
   };
+}
+
+/** The effective configuration as JSON, for `kbtp target --check-config`: secrets masked, handles as strings past 2^53. */
+export function describeSettings(settings: TargetSettings): string {
+  const handle = (value: bigint): number | string => (value <= BigInt(Number.MAX_SAFE_INTEGER) ? Number(value) : value.toString());
+  const range = (r: { first: bigint; count: bigint }) => ({ first: handle(r.first), count: handle(r.count) });
+  const { listen, pool } = settings;
+  return JSON.stringify({
+    listen: `${listen.host.includes(':') ? `[${listen.host}]` : listen.host}:${listen.port}`,
+    workers: settings.workers,
+    pool: { ...pool, handleBase: handle(pool.handleBase), ringOrder: pool.ringOrder ?? 'smallest that fits' },
+    session: settings.session,
+    timeouts: settings.timeouts,
+    tenants: settings.tenants.map((tenant) => ({
+      name: tenant.name,
+      ...(tenant.open ? { open: true } : { secret: '(set, not shown)' }),
+      quota: tenant.quota, maxSessions: tenant.maxSessions,
+      storeRange: range(tenant.storeRange), loadScope: range(tenant.loadScope), trust: tenant.trust, trustDomain: tenant.trustDomain,
+    })),
+    ...(settings.sramModel !== undefined ? { sramModel: settings.sramModel } : {}),
+  }, null, 2);
 }
 
 export function loadTargetSettings(path: string | undefined): TargetSettings {

@@ -16,6 +16,7 @@ export interface BenchConfig {
   secret?: string;
   /** Worker threads of a spawned target. */
   workers: number;
+  /** Block sizes; empty: the block size of the target (a running target only). */
   sizes: readonly number[];
   phases: readonly Phase[];
   sessions: number;
@@ -75,11 +76,23 @@ function checkFit(sessions: readonly KbtpSession[], size: number, config: BenchC
   }
 }
 
-/** Runs every phase at every size; rows come back in the order they ran. */
-export async function runBench(config: BenchConfig): Promise<BenchRow[]> {
-  const rows: BenchRow[] = [];
+/** The block size a running target grants (one short session to ask). */
+async function targetBlockSize(config: BenchConfig): Promise<number> {
+  if (config.target === undefined) throw new BenchConfigError('give --sizes for a spawned target');
+  const session = await connect(config.target, { tenant: config.tenant ?? 'default', secret: config.secret ?? '', pipeline: 1 });
+  const size = session.hello.blockSize;
+  await session.close(500).catch(() => undefined);
+  return size;
+}
+
+/**
+ * Runs every phase at every size; rows come back in the order they ran. Each finished phase is
+ * pushed into `rows` at once, so a caller whose run is cut short (an error, Ctrl-C) still has them.
+ */
+export async function runBench(config: BenchConfig, rows: BenchRow[] = []): Promise<BenchRow[]> {
   const direct = usesDirect(config.phases);
-  for (const size of config.sizes) {
+  const sizes = config.sizes.length > 0 ? config.sizes : [await targetBlockSize(config)];
+  for (const size of sizes) {
     let target: RunningTarget | undefined;
     let address = config.target;
     if (address === undefined) {

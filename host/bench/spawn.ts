@@ -23,9 +23,9 @@ export async function spawnTarget(options: SpawnOptions): Promise<RunningTarget>
     listen: '127.0.0.1:0',
     workers: options.workers,
     pool: { blockSize, blockCount: blocks, handleCount: blocks * 4, maxInline: Math.min(options.maxInline ?? 8192, blockSize) },
-    session: { credits: options.credits, maxSessionsPerWorker: Math.max(32, options.sessions + 4) },
+    session: { credits: options.credits, maxSessions: Math.max(32, options.sessions + 4) },
     tenants: [{
-      name: 'default', secret: null, quota: blocks,
+      name: 'default', open: true, quota: blocks,
       trust: { directLoad: options.directLoad === true, directAlloc: options.directAlloc === true },
     }],
   });

@@ -4,7 +4,7 @@ import { writeFileSync } from 'node:fs';
 import { parseArgs } from 'node:util';
 import type { Command } from '../cli.ts';
 import { DEFAULT_PORT } from '../kbtp/address.ts';
-import { KbtpError } from '../kbtp/initiator.ts';
+import { KbtpError, TargetAddressError, parseTarget } from '../kbtp/initiator.ts';
 import { parseMix, MixError } from '../bench/mix.ts';
 import { parseInteger, parseNumber, parseSize, parseSizes, OptionError } from '../bench/options.ts';
 import { chartRows, formatRows, formatSize, type BenchRow } from '../bench/report.ts';
@@ -32,7 +32,7 @@ workload:
   --mix LIST             operations: load, store, alloc-store, free, direct-load, direct-alloc
                          "load,store" runs a phase per operation (default);
                          "load:3,store:1" runs one phase drawing operations with those weights
-  --sizes LIST           block sizes (default 16K,256K,1M)
+  --sizes LIST           block sizes (default: the target's block size; 16K,256K,1M with --spawn)
   --sessions N           sessions (default 1)
   --in-flight M          requests in flight per session (default 8)
   --keys K               handles per session (default: --in-flight)
@@ -54,7 +54,10 @@ output:
   -q, --quiet            no progress on standard error
   -h, --help             show this help
 
-exit codes: 0 success, 1 errors or wrong data seen (or the target failed), 2 usage error.`;
+A run cut short (an error, Ctrl-C) still prints the phases it finished.
+
+exit codes: 0 success, 1 errors or wrong data seen (or the target failed), 2 usage error,
+130 interrupted.`;
 
 function progressPrinter(quiet: boolean): (label: string, progress: Progress) => void {
   if (quiet) return () => undefined;
@@ -96,9 +99,28 @@ export const command: Command = {
     }
     const quiet = values.quiet === true;
     const log = (line: string): void => { if (!quiet) console.error(line); };
+    const rows: BenchRow[] = [];
+    let title = 'kbtp bench';
+    // The phases finished so far, printed whatever ends the run; reported once.
+    let reported = false;
+    const report = (): void => {
+      if (reported || rows.length === 0) return;
+      reported = true;
+      if (values.json === true) console.log(JSON.stringify({ rows }, null, 2));
+      else console.log(formatRows(title, rows));
+      for (const row of rows) if (row.firstError !== undefined) console.error(`kbtp bench: ${row.op} ${formatSize(row.size)}: first error: ${row.firstError}`);
+    };
+    const interrupted = (): void => {
+      endProgress(quiet);
+      console.error('kbtp bench: interrupted; the phases finished so far:');
+      report();
+      process.exit(130);
+    };
+    process.once('SIGINT', interrupted);
     try {
       if (values.spawn === true && values.target !== undefined) throw new OptionError('give either --spawn or --target, not both');
       const target = values.spawn === true ? undefined : values.target ?? process.env.KBTP_TARGET ?? `127.0.0.1:${DEFAULT_PORT}`;
+      if (target !== undefined) parseTarget(target);
       const tenant = values.tenant ?? process.env.KBTP_TENANT ?? 'default';
       const secret = values.secret ?? process.env.KBTP_SECRET ?? '';
       const workers = parseInteger(values.workers, '--workers', 1);
@@ -139,7 +161,7 @@ export const command: Command = {
       }
       const config = {
         ...(target !== undefined ? { target } : {}), tenant, secret, workers,
-        sizes: parseSizes(values.sizes ?? '16K,256K,1M', '--sizes'),
+        sizes: values.sizes !== undefined ? parseSizes(values.sizes, '--sizes') : target === undefined ? parseSizes('16K,256K,1M', '--sizes') : [],
         phases: parseMix(values.mix ?? 'load,store'),
         sessions, inFlight, keysPerSession: keys,
         ...(values.count !== undefined ? { count: parseInteger(values.count, '--count', 1) }
@@ -150,21 +172,29 @@ export const command: Command = {
         log,
       };
       log(`kbtp bench: ${target === undefined ? `spawned target (${workers} worker${workers === 1 ? '' : 's'}) per size` : `target ${target}`}, ` +
-        `${sessions} session${sessions === 1 ? '' : 's'} x ${inFlight} in flight, sizes ${config.sizes.map(formatSize).join(', ')}`);
-      const rows: BenchRow[] = await runBench(config);
+        `${sessions} session${sessions === 1 ? '' : 's'} x ${inFlight} in flight, sizes ${config.sizes.length === 0 ? "the target's block size" : config.sizes.map(formatSize).join(', ')}`);
+      title = `kbtp bench (${target === undefined ? `spawned, ${workers} worker${workers === 1 ? '' : 's'}` : target}, ${sessions} session${sessions === 1 ? '' : 's'} x ${inFlight} in flight)`;
+      await runBench(config, rows);
       endProgress(quiet);
-      const title = `kbtp bench (${target === undefined ? `spawned, ${workers} worker${workers === 1 ? '' : 's'}` : target}, ${sessions} session${sessions === 1 ? '' : 's'} x ${inFlight} in flight)`;
       if (values.json === true) {
+        reported = true;
         console.log(JSON.stringify({ target: target ?? 'spawned', workers: target === undefined ? workers : undefined, sessions, inFlight, keysPerSession: keys, rows }, null, 2));
+        for (const row of rows) if (row.firstError !== undefined) console.error(`kbtp bench: ${row.op} ${formatSize(row.size)}: first error: ${row.firstError}`);
       } else {
-        console.log(formatRows(title, rows));
+        report();
       }
-      for (const row of rows) if (row.firstError !== undefined) console.error(`kbtp bench: ${row.op} ${formatSize(row.size)}: first error: ${row.firstError}`);
+      const failed = rows.flatMap((row) => Object.entries(row.errors).map(([status, count]) => `${count} ${status} (${row.phase} ${formatSize(row.size)})`));
+      if (failed.length > 0) console.error(`kbtp bench: errors: ${failed.join(', ')}`);
       if (values.svg !== undefined) writeFileSync(values.svg, chartRows(title, rows));
       return rows.some((row) => row.corrupt > 0 || Object.keys(row.errors).length > 0) ? 1 : 0;
     } catch (error) {
       endProgress(quiet);
-      if (error instanceof OptionError || error instanceof MixError || error instanceof BenchConfigError || error instanceof TraceError) {
+      if (rows.length > 0 && !reported) {
+        console.error('kbtp bench: the run was cut short; the phases it finished:');
+        report();
+      }
+      if (error instanceof OptionError || error instanceof MixError || error instanceof BenchConfigError || error instanceof TraceError ||
+        error instanceof TargetAddressError) {
         console.error(`kbtp bench: ${error.message}`);
         return 2;
       }
@@ -174,6 +204,8 @@ export const command: Command = {
       }
       console.error(`kbtp bench: ${error instanceof Error ? error.message : String(error)}`);
       return 1;
+    } finally {
+      process.off('SIGINT', interrupted);
     }
   },
 };

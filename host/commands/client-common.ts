@@ -1,11 +1,11 @@
 // What the client commands (info, put, get, free) share: target options, handle parsing, exit
 // codes, and turning failures into one clear line.
 import { parseArgs, type ParseArgsConfig } from 'node:util';
-import { connect, KbtpError, type KbtpSession } from '../kbtp/initiator.ts';
+import { connect, KbtpError, TargetAddressError, type KbtpSession } from '../kbtp/initiator.ts';
 import { DEFAULT_PORT } from '../kbtp/address.ts';
 
 export const EXIT_OK = 0;
-export const EXIT_FAILURE = 1; // cannot reach the target, transport failure
+export const EXIT_FAILURE = 1; // cannot reach the target, transport failure, a local file cannot be read or written
 export const EXIT_USAGE = 2;
 export const EXIT_STATUS = 3; // the target answered with a KBTP status other than SUCCESS
 
@@ -16,7 +16,7 @@ export const TARGET_HELP = `target options:
   --direct            use the one-sided direct mode (trusted tenants only)
   -h, --help          show this help
 
-exit codes: 0 success, 1 target unreachable or transport failure, 2 usage error,
+exit codes: 0 success, 1 target unreachable, transport failure or a local file error, 2 usage error,
 3 the target answered with a KBTP status (printed), e.g. NOT_VALID or ACCESS_DENIED`;
 
 export const TARGET_OPTIONS = {
@@ -24,7 +24,22 @@ export const TARGET_OPTIONS = {
   help: { type: 'boolean', short: 'h' },
 } as const satisfies ParseArgsConfig['options'];
 
+/** A wrong argument or option: the message and the command's usage are printed (exit 2). */
 export class UsageError extends Error {}
+
+/** Input the command cannot use, e.g. data larger than a block: the message alone (exit 2). */
+export class InputError extends Error {}
+
+/** A local file that cannot be read or written: which file and why (exit 1). */
+export class LocalFileError extends Error {
+  constructor(action: 'read' | 'write', file: string, error: unknown) {
+    const code = (error as NodeJS.ErrnoException).code;
+    const why: Record<string, string> = { ENOENT: 'no such file or directory', EACCES: 'permission denied', EISDIR: 'it is a directory',
+      ENOTDIR: 'a part of the path is not a directory', ENOSPC: 'no space left on the device', EROFS: 'read-only file system' };
+    super(`cannot ${action} ${file}: ${(code !== undefined ? why[code] : undefined) ?? (error as Error).message}${code !== undefined ? ` (${code})` : ''}`);
+    this.name = 'LocalFileError';
+  }
+}
 
 export function parseHandle(text: string | undefined): bigint {
   if (text === undefined) throw new UsageError('a handle is required (a decimal or 0x-hex number)');
@@ -55,6 +70,10 @@ export async function guarded(name: string, help: string, body: () => Promise<nu
   } catch (error) {
     if (error instanceof UsageError || (error as { code?: string }).code?.startsWith('ERR_PARSE_ARGS') === true) {
       console.error(`kbtp ${name}: ${(error as Error).message}\n\n${help}`);
+      return EXIT_USAGE;
+    }
+    if (error instanceof TargetAddressError || error instanceof InputError) {
+      console.error(`kbtp ${name}: ${error.message}`);
       return EXIT_USAGE;
     }
     if (error instanceof KbtpError) {

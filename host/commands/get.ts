@@ -2,7 +2,7 @@
 import { writeFileSync } from 'node:fs';
 import type { Command } from '../cli.ts';
 import * as K from '../../assembly/kbtp-constants.ts';
-import { parse, guarded, openSession, parseHandle, TARGET_HELP, EXIT_OK, UsageError } from './client-common.ts';
+import { parse, guarded, openSession, parseHandle, TARGET_HELP, EXIT_OK, UsageError, LocalFileError } from './client-common.ts';
 
 const HELP = `usage: kbtp get <handle> [file] [options]
 
@@ -29,7 +29,13 @@ export const command: Command = {
       await session.close();
     }
     const file = positionals[1];
-    if (file !== undefined && file !== '-') writeFileSync(file, result.data);
+    if (file !== undefined && file !== '-') {
+      try {
+        writeFileSync(file, result.data);
+      } catch (error) {
+        throw new LocalFileError('write', file, error);
+      }
+    }
     else await new Promise<void>((resolve, reject) => process.stdout.write(result.data, (error) => (error ? reject(error) : resolve())));
     console.error(`loaded ${result.dataLength} octets from handle ${handle} (generation ${result.generation})`);
     return EXIT_OK;

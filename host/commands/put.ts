@@ -2,7 +2,7 @@
 import { readFileSync } from 'node:fs';
 import type { Command } from '../cli.ts';
 import * as K from '../../assembly/kbtp-constants.ts';
-import { parse, guarded, openSession, parseHandle, TARGET_HELP, EXIT_OK, UsageError } from './client-common.ts';
+import { parse, guarded, openSession, parseHandle, TARGET_HELP, EXIT_OK, UsageError, InputError, LocalFileError } from './client-common.ts';
 
 const HELP = `usage: kbtp put <handle> [file] [options]
 
@@ -18,7 +18,7 @@ async function readInput(file: string | undefined): Promise<Uint8Array> {
     try {
       return readFileSync(file);
     } catch (error) {
-      throw new UsageError(`cannot read ${file}: ${(error as NodeJS.ErrnoException).code ?? (error as Error).message}`);
+      throw new LocalFileError('read', file, error);
     }
   }
   const chunks: Buffer[] = [];
@@ -39,7 +39,9 @@ export const command: Command = {
     const data = await readInput(positionals[1]);
     const session = await openSession(values, K.CAP_DIRECT_ALLOC);
     try {
-      if (data.length > session.hello.blockSize) throw new UsageError(`${data.length} octets do not fit the target's ${session.hello.blockSize}-octet blocks`);
+      if (data.length > session.hello.blockSize) {
+        throw new InputError(`${data.length} octets do not fit the target's ${session.hello.blockSize}-octet blocks; store at most ${session.hello.blockSize} octets per handle`);
+      }
       const seal = values['no-seal'] !== true;
       const info = values.mapped === true ? await session.store(handle, data, { seal })
         : values.direct === true ? await session.directAllocStore(handle, data, { seal })

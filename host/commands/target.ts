@@ -2,10 +2,11 @@
 // the engine and the worker threads, and reports statistics until SIGINT/SIGTERM, then drains.
 import { parseArgs } from 'node:util';
 import type { Command } from '../cli.ts';
-import { loadTargetSettings, parseListen, ConfigError, type TargetSettings } from '../../firmware/config.ts';
+import { loadTargetSettings, parseListen, ConfigError, describeSettings, engineConfigFor, type TargetSettings } from '../../firmware/config.ts';
 import { startTarget } from '../kbtp/server/target.ts';
-import { EngineConfigError } from '../engine/config.ts';
-import { SramConfigError } from '../sram/index.ts';
+import { EngineConfigError, resolveEngineConfig } from '../engine/config.ts';
+import { computeLayout } from '../engine/layout.ts';
+import { SramConfigError, loadSramConfig } from '../sram/index.ts';
 import type { StatsSnapshot } from '../kbtp/server/stats.ts';
 
 const HELP = `usage: kbtp target [options]
@@ -15,6 +16,8 @@ Runs a KBTP target (cache node) on the RDMAP binding over TCP. With no options i
 
 options:
   --config FILE          JSON configuration (see docs/PROTOCOL.md); flags override it
+  --check-config FILE    validate FILE (with the flags given), print the effective configuration
+                         (secrets masked) and exit: 0 when it is valid, 2 when not
   --listen HOST:PORT     address to listen on (default 127.0.0.1:7117)
   --workers N            worker threads serving connections (default 2)
   --block-size BYTES     block size (default 65536)
@@ -43,7 +46,7 @@ export const command: Command = {
     let values;
     try {
       ({ values } = parseArgs({ args: argv, options: {
-        config: { type: 'string' }, listen: { type: 'string' }, workers: { type: 'string' }, 'block-size': { type: 'string' },
+        config: { type: 'string' }, 'check-config': { type: 'string' }, listen: { type: 'string' }, workers: { type: 'string' }, 'block-size': { type: 'string' },
         blocks: { type: 'string' }, credits: { type: 'string' }, 'sram-model': { type: 'string' }, 'stats-interval': { type: 'string' },
         verbose: { type: 'boolean', short: 'v' }, help: { type: 'boolean', short: 'h' },
       } }));
@@ -55,9 +58,14 @@ export const command: Command = {
       console.log(HELP);
       return 0;
     }
+    if (values.config !== undefined && values['check-config'] !== undefined) {
+      console.error(`kbtp target: give either --config or --check-config, not both\n\n${HELP}`);
+      return 2;
+    }
+    const configFile = values['check-config'] ?? values.config;
     let settings: TargetSettings;
     try {
-      settings = loadTargetSettings(values.config);
+      settings = loadTargetSettings(configFile);
       const integer = (flag: string, value: string | undefined, min: number): number | undefined => {
         if (value === undefined) return undefined;
         const n = Number(value);
@@ -71,9 +79,9 @@ export const command: Command = {
       if (blockSize !== undefined) settings.pool.blockSize = blockSize;
       if (blocks !== undefined) {
         // The default open tenant follows the pool when only the size changes on the command line.
-        if (values.config === undefined && settings.tenants[0] !== undefined) settings.tenants[0].quota = blocks;
+        if (configFile === undefined && settings.tenants[0] !== undefined) settings.tenants[0].quota = blocks;
         settings.pool.blockCount = blocks;
-        if (values.config === undefined) {
+        if (configFile === undefined) {
           settings.pool.handleCount = blocks * 4;
           const all = { first: 0n, count: BigInt(blocks * 4) };
           if (settings.tenants[0] !== undefined) settings.tenants[0] = { ...settings.tenants[0], storeRange: all, loadScope: all };
@@ -82,9 +90,18 @@ export const command: Command = {
       if (blockSize !== undefined) settings.pool.maxInline = Math.min(settings.pool.maxInline, blockSize);
       settings.session.credits = integer('credits', values.credits, 1) ?? settings.session.credits;
       if (values['sram-model'] !== undefined) settings.sramModel = values['sram-model'];
+      if (values['check-config'] !== undefined) {
+        // The rules that span several settings (overlapping ranges, quota sums, memory size) live in the engine's config.
+        computeLayout(resolveEngineConfig(engineConfigFor(settings)), 16);
+        if (settings.sramModel !== undefined) loadSramConfig(settings.sramModel);
+        console.log(describeSettings(settings));
+        console.error(`kbtp target: ${values['check-config']}: configuration is valid`);
+        return 0;
+      }
     } catch (error) {
-      if (error instanceof ConfigError) {
-        console.error(`kbtp target: configuration error: ${error.message}`);
+      if (error instanceof ConfigError || error instanceof EngineConfigError || error instanceof SramConfigError) {
+        const where = configFile !== undefined && !(error instanceof ConfigError && error.field === configFile) ? ` in ${configFile}` : '';
+        console.error(`kbtp target: configuration error${where}: ${error.message}`);
         return 2;
       }
       throw error;

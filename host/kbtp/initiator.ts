@@ -67,10 +67,18 @@ const RECV_SLOT = 128;
 const CONTROL_SIZE = 256;
 const RECV_BASE = 0x10000000;
 
+/** A target address that cannot be parsed: the caller's mistake, not the network's. */
+export class TargetAddressError extends Error {
+  constructor(message: string) {
+    super(message);
+    this.name = 'TargetAddressError';
+  }
+}
+
 /** "host:port", "kbtp://host:port" or "host" (default port 7117). */
 export function parseTarget(target: string): { host: string; port: number } {
   const address = parseHostPort(target, { defaultPort: DEFAULT_PORT });
-  if (address === undefined) throw new Error(`"${target}" is not a target address; use host:port, e.g. 127.0.0.1:${DEFAULT_PORT}`);
+  if (address === undefined) throw new TargetAddressError(`"${target}" is not a target address; use host:port, e.g. 127.0.0.1:${DEFAULT_PORT}`);
   return address;
 }
 
@@ -271,9 +279,21 @@ export class KbtpSession {
     await this.post({ opcode: 'SEND', sgList: [{ lkey: this.sendRegion?.stag ?? 0, offset, length: message.length }] });
     const completion = await answer;
     if (completion.status !== K.STATUS_SUCCESS) {
-      throw new KbtpError(completion.status, `handle ${fields.handle}`, completion);
+      throw new KbtpError(completion.status, this.describeFailure(fields.handle, completion.status), completion);
     }
     return completion;
+  }
+
+  /** What a failed request's status means for its handle, with the numbers that explain it. */
+  private describeFailure(handle: bigint, status: number): string {
+    const { tableBaseHandle: base, tableHandleCount: count, storeFirst, storeCount } = this.hello;
+    if (status === K.STATUS_OUT_OF_RANGE) {
+      return `handle ${handle} is outside the target's table (handles ${base}..${base + count - 1n})`;
+    }
+    if (status === K.STATUS_ACCESS_DENIED) {
+      return `handle ${handle} is outside this tenant's ${storeCount === 0n ? 'store range (it has none)' : `store range ${storeFirst}..${storeFirst + storeCount - 1n}`} or load scope`;
+    }
+    return `handle ${handle}`;
   }
 
   private info(completion: Completion): BlockInfo {
@@ -372,7 +392,7 @@ export class KbtpSession {
     this.requireCapability(K.CAP_DIRECT_LOAD, 'DIRECT_LOAD');
     const { tableBaseHandle, tableHandleCount, tableStag, tableOffset } = this.hello;
     if (handle < tableBaseHandle || handle - tableBaseHandle >= tableHandleCount) {
-      throw new KbtpError(K.STATUS_OUT_OF_RANGE, `handle ${handle} is not served by the table`);
+      throw new KbtpError(K.STATUS_OUT_OF_RANGE, `handle ${handle} is outside the target's table (handles ${tableBaseHandle}..${tableBaseHandle + tableHandleCount - 1n})`);
     }
     const slot = await this.takeSlot();
     try {

@@ -3,6 +3,9 @@ import { test } from 'uvu';
 import * as assert from 'uvu/assert';
 import { spawn } from 'node:child_process';
 import { fileURLToPath } from 'node:url';
+import { mkdtempSync, writeFileSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 import { startRig, SECRETS, type Rig } from './rig.ts';
 
 const cli = fileURLToPath(new URL('../../host/cli.ts', import.meta.url));
@@ -72,6 +75,67 @@ test('--help everywhere; usage errors exit 2 with what to fix', async () => {
   const config = await kbtp(['target', '--listen', 'everywhere']);
   assert.is(config.code, 2);
   assert.match(config.stderr, /--listen: "everywhere" is not host:port/);
+});
+
+test('exit codes follow the help: bad --target is usage, local files are named, oversized puts and OUT_OF_RANGE explain', async () => {
+  const env = { KBTP_TARGET: rig.address, KBTP_TENANT: 'alpha', KBTP_SECRET: SECRETS.alpha };
+  const malformed = await kbtp(['info', '--target', 'host:port:what']);
+  assert.is(malformed.code, 2, malformed.stderr);
+  assert.match(malformed.stderr, /is not a target address/);
+  const missing = await kbtp(['put', '5', '/nonexistent/block.bin'], undefined, env);
+  assert.is(missing.code, 1, missing.stderr);
+  assert.match(missing.stderr, /cannot read \/nonexistent\/block\.bin: no such file or directory \(ENOENT\)/);
+  const big = await kbtp(['put', '5'], Buffer.alloc(5000, 1), env);
+  assert.is(big.code, 2, big.stderr);
+  assert.match(big.stderr, /5000 octets do not fit the target's 4096-octet blocks/);
+  assert.not.match(big.stderr, /usage:/, 'an oversized put is not a usage problem');
+  const far = await kbtp(['get', '99999'], undefined, env);
+  assert.is(far.code, 3, far.stderr);
+  assert.match(far.stderr, /OUT_OF_RANGE: handle 99999 is outside the target's table \(handles 0\.\.255\)/);
+  const unwritable = await kbtp(['put', '6'], Buffer.from('x'), env);
+  assert.is(unwritable.code, 0, unwritable.stderr);
+  const cannotWrite = await kbtp(['get', '6', '/nonexistent/out.bin'], undefined, env);
+  assert.is(cannotWrite.code, 1, cannotWrite.stderr);
+  assert.match(cannotWrite.stderr, /cannot write \/nonexistent\/out\.bin/);
+  assert.is((await kbtp(['free', '6'], undefined, env)).code, 0);
+});
+
+test('target --check-config: typos name their path and the nearest key; a valid file prints the effective config, secrets masked', async () => {
+  const dir = mkdtempSync(join(tmpdir(), 'kbtp-config-'));
+  const typo = join(dir, 'typo.json');
+  writeFileSync(typo, JSON.stringify({ tenants: [{ name: 'a', secrte: 'hunter2', quota: 1 }] }));
+  const bad = await kbtp(['target', '--check-config', typo]);
+  assert.is(bad.code, 2, bad.stderr);
+  assert.match(bad.stderr, /configuration error in .*typo\.json: tenants\[0\]\.secrte: unknown key; did you mean "secret"\?/);
+  assert.not.match(bad.stderr, /hunter2/);
+  const good = join(dir, 'good.json');
+  writeFileSync(good, JSON.stringify({ pool: { blockCount: 64, blockSize: 4096 }, timeouts: { helloMs: 2000 }, tenants: [{ name: 'a', secret: 'hunter2' }] }));
+  const ok = await kbtp(['target', '--check-config', good]);
+  assert.is(ok.code, 0, ok.stderr);
+  assert.not.match(ok.stdout.toString(), /hunter2/);
+  const effective = JSON.parse(ok.stdout.toString()) as { tenants: Array<{ quota: number; secret: string }>; timeouts: { helloMs: number; idleSessionMs: number } };
+  assert.equal([effective.tenants[0]?.quota, effective.tenants[0]?.secret, effective.timeouts.helloMs, effective.timeouts.idleSessionMs],
+    [64, '(set, not shown)', 2000, 600_000]);
+  const unreadable = await kbtp(['target', '--check-config', join(dir, 'absent.json')]);
+  assert.is(unreadable.code, 2);
+  assert.match(unreadable.stderr, /absent\.json: cannot be read \(ENOENT\)/);
+  rmSync(dir, { recursive: true, force: true });
+});
+
+test("bench: the target's block size without --sizes; a run cut short prints what it finished; bad --target is usage", async () => {
+  const common = ['bench', '--target', rig.address, '--tenant', 'alpha', '--secret', SECRETS.alpha, '--mix', 'store', '--sessions', '1',
+    '--in-flight', '1', '--count', '20', '--warmup', '0', '-q'];
+  const sized = await kbtp([...common, '--json']);
+  assert.is(sized.code, 0, sized.stderr);
+  const result = JSON.parse(sized.stdout.toString()) as { rows: Array<{ size: number; ops: number }> };
+  assert.equal(result.rows.map((row) => row.size), [4096]);
+  const cut = await kbtp([...common, '--sizes', '4096,8192']);
+  assert.is(cut.code, 2, cut.stderr);
+  assert.match(cut.stderr, /cut short/);
+  assert.match(cut.stderr, /8 KiB blocks do not fit the target's 4096-octet blocks/);
+  assert.match(cut.stdout.toString(), /STORE\s+4 KiB/);
+  const malformed = await kbtp(['bench', '--target', 'a:b:c', '-q']);
+  assert.is(malformed.code, 2, malformed.stderr);
 });
 
 test.run();

@@ -10,7 +10,7 @@ test('32 sessions x 8 requests in flight, 2 workers: all data comes back intact'
     listen: '127.0.0.1:0', workers: 2,
     pool: { blockSize: 16384, blockCount: 512, handleCount: 2048 },
     session: { credits: 8 },
-    tenants: [{ name: 'open', quota: 512 }],
+    tenants: [{ name: 'open', open: true, quota: 512 }],
   }));
   try {
     const digest = (data: Uint8Array): string => createHash('sha256').update(data).digest('hex');

@@ -19,7 +19,7 @@ export function testSettings(overrides: Record<string, unknown> = {}): TargetSet
       { name: 'beta', secret: SECRETS.beta, quota: 8, storeRange: { first: 64, count: 64 }, loadScope: { first: 64, count: 64 } },
       { name: 'gamma', secret: SECRETS.gamma, quota: 16, storeRange: { first: 128, count: 64 }, loadScope: { first: 0, count: 256 },
         trust: { directLoad: true, directAlloc: true } },
-      { name: 'open', quota: 8, storeRange: { first: 192, count: 8 }, loadScope: { first: 192, count: 8 } },
+      { name: 'open', open: true, quota: 8, storeRange: { first: 192, count: 8 }, loadScope: { first: 192, count: 8 } },
     ],
     ...overrides,
   } as never);
