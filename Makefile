@@ -14,7 +14,7 @@ TS_SOURCES := $(shell find host firmware bench test -name '*.ts' 2>/dev/null)
 all: build
 
 help:
-	@echo "make run    install, build and start the KBTP target on the embedded defaults (127.0.0.1:7117)"
+	@echo "make run    install, build and start the appliance on the embedded defaults (KBTP 127.0.0.1:7117, management 127.0.0.1:7118)"
 	@echo "make demo   run the engine demo (two worker threads over one pool)"
 	@echo "make test   install, build and run every test (uvu)"
 	@echo "make bench  install, build and run the benchmarks (results in bench/results/)"
@@ -60,10 +60,11 @@ interop: deps
 	KBTP_GUEST_IMAGE="$$(cat .cache/guest-image.path)" $(UVU) test/interop '\.interop\.ts$$' --no-color 2>&1 | tee .cache/interop.log
 	@awk '/^  Total:/{t=$$2} /^  Passed:/{p=$$2} /^  Skipped:/{s=$$2} END{ if (t=="") {print "interop: 0 passed, 1 failed"; exit 1} printf "interop: %d passed, %d failed, %d skipped\n", p, t-p, s; if (t!=p) exit 1 }' .cache/interop.log
 
-# Starts the cache node on the embedded defaults (127.0.0.1:7117); Ctrl-C drains and stops it.
+# Starts the appliance on the embedded defaults (KBTP 127.0.0.1:7117, management and status page
+# 127.0.0.1:7118); Ctrl-C drains and stops it.
 run: build
 	@echo "reach it with: npx kbtp info | echo hi | npx kbtp put 1 | npx kbtp get 1 | npx kbtp free 1"
-	$(NODE) dist/host/cli.js target
+	$(NODE) dist/host/cli.js appliance
 
 demo: build
 	$(NODE) dist/host/cli.js demo

@@ -138,10 +138,13 @@ function tenantAt(value: Json, index: number, context: { listen: { host: string 
   };
 }
 
-/** Validates a parsed configuration object and fills in defaults. */
-export function resolveTargetSettings(input: Json): TargetSettings {
+/**
+ * Validates a parsed configuration object and fills in defaults. `otherSections` are top-level
+ * keys another reader of the same file validates (the appliance's, firmware/appliance-config.ts).
+ */
+export function resolveTargetSettings(input: Json, otherSections: readonly string[] = []): TargetSettings {
   if (!isJsonObject(input)) throw new ConfigError('(top level)', 'must be a JSON object', 'start the file with {');
-  const top = ObjectReader.of('', input, TOP_KEYS);
+  const top = ObjectReader.of<(typeof TOP_KEYS)[number]>('', input, [...TOP_KEYS, ...otherSections] as Array<(typeof TOP_KEYS)[number]>);
   const listenValue = top.raw('listen') ?? `127.0.0.1:${DEFAULT_PORT}`;
   if (typeof listenValue !== 'string') throw new ConfigError('listen', 'must be a string', `e.g. "127.0.0.1:${DEFAULT_PORT}"`);
   const listen = parseListen(listenValue);
@@ -206,21 +209,23 @@ export function describeSettings(settings: TargetSettings): string {
   }, null, 2);
 }
 
-export function loadTargetSettings(path: string | undefined): TargetSettings {
-  if (path === undefined) return resolveTargetSettings({});
+/** Reads and parses a JSON configuration file; errors name the file and what is wrong with it. */
+export function readConfigFile(path: string): Json {
   let text: string;
   try {
     text = readFileSync(path, 'utf8');
   } catch (error) {
     throw new ConfigError(path, `cannot be read (${(error as NodeJS.ErrnoException).code ?? (error as Error).message})`, 'check the path');
   }
-  let parsed: Json;
   try {
-    parsed = JSON.parse(text) as Json;
+    return JSON.parse(text) as Json;
   } catch (error) {
     throw new ConfigError(path, `is not valid JSON (${(error as Error).message})`, 'fix the syntax');
   }
-  return resolveTargetSettings(parsed);
+}
+
+export function loadTargetSettings(path: string | undefined): TargetSettings {
+  return resolveTargetSettings(path === undefined ? {} : readConfigFile(path));
 }
 
 /**

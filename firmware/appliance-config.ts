@@ -1,0 +1,90 @@
+// The appliance's configuration: the target's settings (firmware/config.ts) plus the sections only
+// the daemon reads (management server, data directory, logging, drain bound), from the same JSON
+// file, validated the same way: every error names the field and the fix.
+import { resolveTargetSettings, readConfigFile, parseListen, isLoopback, ConfigError, type TargetSettings } from './config.ts';
+import { ObjectReader, isJsonObject, type Json } from './config-reader.ts';
+
+export const DEFAULT_MANAGEMENT_PORT = 7118;
+export type LogLevel = 'error' | 'warn' | 'info' | 'debug';
+export const LOG_LEVELS: readonly LogLevel[] = ['error', 'warn', 'info', 'debug'];
+export type LogFormat = 'text' | 'json';
+
+export interface ManagementSettings {
+  listen: { host: string; port: number };
+  /** Bearer token; required when the management server listens beyond loopback. Never logged. */
+  token: string | null;
+}
+
+export interface ApplianceSettings {
+  target: TargetSettings;
+  management: ManagementSettings;
+  /** Where the durable tier and job outputs live; null keeps the node memory-only. */
+  dataDir: string | null;
+  log: { level: LogLevel; format: LogFormat; sessions: boolean };
+  /** SIGTERM/SIGINT: how long sessions get to finish before the daemon gives up and exits 1. */
+  drainTimeoutMs: number;
+  /** At start, how long to wait for a KBTP address another process still holds (a predecessor draining). */
+  listenWaitMs: number;
+}
+
+/** The top-level keys this file adds to the target's. */
+export const APPLIANCE_SECTIONS = ['management', 'dataDir', 'log', 'drainTimeoutMs', 'listenWaitMs'] as const;
+
+export const MIN_TOKEN_LENGTH = 16;
+const MANAGEMENT_KEYS = ['listen', 'token'] as const;
+const LOG_KEYS = ['level', 'format', 'sessions'] as const;
+
+function resolveManagement(top: ObjectReader<(typeof APPLIANCE_SECTIONS)[number]>): ManagementSettings {
+  const section = top.object('management', MANAGEMENT_KEYS);
+  const listenValue = section.raw('listen') ?? `127.0.0.1:${DEFAULT_MANAGEMENT_PORT}`;
+  if (typeof listenValue !== 'string') {
+    throw new ConfigError('management.listen', 'must be a string', `e.g. "127.0.0.1:${DEFAULT_MANAGEMENT_PORT}"`);
+  }
+  const listen = parseListen(listenValue, 'management.listen');
+  const token = section.raw('token') ?? null;
+  if (token !== null && (typeof token !== 'string' || token.length < MIN_TOKEN_LENGTH)) {
+    // The value itself is never echoed: it is a secret.
+    throw new ConfigError('management.token', `must be a string of at least ${MIN_TOKEN_LENGTH} characters`,
+      'generate one with: openssl rand -hex 32');
+  }
+  return { listen, token };
+}
+
+/** Checks the rule that ties the management address to the token (flags may change the address). */
+export function checkManagementExposure(management: ManagementSettings, field = 'management.listen'): void {
+  if (!isLoopback(management.listen.host) && management.token === null) {
+    throw new ConfigError(field, `the management server would listen on ${management.listen.host} without a token`,
+      'set management.token (a bearer token), or listen on loopback only');
+  }
+}
+
+const MAX_BOUND_MS = 3_600_000;
+
+export function resolveApplianceSettings(input: Json): ApplianceSettings {
+  if (!isJsonObject(input)) throw new ConfigError('(top level)', 'must be a JSON object', 'start the file with {');
+  const target = resolveTargetSettings(input, APPLIANCE_SECTIONS);
+  // The target's reader checked the top-level keys; this one reads only the appliance's sections.
+  const own = Object.fromEntries(APPLIANCE_SECTIONS.filter((key) => input[key] !== undefined).map((key) => [key, input[key] as Json]));
+  const top = ObjectReader.of('', own, APPLIANCE_SECTIONS);
+  const management = resolveManagement(top);
+  checkManagementExposure(management);
+  const dataDir = top.raw('dataDir') ?? null;
+  if (dataDir !== null && (typeof dataDir !== 'string' || dataDir === '')) {
+    throw new ConfigError('dataDir', 'must be a directory path', 'e.g. "/var/lib/kbtp"');
+  }
+  const logIn = top.object('log', LOG_KEYS);
+  const level = logIn.raw('level') ?? 'info';
+  if (typeof level !== 'string' || !(LOG_LEVELS as readonly string[]).includes(level)) {
+    throw new ConfigError('log.level', `must be one of ${LOG_LEVELS.join(', ')}, got ${JSON.stringify(level)}`, 'e.g. "info"');
+  }
+  const format = logIn.raw('format') ?? 'text';
+  if (format !== 'text' && format !== 'json') throw new ConfigError('log.format', `must be "text" or "json", got ${JSON.stringify(format)}`, 'e.g. "json"');
+  const sessions = logIn.boolean('sessions', false);
+  const drainTimeoutMs = top.integer('drainTimeoutMs', { min: 0, max: MAX_BOUND_MS, fallback: 10_000 });
+  const listenWaitMs = top.integer('listenWaitMs', { min: 0, max: MAX_BOUND_MS, fallback: 10_000 });
+  return { target, management, dataDir, log: { level: level as LogLevel, format, sessions }, drainTimeoutMs, listenWaitMs };
+}
+
+export function loadApplianceSettings(path: string | undefined): ApplianceSettings {
+  return resolveApplianceSettings(path === undefined ? {} : readConfigFile(path));
+}

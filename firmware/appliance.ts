@@ -1,0 +1,140 @@
+// The appliance daemon's lifecycle: management server first (so a supervisor sees the node alive
+// but not ready while it starts), then the target workers, then ready; draining on request.
+import { startTarget, type RunningTarget } from '../host/kbtp/server/target.ts';
+import type { StatsSnapshot } from '../host/kbtp/server/stats.ts';
+import type { ApplianceSettings } from './appliance-config.ts';
+import type { Logger } from './logger.ts';
+import { startManagementServer, sendJson, type ManagementServer, type RouteHandler } from './management-server.ts';
+import { poolOccupancy, type PoolOccupancy } from './pool-occupancy.ts';
+
+export type ApplianceState = 'starting' | 'ready' | 'draining' | 'stopped';
+
+export interface ApplianceStatus {
+  state: ApplianceState;
+  ready: boolean;
+  startedAt: string;
+  uptimeSeconds: number;
+  kbtp: { host: string; port: number } | null;
+  management: { host: string; port: number };
+  workers: number;
+  pool: PoolOccupancy | null;
+  stats: StatsSnapshot | null;
+}
+
+/** How long to keep trying when the KBTP address is still held (a previous instance draining). */
+const LISTEN_RETRY_PERIOD_MS = 500;
+
+export class KbtpListenError extends Error {
+  constructor(message: string) {
+    super(message);
+    this.name = 'KbtpListenError';
+  }
+}
+
+export class Appliance {
+  private stateValue: ApplianceState = 'starting';
+  private target: RunningTarget | undefined;
+  private management: ManagementServer | undefined;
+  private readonly startedAt = new Date();
+
+  constructor(readonly settings: ApplianceSettings, private readonly log: Logger) {}
+
+  get state(): ApplianceState {
+    return this.stateValue;
+  }
+
+  get managementAddress(): { host: string; port: number } {
+    if (this.management === undefined) throw new Error('the management server is not running');
+    return { host: this.management.host, port: this.management.port };
+  }
+
+  get kbtpAddress(): { host: string; port: number } | null {
+    return this.target === undefined ? null : { host: this.target.host, port: this.target.port };
+  }
+
+  /** Starts the management server; resolves once it listens (the node is alive, not ready). */
+  async startManagement(): Promise<void> {
+    const routes = new Map<string, RouteHandler>([
+      ['/healthz', (_request, response) => sendJson(response, 200, { alive: true, state: this.stateValue })],
+      ['/readyz', (_request, response) => {
+        const ready = this.stateValue === 'ready';
+        sendJson(response, ready ? 200 : 503, { ready, state: this.stateValue });
+      }],
+      ['/api/status', async (_request, response) => sendJson(response, 200, await this.status())],
+    ]);
+    const { listen, token } = this.settings.management;
+    this.management = await startManagementServer({
+      host: listen.host, port: listen.port, token, routes, onError: (message) => this.log.error(message),
+    });
+  }
+
+  /** Starts the target workers, waiting (bounded) for the KBTP address when another process still holds it. */
+  async startTarget(listenWaitMs: number): Promise<void> {
+    const deadline = Date.now() + listenWaitMs;
+    const { host, port } = this.settings.target.listen;
+    let warned = false;
+    for (;;) {
+      try {
+        this.target = await startTarget(this.settings.target, {
+          verbose: this.settings.log.sessions,
+          log: (line) => this.log.info(line),
+        });
+        break;
+      } catch (error) {
+        const message = error instanceof Error ? error.message : String(error);
+        if (!/EADDRINUSE/.test(message)) throw error;
+        if (Date.now() >= deadline) {
+          throw new KbtpListenError(`KBTP address ${host}:${port} is in use; stop what holds it or pick another with --listen HOST:PORT`);
+        }
+        if (!warned) this.log.warn(`KBTP address ${host}:${port} is in use; retrying for up to ${Math.ceil(listenWaitMs / 1000)} s`);
+        warned = true;
+        await new Promise((resolve) => setTimeout(resolve, LISTEN_RETRY_PERIOD_MS));
+      }
+    }
+    this.stateValue = 'ready';
+  }
+
+  async status(): Promise<ApplianceStatus> {
+    const target = this.target;
+    return {
+      state: this.stateValue,
+      ready: this.stateValue === 'ready',
+      startedAt: this.startedAt.toISOString(),
+      uptimeSeconds: Math.round((Date.now() - this.startedAt.getTime()) / 1000),
+      kbtp: this.kbtpAddress,
+      management: this.managementAddress,
+      workers: this.settings.target.workers,
+      pool: target === undefined ? null : poolOccupancy(target.engine),
+      stats: target === undefined || this.stateValue === 'stopped' ? null : await target.stats(),
+    };
+  }
+
+  /**
+   * SIGTERM/SIGINT: not ready at once, new requests get SHUTTING_DOWN, outstanding ones finish.
+   * Resolves true when every session closed within the drain bound, false when some had to be cut.
+   */
+  async drain(): Promise<boolean> {
+    if (this.stateValue === 'draining' || this.stateValue === 'stopped') return false;
+    this.stateValue = 'draining';
+    const target = this.target;
+    if (target === undefined) return true;
+    target.drain();
+    let open = (await target.stats()).sessionsOpen;
+    this.log.info('draining', { sessionsOpen: open, boundSeconds: this.settings.drainTimeoutMs / 1000 });
+    const deadline = Date.now() + this.settings.drainTimeoutMs;
+    while (open > 0 && Date.now() < deadline) {
+      await new Promise((resolve) => setTimeout(resolve, 50));
+      open = (await target.stats()).sessionsOpen;
+    }
+    if (open > 0) this.log.warn('drain bound reached; cutting the sessions still open', { sessionsOpen: open });
+    await target.stop(0);
+    return open === 0;
+  }
+
+  /** Stops everything; the management server last, so /readyz says "draining" until the end. */
+  async close(): Promise<void> {
+    if (this.target !== undefined && this.stateValue !== 'draining') await this.target.stop(0);
+    this.stateValue = 'stopped';
+    await this.management?.close();
+  }
+}

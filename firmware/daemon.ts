@@ -1,0 +1,74 @@
+// The appliance as a process: starts it, turns signals into drain (SIGTERM, SIGINT), and maps
+// outcomes to exit codes a supervisor acts on: 0 clean stop, 1 failure or a drain cut short,
+// 2 configuration or address errors that a restart would not fix.
+import { EngineConfigError } from '../host/engine/config.ts';
+import { SramConfigError } from '../host/sram/index.ts';
+import type { ApplianceSettings } from './appliance-config.ts';
+import { Appliance, KbtpListenError } from './appliance.ts';
+import type { Logger } from './logger.ts';
+import { ManagementListenError } from './management-server.ts';
+
+export interface DaemonOptions {
+  /** Printed lines for a person starting it by hand (`make run`): where to reach the node. */
+  announce(line: string): void;
+}
+
+/** Beyond the drain bound, how long closing may take before the process exits 1 regardless. */
+const EXIT_GRACE_MS = 5000;
+
+export async function runAppliance(settings: ApplianceSettings, log: Logger, options: DaemonOptions): Promise<number> {
+  const appliance = new Appliance(settings, log);
+  let stopRequested: ((signal: NodeJS.Signals) => void) | undefined;
+  const stopSignal = new Promise<NodeJS.Signals>((resolve) => { stopRequested = resolve; });
+  const onStop = (signal: NodeJS.Signals): void => stopRequested?.(signal);
+  process.on('SIGTERM', onStop);
+  process.on('SIGINT', onStop);
+  try {
+    try {
+      await appliance.startManagement();
+    } catch (error) {
+      if (error instanceof ManagementListenError) {
+        log.error(error.message);
+        return 2;
+      }
+      throw error;
+    }
+    const management = appliance.managementAddress;
+    options.announce(`management on http://${management.host}:${management.port}/ (status page, /metrics, /healthz, /readyz, /api/status)`);
+    const started = await Promise.race([
+      appliance.startTarget(settings.listenWaitMs).then(() => 'started' as const),
+      stopSignal,
+    ]).catch((error: unknown) => error);
+    if (started !== 'started') {
+      if (typeof started === 'string') {
+        log.info(`${started} while starting; stopping`);
+        await appliance.close();
+        return 0;
+      }
+      const message = started instanceof Error ? started.message : String(started);
+      log.error(`cannot start: ${message}`);
+      await appliance.close();
+      const configuration = started instanceof KbtpListenError || started instanceof EngineConfigError || started instanceof SramConfigError;
+      return configuration ? 2 : 1;
+    }
+    const kbtp = appliance.kbtpAddress;
+    options.announce(`KBTP listening on ${kbtp?.host}:${kbtp?.port} (RDMAP/MPA over TCP, ${settings.target.workers} workers)`);
+    log.info('ready', { kbtp: `${kbtp?.host}:${kbtp?.port}`, management: `${management.host}:${management.port}` });
+
+    const signal = await stopSignal;
+    log.info(`${signal}: draining`);
+    const watchdog = setTimeout(() => {
+      log.error('shutdown did not finish in time; exiting 1');
+      process.exit(1);
+    }, settings.drainTimeoutMs + EXIT_GRACE_MS);
+    watchdog.unref();
+    const drained = await appliance.drain();
+    await appliance.close();
+    clearTimeout(watchdog);
+    log.info(drained ? 'stopped cleanly' : 'stopped; some sessions had to be cut');
+    return drained ? 0 : 1;
+  } finally {
+    process.off('SIGTERM', onStop);
+    process.off('SIGINT', onStop);
+  }
+}
