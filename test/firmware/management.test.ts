@@ -136,11 +136,12 @@ test('a malformed configuration names the field and the fix, and exits 2', async
   try {
     const cases: Array<[unknown, RegExp]> = [
       [{ management: { listen: 7118 } }, /management\.listen: must be a string/],
-      [{ management: { listen: '127.0.0.1:7118', tokn: 'x' } }, /management\.tokn: is not a setting; use one of listen, token/],
+      [{ management: { listen: '127.0.0.1:7118', tokn: 'x' } }, /management\.tokn: unknown key; did you mean "token"\?/],
       [{ management: { token: 'short' } }, /management\.token: must be a string of at least 16 characters/],
       [{ log: { level: 'loud' } }, /log\.level: must be one of error, warn, info, debug/],
-      [{ drainTimeoutMs: -1 }, /drainTimeoutMs: must be milliseconds/],
-      [{ managment: {} }, /managment: is not a setting/],
+      [{ drainTimeoutMs: -1 }, /drainTimeoutMs: must be an integer from 0 to 3600000/],
+      [{ managment: {} }, /managment: unknown key; did you mean "management"\?/],
+      [{ log: { levl: 'info' } }, /log\.levl: unknown key; did you mean "level"\?/],
       [{ pool: { blockCount: 0 } }, /pool\.blockCount: must be an integer/],
     ];
     for (const [config, expected] of cases) {
