@@ -1,6 +1,7 @@
-// Decodes the layers a capture record carries down to a TCP segment: Ethernet (with 802.1Q
-// tags) or raw IP, IPv4 or IPv6, then TCP. Anything else is reported as `undefined` so a caller
-// walking a capture can skip ARP, ICMP, neighbour discovery and UDP without special cases.
+// Decodes the layers a capture record carries down to a TCP segment or a UDP datagram: Ethernet
+// (with 802.1Q tags) or raw IP, IPv4 or IPv6, then TCP or UDP. Anything else is reported as
+// `undefined` so a caller walking a capture can skip ARP, ICMP and neighbour discovery without
+// special cases.
 
 import { LINKTYPE_ETHERNET, LINKTYPE_RAW } from './pcap.ts';
 
@@ -28,7 +29,52 @@ const ETHERTYPE_QINQ = 0x88a8;
 const IP_PROTOCOL_TCP = 6;
 const IPV6_EXTENSION_HEADERS = new Set([0, 43, 60]); // hop-by-hop, routing, destination options
 
+export interface IpDatagram {
+  readonly version: 4 | 6;
+  readonly sourceAddress: string;
+  readonly destinationAddress: string;
+  /** Upper-layer protocol (after any IPv6 extension headers). */
+  readonly protocol: number;
+  /** The IP header as sent (IPv4 with options; IPv6 fixed header only). */
+  readonly header: Uint8Array;
+  /** Upper-layer bytes, bounded by the IP length (Ethernet padding removed). */
+  readonly payload: Uint8Array;
+}
+
+export interface UdpDatagram {
+  readonly ip: IpDatagram;
+  readonly sourcePort: number;
+  readonly destinationPort: number;
+  /** The 8-octet UDP header. */
+  readonly header: Uint8Array;
+  readonly payload: Uint8Array;
+}
+
+const IP_PROTOCOL_UDP = 17;
+
 export function decodeTcpSegment(linkType: number, frame: Uint8Array): TcpSegment | undefined {
+  const ip = decodeIpDatagram(linkType, frame);
+  if (ip === undefined || ip.protocol !== IP_PROTOCOL_TCP) return undefined;
+  return decodeTcp(ip.payload, ip.sourceAddress, ip.destinationAddress);
+}
+
+/** A UDP datagram (unfragmented) in a capture record, or undefined. */
+export function decodeUdpDatagram(linkType: number, frame: Uint8Array): UdpDatagram | undefined {
+  const ip = decodeIpDatagram(linkType, frame);
+  if (ip === undefined || ip.protocol !== IP_PROTOCOL_UDP || ip.payload.length < 8) return undefined;
+  const length = (ip.payload[4]! << 8) | ip.payload[5]!;
+  if (length < 8 || length > ip.payload.length) return undefined;
+  return {
+    ip,
+    sourcePort: (ip.payload[0]! << 8) | ip.payload[1]!,
+    destinationPort: (ip.payload[2]! << 8) | ip.payload[3]!,
+    header: ip.payload.subarray(0, 8),
+    payload: ip.payload.subarray(8, length),
+  };
+}
+
+/** The unfragmented IPv4 or IPv6 datagram in a capture record, or undefined. */
+export function decodeIpDatagram(linkType: number, frame: Uint8Array): IpDatagram | undefined {
   let offset = 0;
   let etherType: number;
   if (linkType === LINKTYPE_ETHERNET) {
@@ -51,20 +97,25 @@ export function decodeTcpSegment(linkType: number, frame: Uint8Array): TcpSegmen
   return undefined;
 }
 
-function decodeIpv4(frame: Uint8Array, offset: number): TcpSegment | undefined {
+function decodeIpv4(frame: Uint8Array, offset: number): IpDatagram | undefined {
   if (frame.length < offset + 20) return undefined;
   const headerLength = (frame[offset]! & 0x0f) * 4;
   const totalLength = (frame[offset + 2]! << 8) | frame[offset + 3]!;
   const fragment = ((frame[offset + 6]! << 8) | frame[offset + 7]!) & 0x3fff; // MF flag + offset
-  if (frame[offset + 9] !== IP_PROTOCOL_TCP || fragment !== 0 || headerLength < 20) return undefined;
+  if (fragment !== 0 || headerLength < 20 || frame.length < offset + headerLength) return undefined;
   // The frame may carry Ethernet padding past the IP datagram; the IP total length is authoritative.
   const end = Math.min(frame.length, offset + totalLength);
-  const source = Array.from(frame.subarray(offset + 12, offset + 16)).join('.');
-  const destination = Array.from(frame.subarray(offset + 16, offset + 20)).join('.');
-  return decodeTcp(frame.subarray(offset + headerLength, end), source, destination);
+  return {
+    version: 4,
+    sourceAddress: Array.from(frame.subarray(offset + 12, offset + 16)).join('.'),
+    destinationAddress: Array.from(frame.subarray(offset + 16, offset + 20)).join('.'),
+    protocol: frame[offset + 9]!,
+    header: frame.subarray(offset, offset + headerLength),
+    payload: frame.subarray(offset + headerLength, Math.max(end, offset + headerLength)),
+  };
 }
 
-function decodeIpv6(frame: Uint8Array, offset: number): TcpSegment | undefined {
+function decodeIpv6(frame: Uint8Array, offset: number): IpDatagram | undefined {
   if (frame.length < offset + 40) return undefined;
   const payloadLength = (frame[offset + 4]! << 8) | frame[offset + 5]!;
   let nextHeader = frame[offset + 6]!;
@@ -77,8 +128,15 @@ function decodeIpv6(frame: Uint8Array, offset: number): TcpSegment | undefined {
     nextHeader = frame[cursor]!;
     cursor += (frame[cursor + 1]! + 1) * 8;
   }
-  if (nextHeader !== IP_PROTOCOL_TCP || cursor > end) return undefined;
-  return decodeTcp(frame.subarray(cursor, end), source, destination);
+  if (cursor > end) return undefined;
+  return {
+    version: 6,
+    sourceAddress: source,
+    destinationAddress: destination,
+    protocol: nextHeader,
+    header: frame.subarray(offset, offset + 40),
+    payload: frame.subarray(cursor, end),
+  };
 }
 
 function decodeTcp(segment: Uint8Array, source: string, destination: string): TcpSegment | undefined {

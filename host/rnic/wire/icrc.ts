@@ -1,0 +1,64 @@
+// RoCEv2 invariant CRC (roce.md §7): CRC-32 (IEEE 802.3, as zlib) over 8 octets of 0xFF standing
+// in for the absent LRH, the IP header with its variant fields (IPv4 TOS, TTL, checksum; IPv6
+// traffic class, flow label, hop limit) set to ones, the UDP header with its checksum set to
+// ones, the BTH with its FECN/BECN/reserved octet set to ones, then every other octet up to the
+// ICRC unmodified. The result goes on the wire least-significant octet first. The native
+// @node-rs/crc32 continues a CRC from a previous result, so payload views are fed in place.
+
+import { crc32 } from '@node-rs/crc32';
+import { readCrc } from './crc.ts';
+
+/** The ICRC is written LSB first, like the MPA CRC. */
+export { writeCrc as writeIcrc, readCrc as readIcrc } from './crc.ts';
+
+const LRH_STAND_IN = new Uint8Array(8).fill(0xff);
+/** CRC after the eight 0xFF octets: every ICRC starts here (rxe's raw seed 0xDEBB20E3, inverted). */
+const AFTER_LRH = crc32(LRH_STAND_IN);
+// Masked copies of IP + UDP + BTH; 40 + 8 + 12 octets at most. Every call finishes with it
+// before returning, so one buffer serves every caller of the thread.
+const scratch = new Uint8Array(60);
+
+/**
+ * The running ICRC after the masked IP, UDP and BTH headers. `ipHeader` is the whole IPv4 (any
+ * IHL) or IPv6 (40-octet) header, `udpHeader` 8 octets, `bth` at least its 12 octets (only those
+ * are read). Continue with `icrcContinue` over the rest of the packet, pad included.
+ */
+export function icrcBegin(ipHeader: Uint8Array, udpHeader: Uint8Array, bth: Uint8Array): number {
+  const ipLength = ipHeader.length;
+  if (ipLength > 40 || ipLength < 20) throw new RangeError(`IP header of ${ipLength} octets`);
+  scratch.set(ipHeader, 0);
+  if (ipHeader[0]! >> 4 === 6) {
+    scratch[0] = 0x6f; // version kept, traffic class and flow label masked
+    scratch[1] = 0xff;
+    scratch[2] = 0xff;
+    scratch[3] = 0xff;
+    scratch[7] = 0xff; // hop limit
+  } else {
+    scratch[1] = 0xff; // TOS
+    scratch[8] = 0xff; // TTL
+    scratch[10] = 0xff; // header checksum
+    scratch[11] = 0xff;
+  }
+  scratch.set(udpHeader.subarray(0, 8), ipLength);
+  scratch[ipLength + 6] = 0xff; // UDP checksum
+  scratch[ipLength + 7] = 0xff;
+  scratch.set(bth.subarray(0, 12), ipLength + 8);
+  scratch[ipLength + 12] = 0xff; // FECN, BECN, resv6
+  return crc32(scratch.subarray(0, ipLength + 20), AFTER_LRH);
+}
+
+export function icrcContinue(running: number, bytes: Uint8Array): number {
+  return bytes.length === 0 ? running : crc32(bytes, running);
+}
+
+/** ICRC of a whole IB packet (`transport` = BTH .. last pad octet, without the ICRC). */
+export function computeIcrc(ipHeader: Uint8Array, udpHeader: Uint8Array, transport: Uint8Array): number {
+  return icrcContinue(icrcBegin(ipHeader, udpHeader, transport), transport.subarray(12));
+}
+
+/** Checks the ICRC at the end of `packet` (BTH .. ICRC). */
+export function icrcMatches(ipHeader: Uint8Array, udpHeader: Uint8Array, packet: Uint8Array): boolean {
+  if (packet.length < 16) return false;
+  const end = packet.length - 4;
+  return computeIcrc(ipHeader, udpHeader, packet.subarray(0, end)) === readCrc(packet, end);
+}
