@@ -7,6 +7,29 @@ export const DESCRIPTOR_SIZE = 16;
 export const COMPLETION_SIZE = 40;
 export const BIND_SIZE = 40;
 
+// Field offsets of the common header that starts every message (kbtp-v1 section 1).
+export const HEADER_VERSION = 0;
+export const HEADER_OPCODE = 1;
+export const HEADER_FLAGS = 2;
+export const HEADER_REQUEST_ID = 4;
+export const HEADER_HANDLE = 12;
+export const HEADER_GENERATION = 20;
+/** Status in a COMPLETION or HELLO_ACK; reserved (zero) in a request. */
+export const HEADER_STATUS = 22;
+
+// Field offsets inside a Data Descriptor or Completion Descriptor (draft 5.2).
+export const DESCRIPTOR_STAG = 0;
+export const DESCRIPTOR_TAGGED_OFFSET = 4;
+export const DESCRIPTOR_LENGTH = 12;
+
+// Field offsets of the COMPLETION body (kbtp-v1 section 2) and the BIND body (section 1).
+export const COMPLETION_DATA_LENGTH = 24;
+export const COMPLETION_RESERVED = 28;
+export const COMPLETION_BLOCK_OFFSET = 32;
+export const BIND_TICKET = 24;
+export const BIND_DATA_LENGTH = 28;
+export const BIND_BLOCK_OFFSET = 32;
+
 export const OPCODE_HELLO = 0x01;
 export const OPCODE_HELLO_ACK = 0x02;
 export const OPCODE_GOODBYE = 0x03;

@@ -25,11 +25,11 @@ const SLOT_SPINS: u32 = 64;
 }
 // @ts-ignore: decorator
 @inline function opcodeOf(request: usize): u32 {
-  return <u32>load<u8>(message(request) + 1);
+  return <u32>load<u8>(message(request) + K.HEADER_OPCODE);
 }
 // @ts-ignore: decorator
 @inline function flagsOf(request: usize): u32 {
-  return loadU16(message(request) + 2);
+  return loadU16(message(request) + K.HEADER_FLAGS);
 }
 // @ts-ignore: decorator
 @inline function sessionOf(request: usize): usize {
@@ -42,15 +42,15 @@ const SLOT_SPINS: u32 = 64;
 // Data Descriptor fields (draft 5.2), right after the common header.
 // @ts-ignore: decorator
 @inline function descriptorStag(request: usize): u32 {
-  return loadU32(message(request) + K.HEADER_SIZE);
+  return loadU32(message(request) + K.HEADER_SIZE + K.DESCRIPTOR_STAG);
 }
 // @ts-ignore: decorator
 @inline function descriptorOffset(request: usize): u64 {
-  return loadU64(message(request) + K.HEADER_SIZE + 4);
+  return loadU64(message(request) + K.HEADER_SIZE + K.DESCRIPTOR_TAGGED_OFFSET);
 }
 // @ts-ignore: decorator
 @inline function descriptorLength(request: usize): u32 {
-  return loadU32(message(request) + K.HEADER_SIZE + 12);
+  return loadU32(message(request) + K.HEADER_SIZE + K.DESCRIPTOR_LENGTH);
 }
 
 /** Inline data follows the Data Descriptor and, with RECORD, the Completion Descriptor. */
@@ -78,8 +78,8 @@ function checkFormat(request: usize): u32 {
   const length = load<u32>(request + S.REQUEST_LENGTH);
   const header = message(request);
   if (length < <u32>K.HEADER_SIZE) return K.STATUS_INVALID_REQUEST;
-  if (<u32>load<u8>(header) != K.KBTP_VERSION) return K.STATUS_INVALID_REQUEST;
-  if (loadU16(header + 22) != 0) return K.STATUS_INVALID_REQUEST;
+  if (<u32>load<u8>(header + K.HEADER_VERSION) != K.KBTP_VERSION) return K.STATUS_INVALID_REQUEST;
+  if (loadU16(header + K.HEADER_STATUS) != 0) return K.STATUS_INVALID_REQUEST;
   const opcode = opcodeOf(request);
   const flags = flagsOf(request);
   const allowed = allowedFlags(opcode);
@@ -179,16 +179,16 @@ function writeCompletion(request: usize, status: u32): void {
   const length = load<u32>(request + S.REQUEST_LENGTH);
   const header = message(request);
   const entry = <usize>load<u32>(request + S.REQUEST_ENTRY);
-  store<u8>(out, K.KBTP_VERSION);
-  store<u8>(out + 1, K.OPCODE_COMPLETION);
-  storeU16(out + 2, length >= 2 ? <u32>load<u8>(header + 1) : 0);
-  storeU64(out + 4, length >= 12 ? loadU64(header + 4) : 0);
-  storeU64(out + 12, length >= 20 ? loadU64(header + 12) : 0);
-  storeU16(out + 20, entry != 0 ? entryFlagsGeneration(entry) & 0xffff : 0);
-  storeU16(out + 22, status);
-  storeU32(out + 24, entry != 0 ? entryDataLength(entry) : 0);
-  storeU32(out + 28, 0);
-  storeU64(out + 32, entry != 0 ? entryBlockOffset(entry) : 0);
+  store<u8>(out + K.HEADER_VERSION, K.KBTP_VERSION);
+  store<u8>(out + K.HEADER_OPCODE, K.OPCODE_COMPLETION);
+  storeU16(out + K.HEADER_FLAGS, length >= <u32>K.HEADER_OPCODE + 1 ? <u32>load<u8>(header + K.HEADER_OPCODE) : 0);
+  storeU64(out + K.HEADER_REQUEST_ID, length >= <u32>K.HEADER_REQUEST_ID + 8 ? loadU64(header + K.HEADER_REQUEST_ID) : 0);
+  storeU64(out + K.HEADER_HANDLE, length >= <u32>K.HEADER_HANDLE + 8 ? loadU64(header + K.HEADER_HANDLE) : 0);
+  storeU16(out + K.HEADER_GENERATION, entry != 0 ? entryFlagsGeneration(entry) & 0xffff : 0);
+  storeU16(out + K.HEADER_STATUS, status);
+  storeU32(out + K.COMPLETION_DATA_LENGTH, entry != 0 ? entryDataLength(entry) : 0);
+  storeU32(out + K.COMPLETION_RESERVED, 0);
+  storeU64(out + K.COMPLETION_BLOCK_OFFSET, entry != 0 ? entryBlockOffset(entry) : 0);
 }
 
 /** Releases whatever the request holds, writes its COMPLETION and returns ACTION_SEND. */
@@ -241,7 +241,7 @@ function start(engine: usize, request: usize): u32 {
   store<u32>(request + S.REQUEST_INVALIDATE_STAG, 0);
   store<u32>(request + S.REQUEST_CLOSE, 0);
   const length = load<u32>(request + S.REQUEST_LENGTH);
-  const handle = length >= 20 ? loadU64(message(request) + 12) : 0;
+  const handle = length >= <u32>K.HEADER_HANDLE + 8 ? loadU64(message(request) + K.HEADER_HANDLE) : 0;
   store<u32>(request + S.REQUEST_ENTRY, length >= 20 ? <u32>entryAddress(engine, handle) : 0);
   const format = checkFormat(request);
   if (format != K.STATUS_SUCCESS) return finish(engine, request, format);
@@ -278,9 +278,9 @@ function proceed(engine: usize, request: usize): u32 {
     store<u32>(request + S.REQUEST_LOCK, S.LOCK_EXCLUSIVE);
   }
   const header = message(request);
-  const handle = loadU64(header + 12);
-  const length = opcode == K.OPCODE_BIND ? loadU32(header + 28) : descriptorLength(request);
-  const status = lookup(engine, tenant, opcode, flags, handle, loadU16(header + 20), length, entry);
+  const handle = loadU64(header + K.HEADER_HANDLE);
+  const length = opcode == K.OPCODE_BIND ? loadU32(header + K.BIND_DATA_LENGTH) : descriptorLength(request);
+  const status = lookup(engine, tenant, opcode, flags, handle, loadU16(header + K.HEADER_GENERATION), length, entry);
   if (status != K.STATUS_SUCCESS) return finish(engine, request, status);
   store<u32>(request + S.REQUEST_DATA_LENGTH, length);
 
@@ -312,8 +312,8 @@ function proceed(engine: usize, request: usize): u32 {
   }
   const ring = <usize>load<u32>(tenant + S.TENANT_RING);
   if (opcode == K.OPCODE_BIND) {
-    const ticket = loadU32(header + 24);
-    const blockOffset = loadU64(header + 32);
+    const ticket = loadU32(header + K.BIND_TICKET);
+    const blockOffset = loadU64(header + K.BIND_BLOCK_OFFSET);
     if (ringTicketAbandoned(ring, ticket)) return finish(engine, request, K.STATUS_TICKET_ABANDONED);
     if (!ringTicketTaken(ring, ticket) || !ringSlotHolds(ring, ticket, blockOffset)) {
       return finish(engine, request, K.STATUS_BAD_TICKET);

@@ -185,7 +185,7 @@ export class TargetConnection {
 
   private postCompletion(request: number): void {
     const { arena, engine } = this.ctx;
-    this.ctx.stats.completed(engine.view.getUint8(request + S.REQUEST_MESSAGE + 1), engine.view.getUint16(request + S.REQUEST_COMPLETION + 22, false));
+    this.ctx.stats.completed(engine.view.getUint8(request + S.REQUEST_MESSAGE + K.HEADER_OPCODE), engine.view.getUint16(request + S.REQUEST_COMPLETION + K.HEADER_STATUS, false));
     if (this.disconnected) {
       this.busy -= 1;
       return;
@@ -256,12 +256,12 @@ export class TargetConnection {
       return;
     }
     const view = new DataView(bytes.buffer, bytes.byteOffset, bytes.byteLength);
-    const requestId = view.getBigUint64(4, false);
-    if (bytes[1] !== K.OPCODE_HELLO) {
+    const requestId = view.getBigUint64(K.HEADER_REQUEST_ID, false);
+    if (bytes[K.HEADER_OPCODE] !== K.OPCODE_HELLO) {
       // kbtp-v1 section 11: INVALID_REQUEST with nothing disclosed, then close.
-      const completion = encodeCompletion({ version: K.KBTP_VERSION, requestOpcode: bytes[1] ?? 0, requestId,
-        handle: view.getBigUint64(12, false), generation: 0, status: K.STATUS_INVALID_REQUEST, dataLength: 0, blockOffset: 0n });
-      this.ctx.log(`${this.label}: opcode 0x${(bytes[1] ?? 0).toString(16)} before HELLO; closing`);
+      const completion = encodeCompletion({ version: K.KBTP_VERSION, requestOpcode: bytes[K.HEADER_OPCODE] ?? 0, requestId,
+        handle: view.getBigUint64(K.HEADER_HANDLE, false), generation: 0, status: K.STATUS_INVALID_REQUEST, dataLength: 0, blockOffset: 0n });
+      this.ctx.log(`${this.label}: opcode 0x${(bytes[K.HEADER_OPCODE] ?? 0).toString(16)} before HELLO; closing`);
       this.sendControl(completion, true);
       return;
     }

@@ -44,13 +44,13 @@ export class MessageFormatError extends Error {
 }
 
 function writeHeader(view: DataView, fields: RequestFields): void {
-  view.setUint8(0, fields.version ?? K.KBTP_VERSION);
-  view.setUint8(1, fields.opcode);
-  view.setUint16(2, fields.flags ?? 0, false);
-  view.setBigUint64(4, fields.requestId, false);
-  view.setBigUint64(12, fields.handle, false);
-  view.setUint16(20, fields.generation ?? 0, false);
-  view.setUint16(22, 0, false);
+  view.setUint8(K.HEADER_VERSION, fields.version ?? K.KBTP_VERSION);
+  view.setUint8(K.HEADER_OPCODE, fields.opcode);
+  view.setUint16(K.HEADER_FLAGS, fields.flags ?? 0, false);
+  view.setBigUint64(K.HEADER_REQUEST_ID, fields.requestId, false);
+  view.setBigUint64(K.HEADER_HANDLE, fields.handle, false);
+  view.setUint16(K.HEADER_GENERATION, fields.generation ?? 0, false);
+  view.setUint16(K.HEADER_STATUS, 0, false);
 }
 
 /** Encodes a request exactly as laid out in kbtp-v1 section 1 (descriptors, BIND body, inline data). */
@@ -70,24 +70,24 @@ export function encodeRequest(fields: RequestFields): Uint8Array {
   let cursor = K.HEADER_SIZE;
   if (hasDescriptor) {
     const descriptor = fields.descriptor ?? { stag: 0, taggedOffset: 0n, length: inline?.length ?? 0 };
-    view.setUint32(cursor, descriptor.stag, false);
-    view.setBigUint64(cursor + 4, descriptor.taggedOffset, false);
-    view.setUint32(cursor + 12, descriptor.length, false);
+    view.setUint32(cursor + K.DESCRIPTOR_STAG, descriptor.stag, false);
+    view.setBigUint64(cursor + K.DESCRIPTOR_TAGGED_OFFSET, descriptor.taggedOffset, false);
+    view.setUint32(cursor + K.DESCRIPTOR_LENGTH, descriptor.length, false);
     cursor += K.DESCRIPTOR_SIZE;
   }
   if (fields.opcode === K.OPCODE_BIND) {
     const bind = fields.bind;
     if (bind === undefined) throw new MessageFormatError('BIND needs ticket, dataLength and blockOffset');
-    view.setUint32(24, bind.ticket, false);
-    view.setUint32(28, bind.dataLength, false);
-    view.setBigUint64(32, bind.blockOffset, false);
+    view.setUint32(K.BIND_TICKET, bind.ticket, false);
+    view.setUint32(K.BIND_DATA_LENGTH, bind.dataLength, false);
+    view.setBigUint64(K.BIND_BLOCK_OFFSET, bind.blockOffset, false);
     cursor = K.BIND_SIZE;
   }
   if (record) {
     const completion = fields.completionDescriptor ?? { stag: 0, taggedOffset: 0n };
-    view.setUint32(cursor, completion.stag, false);
-    view.setBigUint64(cursor + 4, completion.taggedOffset, false);
-    view.setUint32(cursor + 12, 0, false);
+    view.setUint32(cursor + K.DESCRIPTOR_STAG, completion.stag, false);
+    view.setBigUint64(cursor + K.DESCRIPTOR_TAGGED_OFFSET, completion.taggedOffset, false);
+    view.setUint32(cursor + K.DESCRIPTOR_LENGTH, 0, false);
     cursor += K.DESCRIPTOR_SIZE;
   }
   if (inline !== undefined) bytes.set(inline, cursor);
@@ -98,15 +98,16 @@ export function encodeRequest(fields: RequestFields): Uint8Array {
 export function encodeCompletion(completion: Completion): Uint8Array {
   const bytes = new Uint8Array(K.COMPLETION_SIZE);
   const view = new DataView(bytes.buffer);
-  view.setUint8(0, completion.version);
-  view.setUint8(1, K.OPCODE_COMPLETION);
-  view.setUint16(2, completion.requestOpcode & 0xff, false);
-  view.setBigUint64(4, completion.requestId, false);
-  view.setBigUint64(12, completion.handle, false);
-  view.setUint16(20, completion.generation, false);
-  view.setUint16(22, completion.status, false);
-  view.setUint32(24, completion.dataLength, false);
-  view.setBigUint64(32, completion.blockOffset, false);
+  view.setUint8(K.HEADER_VERSION, completion.version);
+  view.setUint8(K.HEADER_OPCODE, K.OPCODE_COMPLETION);
+  // The request's opcode travels in the Flags field, zero-extended.
+  view.setUint16(K.HEADER_FLAGS, completion.requestOpcode & 0xff, false);
+  view.setBigUint64(K.HEADER_REQUEST_ID, completion.requestId, false);
+  view.setBigUint64(K.HEADER_HANDLE, completion.handle, false);
+  view.setUint16(K.HEADER_GENERATION, completion.generation, false);
+  view.setUint16(K.HEADER_STATUS, completion.status, false);
+  view.setUint32(K.COMPLETION_DATA_LENGTH, completion.dataLength, false);
+  view.setBigUint64(K.COMPLETION_BLOCK_OFFSET, completion.blockOffset, false);
   return bytes;
 }
 
@@ -114,16 +115,17 @@ export function encodeCompletion(completion: Completion): Uint8Array {
 export function decodeCompletion(bytes: Uint8Array): Completion {
   if (bytes.length !== K.COMPLETION_SIZE) throw new MessageFormatError(`COMPLETION is ${K.COMPLETION_SIZE} octets, got ${bytes.length}`);
   const view = new DataView(bytes.buffer, bytes.byteOffset, bytes.byteLength);
-  if (view.getUint8(1) !== K.OPCODE_COMPLETION) throw new MessageFormatError(`opcode 0x${view.getUint8(1).toString(16)} is not COMPLETION`);
+  const opcode = view.getUint8(K.HEADER_OPCODE);
+  if (opcode !== K.OPCODE_COMPLETION) throw new MessageFormatError(`opcode 0x${opcode.toString(16)} is not COMPLETION`);
   return {
-    version: view.getUint8(0),
-    requestOpcode: view.getUint16(2, false) & 0xff,
-    requestId: view.getBigUint64(4, false),
-    handle: view.getBigUint64(12, false),
-    generation: view.getUint16(20, false),
-    status: view.getUint16(22, false),
-    dataLength: view.getUint32(24, false),
-    blockOffset: view.getBigUint64(32, false),
+    version: view.getUint8(K.HEADER_VERSION),
+    requestOpcode: view.getUint16(K.HEADER_FLAGS, false) & 0xff,
+    requestId: view.getBigUint64(K.HEADER_REQUEST_ID, false),
+    handle: view.getBigUint64(K.HEADER_HANDLE, false),
+    generation: view.getUint16(K.HEADER_GENERATION, false),
+    status: view.getUint16(K.HEADER_STATUS, false),
+    dataLength: view.getUint32(K.COMPLETION_DATA_LENGTH, false),
+    blockOffset: view.getBigUint64(K.COMPLETION_BLOCK_OFFSET, false),
   };
 }
 
