@@ -3,7 +3,7 @@
 // ALLOC_STOREs the blocks it does not. With a capacity, the least recently used blocks are FREEd
 // to make room, as an LRU KV cache would.
 //
-// Counting rule (the one of shared/traces/README.md): a request's blocks count as hits only up to
+// Counting rule (the one of the trace's README, test/fixtures/README.md): a request's blocks count as hits only up to
 // its first miss, since a prefix must be contiguous to be reused. A block after the first miss
 // that the cache does hold is a miss that moves no data (the engine recomputes it; the cache
 // keeps it and it counts as used). Every decision is made when the request is issued, in trace

@@ -40,7 +40,7 @@ workload:
   --count N              instead of a duration: requests per phase over all sessions
   --warmup SECS          unmeasured time before each timed phase (default 0.5)
 
-trace replay (--trace FILE, e.g. ../shared/traces/mooncake-conversation.jsonl):
+trace replay (--trace FILE, e.g. test/fixtures/traces/mooncake-conversation.jsonl):
   --block-size SIZE      octets per trace block (default 16K)
   --time-scale X         replay timestamps X times faster (default 0: as fast as possible)
   --capacity N           blocks the replay may keep; least recently used ones are freed

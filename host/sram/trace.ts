@@ -13,17 +13,13 @@ export interface BlockTrace {
   readonly distinctBlocks: number;
 }
 
-export const TRACE_FILE = join('traces', 'mooncake-conversation.jsonl');
+/** The repository's copy of the Mooncake trace (origin and license: test/fixtures/README.md). */
+export const REPOSITORY_TRACE = join('test', 'fixtures', 'traces', 'mooncake-conversation.jsonl');
 
-/** Where the shared trace is when the command runs from the repository or from dist/. */
+/** The repository's trace, found from the source tree (host/sram/) or from the build (dist/host/sram/). */
 export function defaultTracePath(): string | undefined {
   const here = dirname(fileURLToPath(import.meta.url));
-  const candidates = [
-    resolve(process.cwd(), '..', 'shared', TRACE_FILE),
-    resolve(process.cwd(), 'shared', TRACE_FILE),
-    resolve(here, '..', '..', '..', 'shared', TRACE_FILE),
-    resolve(here, '..', '..', '..', '..', 'shared', TRACE_FILE),
-  ];
+  const candidates = [resolve(here, '..', '..', REPOSITORY_TRACE), resolve(here, '..', '..', '..', REPOSITORY_TRACE)];
   return candidates.find((path) => existsSync(path));
 }
 

@@ -9,7 +9,7 @@ import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { loadTrace, modelHitRate, parseTrace, replayTrace, TraceError } from '../../host/bench/trace.ts';
 
-const tracePath = fileURLToPath(new URL('../../../shared/traces/mooncake-conversation.jsonl', import.meta.url));
+const tracePath = fileURLToPath(new URL('../fixtures/traces/mooncake-conversation.jsonl', import.meta.url));
 const scratch = mkdtempSync(join(tmpdir(), 'kbtp-trace-test-'));
 test.after(() => rmSync(scratch, { recursive: true, force: true }));
 

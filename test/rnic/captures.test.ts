@@ -1,4 +1,4 @@
-// The real siw traffic of ../shared/captures: every TCP direction reassembled, parsed into the
+// The real siw traffic of test/fixtures/captures: every TCP direction reassembled, parsed into the
 // MPA frames and FPDUs (with CRC fields) and the RDMAP message sequence the tools exchanged;
 // then replayed through this RNIC, which must accept siw's bytes and, driven with the same work
 // requests as rping, emit byte-identical MPA frames and FPDUs.
@@ -12,7 +12,7 @@ import { RdmapOpcode } from '../../host/rnic/wire/rdmap.ts';
 import { MemoryChannel } from '../../host/rnic/channel.ts';
 import { Access, createRnic, type QueuePair, type Rnic } from '../../host/rnic/verbs.ts';
 
-const CAPTURES = new URL('../../../shared/captures/', import.meta.url);
+const CAPTURES = new URL('../fixtures/captures/', import.meta.url);
 const load = (name: string): Uint8Array => new Uint8Array(readFileSync(new URL(name, CAPTURES)));
 const hex = (bytes: Uint8Array): string => Buffer.from(bytes).toString('hex');
 

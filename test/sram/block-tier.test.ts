@@ -1,5 +1,5 @@
-// The BLOCK tier replay of the Mooncake trace must agree with the reference LRU figures in
-// shared/traces/README.md (same counting rule: hits count only up to a request's first miss),
+// The BLOCK tier replay of the Mooncake trace must agree with the reference LRU figures of the
+// trace's README (test/fixtures/README.md; same rule: hits count only up to a request's first miss),
 // and hit for hit with an independent Map-based LRU.
 import { fileURLToPath } from 'node:url';
 import { test } from 'uvu';
@@ -7,7 +7,7 @@ import * as assert from 'uvu/assert';
 import { REFERENCE_HIT_RATES, UNLIMITED, replayBlockTier } from '../../host/sram/experiments/block-tier.ts';
 import { loadBlockTrace, parseBlockTrace, type BlockTrace } from '../../host/sram/trace.ts';
 
-const TRACE = fileURLToPath(new URL('../../../shared/traces/mooncake-conversation.jsonl', import.meta.url));
+const TRACE = fileURLToPath(new URL('../fixtures/traces/mooncake-conversation.jsonl', import.meta.url));
 const trace = loadBlockTrace(TRACE);
 
 /** Prefix hits of a plain Map-based LRU (Map keeps insertion order; re-inserting refreshes). */

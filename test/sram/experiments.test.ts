@@ -55,7 +55,7 @@ test('policies: each policy wins the mix it is built for', () => {
 });
 
 test('kbtp-vs-per-block-mr: one pool STag needs far fewer translations than a region per block', () => {
-  const trace = loadBlockTrace(fileURLToPath(new URL('../../../shared/traces/mooncake-conversation.jsonl', import.meta.url)), 1500);
+  const trace = loadBlockTrace(fileURLToPath(new URL('../fixtures/traces/mooncake-conversation.jsonl', import.meta.url)), 1500);
   const params = { blockBytes: 65_536, poolBlocks: 4000, sessions: 8, requestBytes: 64, linkGbps: 100 };
   const [kbtp, kbtpHuge, perBlock, perBlockOnePage, perBlockHw] = schemesFor(small, 4096, 2 << 20, params.blockBytes).map((scheme) => runScheme(trace, scheme, params));
   assert.is(kbtp!.loads + kbtp!.stores, trace.blockIds.length);

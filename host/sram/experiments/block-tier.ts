@@ -5,14 +5,14 @@
 import { HIT, SramCache } from '../cache.ts';
 import { EntryKind } from '../kinds.ts';
 import { lineChart } from '../../report/svg.ts';
-import { defaultTracePath, loadBlockTrace, type BlockTrace } from '../trace.ts';
+import { defaultTracePath, loadBlockTrace, REPOSITORY_TRACE, type BlockTrace } from '../trace.ts';
 import { percent, type TextTable } from '../../report/table.ts';
 import { UsageError, integerListOption, integerOption, type Experiment, type ExperimentContext, type OptionValues } from './experiment.ts';
 
 /** Stands for "as many lines as the trace has distinct blocks". */
 export const UNLIMITED = 0;
 
-/** LRU prefix-hit rates the trace's README gives (shared/traces/README.md). */
+/** LRU prefix-hit rates the trace's README gives (test/fixtures/README.md). */
 export const REFERENCE_HIT_RATES: ReadonlyMap<number, number> = new Map([
   [1000, 0.044],
   [5000, 0.11],
@@ -69,14 +69,14 @@ export const blockTier: Experiment = {
     'also replayed set-associative (capacity rounded up to a multiple of the ways).',
   ].join('\n'),
   options: {
-    trace: { type: 'string', value: '<file>', help: 'Mooncake-format trace (default ../shared/traces/mooncake-conversation.jsonl)' },
+    trace: { type: 'string', value: '<file>', help: 'Mooncake-format trace (default: the repository\'s test/fixtures/traces/mooncake-conversation.jsonl)' },
     capacities: { type: 'string', value: '<list>', help: 'tier capacities in blocks, comma-separated; "unlimited" allowed (default 1000,2000,5000,10000,20000,50000,100000,unlimited)' },
     ways: { type: 'string', value: '<n>', help: 'also replay an n-way set-associative tier' },
     requests: { type: 'string', value: '<n>', help: 'replay only the first n requests (default all)' },
   },
   run(values: OptionValues, context: ExperimentContext) {
     const tracePath = typeof values.trace === 'string' ? values.trace : defaultTracePath();
-    if (tracePath === undefined) throw new UsageError('cannot find ../shared/traces/mooncake-conversation.jsonl; pass --trace <file.jsonl>');
+    if (tracePath === undefined) throw new UsageError(`cannot find the repository's trace (${REPOSITORY_TRACE}); pass --trace <file.jsonl>`);
     const capacities = integerListOption(values, 'capacities', DEFAULT_CAPACITIES, 1, { unlimited: UNLIMITED });
     const ways = values.ways === undefined ? 0 : integerOption(values, 'ways', 0, 1, 1 << 20);
     const maxRequests = integerOption(values, 'requests', Number.MAX_SAFE_INTEGER, 1);

@@ -11,7 +11,7 @@ import { withOverrides, createSramCache, type SramModelConfig } from '../config.
 import { DEFAULT_LINK_GBPS } from '../costs.ts';
 import { EntryKind } from '../kinds.ts';
 import { barChart } from '../../report/svg.ts';
-import { defaultTracePath, loadBlockTrace, type BlockTrace } from '../trace.ts';
+import { defaultTracePath, loadBlockTrace, REPOSITORY_TRACE, type BlockTrace } from '../trace.ts';
 import { percent, type TextTable } from '../../report/table.ts';
 import { ThroughputMeter, modelMessage } from '../workload.ts';
 import { UsageError, integerOption, numberOption, type Experiment, type ExperimentContext, type OptionValues } from './experiment.ts';
@@ -155,7 +155,7 @@ export const kbtpVsPerBlockMr: Experiment = {
     'per-block MRs on small pages and on one page per block; the latter again on a hw-assisted NIC.',
   ].join('\n'),
   options: {
-    trace: { type: 'string', value: '<file>', help: 'Mooncake-format trace (default ../shared/traces/mooncake-conversation.jsonl)' },
+    trace: { type: 'string', value: '<file>', help: 'Mooncake-format trace (default: the repository\'s test/fixtures/traces/mooncake-conversation.jsonl)' },
     requests: { type: 'string', value: '<n>', help: 'replay only the first n requests (default all)' },
     'block-bytes': { type: 'string', value: '<n>', help: 'bytes per KV block (default 65536)' },
     'pool-blocks': { type: 'string', value: '<n>', help: 'blocks the pool holds (default 20000)' },
@@ -166,7 +166,7 @@ export const kbtpVsPerBlockMr: Experiment = {
   },
   run(values: OptionValues, context: ExperimentContext) {
     const tracePath = typeof values.trace === 'string' ? values.trace : defaultTracePath();
-    if (tracePath === undefined) throw new UsageError('cannot find ../shared/traces/mooncake-conversation.jsonl; pass --trace <file.jsonl>');
+    if (tracePath === undefined) throw new UsageError(`cannot find the repository's trace (${REPOSITORY_TRACE}); pass --trace <file.jsonl>`);
     const maxRequests = integerOption(values, 'requests', Number.MAX_SAFE_INTEGER, 1);
     const params: BlockTrafficParams = {
       blockBytes: integerOption(values, 'block-bytes', 65_536, 1, 1 << 30),
