@@ -239,7 +239,6 @@ export function run(engine: usize, request: usize): u32 {
 function start(engine: usize, request: usize): u32 {
   store<u32>(request + S.REQUEST_LOCK, S.LOCK_NONE);
   store<u32>(request + S.REQUEST_INVALIDATE_STAG, 0);
-  store<u32>(request + S.REQUEST_CLOSE, 0);
   const length = load<u32>(request + S.REQUEST_LENGTH);
   const handle = length >= <u32>K.HEADER_HANDLE + 8 ? loadU64(message(request) + K.HEADER_HANDLE) : 0;
   store<u32>(request + S.REQUEST_ENTRY, length >= 20 ? <u32>entryAddress(engine, handle) : 0);

@@ -76,7 +76,7 @@ export const REQUEST_OP_LOCAL = 56; // u32 address in this memory (inside the po
 export const REQUEST_OP_STAG = 60; // u32 initiator STag
 export const REQUEST_OP_REMOTE_OFFSET = 64; // u64 initiator tagged offset
 export const REQUEST_INVALIDATE_STAG = 72; // u32 STag for Send with Invalidate (0: plain Send)
-export const REQUEST_CLOSE = 76; // u32 1: close the session after sending the completion
+// 76..79: unused
 export const REQUEST_COMPLETION = 80; // 40-octet COMPLETION message, big-endian
 export const REQUEST_MESSAGE = 128; // the request as received
 export const REQUEST_HEADER_SIZE = 128;

@@ -1,6 +1,7 @@
 #!/usr/bin/env node
-// The `kbtp` command. Each subcommand lives in host/commands/<name>.ts and is loaded only
-// when used, so `kbtp --help` stays fast and one broken command cannot break the others.
+// The `kbtp` command. Each subcommand lives in host/commands/<name>.ts and is imported when it
+// runs, so running one command does not load the others; `kbtp --help` imports them all for their
+// one-line summaries.
 import { realpathSync } from 'node:fs';
 import { pathToFileURL } from 'node:url';
 

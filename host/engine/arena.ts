@@ -35,9 +35,6 @@ class FreeList {
     this.free[this.top] = index;
     this.top += 1;
   }
-  get inUse(): number {
-    return this.free.length - this.top;
-  }
 }
 
 export class ThreadArena {
@@ -106,10 +103,6 @@ export class ThreadArena {
   /** Gives a context posted before its session existed (the HELLO phase) to that session. */
   assignSession(request: number, session: number): void {
     this.engine.view.setUint32(request + S.REQUEST_SESSION, session, true);
-  }
-
-  get requestsInUse(): number {
-    return this.requests.inUse;
   }
 
   /** Where the transport places an arriving message (a posted receive of maxMessage octets). */

@@ -177,17 +177,15 @@ function checkMulpdu(mulpdu: number): number {
 }
 
 /** Runs `body` with a deadline; on expiry `onTimeout` cleans up and the promise rejects. */
-function withTimeout<T>(timeoutMs: number, what: string, onTimeout: () => void, body: (signal: { expired: boolean }) => Promise<T>): Promise<T> {
-  const signal = { expired: false };
+function withTimeout<T>(timeoutMs: number, what: string, onTimeout: () => void, body: () => Promise<T>): Promise<T> {
   let timer: NodeJS.Timeout | undefined;
   const timeout = new Promise<never>((_, reject) => {
     timer = setTimeout(() => {
-      signal.expired = true;
       onTimeout();
       reject(new RnicError('ETIMEDOUT', `${what} did not complete within ${timeoutMs} ms`));
     }, timeoutMs);
   });
-  return Promise.race([body(signal), timeout]).finally(() => clearTimeout(timer));
+  return Promise.race([body(), timeout]).finally(() => clearTimeout(timer));
 }
 
 function readFrame(channel: StreamChannel): Promise<MpaFrame> {

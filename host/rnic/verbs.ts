@@ -27,7 +27,6 @@ import {
   receiveRequest,
   type ConnectionSummary,
   type InitiatorOptions,
-  type ResponderOptions,
 } from './connection.ts';
 import { CompletionQueue, type CompletionQueueOptions } from './cq.ts';
 import { RnicError } from './errors.ts';

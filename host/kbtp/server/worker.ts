@@ -25,10 +25,9 @@ export type WorkerToMain =
   | { type: 'ready' }
   | { type: 'stats'; id: number; stats: ReturnType<TargetStats['snapshot']> }
   | { type: 'log'; line: string }
-  | { type: 'drained' }
   | { type: 'error'; message: string };
 
-export type MainToWorker = { type: 'stats'; id: number } | { type: 'drain' } | { type: 'stop' };
+export type MainToWorker = { type: 'stats'; id: number } | { type: 'drain' };
 
 function send(message: WorkerToMain): void {
   parentPort?.postMessage(message);
@@ -91,9 +90,6 @@ async function main(): Promise<void> {
     else if (message.type === 'drain') {
       for (const connection of connections) connection.drain();
       void listener.close().then(() => server.close());
-      send({ type: 'drained' });
-    } else if (message.type === 'stop') {
-      void rnic.close().then(() => process.exit(0));
     }
   });
 
