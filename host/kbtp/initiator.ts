@@ -139,7 +139,7 @@ export class KbtpSession {
 
   async open(host: string, port: number, options: ConnectOptions): Promise<void> {
     for (let i = 0; i < this.receiveDepth; i++) this.postReceive(i);
-    void this.pump();
+    void this.dispatchCompletions();
     void this.qp.whenDisconnected().then((info) => this.fail(new Error(`connection to the target lost (${info.reason}: ${info.message})`)));
     await this.rnic.connect(this.qp, { host, port, crc: options.crc ?? false, timeoutMs: options.timeoutMs ?? 10_000 });
     const secret = new TextEncoder().encode(options.secret ?? '');
@@ -177,7 +177,7 @@ export class KbtpSession {
     this.qp.postRecv({ wrId: RECV_BASE + index, sgList: [{ lkey: this.receiveRegion.stag, offset: index * RECV_SLOT, length: RECV_SLOT }] });
   }
 
-  private async pump(): Promise<void> {
+  private async dispatchCompletions(): Promise<void> {
     while (this.failure === undefined) {
       await this.cq.wait();
       for (const completion of this.cq.poll(64)) this.onCompletion(completion);
@@ -233,7 +233,7 @@ export class KbtpSession {
     for (const waiter of this.sendWaiters.values()) waiter.reject(this.failure);
     this.sendWaiters.clear();
     for (const wake of this.slotWaiters.splice(0)) wake();
-    this.cq.releaseWaiters(); // the pump loop sees the failure and ends
+    this.cq.releaseWaiters(); // dispatchCompletions sees the failure and ends
   }
 
   private async takeSlot(): Promise<number> {

@@ -224,7 +224,7 @@ export class Placement implements ReceiveSink {
     }
     qp.requester.readResponseDone();
     qp.peerSpoke();
-    qp.pump();
+    qp.transmitQueued();
   }
 
   sendMessageDone(opcode: number, messageLength: number, invalidateStag: number): void {
@@ -279,7 +279,7 @@ export class Placement implements ReceiveSink {
         if (!qp.responder.accept(fpdu, 'RDMA Read Request')) return;
         qp.responder.queueRead(fpdu, read);
         qp.peerSpoke();
-        qp.pump();
+        qp.transmitQueued();
         return;
       }
       case RdmapOpcode.AtomicRequest: {
@@ -290,13 +290,13 @@ export class Placement implements ReceiveSink {
         if (!qp.responder.accept(fpdu, 'Atomic Request')) return;
         qp.responder.queueAtomic(fpdu, decodeAtomicRequest(fpdu, body));
         qp.peerSpoke();
-        qp.pump();
+        qp.transmitQueued();
         return;
       }
       case RdmapOpcode.AtomicResponse: {
         if (!qp.requester.atomicResponseArrived(decodeAtomicResponse(fpdu, body), fpdu)) return;
         qp.peerSpoke();
-        qp.pump();
+        qp.transmitQueued();
         return;
       }
       case RdmapOpcode.ImmediateData:

@@ -101,7 +101,7 @@ export class Requester {
       this.completeInOrder();
       return;
     }
-    qp.pump();
+    qp.transmitQueued();
   }
 
   /** The RTR Read Request went out: its zero-length Read Response completes nothing the ULP posted. */

@@ -164,7 +164,7 @@ export class Responder {
     this.pendingReadResponses--;
     if (this.pendingReadResponses === 0 && this.atomicWaitsForReads) {
       this.atomicWaitsForReads = false;
-      this.qp.pump();
+      this.qp.transmitQueued();
     } else {
       this.qp.writeDone();
     }

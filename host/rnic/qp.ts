@@ -119,8 +119,8 @@ export class QueuePair extends EventEmitter<QueuePairEvents> {
   awaitingRtr: ReadonlySet<RtrType> | undefined;
 
   private channel: StreamChannel | undefined;
-  private pumping = false;
-  private pumpAgain = false;
+  private transmitting = false;
+  private transmitAgain = false;
   private stalled = false;
   /** Responder: nothing may be sent before the peer's first FPDU (RFC 5044 §7.1.2). */
   private transmitBlocked = false;
@@ -225,7 +225,7 @@ export class QueuePair extends EventEmitter<QueuePairEvents> {
       this.sendReadyToReceive(parameters.sendRtr);
       this.emitEstablished();
     }
-    this.pump();
+    this.transmitQueued();
   }
 
   /** Resolves when the stream is established (responder: once the RTR arrived). */
@@ -306,38 +306,38 @@ export class QueuePair extends EventEmitter<QueuePairEvents> {
   // --- Transmit scheduling -------------------------------------------------------------------
 
   /** @internal Transmits what the responder and the requester have queued, as far as allowed. */
-  pump(): void {
+  transmitQueued(): void {
     if (this.state !== 'rts' || this.transmitBlocked) return;
-    if (this.pumping) {
-      this.pumpAgain = true;
+    if (this.transmitting) {
+      this.transmitAgain = true;
       return;
     }
-    this.pumping = true;
+    this.transmitting = true;
     try {
       do {
-        this.pumpAgain = false;
+        this.transmitAgain = false;
         this.stalled = false;
         // Responses first: they free the peer's ORD credit and never wait on our own work.
         this.responder.transmit();
         this.requester.transmit();
-      } while (this.pumpAgain && this.state === 'rts');
+      } while (this.transmitAgain && this.state === 'rts');
     } catch (error) {
       this.internalError(error);
     } finally {
-      this.pumping = false;
+      this.transmitting = false;
     }
   }
 
-  /** @internal True (and the pump stalls until a write drains) when TCP holds too much unsent data. */
+  /** @internal True (and transmission stalls until a write drains) when TCP holds too much unsent data. */
   transmitFull(): boolean {
     if (this.transmitter!.pendingBytes <= SEND_QUEUE_HIGH_WATER) return false;
     this.stalled = true;
     return true;
   }
 
-  /** @internal A message left for TCP: a stalled pump goes on. */
+  /** @internal A message left for TCP: stalled transmission goes on. */
   writeDone(): void {
-    if (this.stalled) this.pump();
+    if (this.stalled) this.transmitQueued();
   }
 
   /** @internal */
@@ -365,7 +365,7 @@ export class QueuePair extends EventEmitter<QueuePairEvents> {
   peerSpoke(): void {
     if (!this.transmitBlocked) return;
     this.transmitBlocked = false;
-    this.pump();
+    this.transmitQueued();
   }
 
   // --- Errors and teardown -------------------------------------------------------------------

@@ -79,7 +79,7 @@ export class RawClient {
       sendBuffer, rnic.registerMemory(pd, sendBuffer, { access: Access.LocalWrite }),
       data, rnic.registerMemory(pd, data, { access: Access.LocalWrite | Access.RemoteRead | Access.RemoteWrite }));
     for (let i = 0; i < 32; i++) client.postReceive(i);
-    void client.pump();
+    void client.receiveMessages();
     await rnic.connect(qp, { host: host ?? '127.0.0.1', port: Number(port), crc: false });
     return client;
   }
@@ -88,7 +88,7 @@ export class RawClient {
     this.qp.postRecv({ wrId: 1000 + index, sgList: [{ lkey: this.receiveRegion.stag, offset: index * 256, length: 256 }] });
   }
 
-  private async pump(): Promise<void> {
+  private async receiveMessages(): Promise<void> {
     for (;;) {
       await this.cq.wait();
       for (const completion of this.cq.poll(64)) {

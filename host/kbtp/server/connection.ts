@@ -85,10 +85,10 @@ export class TargetConnection {
     }
     this.ctx.stats.sessionOpened();
     void this.qp.whenDisconnected().then((info) => this.onDisconnected(info));
-    void this.pump();
+    void this.serveCompletions();
   }
 
-  private async pump(): Promise<void> {
+  private async serveCompletions(): Promise<void> {
     while (!this.cleanedUp) {
       await this.cq.wait();
       for (const completion of this.cq.poll(64)) {
@@ -364,7 +364,7 @@ export class TargetConnection {
     this.grantedRegions.length = 0;
     this.tickets?.check(true);
     this.maybeFinish();
-    // The CQ may have nothing more to say; wake the pump so it can finish.
+    // The CQ may have nothing more to say; wake serveCompletions so it can finish.
     queueMicrotask(() => this.maybeFinish());
   }
 
@@ -384,6 +384,6 @@ export class TargetConnection {
     for (const region of [this.controlRegion, this.poolRegion, this.requestRegion]) rnic.deregisterMemory(region);
     this.qp.destroy();
     this.ctx.stats.sessionClosed();
-    this.cq.releaseWaiters(); // the pump loop sees cleanedUp and ends
+    this.cq.releaseWaiters(); // serveCompletions sees cleanedUp and ends
   }
 }
