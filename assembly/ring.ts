@@ -3,7 +3,7 @@
 // whose previous turn has not been consumed yet.
 import {
   RING_TAIL, RING_MODE, RING_ORDER, RING_SLOTS, RING_HEAD, RING_DEFERRED_COUNT, RING_DEFERRED_LOCK,
-  RING_DEFERRED_LIST, RING_DEFERRED_USED, RING_ABANDONED, RING_MODE_MASKED, DEFERRED_ENTRY_SIZE, SLOT_SIZE,
+  RING_DEFERRED_LIST, RING_DEFERRED_USED, RING_ABANDONED, RING_MODE_MASKED, DEFERRED_ENTRY_SIZE, SLOT_SIZE, SLOT_BLOCK_OFFSET,
 } from './struct-offsets';
 import { RING_ADD_DATA_MASKED, RING_ADD_DATA_UNMASKED } from './kbtp-constants';
 import { maskedFetchAdd } from './masked-fetch-add';
@@ -61,7 +61,7 @@ export function ringTakeTicket(ring: usize): u64 {
 /** Writes a freed block into a slot: Block Offset first, then Sequence (draft 3.3). */
 // @ts-ignore: decorator
 @inline function fillSlot(slot: usize, ticket: u32, blockOffset: u64): void {
-  atomicStoreU64(slot + 8, blockOffset);
+  atomicStoreU64(slot + SLOT_BLOCK_OFFSET, blockOffset);
   atomicStoreU32(slot, ticket);
 }
 
@@ -101,9 +101,9 @@ export function ringTryTake(ring: usize, ticket: u32, slotOffset: u32, spins: u3
   const slot = <usize>load<u32>(ring + RING_SLOTS) + <usize>slotOffset;
   for (let attempt: u32 = 0; attempt <= spins; attempt++) {
     if (atomicLoadU32(slot) != ticket) continue;
-    const raw = atomic.load<u64>(slot + 8);
+    const raw = atomic.load<u64>(slot + SLOT_BLOCK_OFFSET);
     if (raw == CONSUMED) continue;
-    atomic.store<u64>(slot + 8, CONSUMED);
+    atomic.store<u64>(slot + SLOT_BLOCK_OFFSET, CONSUMED);
     ringSettleParked(ring, ticket);
     return bswap<u64>(raw);
   }
@@ -120,14 +120,14 @@ export function ringReturn(ring: usize, blockOffset: u64): void {
   const ticket = <u32>(counter >>> 32);
   const slot = <usize>load<u32>(ring + RING_SLOTS) + <usize>ringSlotOffset(ring, counter);
   const previousTurn = ticket - slotCount(ring);
-  if (atomicLoadU32(slot) == previousTurn && atomic.load<u64>(slot + 8) == CONSUMED) {
+  if (atomicLoadU32(slot) == previousTurn && atomic.load<u64>(slot + SLOT_BLOCK_OFFSET) == CONSUMED) {
     // Consumed already: only this free can write the slot's next turn, so no lock is needed.
     fillSlot(slot, ticket, blockOffset);
     return;
   }
   atomic.add<u32>(ring + RING_DEFERRED_COUNT, 1);
   lockParked(ring);
-  if (atomicLoadU32(slot) == previousTurn && atomic.load<u64>(slot + 8) == CONSUMED) {
+  if (atomicLoadU32(slot) == previousTurn && atomic.load<u64>(slot + SLOT_BLOCK_OFFSET) == CONSUMED) {
     fillSlot(slot, ticket, blockOffset);
     atomic.sub<u32>(ring + RING_DEFERRED_COUNT, 1);
   } else {
@@ -169,7 +169,7 @@ export function ringTicketTaken(ring: usize, ticket: u32): bool {
 /** True when the slot of `ticket` holds Sequence `ticket` and exactly `blockOffset`, unconsumed. */
 export function ringSlotHolds(ring: usize, ticket: u32, blockOffset: u64): bool {
   const slot = <usize>load<u32>(ring + RING_SLOTS) + <usize>(ticket & (slotCount(ring) - 1)) * SLOT_SIZE;
-  return atomicLoadU32(slot) == ticket && atomic.load<u64>(slot + 8) == bswap<u64>(blockOffset);
+  return atomicLoadU32(slot) == ticket && atomic.load<u64>(slot + SLOT_BLOCK_OFFSET) == bswap<u64>(blockOffset);
 }
 
 /**
@@ -180,7 +180,7 @@ export function ringClaimTicket(ring: usize, ticket: u32, blockOffset: u64): boo
   const slot = <usize>load<u32>(ring + RING_SLOTS) + <usize>(ticket & (slotCount(ring) - 1)) * SLOT_SIZE;
   if (atomicLoadU32(slot) != ticket) return false;
   const raw = bswap<u64>(blockOffset);
-  if (atomic.cmpxchg<u64>(slot + 8, raw, CONSUMED) != raw) return false;
+  if (atomic.cmpxchg<u64>(slot + SLOT_BLOCK_OFFSET, raw, CONSUMED) != raw) return false;
   ringSettleParked(ring, ticket);
   return true;
 }
@@ -200,13 +200,13 @@ export function ringAbandon(ring: usize, ticket: u32): i64 {
   // Still the previous turn: the free owed to this ticket has not landed yet. Any other
   // Sequence means the ticket's turn is over: it was bound or reclaimed and the slot reused.
   if (sequence != ticket) return sequence == ticket - slotCount(ring) ? RECLAIM_NOT_FILLED : RECLAIM_ALREADY_CONSUMED;
-  const raw = atomic.load<u64>(slot + 8);
+  const raw = atomic.load<u64>(slot + SLOT_BLOCK_OFFSET);
   if (raw == CONSUMED) return RECLAIM_ALREADY_CONSUMED;
   const record = abandonedRecord(ring, ticket);
   const previousRecord = atomic.load<u64>(record);
   // Recorded before the slot is consumed, so a BIND that loses the race below sees it.
   atomic.store<u64>(record, abandonedMark(ticket));
-  if (atomic.cmpxchg<u64>(slot + 8, raw, CONSUMED) != raw) {
+  if (atomic.cmpxchg<u64>(slot + SLOT_BLOCK_OFFSET, raw, CONSUMED) != raw) {
     atomic.store<u64>(record, previousRecord);
     return RECLAIM_ALREADY_CONSUMED;
   }

@@ -38,7 +38,14 @@ export const RING_MODE_MASKED = 0; // RFC 7306 masked FetchAdd: Ticket | Slot Of
 export const RING_MODE_UNMASKED = 1; // IB FetchAdd: Ticket in the high 32 bits, slot = ticket mod N
 export const DEFERRED_ENTRY_SIZE = 16; // u32 ticket, u32 pad, u64 block offset
 export const SLOT_SIZE = 16;
+export const SLOT_SEQUENCE = 0; // u32 big-endian: the ticket whose turn the slot holds
+export const SLOT_BLOCK_OFFSET = 8; // u64 big-endian: the block it carries (all ones: none)
 export const ENTRY_SIZE = 16;
+// Block table entry fields (draft 3.2), big-endian; Flags and Generation form one u32 at 0.
+export const ENTRY_FLAGS = 0; // u16
+export const ENTRY_GENERATION = 2; // u16
+export const ENTRY_DATA_LENGTH = 4; // u32
+export const ENTRY_BLOCK_OFFSET = 8; // u64
 
 // Tenant: what a tenant may do, and its usage, shared by all of its sessions.
 export const TENANT_STORE_FIRST = 0; // u64

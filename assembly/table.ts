@@ -1,7 +1,7 @@
 // The block table of draft 3.2 (big-endian 16-octet entries) and the per-handle lock words that
 // keep two requests on one handle from interleaving their check-then-act sequences.
 import {
-  ENGINE_TABLE_BASE, ENGINE_HANDLE_COUNT, ENGINE_BASE_HANDLE, ENGINE_HANDLE_LOCKS, ENTRY_SIZE, LOCK_WRITER_BIT,
+  ENGINE_TABLE_BASE, ENGINE_HANDLE_COUNT, ENGINE_BASE_HANDLE, ENGINE_HANDLE_LOCKS, ENTRY_SIZE, ENTRY_DATA_LENGTH, ENTRY_BLOCK_OFFSET, LOCK_WRITER_BIT,
 } from './struct-offsets';
 import { ENTRY_VALID, ENTRY_SEALED } from './kbtp-constants';
 import { atomicLoadU32, atomicStoreU32, atomicStoreU64 } from './big-endian';
@@ -27,12 +27,12 @@ export function entryAddress(engine: usize, handle: u64): usize {
 
 // @ts-ignore: decorator
 @inline export function entryDataLength(entry: usize): u32 {
-  return atomicLoadU32(entry + 4);
+  return atomicLoadU32(entry + ENTRY_DATA_LENGTH);
 }
 
 // @ts-ignore: decorator
 @inline export function entryBlockOffset(entry: usize): u64 {
-  return bswap<u64>(atomic.load<u64>(entry + 8));
+  return bswap<u64>(atomic.load<u64>(entry + ENTRY_BLOCK_OFFSET));
 }
 
 /** The next Generation: incremented by one, skipping zero (draft 3.2, 6.3, 6.4). */
@@ -45,8 +45,8 @@ export function entryAddress(engine: usize, handle: u64): usize {
 /** Binds the entry: Data Length and Block Offset first, then Flags and Generation (draft 3.2). */
 export function entryBind(entry: usize, blockOffset: u64, dataLength: u32, seal: bool): void {
   const generation = entryFlagsGeneration(entry) & 0xffff;
-  atomicStoreU32(entry + 4, dataLength);
-  atomicStoreU64(entry + 8, blockOffset);
+  atomicStoreU32(entry + ENTRY_DATA_LENGTH, dataLength);
+  atomicStoreU64(entry + ENTRY_BLOCK_OFFSET, blockOffset);
   const flags: u32 = ENTRY_VALID | (seal ? ENTRY_SEALED : 0);
   atomicStoreU32(entry, (flags << 16) | nextGeneration(generation));
 }
@@ -60,12 +60,12 @@ export function entryUnbind(entry: usize): void {
   const flagsGeneration = entryFlagsGeneration(entry);
   const flags = (flagsGeneration >>> 16) & ~(ENTRY_VALID | ENTRY_SEALED);
   atomicStoreU32(entry, (flags << 16) | nextGeneration(flagsGeneration & 0xffff));
-  atomicStoreU32(entry + 4, 0);
+  atomicStoreU32(entry + ENTRY_DATA_LENGTH, 0);
 }
 
 /** Mapped store: new Data Length, then SEALED if asked; the Generation stays. */
 export function entryUpdateStore(entry: usize, dataLength: u32, seal: bool): void {
-  atomicStoreU32(entry + 4, dataLength);
+  atomicStoreU32(entry + ENTRY_DATA_LENGTH, dataLength);
   if (seal) {
     const flagsGeneration = entryFlagsGeneration(entry);
     atomicStoreU32(entry, flagsGeneration | (<u32>ENTRY_SEALED << 16));

@@ -2,6 +2,7 @@
 // and an instance of the engine module over it in this thread. Worker threads attach to the
 // same memory with Engine.attach(engine.handoff()).
 import * as S from '../../assembly/struct-offsets.ts';
+import { decodeRingSlot, decodeTableEntry, type RingSlot, type TableEntry } from './table-entry.ts';
 import { resolveEngineConfig, type EngineConfig, type ResolvedEngineConfig } from './config.ts';
 import { computeLayout, type EngineLayout, type RingLayout } from './layout.ts';
 import { engineModule, instantiateEngine, type EngineExports } from './wasm.ts';
@@ -13,13 +14,6 @@ export interface EngineHandoff {
   module: WebAssembly.Module;
   config: ResolvedEngineConfig;
   layout: EngineLayout;
-}
-
-export interface TableEntry {
-  flags: number;
-  generation: number;
-  dataLength: number;
-  blockOffset: bigint;
 }
 
 export interface RingCounters {
@@ -98,17 +92,11 @@ export class Engine {
   readEntry(handle: bigint): TableEntry | undefined {
     const entry = this.entryAddress(handle);
     if (entry === 0) return undefined;
-    return {
-      flags: this.view.getUint16(entry, false),
-      generation: this.view.getUint16(entry + 2, false),
-      dataLength: this.view.getUint32(entry + 4, false),
-      blockOffset: this.view.getBigUint64(entry + 8, false),
-    };
+    return decodeTableEntry(this.view, entry);
   }
 
-  readSlot(ring: RingLayout, slot: number): { sequence: number; blockOffset: bigint } {
-    const address = ring.slots + S.SLOT_SIZE * slot;
-    return { sequence: this.view.getUint32(address, false), blockOffset: this.view.getBigUint64(address + 8, false) };
+  readSlot(ring: RingLayout, slot: number): RingSlot {
+    return decodeRingSlot(this.view, ring.slots + S.SLOT_SIZE * slot);
   }
 
   readCounters(ring: RingLayout): RingCounters {

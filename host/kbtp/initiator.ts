@@ -16,6 +16,8 @@ import {
 import { encodeRequest, decodeCompletion, statusName, type Completion, type RequestFields } from './wire/messages.ts';
 import { encodeHello, decodeHelloAck, type HelloAck } from './wire/hello.ts';
 import { DEFAULT_PORT, parseHostPort } from './address.ts';
+import * as S from '../../assembly/struct-offsets.ts';
+import { decodeRingSlot, decodeTableEntry, type TableEntry } from '../engine/table-entry.ts';
 
 export class KbtpError extends Error {
   readonly statusName: string;
@@ -48,13 +50,7 @@ export interface LoadResult extends BlockInfo {
   data: Uint8Array;
 }
 
-/** A block table entry as read one-sidedly (draft 3.2). */
-export interface TableEntry {
-  flags: number;
-  generation: number;
-  dataLength: number;
-  blockOffset: bigint;
-}
+export type { TableEntry };
 
 /** Draft 6.6: a direct load is valid when both entry reads show the same Generation, VALID and SEALED. */
 export function directLoadConsistent(before: TableEntry, after: TableEntry): boolean {
@@ -383,8 +379,7 @@ export class KbtpSession {
   }
 
   private decodeEntry(offset: number): TableEntry {
-    const view = new DataView(this.dataBuffer.buffer, offset, 16);
-    return { flags: view.getUint16(0, false), generation: view.getUint16(2, false), dataLength: view.getUint32(4, false), blockOffset: view.getBigUint64(8, false) };
+    return decodeTableEntry(new DataView(this.dataBuffer.buffer, offset, S.ENTRY_SIZE), 0);
   }
 
   /** One RDMA Read of the table entry of `handle` through the Table STag (DIRECT_LOAD). */
@@ -397,7 +392,7 @@ export class KbtpSession {
     const slot = await this.takeSlot();
     try {
       const scratch = this.scratchOffset(slot);
-      await this.readRemote(tableStag, tableOffset + 16n * (handle - tableBaseHandle), scratch, 16);
+      await this.readRemote(tableStag, tableOffset + BigInt(S.ENTRY_SIZE) * (handle - tableBaseHandle), scratch, S.ENTRY_SIZE);
       return this.decodeEntry(scratch);
     } finally {
       this.giveSlot(slot);
@@ -465,15 +460,16 @@ export class KbtpSession {
       const counter = BigInt.asUintN(64, added.atomicResult ?? 0n);
       const ticket = Number(counter >> 32n);
       const slotOffset = counter & ((1n << BigInt(partitionRingOrder + 4)) - 1n);
-      const view = new DataView(this.dataBuffer.buffer, scratch, 16);
+      const view = new DataView(this.dataBuffer.buffer, scratch, S.SLOT_SIZE);
       const deadline = Date.now() + ticketTimeoutMs;
       let blockOffset = ALL_ONES;
       for (;;) {
-        await this.readRemote(ringStag, ringOffset + slotOffset, scratch, 16);
-        const ready = view.getUint32(0, false) === ticket && view.getBigUint64(8, false) !== ALL_ONES;
-        if (ready && blockOffset === view.getBigUint64(8, false)) return { ticket, blockOffset }; // the same on a second read
+        await this.readRemote(ringStag, ringOffset + slotOffset, scratch, S.SLOT_SIZE);
+        const read = decodeRingSlot(view, 0);
+        const ready = read.sequence === ticket && read.blockOffset !== ALL_ONES;
+        if (ready && blockOffset === read.blockOffset) return { ticket, blockOffset }; // the same on a second read
         if (ready) {
-          blockOffset = view.getBigUint64(8, false);
+          blockOffset = read.blockOffset;
           continue;
         }
         blockOffset = ALL_ONES;
