@@ -2,6 +2,7 @@
 // the daemon reads (management server, data directory, logging, drain bound), from the same JSON
 // file, validated the same way: every error names the field and the fix.
 import { resolveTargetSettings, readConfigFile, parseListen, isLoopback, ConfigError, type TargetSettings } from './config.ts';
+import cron from 'node-cron';
 import { ObjectReader, isJsonObject, type Json } from './config-reader.ts';
 
 export const DEFAULT_MANAGEMENT_PORT = 7118;
@@ -25,10 +26,20 @@ export interface ApplianceSettings {
   drainTimeoutMs: number;
   /** At start, how long to wait for a KBTP address another process still holds (a predecessor draining). */
   listenWaitMs: number;
+  /** Cron expression of each scheduled job; null turns the job off. */
+  jobs: Record<JobName, string | null>;
 }
 
+/** The scheduled maintenance jobs (firmware/jobs.ts) and their default schedules (cron, 5 or 6 fields). */
+export const JOB_DEFAULTS = {
+  poolAudit: '*/5 * * * *',
+  statsSnapshot: '* * * * *',
+} as const;
+export type JobName = keyof typeof JOB_DEFAULTS;
+export const JOB_NAMES = Object.keys(JOB_DEFAULTS) as JobName[];
+
 /** The top-level keys this file adds to the target's. */
-export const APPLIANCE_SECTIONS = ['management', 'dataDir', 'log', 'drainTimeoutMs', 'listenWaitMs'] as const;
+export const APPLIANCE_SECTIONS = ['management', 'dataDir', 'log', 'drainTimeoutMs', 'listenWaitMs', 'jobs'] as const;
 
 export const MIN_TOKEN_LENGTH = 16;
 const MANAGEMENT_KEYS = ['listen', 'token'] as const;
@@ -60,6 +71,21 @@ export function checkManagementExposure(management: ManagementSettings, field = 
 
 const MAX_BOUND_MS = 3_600_000;
 
+function resolveJobs(top: ObjectReader<(typeof APPLIANCE_SECTIONS)[number]>): Record<JobName, string | null> {
+  const section = top.object('jobs', JOB_NAMES);
+  const jobs = { ...JOB_DEFAULTS } as Record<JobName, string | null>;
+  for (const name of JOB_NAMES) {
+    const value = section.raw(name);
+    if (value === undefined) continue;
+    if (value !== null && (typeof value !== 'string' || !cron.validate(value))) {
+      throw new ConfigError(section.field(name), `${JSON.stringify(value)} is not a cron expression`,
+        `e.g. "${JOB_DEFAULTS[name]}" (minute hour day month weekday, an optional seconds field first), or null to turn the job off`);
+    }
+    jobs[name] = value;
+  }
+  return jobs;
+}
+
 export function resolveApplianceSettings(input: Json): ApplianceSettings {
   if (!isJsonObject(input)) throw new ConfigError('(top level)', 'must be a JSON object', 'start the file with {');
   const target = resolveTargetSettings(input, APPLIANCE_SECTIONS);
@@ -82,7 +108,7 @@ export function resolveApplianceSettings(input: Json): ApplianceSettings {
   const sessions = logIn.boolean('sessions', false);
   const drainTimeoutMs = top.integer('drainTimeoutMs', { min: 0, max: MAX_BOUND_MS, fallback: 10_000 });
   const listenWaitMs = top.integer('listenWaitMs', { min: 0, max: MAX_BOUND_MS, fallback: 10_000 });
-  return { target, management, dataDir, log: { level: level as LogLevel, format, sessions }, drainTimeoutMs, listenWaitMs };
+  return { target, management, dataDir, log: { level: level as LogLevel, format, sessions }, drainTimeoutMs, listenWaitMs, jobs: resolveJobs(top) };
 }
 
 export function loadApplianceSettings(path: string | undefined): ApplianceSettings {

@@ -1,11 +1,17 @@
 // The appliance daemon's lifecycle: management server first (so a supervisor sees the node alive
 // but not ready while it starts), then the target workers, then ready; draining on request.
 import { startTarget, type RunningTarget } from '../host/kbtp/server/target.ts';
-import type { StatsSnapshot } from '../host/kbtp/server/stats.ts';
+import { mergeStats, type StatsSnapshot } from '../host/kbtp/server/stats.ts';
 import type { ApplianceSettings } from './appliance-config.ts';
 import type { Logger } from './logger.ts';
-import { startManagementServer, sendJson, type ManagementServer, type RouteHandler } from './management-server.ts';
+import { startManagementServer, sendJson, sendText, type ManagementServer, type RouteHandler } from './management-server.ts';
+import { ApplianceMetrics } from './metrics.ts';
 import { poolOccupancy, type PoolOccupancy } from './pool-occupancy.ts';
+import { Scheduler, type JobDefinition, type JobStatus } from './scheduler.ts';
+import { poolAuditJob, statsSnapshotJob } from './jobs.ts';
+import { TrafficHistory, totalRequests, type TrafficSample } from './traffic-history.ts';
+import { summarizeLatency, type LatencySummary } from './percentiles.ts';
+import type { WarningLog, WarningEntry } from './warnings.ts';
 
 export type ApplianceState = 'starting' | 'ready' | 'draining' | 'stopped';
 
@@ -18,8 +24,17 @@ export interface ApplianceStatus {
   management: { host: string; port: number };
   workers: number;
   pool: PoolOccupancy | null;
+  tenants: Array<{ name: string; sessions: number; blocks: number; quota: number }>;
+  requests: { total: number; byOpcode: Record<string, Record<string, number>> };
+  latency: Record<string, LatencySummary>;
+  traffic: TrafficSample[];
+  jobs: JobStatus[];
+  warnings: WarningEntry[];
   stats: StatsSnapshot | null;
 }
+
+/** How often the traffic chart gets a sample. */
+const SAMPLE_PERIOD_MS = 1000;
 
 /** How long to keep trying when the KBTP address is still held (a previous instance draining). */
 const LISTEN_RETRY_PERIOD_MS = 500;
@@ -36,8 +51,38 @@ export class Appliance {
   private target: RunningTarget | undefined;
   private management: ManagementServer | undefined;
   private readonly startedAt = new Date();
+  readonly metrics: ApplianceMetrics;
+  private readonly scheduler: Scheduler;
+  private readonly history = new TrafficHistory();
+  private sampler: NodeJS.Timeout | undefined;
 
-  constructor(readonly settings: ApplianceSettings, private readonly log: Logger) {}
+  constructor(readonly settings: ApplianceSettings, private readonly log: Logger, private readonly warnings: WarningLog) {
+    this.metrics = new ApplianceMetrics({
+      engine: () => this.target?.engine,
+      tenants: () => this.settings.target.tenants.map((tenant) => tenant.name),
+      ready: () => this.stateValue === 'ready',
+    });
+    this.scheduler = new Scheduler(log, this.metrics);
+  }
+
+  private jobDefinitions(): JobDefinition[] {
+    const { jobs } = this.settings;
+    return [
+      { name: 'poolAudit', schedule: jobs.poolAudit, run: () => {
+        const engine = this.target?.engine;
+        return engine === undefined ? 'skipped: the pool is not up' : poolAuditJob(engine);
+      } },
+      { name: 'statsSnapshot', schedule: jobs.statsSnapshot, resultLevel: 'info', run: () => statsSnapshotJob({
+        stats: async () => mergeStats(await this.workerStats()), engine: () => this.target?.engine, dataDir: this.settings.dataDir,
+      }) },
+    ];
+  }
+
+  /** Each worker's counters (none while starting or after the workers stopped). */
+  private async workerStats(): Promise<StatsSnapshot[]> {
+    if (this.target === undefined || this.stateValue === 'stopped') return [];
+    return this.target.workerStats();
+  }
 
   get state(): ApplianceState {
     return this.stateValue;
@@ -61,6 +106,9 @@ export class Appliance {
         sendJson(response, ready ? 200 : 503, { ready, state: this.stateValue });
       }],
       ['/api/status', async (_request, response) => sendJson(response, 200, await this.status())],
+      ['/metrics', async (_request, response) => {
+        sendText(response, 200, this.metrics.contentType, await this.metrics.render(await this.workerStats()));
+      }],
     ]);
     const { listen, token } = this.settings.management;
     this.management = await startManagementServer({
@@ -92,10 +140,19 @@ export class Appliance {
       }
     }
     this.stateValue = 'ready';
+    this.scheduler.setJobs(this.jobDefinitions());
+    this.sampler = setInterval(() => {
+      void this.workerStats().then((parts) => { if (parts.length > 0) this.history.record(mergeStats(parts)); });
+    }, SAMPLE_PERIOD_MS);
+    this.sampler.unref();
   }
 
   async status(): Promise<ApplianceStatus> {
     const target = this.target;
+    const engine = target?.engine;
+    const stats = target === undefined || this.stateValue === 'stopped' ? null : mergeStats(await target.workerStats());
+    const latency: Record<string, LatencySummary> = {};
+    for (const [opcode, histogram] of Object.entries(stats?.latency ?? {})) latency[opcode] = summarizeLatency(histogram);
     return {
       state: this.stateValue,
       ready: this.stateValue === 'ready',
@@ -104,8 +161,19 @@ export class Appliance {
       kbtp: this.kbtpAddress,
       management: this.managementAddress,
       workers: this.settings.target.workers,
-      pool: target === undefined ? null : poolOccupancy(target.engine),
-      stats: target === undefined || this.stateValue === 'stopped' ? null : await target.stats(),
+      pool: engine === undefined ? null : poolOccupancy(engine),
+      tenants: this.settings.target.tenants.map((tenant, index) => ({
+        name: tenant.name,
+        sessions: stats?.sessionsByTenant[tenant.name] ?? 0,
+        blocks: engine === undefined ? 0 : engine.tenantUsage(index),
+        quota: tenant.quota,
+      })),
+      requests: { total: stats === null ? 0 : totalRequests(stats), byOpcode: stats?.requests ?? {} },
+      latency,
+      traffic: [...this.history.recent],
+      jobs: this.scheduler.status(),
+      warnings: this.warnings.recent(),
+      stats,
     };
   }
 
@@ -116,6 +184,8 @@ export class Appliance {
   async drain(): Promise<boolean> {
     if (this.stateValue === 'draining' || this.stateValue === 'stopped') return false;
     this.stateValue = 'draining';
+    clearInterval(this.sampler);
+    await this.scheduler.stop(Math.min(5000, this.settings.drainTimeoutMs));
     const target = this.target;
     if (target === undefined) return true;
     target.drain();
@@ -133,6 +203,8 @@ export class Appliance {
 
   /** Stops everything; the management server last, so /readyz says "draining" until the end. */
   async close(): Promise<void> {
+    clearInterval(this.sampler);
+    await this.scheduler.stop(0);
     if (this.target !== undefined && this.stateValue !== 'draining') await this.target.stop(0);
     this.stateValue = 'stopped';
     await this.management?.close();

@@ -6,6 +6,7 @@ import { SramConfigError } from '../host/sram/index.ts';
 import type { ApplianceSettings } from './appliance-config.ts';
 import { Appliance, KbtpListenError } from './appliance.ts';
 import type { Logger } from './logger.ts';
+import type { WarningLog } from './warnings.ts';
 import { ManagementListenError } from './management-server.ts';
 
 export interface DaemonOptions {
@@ -16,8 +17,8 @@ export interface DaemonOptions {
 /** Beyond the drain bound, how long closing may take before the process exits 1 regardless. */
 const EXIT_GRACE_MS = 5000;
 
-export async function runAppliance(settings: ApplianceSettings, log: Logger, options: DaemonOptions): Promise<number> {
-  const appliance = new Appliance(settings, log);
+export async function runAppliance(settings: ApplianceSettings, log: Logger, warnings: WarningLog, options: DaemonOptions): Promise<number> {
+  const appliance = new Appliance(settings, log, warnings);
   let stopRequested: ((signal: NodeJS.Signals) => void) | undefined;
   const stopSignal = new Promise<NodeJS.Signals>((resolve) => { stopRequested = resolve; });
   const onStop = (signal: NodeJS.Signals): void => stopRequested?.(signal);

@@ -8,6 +8,7 @@ import {
 } from '../../firmware/appliance-config.ts';
 import { createLogger } from '../../firmware/logger.ts';
 import { runAppliance } from '../../firmware/daemon.ts';
+import { WarningLog } from '../../firmware/warnings.ts';
 
 const HELP = `usage: kbtp appliance [options]
 
@@ -81,7 +82,8 @@ export const command: Command = {
       }
       throw error;
     }
-    const log = createLogger({ level: settings.log.level, format: settings.log.format });
-    return runAppliance(settings, log, { announce: (line) => console.log(line) });
+    const warnings = new WarningLog();
+    const log = createLogger({ level: settings.log.level, format: settings.log.format, onWarning: (level, message) => warnings.add(level, message) });
+    return runAppliance(settings, log, warnings, { announce: (line) => console.log(line) });
   },
 };

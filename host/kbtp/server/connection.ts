@@ -45,6 +45,8 @@ export class TargetConnection {
   /** Contexts between arrival and the completion of their COMPLETION Send. */
   private busy = 0;
   private session = 0;
+  /** The admitted tenant's name, for the per-tenant session count. */
+  private tenantName: string | undefined;
   private tenantAddress = 0;
   private readonly grantedRegions: MemoryRegion[] = [];
   /** One-sided tickets this session took (DIRECT_ALLOC sessions only). */
@@ -146,6 +148,7 @@ export class TargetConnection {
     }
     if (this.state !== 'open') return; // after GOODBYE the initiator sends nothing more
     this.busy += 1;
+    this.ctx.stats.arrived(request);
     this.ctx.arena.arrived(request, length);
     this.settle(request, this.ctx.arena.run(request));
   }
@@ -185,7 +188,7 @@ export class TargetConnection {
 
   private postCompletion(request: number): void {
     const { arena, engine } = this.ctx;
-    this.ctx.stats.completed(engine.view.getUint8(request + S.REQUEST_MESSAGE + K.HEADER_OPCODE), engine.view.getUint16(request + S.REQUEST_COMPLETION + K.HEADER_STATUS, false));
+    this.ctx.stats.completed(engine.view.getUint8(request + S.REQUEST_MESSAGE + K.HEADER_OPCODE), engine.view.getUint16(request + S.REQUEST_COMPLETION + K.HEADER_STATUS, false), request);
     if (this.disconnected) {
       this.busy -= 1;
       return;
@@ -242,7 +245,7 @@ export class TargetConnection {
 
   private refuse(requestId: bigint, status: number, reason: string): void {
     this.ctx.log(`${this.label}: session refused (${reason})`);
-    this.ctx.stats.refused();
+    this.ctx.stats.refused(status === K.STATUS_AUTH_FAILED);
     this.sendControl(encodeHelloAck(refusal(requestId, status)), true);
   }
 
@@ -333,6 +336,8 @@ export class TargetConnection {
       ack.headOffset = 0n;
     }
     this.state = 'open';
+    this.tenantName = admission.tenant.name;
+    this.ctx.stats.tenantSessionOpened(admission.tenant.name);
     this.ctx.log(`${this.label}: session of tenant '${admission.tenant.name}' open (capabilities 0x${admission.capabilities.toString(16)})`);
     this.sendControl(encodeHelloAck(ack), false);
     this.postReceive(request);
@@ -381,6 +386,7 @@ export class TargetConnection {
     for (const context of this.contexts) arena.releaseRequest(context);
     this.contexts.length = 0;
     if (this.session !== 0) arena.closeSession(this.session);
+    if (this.tenantName !== undefined) this.ctx.stats.tenantSessionClosed(this.tenantName);
     for (const region of [this.controlRegion, this.poolRegion, this.requestRegion]) rnic.deregisterMemory(region);
     this.qp.destroy();
     this.ctx.stats.sessionClosed();

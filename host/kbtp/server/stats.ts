@@ -1,8 +1,23 @@
 // Counters of one worker thread of the target; the main thread adds them up for `kbtp target`'s
-// periodic and exit reports.
+// periodic and exit reports and for the appliance's metrics. The per-request hooks (arrival,
+// completion) only write numbers into preallocated typed arrays: they run on the hot path.
 import { statusName } from '../wire/messages.ts';
 
 const OPCODE_NAMES: Record<number, string> = { 0x10: 'LOAD', 0x11: 'STORE', 0x12: 'ALLOC_STORE', 0x13: 'FREE', 0x14: 'BIND' };
+const FIRST_OPCODE = 0x10;
+const LATENCY_OPCODES = 5; // LOAD .. BIND; anything else is not timed
+
+/** Upper bounds (seconds) of the service-time histogram buckets; the last bucket is +Inf. */
+export const LATENCY_BOUNDS_SECONDS: readonly number[] = [
+  25e-6, 50e-6, 100e-6, 250e-6, 500e-6, 1e-3, 2.5e-3, 5e-3, 10e-3, 25e-3, 50e-3, 100e-3, 250e-3, 500e-3, 1, 2.5,
+];
+
+export interface LatencyHistogram {
+  /** Per bucket (not cumulative), LATENCY_BOUNDS_SECONDS.length + 1 entries, the last for +Inf. */
+  counts: number[];
+  sumSeconds: number;
+  count: number;
+}
 
 export interface StatsSnapshot {
   sessionsOpen: number;
@@ -13,8 +28,20 @@ export interface StatsSnapshot {
   dataBytes: number;
   ticketsReclaimed: number;
   internalErrors: number;
+  /** HELLOs refused with AUTH_FAILED (unknown tenant or wrong credential). */
+  authFailures: number;
+  /** One-sided tickets taken by FetchAdd on a partition ring head. */
+  ticketsTaken: number;
+  /** Tickets given up: past the Ticket Timeout, or held by a session that ended. */
+  ticketsAbandoned: number;
+  /** Open sessions by tenant name. */
+  sessionsByTenant: Record<string, number>;
+  /** Service time from a request's arrival to its COMPLETION being posted, by opcode name. */
+  latency: Record<string, LatencyHistogram>;
   /** Per worker, the SRAM cache model's report when the target runs with one. */
   sram?: string[];
+  /** The SRAM model's lookups, all workers together, when the target runs with one. */
+  sramCounters?: { hits: number; misses: number };
 }
 
 export class TargetStats {
@@ -26,17 +53,59 @@ export class TargetStats {
   private moved = 0;
   private reclaimed = 0;
   private faults = 0;
+  private authFailed = 0;
+  private taken = 0;
+  private abandoned = 0;
+  private readonly tenantSessions = new Map<string, number>();
+  /** performance.now() at each request context's arrival, by context index. */
+  private readonly arrivals: Float64Array;
+  /** Per timed opcode, LATENCY_BOUNDS_SECONDS.length + 1 bucket counts. */
+  private readonly latencyCounts = new Float64Array(LATENCY_OPCODES * (LATENCY_BOUNDS_SECONDS.length + 1));
+  private readonly latencySums = new Float64Array(LATENCY_OPCODES);
+
+  /**
+   * `requestBase`, `requestSize`, `requests`: this thread's request contexts (ThreadArena), so a
+   * context's arrival time is kept in a slot of its own without any allocation.
+   */
+  constructor(private readonly requestBase = 0, private readonly requestSize = 1, requests = 0) {
+    this.arrivals = new Float64Array(requests);
+  }
 
   sessionOpened(): void { this.sessionsOpen += 1; this.sessionsTotal += 1; }
   sessionClosed(): void { this.sessionsOpen -= 1; }
-  refused(): void { this.sessionsRefused += 1; }
+  tenantSessionOpened(tenant: string): void { this.tenantSessions.set(tenant, (this.tenantSessions.get(tenant) ?? 0) + 1); }
+  tenantSessionClosed(tenant: string): void {
+    const left = (this.tenantSessions.get(tenant) ?? 1) - 1;
+    if (left > 0) this.tenantSessions.set(tenant, left);
+    else this.tenantSessions.delete(tenant);
+  }
+  refused(authFailed = false): void {
+    this.sessionsRefused += 1;
+    if (authFailed) this.authFailed += 1;
+  }
   bytesIn(octets: number): void { this.received += octets; }
   dataMoved(octets: number): void { this.moved += octets; }
+  ticketTaken(): void { this.taken += 1; }
+  ticketAbandoned(): void { this.abandoned += 1; }
   ticketReclaimed(): void { this.reclaimed += 1; }
   internalError(): void { this.faults += 1; }
-  completed(opcode: number, status: number): void {
+  /** A request landed in the context at `request` (its address). */
+  arrived(request: number): void {
+    const index = (request - this.requestBase) / this.requestSize;
+    if (index >= 0 && index < this.arrivals.length) this.arrivals[index] = performance.now();
+  }
+  /** Its COMPLETION is being posted: counted by opcode and status, timed since arrived(). */
+  completed(opcode: number, status: number, request = -1): void {
     const key = (opcode << 16) | status;
     this.counts.set(key, (this.counts.get(key) ?? 0) + 1);
+    const op = opcode - FIRST_OPCODE;
+    const index = (request - this.requestBase) / this.requestSize;
+    if (op < 0 || op >= LATENCY_OPCODES || !(index >= 0 && index < this.arrivals.length)) return;
+    const seconds = (performance.now() - (this.arrivals[index] ?? 0)) / 1000;
+    let bucket = 0;
+    while (bucket < LATENCY_BOUNDS_SECONDS.length && seconds > (LATENCY_BOUNDS_SECONDS[bucket] ?? 0)) bucket += 1;
+    this.latencyCounts[op * (LATENCY_BOUNDS_SECONDS.length + 1) + bucket] = (this.latencyCounts[op * (LATENCY_BOUNDS_SECONDS.length + 1) + bucket] ?? 0) + 1;
+    this.latencySums[op] = (this.latencySums[op] ?? 0) + seconds;
   }
 
   snapshot(): StatsSnapshot {
@@ -46,16 +115,41 @@ export class TargetStats {
       const byStatus = (requests[opcode] ??= {});
       byStatus[statusName(key & 0xffff)] = count;
     }
+    const latency: Record<string, LatencyHistogram> = {};
+    const width = LATENCY_BOUNDS_SECONDS.length + 1;
+    for (let op = 0; op < LATENCY_OPCODES; op++) {
+      const counts = Array.from(this.latencyCounts.subarray(op * width, (op + 1) * width));
+      const count = counts.reduce((sum, n) => sum + n, 0);
+      if (count > 0) latency[OPCODE_NAMES[FIRST_OPCODE + op] ?? String(op)] = { counts, sumSeconds: this.latencySums[op] ?? 0, count };
+    }
     return {
       sessionsOpen: this.sessionsOpen, sessionsTotal: this.sessionsTotal, sessionsRefused: this.sessionsRefused, requests,
       bytesIn: this.received, dataBytes: this.moved, ticketsReclaimed: this.reclaimed, internalErrors: this.faults,
+      authFailures: this.authFailed, ticketsTaken: this.taken, ticketsAbandoned: this.abandoned,
+      sessionsByTenant: Object.fromEntries(this.tenantSessions), latency,
     };
   }
 }
 
 export function mergeStats(parts: readonly StatsSnapshot[]): StatsSnapshot {
-  const total: StatsSnapshot = { sessionsOpen: 0, sessionsTotal: 0, sessionsRefused: 0, requests: {}, bytesIn: 0, dataBytes: 0, ticketsReclaimed: 0, internalErrors: 0 };
+  const total: StatsSnapshot = { sessionsOpen: 0, sessionsTotal: 0, sessionsRefused: 0, requests: {}, bytesIn: 0, dataBytes: 0, ticketsReclaimed: 0,
+    internalErrors: 0, authFailures: 0, ticketsTaken: 0, ticketsAbandoned: 0, sessionsByTenant: {}, latency: {} };
   for (const part of parts) {
+    total.authFailures += part.authFailures;
+    total.ticketsTaken += part.ticketsTaken;
+    total.ticketsAbandoned += part.ticketsAbandoned;
+    for (const [tenant, open] of Object.entries(part.sessionsByTenant)) total.sessionsByTenant[tenant] = (total.sessionsByTenant[tenant] ?? 0) + open;
+    for (const [opcode, histogram] of Object.entries(part.latency)) {
+      const into = (total.latency[opcode] ??= { counts: histogram.counts.map(() => 0), sumSeconds: 0, count: 0 });
+      histogram.counts.forEach((n, bucket) => { into.counts[bucket] = (into.counts[bucket] ?? 0) + n; });
+      into.sumSeconds += histogram.sumSeconds;
+      into.count += histogram.count;
+    }
+    if (part.sramCounters !== undefined) {
+      const into = (total.sramCounters ??= { hits: 0, misses: 0 });
+      into.hits += part.sramCounters.hits;
+      into.misses += part.sramCounters.misses;
+    }
     total.sessionsOpen += part.sessionsOpen;
     total.sessionsTotal += part.sessionsTotal;
     total.sessionsRefused += part.sessionsRefused;

@@ -25,7 +25,7 @@ export function reclaimTicket(engine: Engine, ring: RingLayout, ticket: number, 
 export class LateReclaims {
   private readonly pending: Array<{ ring: RingLayout; ticket: number; tenant: number }> = [];
   private timer: NodeJS.Timeout | undefined;
-  constructor(private readonly engine: Engine) {}
+  constructor(private readonly engine: Engine, private readonly onReclaimed: () => void = () => undefined) {}
 
   add(ring: RingLayout, ticket: number, tenant: number): void {
     this.pending.push({ ring, ticket, tenant });
@@ -41,7 +41,9 @@ export class LateReclaims {
     for (let i = this.pending.length - 1; i >= 0; i--) {
       const item = this.pending[i];
       if (item === undefined) continue;
-      if (reclaimTicket(this.engine, item.ring, item.ticket, item.tenant) === 'waiting') continue;
+      const result = reclaimTicket(this.engine, item.ring, item.ticket, item.tenant);
+      if (result === 'waiting') continue;
+      if (result === 'reclaimed') this.onReclaimed();
       this.pending.splice(i, 1);
     }
     if (this.pending.length === 0 && this.timer !== undefined) {
@@ -73,6 +75,7 @@ export class SessionTickets {
   /** The session's FetchAdd on the ring head took `ticket`: it counts against the tenant's quota until bound or reclaimed. */
   take(ticket: number): void {
     this.taken.set(ticket, Date.now());
+    this.ctx.stats.ticketTaken();
     this.ctx.engine.exports.quotaAdjust(this.tenantAddress, 1);
     this.watch();
   }
@@ -107,12 +110,16 @@ export class SessionTickets {
       const result = reclaimTicket(engine, ring, ticket, this.tenantAddress);
       if (result === 'waiting') {
         if (ending) {
+          this.ctx.stats.ticketAbandoned();
           this.ctx.lateReclaims.add(ring, ticket, this.tenantAddress);
           this.taken.delete(ticket);
         }
         continue;
       }
-      if (result === 'reclaimed') this.ctx.stats.ticketReclaimed();
+      if (result === 'reclaimed') {
+        this.ctx.stats.ticketAbandoned();
+        this.ctx.stats.ticketReclaimed();
+      }
       this.taken.delete(ticket);
     }
     if (this.taken.size === 0) this.stop();

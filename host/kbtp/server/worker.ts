@@ -46,9 +46,9 @@ async function main(): Promise<void> {
   // One model per RNIC: an observer is not shared across threads (docs/SRAM.md).
   const observer: SramNicObserver | undefined = data.settings.sramModel === undefined ? undefined : openSramModel(data.settings.sramModel);
   const rnic = createRnic({ name: `target-w${data.thread}`, ...(observer === undefined ? {} : { observer }) });
-  const stats = new TargetStats();
+  const stats = new TargetStats(arena.requestArea.address, engine.layout.requestSize, engine.config.requestsPerThread);
   const context: WorkerContext = {
-    engine, arena, rnic, settings: data.settings, stats, lateReclaims: new LateReclaims(engine),
+    engine, arena, rnic, settings: data.settings, stats, lateReclaims: new LateReclaims(engine, () => stats.ticketReclaimed()),
     log: (line) => { if (data.verbose) send({ type: 'log', line: `[w${data.thread}] ${line}` }); },
   };
   const connections = new Set<TargetConnection>();
@@ -84,7 +84,11 @@ async function main(): Promise<void> {
   parentPort?.on('message', (message: MainToWorker) => {
     if (message.type === 'stats') {
       const snapshot = stats.snapshot();
-      if (observer !== undefined) snapshot.sram = [`worker ${data.thread}: ${formatSramNicReport(observer.report())}`];
+      if (observer !== undefined) {
+        const report = observer.report();
+        snapshot.sram = [`worker ${data.thread}: ${formatSramNicReport(report)}`];
+        snapshot.sramCounters = { hits: report.total.hits, misses: report.total.misses };
+      }
       send({ type: 'stats', id: message.id, stats: snapshot });
     }
     else if (message.type === 'drain') {
