@@ -48,6 +48,9 @@ export const FLAG_ALLOW_UNSEALED = 0x0010;
 
 export const ENTRY_VALID = 0x0001;
 export const ENTRY_SEALED = 0x0002;
+/** Flags bits 15..8: the Placement Epoch, +1 (mod 256) on every demotion and promotion (kbtp-v1 section 12). */
+export const ENTRY_EPOCH_SHIFT = 8;
+export const ENTRY_EPOCH_MASK = 0xff00;
 
 export const CAP_DIRECT_LOAD = 0x1;
 export const CAP_DIRECT_ALLOC = 0x2;

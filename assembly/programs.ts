@@ -8,7 +8,8 @@ import * as K from './kbtp-constants';
 import { loadU16, loadU32, loadU64, storeU16, storeU32, storeU64 } from './big-endian';
 import {
   entryAddress, entryLock, entryFlagsGeneration, entryDataLength, entryBlockOffset, entryBind, entryUnbind,
-  entryUpdateStore, tryLockShared, tryLockExclusive, unlockShared, unlockExclusive,
+  entryUpdateStore, tryLockShared, tryLockExclusive, unlockShared, unlockExclusive, entryPlace, generationWithinMark,
+  nextGeneration,
 } from './table';
 import { blockAddress, releaseBlock } from './blocks';
 import {
@@ -98,6 +99,32 @@ function checkFormat(request: usize): u32 {
     expected = K.BIND_SIZE + record;
   }
   return <u64>length == expected ? K.STATUS_SUCCESS : K.STATUS_INVALID_REQUEST;
+}
+
+// @ts-ignore: decorator
+@inline function durable(engine: usize): bool {
+  return load<u32>(engine + S.ENGINE_DURABLE) != 0;
+}
+
+// @ts-ignore: decorator
+@inline function demotes(tenant: usize): bool {
+  return tenant != 0 && load<u32>(tenant + S.TENANT_POLICY) == S.EVICTION_DEMOTE;
+}
+
+/** The tenant whose store range holds `handle` (kbtp-v1 section 11: at most one), or 0. */
+function ownerOf(engine: usize, handle: u64): usize {
+  const first = <usize>load<u32>(engine + S.ENGINE_TENANTS);
+  const count = load<u32>(engine + S.ENGINE_TENANT_COUNT);
+  for (let i: u32 = 0; i < count; i++) {
+    const tenant = first + <usize>i * S.TENANT_SIZE;
+    if (handle - load<u64>(tenant + S.TENANT_STORE_FIRST) < load<u64>(tenant + S.TENANT_STORE_COUNT)) return tenant;
+  }
+  return 0;
+}
+
+// @ts-ignore: decorator
+@inline function handleOfEntry(engine: usize, entry: usize): u64 {
+  return load<u64>(engine + S.ENGINE_BASE_HANDLE) + <u64>((entry - <usize>load<u32>(engine + S.ENGINE_TABLE_BASE)) >> 4);
 }
 
 /** Atomically adds one to the counter at `counter` unless it has reached `limit`. */
@@ -213,6 +240,40 @@ function release(engine: usize, request: usize): void {
   store<u32>(request + S.REQUEST_STATE, S.REQUEST_STATE_DONE);
 }
 
+/** Lets go of the handle only; the request keeps its credit and can run again. */
+function dropLock(engine: usize, request: usize): void {
+  const lock = load<u32>(request + S.REQUEST_LOCK);
+  const word = entryLock(engine, <usize>load<u32>(request + S.REQUEST_ENTRY));
+  if (lock == S.LOCK_SHARED) unlockShared(word);
+  else if (lock == S.LOCK_EXCLUSIVE) unlockExclusive(word);
+  store<u32>(request + S.REQUEST_LOCK, S.LOCK_NONE);
+}
+
+/** The next Generation would pass the handle's mark: the host reserves more, then runs the request again. */
+function askReserve(engine: usize, request: usize, entry: usize): u32 {
+  store<u32>(request + S.REQUEST_TIER, S.TIER_RESERVE);
+  store<u32>(request + S.REQUEST_TIER_GENERATION, entryFlagsGeneration(entry) & 0xffff);
+  dropLock(engine, request);
+  return S.ACTION_RESERVE;
+}
+
+/** The tenant's quota is full under `demote`: the host demotes one of its blocks, then runs the request again. */
+function askEvict(engine: usize, request: usize, tenant: usize): u32 {
+  if (load<u32>(request + S.REQUEST_NO_EVICT) != 0) return finish(engine, request, K.STATUS_NO_SPACE);
+  store<u32>(request + S.REQUEST_EVICT_TENANT, <u32>tenant);
+  dropLock(engine, request);
+  return S.ACTION_EVICT;
+}
+
+/** Hands the change to the tier; the handle stays held until persisted() (kbtp-v1 section 12). */
+function askPersist(request: usize, kind: u32, generation: u32, blockOffset: u64): u32 {
+  store<u32>(request + S.REQUEST_TIER, kind);
+  store<u32>(request + S.REQUEST_TIER_GENERATION, generation);
+  store<u64>(request + S.REQUEST_BLOCK_OFFSET, blockOffset);
+  store<u32>(request + S.REQUEST_STATE, S.REQUEST_STATE_PERSIST);
+  return S.ACTION_PERSIST;
+}
+
 /** Describes the RDMA operation the host carries out before complete(). */
 function emitData(request: usize, kind: u32, localAddress: usize, length: u32): u32 {
   store<u32>(request + S.REQUEST_OP_KIND, kind);
@@ -233,12 +294,15 @@ export function run(engine: usize, request: usize): u32 {
   if (state == S.REQUEST_STATE_NEW) return start(engine, request);
   if (state == S.REQUEST_STATE_CREDITED) return proceed(engine, request);
   if (state == S.REQUEST_STATE_WAIT_SLOT) return continueAllocation(engine, request);
+  if (state == S.REQUEST_STATE_FETCH_SLOT) return continueFetch(engine, request);
   return S.ACTION_NONE;
 }
 
 function start(engine: usize, request: usize): u32 {
   store<u32>(request + S.REQUEST_LOCK, S.LOCK_NONE);
   store<u32>(request + S.REQUEST_INVALIDATE_STAG, 0);
+  store<u32>(request + S.REQUEST_NO_EVICT, 0);
+  store<u32>(request + S.REQUEST_TIER, 0);
   const length = load<u32>(request + S.REQUEST_LENGTH);
   const handle = length >= <u32>K.HEADER_HANDLE + 8 ? loadU64(message(request) + K.HEADER_HANDLE) : 0;
   store<u32>(request + S.REQUEST_ENTRY, length >= 20 ? <u32>entryAddress(engine, handle) : 0);
@@ -286,6 +350,7 @@ function proceed(engine: usize, request: usize): u32 {
   if (opcode == K.OPCODE_LOAD) {
     const dataLength = entryDataLength(entry);
     if (dataLength == 0) return finish(engine, request, K.STATUS_SUCCESS);
+    if (entryBlockOffset(entry) == CONSUMED) return startPromotion(engine, request, entry, handle, lock);
     // A LOAD changes nothing, so its COMPLETION is known now and can travel right behind the Write.
     // The credit returns with it; the handle stays held until the Write has left the pool.
     emitData(request, S.OP_WRITE_TO_INITIATOR, blockAddress(engine, entryBlockOffset(entry)), dataLength);
@@ -299,17 +364,28 @@ function proceed(engine: usize, request: usize): u32 {
     const block = blockAddress(engine, entryBlockOffset(entry));
     if ((flags & K.FLAG_INLINE) == 0 && length != 0) return emitData(request, S.OP_READ_FROM_INITIATOR, block, length);
     memory.copy(block, inlineData(request), length);
+    if (durable(engine) && (flags & K.FLAG_SEAL) != 0) {
+      return askPersist(request, S.TIER_SEAL, entryFlagsGeneration(entry) & 0xffff, entryBlockOffset(entry));
+    }
     entryUpdateStore(entry, length, (flags & K.FLAG_SEAL) != 0);
     return finish(engine, request, K.STATUS_SUCCESS);
   }
   if (opcode == K.OPCODE_FREE) {
-    const blockOffset = entryBlockOffset(entry);
-    entryUnbind(entry);
-    releaseBlock(engine, blockOffset);
-    releaseQuota(tenant);
+    const flagsGeneration = entryFlagsGeneration(entry);
+    if (durable(engine)) {
+      // A FREE of a sealed block is durable before it is answered; other frees move the
+      // Generation without a record, so they stay within the reserved mark.
+      if ((flagsGeneration & (<u32>K.ENTRY_SEALED << 16)) != 0) {
+        return askPersist(request, S.TIER_UNBIND, nextGeneration(flagsGeneration & 0xffff), entryBlockOffset(entry));
+      }
+      if (!generationWithinMark(engine, entry)) return askReserve(engine, request, entry);
+    }
+    unbindAndRelease(engine, tenant, entry);
     return finish(engine, request, K.STATUS_SUCCESS);
   }
   const ring = <usize>load<u32>(tenant + S.TENANT_RING);
+  const sealing = (flags & K.FLAG_SEAL) != 0;
+  if (durable(engine) && !sealing && !generationWithinMark(engine, entry)) return askReserve(engine, request, entry);
   if (opcode == K.OPCODE_BIND) {
     const ticket = loadU32(header + K.BIND_TICKET);
     const blockOffset = loadU64(header + K.BIND_BLOCK_OFFSET);
@@ -320,18 +396,23 @@ function proceed(engine: usize, request: usize): u32 {
     // The ticket was counted in the tenant's usage when the host saw it taken (quotaAdjust), so
     // binding it adds nothing; usage over the quota means the initiator took too many.
     if (atomic.load<u32>(tenant + S.TENANT_USAGE) > load<u32>(tenant + S.TENANT_QUOTA)) {
-      return finish(engine, request, K.STATUS_NO_SPACE);
+      return demotes(tenant) ? askEvict(engine, request, tenant) : finish(engine, request, K.STATUS_NO_SPACE);
     }
     if (!ringClaimTicket(ring, ticket, blockOffset)) {
       // A reclaim took the slot between the check and the claim.
       return finish(engine, request, ringTicketAbandoned(ring, ticket) ? K.STATUS_TICKET_ABANDONED : K.STATUS_BAD_TICKET);
     }
-    entryBind(entry, blockOffset, length, (flags & K.FLAG_SEAL) != 0);
+    if (durable(engine) && sealing) {
+      return askPersist(request, S.TIER_SEAL, nextGeneration(entryFlagsGeneration(entry) & 0xffff), blockOffset);
+    }
+    entryBind(entry, blockOffset, length, sealing);
     return finish(engine, request, K.STATUS_SUCCESS);
   }
   // ALLOC_STORE: every check has passed, so from here on the request succeeds unless the
-  // transport fails, and the ticket it takes is always bound or returned.
-  if (!reserveQuota(tenant)) return finish(engine, request, K.STATUS_NO_SPACE);
+  // transport or the tier fails, and the ticket it takes is always bound or returned.
+  if (!reserveQuota(tenant)) {
+    return demotes(tenant) ? askEvict(engine, request, tenant) : finish(engine, request, K.STATUS_NO_SPACE);
+  }
   const counter = ringTakeTicket(ring);
   store<u32>(request + S.REQUEST_RING, <u32>ring);
   store<u32>(request + S.REQUEST_TICKET, <u32>(counter >>> 32));
@@ -350,8 +431,170 @@ function continueAllocation(engine: usize, request: usize): u32 {
   const block = blockAddress(engine, blockOffset);
   if ((flags & K.FLAG_INLINE) == 0 && length != 0) return emitData(request, S.OP_READ_FROM_INITIATOR, block, length);
   memory.copy(block, inlineData(request), length);
-  entryBind(<usize>load<u32>(request + S.REQUEST_ENTRY), blockOffset, length, (flags & K.FLAG_SEAL) != 0);
+  const entry = <usize>load<u32>(request + S.REQUEST_ENTRY);
+  if (durable(engine) && (flags & K.FLAG_SEAL) != 0) {
+    return askPersist(request, S.TIER_SEAL, nextGeneration(entryFlagsGeneration(entry) & 0xffff), blockOffset);
+  }
+  entryBind(entry, blockOffset, length, (flags & K.FLAG_SEAL) != 0);
   return finish(engine, request, K.STATUS_SUCCESS);
+}
+
+/** FREE's change: the entry first, then the block back to its ring and the quota unit back. */
+function unbindAndRelease(engine: usize, tenant: usize, entry: usize): void {
+  const blockOffset = entryBlockOffset(entry);
+  entryUnbind(entry);
+  if (blockOffset != CONSUMED) {
+    releaseBlock(engine, blockOffset);
+    releaseQuota(tenant);
+  } else if (!demotes(tenant)) {
+    // On the tier alone: under `none` the quota counts it anyway.
+    releaseQuota(tenant);
+  }
+}
+
+/**
+ * LOAD of a sealed block on the tier alone (kbtp-v1 section 12): promotion. The LOAD's shared
+ * lock becomes exclusive when it is the only holder; the owner's quota (under `demote`) and a
+ * block of the owner's ring are taken, then the host fills the block from the tier.
+ */
+function startPromotion(engine: usize, request: usize, entry: usize, handle: u64, lock: usize): u32 {
+  if (atomic.cmpxchg<u32>(lock, 1, S.LOCK_WRITER_BIT) != 1) {
+    dropLock(engine, request);
+    return S.ACTION_RETRY;
+  }
+  store<u32>(request + S.REQUEST_LOCK, S.LOCK_EXCLUSIVE);
+  const owner = ownerOf(engine, handle);
+  if (owner == 0) return finish(engine, request, K.STATUS_TIER_ERROR);
+  store<u32>(request + S.REQUEST_OWNER, <u32>owner);
+  if (demotes(owner) && !reserveQuota(owner)) return askEvict(engine, request, owner);
+  const ring = <usize>load<u32>(owner + S.TENANT_RING);
+  const counter = ringTakeTicket(ring);
+  store<u32>(request + S.REQUEST_RING, <u32>ring);
+  store<u32>(request + S.REQUEST_TICKET, <u32>(counter >>> 32));
+  store<u32>(request + S.REQUEST_SLOT, ringSlotOffset(ring, counter));
+  store<u32>(request + S.REQUEST_STATE, S.REQUEST_STATE_FETCH_SLOT);
+  return continueFetch(engine, request);
+}
+
+function continueFetch(engine: usize, request: usize): u32 {
+  const ring = <usize>load<u32>(request + S.REQUEST_RING);
+  const blockOffset = ringTryTake(ring, load<u32>(request + S.REQUEST_TICKET), load<u32>(request + S.REQUEST_SLOT), SLOT_SPINS);
+  if (blockOffset == CONSUMED) return S.ACTION_RETRY;
+  const entry = <usize>load<u32>(request + S.REQUEST_ENTRY);
+  store<u64>(request + S.REQUEST_BLOCK_OFFSET, blockOffset);
+  store<u32>(request + S.REQUEST_DATA_LENGTH, entryDataLength(entry));
+  store<u32>(request + S.REQUEST_TIER, S.TIER_FETCH);
+  store<u32>(request + S.REQUEST_STATE, S.REQUEST_STATE_FETCH);
+  return S.ACTION_FETCH;
+}
+
+/**
+ * The host read the block of ACTION_FETCH into the pool block (FETCH_OK), or could not
+ * (FETCH_FAILED: TIER_ERROR, nothing changed), or found it corrupt (FETCH_LOST: the block is
+ * given up, durably, next). On success the entry names the pool block with the next Placement
+ * Epoch and the LOAD runs again as any LOAD.
+ */
+export function fetched(engine: usize, request: usize, outcome: u32): u32 {
+  if (load<u32>(request + S.REQUEST_STATE) != S.REQUEST_STATE_FETCH) return S.ACTION_NONE;
+  const entry = <usize>load<u32>(request + S.REQUEST_ENTRY);
+  const blockOffset = load<u64>(request + S.REQUEST_BLOCK_OFFSET);
+  if (outcome == S.FETCH_OK) {
+    entryPlace(entry, blockOffset);
+    dropLock(engine, request);
+    store<u32>(request + S.REQUEST_STATE, S.REQUEST_STATE_CREDITED);
+    return proceed(engine, request);
+  }
+  const owner = <usize>load<u32>(request + S.REQUEST_OWNER);
+  releaseBlock(engine, blockOffset);
+  if (demotes(owner)) releaseQuota(owner);
+  if (outcome == S.FETCH_LOST) {
+    return askPersist(request, S.TIER_UNBIND_LOST, nextGeneration(entryFlagsGeneration(entry) & 0xffff), CONSUMED);
+  }
+  return finish(engine, request, K.STATUS_TIER_ERROR);
+}
+
+/**
+ * The tier made the change of ACTION_PERSIST durable (`ok`) or could not. Only now does the
+ * entry change; a failure is TIER_ERROR and changes nothing (kbtp-v1 section 12).
+ */
+export function persisted(engine: usize, request: usize, ok: bool): u32 {
+  if (load<u32>(request + S.REQUEST_STATE) != S.REQUEST_STATE_PERSIST) return S.ACTION_NONE;
+  const kind = load<u32>(request + S.REQUEST_TIER);
+  const entry = <usize>load<u32>(request + S.REQUEST_ENTRY);
+  const tenant = tenantOf(request);
+  const opcode = opcodeOf(request);
+  if (kind == S.TIER_UNBIND_LOST) {
+    // A LOAD found the block corrupt: it answers TIER_ERROR either way; the entry goes once that is durable.
+    if (ok) {
+      entryUnbind(entry);
+      const owner = <usize>load<u32>(request + S.REQUEST_OWNER);
+      if (!demotes(owner)) releaseQuota(owner);
+    }
+    return finish(engine, request, K.STATUS_TIER_ERROR);
+  }
+  if (kind == S.TIER_UNBIND) {
+    if (!ok) return finish(engine, request, K.STATUS_TIER_ERROR);
+    unbindAndRelease(engine, tenant, entry);
+    return finish(engine, request, K.STATUS_SUCCESS);
+  }
+  const blockOffset = load<u64>(request + S.REQUEST_BLOCK_OFFSET);
+  const length = load<u32>(request + S.REQUEST_DATA_LENGTH);
+  if (ok) {
+    if (opcode == K.OPCODE_STORE) entryUpdateStore(entry, length, true);
+    else entryBind(entry, blockOffset, length, true);
+    return finish(engine, request, K.STATUS_SUCCESS);
+  }
+  if (opcode == K.OPCODE_ALLOC_STORE || opcode == K.OPCODE_BIND) {
+    // The block goes back to its ring and its unit of usage with it (a BIND's ticket is used up).
+    releaseBlock(engine, blockOffset);
+    releaseQuota(tenant);
+  }
+  return finish(engine, request, K.STATUS_TIER_ERROR);
+}
+
+/**
+ * Demotion (kbtp-v1 section 12): a sealed, resident block whose handle no request holds leaves the
+ * pool; its data is on the tier already (sealing made it durable). The entry says so (Block Offset
+ * all ones, next Placement Epoch) before the block returns to its ring.
+ */
+export function demote(engine: usize, entry: usize): u32 {
+  const lock = entryLock(engine, entry);
+  if (!tryLockExclusive(lock)) return S.DEMOTE_BUSY;
+  const flagsGeneration = entryFlagsGeneration(entry);
+  const bound = (<u32>(K.ENTRY_VALID | K.ENTRY_SEALED)) << 16;
+  const blockOffset = entryBlockOffset(entry);
+  if (!durable(engine) || (flagsGeneration & bound) != bound || blockOffset == CONSUMED) {
+    unlockExclusive(lock);
+    return S.DEMOTE_NOT_ELIGIBLE;
+  }
+  entryPlace(entry, CONSUMED);
+  releaseBlock(engine, blockOffset);
+  const owner = ownerOf(engine, handleOfEntry(engine, entry));
+  if (demotes(owner)) releaseQuota(owner);
+  unlockExclusive(lock);
+  return S.DEMOTED;
+}
+
+/** The tier wants to drop this block: true when it lives on the tier alone, with its handle now held. */
+export function dropClaim(engine: usize, entry: usize): bool {
+  const lock = entryLock(engine, entry);
+  if (!tryLockExclusive(lock)) return false;
+  const bound = (<u32>(K.ENTRY_VALID | K.ENTRY_SEALED)) << 16;
+  if ((entryFlagsGeneration(entry) & bound) != bound || entryBlockOffset(entry) != CONSUMED) {
+    unlockExclusive(lock);
+    return false;
+  }
+  return true;
+}
+
+/** A claimed drop is durable (the entry becomes not VALID with the next Generation, as if freed) or abandoned. */
+export function dropSettle(engine: usize, entry: usize, commit: bool): void {
+  if (commit) {
+    entryUnbind(entry);
+    const owner = ownerOf(engine, handleOfEntry(engine, entry));
+    if (owner != 0 && !demotes(owner)) releaseQuota(owner);
+  }
+  unlockExclusive(entryLock(engine, entry));
 }
 
 /**
@@ -375,6 +618,11 @@ export function complete(engine: usize, request: usize, ok: bool): u32 {
   const entry = <usize>load<u32>(request + S.REQUEST_ENTRY);
   const length = load<u32>(request + S.REQUEST_DATA_LENGTH);
   if (ok) {
+    if (durable(engine) && (flags & K.FLAG_SEAL) != 0) {
+      const blockOffset = opcode == K.OPCODE_STORE ? entryBlockOffset(entry) : load<u64>(request + S.REQUEST_BLOCK_OFFSET);
+      const current = entryFlagsGeneration(entry) & 0xffff;
+      return askPersist(request, S.TIER_SEAL, opcode == K.OPCODE_STORE ? current : nextGeneration(current), blockOffset);
+    }
     if (opcode == K.OPCODE_STORE) entryUpdateStore(entry, length, (flags & K.FLAG_SEAL) != 0);
     if (opcode == K.OPCODE_ALLOC_STORE) {
       entryBind(entry, load<u64>(request + S.REQUEST_BLOCK_OFFSET), length, (flags & K.FLAG_SEAL) != 0);

@@ -14,6 +14,10 @@ export const ENGINE_BASE_HANDLE = 24; // u64 Table Base Handle
 export const ENGINE_BLOCK_RINGS = 32; // u32 address of one u32 ring address per block (its home ring)
 export const ENGINE_MAX_INLINE = 36; // u32
 export const ENGINE_SHARED_RING = 40; // u32 address of the shared ring's descriptor
+export const ENGINE_DURABLE = 44; // u32 1 when a durable tier keeps sealed blocks (kbtp-v1 section 12)
+export const ENGINE_GENERATION_MARKS = 48; // u32 address of one u32 per handle: highest Generation that may be shown
+export const ENGINE_TENANTS = 52; // u32 address of the first tenant
+export const ENGINE_TENANT_COUNT = 56; // u32
 export const ENGINE_SIZE = 64;
 
 // Ring descriptor, three cache lines: fields written once (read by every operation), then Tail
@@ -55,7 +59,10 @@ export const TENANT_LOAD_COUNT = 24; // u64
 export const TENANT_QUOTA = 32; // u32
 export const TENANT_USAGE = 36; // u32 bound handles + tickets taken and not bound (atomic)
 export const TENANT_RING = 40; // u32 ring descriptor its allocations use
+export const TENANT_POLICY = 44; // u32 EVICTION_*: what the quota counts and what happens at it
 export const TENANT_SIZE = 64;
+export const EVICTION_NONE = 0; // the quota counts bound handles; at it, NO_SPACE
+export const EVICTION_DEMOTE = 1; // the quota counts bound handles resident in the pool; at it, demote (kbtp-v1 section 12)
 
 // Session: one per connection.
 export const SESSION_TENANT = 0; // u32 tenant address
@@ -77,6 +84,7 @@ export const REQUEST_RING = 24; // u32 ring the ticket came from
 export const REQUEST_ENTRY = 28; // u32 address of the handle's table entry (0: not served)
 export const REQUEST_BLOCK_OFFSET = 32; // u64 block chosen for the request
 export const REQUEST_DATA_LENGTH = 40; // u32 data length the request will leave in the entry
+export const REQUEST_TIER = 44; // u32 TIER_* the host carries out for ACTION_PERSIST / ACTION_RESERVE / ACTION_FETCH / ACTION_EVICT
 export const REQUEST_OP_KIND = 48; // u32 OP_* the host carries out for ACTION_DATA
 export const REQUEST_OP_LENGTH = 52; // u32 octets to move
 export const REQUEST_OP_LOCAL = 56; // u32 address in this memory (inside the pool)
@@ -85,8 +93,12 @@ export const REQUEST_OP_REMOTE_OFFSET = 64; // u64 initiator tagged offset
 export const REQUEST_INVALIDATE_STAG = 72; // u32 STag for Send with Invalidate (0: plain Send)
 // 76..79: unused
 export const REQUEST_COMPLETION = 80; // 40-octet COMPLETION message, big-endian
-export const REQUEST_MESSAGE = 128; // the request as received
-export const REQUEST_HEADER_SIZE = 128;
+export const REQUEST_TIER_GENERATION = 128; // u32 Generation the tier record carries (the entry's current one for TIER_RESERVE)
+export const REQUEST_NO_EVICT = 132; // u32 1: the host found nothing to demote, answer NO_SPACE
+export const REQUEST_EVICT_TENANT = 136; // u32 tenant address whose quota is full (ACTION_EVICT)
+export const REQUEST_OWNER = 140; // u32 tenant address that owns the handle (promotion)
+export const REQUEST_MESSAGE = 192; // the request as received
+export const REQUEST_HEADER_SIZE = 192;
 
 export const REQUEST_STATE_NEW = 0;
 export const REQUEST_STATE_CREDITED = 1; // passed format and credit checks, waiting for the handle
@@ -94,6 +106,9 @@ export const REQUEST_STATE_WAIT_SLOT = 2; // ALLOC_STORE holds a ticket whose sl
 export const REQUEST_STATE_DATA = 3; // the data operation is out with the host
 export const REQUEST_STATE_DONE = 4;
 export const REQUEST_STATE_DATA_SENT = 5; // LOAD: Write and COMPLETION are out, the handle is held until the Write is done
+export const REQUEST_STATE_PERSIST = 6; // the tier is making the request's change durable
+export const REQUEST_STATE_FETCH_SLOT = 7; // LOAD of a tier-only block holds a ticket of the owner's ring whose slot is not filled yet
+export const REQUEST_STATE_FETCH = 8; // the host is reading the block from the tier into the pool
 
 export const LOCK_NONE = 0;
 export const LOCK_SHARED = 1;
@@ -109,6 +124,29 @@ export const ACTION_NONE = 5; // nothing to send (the transport failed; the sess
 // LOAD: carry out the RDMA Write and post the COMPLETION right behind it (RDMAP places the Write's
 // data before it delivers a later Send); call complete(request, ok) once the Write is done locally.
 export const ACTION_DATA_AND_SEND = 6;
+// Durable tier (kbtp-v1 section 12). PERSIST: make REQUEST_TIER durable, then persisted(request, ok).
+// RESERVE: durably raise the handle's Generation mark, store it in the mark array, then run() again.
+// FETCH: read the block from the tier into the pool block at REQUEST_BLOCK_OFFSET, then fetched(request, outcome).
+// EVICT: demote one least recently used sealed resident block of REQUEST_EVICT_TENANT (demote()), then
+// run() again; with nothing to demote set REQUEST_NO_EVICT first.
+export const ACTION_PERSIST = 7;
+export const ACTION_RESERVE = 8;
+export const ACTION_FETCH = 9;
+export const ACTION_EVICT = 10;
+
+export const TIER_SEAL = 1; // data (REQUEST_BLOCK_OFFSET, REQUEST_DATA_LENGTH) and entry, Generation REQUEST_TIER_GENERATION
+export const TIER_UNBIND = 2; // the handle is not VALID with Generation REQUEST_TIER_GENERATION (FREE)
+export const TIER_UNBIND_LOST = 3; // the same, for a block whose data failed its checksum
+export const TIER_RESERVE = 4; // raise the Generation mark above REQUEST_TIER_GENERATION
+export const TIER_FETCH = 5;
+
+export const FETCH_OK = 0;
+export const FETCH_FAILED = 1; // I/O error: nothing changed, TIER_ERROR
+export const FETCH_LOST = 2; // the data failed its checksum: the block is lost (persist TIER_UNBIND_LOST next)
+
+export const DEMOTED = 0;
+export const DEMOTE_BUSY = 1; // a request holds the handle
+export const DEMOTE_NOT_ELIGIBLE = 2; // not VALID, not SEALED, or not resident
 
 export const OP_WRITE_TO_INITIATOR = 1; // RDMA Write: pool -> initiator buffer (LOAD)
 export const OP_READ_FROM_INITIATOR = 2; // RDMA Read Request: initiator buffer -> pool (STORE, ALLOC_STORE)

@@ -2,8 +2,9 @@
 // keep two requests on one handle from interleaving their check-then-act sequences.
 import {
   ENGINE_TABLE_BASE, ENGINE_HANDLE_COUNT, ENGINE_BASE_HANDLE, ENGINE_HANDLE_LOCKS, ENTRY_SIZE, ENTRY_DATA_LENGTH, ENTRY_BLOCK_OFFSET, LOCK_WRITER_BIT,
+  ENGINE_DURABLE, ENGINE_GENERATION_MARKS,
 } from './struct-offsets';
-import { ENTRY_VALID, ENTRY_SEALED } from './kbtp-constants';
+import { ENTRY_VALID, ENTRY_SEALED, ENTRY_EPOCH_MASK, ENTRY_EPOCH_SHIFT } from './kbtp-constants';
 import { atomicLoadU32, atomicStoreU32, atomicStoreU64 } from './big-endian';
 
 /** Address of the entry of `handle`, or 0 when the table does not serve it. */
@@ -42,13 +43,43 @@ export function entryAddress(engine: usize, handle: u64): usize {
   return next == 0 ? 1 : next;
 }
 
-/** Binds the entry: Data Length and Block Offset first, then Flags and Generation (draft 3.2). */
+/**
+ * Binds the entry: Data Length and Block Offset first, then Flags and Generation (draft 3.2).
+ * The Placement Epoch (Flags bits 15..8) carries on.
+ */
 export function entryBind(entry: usize, blockOffset: u64, dataLength: u32, seal: bool): void {
-  const generation = entryFlagsGeneration(entry) & 0xffff;
+  const flagsGeneration = entryFlagsGeneration(entry);
   atomicStoreU32(entry + ENTRY_DATA_LENGTH, dataLength);
   atomicStoreU64(entry + ENTRY_BLOCK_OFFSET, blockOffset);
-  const flags: u32 = ENTRY_VALID | (seal ? ENTRY_SEALED : 0);
-  atomicStoreU32(entry, (flags << 16) | nextGeneration(generation));
+  const flags: u32 = ((flagsGeneration >>> 16) & ENTRY_EPOCH_MASK) | ENTRY_VALID | (seal ? ENTRY_SEALED : 0);
+  atomicStoreU32(entry, (flags << 16) | nextGeneration(flagsGeneration & 0xffff));
+}
+
+/**
+ * Moves a sealed block between the pool and the durable tier (kbtp-v1 section 12): the new Block
+ * Offset (all ones: on the tier alone), then the Placement Epoch plus one, before the pool block
+ * is reused or filled, so a direct reader's two entry reads always differ across a move.
+ */
+export function entryPlace(entry: usize, blockOffset: u64): void {
+  atomicStoreU64(entry + ENTRY_BLOCK_OFFSET, blockOffset);
+  const flagsGeneration = entryFlagsGeneration(entry);
+  const epoch = ((flagsGeneration >>> (16 + ENTRY_EPOCH_SHIFT)) + 1) & 0xff;
+  const flags = ((flagsGeneration >>> 16) & ~ENTRY_EPOCH_MASK) | (epoch << ENTRY_EPOCH_SHIFT);
+  atomicStoreU32(entry, (flags << 16) | (flagsGeneration & 0xffff));
+}
+
+/**
+ * With a durable tier, a Generation that moves without a durable record (an unsealed bind, a
+ * FREE of an unsealed block) may not pass the handle's mark (kbtp-v1 section 12: reserved
+ * ahead). True when the next Generation is within the mark; compared on the 65535-value cycle.
+ */
+export function generationWithinMark(engine: usize, entry: usize): bool {
+  if (load<u32>(engine + ENGINE_DURABLE) == 0) return true;
+  const index = (entry - <usize>load<u32>(engine + ENGINE_TABLE_BASE)) >> 4;
+  const mark = <i32>atomic.load<u32>(<usize>load<u32>(engine + ENGINE_GENERATION_MARKS) + index * 4);
+  let ahead = mark - <i32>(entryFlagsGeneration(entry) & 0xffff);
+  if (ahead < 0) ahead += 0xffff;
+  return ahead >= 1 && ahead < 0x8000;
 }
 
 /**

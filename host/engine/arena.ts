@@ -10,6 +10,17 @@ export interface SessionOptions {
   credits: number;
 }
 
+export interface TierRequest {
+  kind: number;
+  /** Handle index from the table's base handle. */
+  index: number;
+  generation: number;
+  blockOffset: bigint;
+  dataLength: number;
+  /** Tenant address whose quota is full (ACTION_EVICT). */
+  evictTenant: number;
+}
+
 export class ArenaExhaustedError extends Error {
   constructor(what: string, capacity: number, setting: string) {
     super(`all ${capacity} ${what} of this thread are in use; raise ${setting} in the engine config`);
@@ -137,6 +148,35 @@ export class ThreadArena {
    */
   complete(request: number, ok: boolean): number {
     return this.engine.exports.complete(this.engine.address, request, ok ? 1 : 0);
+  }
+
+  /** Reports the tier's outcome of ACTION_PERSIST; returns ACTION_SEND. */
+  persisted(request: number, ok: boolean): number {
+    return this.engine.exports.persisted(this.engine.address, request, ok ? 1 : 0);
+  }
+
+  /** Reports ACTION_FETCH done (S.FETCH_OK), failed (FETCH_FAILED) or corrupt (FETCH_LOST); returns the LOAD's next action. */
+  fetched(request: number, outcome: number): number {
+    return this.engine.exports.fetched(this.engine.address, request, outcome);
+  }
+
+  /** What ACTION_PERSIST, ACTION_RESERVE, ACTION_FETCH or ACTION_EVICT asks of the tier. */
+  tierRequest(request: number): TierRequest {
+    const view = this.engine.view;
+    const entry = view.getUint32(request + S.REQUEST_ENTRY, true);
+    return {
+      kind: view.getUint32(request + S.REQUEST_TIER, true),
+      index: (entry - this.engine.layout.table) / S.ENTRY_SIZE,
+      generation: view.getUint32(request + S.REQUEST_TIER_GENERATION, true),
+      blockOffset: view.getBigUint64(request + S.REQUEST_BLOCK_OFFSET, true),
+      dataLength: view.getUint32(request + S.REQUEST_DATA_LENGTH, true),
+      evictTenant: view.getUint32(request + S.REQUEST_EVICT_TENANT, true),
+    };
+  }
+
+  /** After ACTION_EVICT found nothing to demote: the next run() answers NO_SPACE. */
+  noEviction(request: number): void {
+    this.engine.view.setUint32(request + S.REQUEST_NO_EVICT, 1, true);
   }
 
   /** The COMPLETION the program wrote (a view into shared memory, valid until the context is reused). */

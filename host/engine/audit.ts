@@ -44,7 +44,10 @@ export function auditPool(engine: Engine): AuditReport {
     if (view.getUint16(entry + 2, false) === 0) problems.push(`handle ${config.handleBase + BigInt(index)} has Generation 0`);
     if ((flags & ENTRY_VALID) === 0) continue;
     bound += 1;
-    note(view.getBigUint64(entry + 8, false), `handle ${config.handleBase + BigInt(index)}`);
+    const blockOffset = view.getBigUint64(entry + 8, false);
+    // On the durable tier alone (kbtp-v1 section 12): bound, but no pool block.
+    if (blockOffset === ALL_ONES && config.durable) continue;
+    note(blockOffset, `handle ${config.handleBase + BigInt(index)}`);
   }
 
   let inRings = 0;

@@ -27,7 +27,11 @@ export interface TenantConfig {
   partition?: number;
   /** Tenants of one trust domain may see each other's freed blocks; the tenant's name by default. */
   trustDomain?: string;
+  /** kbtp-v1 section 12: 'demote' (default with a durable tier) or 'none' (the draft's behaviour). */
+  eviction?: EvictionPolicy;
 }
+
+export type EvictionPolicy = 'none' | 'demote';
 
 export interface EngineConfig {
   blockSize: number;
@@ -44,6 +48,8 @@ export interface EngineConfig {
   threads?: number;
   sessionsPerThread?: number;
   requestsPerThread?: number;
+  /** A durable tier keeps sealed blocks (kbtp-v1 section 12): sealing and freeing wait for it. */
+  durable?: boolean;
 }
 
 export interface ResolvedPartition {
@@ -59,6 +65,7 @@ export interface ResolvedTenant {
   quota: number;
   partition: number | undefined;
   trustDomain: string;
+  eviction: EvictionPolicy;
 }
 
 export interface ResolvedEngineConfig {
@@ -75,6 +82,7 @@ export interface ResolvedEngineConfig {
   threads: number;
   sessionsPerThread: number;
   requestsPerThread: number;
+  durable: boolean;
 }
 
 export class EngineConfigError extends Error {
@@ -166,6 +174,7 @@ export function resolveEngineConfig(config: EngineConfig): ResolvedEngineConfig 
     quota: sharedBlocks,
   }];
   const tenants: ResolvedTenant[] = [];
+  const durable = config.durable ?? false;
   let sharedQuota = 0;
   const partitionOwners = new Map<number, string>();
   tenantsIn.forEach((tenant, index) => {
@@ -210,9 +219,18 @@ export function resolveEngineConfig(config: EngineConfig): ResolvedEngineConfig 
         throw new EngineConfigError(`${field}.name`, `'${tenant.name}' is used twice`, 'give each tenant its own name');
       }
     }
+    const eviction = tenant.eviction ?? (durable ? 'demote' : 'none');
+    if (eviction !== 'none' && eviction !== 'demote') {
+      throw new EngineConfigError(`${field}.eviction`, `must be 'none' or 'demote', got ${String(eviction)}`,
+        "'demote' moves least recently used sealed blocks to the durable tier; 'none' answers NO_SPACE at the quota");
+    }
+    if (eviction === 'demote' && !durable) {
+      throw new EngineConfigError(`${field}.eviction`, "'demote' needs a durable tier to demote to",
+        "configure a durable tier (--data-dir) or use 'none'");
+    }
     tenants.push({
       name: tenant.name, storeRange: tenant.storeRange, loadScope: tenant.loadScope, quota: tenant.quota,
-      partition: tenant.partition, trustDomain: tenant.trustDomain ?? tenant.name,
+      partition: tenant.partition, trustDomain: tenant.trustDomain ?? tenant.name, eviction,
     });
   });
   if (sharedQuota > sharedBlocks) {
@@ -229,6 +247,6 @@ export function resolveEngineConfig(config: EngineConfig): ResolvedEngineConfig 
 
   return {
     blockSize: config.blockSize, blockCount: config.blockCount, sharedBlocks, ringOrder, ringMode, handleBase,
-    handleCount, maxInline, partitions, tenants, threads, sessionsPerThread, requestsPerThread,
+    handleCount, maxInline, partitions, tenants, threads, sessionsPerThread, requestsPerThread, durable,
   };
 }

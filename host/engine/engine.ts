@@ -27,6 +27,8 @@ export class Engine {
   readonly exports: EngineExports;
   readonly bytes: Uint8Array;
   readonly view: DataView;
+  /** The memory as u32 words, for atomics on host-side words (stamps, marks). */
+  readonly words: Uint32Array;
   /** Address of the engine descriptor: the first argument of the engine's entry points. */
   readonly address: number;
 
@@ -39,6 +41,7 @@ export class Engine {
     this.exports = instantiateEngine(module, memory);
     this.bytes = new Uint8Array(memory.buffer);
     this.view = new DataView(memory.buffer);
+    this.words = new Uint32Array(memory.buffer);
     this.address = layout.engine;
   }
 
@@ -119,6 +122,73 @@ export class Engine {
       parked.push({ ticket: this.view.getUint32(entry, true), blockOffset: this.view.getBigUint64(entry + 8, true) });
     }
     return parked;
+  }
+
+  /** Handle index (from the table's base handle) of an entry address. */
+  entryIndex(entry: number): number {
+    return (entry - this.layout.table) / S.ENTRY_SIZE;
+  }
+
+  /** Address of the entry of handle index `index`. */
+  entryAt(index: number): number {
+    return this.layout.table + S.ENTRY_SIZE * index;
+  }
+
+  /** The handle was used now (least-recently-used order for demotion and drops). */
+  stamp(index: number): void {
+    Atomics.store(this.words, (this.layout.handleStamps >> 2) + index, Atomics.add(this.words, this.layout.lruClock >> 2, 1) + 1);
+  }
+
+  stampOf(index: number): number {
+    return Atomics.load(this.words, (this.layout.handleStamps >> 2) + index);
+  }
+
+  /** Highest Generation of the handle that may be shown without a durable record (kbtp-v1 section 12). */
+  setGenerationMark(index: number, mark: number): void {
+    Atomics.store(this.words, (this.layout.generationMarks >> 2) + index, mark);
+  }
+
+  generationMark(index: number): number {
+    return Atomics.load(this.words, (this.layout.generationMarks >> 2) + index);
+  }
+
+  /** Demotes the handle's sealed resident block to the tier alone: S.DEMOTED, DEMOTE_BUSY or DEMOTE_NOT_ELIGIBLE. */
+  demote(index: number): number {
+    return this.exports.demote(this.address, this.entryAt(index));
+  }
+
+  /** Claims the handle's block for a drop: true when it lives on the tier alone and is now held. */
+  dropClaim(index: number): boolean {
+    return this.exports.dropClaim(this.address, this.entryAt(index)) !== 0;
+  }
+
+  /** Ends a claimed drop: the entry becomes not VALID with the next Generation (`commit`), or stays. */
+  dropSettle(index: number, commit: boolean): void {
+    this.exports.dropSettle(this.address, this.entryAt(index), commit ? 1 : 0);
+  }
+
+  /**
+   * Start-up only, before any thread serves: the entry as the durable tier recovered it. A sealed
+   * block comes back on the tier alone (VALID, SEALED, Block Offset all ones); anything else is
+   * not VALID with the Generation it resumes at.
+   */
+  restoreEntry(index: number, generation: number, sealedDataLength: number | undefined): void {
+    const entry = this.entryAt(index);
+    const sealed = sealedDataLength !== undefined;
+    this.view.setUint32(entry + 4, sealed ? sealedDataLength : 0, false);
+    this.view.setBigUint64(entry + 8, sealed ? 0xffffffffffffffffn : 0n, false);
+    this.view.setUint16(entry, sealed ? 0x3 : 0, false);
+    this.view.setUint16(entry + 2, generation, false);
+  }
+
+  /** Start-up only: the tenant's usage as recovery found it (bound handles, under 'none'). */
+  setTenantUsage(index: number, usage: number): void {
+    Atomics.store(this.words, (this.tenantAddress(index) + S.TENANT_USAGE) >> 2, usage);
+  }
+
+  /** Index of the tenant at `address` (a tenant descriptor address the engine reported). */
+  tenantIndexOf(address: number): number {
+    return (address - this.layout.tenants) / S.TENANT_SIZE;
   }
 
   blockAddress(blockOffset: bigint): number {

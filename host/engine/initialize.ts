@@ -26,6 +26,10 @@ export function initializeEngine(memory: WebAssembly.Memory, config: ResolvedEng
   view.setUint32(engine + S.ENGINE_BLOCK_RINGS, layout.blockRings, true);
   view.setUint32(engine + S.ENGINE_MAX_INLINE, config.maxInline, true);
   view.setUint32(engine + S.ENGINE_SHARED_RING, layout.rings[0]?.descriptor ?? 0, true);
+  view.setUint32(engine + S.ENGINE_DURABLE, config.durable ? 1 : 0, true);
+  view.setUint32(engine + S.ENGINE_GENERATION_MARKS, layout.generationMarks, true);
+  view.setUint32(engine + S.ENGINE_TENANTS, layout.tenants, true);
+  view.setUint32(engine + S.ENGINE_TENANT_COUNT, config.tenants.length, true);
 
   // A ring shared by tenants of different trust domains zeroes blocks on free (draft 6.4).
   const domainsOfRing = layout.rings.map(() => new Set<string>());
@@ -75,5 +79,6 @@ export function initializeEngine(memory: WebAssembly.Memory, config: ResolvedEng
     view.setUint32(t + S.TENANT_USAGE, 0, true);
     const ring = layout.rings[tenant.partition === undefined ? 0 : tenant.partition + 1];
     view.setUint32(t + S.TENANT_RING, ring?.descriptor ?? 0, true);
+    view.setUint32(t + S.TENANT_POLICY, tenant.eviction === 'demote' ? S.EVICTION_DEMOTE : S.EVICTION_NONE, true);
   });
 }

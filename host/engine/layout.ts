@@ -31,6 +31,12 @@ export interface EngineLayout {
   requests: number;
   requestSize: number;
   handleLocks: number;
+  /** One u32 per handle: the Generation mark of the durable tier (kbtp-v1 section 12). */
+  generationMarks: number;
+  /** One u32 per handle: when a request last used it (host-side least-recently-used order). */
+  handleStamps: number;
+  /** u32 counter the stamps are taken from. */
+  lruClock: number;
   blockRings: number;
   table: number;
   pool: number;
@@ -63,6 +69,9 @@ export function computeLayout(config: ResolvedEngineConfig, heapBase: number): E
   const requestSize = Math.ceil((REQUEST_HEADER_SIZE + maxRequestSize(config.maxInline)) / 64) * 64;
   const requests = take(requestSize * config.threads * config.requestsPerThread, 64);
   const handleLocks = take(4 * config.handleCount, 64);
+  const generationMarks = take(4 * config.handleCount, 64);
+  const handleStamps = take(4 * config.handleCount, 64);
+  const lruClock = take(64, 64);
   const blockRings = take(4 * config.blockCount, 64);
   const rings: RingLayout[] = ringSpecs.map((spec, index) => {
     const slotCount = 2 ** spec.order;
@@ -90,7 +99,8 @@ export function computeLayout(config: ResolvedEngineConfig, heapBase: number): E
       'use fewer or smaller blocks, or fewer handles');
   }
   return {
-    heapBase, engine, rings, tenants, sessions, requests, requestSize, handleLocks, blockRings, table, pool,
+    heapBase, engine, rings, tenants, sessions, requests, requestSize, handleLocks, generationMarks, handleStamps, lruClock,
+    blockRings, table, pool,
     poolBytes, totalBytes, pages,
   };
 }

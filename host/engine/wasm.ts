@@ -32,6 +32,11 @@ export interface EngineExports {
   run(engine: number, request: number): number;
   complete(engine: number, request: number, ok: number): number;
   quotaAdjust(tenant: number, delta: number): number;
+  persisted(engine: number, request: number, ok: number): number;
+  fetched(engine: number, request: number, outcome: number): number;
+  demote(engine: number, entry: number): number;
+  dropClaim(engine: number, entry: number): number;
+  dropSettle(engine: number, entry: number, commit: number): void;
   lookup(engine: number, tenant: number, opcode: number, flags: number, handle: bigint, expectedGeneration: number,
     length: number, entry: number): number;
 }

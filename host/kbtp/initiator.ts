@@ -52,13 +52,18 @@ export interface LoadResult extends BlockInfo {
 
 export type { TableEntry };
 
-/** Draft 6.6: a direct load is valid when both entry reads show the same Generation, VALID and SEALED. */
+const ALL_ONES = 0xffffffffffffffffn;
+
+/**
+ * A direct load is valid when both entry reads are identical in all 16 octets, with VALID and
+ * SEALED and a Block Offset that is not all ones (draft 6.6, and kbtp-v1 section 12: a demotion
+ * or promotion in between changes the Placement Epoch in Flags, so the reads differ).
+ */
 export function directLoadConsistent(before: TableEntry, after: TableEntry): boolean {
   const bound = K.ENTRY_VALID | K.ENTRY_SEALED;
-  return before.generation === after.generation && (before.flags & bound) === bound && (after.flags & bound) === bound;
+  return before.flags === after.flags && before.generation === after.generation && before.dataLength === after.dataLength &&
+    before.blockOffset === after.blockOffset && (before.flags & bound) === bound && before.blockOffset !== ALL_ONES;
 }
-
-const ALL_ONES = 0xffffffffffffffffn;
 const RECV_SLOT = 128;
 const CONTROL_SIZE = 256;
 const RECV_BASE = 0x10000000;
@@ -415,21 +420,22 @@ export class KbtpSession {
 
   /**
    * Direct Load (draft 6.6): the entry, the block, and the entry again, each read after the
-   * previous one completed; the data is valid when both entries show the same Generation with
-   * VALID and SEALED. A change in between (a free, a reuse) is retried, at most `attempts` times.
+   * previous one completed; the data is valid when both entry reads agree in all 16 octets with
+   * VALID and SEALED and a real Block Offset. A block on the durable tier alone (Block Offset all
+   * ones) or one that kept moving is loaded with LOAD instead, which brings it back into the pool
+   * (kbtp-v1 section 12). A change in between is retried at most `attempts` times.
    */
   async directLoad(handle: bigint, options: { attempts?: number } = {}): Promise<LoadResult> {
-    let last: KbtpError | undefined;
     for (let attempt = 0; attempt < (options.attempts ?? 4); attempt++) {
       const before = await this.directReadEntry(handle);
       if ((before.flags & K.ENTRY_VALID) === 0) throw new KbtpError(K.STATUS_NOT_VALID, `handle ${handle} is not bound`);
       if ((before.flags & K.ENTRY_SEALED) === 0) throw new KbtpError(K.STATUS_NOT_SEALED, `handle ${handle} is not sealed`);
+      if (before.blockOffset === ALL_ONES) break;
       const data = await this.directReadBlock(before.blockOffset, before.dataLength);
       const after = await this.directReadEntry(handle);
       if (directLoadConsistent(before, after)) return { generation: before.generation, dataLength: before.dataLength, blockOffset: before.blockOffset, data };
-      last = new KbtpError(K.STATUS_GENERATION_MISMATCH, `handle ${handle} changed while it was read (generation ${before.generation} -> ${after.generation})`);
     }
-    throw last ?? new KbtpError(K.STATUS_GENERATION_MISMATCH, `handle ${handle} kept changing`);
+    return this.load(handle);
   }
 
   /**

@@ -115,4 +115,15 @@ test('a session that ends returns its unbound tickets at once; its bound handles
   assert.ok(rig.target.audit().ok);
 });
 
+test('the direct-load rule of kbtp-v1 section 12: all 16 octets equal, VALID and SEALED, a real Block Offset', () => {
+  const entry = { flags: K.ENTRY_VALID | K.ENTRY_SEALED | (4 << 8), generation: 9, dataLength: 100, blockOffset: 4096n };
+  assert.ok(directLoadConsistent(entry, { ...entry }));
+  // Same Generation, next Placement Epoch: the block moved between the reads (demoted, or promoted elsewhere).
+  assert.not.ok(directLoadConsistent(entry, { ...entry, flags: K.ENTRY_VALID | K.ENTRY_SEALED | (5 << 8) }));
+  assert.not.ok(directLoadConsistent(entry, { ...entry, blockOffset: 8192n }));
+  const onTier = { ...entry, blockOffset: 0xffffffffffffffffn };
+  assert.not.ok(directLoadConsistent(onTier, { ...onTier }), 'a block on the tier alone is loaded with LOAD');
+  assert.not.ok(directLoadConsistent({ ...entry, flags: K.ENTRY_VALID }, { ...entry, flags: K.ENTRY_VALID }));
+});
+
 test.run();
