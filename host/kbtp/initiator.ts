@@ -64,6 +64,7 @@ export function directLoadConsistent(before: TableEntry, after: TableEntry): boo
   return before.flags === after.flags && before.generation === after.generation && before.dataLength === after.dataLength &&
     before.blockOffset === after.blockOffset && (before.flags & bound) === bound && before.blockOffset !== ALL_ONES;
 }
+
 const RECV_SLOT = 128;
 const CONTROL_SIZE = 256;
 const RECV_BASE = 0x10000000;
