@@ -249,9 +249,10 @@ export function engineConfigFor(settings: TargetSettings): EngineConfig {
     blockSize: settings.pool.blockSize, blockCount: settings.pool.blockCount, handleBase: settings.pool.handleBase,
     handleCount: settings.pool.handleCount, maxInline: settings.pool.maxInline, ringOrder: settings.pool.ringOrder,
     partitions, tenants,
-    threads: settings.workers + 1,
-    sessionsPerThread: settings.session.maxSessionsPerWorker,
+    // One slice for all workers, cut into a slot per session the node may hold (server/slots.ts).
+    threads: 1,
+    sessionsPerThread: settings.session.maxSessions,
     // kbtp-v1 section 11: at least 2 x credits receives posted per session.
-    requestsPerThread: settings.session.maxSessionsPerWorker * 2 * credits,
+    requestsPerThread: settings.session.maxSessions * 2 * credits,
   };
 }

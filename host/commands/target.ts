@@ -8,6 +8,7 @@ import { EngineConfigError, resolveEngineConfig } from '../engine/config.ts';
 import { computeLayout } from '../engine/layout.ts';
 import { SramConfigError, loadSramConfig } from '../sram/index.ts';
 import type { StatsSnapshot } from '../kbtp/server/stats.ts';
+import type { RunningTarget } from '../kbtp/server/target.ts';
 
 const HELP = `usage: kbtp target [options]
 
@@ -25,10 +26,15 @@ options:
   --credits N            requests a session may have outstanding (default 64)
   --sram-model FILE      model the RNIC's on-chip SRAM cache with this config (docs/SRAM.md)
   --stats-interval SECS  print statistics every SECS seconds (default 0: only at exit)
-  -v, --verbose          log every session (open, refused, GOODBYE, disconnect)
+  -v, --verbose          log every session (open, refused, GOODBYE, disconnect) and every connection
+                         that fails before its session exists (bad MPA, timeouts, refusals), with the reason
   -h, --help             show this help
 
-exit codes: 0 after a clean shutdown, 2 for a configuration error, 1 otherwise.`;
+Refusals, timeouts and handshake failures are always counted (in the statistics); SIGUSR2 prints
+the statistics and a pool audit as one JSON line on standard output.
+
+exit codes: 0 after a clean shutdown, 2 for a configuration error, 1 otherwise, including a
+worker thread that failed (the node drains and exits so that its supervisor restarts it).`;
 
 function describe(stats: StatsSnapshot): string {
   const lines = [`sessions: ${stats.sessionsOpen} open, ${stats.sessionsTotal} total, ${stats.sessionsRefused} refused;` +
@@ -36,8 +42,24 @@ function describe(stats: StatsSnapshot): string {
   for (const [opcode, byStatus] of Object.entries(stats.requests)) {
     lines.push(`  ${opcode.padEnd(11)} ${Object.entries(byStatus).map(([status, count]) => `${status} ${count}`).join(', ')}`);
   }
+  const counted = (label: string, record: Record<string, number>): void => {
+    const entries = Object.entries(record);
+    if (entries.length > 0) lines.push(`  ${label.padEnd(11)} ${entries.map(([key, count]) => `${key} ${count}`).join(', ')}`);
+  };
+  counted('refused', stats.refusals);
+  counted('timed out', stats.timeouts);
+  counted('setup fail', stats.setupFailures);
+  if (stats.internalErrors > 0) lines.push(`  internal errors ${stats.internalErrors} (each ended its connection only; run with -v for the cause)`);
   for (const report of stats.sram ?? []) lines.push(`  sram ${report}`);
   return lines.join('\n');
+}
+
+/** One JSON line for scripts and tests (SIGUSR2): the counters, the slots in use, memory, and a pool audit. */
+async function statusLine(target: RunningTarget): Promise<string> {
+  const stats = await target.stats();
+  const audit = target.audit();
+  return JSON.stringify({ status: { ...stats, slotsInUse: target.slotsInUse(), rssBytes: process.memoryUsage().rss,
+    audit: { ok: audit.ok, bound: audit.bound, inRings: audit.inRings, lost: audit.lost.length, doubled: audit.doubled.length, problems: audit.problems.length } } });
 }
 
 export const command: Command = {
@@ -124,17 +146,21 @@ export const command: Command = {
     console.log(`try: kbtp info --target ${target.host}:${target.port}   (Ctrl-C to stop)`);
     const interval = Number(values['stats-interval'] ?? 0);
     const timer = interval > 0 ? setInterval(() => { void target.stats().then((s) => console.log(describe(s))); }, interval * 1000) : undefined;
-    await new Promise<void>((resolve) => {
-      process.once('SIGINT', resolve);
-      process.once('SIGTERM', resolve);
+    const onStatus = (): void => { void statusLine(target).then((line) => console.log(line)); };
+    process.on('SIGUSR2', onStatus);
+    // A worker failure also ends the wait: the process must not linger, nor exit 0.
+    const failure = await new Promise<Error | undefined>((resolve) => {
+      process.once('SIGINT', () => resolve(undefined));
+      process.once('SIGTERM', () => resolve(undefined));
+      void target.failure.then(resolve);
     });
     if (timer !== undefined) clearInterval(timer);
-    console.error('kbtp target: draining...');
-    const final = await target.stats();
-    await target.stop();
+    process.off('SIGUSR2', onStatus);
+    console.error(failure === undefined ? 'kbtp target: draining...' : 'kbtp target: a worker failed; draining and exiting so that the supervisor restarts the node');
+    const final = await target.stop();
     const audit = target.audit();
     console.log(describe(final));
     console.log(`pool audit: ${audit.bound} bound, ${audit.inRings} free, lost ${audit.lost.length}, doubled ${audit.doubled.length}`);
-    return audit.ok ? 0 : 1;
+    return audit.ok && failure === undefined ? 0 : 1;
   },
 };

@@ -70,6 +70,18 @@ export class ThreadArena {
   openSession(options: SessionOptions): number {
     const index = this.sessions.take();
     if (index < 0) throw new ArenaExhaustedError('sessions', this.engine.config.sessionsPerThread, 'sessionsPerThread');
+    return this.openSessionAt(index, options);
+  }
+
+  /**
+   * Session `index` of this slice, initialised. For callers that hand out the slice's sessions
+   * and contexts themselves (several threads sharing one slice through their own claims); they
+   * never mix this with openSession() or acquireRequest().
+   */
+  openSessionAt(index: number, options: SessionOptions): number {
+    if (!Number.isInteger(index) || index < 0 || index >= this.engine.config.sessionsPerThread) {
+      throw new RangeError(`session ${index} is outside the ${this.engine.config.sessionsPerThread} of this slice`);
+    }
     const session = this.sessionBase + S.SESSION_SIZE * index;
     const view = this.engine.view;
     view.setUint32(session + S.SESSION_TENANT, this.engine.tenantAddress(options.tenant), true);
@@ -96,6 +108,14 @@ export class ThreadArena {
   acquireRequest(session: number): number {
     const index = this.requests.take();
     if (index < 0) throw new ArenaExhaustedError('request contexts', this.engine.config.requestsPerThread, 'requestsPerThread');
+    return this.requestAt(index, session);
+  }
+
+  /** Request context `index` of this slice, reset for `session` (see openSessionAt). */
+  requestAt(index: number, session: number): number {
+    if (!Number.isInteger(index) || index < 0 || index >= this.engine.config.requestsPerThread) {
+      throw new RangeError(`request context ${index} is outside the ${this.engine.config.requestsPerThread} of this slice`);
+    }
     const request = this.requestBase + this.engine.layout.requestSize * index;
     this.engine.view.setUint32(request + S.REQUEST_SESSION, session, true);
     this.engine.view.setUint32(request + S.REQUEST_STATE, S.REQUEST_STATE_NEW, true);

@@ -10,7 +10,7 @@
 // session and reused; a failed request throws KbtpError carrying the KBTP status name.
 import * as K from '../../assembly/kbtp-constants.ts';
 import {
-  createRnic, Access, WcStatus, wcStatusName, type Rnic, type QueuePair, type CompletionQueue, type MemoryRegion,
+  createRnic, Access, WcStatus, wcStatusName, RnicError, type Rnic, type QueuePair, type CompletionQueue, type MemoryRegion,
   type WorkCompletion, type SendWorkRequest,
 } from '../rnic/verbs.ts';
 import { encodeRequest, decodeCompletion, statusName, type Completion, type RequestFields } from './wire/messages.ts';
@@ -68,6 +68,19 @@ export function directLoadConsistent(before: TableEntry, after: TableEntry): boo
 const RECV_SLOT = 128;
 const CONTROL_SIZE = 256;
 const RECV_BASE = 0x10000000;
+
+/** The target refused the connection before any session (MPA Reject), with the reason it gave. */
+export class TargetRefusedError extends Error {
+  constructor(message: string) {
+    super(message);
+    this.name = 'TargetRefusedError';
+  }
+}
+
+/** A peer's text, made safe to print: printable ASCII only, bounded. */
+function printable(bytes: Uint8Array): string {
+  return new TextDecoder().decode(bytes.subarray(0, 200)).replace(/[^\x20-\x7e]/g, '?');
+}
 
 /** A target address that cannot be parsed: the caller's mistake, not the network's. */
 export class TargetAddressError extends Error {
@@ -143,7 +156,16 @@ export class KbtpSession {
     for (let i = 0; i < this.receiveDepth; i++) this.postReceive(i);
     void this.dispatchCompletions();
     void this.qp.whenDisconnected().then((info) => this.fail(new Error(`connection to the target lost (${info.reason}: ${info.message})`)));
-    await this.rnic.connect(this.qp, { host, port, crc: options.crc ?? false, timeoutMs: options.timeoutMs ?? 10_000 });
+    try {
+      await this.rnic.connect(this.qp, { host, port, crc: options.crc ?? false, timeoutMs: options.timeoutMs ?? 10_000 });
+    } catch (error) {
+      // A target that refuses says why in the MPA Reject's private data (its session limits, a drain).
+      const reason = this.qp.peerPrivateData;
+      if (error instanceof RnicError && error.code === 'ECONNREFUSED' && reason !== undefined && reason.length > 0) {
+        throw new TargetRefusedError(`${host}:${port} refused the connection: ${printable(reason)}`);
+      }
+      throw error;
+    }
     const secret = new TextEncoder().encode(options.secret ?? '');
     const hello = encodeHello({ version: K.KBTP_VERSION, requestId: 0n, capabilities: options.capabilities ?? 0,
       initiatorCredits: this.receiveDepth, tenant: options.tenant ?? 'default', credential: secret });
@@ -156,7 +178,13 @@ export class KbtpSession {
     const answer = await ack;
     this.pending.delete(0n);
     if (answer.status !== K.STATUS_SUCCESS) {
-      throw new KbtpError(answer.status, `the target refused the session of tenant '${options.tenant ?? 'default'}'`);
+      const tenant = options.tenant ?? 'default';
+      const why: Record<number, string> = {
+        [K.STATUS_AUTH_FAILED]: `the target refused the session of tenant '${tenant}' (unknown tenant or wrong secret)`,
+        [K.STATUS_TOO_MANY_REQUESTS]: `tenant '${tenant}' already has as many sessions as the target allows it; try again later`,
+        [K.STATUS_SHUTTING_DOWN]: 'the target is shutting down',
+      };
+      throw new KbtpError(answer.status, why[answer.status] ?? `the target refused the session of tenant '${tenant}'`);
     }
     this.hello = answer;
     const depth = Math.min(this.receiveDepth - 2, answer.targetCredits);

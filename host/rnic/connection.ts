@@ -67,6 +67,7 @@ export interface InitiatorOptions extends MpaOptions {
 }
 
 export interface ResponderOptions extends MpaOptions {
+  // timeoutMs, when given, bounds the wait for the initiator's RTR after the Reply is sent.
   /** RTR messages this side accepts (default write and read, as Linux siw). */
   acceptRtr?: readonly RtrType[];
 }
@@ -181,8 +182,9 @@ function withTimeout<T>(timeoutMs: number, what: string, onTimeout: () => void, 
   let timer: NodeJS.Timeout | undefined;
   const timeout = new Promise<never>((_, reject) => {
     timer = setTimeout(() => {
-      onTimeout();
+      // Rejected before the clean-up runs: the clean-up may fail `body` at once, and the race must report the timeout.
       reject(new RnicError('ETIMEDOUT', `${what} did not complete within ${timeoutMs} ms`));
+      onTimeout();
     }, timeoutMs);
   });
   return Promise.race([body(), timeout]).finally(() => clearTimeout(timer));
@@ -490,7 +492,8 @@ export class ConnectionRequest {
     // The QP must own the stream before the Reply leaves: the RTR can follow at once.
     qp.enterRdmaMode(channel, parameters);
     channel.write([encodeMpaFrame(reply)], undefined);
-    const remaining = Math.max(1, this.startedAt + this.timeoutMs - Date.now());
+    // The wait for the RTR: its own bound when the ULP gives one, else what is left of the setup's.
+    const remaining = options.timeoutMs ?? Math.max(1, this.startedAt + this.timeoutMs - Date.now());
     await withTimeout(remaining, 'MPA setup (waiting for the ready-to-receive message)', () => qp.disconnect(), () => qp.whenEstablished());
     return {
       revision: reply.revision,

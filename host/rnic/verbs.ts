@@ -64,6 +64,8 @@ export interface ListenOptions {
   backlog?: number;
   /** Bound on each connection's MPA setup (default 10 s). */
   timeoutMs?: number;
+  /** Told of each incoming connection whose MPA Request failed (timeout, bad Request, close), for counting and logging. */
+  onSetupFailure?: (error: Error, peer: string) => void;
   /** Use this already listening server (e.g. one sharing a listening handle across workers). */
   server?: net.Server;
 }
@@ -288,10 +290,14 @@ export class Listener {
       socket.destroy();
       return;
     }
+    const peer = `${socket.remoteAddress ?? '?'}:${socket.remotePort ?? '?'}`;
     this.rnic
       .acceptSocket(socket, this.options.timeoutMs ?? DEFAULT_SETUP_TIMEOUT_MS)
       .then((request) => this.deliver(request))
-      .catch((error: unknown) => this.recordFailure(error instanceof Error ? error.message : String(error)));
+      .catch((error: unknown) => {
+        this.recordFailure(error instanceof Error ? error.message : String(error));
+        this.options.onSetupFailure?.(error instanceof Error ? error : new Error(String(error)), peer);
+      });
   }
 
   private deliver(request: ConnectionRequest): void {

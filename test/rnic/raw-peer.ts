@@ -11,6 +11,8 @@ export interface RawPeerOptions {
   request?: Uint8Array;
   ird?: number;
   ord?: number;
+  /** Send the zero-length Write RTR after the Reply (default true); false stalls setup there. */
+  rtr?: boolean;
 }
 
 export class RawPeer {
@@ -89,6 +91,7 @@ export class RawPeer {
     const reply = decodeMpaFrame(peer.take(MPA_FRAME_HEADER_LENGTH + pdLength));
     if (reply.reject) throw new Error('raw peer: rejected');
     peer.crc = (options.crc ?? false) || reply.crc;
+    if (options.rtr === false) return peer;
     // Zero-length RDMA Write RTR.
     const rtr = new Uint8Array(14);
     encodeTaggedHeader(rtr, 0, { last: true, ddpVersion: DDP_VERSION, rdmapControl: rdmapControl(RdmapOpcode.RdmaWrite), stag: 0, taggedOffset: 0n });

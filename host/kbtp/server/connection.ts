@@ -2,7 +2,10 @@
 // 11 over an RDMAP stream. Requests land by the RNIC straight in engine request contexts; the
 // engine's programs decide everything; this class only carries out what they ask (RDMA Write,
 // RDMA Read, Send of the COMPLETION), admits the session, grants STags and watches one-sided
-// tickets for the Ticket Timeout.
+// tickets for the Ticket Timeout. It runs in a session slot (slots.ts) claimed before it was
+// made, and whatever ends it (GOODBYE, a disconnect, a timeout, an internal error) gives back
+// everything it held: handle locks, credits, blocks and quota of requests in flight, its tenant's
+// session count and its slot.
 import * as K from '../../../assembly/kbtp-constants.ts';
 import * as S from '../../../assembly/struct-offsets.ts';
 import type { Engine } from '../../engine/engine.ts';
@@ -15,8 +18,9 @@ import type { TargetSettings } from '../../../firmware/config.ts';
 import { decodeHello, encodeHelloAck, refusal, type HelloAck } from '../wire/hello.ts';
 import { MessageFormatError, encodeCompletion } from '../wire/messages.ts';
 import { admit } from './auth.ts';
-import type { TargetStats } from './stats.ts';
+import type { RefusalReason, TargetStats, TimeoutStage } from './stats.ts';
 import { SessionTickets, type LateReclaims } from './tickets.ts';
+import type { SessionSlots } from './slots.ts';
 
 // Work request ids: a request context address (64-aligned) plus what the work request is for.
 const WR_RECV = 0;
@@ -34,6 +38,10 @@ export interface WorkerContext {
   stats: TargetStats;
   /** Tickets of ended sessions whose slot was not filled yet; reclaimed when it is. */
   lateReclaims: LateReclaims;
+  /** The node's session slots and per-tenant session counts, shared by all workers. */
+  slots: SessionSlots;
+  /** For the tests of the failure paths only (KBTP_TEST_FAULT): where to throw. */
+  fault?: { kind: 'connection' | 'worker'; tenant: string };
   log(line: string): void;
 }
 
@@ -61,14 +69,28 @@ export class TargetConnection {
   private readonly requestRegion: MemoryRegion;
   private disconnected = false;
   private cleanedUp = false;
+  /** An internal error ended the connection: the bookkeeping is not trusted, the engine's request states are. */
+  private failed = false;
+  private reconciled = false;
+  /** The tenant whose session count this connection holds, or -1. */
+  private countedTenant = -1;
+  private helloTimer: NodeJS.Timeout | undefined;
+  /** When a message last arrived (for the idle-session timeout). */
+  private lastActivity = Date.now();
+  /** RDMA Read Requests out with the initiator, and when one last completed or the first went out. */
+  private readsOutstanding = 0;
+  private readProgressAt = 0;
+  private faultArmed = false;
+  /** MPA setup finished (the RTR arrived); failures before that are the worker's to count. */
+  private handshakeDone = false;
   readonly label: string;
 
   /**
    * `pd` is this connection's own protection domain: the STags granted to the session live in it,
    * so no other session's QP can use them (kbtp-v1 section 11), even on the same RNIC.
    */
-  constructor(private readonly ctx: WorkerContext, private readonly pd: ProtectionDomain, private readonly qp: QueuePair,
-    private readonly cq: CompletionQueue, peer: string) {
+  constructor(private readonly ctx: WorkerContext, private readonly slot: number, private readonly pd: ProtectionDomain,
+    private readonly qp: QueuePair, private readonly cq: CompletionQueue, peer: string, private readonly onClosed: () => void) {
     this.label = `${peer} qp ${qp.qpNumber}`;
     const { rnic, engine, arena } = ctx;
     const buffer = engine.memory.buffer;
@@ -81,13 +103,61 @@ export class TargetConnection {
   start(): void {
     const receives = 2 * this.ctx.settings.session.credits;
     for (let i = 0; i < receives; i++) {
-      const request = this.ctx.arena.acquireRequest(0);
+      // The slot's own contexts: no other connection of any worker can hold them.
+      const request = this.ctx.arena.requestAt(this.slot * receives + i, 0);
       this.contexts.push(request);
       this.postReceive(request);
     }
     this.ctx.stats.sessionOpened();
     void this.qp.whenDisconnected().then((info) => this.onDisconnected(info));
     void this.serveCompletions();
+  }
+
+  /** The stream is up: the initiator now has helloMs to send its HELLO. */
+  established(): void {
+    if (this.state !== 'hello' || this.disconnected) return;
+    this.handshakeDone = true;
+    this.helloTimer = setTimeout(() => {
+      if (this.state !== 'hello' || this.disconnected) return;
+      this.timedOut('hello', `no HELLO within ${this.ctx.settings.timeouts.helloMs} ms`);
+    }, this.ctx.settings.timeouts.helloMs);
+    this.helloTimer.unref();
+  }
+
+  /** Closes the connection for a stage that took too long; counted always, logged at -v. */
+  private timedOut(stage: TimeoutStage, why: string): void {
+    this.ctx.stats.timedOut(stage);
+    this.ctx.log(`${this.label}: ${why}; closing`);
+    this.state = 'closed';
+    this.qp.disconnect();
+  }
+
+  /** Called by the worker's sweep: the idle-session and RDMA Read timeouts. */
+  checkTimeouts(now: number): void {
+    if (this.disconnected || (this.state !== 'open' && this.state !== 'draining')) return;
+    const { idleSessionMs, rdmaReadMs } = this.ctx.settings.timeouts;
+    if (this.readsOutstanding > 0 && now - this.readProgressAt > rdmaReadMs) {
+      // Flushing the Read ends its request through the engine: nothing it held stays held.
+      this.timedOut('rdma-read', `the initiator answered no RDMA Read Request for ${rdmaReadMs} ms`);
+    } else if (idleSessionMs > 0 && this.busy === 0 && this.retries.length === 0 && now - this.lastActivity > idleSessionMs) {
+      this.timedOut('idle-session', `session idle for ${idleSessionMs} ms`);
+    }
+  }
+
+  /** Ends a connection whose handshake failed (already counted by the caller). */
+  close(): void {
+    this.state = 'closed';
+    this.qp.disconnect();
+  }
+
+  /** Ends the connection after an internal error; what its requests held is released once the QP has flushed. */
+  abort(reason: string): void {
+    if (this.cleanedUp) return;
+    this.failed = true;
+    this.state = 'closed';
+    this.ctx.log(`${this.label}: ${reason}; closing the connection`);
+    this.qp.disconnect();
+    queueMicrotask(() => this.maybeFinish());
   }
 
   private async serveCompletions(): Promise<void> {
@@ -98,9 +168,8 @@ export class TargetConnection {
           this.onCompletion(completion);
         } catch (error) {
           // A fault while serving one connection ends that connection only.
-          this.ctx.log(`${this.label}: internal error, closing the connection: ${error instanceof Error ? error.stack ?? error.message : String(error)}`);
           this.ctx.stats.internalError();
-          this.qp.disconnect();
+          this.abort(`internal error: ${error instanceof Error ? error.stack ?? error.message : String(error)}`);
         }
       }
       this.maybeFinish();
@@ -114,6 +183,7 @@ export class TargetConnection {
   }
 
   private onCompletion(completion: WorkCompletion): void {
+    if (this.reconciled) return; // reconcile() settled every request from the engine's states
     const id = Number(completion.wrId);
     const kind = id & WR_KIND_MASK;
     const request = id - kind;
@@ -142,6 +212,7 @@ export class TargetConnection {
 
   private arrived(request: number, length: number): void {
     this.ctx.stats.bytesIn(length);
+    this.lastActivity = Date.now();
     if (this.state === 'hello') {
       this.hello(request, length);
       return;
@@ -210,6 +281,7 @@ export class TargetConnection {
     }
     const op = this.ctx.arena.dataOperation(request);
     this.ctx.stats.dataMoved(op.length);
+    if (op.kind !== S.OP_WRITE_TO_INITIATOR && this.readsOutstanding++ === 0) this.readProgressAt = Date.now();
     this.qp.postSend({
       wrId: request | WR_DATA,
       opcode: op.kind === S.OP_WRITE_TO_INITIATOR ? 'RDMA_WRITE' : 'RDMA_READ',
@@ -221,8 +293,18 @@ export class TargetConnection {
 
   /** The data operation finished (or failed): the program completes the request. */
   private dataDone(request: number, ok: boolean): void {
+    const { view } = this.ctx.engine;
+    if (view.getUint32(request + S.REQUEST_OP_KIND, true) !== S.OP_WRITE_TO_INITIATOR) {
+      this.readsOutstanding -= 1;
+      this.readProgressAt = Date.now();
+    }
+    if (this.faultArmed) {
+      // KBTP_TEST_FAULT=connection:<tenant>: fail with the request's handle locked and its credit taken.
+      this.faultArmed = false;
+      throw new Error('injected connection fault (KBTP_TEST_FAULT)');
+    }
     // A LOAD's COMPLETION went out with its Write: completing it only releases the handle.
-    const completionSent = this.ctx.engine.view.getUint32(request + S.REQUEST_STATE, true) === S.REQUEST_STATE_DATA_SENT;
+    const completionSent = view.getUint32(request + S.REQUEST_STATE, true) === S.REQUEST_STATE_DATA_SENT;
     const action = this.ctx.arena.complete(request, ok);
     if (completionSent) return;
     this.settle(request, action);
@@ -243,16 +325,18 @@ export class TargetConnection {
     this.qp.postSend({ wrId: WR_CONTROL, opcode: 'SEND', sgList: [{ lkey: this.controlRegion.stag, offset: 0, length: bytes.length }] });
   }
 
-  private refuse(requestId: bigint, status: number, reason: string): void {
+  private refuse(requestId: bigint, status: number, reason: string, kind: RefusalReason): void {
     this.ctx.log(`${this.label}: session refused (${reason})`);
-    this.ctx.stats.refused(status === K.STATUS_AUTH_FAILED);
+    this.ctx.stats.refused(kind);
     this.sendControl(encodeHelloAck(refusal(requestId, status)), true);
   }
 
   private hello(request: number, length: number): void {
     const { engine, arena, settings } = this.ctx;
     const bytes = engine.bytes.subarray(request + S.REQUEST_MESSAGE, request + S.REQUEST_MESSAGE + length);
+    clearTimeout(this.helloTimer);
     if (length < K.HEADER_SIZE) {
+      this.ctx.stats.refused('not-hello');
       this.ctx.log(`${this.label}: ${length}-octet message before HELLO; closing`);
       this.state = 'closed';
       this.qp.disconnect();
@@ -265,6 +349,7 @@ export class TargetConnection {
       const completion = encodeCompletion({ version: K.KBTP_VERSION, requestOpcode: bytes[K.HEADER_OPCODE] ?? 0, requestId,
         handle: view.getBigUint64(K.HEADER_HANDLE, false), generation: 0, status: K.STATUS_INVALID_REQUEST, dataLength: 0, blockOffset: 0n });
       this.ctx.log(`${this.label}: opcode 0x${(bytes[K.HEADER_OPCODE] ?? 0).toString(16)} before HELLO; closing`);
+      this.ctx.stats.refused('not-hello');
       this.sendControl(completion, true);
       return;
     }
@@ -272,20 +357,27 @@ export class TargetConnection {
     try {
       hello = decodeHello(bytes);
     } catch (error) {
-      this.refuse(requestId, K.STATUS_INVALID_REQUEST, error instanceof MessageFormatError ? error.message : String(error));
+      this.refuse(requestId, K.STATUS_INVALID_REQUEST, error instanceof MessageFormatError ? error.message : String(error), 'bad-hello');
       return;
     }
     if (hello.version === 0) {
-      this.refuse(requestId, K.STATUS_VERSION_MISMATCH, 'HELLO version 0');
+      this.refuse(requestId, K.STATUS_VERSION_MISMATCH, 'HELLO version 0', 'version');
       return;
     }
     const admission = admit(settings.tenants, hello.tenant, hello.credential, hello.capabilities);
     if (!admission.ok) {
-      this.refuse(requestId, admission.status, admission.reason);
+      this.refuse(requestId, admission.status, admission.reason, 'auth');
       return;
     }
+    if (!this.ctx.slots.enterTenant(admission.tenantIndex, admission.tenant.maxSessions)) {
+      // kbtp-v1 has no status of its own for this; TOO_MANY_REQUESTS says "not now, too many" (docs/PROTOCOL.md).
+      this.refuse(requestId, K.STATUS_TOO_MANY_REQUESTS,
+        `tenant '${admission.tenant.name}' has its limit of ${admission.tenant.maxSessions} sessions`, 'tenant-full');
+      return;
+    }
+    this.countedTenant = admission.tenantIndex;
     const credits = settings.session.credits;
-    this.session = arena.openSession({ tenant: admission.tenantIndex, capabilities: admission.capabilities, credits });
+    this.session = arena.openSessionAt(this.slot, { tenant: admission.tenantIndex, capabilities: admission.capabilities, credits });
     this.tenantAddress = engine.tenantAddress(admission.tenantIndex);
     for (const context of this.contexts) arena.assignSession(context, this.session);
     const { config, layout } = engine;
@@ -338,7 +430,14 @@ export class TargetConnection {
     this.state = 'open';
     this.tenantName = admission.tenant.name;
     this.ctx.stats.tenantSessionOpened(admission.tenant.name);
+    this.lastActivity = Date.now();
     this.ctx.log(`${this.label}: session of tenant '${admission.tenant.name}' open (capabilities 0x${admission.capabilities.toString(16)})`);
+    const fault = this.ctx.fault;
+    if (fault !== undefined && fault.tenant === admission.tenant.name) {
+      if (fault.kind === 'connection') this.faultArmed = true;
+      // KBTP_TEST_FAULT=worker:<tenant>: a throw nobody catches, as a bug outside any connection would be.
+      else setImmediate(() => { throw new Error('injected worker fault (KBTP_TEST_FAULT)'); });
+    }
     this.sendControl(encodeHelloAck(ack), false);
     this.postReceive(request);
   }
@@ -361,6 +460,8 @@ export class TargetConnection {
   }
 
   private onDisconnected(info: DisconnectInfo): void {
+    // Gone between the handshake and HELLO without a timeout or refusal: garbage, a reset, a close.
+    if (this.state === 'hello' && this.handshakeDone) this.ctx.stats.setupFailed('closed-before-hello');
     this.disconnected = true;
     if (this.state !== 'closed') this.state = 'closed';
     this.ctx.log(`${this.label}: disconnected (${info.reason}: ${info.message})`);
@@ -379,17 +480,47 @@ export class TargetConnection {
       this.qp.disconnect();
       return;
     }
-    if (!this.disconnected || this.busy > 0 || this.retries.length > 0 || this.cleanedUp) return;
+    if (!this.disconnected || this.cleanedUp) return;
+    // After an internal error: once every flushed completion is out of the CQ, no work request
+    // refers to a context any more, and the engine's own request states say what is still held.
+    if (this.failed && !this.reconciled && this.cq.size === 0) this.reconcile();
+    if (this.busy > 0 || this.retries.length > 0) return;
     this.cleanedUp = true;
+    clearTimeout(this.helloTimer);
     this.tickets?.stop();
-    const { arena, rnic } = this.ctx;
-    for (const context of this.contexts) arena.releaseRequest(context);
+    const { rnic } = this.ctx;
     this.contexts.length = 0;
-    if (this.session !== 0) arena.closeSession(this.session);
     if (this.tenantName !== undefined) this.ctx.stats.tenantSessionClosed(this.tenantName);
+    if (this.countedTenant >= 0) this.ctx.slots.leaveTenant(this.countedTenant);
+    this.ctx.slots.release(this.slot);
     for (const region of [this.controlRegion, this.poolRegion, this.requestRegion]) rnic.deregisterMemory(region);
     this.qp.destroy();
     this.ctx.stats.sessionClosed();
     this.cq.releaseWaiters(); // serveCompletions sees cleanedUp and ends
+    this.onClosed();
+  }
+
+  /**
+   * Releases what the requests of a failed connection hold, from the engine's request states: a
+   * data operation that will never finish fails (its lock, credit, block and quota come back),
+   * a request waiting for a handle or a ring slot runs to its end as after any disconnect.
+   */
+  private reconcile(): void {
+    this.reconciled = true;
+    const { arena, engine } = this.ctx;
+    const waiting = new Set(this.retries);
+    for (const request of this.contexts) {
+      const state = engine.view.getUint32(request + S.REQUEST_STATE, true);
+      if (state === S.REQUEST_STATE_DATA || state === S.REQUEST_STATE_DATA_SENT) arena.complete(request, false);
+      else if ((state === S.REQUEST_STATE_CREDITED || state === S.REQUEST_STATE_WAIT_SLOT || state === S.REQUEST_STATE_FETCH_SLOT) &&
+        !waiting.has(request)) this.retries.push(request);
+      // PERSIST and FETCH belong to the durable tier, which finishes them on its own.
+    }
+    this.readsOutstanding = 0;
+    this.busy = this.retries.length; // each retried request settles once more
+    if (this.retries.length > 0 && !this.retryScheduled) {
+      this.retryScheduled = true;
+      setImmediate(() => this.runRetries());
+    }
   }
 }

@@ -1,6 +1,8 @@
 // Counters of one worker thread of the target; the main thread adds them up for `kbtp target`'s
 // periodic and exit reports and for the appliance's metrics. The per-request hooks (arrival,
 // completion) only write numbers into preallocated typed arrays: they run on the hot path.
+// What happens before a session exists (refusals, handshake failures, timeouts) is counted
+// always, whatever the log level.
 import { statusName } from '../wire/messages.ts';
 
 const OPCODE_NAMES: Record<number, string> = { 0x10: 'LOAD', 0x11: 'STORE', 0x12: 'ALLOC_STORE', 0x13: 'FREE', 0x14: 'BIND' };
@@ -19,10 +21,32 @@ export interface LatencyHistogram {
   count: number;
 }
 
+/** Why a connection or session was refused. */
+export type RefusalReason = 'node-full' | 'worker-full' | 'tenant-full' | 'draining' | 'auth' | 'bad-hello' | 'version' | 'not-hello';
+/** The stage whose timeout ended a connection. */
+export type TimeoutStage = 'mpa-request' | 'rtr' | 'hello' | 'idle-session' | 'rdma-read';
+/** Why a connection failed before its session existed (besides timeouts and refusals). */
+export type SetupFailure = 'bad-mpa' | 'closed-during-setup' | 'setup-error' | 'closed-before-hello';
+
+function bump(record: Record<string, number>, key: string): void {
+  record[key] = (record[key] ?? 0) + 1;
+}
+
+function addInto(into: Record<string, number>, from: Record<string, number>): void {
+  for (const [key, count] of Object.entries(from)) into[key] = (into[key] ?? 0) + count;
+}
+
 export interface StatsSnapshot {
+  /** Connections (MPA accepted, HELLO or not yet) open now. */
   sessionsOpen: number;
   sessionsTotal: number;
   sessionsRefused: number;
+  /** Refusals by reason (RefusalReason). */
+  refusals: Record<string, number>;
+  /** Connections ended by a stage's timeout (TimeoutStage). */
+  timeouts: Record<string, number>;
+  /** Connections that failed before their session existed (SetupFailure). */
+  setupFailures: Record<string, number>;
   requests: Record<string, Record<string, number>>;
   bytesIn: number;
   dataBytes: number;
@@ -48,6 +72,9 @@ export class TargetStats {
   private sessionsOpen = 0;
   private sessionsTotal = 0;
   private sessionsRefused = 0;
+  private readonly refusals: Record<string, number> = {};
+  private readonly timeouts: Record<string, number> = {};
+  private readonly setupFailures: Record<string, number> = {};
   private readonly counts = new Map<number, number>(); // opcode << 16 | status
   private received = 0;
   private moved = 0;
@@ -79,10 +106,13 @@ export class TargetStats {
     if (left > 0) this.tenantSessions.set(tenant, left);
     else this.tenantSessions.delete(tenant);
   }
-  refused(authFailed = false): void {
+  refused(reason: RefusalReason): void {
     this.sessionsRefused += 1;
-    if (authFailed) this.authFailed += 1;
+    bump(this.refusals, reason);
+    if (reason === 'auth') this.authFailed += 1;
   }
+  timedOut(stage: TimeoutStage): void { bump(this.timeouts, stage); }
+  setupFailed(kind: SetupFailure): void { bump(this.setupFailures, kind); }
   bytesIn(octets: number): void { this.received += octets; }
   dataMoved(octets: number): void { this.moved += octets; }
   ticketTaken(): void { this.taken += 1; }
@@ -123,7 +153,8 @@ export class TargetStats {
       if (count > 0) latency[OPCODE_NAMES[FIRST_OPCODE + op] ?? String(op)] = { counts, sumSeconds: this.latencySums[op] ?? 0, count };
     }
     return {
-      sessionsOpen: this.sessionsOpen, sessionsTotal: this.sessionsTotal, sessionsRefused: this.sessionsRefused, requests,
+      sessionsOpen: this.sessionsOpen, sessionsTotal: this.sessionsTotal, sessionsRefused: this.sessionsRefused,
+      refusals: { ...this.refusals }, timeouts: { ...this.timeouts }, setupFailures: { ...this.setupFailures }, requests,
       bytesIn: this.received, dataBytes: this.moved, ticketsReclaimed: this.reclaimed, internalErrors: this.faults,
       authFailures: this.authFailed, ticketsTaken: this.taken, ticketsAbandoned: this.abandoned,
       sessionsByTenant: Object.fromEntries(this.tenantSessions), latency,
@@ -132,7 +163,7 @@ export class TargetStats {
 }
 
 export function mergeStats(parts: readonly StatsSnapshot[]): StatsSnapshot {
-  const total: StatsSnapshot = { sessionsOpen: 0, sessionsTotal: 0, sessionsRefused: 0, requests: {}, bytesIn: 0, dataBytes: 0, ticketsReclaimed: 0,
+  const total: StatsSnapshot = { sessionsOpen: 0, sessionsTotal: 0, sessionsRefused: 0, refusals: {}, timeouts: {}, setupFailures: {}, requests: {}, bytesIn: 0, dataBytes: 0, ticketsReclaimed: 0,
     internalErrors: 0, authFailures: 0, ticketsTaken: 0, ticketsAbandoned: 0, sessionsByTenant: {}, latency: {} };
   for (const part of parts) {
     total.authFailures += part.authFailures;
@@ -153,6 +184,9 @@ export function mergeStats(parts: readonly StatsSnapshot[]): StatsSnapshot {
     total.sessionsOpen += part.sessionsOpen;
     total.sessionsTotal += part.sessionsTotal;
     total.sessionsRefused += part.sessionsRefused;
+    addInto(total.refusals, part.refusals);
+    addInto(total.timeouts, part.timeouts);
+    addInto(total.setupFailures, part.setupFailures);
     total.bytesIn += part.bytesIn;
     total.dataBytes += part.dataBytes;
     total.ticketsReclaimed += part.ticketsReclaimed;

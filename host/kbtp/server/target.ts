@@ -1,5 +1,10 @@
 // The target's main thread: creates the engine and its shared memory, starts the worker threads
-// that serve connections on one shared listening socket, and collects their statistics.
+// that serve connections on one shared listening socket, collects their statistics, and
+// supervises them. A worker cannot be restarted in place: the listening socket is one file
+// descriptor shared by all workers, and a worker thread that ends closes it for all of them. So
+// a worker failure ends the node (`failure` resolves; `kbtp target` drains and exits 1) and
+// the service supervisor starts a fresh one, rather than leaving a process that looks alive
+// with a closed listener.
 import type { Worker } from 'node:worker_threads';
 import { Engine } from '../../engine/engine.ts';
 import { auditPool, type AuditReport } from '../../engine/audit.ts';
@@ -7,6 +12,7 @@ import { spawnWorker } from '../../util/spawn-worker.ts';
 import { engineConfigFor, type TargetSettings } from '../../../firmware/config.ts';
 import { loadSramConfig } from '../../sram/index.ts';
 import { mergeStats, type StatsSnapshot } from './stats.ts';
+import { SessionSlots } from './slots.ts';
 import type { TargetWorkerData, WorkerToMain, MainToWorker } from './worker.ts';
 
 export interface TargetOptions {
@@ -25,13 +31,17 @@ export interface RunningTarget {
   audit(): AuditReport;
   /** New requests get SHUTTING_DOWN and no new connection is accepted; sessions finish and close. */
   drain(): void;
-  /** Drains, waits for the sessions to close (at most `graceMs`), then stops the workers. */
-  stop(graceMs?: number): Promise<void>;
+  /** Drains, waits for the sessions to close (at most `graceMs`), then stops the workers; resolves to the last statistics. */
+  stop(graceMs?: number): Promise<StatsSnapshot>;
+  /** Resolves (never rejects) when a worker failed or ended unexpectedly: the node must be stopped and restarted. */
+  readonly failure: Promise<Error>;
+  /** Session slots in use now, all workers together. */
+  slotsInUse(): number;
 }
 
 const workerUrl = new URL('./worker' + (import.meta.url.endsWith('.ts') ? '.ts' : '.js'), import.meta.url);
 
-function startWorker(data: TargetWorkerData, log: (line: string) => void): { worker: Worker; first: Promise<WorkerToMain> } {
+function startWorker(data: TargetWorkerData, log: (line: string) => void, failed: (error: Error) => void): { worker: Worker; first: Promise<WorkerToMain> } {
   const worker = spawnWorker(workerUrl, { workerData: data });
   const first = new Promise<WorkerToMain>((resolve, reject) => {
     const onMessage = (message: WorkerToMain): void => {
@@ -43,10 +53,11 @@ function startWorker(data: TargetWorkerData, log: (line: string) => void): { wor
     worker.on('message', onMessage);
     worker.once('error', reject);
   });
-  worker.on('error', (error) => log(`worker ${data.thread} failed: ${error.stack ?? error.message}`));
+  worker.on('error', (error) => failed(new Error(`worker ${data.thread} failed: ${error.stack ?? error.message}`)));
   worker.on('message', (message: WorkerToMain) => {
     if (message.type === 'log') log(message.line);
     else if (message.type === 'error') log(`worker ${data.thread}: ${message.message}`);
+    else if (message.type === 'fatal') failed(new Error(`worker ${data.thread} failed: ${message.message}`));
   });
   return { worker, first };
 }
@@ -58,8 +69,19 @@ export async function startTarget(settings: TargetSettings, options: TargetOptio
   const engine = Engine.create(engineConfigFor(settings));
   const verbose = options.verbose ?? false;
   const workers: Worker[] = [];
-  const firstData: TargetWorkerData = { handoff: engine.handoff(), settings, thread: 1, verbose };
-  const first = startWorker(firstData, log);
+  const slots = SessionSlots.create(settings.session.maxSessions, settings.tenants.length);
+  let stopping = false;
+  let reportFailure: (error: Error) => void = () => undefined;
+  const failure = new Promise<Error>((resolve) => { reportFailure = resolve; });
+  let failedAlready = false;
+  const failed = (error: Error): void => {
+    if (failedAlready) return;
+    failedAlready = true;
+    log(`kbtp target: ${error.message}`);
+    reportFailure(error);
+  };
+  const firstData: TargetWorkerData = { handoff: engine.handoff(), settings, thread: 1, verbose, slots: slots.buffer };
+  const first = startWorker(firstData, log, failed);
   workers.push(first.worker);
   let listening: WorkerToMain;
   try {
@@ -72,7 +94,7 @@ export async function startTarget(settings: TargetSettings, options: TargetOptio
   try {
     const rest = [];
     for (let thread = 2; thread <= settings.workers; thread++) {
-      const started = startWorker({ handoff: engine.handoff(), settings, thread, fd: listening.fd, verbose }, log);
+      const started = startWorker({ handoff: engine.handoff(), settings, thread, fd: listening.fd, verbose, slots: slots.buffer }, log, failed);
       workers.push(started.worker);
       rest.push(started.first);
     }
@@ -84,7 +106,11 @@ export async function startTarget(settings: TargetSettings, options: TargetOptio
 
   let nextStatsId = 1;
   const exited = new Set<Worker>();
-  for (const worker of workers) worker.once('exit', () => exited.add(worker));
+  workers.forEach((worker, index) => worker.once('exit', (code) => {
+    exited.add(worker);
+    // Outside stop(), a worker that ends took the shared listening socket with it.
+    if (!stopping) failed(new Error(`worker ${index + 1} ended unexpectedly (exit code ${code})`));
+  }));
   // A worker that died or does not answer within a second counts as empty rather than stalling stop().
   const ask = (worker: Worker): Promise<StatsSnapshot> => new Promise((resolve) => {
     if (exited.has(worker)) {
@@ -118,15 +144,19 @@ export async function startTarget(settings: TargetSettings, options: TargetOptio
     workerStats: () => Promise.all(workers.map(ask)),
     audit: () => auditPool(engine),
     drain,
+    failure,
+    slotsInUse: () => slots.inUse,
     stop: async (graceMs = 2000) => {
       drain();
       const deadline = Date.now() + graceMs;
-      while (Date.now() < deadline) {
-        const stats = mergeStats(await Promise.all(workers.map(ask)));
-        if (stats.sessionsOpen === 0) break;
+      let stats = mergeStats(await Promise.all(workers.map(ask)));
+      while (stats.sessionsOpen > 0 && Date.now() < deadline) {
         await new Promise((resolve) => setTimeout(resolve, 20));
+        stats = mergeStats(await Promise.all(workers.map(ask)));
       }
+      stopping = true;
       await Promise.all(workers.map((worker) => worker.terminate()));
+      return stats;
     },
   };
 }

@@ -1,15 +1,19 @@
 // A worker thread of the target: attaches to the shared engine, runs its own software RNIC,
-// accepts connections on the listening socket all workers share, and serves them.
+// accepts connections on the listening socket all workers share, admits them into the node's
+// session slots (or refuses them with a reason), enforces the stage timeouts, and serves them.
+// A failure nobody caught is reported to the main thread with its cause, after which this
+// worker ends its connections so that everything they held goes back to the engine.
 import net from 'node:net';
 import { parentPort, workerData } from 'node:worker_threads';
 import { Engine, type EngineHandoff } from '../../engine/engine.ts';
 import { ThreadArena } from '../../engine/arena.ts';
-import { createRnic, type ConnectionRequest } from '../../rnic/verbs.ts';
+import { createRnic, RnicError, type ConnectionRequest } from '../../rnic/verbs.ts';
 import { openSramModel, formatSramNicReport, type SramNicObserver } from '../../sram/index.ts';
 import type { TargetSettings } from '../../../firmware/config.ts';
 import { TargetConnection, type WorkerContext } from './connection.ts';
 import { LateReclaims } from './tickets.ts';
-import { TargetStats } from './stats.ts';
+import { TargetStats, type RefusalReason } from './stats.ts';
+import { SessionSlots } from './slots.ts';
 
 export interface TargetWorkerData {
   handoff: EngineHandoff;
@@ -18,6 +22,8 @@ export interface TargetWorkerData {
   /** Listening fd shared by all workers; absent for the first worker, which creates it. */
   fd?: number;
   verbose: boolean;
+  /** The node's session slots (SessionSlots over this buffer). */
+  slots: SharedArrayBuffer;
 }
 
 export type WorkerToMain =
@@ -25,7 +31,9 @@ export type WorkerToMain =
   | { type: 'ready' }
   | { type: 'stats'; id: number; stats: ReturnType<TargetStats['snapshot']> }
   | { type: 'log'; line: string }
-  | { type: 'error'; message: string };
+  | { type: 'error'; message: string }
+  /** An error nobody caught: the worker is ending its connections; the node must not go on as if nothing happened. */
+  | { type: 'fatal'; message: string };
 
 export type MainToWorker = { type: 'stats'; id: number } | { type: 'drain' };
 
@@ -39,47 +47,117 @@ function listeningFd(server: net.Server): number {
   return fd;
 }
 
+/** KBTP_TEST_FAULT=connection:<tenant> or worker:<tenant>, read only by the tests of the failure paths. */
+function faultFromEnvironment(): WorkerContext['fault'] {
+  const match = /^(connection|worker):(.+)$/.exec(process.env.KBTP_TEST_FAULT ?? '');
+  return match === null ? undefined : { kind: match[1] as 'connection' | 'worker', tenant: match[2] ?? '' };
+}
+
+/** How often the idle-session and RDMA Read timeouts are looked at: a quarter of the shortest, within 10 ms..1 s. */
+function sweepPeriod(settings: TargetSettings): number {
+  const { idleSessionMs, rdmaReadMs } = settings.timeouts;
+  const shortest = Math.min(rdmaReadMs, idleSessionMs > 0 ? idleSessionMs : rdmaReadMs);
+  return Math.min(1000, Math.max(10, Math.floor(shortest / 4)));
+}
+
 async function main(): Promise<void> {
   const data = workerData as TargetWorkerData;
+  const { settings } = data;
   const engine = Engine.attach(data.handoff);
-  const arena = new ThreadArena(engine, data.thread);
+  // All workers share the one arena slice; the session slots say which part is whose.
+  const arena = new ThreadArena(engine, 0);
+  const slots = new SessionSlots(data.slots, settings.session.maxSessions, settings.tenants.length);
   // One model per RNIC: an observer is not shared across threads (docs/SRAM.md).
-  const observer: SramNicObserver | undefined = data.settings.sramModel === undefined ? undefined : openSramModel(data.settings.sramModel);
+  const observer: SramNicObserver | undefined = settings.sramModel === undefined ? undefined : openSramModel(settings.sramModel);
   const rnic = createRnic({ name: `target-w${data.thread}`, ...(observer === undefined ? {} : { observer }) });
   const stats = new TargetStats(arena.requestArea.address, engine.layout.requestSize, engine.config.requestsPerThread);
+  const fault = faultFromEnvironment();
   const context: WorkerContext = {
-    engine, arena, rnic, settings: data.settings, stats, lateReclaims: new LateReclaims(engine, () => stats.ticketReclaimed()),
+    engine, arena, rnic, settings, stats, lateReclaims: new LateReclaims(engine, () => stats.ticketReclaimed()), slots,
+    ...(fault !== undefined ? { fault } : {}),
     log: (line) => { if (data.verbose) send({ type: 'log', line: `[w${data.thread}] ${line}` }); },
   };
   const connections = new Set<TargetConnection>();
-  const credits = data.settings.session.credits;
+  const credits = settings.session.credits;
+  let draining = false;
+
+  let failing = false;
+  const fail = (error: unknown): void => {
+    if (failing) return;
+    failing = true;
+    send({ type: 'fatal', message: error instanceof Error ? error.stack ?? error.message : String(error) });
+    // The thread goes on running only to end its sessions: their engine state must not stay held.
+    draining = true;
+    for (const connection of connections) connection.abort('the worker failed');
+  };
+  process.on('uncaughtException', fail);
+  process.on('unhandledRejection', fail);
 
   const server = net.createServer({ pauseOnConnect: true });
   await new Promise<void>((resolve, reject) => {
     server.once('error', reject);
-    if (data.fd === undefined) server.listen(data.settings.listen.port, data.settings.listen.host, () => resolve());
+    if (data.fd === undefined) server.listen(settings.listen.port, settings.listen.host, () => resolve());
     else server.listen({ fd: data.fd }, () => resolve());
   });
   server.on('error', (error) => send({ type: 'error', message: `listener: ${error.message}` }));
 
+  /** An MPA Reject whose private data says why; the initiator library prints it. */
+  const refuse = (request: ConnectionRequest, peer: string, reason: RefusalReason, text: string): void => {
+    stats.refused(reason);
+    context.log(`${peer}: connection refused (${text})`);
+    request.reject(new TextEncoder().encode(`kbtp: ${text}`));
+  };
+
   const accept = async (request: ConnectionRequest): Promise<void> => {
     const peer = `${request.remoteAddress ?? '?'}:${request.remotePort ?? '?'}`;
+    if (draining) {
+      refuse(request, peer, 'draining', 'the target is shutting down');
+      return;
+    }
+    // Nothing is taken before the slot: a refused connection costs the node nothing.
+    const slot = slots.claim(data.thread);
+    if (slot < 0) {
+      refuse(request, peer, 'node-full', `the node holds its limit of ${settings.session.maxSessions} sessions; try again later`);
+      return;
+    }
+    if (connections.size >= settings.session.maxSessionsPerWorker) {
+      slots.release(slot);
+      refuse(request, peer, 'worker-full', `this worker holds its limit of ${settings.session.maxSessionsPerWorker} sessions; try again later`);
+      return;
+    }
     const pd = rnic.allocPd();
     const cq = rnic.createCq({ depth: 8 * credits + 64 });
     const qp = rnic.createQp({ pd, sendCq: cq, recvCq: cq, maxRecvWr: 2 * credits + 8, maxSendWr: 4 * credits + 8, ird: 16, ord: 16 });
-    const connection = new TargetConnection(context, pd, qp, cq, peer);
+    const connection = new TargetConnection(context, slot, pd, qp, cq, peer, () => connections.delete(connection));
     connections.add(connection);
-    void qp.whenDisconnected().then(() => setTimeout(() => connections.delete(connection), 0));
     connection.start(); // receives are posted before the initiator can send HELLO
     try {
       // MPA CRC only when the initiator asks for it (RFC 5044: used unless both sides decline).
-      await request.accept(qp, { crc: false });
+      await request.accept(qp, { crc: false, timeoutMs: settings.timeouts.rtrMs });
+      connection.established();
     } catch (error) {
+      const timedOut = error instanceof RnicError && error.code === 'ETIMEDOUT';
+      if (timedOut) stats.timedOut('rtr');
+      else stats.setupFailed('setup-error');
       context.log(`${peer}: connection setup failed: ${error instanceof Error ? error.message : String(error)}`);
-      qp.disconnect();
+      connection.close();
     }
   };
-  const listener = await rnic.listen({ server }, (request) => { void accept(request); });
+  const onSetupFailure = (error: Error, peer: string): void => {
+    const code = error instanceof RnicError ? error.code : undefined;
+    if (code === 'ETIMEDOUT') stats.timedOut('mpa-request');
+    else if (code === 'EPROTO') stats.setupFailed('bad-mpa');
+    else if (code === 'ECONNRESET') stats.setupFailed('closed-during-setup');
+    else stats.setupFailed('setup-error');
+    context.log(`${peer}: MPA setup failed: ${error.message}`);
+  };
+  const listener = await rnic.listen({ server, timeoutMs: settings.timeouts.mpaRequestMs, onSetupFailure }, (request) => { void accept(request); });
+
+  const sweep = setInterval(() => {
+    const now = Date.now();
+    for (const connection of connections) connection.checkTimeouts(now);
+  }, sweepPeriod(settings));
+  sweep.unref();
 
   parentPort?.on('message', (message: MainToWorker) => {
     if (message.type === 'stats') {
@@ -92,6 +170,7 @@ async function main(): Promise<void> {
       send({ type: 'stats', id: message.id, stats: snapshot });
     }
     else if (message.type === 'drain') {
+      draining = true;
       for (const connection of connections) connection.drain();
       void listener.close().then(() => server.close());
     }
@@ -100,7 +179,7 @@ async function main(): Promise<void> {
   if (data.fd === undefined) {
     const address = server.address();
     send({ type: 'listening', fd: listeningFd(server), port: typeof address === 'object' && address !== null ? address.port : 0,
-      host: data.settings.listen.host });
+      host: settings.listen.host });
   } else {
     send({ type: 'ready' });
   }
