@@ -31,6 +31,8 @@ export const sleep = (ms: number): Promise<void> => new Promise((resolve) => set
 /** A `kbtp target` process on a free loopback port. */
 export class TargetProcess {
   private stdout = '';
+  /** Standard output lines other than status lines. */
+  output = '';
   stderr = '';
   readonly exited: Promise<number>;
   private readonly statusWaiters: Array<(status: TargetStatus) => void> = [];
@@ -44,6 +46,7 @@ export class TargetProcess {
         const line = this.stdout.slice(0, newline);
         this.stdout = this.stdout.slice(newline + 1);
         if (line.startsWith('{"status"')) this.statusWaiters.shift()?.((JSON.parse(line) as { status: TargetStatus }).status);
+        else this.output += `${line}\n`;
         const listening = /listening on 127\.0\.0\.1:([0-9]+)/.exec(line);
         if (listening !== null) this.port = Number(listening[1]);
       }

@@ -434,6 +434,7 @@ export class TargetConnection {
     this.ctx.log(`${this.label}: session of tenant '${admission.tenant.name}' open (capabilities 0x${admission.capabilities.toString(16)})`);
     const fault = this.ctx.fault;
     if (fault !== undefined && fault.tenant === admission.tenant.name) {
+      delete this.ctx.fault; // once per worker: the sessions after it show the node recovered
       if (fault.kind === 'connection') this.faultArmed = true;
       // KBTP_TEST_FAULT=worker:<tenant>: a throw nobody catches, as a bug outside any connection would be.
       else setImmediate(() => { throw new Error('injected worker fault (KBTP_TEST_FAULT)'); });
