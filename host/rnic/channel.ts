@@ -6,6 +6,7 @@
 
 import net from 'node:net';
 import type { ByteSink, WriteDone } from './transmit.ts';
+import { turn, type TurnParticipant } from './turn.ts';
 
 /** Something that takes bytes from the stream. */
 export interface StreamConsumer {
@@ -39,6 +40,7 @@ export interface StreamChannel extends ByteSink {
 }
 
 const DEFAULT_LINGER_MS = 2000;
+const EMPTY_CHUNK = new Uint8Array(0);
 
 /** A consumer used before anyone owns the stream: bytes that arrive then are held, bounded. */
 class HoldingConsumer implements StreamConsumer {
@@ -82,7 +84,12 @@ export function feed(channelConsumer: () => StreamConsumer, bytes: Uint8Array): 
   }
 }
 
-export class SocketChannel implements StreamChannel {
+/**
+ * A TCP stream whose reads land in buffers its consumer picks, and whose writes are gathered
+ * over an event-loop turn and leave in one system call (a writev of everything the turn
+ * produced: several requests' RDMA Writes and COMPLETION Sends together).
+ */
+export class SocketChannel implements StreamChannel, TurnParticipant {
   private consumer: StreamConsumer;
   private readonly holding = new HoldingConsumer();
   private events: ChannelEvents | undefined;
@@ -93,6 +100,18 @@ export class SocketChannel implements StreamChannel {
   private readTarget: Uint8Array | undefined;
   private isClosed = false;
   private closeError: Error | undefined;
+  /** Chunks queued this turn, and the done callbacks of the messages they carry. */
+  private readonly queued: Uint8Array[] = [];
+  private queuedCount = 0;
+  private queuedBytes = 0;
+  private readonly dones: Array<WriteDone | undefined> = [];
+  private donesHead = 0;
+  /** Done callbacks queued this turn (the tail of `dones`). */
+  private unbatched = 0;
+  /** Done callbacks per batch written, oldest first (the socket completes writes in order). */
+  private readonly batchSizes: number[] = [];
+  private flushScheduled = false;
+  private readonly batchWritten = (error?: Error | null): void => this.completeBatch(error);
 
   /**
    * Takes over a connected socket. The socket's handle moves to a new net.Socket created with
@@ -165,15 +184,23 @@ export class SocketChannel implements StreamChannel {
   }
 
   private delivered(length: number): void {
-    this.guarded(() => {
+    // What the bytes cause (completions, new sends) settles when the delivery ends: one writev.
+    turn.enter();
+    try {
       const owner = this.readOwner;
       if (owner === this.consumer) {
         owner.commit(length);
       } else if (this.readTarget !== undefined) {
         // The buffer was picked for a consumer that has since handed the stream on.
-        feed(() => this.consumer, this.readTarget.slice(0, length));
+        const late = this.readTarget.slice(0, length);
+        feed(() => this.consumer, late);
       }
-    });
+    } catch (error) {
+      this.closeError ??= error instanceof Error ? error : new Error(String(error));
+      this.destroy();
+    } finally {
+      turn.leave();
+    }
   }
 
   /**
@@ -206,24 +233,82 @@ export class SocketChannel implements StreamChannel {
       if (done !== undefined) queueMicrotask(() => done(new Error('connection closed')));
       return;
     }
+    for (let i = 0; i < chunks.length; i++) {
+      const chunk = chunks[i]!;
+      this.queued[this.queuedCount++] = chunk;
+      this.queuedBytes += chunk.length;
+    }
+    this.dones.push(done);
+    this.unbatched++;
+    if (!this.flushScheduled) {
+      this.flushScheduled = true;
+      turn.flushLater(this);
+    }
+  }
+
+  /** Writes what the turn queued (TurnParticipant): one write, or one writev through cork. */
+  endTurn(): void {
+    this.flushScheduled = false;
+    const count = this.queuedCount;
+    const batch = this.unbatched;
+    if (count === 0 && batch === 0) return;
+    this.unbatched = 0;
+    this.queuedCount = 0;
+    this.queuedBytes = 0;
     const socket = this.socket;
-    if (chunks.length === 1) {
-      socket.write(chunks[0]!, done);
+    if (socket.destroyed || socket.writableEnded) {
+      for (let i = 0; i < count; i++) this.queued[i] = EMPTY_CHUNK;
+      this.batchSizes.push(batch);
+      queueMicrotask(() => this.completeBatch(new Error('connection closed')));
       return;
     }
-    socket.cork();
-    const last = chunks.length - 1;
-    for (let i = 0; i < last; i++) socket.write(chunks[i]!);
-    socket.write(chunks[last]!, done);
-    socket.uncork();
+    this.batchSizes.push(batch);
+    try {
+      if (count === 1) {
+        socket.write(this.queued[0]!, this.batchWritten);
+      } else {
+        socket.cork();
+        for (let i = 0; i < count - 1; i++) socket.write(this.queued[i]!);
+        socket.write(count > 0 ? this.queued[count - 1]! : EMPTY_CHUNK, this.batchWritten);
+        socket.uncork();
+      }
+    } catch (error) {
+      this.closeError ??= error instanceof Error ? error : new Error(String(error));
+      this.destroy();
+    }
+    // The socket holds its own references now; drop ours so the chunks can be collected.
+    for (let i = 0; i < count; i++) this.queued[i] = EMPTY_CHUNK;
+  }
+
+  /** The socket took (or failed) the oldest batch: its messages complete, in order. */
+  private completeBatch(error: Error | null | undefined): void {
+    const size = this.batchSizes.shift() ?? 0;
+    turn.enter();
+    try {
+      for (let i = 0; i < size; i++) {
+        const done = this.dones[this.donesHead];
+        this.dones[this.donesHead++] = undefined;
+        if (done !== undefined) done(error ?? undefined);
+      }
+      if (this.donesHead > 256 && this.donesHead * 2 > this.dones.length) {
+        this.dones.splice(0, this.donesHead);
+        this.donesHead = 0;
+      }
+    } catch (failure) {
+      this.closeError ??= failure instanceof Error ? failure : new Error(String(failure));
+      this.destroy();
+    } finally {
+      turn.leave();
+    }
   }
 
   get pendingBytes(): number {
-    return this.socket.writableLength;
+    return this.socket.writableLength + this.queuedBytes;
   }
 
   end(lingerMs = DEFAULT_LINGER_MS): void {
     if (this.isClosed) return;
+    this.endTurn(); // what this turn queued (a Terminate, a last COMPLETION) leaves before the FIN
     if (!this.socket.writableEnded) this.socket.end();
     if (this.lingerTimer === undefined) {
       this.lingerTimer = setTimeout(() => this.socket.destroy(), lingerMs);

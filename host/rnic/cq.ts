@@ -1,11 +1,14 @@
 // Completion queues. Completions are polled; a consumer that does not want to spin arms the CQ
-// (optionally for solicited completions only) and awaits the next notification. Notifications
-// are delivered from a microtask, never from inside the receive path, so a handler that posts
-// new work cannot re-enter a half-processed FPDU.
+// (optionally for solicited completions only) and awaits the next notification, or drains it
+// from a notification listener. Notifications are raised at the end of the event-loop turn
+// (./turn.ts), never from inside the receive path, so a handler that posts new work cannot
+// re-enter a half-processed FPDU. Completions sit in a fixed ring: holding and handing them out
+// allocates nothing.
 
 import type { NicObserver } from './nic-observer.ts';
 import type { WorkCompletion } from './work.ts';
 import { RnicError } from './errors.ts';
+import { turn, type TurnParticipant } from './turn.ts';
 
 export interface CompletionQueueOptions {
   /** Most completions held before the CQ overruns (default 4096). */
@@ -17,11 +20,13 @@ export interface CompletionQueueOptions {
 /** Who waits for which completions: any, or solicited (and failed) ones added after `since`. */
 type Waiter = { solicitedOnly: boolean; since: number; resolve: () => void };
 
-export class CompletionQueue {
+export class CompletionQueue implements TurnParticipant {
   readonly depth: number;
   readonly eventQueue: number;
-  private entries: WorkCompletion[] = [];
+  /** Ring of `depth` completions; `head` is the oldest, `count` are held. */
+  private readonly ring: Array<WorkCompletion | undefined>;
   private head = 0;
+  private count = 0;
   private waiters: Waiter[] = [];
   /** Arming (one-shot): none, any completion, or a solicited one, counted from `armedSince`. */
   private armed: 'none' | 'any' | 'solicited' = 'none';
@@ -42,10 +47,11 @@ export class CompletionQueue {
     this.depth = options.depth ?? 4096;
     this.eventQueue = options.eventQueue ?? 0;
     if (!Number.isInteger(this.depth) || this.depth < 1) throw new RnicError('EINVAL', `CQ depth ${this.depth} must be a positive integer`);
+    this.ring = new Array<WorkCompletion | undefined>(this.depth).fill(undefined);
   }
 
   get size(): number {
-    return this.entries.length - this.head;
+    return this.count;
   }
 
   /** Adds a completion; false when the CQ overran (the completion is dropped). */
@@ -54,27 +60,56 @@ export class CompletionQueue {
       this.overrun = true;
       return false;
     }
-    this.entries.push(completion);
+    this.ring[(this.head + this.count) % this.depth] = completion;
+    this.count++;
     this.observer?.completionQueue(this.number);
     this.added++;
     if (completion.solicited === true || completion.status !== 0) this.solicitedAdded++;
     if (!this.notifyScheduled && (this.waiters.length > 0 || this.armed !== 'none')) {
       this.notifyScheduled = true;
-      queueMicrotask(() => this.notify());
+      turn.notifyLater(this);
     }
     return true;
   }
 
   /** Removes and returns up to `max` completions, oldest first. */
   poll(max = 16): WorkCompletion[] {
-    const count = Math.min(max, this.size);
-    const out = this.entries.slice(this.head, this.head + count);
-    this.head += count;
-    if (this.head > 1024 && this.head * 2 > this.entries.length) {
-      this.entries = this.entries.slice(this.head);
-      this.head = 0;
+    const out: WorkCompletion[] = [];
+    while (out.length < max) {
+      const completion = this.take();
+      if (completion === undefined) break;
+      out.push(completion);
     }
     return out;
+  }
+
+  /**
+   * Hands up to `max` completions, oldest first, to `handler`; returns how many. The polling
+   * form for a hot path: no array is built.
+   */
+  drain(handler: (completion: WorkCompletion) => void, max = this.depth): number {
+    let handled = 0;
+    while (handled < max) {
+      const completion = this.take();
+      if (completion === undefined) break;
+      handled++;
+      handler(completion);
+    }
+    return handled;
+  }
+
+  private take(): WorkCompletion | undefined {
+    if (this.count === 0) return undefined;
+    const completion = this.ring[this.head];
+    this.ring[this.head] = undefined;
+    this.head = (this.head + 1) % this.depth;
+    this.count--;
+    return completion;
+  }
+
+  /** Raises the notification the turn collected (TurnParticipant). */
+  endTurn(): void {
+    this.notify();
   }
 
   /**
@@ -124,7 +159,10 @@ export class CompletionQueue {
       if (fire) {
         this.armed = 'none';
         raised = true;
-        for (const listener of this.listeners.slice()) {
+        // removal replaces the array (onNotify), so this one stays as it was
+        const listeners = this.listeners;
+        for (let i = 0; i < listeners.length; i++) {
+          const listener = listeners[i]!;
           try {
             listener();
           } catch (error) {

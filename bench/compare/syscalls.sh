@@ -1,0 +1,117 @@
+#!/usr/bin/env bash
+# System calls and CPU time per request, on both sides, for kbtp LOAD and Redis GET of the same
+# size over loopback (docs/BENCH.md, "System calls per request"). Each side is counted with
+# `strace -f -c` over two runs of N and 3N requests; the difference divided by 2N is the cost of
+# one request, with the start-up, connection setup and block preparation of both runs cancelling
+# out. CPU time comes the same way from /proc (utime + stime of the server process, and of the
+# client as a waited-for child), in runs without strace.
+#
+#   bench/compare/syscalls.sh [--requests N] [--size 16384] [--sessions 1] [--no-strace]
+#
+# Needs strace, redis-server and redis-benchmark (bench/compare/deps.sh) and a built tree
+# (make build). Everything listens on 127.0.0.1 only and is stopped on exit.
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+
+requests=5000
+size=16384
+sessions=1
+use_strace=1
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --requests) requests=$2; shift 2 ;;
+    --size) size=$2; shift 2 ;;
+    --sessions) sessions=$2; shift 2 ;;
+    --no-strace) use_strace=0; shift ;;
+    -h|--help) sed -n '2,12p' "$0"; exit 0 ;;
+    *) echo "syscalls.sh: unknown option $1 (see --help)" >&2; exit 2 ;;
+  esac
+done
+for tool in redis-server redis-benchmark node; do
+  command -v "$tool" >/dev/null || { echo "syscalls.sh: $tool is missing; run bench/compare/deps.sh" >&2; exit 2; }
+done
+[ "$use_strace" = 0 ] || command -v strace >/dev/null || { echo "syscalls.sh: strace is missing (apt-get install strace)" >&2; exit 2; }
+[ -f dist/host/cli.js ] || { echo "syscalls.sh: run make build first" >&2; exit 2; }
+
+work=$(mktemp -d /tmp/kbtp-syscalls.XXXXXX)
+pids=()
+cleanup() {
+  for pid in "${pids[@]}"; do kill "$pid" 2>/dev/null || true; done
+  wait 2>/dev/null || true
+  rm -rf "$work"
+}
+trap cleanup EXIT
+tick=$(getconf CLK_TCK)
+
+# utime + stime of a process, in clock ticks.
+cpu_ticks() { awk '{ print $14 + $15 }' "/proc/$1/stat"; }
+# cutime + cstime of this shell: the CPU of every child it waited for.
+# (fields after the command name: state is 1, so cutime and cstime are 14 and 15)
+children_ticks() { local rest; read -r rest < "/proc/$$/stat"; rest=${rest#*) }; set -- $rest; echo $(( ${14} + ${15} )); }
+
+# `strace -c` summary -> "name calls" lines.
+summary() { awk '/^[ ]*[0-9.]+ +[0-9.]+ +[0-9]+ +[0-9]+/ && $NF != "total" { print $NF, $4 }' "$1"; }
+
+# Runs the client command ($@) with `n` requests; with strace on the server pid too.
+# Writes $work/<tag>.server and $work/<tag>.client (strace summaries) or cpu figures.
+measure() {
+  local tag=$1 server=$2; shift 2
+  if [ "$use_strace" = 1 ]; then
+    strace -f -c -o "$work/$tag.server" -p "$server" 2>/dev/null &
+    local tracer=$!
+    sleep 1
+    strace -f -c -o "$work/$tag.client" "$@" >/dev/null 2>"$work/$tag.err"
+    kill -INT "$tracer"; wait "$tracer" 2>/dev/null || true
+  fi
+  local before_s before_c
+  before_s=$(cpu_ticks "$server"); before_c=$(children_ticks)
+  "$@" >/dev/null 2>"$work/$tag.err"
+  echo "$(( $(cpu_ticks "$server") - before_s )) $(( $(children_ticks) - before_c ))" > "$work/$tag.cpu"
+}
+
+# Per-request difference of two runs: prints "side syscall calls/request" for every call that moved.
+difference() {
+  local small=$1 large=$2 side=$3
+  join -a1 -a2 -e 0 -o 0,1.2,2.2 <(summary "$work/$small.$side" | sort) <(summary "$work/$large.$side" | sort) |
+    awk -v n="$((2 * requests))" -v side="$side" '{ d = ($3 - $2) / n; if (d >= 0.005) printf "%s %s %.2f\n", side, $1, d }'
+}
+
+report() {
+  local name=$1 small=$2 large=$3
+  echo "== $name: $size-octet values, $sessions connection(s) x 1 in flight, difference of $requests and $((3 * requests)) requests"
+  if [ "$use_strace" = 1 ]; then
+    { difference "$small" "$large" server; difference "$small" "$large" client; } |
+      awk '{ total[$1] += $3; print "  " $0 } END { printf "  total: server %.2f, client %.2f system calls per request\n", total["server"], total["client"] }'
+  fi
+  read -r s1 c1 < "$work/$small.cpu"; read -r s3 c3 < "$work/$large.cpu"
+  awk -v s="$((s3 - s1))" -v c="$((c3 - c1))" -v n="$((2 * requests))" -v hz="$tick" \
+    'BEGIN { printf "  CPU per request: server %.1f us, client %.1f us\n", s * 1e6 / hz / n, c * 1e6 / hz / n }'
+}
+
+port_of() { grep -o 'listening on [0-9.]*:[0-9]*' "$1" | sed 's/.*://'; }
+
+# --- kbtp -------------------------------------------------------------------------------------
+node dist/host/cli.js target --listen 127.0.0.1:0 --workers 1 --block-size "$size" --blocks $((sessions + 16)) \
+  --credits 8 > "$work/target.out" 2>&1 &
+target=$!; pids+=("$target")
+for _ in $(seq 100); do [ -n "$(port_of "$work/target.out")" ] && break; sleep 0.1; done
+port=$(port_of "$work/target.out")
+[ -n "$port" ] || { cat "$work/target.out" >&2; echo "syscalls.sh: the target did not start" >&2; exit 1; }
+kbtp_client=(node dist/host/cli.js bench --target "127.0.0.1:$port" --sizes "$size" --mix load --sessions "$sessions" --in-flight 1 --quiet --count)
+measure kbtp1 "$target" "${kbtp_client[@]}" "$requests"
+measure kbtp3 "$target" "${kbtp_client[@]}" "$((3 * requests))"
+report "kbtp LOAD (server: kbtp target, 1 worker; client: kbtp bench)" kbtp1 kbtp3
+echo "  load: $(cut -d' ' -f1-3 /proc/loadavg)"
+
+# --- Redis ------------------------------------------------------------------------------------
+rport=$(node -e "const s=require('net').createServer().listen(0,'127.0.0.1',()=>{console.log(s.address().port);s.close()})")
+mkdir -p "$work/redis"
+redis-server --bind 127.0.0.1 --port "$rport" --save '' --appendonly no --daemonize no --dir "$work/redis" --logfile '' >/dev/null &
+redis=$!; pids+=("$redis")
+for _ in $(seq 100); do redis-cli -p "$rport" ping 2>/dev/null | grep -q PONG && break; sleep 0.1; done
+redis-benchmark -p "$rport" -t set -d "$size" -n 100 -c 1 -q >/dev/null # GET needs the value there
+redis_client=(redis-benchmark -h 127.0.0.1 -p "$rport" -t get -d "$size" -c "$sessions" -q -n)
+measure redis1 "$redis" "${redis_client[@]}" "$requests"
+measure redis3 "$redis" "${redis_client[@]}" "$((3 * requests))"
+report "Redis GET (server: redis-server; client: redis-benchmark)" redis1 redis3
+echo "  load: $(cut -d' ' -f1-3 /proc/loadavg)"
