@@ -52,21 +52,28 @@ children_ticks() { local rest; read -r rest < "/proc/$$/stat"; rest=${rest#*) };
 # `strace -c` summary -> "name calls" lines.
 summary() { awk '/^[ ]*[0-9.]+ +[0-9.]+ +[0-9]+ +[0-9]+/ && $NF != "total" { print $NF, $4 }' "$1"; }
 
-# Runs the client command ($@) with `n` requests; with strace on the server pid too.
-# Writes $work/<tag>.server and $work/<tag>.client (strace summaries) or cpu figures.
+# Runs the client command ($@ followed by a request count) for N and 3N requests: under strace
+# (the server attached with strace -p), then, after a warm-up run, plainly for the CPU figures.
+# Writes $work/<tag>1.{server,client} and <tag>3.* (strace summaries) and <tag>{1,3}.cpu.
 measure() {
   local tag=$1 server=$2; shift 2
+  local n
   if [ "$use_strace" = 1 ]; then
-    strace -f -c -o "$work/$tag.server" -p "$server" 2>/dev/null &
-    local tracer=$!
-    sleep 1
-    strace -f -c -o "$work/$tag.client" "$@" >/dev/null 2>"$work/$tag.err"
-    kill -INT "$tracer"; wait "$tracer" 2>/dev/null || true
+    for n in 1 3; do
+      strace -f -c -o "$work/$tag$n.server" -p "$server" 2>/dev/null &
+      local tracer=$!
+      sleep 1
+      strace -f -c -o "$work/$tag$n.client" "$@" "$((n * requests))" >/dev/null 2>"$work/$tag.err"
+      kill -INT "$tracer"; wait "$tracer" 2>/dev/null || true
+    done
   fi
+  "$@" "$requests" >/dev/null 2>"$work/$tag.err" # warm-up: the server's JIT settles before CPU is counted
   local before_s before_c
-  before_s=$(cpu_ticks "$server"); before_c=$(children_ticks)
-  "$@" >/dev/null 2>"$work/$tag.err"
-  echo "$(( $(cpu_ticks "$server") - before_s )) $(( $(children_ticks) - before_c ))" > "$work/$tag.cpu"
+  for n in 1 3; do
+    before_s=$(cpu_ticks "$server"); before_c=$(children_ticks)
+    "$@" "$((n * requests))" >/dev/null 2>"$work/$tag.err"
+    echo "$(( $(cpu_ticks "$server") - before_s )) $(( $(children_ticks) - before_c ))" > "$work/$tag$n.cpu"
+  done
 }
 
 # Per-request difference of two runs: prints "side syscall calls/request" for every call that moved.
@@ -98,8 +105,7 @@ for _ in $(seq 100); do [ -n "$(port_of "$work/target.out")" ] && break; sleep 0
 port=$(port_of "$work/target.out")
 [ -n "$port" ] || { cat "$work/target.out" >&2; echo "syscalls.sh: the target did not start" >&2; exit 1; }
 kbtp_client=(node dist/host/cli.js bench --target "127.0.0.1:$port" --sizes "$size" --mix load --sessions "$sessions" --in-flight 1 --quiet --count)
-measure kbtp1 "$target" "${kbtp_client[@]}" "$requests"
-measure kbtp3 "$target" "${kbtp_client[@]}" "$((3 * requests))"
+measure kbtp "$target" "${kbtp_client[@]}"
 report "kbtp LOAD (server: kbtp target, 1 worker; client: kbtp bench)" kbtp1 kbtp3
 echo "  load: $(cut -d' ' -f1-3 /proc/loadavg)"
 
@@ -111,7 +117,6 @@ redis=$!; pids+=("$redis")
 for _ in $(seq 100); do redis-cli -p "$rport" ping 2>/dev/null | grep -q PONG && break; sleep 0.1; done
 redis-benchmark -p "$rport" -t set -d "$size" -n 100 -c 1 -q >/dev/null # GET needs the value there
 redis_client=(redis-benchmark -h 127.0.0.1 -p "$rport" -t get -d "$size" -c "$sessions" -q -n)
-measure redis1 "$redis" "${redis_client[@]}" "$requests"
-measure redis3 "$redis" "${redis_client[@]}" "$((3 * requests))"
+measure redis "$redis" "${redis_client[@]}"
 report "Redis GET (server: redis-server; client: redis-benchmark)" redis1 redis3
 echo "  load: $(cut -d' ' -f1-3 /proc/loadavg)"

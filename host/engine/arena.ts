@@ -21,6 +21,15 @@ export interface TierRequest {
   evictTenant: number;
 }
 
+/** An RDMA Write or Read a program asked for (ACTION_DATA); `remoteOffset` is a number when it fits 2^53. */
+export interface DataOperation {
+  kind: number;
+  length: number;
+  local: number;
+  stag: number;
+  remoteOffset: number | bigint;
+}
+
 export class ArenaExhaustedError extends Error {
   constructor(what: string, capacity: number, setting: string) {
     super(`all ${capacity} ${what} of this thread are in use; raise ${setting} in the engine config`);
@@ -205,15 +214,23 @@ export class ThreadArena {
   }
 
   /** The data operation of ACTION_DATA. */
-  dataOperation(request: number): { kind: number; length: number; local: number; stag: number; remoteOffset: bigint } {
+  dataOperation(request: number): DataOperation & { remoteOffset: bigint } {
+    const op = this.readDataOperation(request, { kind: 0, length: 0, local: 0, stag: 0, remoteOffset: 0 });
+    return { ...op, remoteOffset: BigInt(op.remoteOffset) };
+  }
+
+  /** The same, written into `out` (the hot path keeps one per connection: nothing allocated). */
+  readDataOperation(request: number, out: DataOperation): DataOperation {
     const view = this.engine.view;
-    return {
-      kind: view.getUint32(request + S.REQUEST_OP_KIND, true),
-      length: view.getUint32(request + S.REQUEST_OP_LENGTH, true),
-      local: view.getUint32(request + S.REQUEST_OP_LOCAL, true),
-      stag: view.getUint32(request + S.REQUEST_OP_STAG, true),
-      remoteOffset: view.getBigUint64(request + S.REQUEST_OP_REMOTE_OFFSET, true),
-    };
+    out.kind = view.getUint32(request + S.REQUEST_OP_KIND, true);
+    out.length = view.getUint32(request + S.REQUEST_OP_LENGTH, true);
+    out.local = view.getUint32(request + S.REQUEST_OP_LOCAL, true);
+    out.stag = view.getUint32(request + S.REQUEST_OP_STAG, true);
+    // Two 32-bit reads: a BigInt only for an offset beyond 2^53 (getBigUint64 allocates one always).
+    const low = view.getUint32(request + S.REQUEST_OP_REMOTE_OFFSET, true);
+    const high = view.getUint32(request + S.REQUEST_OP_REMOTE_OFFSET + 4, true);
+    out.remoteOffset = high < 0x200000 ? high * 0x1_0000_0000 + low : view.getBigUint64(request + S.REQUEST_OP_REMOTE_OFFSET, true);
+    return out;
   }
 
   /** STag to invalidate with Send with Invalidate, or 0 for a plain Send. */

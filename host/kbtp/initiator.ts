@@ -11,7 +11,7 @@
 import * as K from '../../assembly/kbtp-constants.ts';
 import {
   createRnic, Access, WcStatus, wcStatusName, RnicError, type Rnic, type QueuePair, type CompletionQueue, type MemoryRegion,
-  type WorkCompletion, type SendWorkRequest,
+  type WorkCompletion, type SendWorkRequest, type StreamChannel,
 } from '../rnic/verbs.ts';
 import { encodeRequest, decodeCompletion, statusName, type Completion, type RequestFields } from './wire/messages.ts';
 import { encodeHello, decodeHelloAck, type HelloAck } from './wire/hello.ts';
@@ -68,6 +68,8 @@ export function directLoadConsistent(before: TableEntry, after: TableEntry): boo
 const RECV_SLOT = 128;
 const CONTROL_SIZE = 256;
 const RECV_BASE = 0x10000000;
+/** Work request ids of the slots' request Sends (below RECV_BASE, above any post() id in use). */
+const SLOT_SEND_BASE = 0x0f000000;
 
 /** The target refused the connection before any session (MPA Reject), with the reason it gave. */
 export class TargetRefusedError extends Error {
@@ -102,7 +104,20 @@ export async function connect(target: string, options: ConnectOptions = {}): Pro
   const rnic = createRnic({ name: 'initiator' });
   const session = new KbtpSession(rnic, options);
   try {
-    await session.open(host, port, options);
+    await session.open((qp) => rnic.connect(qp, { host, port, crc: options.crc ?? false, timeoutMs: options.timeoutMs ?? 10_000 }), `${host}:${port}`, options);
+  } catch (error) {
+    await rnic.close();
+    throw error;
+  }
+  return session;
+}
+
+/** A session over a stream that is already connected (an in-process LinkedChannel, a test's socket). */
+export async function connectChannel(channel: StreamChannel, options: ConnectOptions = {}): Promise<KbtpSession> {
+  const rnic = createRnic({ name: 'initiator' });
+  const session = new KbtpSession(rnic, options);
+  try {
+    await session.open((qp) => rnic.connectChannel(qp, channel, { crc: options.crc ?? false, timeoutMs: options.timeoutMs ?? 10_000 }), 'the target', options);
   } catch (error) {
     await rnic.close();
     throw error;
@@ -134,6 +149,9 @@ export class KbtpSession {
   private readonly slotWaiters: Array<() => void> = [];
   private readonly pending = new Map<bigint, { resolve(c: Completion): void; reject(e: Error): void }>();
   private readonly sendWaiters = new Map<number, Waiter>();
+  private readonly onCompletionBound = (completion: WorkCompletion): void => this.onCompletion(completion);
+  /** Each slot's request Send, rewritten in place (unsignaled: the COMPLETION answers it; a failure flushes it). */
+  private slotSends: Array<{ wrId: number; opcode: 'SEND'; signaled: false; sgList: Array<{ lkey: number; offset: number; length: number }> }> = [];
   private nextRequestId = 1n;
   private nextWrId = 1;
   private helloWaiter: ((ack: HelloAck) => void) | undefined;
@@ -152,17 +170,19 @@ export class KbtpSession {
     this.controlRegion = rnic.registerMemory(this.pd, this.control, { access: Access.LocalWrite });
   }
 
-  async open(host: string, port: number, options: ConnectOptions): Promise<void> {
+  async open(establish: (qp: QueuePair) => Promise<unknown>, where: string, options: ConnectOptions): Promise<void> {
     for (let i = 0; i < this.receiveDepth; i++) this.postReceive(i);
-    void this.dispatchCompletions();
+    // Completions are drained from the CQ's notification at the end of each turn: no promise per wake-up.
+    this.cq.onNotify(() => this.drainCompletions());
+    this.cq.requestNotify();
     void this.qp.whenDisconnected().then((info) => this.fail(new Error(`connection to the target lost (${info.reason}: ${info.message})`)));
     try {
-      await this.rnic.connect(this.qp, { host, port, crc: options.crc ?? false, timeoutMs: options.timeoutMs ?? 10_000 });
+      await establish(this.qp);
     } catch (error) {
       // A target that refuses says why in the MPA Reject's private data (its session limits, a drain).
       const reason = this.qp.peerPrivateData;
       if (error instanceof RnicError && error.code === 'ECONNREFUSED' && reason !== undefined && reason.length > 0) {
-        throw new TargetRefusedError(`${host}:${port} refused the connection: ${printable(reason)}`);
+        throw new TargetRefusedError(`${where} refused the connection: ${printable(reason)}`);
       }
       throw error;
     }
@@ -194,7 +214,10 @@ export class KbtpSession {
     this.sendRegion = this.rnic.registerMemory(this.pd, this.sendBuffer, { access: Access.LocalWrite });
     this.dataBuffer = new Uint8Array(this.slotSize * depth + 64 * depth);
     this.dataRegion = this.rnic.registerMemory(this.pd, this.dataBuffer, { access: Access.LocalWrite | Access.RemoteWrite | Access.RemoteRead });
-    for (let slot = 0; slot < depth; slot++) this.freeSlots.push(slot);
+    for (let slot = 0; slot < depth; slot++) {
+      this.freeSlots.push(slot);
+      this.slotSends.push({ wrId: SLOT_SEND_BASE + slot, opcode: 'SEND', signaled: false, sgList: [{ lkey: this.sendRegion.stag, offset: slot * this.messageSize, length: 0 }] });
+    }
   }
 
   /** Requests that may be in flight at once. */
@@ -207,11 +230,9 @@ export class KbtpSession {
     this.qp.postRecv({ wrId: RECV_BASE + index, sgList: [{ lkey: this.receiveRegion.stag, offset: index * RECV_SLOT, length: RECV_SLOT }] });
   }
 
-  private async dispatchCompletions(): Promise<void> {
-    while (this.failure === undefined) {
-      await this.cq.wait();
-      for (const completion of this.cq.poll(64)) this.onCompletion(completion);
-    }
+  private drainCompletions(): void {
+    while (this.cq.drain(this.onCompletionBound) > 0);
+    if (this.failure === undefined) this.cq.requestNotify();
   }
 
   private onCompletion(completion: WorkCompletion): void {
@@ -263,7 +284,6 @@ export class KbtpSession {
     for (const waiter of this.sendWaiters.values()) waiter.reject(this.failure);
     this.sendWaiters.clear();
     for (const wake of this.slotWaiters.splice(0)) wake();
-    this.cq.releaseWaiters(); // dispatchCompletions sees the failure and ends
   }
 
   private async takeSlot(): Promise<number> {
@@ -292,7 +312,7 @@ export class KbtpSession {
   private post(wr: Omit<SendWorkRequest, 'wrId'>): Promise<WorkCompletion> {
     if (this.failure !== undefined) return Promise.reject(this.failure);
     const wrId = this.nextWrId;
-    this.nextWrId = this.nextWrId + 1 >= RECV_BASE ? 1 : this.nextWrId + 1;
+    this.nextWrId = this.nextWrId + 1 >= SLOT_SEND_BASE ? 1 : this.nextWrId + 1;
     return new Promise((resolve, reject) => {
       this.sendWaiters.set(wrId, { resolve, reject });
       this.qp.postSend({ ...wr, wrId });
@@ -305,8 +325,12 @@ export class KbtpSession {
     const message = encodeRequest({ ...fields, requestId });
     const offset = slot * this.messageSize;
     this.sendBuffer.set(message, offset);
+    if (this.failure !== undefined) throw this.failure;
     const answer = new Promise<Completion>((resolve, reject) => this.pending.set(requestId, { resolve, reject }));
-    await this.post({ opcode: 'SEND', sgList: [{ lkey: this.sendRegion?.stag ?? 0, offset, length: message.length }] });
+    // The COMPLETION implies the Send arrived, so the slot (and its send bytes) is reused only after it.
+    const send = this.slotSends[slot]!;
+    send.sgList[0]!.length = message.length;
+    this.qp.postSend(send);
     const completion = await answer;
     if (completion.status !== K.STATUS_SUCCESS) {
       throw new KbtpError(completion.status, this.describeFailure(fields.handle, completion.status), completion);

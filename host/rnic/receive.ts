@@ -81,6 +81,8 @@ export interface ReceiveOptions {
   maxUlpdu?: number;
 }
 
+/** Payloads up to this long are copied octet by octet (cheaper than creating views for a bulk copy). */
+const SMALL_COPY = 64;
 /** Payloads at least this long are read by the kernel straight into their target. */
 export const DIRECT_PLACEMENT_MIN = 8192;
 const STAGING_SIZE = 64 * 1024;
@@ -215,14 +217,16 @@ export class FpduReceiver {
       let length = Math.min(this.payloadRemaining, this.target.length - this.targetPosition);
       if (this.markersEnabled) length = Math.min(length, MARKER_INTERVAL - (this.streamOffset % MARKER_INTERVAL));
       if (length >= DIRECT_PLACEMENT_MIN) {
-        this.directView = this.target.subarray(this.targetPosition, this.targetPosition + length);
+        const whole = this.targetPosition === 0 && length === this.target.length;
+        this.directView = whole ? this.target : this.target.subarray(this.targetPosition, this.targetPosition + length);
         return this.directView;
       }
     }
     this.directView = undefined;
     if (stagingDepth === 0) this.readStaging = sharedStaging ??= new Uint8Array(STAGING_SIZE);
     else this.readStaging = this.ownStaging ??= new Uint8Array(STAGING_SIZE);
-    return this.readStaging.subarray(0, this.stagingWant());
+    const want = this.stagingWant();
+    return want === STAGING_SIZE ? this.readStaging : this.readStaging.subarray(0, want);
   }
 
   /** `length` octets were written into the buffer returned by the last `readBuffer()`. */
@@ -231,7 +235,7 @@ export class FpduReceiver {
     const direct = this.directView;
     this.directView = undefined;
     if (direct !== undefined && this.state === State.Payload) {
-      this.placed(direct.subarray(0, length));
+      this.placed(length);
       return;
     }
     const staging = this.readStaging;
@@ -347,10 +351,11 @@ export class FpduReceiver {
       switch (this.state) {
         case State.Header: {
           const length = Math.min(this.headerNeed - this.headerHave, limit - offset);
-          const run = source.subarray(offset, offset + length);
           if (this.headerHave === 0) this.fpduStartOffset = this.streamOffset;
-          this.header.set(run, this.headerHave);
-          if (this.crcEnabled) this.crc = crc32cUpdate(this.crc, run);
+          // Headers are a few dozen octets: a loop copies them without creating a view.
+          const header = this.header;
+          for (let i = 0, at = this.headerHave; i < length; i++) header[at + i] = source[offset + i]!;
+          if (this.crcEnabled) this.crc = crc32cUpdate(this.crc, source.subarray(offset, offset + length));
           this.headerHave += length;
           this.streamOffset += length;
           offset += length;
@@ -368,20 +373,24 @@ export class FpduReceiver {
             break;
           }
           const length = Math.min(this.payloadRemaining, this.target.length - this.targetPosition, limit - offset);
-          const view = this.target.subarray(this.targetPosition, this.targetPosition + length);
-          view.set(source.subarray(offset, offset + length));
+          const target = this.target;
+          if (length <= SMALL_COPY) {
+            for (let i = 0, at = this.targetPosition; i < length; i++) target[at + i] = source[offset + i]!;
+          } else {
+            target.set(source.subarray(offset, offset + length), this.targetPosition);
+          }
           offset += length;
-          this.placed(view);
+          this.placed(length);
           break;
         }
         case State.Trailer: {
           const length = Math.min(this.trailerNeed - this.trailerHave, limit - offset);
-          const run = source.subarray(offset, offset + length);
           if (this.crcEnabled && this.trailerHave < this.padding) {
             // PAD is covered by the CRC; the CRC field itself is not.
-            this.crc = crc32cUpdate(this.crc, run.subarray(0, Math.min(length, this.padding - this.trailerHave)));
+            this.crc = crc32cUpdate(this.crc, source.subarray(offset, offset + Math.min(length, this.padding - this.trailerHave)));
           }
-          this.trailer.set(run, this.trailerHave);
+          const trailer = this.trailer;
+          for (let i = 0, at = this.trailerHave; i < length; i++) trailer[at + i] = source[offset + i]!;
           this.trailerHave += length;
           this.streamOffset += length;
           offset += length;
@@ -395,10 +404,9 @@ export class FpduReceiver {
     return this.state === State.Dead ? end : offset;
   }
 
-  /** Payload octets landed in `view` (the next octets of the current target). */
-  private placed(view: Uint8Array): void {
-    const length = view.length;
-    if (this.crcEnabled) this.crc = crc32cUpdate(this.crc, view);
+  /** `length` payload octets landed at the current position of the current target. */
+  private placed(length: number): void {
+    if (this.crcEnabled) this.crc = crc32cUpdate(this.crc, this.target!.subarray(this.targetPosition, this.targetPosition + length));
     this.targetPosition += length;
     this.payloadRemaining -= length;
     this.streamOffset += length;
@@ -680,7 +688,7 @@ export class FpduReceiver {
       return;
     }
     const opcode = this.opcode;
-    const fpdu = this.header.subarray(0, this.headerNeed);
+    const headerLength = this.headerNeed;
     // Reset before calling up: the sink may fail the stream or (in tests) feed more input.
     this.resetFpdu();
     if (this.tagged) {
@@ -700,7 +708,7 @@ export class FpduReceiver {
       const queue = queueOf(opcode);
       this.expectedMsn[queue] = (this.expectedMsn[queue]! + 1) >>> 0;
       this.messagesReceived++;
-      this.sink.controlMessage(opcode, fpdu);
+      this.sink.controlMessage(opcode, this.header.subarray(0, headerLength));
       return;
     }
     this.sendReceived = this.segmentMessageOffset + this.payloadLength;

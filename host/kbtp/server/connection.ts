@@ -12,8 +12,9 @@ import type { Engine } from '../../engine/engine.ts';
 import type { ThreadArena } from '../../engine/arena.ts';
 import {
   Access, WcStatus, type Rnic, type ProtectionDomain, type MemoryRegion, type QueuePair, type CompletionQueue,
-  type WorkCompletion, type DisconnectInfo,
+  type WorkCompletion, type DisconnectInfo, type ReceiveWorkRequest, type SendOpcode, type Sge,
 } from '../../rnic/verbs.ts';
+import type { DataOperation } from '../../engine/arena.ts';
 import type { TargetSettings } from '../../../firmware/config.ts';
 import { decodeHello, encodeHelloAck, refusal, type HelloAck } from '../wire/hello.ts';
 import { MessageFormatError, encodeCompletion } from '../wire/messages.ts';
@@ -47,9 +48,37 @@ export interface WorkerContext {
 
 type State = 'hello' | 'open' | 'draining' | 'closed';
 
+interface MutableSge { lkey: number; offset: number; length: number }
+
+/**
+ * The work requests of one request context, built once and rewritten in place for every request
+ * it carries: a context has at most one receive, one data operation and one COMPLETION posted at
+ * a time, and the QP is done with each before the context is reused.
+ */
+class ContextRequests {
+  readonly recvSge: MutableSge = { lkey: 0, offset: 0, length: 0 };
+  readonly recv: ReceiveWorkRequest;
+  readonly completionSge: MutableSge = { lkey: 0, offset: 0, length: K.COMPLETION_SIZE };
+  readonly completion: { wrId: number; opcode: SendOpcode; invalidateStag: number; sgList: Sge[] };
+  readonly dataSge: MutableSge = { lkey: 0, offset: 0, length: 0 };
+  readonly remote = { stag: 0, taggedOffset: 0 as number | bigint };
+  readonly data: { wrId: number; opcode: SendOpcode; sgList: Sge[]; remote: { stag: number; taggedOffset: number | bigint } };
+
+  constructor(request: number) {
+    this.recv = { wrId: request | WR_RECV, sgList: [this.recvSge] };
+    this.completion = { wrId: request | WR_COMPLETION, opcode: 'SEND', invalidateStag: 0, sgList: [this.completionSge] };
+    this.data = { wrId: request | WR_DATA, opcode: 'RDMA_WRITE', sgList: [this.dataSge], remote: this.remote };
+  }
+}
+
 export class TargetConnection {
   private state: State = 'hello';
   private readonly contexts: number[] = [];
+  /** Each context's work requests, by context address. */
+  private readonly requests = new Map<number, ContextRequests>();
+  private readonly operation: DataOperation = { kind: 0, length: 0, local: 0, stag: 0, remoteOffset: 0 };
+  private readonly onCompletionBound = (completion: WorkCompletion): void => this.onCompletionGuarded(completion);
+  private stopNotify: (() => void) | undefined;
   /** Contexts between arrival and the completion of their COMPLETION Send. */
   private busy = 0;
   private session = 0;
@@ -106,11 +135,22 @@ export class TargetConnection {
       // The slot's own contexts: no other connection of any worker can hold them.
       const request = this.ctx.arena.requestAt(this.slot * receives + i, 0);
       this.contexts.push(request);
+      const wrs = new ContextRequests(request);
+      const offset = request - this.ctx.arena.requestArea.address;
+      wrs.recvSge.lkey = this.requestRegion.stag;
+      wrs.recvSge.offset = offset + S.REQUEST_MESSAGE;
+      wrs.recvSge.length = this.ctx.arena.maxMessage;
+      wrs.completionSge.lkey = this.requestRegion.stag;
+      wrs.completionSge.offset = offset + S.REQUEST_COMPLETION;
+      wrs.dataSge.lkey = this.poolRegion.stag;
+      this.requests.set(request, wrs);
       this.postReceive(request);
     }
     this.ctx.stats.sessionOpened();
     void this.qp.whenDisconnected().then((info) => this.onDisconnected(info));
-    void this.serveCompletions();
+    // Completions are drained from the CQ's notification at the end of each turn: no promise, no array.
+    this.stopNotify = this.cq.onNotify(() => this.drainCompletions());
+    this.cq.requestNotify();
   }
 
   /** The stream is up: the initiator now has helloMs to send its HELLO. */
@@ -160,26 +200,26 @@ export class TargetConnection {
     queueMicrotask(() => this.maybeFinish());
   }
 
-  private async serveCompletions(): Promise<void> {
-    while (!this.cleanedUp) {
-      await this.cq.wait();
-      for (const completion of this.cq.poll(64)) {
-        try {
-          this.onCompletion(completion);
-        } catch (error) {
-          // A fault while serving one connection ends that connection only.
-          this.ctx.stats.internalError();
-          this.abort(`internal error: ${error instanceof Error ? error.stack ?? error.message : String(error)}`);
-        }
-      }
-      this.maybeFinish();
+  private drainCompletions(): void {
+    if (this.cleanedUp) return;
+    while (this.cq.drain(this.onCompletionBound) > 0);
+    this.maybeFinish();
+    if (!this.cleanedUp) this.cq.requestNotify();
+  }
+
+  private onCompletionGuarded(completion: WorkCompletion): void {
+    try {
+      this.onCompletion(completion);
+    } catch (error) {
+      // A fault while serving one connection ends that connection only.
+      this.ctx.stats.internalError();
+      this.abort(`internal error: ${error instanceof Error ? error.stack ?? error.message : String(error)}`);
     }
   }
 
   private postReceive(request: number): void {
     if (this.disconnected) return;
-    const area = this.requestRegion;
-    this.qp.postRecv({ wrId: request | WR_RECV, sgList: [{ lkey: area.stag, offset: request - this.ctx.arena.requestArea.address + S.REQUEST_MESSAGE, length: this.ctx.arena.maxMessage }] });
+    this.qp.postRecv(this.requests.get(request)!.recv);
   }
 
   private onCompletion(completion: WorkCompletion): void {
@@ -265,12 +305,10 @@ export class TargetConnection {
       return;
     }
     const invalidateStag = arena.invalidateStag(request);
-    this.qp.postSend({
-      wrId: request | WR_COMPLETION,
-      opcode: invalidateStag !== 0 ? 'SEND_WITH_INV' : 'SEND',
-      invalidateStag,
-      sgList: [{ lkey: this.requestRegion.stag, offset: request - arena.requestArea.address + S.REQUEST_COMPLETION, length: K.COMPLETION_SIZE }],
-    });
+    const wr = this.requests.get(request)!.completion;
+    wr.opcode = invalidateStag !== 0 ? 'SEND_WITH_INV' : 'SEND';
+    wr.invalidateStag = invalidateStag;
+    this.qp.postSend(wr);
   }
 
   /** Posts the RDMA Write or Read the program described; false when the stream is already gone. */
@@ -279,15 +317,16 @@ export class TargetConnection {
       this.dataDone(request, false);
       return false;
     }
-    const op = this.ctx.arena.dataOperation(request);
+    const op = this.ctx.arena.readDataOperation(request, this.operation);
     this.ctx.stats.dataMoved(op.length);
     if (op.kind !== S.OP_WRITE_TO_INITIATOR && this.readsOutstanding++ === 0) this.readProgressAt = Date.now();
-    this.qp.postSend({
-      wrId: request | WR_DATA,
-      opcode: op.kind === S.OP_WRITE_TO_INITIATOR ? 'RDMA_WRITE' : 'RDMA_READ',
-      sgList: [{ lkey: this.poolRegion.stag, offset: op.local - this.ctx.engine.layout.pool, length: op.length }],
-      remote: { stag: op.stag, taggedOffset: op.remoteOffset },
-    });
+    const wrs = this.requests.get(request)!;
+    wrs.data.opcode = op.kind === S.OP_WRITE_TO_INITIATOR ? 'RDMA_WRITE' : 'RDMA_READ';
+    wrs.dataSge.offset = op.local - this.ctx.engine.layout.pool;
+    wrs.dataSge.length = op.length;
+    wrs.remote.stag = op.stag;
+    wrs.remote.taggedOffset = op.remoteOffset;
+    this.qp.postSend(wrs.data);
     return true;
   }
 
@@ -497,7 +536,8 @@ export class TargetConnection {
     for (const region of [this.controlRegion, this.poolRegion, this.requestRegion]) rnic.deregisterMemory(region);
     this.qp.destroy();
     this.ctx.stats.sessionClosed();
-    this.cq.releaseWaiters(); // serveCompletions sees cleanedUp and ends
+    this.stopNotify?.();
+    this.requests.clear();
     this.onClosed();
   }
 
