@@ -24,6 +24,7 @@ export function requireTool(name: string): void {
 }
 
 /** Children this process started; stopAll() ends each by its own pid. */
+export { track };
 const started = new Set<ChildProcess>();
 
 function track(child: ChildProcess): ChildProcess {
@@ -45,7 +46,7 @@ export async function stopAll(): Promise<void> {
   await Promise.all([...started].map((child) => stop(child)));
 }
 
-function run(command: string, args: string[], timeoutMs: number): Promise<string> {
+export function run(command: string, args: string[], timeoutMs: number): Promise<string> {
   return new Promise((resolve, reject) => {
     const child = track(spawn(command, args, { stdio: ['ignore', 'pipe', 'pipe'] }));
     let out = '';
@@ -67,6 +68,7 @@ function run(command: string, args: string[], timeoutMs: number): Promise<string
 
 export interface RedisServer {
   port: number;
+  pid: number;
   stop(): Promise<void>;
 }
 
@@ -91,6 +93,7 @@ export async function startRedis(): Promise<RedisServer> {
   }
   return {
     port,
+    pid: child.pid ?? 0,
     stop: async () => {
       await stop(child);
       rmSync(dir, { recursive: true, force: true });

@@ -1,0 +1,73 @@
+// CPU time per request on each side, from /proc: a server process's utime + stime across a
+// client run, and the client's as a child waited for by a shell (its cutime + cstime). Two runs
+// of N and 3N requests; the difference over 2N is the cost of one request, start-up, connection
+// setup and preparation cancelling out. Figures are CPU time, not wall time: less sensitive to
+// other load on the machine, though a busy machine still costs caches and wake-ups.
+import { spawn, type ChildProcess } from 'node:child_process';
+import { readFileSync } from 'node:fs';
+import { join } from 'node:path';
+import { run, track } from './tools.ts';
+
+/** Clock ticks per second of /proc's utime and stime (USER_HZ; 100 on Linux). */
+const TICKS_PER_SECOND = 100;
+
+/** utime + stime of `pid`, in microseconds. */
+export function processCpuUs(pid: number): number {
+  const stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
+  const fields = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
+  // After the command name: state is field 3, so utime (14) and stime (15) are at 11 and 12.
+  return ((Number(fields[11]) + Number(fields[12])) * 1e6) / TICKS_PER_SECOND;
+}
+
+/** Runs `command` to completion; resolves with the CPU time it (and its children) used, in microseconds. */
+export async function childCpuUs(command: string, args: string[], timeoutMs: number): Promise<number> {
+  // The shell waits for the command, then prints its own stat: cutime + cstime are the command's.
+  const out = await run('sh', ['-c', '"$@" >/dev/null 2>&1 || exit $?; cat /proc/$$/stat', 'sh', command, ...args], timeoutMs);
+  const fields = out.slice(out.lastIndexOf(')') + 2).trim().split(' ');
+  return ((Number(fields[13]) + Number(fields[14])) * 1e6) / TICKS_PER_SECOND;
+}
+
+export interface CpuPerOp {
+  /** Server (kbtp target or redis-server) CPU per request, microseconds. */
+  server_us: number;
+  /** Client (kbtp bench or redis-benchmark) CPU per request, microseconds. */
+  client_us: number;
+  requests: number;
+}
+
+/** The difference method: `client(n)` runs n requests against the server `pid`. */
+export async function cpuPerOp(pid: number, requests: number, client: (count: number) => Promise<number>): Promise<CpuPerOp> {
+  await client(Math.max(1, Math.round(requests / 2))); // warm-up: the server's JIT settles before counting
+  const measure = async (count: number): Promise<[number, number]> => {
+    const before = processCpuUs(pid);
+    const clientUs = await client(count);
+    return [processCpuUs(pid) - before, clientUs];
+  };
+  const [server1, client1] = await measure(requests);
+  const [server3, client3] = await measure(3 * requests);
+  const per = (small: number, large: number): number => +Math.max(0, (large - small) / (2 * requests)).toFixed(1);
+  return { server_us: per(server1, server3), client_us: per(client1, client3), requests };
+}
+
+/** A kbtp target in a process of its own (`kbtp target`), so that its CPU is its own. */
+export async function startTargetProcess(repoRoot: string, blockSize: number, blocks: number): Promise<{ port: number; pid: number; child: ChildProcess }> {
+  const child = track(spawn(process.execPath, [join(repoRoot, 'dist', 'host', 'cli.js'), 'target', '--listen', '127.0.0.1:0', '--workers', '1',
+    '--block-size', String(blockSize), '--blocks', String(blocks), '--credits', '8'], { stdio: ['ignore', 'pipe', 'pipe'] }));
+  const port = await new Promise<number>((resolve, reject) => {
+    let out = '';
+    const timer = setTimeout(() => reject(new Error(`kbtp target did not start: ${out}`)), 30_000);
+    child.stdout?.on('data', (chunk: Buffer) => {
+      out += chunk.toString();
+      const match = /listening on [0-9.]+:([0-9]+)/.exec(out);
+      if (match !== null) {
+        clearTimeout(timer);
+        resolve(Number(match[1]));
+      }
+    });
+    child.once('exit', (code) => {
+      clearTimeout(timer);
+      reject(new Error(`kbtp target exited (code ${code}): ${out}`));
+    });
+  });
+  return { port, pid: child.pid ?? 0, child };
+}
