@@ -84,7 +84,7 @@ export interface ReceiveOptions {
 /** Payloads up to this long are copied octet by octet (cheaper than creating views for a bulk copy). */
 const SMALL_COPY = 64;
 /** Payloads at least this long are read by the kernel straight into their target. */
-export const DIRECT_PLACEMENT_MIN = 8192;
+export const DIRECT_PLACEMENT_MIN = 32 * 1024;
 const STAGING_SIZE = 64 * 1024;
 /** Small FPDUs that may follow a large one before reads go back to filling the staging buffer. */
 const BULK_CREDIT = 4;
