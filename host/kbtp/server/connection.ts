@@ -510,7 +510,7 @@ export class TargetConnection {
     this.grantedRegions.length = 0;
     this.tickets?.check(true);
     this.maybeFinish();
-    // The CQ may have nothing more to say; wake serveCompletions so it can finish.
+    // The CQ may have nothing more to say: finish once this turn is over.
     queueMicrotask(() => this.maybeFinish());
   }
 
