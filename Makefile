@@ -7,7 +7,7 @@ UVU := $(NODE) --import tsx node_modules/uvu/bin.js
 export NO_COLOR := 1
 
 AS_SOURCES := $(shell find assembly -name '*.ts' 2>/dev/null)
-TS_SOURCES := $(shell find host firmware bench test -name '*.ts' 2>/dev/null)
+TS_SOURCES := $(shell find host firmware bench test -name '*.ts' 2>/dev/null) $(wildcard firmware/status-page/*)
 
 .PHONY: all deps build wasm ts test run demo bench clean help interop compare
 
@@ -41,6 +41,8 @@ ts: dist/.ts-stamp
 
 dist/.ts-stamp: $(TS_SOURCES) tsconfig.json node_modules/.deps-stamp
 	npx tsc -p tsconfig.json
+	@# The status page ships as is (no build step): next to the compiled daemon that serves it.
+	@mkdir -p dist/firmware && cp -r firmware/status-page dist/firmware/
 	@chmod +x dist/host/cli.js
 	@# npx finds a project's own bin only in node_modules/.bin: link it there.
 	@ln -sf ../../dist/host/cli.js node_modules/.bin/kbtp
@@ -48,6 +50,7 @@ dist/.ts-stamp: $(TS_SOURCES) tsconfig.json node_modules/.deps-stamp
 
 test: build
 	@mkdir -p .cache
+	bash test/firmware/deps.sh
 	$(UVU) test '\.test\.ts$$' --no-color 2>&1 | tee .cache/test.log
 	@awk '/^  Total:/{t=$$2} /^  Passed:/{p=$$2} /^  Skipped:/{s=$$2} END{ if (t=="") {print "0 passed, 1 failed"; exit 1} printf "%d passed, %d failed, %d skipped\n", p, t-p, s }' .cache/test.log
 

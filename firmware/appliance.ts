@@ -6,6 +6,7 @@ import type { ApplianceSettings } from './appliance-config.ts';
 import type { Logger } from './logger.ts';
 import { startManagementServer, sendJson, sendText, type ManagementServer, type RouteHandler } from './management-server.ts';
 import { ApplianceMetrics } from './metrics.ts';
+import { statusPageRoutes } from './status-page.ts';
 import { poolOccupancy, type PoolOccupancy } from './pool-occupancy.ts';
 import { Scheduler, type JobDefinition, type JobStatus } from './scheduler.ts';
 import { poolAuditJob, statsSnapshotJob } from './jobs.ts';
@@ -24,6 +25,8 @@ export interface ApplianceStatus {
   management: { host: string; port: number };
   workers: number;
   pool: PoolOccupancy | null;
+  /** The durable tier's usage; null on a memory-only node. */
+  tier: { usedBytes: number; capacityBytes: number; blocks: number } | null;
   tenants: Array<{ name: string; sessions: number; blocks: number; quota: number }>;
   requests: { total: number; byOpcode: Record<string, Record<string, number>> };
   latency: Record<string, LatencySummary>;
@@ -106,6 +109,7 @@ export class Appliance {
         sendJson(response, ready ? 200 : 503, { ready, state: this.stateValue });
       }],
       ['/api/status', async (_request, response) => sendJson(response, 200, await this.status())],
+      ...statusPageRoutes(),
       ['/metrics', async (_request, response) => {
         sendText(response, 200, this.metrics.contentType, await this.metrics.render(await this.workerStats()));
       }],
@@ -162,6 +166,7 @@ export class Appliance {
       management: this.managementAddress,
       workers: this.settings.target.workers,
       pool: engine === undefined ? null : poolOccupancy(engine),
+      tier: null,
       tenants: this.settings.target.tenants.map((tenant, index) => ({
         name: tenant.name,
         sessions: stats?.sessionsByTenant[tenant.name] ?? 0,

@@ -143,6 +143,8 @@ test('a malformed configuration names the field and the fix, and exits 2', async
       [{ managment: {} }, /managment: unknown key; did you mean "management"\?/],
       [{ log: { levl: 'info' } }, /log\.levl: unknown key; did you mean "level"\?/],
       [{ pool: { blockCount: 0 } }, /pool\.blockCount: must be an integer/],
+      [{ jobs: { poolAudit: 'every minute' } }, /jobs\.poolAudit: "every minute" is not a cron expression; e\.g\. "\*\/5 \* \* \* \*"/],
+      [{ jobs: { scrub: '* * * * *' } }, /jobs\.scrub: unknown key/],
     ];
     for (const [config, expected] of cases) {
       const path = join(dir, 'kbtp.json');
