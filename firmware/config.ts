@@ -40,7 +40,11 @@ export interface TargetSettings {
   listen: { host: string; port: number };
   workers: number;
   pool: { blockSize: number; blockCount: number; handleBase: bigint; handleCount: number; maxInline: number; ringOrder: number | undefined };
-  session: { credits: number; ticketTimeoutMs: number; maxSessions: number; maxSessionsPerWorker: number };
+  session: {
+    credits: number; ticketTimeoutMs: number; maxSessions: number; maxSessionsPerWorker: number;
+    /** TCP connections a worker keeps waiting for their MPA Request; past it the oldest is closed. */
+    maxHandshakesPerWorker: number;
+  };
   timeouts: TimeoutSettings;
   tenants: TenantSettings[];
   sramModel: string | undefined;
@@ -57,7 +61,7 @@ const MAX_TIMEOUT_MS = 2 ** 31 - 1; // setTimeout's limit
 // The keys each object of the file may hold; a key read below must be listed here.
 const TOP_KEYS = ['listen', 'workers', 'pool', 'session', 'timeouts', 'tenants', 'sramModel'] as const;
 const POOL_KEYS = ['blockSize', 'blockCount', 'handleBase', 'handleCount', 'maxInline', 'ringOrder'] as const;
-const SESSION_KEYS = ['credits', 'ticketTimeoutMs', 'maxSessions', 'maxSessionsPerWorker'] as const;
+const SESSION_KEYS = ['credits', 'ticketTimeoutMs', 'maxSessions', 'maxSessionsPerWorker', 'maxHandshakesPerWorker'] as const;
 const TIMEOUT_KEYS = ['mpaRequestMs', 'rtrMs', 'helloMs', 'idleSessionMs', 'rdmaReadMs'] as const;
 const TENANT_KEYS = ['name', 'secret', 'open', 'quota', 'maxSessions', 'storeRange', 'loadScope', 'trust', 'trustDomain'] as const;
 const RANGE_KEYS = ['first', 'count'] as const;
@@ -163,6 +167,7 @@ export function resolveTargetSettings(input: Json, otherSections: readonly strin
     ticketTimeoutMs: sessionIn.integer('ticketTimeoutMs', { min: 1, max: 2 ** 32 - 1, fallback: 5000 }),
     maxSessions,
     maxSessionsPerWorker: sessionIn.integer('maxSessionsPerWorker', { min: 1, max: maxSessions, fallback: maxSessions }),
+    maxHandshakesPerWorker: sessionIn.integer('maxHandshakesPerWorker', { min: 1, max: 65536, fallback: 1024 }),
   };
   const timeouts = timeoutsAt(top);
 

@@ -66,6 +66,12 @@ export interface ListenOptions {
   timeoutMs?: number;
   /** Told of each incoming connection whose MPA Request failed (timeout, bad Request, close), for counting and logging. */
   onSetupFailure?: (error: Error, peer: string) => void;
+  /**
+   * Most connections waiting for their MPA Request at once (default: no bound). Past it the
+   * oldest is closed to make room (reported as ENOMEM): a peer that opens connections and sends
+   * nothing cannot hold the descriptors a real initiator needs, since that one finishes at once.
+   */
+  maxPending?: number;
   /** Use this already listening server (e.g. one sharing a listening handle across workers). */
   server?: net.Server;
 }
@@ -212,6 +218,9 @@ export function createRnic(options: RnicOptions = {}): Rnic {
 export class Listener {
   private server: net.Server | undefined;
   private readonly queue: ConnectionRequest[] = [];
+  /** Sockets waiting for their MPA Request, oldest first (a Set keeps insertion order). */
+  private readonly pending = new Set<net.Socket>();
+  private readonly evicted = new WeakSet<net.Socket>();
   private readonly waiting: Array<{ resolve: (request: ConnectionRequest) => void; reject: (error: Error) => void }> = [];
   private closed = false;
   private readonly closeHandlers: Array<() => void> = [];
@@ -291,12 +300,29 @@ export class Listener {
       return;
     }
     const peer = `${socket.remoteAddress ?? '?'}:${socket.remotePort ?? '?'}`;
+    const limit = this.options.maxPending;
+    if (limit !== undefined && this.pending.size >= limit) {
+      const oldest = this.pending.values().next().value;
+      if (oldest !== undefined) {
+        this.pending.delete(oldest);
+        this.evicted.add(oldest);
+        oldest.destroy();
+      }
+    }
+    this.pending.add(socket);
     this.rnic
       .acceptSocket(socket, this.options.timeoutMs ?? DEFAULT_SETUP_TIMEOUT_MS)
-      .then((request) => this.deliver(request))
-      .catch((error: unknown) => {
-        this.recordFailure(error instanceof Error ? error.message : String(error));
-        this.options.onSetupFailure?.(error instanceof Error ? error : new Error(String(error)), peer);
+      .then((request) => {
+        this.pending.delete(socket);
+        this.deliver(request);
+      })
+      .catch((caught: unknown) => {
+        this.pending.delete(socket);
+        const error = this.evicted.has(socket)
+          ? new RnicError('ENOMEM', `closed to make room: ${limit} connections were waiting for their MPA Request`)
+          : caught instanceof Error ? caught : new Error(String(caught));
+        this.recordFailure(error.message);
+        this.options.onSetupFailure?.(error, peer);
       });
   }
 

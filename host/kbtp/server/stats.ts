@@ -26,7 +26,7 @@ export type RefusalReason = 'node-full' | 'worker-full' | 'tenant-full' | 'drain
 /** The stage whose timeout ended a connection. */
 export type TimeoutStage = 'mpa-request' | 'rtr' | 'hello' | 'idle-session' | 'rdma-read';
 /** Why a connection failed before its session existed (besides timeouts and refusals). */
-export type SetupFailure = 'bad-mpa' | 'closed-during-setup' | 'setup-error' | 'closed-before-hello';
+export type SetupFailure = 'bad-mpa' | 'closed-during-setup' | 'setup-error' | 'closed-before-hello' | 'evicted';
 
 function bump(record: Record<string, number>, key: string): void {
   record[key] = (record[key] ?? 0) + 1;

@@ -148,10 +148,11 @@ async function main(): Promise<void> {
     if (code === 'ETIMEDOUT') stats.timedOut('mpa-request');
     else if (code === 'EPROTO') stats.setupFailed('bad-mpa');
     else if (code === 'ECONNRESET') stats.setupFailed('closed-during-setup');
+    else if (code === 'ENOMEM') stats.setupFailed('evicted');
     else stats.setupFailed('setup-error');
     context.log(`${peer}: MPA setup failed: ${error.message}`);
   };
-  const listener = await rnic.listen({ server, timeoutMs: settings.timeouts.mpaRequestMs, onSetupFailure }, (request) => { void accept(request); });
+  const listener = await rnic.listen({ server, timeoutMs: settings.timeouts.mpaRequestMs, onSetupFailure, maxPending: settings.session.maxHandshakesPerWorker }, (request) => { void accept(request); });
 
   const sweep = setInterval(() => {
     const now = Date.now();
