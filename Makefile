@@ -9,7 +9,7 @@ export NO_COLOR := 1
 AS_SOURCES := $(shell find assembly -name '*.ts' 2>/dev/null)
 TS_SOURCES := $(shell find host firmware bench test -name '*.ts' 2>/dev/null) $(wildcard firmware/status-page/*)
 
-.PHONY: all deps build wasm ts test run demo bench clean help interop compare
+.PHONY: all deps build wasm ts test run demo bench clean help interop compare image image-test
 
 all: build
 
@@ -20,6 +20,8 @@ help:
 	@echo "make bench  install, build and run the benchmarks (results in bench/results/)"
 	@echo "make compare  kbtp LOAD/STORE vs Redis GET/SET vs iperf3 on loopback (docs/BENCH.md; installs redis, iperf3)"
 	@echo "make interop  build/boot the soft-iWARP (siw) QEMU guest and run the interop tests (docs/INTEROP.md)"
+	@echo "make image  build the bootable appliance disk images/out/kbtp-appliance-$$(ARCH).img/.qcow2 + update bundle (docs/IMAGE.md; ARCH=x86_64|arm64)"
+	@echo "make image-test  boot the appliance image in QEMU (TCG) and test it from the host (docs/IMAGE.md)"
 	@echo "make build  compile assembly/ to build/engine.wasm and host/ to dist/"
 	@echo "make deps   install npm dependencies (npm ci)"
 	@echo "make clean  remove build outputs"
@@ -62,6 +64,19 @@ interop: deps
 	images/guest/build.sh > .cache/guest-image.path
 	KBTP_GUEST_IMAGE="$$(cat .cache/guest-image.path)" $(UVU) test/interop '\.interop\.ts$$' --no-color 2>&1 | tee .cache/interop.log
 	@awk '/^  Total:/{t=$$2} /^  Passed:/{p=$$2} /^  Skipped:/{s=$$2} END{ if (t=="") {print "interop: 0 passed, 1 failed"; exit 1} printf "interop: %d passed, %d failed, %d skipped\n", p, t-p, s; if (t!=p) exit 1 }' .cache/interop.log
+
+# The appliance disk image (docs/IMAGE.md): Debian packages + Node 20 + this build, cached in
+# .cache/images/appliance/; the disk, its qcow2 and the update bundle go to images/out/.
+ARCH ?= x86_64
+image: build
+	images/appliance/build.sh --arch $(ARCH)
+
+# Boots the image under QEMU TCG and tests it from the host; logs and pcaps in .cache/image-test/.
+image-test: image
+	ARCH=$(ARCH) images/appliance/host-deps.sh run
+	@mkdir -p .cache
+	$(UVU) test/image '\.image\.ts$$' --no-color 2>&1 | tee .cache/image-test.log
+	@awk '/^  Total:/{t=$$2} /^  Passed:/{p=$$2} /^  Skipped:/{s=$$2} END{ if (t=="") {print "image-test: 0 passed, 1 failed"; exit 1} printf "image-test: %d passed, %d failed, %d skipped\n", p, t-p, s; if (t!=p) exit 1 }' .cache/image-test.log
 
 # Starts the appliance on the embedded defaults (KBTP 127.0.0.1:7117, management and status page
 # 127.0.0.1:7118); Ctrl-C drains and stops it.

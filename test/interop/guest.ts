@@ -3,11 +3,12 @@
 // guest port gets a free host port on 127.0.0.1, and the guest reaches host listeners on
 // 127.0.0.1:PORT as 10.0.2.2:PORT. Every run keeps its console log and a pcap of the guest's
 // link (QEMU filter-dump) under the artefact folder, also when the guest had to be killed.
-import { spawn, execFileSync, type ChildProcess } from 'node:child_process';
-import { createWriteStream, mkdirSync, readFileSync, type WriteStream } from 'node:fs';
+import { execFileSync } from 'node:child_process';
+import { mkdirSync, readFileSync } from 'node:fs';
 import { createServer } from 'node:net';
 import { dirname, join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
+import { QemuConsole } from './qemu-console.ts';
 
 const repoRoot = resolve(dirname(fileURLToPath(import.meta.url)), '../..');
 
@@ -85,22 +86,13 @@ export interface GuestResult {
 
 // The kernel command line holds the script; x86 allows 2048 bytes in all.
 const MAX_PEER_SCRIPT_BASE64 = 1700;
-const running = new Set<ChildProcess>();
-process.once('exit', () => {
-  for (const child of running) child.kill('SIGKILL');
-});
 
 export class Guest {
   readonly logPath: string;
   readonly pcapPath: string;
   readonly exited: Promise<GuestResult>;
-  private readonly child: ChildProcess;
-  private readonly logFile: WriteStream;
-  private log = '';
-  private pendingLine = '';
-  private readonly lineWaiters: { pattern: RegExp; resolve: (m: RegExpMatchArray) => void }[] = [];
+  private readonly console: QemuConsole;
   private readonly hostPorts: ReadonlyMap<number, number>;
-  private finished = false;
 
   private constructor(options: GuestOptions, image: GuestImage, hostPorts: Map<number, number>) {
     const artefacts = artefactDir();
@@ -122,48 +114,30 @@ export class Guest {
       '-device', 'virtio-net-pci,netdev=n0',
       '-object', `filter-dump,id=f0,netdev=n0,file=${this.pcapPath}`,
     ];
-    this.logFile = createWriteStream(this.logPath);
-    this.logFile.write(`# qemu-system-x86_64 ${args.join(' ')}\n`);
     const started = Date.now();
-    this.child = spawn('qemu-system-x86_64', args, { stdio: ['pipe', 'pipe', 'pipe'] });
-    running.add(this.child);
-    this.child.stdout?.on('data', (chunk: Buffer) => this.consume(chunk.toString('latin1')));
-    this.child.stderr?.on('data', (chunk: Buffer) => this.consume(`[qemu] ${chunk.toString('latin1')}`));
-    this.child.stdin?.on('error', () => {}); // the guest may power off while we still write to it
-
+    this.console = new QemuConsole('qemu-system-x86_64', args, this.logPath);
+    const timeoutMs = options.timeoutMs ?? 180_000;
     let timedOut = false;
     const timer = setTimeout(() => {
       timedOut = true;
-      this.consume(`\n[harness] guest still running after ${options.timeoutMs ?? 180_000} ms: killed\n`);
-      this.child.kill('SIGKILL');
-    }, options.timeoutMs ?? 180_000);
-
-    this.exited = new Promise((resolveExit) => {
-      const finish = (code: number | null, spawnError?: Error): void => {
-        if (this.finished) return;
-        this.finished = true;
-        clearTimeout(timer);
-        running.delete(this.child);
-        if (spawnError) this.consume(`[harness] cannot start qemu-system-x86_64: ${spawnError.message}\n`);
-        if (this.pendingLine) this.consume('\n');
-        for (const waiter of this.lineWaiters.splice(0)) waiter.resolve([] as unknown as RegExpMatchArray);
-        const exitMatch = /KBTP-PEER-EXIT=(\d+)/.exec(this.log);
-        const failure = /KBTP-GUEST-FAILED: (.*)/.exec(this.log);
-        this.logFile.end(() =>
-          resolveExit({
-            exitStatus: exitMatch ? Number(exitMatch[1]) : null,
-            guestFailure: failure ? (failure[1] ?? '').trim() : null,
-            timedOut,
-            qemuExitCode: code,
-            log: this.log,
-            logPath: this.logPath,
-            pcapPath: this.pcapPath,
-            durationMs: Date.now() - started,
-          }),
-        );
+      this.console.note(`guest still running after ${timeoutMs} ms: killed`);
+      this.console.kill();
+    }, timeoutMs);
+    this.exited = this.console.exited.then((exit) => {
+      clearTimeout(timer);
+      const log = this.console.log;
+      const exitMatch = /KBTP-PEER-EXIT=(\d+)/.exec(log);
+      const failure = /KBTP-GUEST-FAILED: (.*)/.exec(log);
+      return {
+        exitStatus: exitMatch ? Number(exitMatch[1]) : null,
+        guestFailure: failure ? (failure[1] ?? '').trim() : null,
+        timedOut,
+        qemuExitCode: exit.code,
+        log,
+        logPath: this.logPath,
+        pcapPath: this.pcapPath,
+        durationMs: Date.now() - started,
       };
-      this.child.once('error', (error) => finish(null, error));
-      this.child.once('close', (code) => finish(code));
     });
   }
 
@@ -186,52 +160,16 @@ export class Guest {
    * exits first or nothing matches within `timeoutMs`.
    */
   waitForLine(pattern: RegExp, timeoutMs = 120_000): Promise<RegExpMatchArray> {
-    const seen = this.log.split('\n').map((line) => pattern.exec(line)).find((m) => m !== null);
-    if (seen) return Promise.resolve(seen);
-    if (this.finished) return Promise.reject(new Error(`guest exited before printing ${pattern}; log: ${this.logPath}`));
-    return new Promise((resolveLine, reject) => {
-      const timer = setTimeout(() => {
-        remove();
-        reject(new Error(`no console line matching ${pattern} within ${timeoutMs} ms; log: ${this.logPath}`));
-      }, timeoutMs);
-      const waiter = {
-        pattern,
-        resolve: (m: RegExpMatchArray) => {
-          clearTimeout(timer);
-          remove();
-          if (m.length === 0) reject(new Error(`guest exited before printing ${pattern}; log: ${this.logPath}`));
-          else resolveLine(m);
-        },
-      };
-      const remove = (): void => {
-        const index = this.lineWaiters.indexOf(waiter);
-        if (index >= 0) this.lineWaiters.splice(index, 1);
-      };
-      this.lineWaiters.push(waiter);
-    });
+    return this.console.waitForLine(pattern, timeoutMs);
   }
 
   /** Types a line on the guest console; the peer script reads it with `read -r`. */
   send(line: string): void {
-    if (!this.finished) this.child.stdin?.write(`${line}\n`);
+    this.console.send(line);
   }
 
   kill(): void {
-    if (!this.finished) this.child.kill('SIGKILL');
-  }
-
-  private consume(text: string): void {
-    const clean = text.replace(/\r/g, '');
-    this.log += clean;
-    this.logFile.write(clean);
-    const lines = (this.pendingLine + clean).split('\n');
-    this.pendingLine = lines.pop() ?? '';
-    for (const line of lines) {
-      for (const waiter of [...this.lineWaiters]) {
-        const m = waiter.pattern.exec(line);
-        if (m) waiter.resolve(m);
-      }
-    }
+    this.console.kill();
   }
 }
 

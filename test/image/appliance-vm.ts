@@ -1,0 +1,132 @@
+// Boots the appliance disk image (images/appliance/, `make image`) under QEMU TCG from the disk
+// alone (UEFI: OVMF from Debian, no -kernel), with user networking that forwards the KBTP and
+// management ports to 127.0.0.1 only. A node is a raw disk file (a sparse copy of the built image,
+// provisioned with images/appliance/provision.sh) plus its own UEFI variable store; it can be
+// booted, powered down by its ACPI button, or killed (power loss), and booted again. Every boot
+// appends to the node's console log and writes its own pcap under .cache/image-test/.
+import { execFileSync } from 'node:child_process';
+import { copyFileSync, existsSync, mkdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { connect as netConnect } from 'node:net';
+import { dirname, join, resolve } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { QemuConsole } from '../interop/qemu-console.ts';
+import { freeLoopbackPort } from '../interop/guest.ts';
+
+const repoRoot = resolve(dirname(fileURLToPath(import.meta.url)), '../..');
+
+export const KBTP_GUEST_PORT = 7117;
+export const MANAGEMENT_GUEST_PORT = 7118;
+
+export interface ApplianceBuild {
+  readonly img: string;
+  readonly version: string;
+  /** What the image's supervisor runs: `kbtp appliance`, or `kbtp target` in builds before it. */
+  readonly service: 'appliance' | 'target';
+}
+
+/** The built image (`make image` made it; $KBTP_APPLIANCE_IMAGE names another raw image). */
+export function applianceBuild(): ApplianceBuild {
+  const img = process.env.KBTP_APPLIANCE_IMAGE ?? join(repoRoot, 'images/out/kbtp-appliance-x86_64.img');
+  if (!existsSync(img)) throw new Error(`${img} does not exist: run 'make image' first`);
+  const manifest = JSON.parse(readFileSync(img.replace(/\.img$/, '.json'), 'utf8')) as { version: string; service: 'appliance' | 'target' };
+  return { img, version: manifest.version, service: manifest.service };
+}
+
+export function artefactDir(): string {
+  const dir = process.env.KBTP_IMAGE_TEST_ARTEFACTS ?? join(repoRoot, '.cache/image-test');
+  mkdirSync(dir, { recursive: true });
+  return dir;
+}
+
+export interface NodeOptions {
+  /** Artefact base name: <artefacts>/<name>.img, .log, -<boot>.pcap. */
+  readonly name: string;
+  /** The node's kbtp.json. */
+  readonly config: object;
+  readonly diskGiB?: number;
+  readonly testHooks?: boolean;
+}
+
+/** A provisioned appliance disk with its UEFI variables and fixed host ports across boots. */
+export class ApplianceNode {
+  readonly disk: string;
+  readonly vars: string;
+  readonly logPath: string;
+  private boots = 0;
+  private current: QemuConsole | undefined;
+
+  private constructor(readonly name: string, readonly kbtpPort: number, readonly managementPort: number) {
+    const dir = artefactDir();
+    this.disk = join(dir, `${name}.img`);
+    this.vars = join(dir, `${name}.vars.fd`);
+    this.logPath = join(dir, `${name}.log`);
+  }
+
+  static async create(options: NodeOptions): Promise<ApplianceNode> {
+    const node = new ApplianceNode(options.name, await freeLoopbackPort(), await freeLoopbackPort());
+    const build = applianceBuild();
+    rmSync(node.logPath, { force: true });
+    execFileSync('cp', ['--sparse=always', build.img, node.disk]);
+    execFileSync('truncate', ['-s', `${options.diskGiB ?? 2}G`, node.disk]);
+    copyFileSync('/usr/share/OVMF/OVMF_VARS_4M.fd', node.vars);
+    const configPath = join(artefactDir(), `${options.name}.kbtp.json`);
+    writeFileSync(configPath, JSON.stringify(options.config, null, 2));
+    execFileSync(join(repoRoot, 'images/appliance/provision.sh'),
+      [node.disk, '--config', configPath, ...(options.testHooks === true ? ['--test-hooks'] : [])], { stdio: ['ignore', 'ignore', 'pipe'] });
+    return node;
+  }
+
+  get console(): QemuConsole {
+    if (this.current === undefined) throw new Error(`${this.name} was never booted`);
+    return this.current;
+  }
+
+  /** Powers the node on; resolves once QEMU runs. The console log is appended to. */
+  boot(): QemuConsole {
+    if (this.current?.running === true) throw new Error(`${this.name} is already running`);
+    this.boots += 1;
+    const pcap = join(artefactDir(), `${this.name}-boot${this.boots}.pcap`);
+    const monitor = join(artefactDir(), `${this.name}.monitor`);
+    rmSync(monitor, { force: true });
+    const args = [
+      '-accel', 'tcg', '-cpu', 'max', '-machine', 'q35', '-smp', '2', '-m', '1024',
+      '-nodefaults', '-no-user-config', '-display', 'none', '-serial', 'stdio',
+      '-monitor', `unix:${monitor},server=on,wait=off`,
+      '-drive', 'if=pflash,format=raw,readonly=on,file=/usr/share/OVMF/OVMF_CODE_4M.fd',
+      '-drive', `if=pflash,format=raw,file=${this.vars}`,
+      // writethrough: every write the guest completes has reached the host file, so killing QEMU
+      // loses exactly what a power cut loses (nothing the guest flushed).
+      '-drive', `file=${this.disk},format=raw,if=virtio,cache=writethrough`,
+      '-netdev', `user,id=n0,hostfwd=tcp:127.0.0.1:${this.kbtpPort}-:${KBTP_GUEST_PORT},hostfwd=tcp:127.0.0.1:${this.managementPort}-:${MANAGEMENT_GUEST_PORT}`,
+      '-device', 'virtio-net-pci,netdev=n0',
+      '-object', `filter-dump,id=f0,netdev=n0,file=${pcap}`,
+      '-device', 'i6300esb',
+    ];
+    this.current = new QemuConsole('qemu-system-x86_64', args, this.logPath, this.boots > 1);
+    this.current.note(`boot ${this.boots}`);
+    this.monitorPath = monitor;
+    return this.current;
+  }
+
+  private monitorPath = '';
+
+  /** Presses the ACPI power button (QEMU system_powerdown): a clean shutdown. */
+  async pressPowerButton(): Promise<void> {
+    await new Promise<void>((resolveSent, reject) => {
+      const socket = netConnect(this.monitorPath, () => socket.end('system_powerdown\n', () => resolveSent()));
+      socket.once('error', reject);
+    });
+  }
+
+  /** Power loss: QEMU is SIGKILLed. */
+  async pullThePlug(): Promise<void> {
+    this.current?.note('power loss (SIGKILL)');
+    this.current?.kill('SIGKILL');
+    await this.current?.exited;
+  }
+
+  /** Kills QEMU if it still runs and keeps the disk for inspection. */
+  async stop(): Promise<void> {
+    if (this.current?.running === true) await this.pullThePlug();
+  }
+}
