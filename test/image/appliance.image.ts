@@ -130,6 +130,25 @@ test('kbtp info shows the node; blocks put and get byte-exact', async () => {
   assert.ok(got.equals(stored.get(100n) ?? Buffer.alloc(0)), 'kbtp get returned other bytes');
 });
 
+test('/metrics scrapes (Prometheus text) and counts the stores; no token, no metrics', async () => {
+  if (build.service !== 'appliance') {
+    console.log('  (this build runs kbtp target: no management server to scrape)');
+    return;
+  }
+  const response = await fetch(`http://127.0.0.1:${node.managementPort}/metrics`, {
+    headers: { authorization: `Bearer ${token}` }, signal: AbortSignal.timeout(60_000),
+  });
+  assert.is(response.status, 200);
+  assert.match(response.headers.get('content-type') ?? '', /^text\/plain/);
+  const text = await response.text();
+  assert.match(text, /^# TYPE kbtp_\w+ /m);
+  const stores = [...text.matchAll(/^kbtp_requests_total\{[^}]*opcode="ALLOC_STORE"[^}]*status="SUCCESS"[^}]*\} (\d+)/gm)];
+  assert.ok(stores.length > 0, 'no kbtp_requests_total for ALLOC_STORE/SUCCESS in /metrics');
+  assert.ok(stores.reduce((sum, m) => sum + Number(m[1]), 0) >= 8, 'the eight stores are not counted');
+  const anonymous = await fetch(`http://127.0.0.1:${node.managementPort}/metrics`, { signal: AbortSignal.timeout(60_000) });
+  assert.is(anonymous.status, 401);
+});
+
 test('watchdog: a stopped supervisor resets the node, which boots and serves again', async () => {
   const since = node.console.log.length;
   node.console.send('kbtp-test-hook stop-supervisor');
