@@ -188,8 +188,6 @@ mkdir -p "$app/dist" "$app/build"
 cp "$repo/package.json" "$app/"
 cp "$repo/build/engine.wasm" "$app/build/"
 cp -r "$repo/dist/host" "$repo/dist/firmware" "$repo/dist/assembly" "$app/dist/"
-# Assets the firmware serves (its status page) ship beside the compiled code.
-(cd "$repo" && find firmware -type f ! -name '*.ts' ! -name '*.md' -exec cp --parents {} "$app/dist/" \;)
 find "$app/dist" -name '*.map' -delete
 cp -r "$deps/node_modules" "$app/"
 if [[ $broken -eq 1 ]]; then
