@@ -33,6 +33,11 @@ import { RnicError } from './errors.ts';
 import { MemoryRegion, MemoryTable, ProtectionDomain, type RegisterMemoryOptions } from './memory.ts';
 import type { NicObserver } from './nic-observer.ts';
 import { QueuePair, type QueuePairOptions } from './qp.ts';
+import { RoceEndpoint } from './rc/endpoint.ts';
+import { UdpLink, type PacketLink, type UdpLinkOptions } from './rc/link.ts';
+import { RcListener, type RcListenOptions } from './rc/listener.ts';
+import { RcQueuePair, type RcQueuePairOptions } from './rc/queue-pair.ts';
+import { connectRc, receiveRcRequest, type RcConnectionRequest, type RcConnectionSummary, type RcConnectOptions, type RcSetupOptions } from './rc/setup.ts';
 
 export { Access, ACCESS_ALL, MemoryRegion, ProtectionDomain, type RegisterMemoryOptions } from './memory.ts';
 export { CompletionQueue, type CompletionQueueOptions } from './cq.ts';
@@ -41,6 +46,12 @@ export { ConnectionRequest, type ConnectionSummary, type InitiatorOptions, type 
 export { RnicError, type RnicErrorCode, type TerminateInfo } from './errors.ts';
 export { WcStatus, wcStatusName, type WorkCompletion, type SendWorkRequest, type ReceiveWorkRequest, type Sge, type SendOpcode, type WcOpcode } from './work.ts';
 export type { NicObserver } from './nic-observer.ts';
+export { RcQueuePair, type RcQueuePairOptions, type RcPathParameters, type PathMtu } from './rc/queue-pair.ts';
+export { RoceEndpoint } from './rc/endpoint.ts';
+export { UdpLink, type PacketLink, type PeerAddress, type UdpLinkOptions } from './rc/link.ts';
+export { ImpairedLink, type Impairments } from './rc/impaired-link.ts';
+export { RcListener, type RcListenOptions } from './rc/listener.ts';
+export { RcConnectionRequest, type RcConnectionSummary, type RcConnectOptions, type RcSetupOptions } from './rc/setup.ts';
 export { SocketChannel, MemoryChannel, type StreamChannel } from './channel.ts';
 
 export interface RnicOptions {
@@ -87,6 +98,9 @@ export class Rnic {
   private nextQpNumber = 1;
   private nextCqNumber = 1;
   private readonly listeners = new Set<Listener>();
+  private readonly rcQueuePairs = new Map<number, RcQueuePair>();
+  private readonly rcListeners = new Set<RcListener>();
+  private roce: RoceEndpoint | undefined;
 
   constructor(options: RnicOptions = {}) {
     this.id = nextDeviceId++;
@@ -132,16 +146,68 @@ export class Rnic {
   /** Creates a queue pair (ibv_create_qp); it gets the next QP number of this RNIC. */
   createQp(options: QueuePairOptions): QueuePair {
     if (options.pd.deviceId !== this.id) throw new RnicError('EINVAL', 'protection domain belongs to another RNIC');
-    // QP numbers are 24-bit like a hardware RNIC's; skip any still in use after a wrap.
-    let qpNumber = this.nextQpNumber;
-    while (this.queuePairs.has(qpNumber)) qpNumber = (qpNumber + 1) & 0xffffff || 1;
-    this.nextQpNumber = (qpNumber + 1) & 0xffffff || 1;
+    const qpNumber = this.allocateQpNumber(1);
     const qp = new QueuePair(qpNumber, this.memory, this.observer, options, (destroyed) => {
       if (this.queuePairs.delete(destroyed.qpNumber)) this.observer?.queuePairDestroyed(destroyed.qpNumber);
     });
     this.queuePairs.set(qpNumber, qp);
     this.observer?.queuePairCreated(qpNumber);
     return qp;
+  }
+
+  /** QP numbers are 24-bit like a hardware RNIC's; skip any still in use after a wrap. */
+  private allocateQpNumber(lowest: number): number {
+    let qpNumber = Math.max(this.nextQpNumber, lowest);
+    while (this.queuePairs.has(qpNumber) || this.rcQueuePairs.has(qpNumber) || qpNumber < lowest) qpNumber = (qpNumber + 1) & 0xffffff || 1;
+    this.nextQpNumber = (qpNumber + 1) & 0xffffff || 1;
+    return qpNumber;
+  }
+
+  /**
+   * Opens this RNIC's RoCEv2 port: a kernel UDP socket (default 127.0.0.1, any free port) or the
+   * given link. One per RNIC; later calls return the same endpoint.
+   */
+  async openRoce(options: UdpLinkOptions & { link?: PacketLink } = {}): Promise<RoceEndpoint> {
+    if (this.roce === undefined) {
+      const link = options.link ?? (await UdpLink.open(options));
+      this.roce ??= new RoceEndpoint(link);
+    }
+    return this.roce;
+  }
+
+  get roceEndpoint(): RoceEndpoint | undefined {
+    return this.roce;
+  }
+
+  /** Creates an RC queue pair for RoCEv2 (QP numbers 0 and 1 are the IB special QPs: never used). */
+  createRcQp(options: RcQueuePairOptions): RcQueuePair {
+    if (options.pd.deviceId !== this.id) throw new RnicError('EINVAL', 'protection domain belongs to another RNIC');
+    const qpNumber = this.allocateQpNumber(2);
+    const qp = new RcQueuePair(qpNumber, this.memory, this.observer, options, (destroyed) => {
+      this.roce?.detach(destroyed);
+      if (this.rcQueuePairs.delete(destroyed.qpNumber)) this.observer?.queuePairDestroyed(destroyed.qpNumber);
+    });
+    this.rcQueuePairs.set(qpNumber, qp);
+    this.observer?.queuePairCreated(qpNumber);
+    return qp;
+  }
+
+  /** Active RC setup over a TCP side channel to host:port (opens the RoCE port if needed). */
+  async connectRc(qp: RcQueuePair, options: RcConnectOptions): Promise<RcConnectionSummary> {
+    return connectRc(await this.openRoce(), qp, options);
+  }
+
+  /** Passive RC setup: a side-channel listener yielding connection requests. */
+  async listenRc(options: RcListenOptions = {}, onRequest?: (request: RcConnectionRequest) => void): Promise<RcListener> {
+    const listener = new RcListener(await this.openRoce(), options, onRequest);
+    await listener.start();
+    this.rcListeners.add(listener);
+    return listener;
+  }
+
+  /** Passive RC setup for a side-channel socket accepted elsewhere (e.g. a worker's shared listener). */
+  async acceptRcSocket(socket: net.Socket, options: RcSetupOptions = {}): Promise<RcConnectionRequest> {
+    return receiveRcRequest(await this.openRoce(), socket, options);
   }
 
   queuePair(qpNumber: number): QueuePair | undefined {
@@ -205,8 +271,12 @@ export class Rnic {
 
   /** Closes every listener and destroys every QP. */
   async close(): Promise<void> {
-    await Promise.all([...this.listeners].map((listener) => listener.close()));
+    await Promise.all([...this.listeners, ...this.rcListeners].map((listener) => listener.close()));
     for (const qp of [...this.queuePairs.values()]) qp.destroy();
+    for (const qp of [...this.rcQueuePairs.values()]) qp.destroy();
+    const roce = this.roce;
+    this.roce = undefined;
+    await roce?.close();
   }
 }
 

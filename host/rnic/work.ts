@@ -77,6 +77,10 @@ export const WcStatus = {
   RemoteInvalidRequestError: 9,
   RemoteAccessError: 10,
   RemoteOperationError: 11,
+  /** RC: the peer did not acknowledge within the retry count (ibv IBV_WC_RETRY_EXC_ERR). */
+  RetryExceededError: 12,
+  /** RC: the peer kept answering RNR NAK beyond the RNR retry count. */
+  RnrRetryExceededError: 13,
   RemoteAbortError: 16,
   FatalError: 19,
   GeneralError: 21,
@@ -94,6 +98,8 @@ const STATUS_NAMES: Record<number, string> = {
   9: 'remote invalid request',
   10: 'remote access error',
   11: 'remote operation error',
+  12: 'transport retry counter exceeded',
+  13: 'RNR retry counter exceeded',
   16: 'remote abort',
   19: 'fatal error',
   21: 'general error',

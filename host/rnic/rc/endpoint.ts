@@ -1,0 +1,74 @@
+// One RoCEv2 port of an RNIC: a PacketLink and the RC QPs reachable through it. Every inbound
+// datagram is decoded and checked here before any QP sees it, and anything wrong with it is
+// dropped and counted, as an HCA does: malformed headers, a bad ICRC, TVer != 0, a P_Key that
+// does not match, an unknown destination QP, or a source other than the QP's peer. Malformed
+// traffic therefore never reaches, let alone harms, a QP that did not make the connection.
+
+import { decodeHeaders, IbHeaders } from '../wire/ib-headers.ts';
+import { ICRC_LENGTH } from '../wire/ib-opcodes.ts';
+import { computeIcrc } from '../wire/icrc.ts';
+import type { PacketLink, PeerAddress } from './link.ts';
+import type { RcQueuePair } from './queue-pair.ts';
+
+export interface EndpointStatistics {
+  packets: number;
+  malformed: number;
+  icrcErrors: number;
+  badVersionOrKey: number;
+  unknownQp: number;
+  wrongSource: number;
+}
+
+export class RoceEndpoint {
+  private readonly queuePairs = new Map<number, RcQueuePair>();
+  private readonly scratch = new IbHeaders();
+  readonly stats: EndpointStatistics = { packets: 0, malformed: 0, icrcErrors: 0, badVersionOrKey: 0, unknownQp: 0, wrongSource: 0 };
+  /** Last reason a packet was dropped (diagnostics, tests). */
+  lastDrop = '';
+
+  constructor(readonly link: PacketLink) {
+    link.setReceiver((packet, ip, udp, from) => this.incoming(packet, ip, udp, from));
+  }
+
+  get local(): PeerAddress {
+    return this.link.local;
+  }
+
+  attach(qp: RcQueuePair): void {
+    this.queuePairs.set(qp.qpNumber, qp);
+  }
+
+  detach(qp: RcQueuePair): void {
+    if (this.queuePairs.get(qp.qpNumber) === qp) this.queuePairs.delete(qp.qpNumber);
+  }
+
+  close(): Promise<void> {
+    return this.link.close();
+  }
+
+  private incoming(packet: Uint8Array, ip: Uint8Array, udp: Uint8Array, from: PeerAddress): void {
+    this.stats.packets++;
+    const h = this.scratch;
+    const problem = decodeHeaders(packet, h);
+    if (problem !== undefined) return this.drop('malformed', problem);
+    if (computeIcrc(ip, udp, packet.subarray(0, packet.length - ICRC_LENGTH)) !== h.icrc) return this.drop('icrcErrors', 'ICRC mismatch');
+    if (h.transportVersion !== 0) return this.drop('badVersionOrKey', `TVer ${h.transportVersion}`);
+    const qp = this.queuePairs.get(h.destQp);
+    if (qp === undefined) return this.drop('unknownQp', `no QP 0x${h.destQp.toString(16)}`);
+    const path = qp.path;
+    if (path === undefined || path.peer.address !== from.address || path.peer.port !== from.port) {
+      return this.drop('wrongSource', `QP 0x${h.destQp.toString(16)} is not connected to ${from.address}:${from.port}`);
+    }
+    // rxe pkey_match: the low 15 bits equal, and at least one side a full member.
+    const own = path.pkey ?? 0xffff;
+    if ((h.pkey & 0x7fff) !== (own & 0x7fff) || (h.pkey & 0x7fff) === 0 || ((h.pkey | own) & 0x8000) === 0) {
+      return this.drop('badVersionOrKey', `P_Key 0x${h.pkey.toString(16)}`);
+    }
+    qp.receive(h, packet);
+  }
+
+  private drop(counter: keyof EndpointStatistics, reason: string): void {
+    this.stats[counter]++;
+    this.lastDrop = reason;
+  }
+}

@@ -1,0 +1,360 @@
+// An InfiniBand Reliable Connected queue pair carried by RoCEv2 (roce.md §6): the same verbs
+// surface as the iWARP QueuePair (postSend/postRecv, CQs, MRs addressed by rkey and virtual
+// address = the region's tagged offset), over a PacketLink instead of a TCP stream. This file
+// holds the QP's state, posting, completion and the move to the error state with its flush;
+// the requester (send queue, segmentation, ACK/NAK handling, retransmission) and the responder
+// (inbound requests, responder resources, duplicates, ACK generation) are their own files.
+
+import { EventEmitter } from 'node:events';
+import type { CompletionQueue } from '../cq.ts';
+import { RnicError } from '../errors.ts';
+import type { MemoryTable, ProtectionDomain } from '../memory.ts';
+import type { NicObserver } from '../nic-observer.ts';
+import type { DisconnectInfo, QpState, QueuePairStatistics } from '../qp.ts';
+import { checkSendRequest, limit, positive } from '../qp-checks.ts';
+import { encodeHeaders, IbHeaders, padFor } from '../wire/ib-headers.ts';
+import { headerLength, ICRC_LENGTH, OPCODES } from '../wire/ib-opcodes.ts';
+import type { ReceiveWorkRequest, SendWorkRequest, WorkCompletion } from '../work.ts';
+import { wcOpcodeFor, WcStatus } from '../work.ts';
+import type { PacketLink, PeerAddress } from './link.ts';
+import { Requester } from './requester.ts';
+import { Responder } from './responder.ts';
+
+export const PATH_MTUS = [256, 512, 1024, 2048, 4096] as const;
+export type PathMtu = (typeof PATH_MTUS)[number];
+
+export interface RcQueuePairOptions {
+  pd: ProtectionDomain;
+  sendCq: CompletionQueue;
+  recvCq: CompletionQueue;
+  /** Most send work requests outstanding; default 1024. */
+  maxSendWr?: number;
+  /** Most receive work requests posted; default 1024. */
+  maxRecvWr?: number;
+  /** Most scatter/gather elements per work request; default 16. */
+  maxSge?: number;
+  /** Complete every send WR, not only those posted with `signaled: true` (default true). */
+  signalAll?: boolean;
+  /** Inbound Reads/atomics served at once: max_dest_rd_atomic, the responder resources (default 16). */
+  ird?: number;
+  /** Reads/atomics issued at once: max_rd_atomic (default 16). */
+  ord?: number;
+}
+
+/** What connection setup agreed on (ibv_modify_qp to RTR and RTS). */
+export interface RcPathParameters {
+  peer: PeerAddress;
+  /** The peer's QP number. */
+  destQpNumber: number;
+  /** First PSN this side sends (sq_psn). */
+  sendPsn: number;
+  /** First PSN the peer sends (rq_psn). */
+  receivePsn: number;
+  pathMtu: PathMtu;
+  /** Negotiated responder resources and initiator depth. */
+  ird: number;
+  ord: number;
+  /** Local ACK timeout as the IB exponent: 4.096 µs * 2^timeout; 0 = none (default 14, ~67 ms). */
+  timeout?: number;
+  /** Or directly in milliseconds (overrides `timeout`). */
+  timeoutMs?: number;
+  /** Retransmissions after a timeout before the WQE fails; 7 = unlimited (default 7, as rc_pingpong). */
+  retryCount?: number;
+  /** RNR retries; 7 = unlimited (default 7). */
+  rnrRetry?: number;
+  /** RNR timer code this side's RNR NAKs carry (default 12, 0.64 ms). */
+  minRnrTimer?: number;
+  /** PSNs sent and not yet acknowledged at most (default 128, rxe's RXE_MAX_UNACKED_PSNS). */
+  maxUnackedPackets?: number;
+  pkey?: number;
+}
+
+interface RcQueuePairEvents {
+  established: [];
+  disconnected: [DisconnectInfo];
+}
+
+/** Receive WQE as the responder fills it. */
+export interface RcRecvWqe {
+  readonly wr: ReceiveWorkRequest;
+  readonly capacity: number;
+}
+
+export interface RcStatistics extends QueuePairStatistics {
+  packetsSent: number;
+  packetsReceived: number;
+  retransmittedPackets: number;
+  timeouts: number;
+  duplicatesReceived: number;
+  sequenceNaksSent: number;
+  rnrNaksSent: number;
+  rnrNaksReceived: number;
+  acksSent: number;
+}
+
+export class RcQueuePair extends EventEmitter<RcQueuePairEvents> {
+  readonly transport = 'roce' as const;
+  readonly pd: ProtectionDomain;
+  readonly sendCq: CompletionQueue;
+  readonly recvCq: CompletionQueue;
+  readonly maxSendWr: number;
+  readonly maxRecvWr: number;
+  readonly maxSge: number;
+  readonly signalAll: boolean;
+  readonly requestedIrd: number;
+  readonly requestedOrd: number;
+  state: QpState = 'idle';
+  disconnectInfo: DisconnectInfo | undefined;
+  /** Private data the peer sent during connection setup. */
+  peerPrivateData: Uint8Array = new Uint8Array(0);
+  path: RcPathParameters | undefined;
+  readonly stats: RcStatistics = {
+    messagesSent: 0,
+    messagesReceived: 0,
+    payloadBytesSent: 0,
+    payloadBytesReceived: 0,
+    packetsSent: 0,
+    packetsReceived: 0,
+    retransmittedPackets: 0,
+    timeouts: 0,
+    duplicatesReceived: 0,
+    sequenceNaksSent: 0,
+    rnrNaksSent: 0,
+    rnrNaksReceived: 0,
+    acksSent: 0,
+  };
+
+  readonly requester: Requester;
+  readonly responder: Responder;
+  private link: PacketLink | undefined;
+  private readonly recvQueue: RcRecvWqe[] = [];
+  private recvHead = 0;
+  private readonly encodeScratch = new IbHeaders();
+  private readonly disconnectWaiters: Array<(info: DisconnectInfo) => void> = [];
+  private readonly establishedWaiters: Array<{ resolve: () => void; reject: (error: Error) => void }> = [];
+  /** Called once when the QP leaves RTS (the connection layer closes its side channel). */
+  onLeaveRts: ((info: DisconnectInfo) => void) | undefined;
+
+  constructor(
+    readonly qpNumber: number,
+    readonly memory: MemoryTable,
+    readonly observer: NicObserver | undefined,
+    options: RcQueuePairOptions,
+    private readonly onDestroyed: (qp: RcQueuePair) => void,
+  ) {
+    super();
+    this.pd = options.pd;
+    this.sendCq = options.sendCq;
+    this.recvCq = options.recvCq;
+    this.maxSendWr = positive('maxSendWr', options.maxSendWr ?? 1024);
+    this.maxRecvWr = positive('maxRecvWr', options.maxRecvWr ?? 1024);
+    this.maxSge = positive('maxSge', options.maxSge ?? 16);
+    this.signalAll = options.signalAll ?? true;
+    this.requestedIrd = limit('ird', options.ird ?? 16);
+    this.requestedOrd = limit('ord', options.ord ?? 16);
+    this.requester = new Requester(this);
+    this.responder = new Responder(this);
+  }
+
+  get statistics(): RcStatistics {
+    return { ...this.stats };
+  }
+
+  get remoteAddress(): string | undefined {
+    return this.path?.peer.address;
+  }
+
+  get remotePort(): number | undefined {
+    return this.path?.peer.port;
+  }
+
+  get postedReceives(): number {
+    return this.recvQueue.length - this.recvHead;
+  }
+
+  get outstandingSends(): number {
+    return this.requester.outstanding;
+  }
+
+  // --- Posting -------------------------------------------------------------------------------
+
+  postSend(wr: SendWorkRequest): void {
+    checkSendRequest(wr, this.maxSge);
+    if (wr.opcode === 'RDMA_WRITE_WITH_IMM' && (wr.immediate ?? 0n) > 0xffffffffn) {
+      throw new RnicError('EINVAL', 'RC Immediate Data is 32 bits (ImmDt); immediate must be below 2^32');
+    }
+    if (wr.atomic?.addMask !== undefined && wr.atomic.addMask !== 0n) {
+      throw new RnicError('EINVAL', 'IB atomics are not masked: addMask is an iWARP (RFC 7306) extension');
+    }
+    if ((wr.atomic?.compareMask ?? ALL_ONES) !== ALL_ONES || (wr.atomic?.swapMask ?? ALL_ONES) !== ALL_ONES) {
+      throw new RnicError('EINVAL', 'IB atomics are not masked: compareMask/swapMask are an iWARP (RFC 7306) extension');
+    }
+    if (this.state === 'idle' || this.state === 'connecting') {
+      throw new RnicError('ENOTCONN', `QP ${this.qpNumber} is not connected (state ${this.state}); post sends once connect/accept resolved`);
+    }
+    if (this.state === 'error') {
+      // Verbs semantics: work posted to a QP in the error state completes flushed.
+      this.pushCompletion(this.sendCq, { wrId: wr.wrId, status: WcStatus.WrFlushError, opcode: wcOpcodeFor(wr.opcode), qpNumber: this.qpNumber, byteLength: 0, error: 'QP is in the error state' });
+      return;
+    }
+    if (this.requester.outstanding >= this.maxSendWr) {
+      throw new RnicError('ENOMEM', `send queue of QP ${this.qpNumber} is full (${this.maxSendWr} outstanding)`);
+    }
+    this.requester.post(wr);
+  }
+
+  postRecv(wr: ReceiveWorkRequest): void {
+    if (typeof wr !== 'object' || wr === null || !Array.isArray(wr.sgList)) throw new RnicError('EINVAL', 'postRecv needs { wrId, sgList }');
+    if (wr.sgList.length > this.maxSge) throw new RnicError('EINVAL', `${wr.sgList.length} SGEs exceed maxSge ${this.maxSge}`);
+    if (this.postedReceives >= this.maxRecvWr) throw new RnicError('ENOMEM', `receive queue of QP ${this.qpNumber} is full (${this.maxRecvWr} posted)`);
+    let capacity = 0;
+    for (const sge of wr.sgList) {
+      if (!Number.isInteger(sge.lkey) || !Number.isSafeInteger(sge.offset) || sge.offset < 0 || !Number.isSafeInteger(sge.length) || sge.length < 0) {
+        throw new RnicError('EINVAL', `SGE ${JSON.stringify(sge)} needs integer lkey, offset >= 0 and length >= 0`);
+      }
+      capacity += sge.length;
+    }
+    if (this.state === 'error') {
+      this.pushCompletion(this.recvCq, { wrId: wr.wrId, status: WcStatus.WrFlushError, opcode: 'RECV', qpNumber: this.qpNumber, byteLength: 0, error: 'QP is in the error state' });
+      return;
+    }
+    this.recvQueue.push({ wr, capacity });
+  }
+
+  /** The responder takes the oldest posted receive, or undefined (RNR). */
+  takeReceive(): RcRecvWqe | undefined {
+    if (this.recvHead >= this.recvQueue.length) return undefined;
+    const wqe = this.recvQueue[this.recvHead++]!;
+    if (this.recvHead > 1024 && this.recvHead * 2 > this.recvQueue.length) {
+      this.recvQueue.splice(0, this.recvHead);
+      this.recvHead = 0;
+    }
+    return wqe;
+  }
+
+  // --- Connection ----------------------------------------------------------------------------
+
+  beginConnecting(): void {
+    if (this.state !== 'idle') throw new RnicError('EISCONN', `QP ${this.qpNumber} is already ${this.state}`);
+    this.state = 'connecting';
+  }
+
+  /** Moves the QP to RTR and RTS with the agreed path; packets flow from now on. */
+  activate(link: PacketLink, path: RcPathParameters): void {
+    if (this.state !== 'connecting' && this.state !== 'idle') throw new RnicError('EISCONN', `QP ${this.qpNumber} is already ${this.state}`);
+    if (!PATH_MTUS.includes(path.pathMtu)) throw new RnicError('EINVAL', `path MTU ${path.pathMtu} is not one of ${PATH_MTUS.join(', ')}`);
+    this.link = link;
+    this.path = path;
+    this.requester.start(path);
+    this.responder.start(path);
+    this.state = 'rts';
+    this.emit('established');
+    for (const waiter of this.establishedWaiters.splice(0)) waiter.resolve();
+  }
+
+  connectFailed(info: DisconnectInfo): void {
+    this.state = 'error';
+    this.disconnectInfo = info;
+    for (const waiter of this.establishedWaiters.splice(0)) waiter.reject(new RnicError('ECONNRESET', info.message));
+  }
+
+  whenEstablished(): Promise<void> {
+    if (this.state === 'rts') return Promise.resolve();
+    if (this.state === 'error') return Promise.reject(new RnicError('ECONNRESET', this.disconnectInfo?.message ?? 'QP is in the error state'));
+    return new Promise((resolve, reject) => this.establishedWaiters.push({ resolve, reject }));
+  }
+
+  whenDisconnected(): Promise<DisconnectInfo> {
+    if (this.disconnectInfo !== undefined && this.state === 'error') return Promise.resolve(this.disconnectInfo);
+    return new Promise((resolve) => this.disconnectWaiters.push(resolve));
+  }
+
+  /** Ends the connection: outstanding work is flushed, the peer is told through the side channel. */
+  disconnect(): void {
+    this.enterError({ reason: 'local-close', message: 'disconnected locally' });
+  }
+
+  destroy(): void {
+    if (this.state !== 'error') this.enterError({ reason: 'local-close', message: 'QP destroyed' });
+    this.onDestroyed(this);
+  }
+
+  /** Moves the QP to the error state: every outstanding WR completes flushed (after `failing`). */
+  enterError(info: DisconnectInfo): void {
+    if (this.state === 'error') return;
+    const wasConnected = this.state === 'rts';
+    this.state = 'error';
+    this.disconnectInfo = info;
+    this.requester.stop();
+    this.responder.stop();
+    this.requester.flush();
+    while (this.recvHead < this.recvQueue.length) {
+      const wqe = this.recvQueue[this.recvHead++]!;
+      this.pushCompletion(this.recvCq, { wrId: wqe.wr.wrId, status: WcStatus.WrFlushError, opcode: 'RECV', qpNumber: this.qpNumber, byteLength: 0, error: 'flushed: QP entered the error state' });
+    }
+    this.recvQueue.length = 0;
+    this.recvHead = 0;
+    for (const waiter of this.establishedWaiters.splice(0)) waiter.reject(new RnicError('ECONNRESET', info.message));
+    if (wasConnected || this.onLeaveRts !== undefined) this.onLeaveRts?.(info);
+    this.onLeaveRts = undefined;
+    this.emit('disconnected', info);
+    for (const waiter of this.disconnectWaiters.splice(0)) waiter(info);
+  }
+
+  // --- Shared by requester and responder -----------------------------------------------------
+
+  /** Routes one decoded inbound packet (ICRC already verified) to the requester or responder. */
+  receive(h: IbHeaders, packet: Uint8Array): void {
+    if (this.state !== 'rts') return;
+    this.stats.packetsReceived++;
+    const payload = packet.subarray(h.payloadOffset, h.payloadOffset + h.payloadLength);
+    try {
+      if (h.opcode >= 0x0d && h.opcode <= 0x12) this.requester.response(h, payload);
+      else this.responder.request(h, payload);
+    } catch (error) {
+      // A bug must end this QP, never the process or another QP.
+      this.enterError({ reason: 'connection-lost', message: `internal error: ${error instanceof Error ? error.message : String(error)}` });
+    }
+  }
+
+  /** Sends one packet with the fields in `h` (PSN, opcode, ...) and `payload`. */
+  sendPacket(h: IbHeaders, payload: Uint8Array): void {
+    const link = this.link;
+    const path = this.path;
+    if (link === undefined || path === undefined) return;
+    h.destQp = path.destQpNumber;
+    h.pkey = path.pkey ?? 0xffff;
+    const pad = padFor(payload.length);
+    h.padCount = pad;
+    const length = headerLength(OPCODES[h.opcode]!.headers);
+    const buffer = new Uint8Array(length + pad + ICRC_LENGTH);
+    encodeHeaders(buffer, 0, h);
+    this.stats.packetsSent++;
+    link.send(path.peer, buffer.subarray(0, length), payload, buffer.subarray(length));
+  }
+
+  /** A cleared header record for building the next packet. */
+  headers(opcode: number, psn: number): IbHeaders {
+    const h = this.encodeScratch;
+    h.opcode = opcode;
+    h.psn = psn;
+    h.solicited = false;
+    h.ackRequest = false;
+    h.migReq = false;
+    h.fecn = false;
+    h.becn = false;
+    h.reserved6 = 0;
+    h.reserved7 = 0;
+    h.transportVersion = 0;
+    return h;
+  }
+
+  pushCompletion(cq: CompletionQueue, completion: WorkCompletion): void {
+    if (!cq.push(completion) && this.state !== 'error') {
+      // A CQ overrun is a catastrophic local error: the QP cannot report its work any more.
+      queueMicrotask(() => this.enterError({ reason: 'connection-lost', message: `completion queue ${cq.number} overran` }));
+    }
+  }
+}
+
+const ALL_ONES = 0xffff_ffff_ffff_ffffn;

@@ -1,0 +1,654 @@
+// The requester half of an RC queue pair (roce.md §6.1, §6.4): turns send work requests into
+// packets (one PSN each, path-MTU segments, a Read reserving one PSN per response packet),
+// keeps at most `maxUnackedPackets` PSNs unacknowledged, completes work from ACKs (one ACK may
+// cover many messages), Read Responses and Atomic Acknowledges, and recovers from loss by
+// going back to the first unacknowledged PSN: on a NAK sequence error, on a gap in a Read
+// Response, on an ACK past an unanswered Read, and when the local ACK timer expires.
+
+import { Access, AccessStatus } from '../memory.ts';
+import { localAccessText } from '../qp-checks.ts';
+import { psnAdd, psnCompare, RNR_TIMER_MICROS, Syndrome, type IbHeaders } from '../wire/ib-headers.ts';
+import { IbOpcode } from '../wire/ib-opcodes.ts';
+import { wcOpcodeFor, WcStatus, type SendWorkRequest, type Sge } from '../work.ts';
+import type { RcPathParameters, RcQueuePair } from './queue-pair.ts';
+
+const Kind = { Send: 0, Write: 1, Read: 2, Atomic: 3, Local: 4 } as const;
+type Kind = (typeof Kind)[keyof typeof Kind];
+
+/** Packets sent per event-loop turn before yielding, so ACKs and other QPs get a turn. */
+const PACKETS_PER_TURN = 64;
+/** AckReq at least this often inside a long message (rxe: RXE_MAX_PKT_PER_ACK). */
+const PACKETS_PER_ACK_REQUEST = 64;
+const UNLIMITED_RETRIES = 7;
+/**
+ * A Read is asked for in requests of at most this many response packets, each one responder
+ * resource (so at most ORD of them are outstanding): a lost response packet then costs one
+ * chunk again, not the rest of a 1 MiB Read, and the burst a responder sends stays small.
+ */
+const READ_CHUNK_PACKETS = 16;
+const EMPTY: Uint8Array = new Uint8Array(0);
+
+interface Wqe {
+  readonly wr: SendWorkRequest;
+  readonly signaled: boolean;
+  readonly kind: Kind;
+  readonly length: number;
+  /** PSNs the message uses (a Read: one per response packet). */
+  readonly packets: number;
+  /** Send/Write: the data; Read: the sink; Atomic: the 8-octet result (or empty). */
+  readonly local: Uint8Array;
+  /** A local check failed at post time: the WR completes with this status. */
+  readonly localError?: { status: WcStatus; text: string };
+  firstPsn: number;
+  started: boolean;
+  /** Counted against ORD (Reads and atomics, from first transmission to completion). */
+  counted: boolean;
+  /** Read: response packets received in order; Send/Write: packets acknowledged. */
+  received: number;
+  /** Read: response packets asked for so far (the first transmission of each chunk counts). */
+  requested: number;
+  done: boolean;
+  status: WcStatus;
+  error?: string;
+  atomicResult?: bigint;
+}
+
+export class Requester {
+  private readonly queue: Wqe[] = [];
+  private head = 0;
+  /** Next WQE to transmit and the packet of it; nextPsn is that packet's PSN. */
+  private txIndex = 0;
+  private txPacket = 0;
+  private nextPsn = 0;
+  /** PSN after the highest one ever sent. */
+  private sentEnd = 0;
+  /** Every PSN up to and including this one is acknowledged. */
+  private lastAcked = 0;
+  private readsOutstanding = 0;
+  private mtu = 1024;
+  private window = 128;
+  private ord = 1;
+  private timeoutMs = 0;
+  private retryCount = UNLIMITED_RETRIES;
+  private rnrRetry = UNLIMITED_RETRIES;
+  private retriesLeft = UNLIMITED_RETRIES;
+  private rnrRetriesLeft = UNLIMITED_RETRIES;
+  private timer: NodeJS.Timeout | undefined;
+  private rnrTimer: NodeJS.Timeout | undefined;
+  private pumpScheduled = false;
+  private sinceAckRequest = 0;
+  /** A gap in a Read Response already caused a rewind to this PSN (avoid one per late packet). */
+  private readRewoundTo = -1;
+  private running = false;
+
+  constructor(private readonly qp: RcQueuePair) {}
+
+  get outstanding(): number {
+    return this.queue.length - this.head;
+  }
+
+  start(path: RcPathParameters): void {
+    this.mtu = path.pathMtu;
+    this.window = path.maxUnackedPackets ?? 128;
+    this.ord = Math.max(1, path.ord);
+    this.retryCount = path.retryCount ?? UNLIMITED_RETRIES;
+    this.rnrRetry = path.rnrRetry ?? UNLIMITED_RETRIES;
+    this.retriesLeft = this.retryCount;
+    this.rnrRetriesLeft = this.rnrRetry;
+    const timeout = path.timeout ?? 14;
+    this.timeoutMs = path.timeoutMs ?? (timeout === 0 ? 0 : (4.096 * 2 ** timeout) / 1000);
+    this.nextPsn = path.sendPsn & 0xffffff;
+    this.sentEnd = this.nextPsn;
+    this.lastAcked = psnAdd(this.nextPsn, -1);
+    this.running = true;
+    this.schedulePump();
+  }
+
+  stop(): void {
+    this.running = false;
+    if (this.timer !== undefined) clearTimeout(this.timer);
+    if (this.rnrTimer !== undefined) clearTimeout(this.rnrTimer);
+    this.timer = undefined;
+    this.rnrTimer = undefined;
+  }
+
+  post(wr: SendWorkRequest): void {
+    const qp = this.qp;
+    const sgList = wr.sgList ?? [];
+    let kind: Kind;
+    switch (wr.opcode) {
+      case 'RDMA_WRITE':
+      case 'RDMA_WRITE_WITH_IMM':
+        kind = Kind.Write;
+        break;
+      case 'RDMA_READ':
+        kind = Kind.Read;
+        break;
+      case 'ATOMIC_FETCH_ADD':
+      case 'ATOMIC_CMP_SWAP':
+        kind = Kind.Atomic;
+        break;
+      case 'LOCAL_INV':
+        kind = Kind.Local;
+        break;
+      default:
+        kind = Kind.Send;
+    }
+    let local: Uint8Array = EMPTY;
+    let localError: Wqe['localError'];
+    const required = kind === Kind.Read || kind === Kind.Atomic ? Access.LocalWrite : 0;
+    const views: Uint8Array[] = [];
+    for (const sge of sgList) {
+      const view = this.resolve(sge, required);
+      if (typeof view === 'string') {
+        localError = { status: WcStatus.LocalProtectionError, text: view };
+        break;
+      }
+      views.push(view);
+    }
+    if (localError === undefined) {
+      if (views.length === 1) local = views[0]!;
+      else if (views.length > 1) {
+        // Several SGEs: gathered once, so every (re)transmission cuts the same MTU segments.
+        local = new Uint8Array(views.reduce((sum, view) => sum + view.length, 0));
+        let offset = 0;
+        for (const view of views) {
+          local.set(view, offset);
+          offset += view.length;
+        }
+      }
+    }
+    const length = kind === Kind.Atomic ? 8 : local.length;
+    if (localError === undefined && local.length > 0x80000000) {
+      localError = { status: WcStatus.LocalLengthError, text: `message of ${local.length} octets exceeds 2^31` };
+    }
+    const packets = kind === Kind.Local ? 0 : kind === Kind.Atomic ? 1 : Math.max(1, Math.ceil(length / this.mtuFor()));
+    this.queue.push({
+      wr,
+      signaled: wr.signaled ?? qp.signalAll,
+      kind,
+      length,
+      packets,
+      local,
+      ...(localError === undefined ? {} : { localError }),
+      firstPsn: 0,
+      started: false,
+      counted: false,
+      received: 0,
+      requested: 0,
+      done: false,
+      status: WcStatus.Success,
+    });
+    this.schedulePump();
+  }
+
+  /** Completes every WR still queued: failed ones with their status, the rest flushed. */
+  flush(): void {
+    const qp = this.qp;
+    while (this.head < this.queue.length) {
+      const wqe = this.queue[this.head++]!;
+      const failed = wqe.done && wqe.status !== WcStatus.Success;
+      if (wqe.done && !failed && !wqe.signaled) continue;
+      qp.pushCompletion(qp.sendCq, {
+        wrId: wqe.wr.wrId,
+        status: wqe.done ? wqe.status : WcStatus.WrFlushError,
+        opcode: wcOpcodeFor(wqe.wr.opcode),
+        qpNumber: qp.qpNumber,
+        byteLength: wqe.done ? wqe.length : 0,
+        ...(wqe.done ? (wqe.error === undefined ? {} : { error: wqe.error }) : { error: 'flushed: QP entered the error state' }),
+      });
+    }
+    this.queue.length = 0;
+    this.head = 0;
+    this.txIndex = 0;
+  }
+
+  // --- Transmission -------------------------------------------------------------------------
+
+  private mtuFor(): number {
+    return this.qp.path?.pathMtu ?? this.mtu;
+  }
+
+  private schedulePump(): void {
+    if (this.pumpScheduled || !this.running) return;
+    this.pumpScheduled = true;
+    setImmediate(() => {
+      this.pumpScheduled = false;
+      this.pump();
+    });
+  }
+
+  private pump(): void {
+    const qp = this.qp;
+    if (!this.running || qp.state !== 'rts' || this.rnrTimer !== undefined) return;
+    let budget = PACKETS_PER_TURN;
+    while (budget > 0 && this.txIndex < this.queue.length) {
+      const wqe = this.queue[this.txIndex]!;
+      if (wqe.localError !== undefined) break; // completes (and fails the QP) once it is the oldest
+      if (wqe.kind === Kind.Local) {
+        if (!wqe.started) {
+          wqe.started = true;
+          wqe.firstPsn = this.nextPsn; // uses no PSN; keeps the PSN bookkeeping of completion simple
+          wqe.done = true;
+          const status = qp.memory.invalidate(wqe.wr.invalidateStag ?? 0, qp.pd);
+          if (status !== AccessStatus.Ok) {
+            wqe.status = WcStatus.LocalProtectionError;
+            wqe.error = `LOCAL_INV of STag 0x${(wqe.wr.invalidateStag ?? 0).toString(16)}: cannot invalidate`;
+          }
+        }
+        this.txIndex++;
+        this.completeInOrder();
+        continue;
+      }
+      const firstTime = !wqe.started;
+      if (firstTime && wqe.wr.fence === true && this.readsOutstanding > 0) break;
+      const newChunk = wqe.kind === Kind.Read ? this.txPacket >= wqe.requested : firstTime && wqe.kind === Kind.Atomic;
+      if (newChunk && this.readsOutstanding >= this.ord) break;
+      const chunkEnd = Math.min(wqe.packets, (Math.floor(this.txPacket / READ_CHUNK_PACKETS) + 1) * READ_CHUNK_PACKETS);
+      // The window: a Read chunk needs its whole response range unless nothing else is unacknowledged.
+      const needed = wqe.kind === Kind.Read ? chunkEnd - this.txPacket : 1;
+      const unacked = psnCompare(this.nextPsn, this.lastAcked) - 1;
+      if (unacked > 0 && unacked + needed > this.window) break;
+      if (firstTime) {
+        wqe.started = true;
+        wqe.firstPsn = this.nextPsn;
+        qp.stats.messagesSent++;
+      }
+      if (newChunk) this.readsOutstanding++;
+      if (wqe.kind === Kind.Atomic && newChunk) wqe.counted = true;
+      if (psnCompare(this.nextPsn, this.sentEnd) < 0) qp.stats.retransmittedPackets++;
+      if (wqe.kind === Kind.Read) {
+        this.sendReadRequest(wqe, this.txPacket, chunkEnd);
+        if (chunkEnd > wqe.requested) wqe.requested = chunkEnd;
+        this.nextPsn = psnAdd(wqe.firstPsn, chunkEnd);
+        this.txPacket = chunkEnd;
+        if (chunkEnd === wqe.packets) {
+          this.txIndex++;
+          this.txPacket = 0;
+        }
+      } else if (wqe.kind === Kind.Atomic) {
+        this.sendAtomic(wqe);
+        this.nextPsn = psnAdd(this.nextPsn, 1);
+        this.txIndex++;
+        this.txPacket = 0;
+      } else {
+        this.sendSegment(wqe, this.txPacket);
+        this.nextPsn = psnAdd(this.nextPsn, 1);
+        if (++this.txPacket === wqe.packets) {
+          this.txIndex++;
+          this.txPacket = 0;
+        }
+      }
+      if (psnCompare(this.nextPsn, this.sentEnd) > 0) this.sentEnd = this.nextPsn;
+      budget--;
+      this.armTimer();
+    }
+    if (budget === 0) this.schedulePump();
+  }
+
+  private sendSegment(wqe: Wqe, index: number): void {
+    const qp = this.qp;
+    const mtu = this.mtuFor();
+    const last = index === wqe.packets - 1;
+    const first = index === 0;
+    const opcode = wqe.wr.opcode;
+    let code: number;
+    if (wqe.kind === Kind.Write) {
+      const immediate = opcode === 'RDMA_WRITE_WITH_IMM';
+      if (wqe.packets === 1) code = immediate ? IbOpcode.RdmaWriteOnlyWithImmediate : IbOpcode.RdmaWriteOnly;
+      else if (first) code = IbOpcode.RdmaWriteFirst;
+      else if (last) code = immediate ? IbOpcode.RdmaWriteLastWithImmediate : IbOpcode.RdmaWriteLast;
+      else code = IbOpcode.RdmaWriteMiddle;
+    } else {
+      const invalidate = opcode === 'SEND_WITH_INV' || opcode === 'SEND_WITH_SE_INV';
+      if (wqe.packets === 1) code = invalidate ? IbOpcode.SendOnlyWithInvalidate : IbOpcode.SendOnly;
+      else if (first) code = IbOpcode.SendFirst;
+      else if (last) code = invalidate ? IbOpcode.SendLastWithInvalidate : IbOpcode.SendLast;
+      else code = IbOpcode.SendMiddle;
+    }
+    const h = qp.headers(code, this.nextPsn);
+    if (last) {
+      h.solicited = wqe.wr.solicited === true || opcode === 'SEND_WITH_SE' || opcode === 'SEND_WITH_SE_INV';
+      h.immediate = Number((wqe.wr.immediate ?? 0n) & 0xffffffffn);
+      h.invalidateRkey = wqe.wr.invalidateStag ?? 0;
+    }
+    if (first && wqe.kind === Kind.Write) {
+      h.virtualAddress = BigInt(wqe.wr.remote!.taggedOffset);
+      h.rkey = wqe.wr.remote!.stag;
+      h.dmaLength = wqe.length;
+    }
+    h.ackRequest = this.ackRequest(last);
+    const start = index * mtu;
+    const payload = wqe.local.subarray(start, Math.min(wqe.length, start + mtu));
+    qp.stats.payloadBytesSent += payload.length;
+    qp.sendPacket(h, payload);
+  }
+
+  private sendReadRequest(wqe: Wqe, fromPacket: number, toPacket: number): void {
+    // A retried Read asks only for what has not arrived, at that packet's PSN (roce.md §6.3).
+    const mtu = this.mtuFor();
+    const skipped = fromPacket * mtu;
+    const h = this.qp.headers(IbOpcode.RdmaReadRequest, psnAdd(wqe.firstPsn, fromPacket));
+    h.virtualAddress = BigInt(wqe.wr.remote!.taggedOffset) + BigInt(skipped);
+    h.rkey = wqe.wr.remote!.stag;
+    h.dmaLength = Math.min(wqe.length, toPacket * mtu) - skipped;
+    h.ackRequest = this.ackRequest(true);
+    this.qp.sendPacket(h, EMPTY);
+  }
+
+  private sendAtomic(wqe: Wqe): void {
+    const fetchAdd = wqe.wr.opcode === 'ATOMIC_FETCH_ADD';
+    const h = this.qp.headers(fetchAdd ? IbOpcode.FetchAdd : IbOpcode.CompareSwap, wqe.firstPsn);
+    h.virtualAddress = BigInt(wqe.wr.remote!.taggedOffset);
+    h.rkey = wqe.wr.remote!.stag;
+    h.swapOrAdd = BigInt.asUintN(64, fetchAdd ? wqe.wr.atomic!.add! : wqe.wr.atomic!.swap!);
+    h.compare = fetchAdd ? 0n : BigInt.asUintN(64, wqe.wr.atomic!.compare!);
+    h.ackRequest = this.ackRequest(true);
+    this.qp.sendPacket(h, EMPTY);
+  }
+
+  private ackRequest(endOfMessage: boolean): boolean {
+    if (endOfMessage || ++this.sinceAckRequest >= PACKETS_PER_ACK_REQUEST) {
+      this.sinceAckRequest = 0;
+      return true;
+    }
+    return false;
+  }
+
+  // --- Responses ----------------------------------------------------------------------------
+
+  /** An ACK/NAK, Read Response or Atomic Acknowledge from the peer's responder. */
+  response(h: IbHeaders, payload: Uint8Array): void {
+    const psn = h.psn;
+    // Only PSNs this side sent and that are not yet acknowledged can be answered.
+    if (psnCompare(psn, this.lastAcked) <= 0 || psnCompare(psn, this.sentEnd) >= 0) return;
+    if (h.opcode === IbOpcode.Acknowledge) {
+      this.acknowledge(h, psn);
+    } else if (h.opcode === IbOpcode.AtomicAcknowledge) {
+      this.atomicAcknowledge(h, psn);
+    } else {
+      this.readResponse(h, psn, payload);
+    }
+    this.completeInOrder();
+    this.schedulePump();
+  }
+
+  private acknowledge(h: IbHeaders, psn: number): void {
+    const type = h.syndrome & Syndrome.TypeMask;
+    if (type === Syndrome.TypeAck) {
+      this.ackThrough(psn, true);
+      return;
+    }
+    this.ackThrough(psnAdd(psn, -1), false);
+    if (type === Syndrome.TypeRnrNak) {
+      this.qp.stats.rnrNaksReceived++;
+      if (this.rnrRetry !== UNLIMITED_RETRIES && this.rnrRetriesLeft-- <= 0) {
+        this.failAt(psn, WcStatus.RnrRetryExceededError, `the peer answered RNR NAK beyond the RNR retry count ${this.rnrRetry}`);
+        return;
+      }
+      this.rewind(psn);
+      if (this.timer !== undefined) clearTimeout(this.timer);
+      this.timer = undefined;
+      if (this.rnrTimer !== undefined) clearTimeout(this.rnrTimer);
+      this.rnrTimer = setTimeout(() => {
+        this.rnrTimer = undefined;
+        this.pump();
+      }, RNR_TIMER_MICROS[h.syndrome & 0x1f]! / 1000);
+      return;
+    }
+    if (h.syndrome === Syndrome.NakPsnSequenceError) {
+      this.rewind(psn);
+      return;
+    }
+    const [status, text] =
+      h.syndrome === Syndrome.NakInvalidRequest
+        ? [WcStatus.RemoteInvalidRequestError, 'the peer answered NAK invalid request']
+        : h.syndrome === Syndrome.NakRemoteAccessError
+          ? [WcStatus.RemoteAccessError, 'the peer answered NAK remote access error']
+          : h.syndrome === Syndrome.NakRemoteOperationalError
+            ? [WcStatus.RemoteOperationError, 'the peer answered NAK remote operational error']
+            : [WcStatus.BadResponseError, `the peer answered with reserved syndrome 0x${h.syndrome.toString(16)}`];
+    this.failAt(psn, status, text);
+  }
+
+  /**
+   * Everything through `psn` is acknowledged: Sends and Writes ending there complete. A Read or
+   * atomic inside the range without its response means the response was lost: go back for it
+   * (only for a real ACK; a NAK names its own PSN).
+   */
+  private ackThrough(psn: number, retryLostResponses: boolean): void {
+    let progress = false;
+    for (let index = this.head; index < this.queue.length; index++) {
+      const wqe = this.queue[index]!;
+      if (!wqe.started) break;
+      if (wqe.done) continue;
+      if (wqe.kind === Kind.Read || wqe.kind === Kind.Atomic) {
+        if (retryLostResponses && psnCompare(wqe.firstPsn, psn) <= 0) this.rewind(psnAdd(wqe.firstPsn, wqe.received));
+        break;
+      }
+      const acknowledged = psnCompare(psn, wqe.firstPsn) + 1;
+      if (acknowledged < wqe.packets) {
+        // An AckReq inside a long message: part of it is acknowledged.
+        if (acknowledged > wqe.received) {
+          wqe.received = acknowledged;
+          progress = true;
+        }
+        break;
+      }
+      wqe.done = true;
+      progress = true;
+    }
+    if (progress || psnCompare(psn, this.lastAcked) > 0) this.advanced();
+  }
+
+  private readResponse(h: IbHeaders, psn: number, payload: Uint8Array): void {
+    const wqe = this.oldestAwaitingResponse(psn);
+    if (wqe === undefined || wqe.kind !== Kind.Read) return;
+    if (psnCompare(psn, wqe.firstPsn) < 0 || psnCompare(psn, psnAdd(wqe.firstPsn, wqe.packets)) >= 0) return;
+    const expected = psnAdd(wqe.firstPsn, wqe.received);
+    const order = psnCompare(psn, expected);
+    if (order < 0) return; // a duplicate of what already arrived
+    if (order > 0) {
+      // A response packet went missing: ask again from it, once per gap.
+      if (this.readRewoundTo !== expected) {
+        this.readRewoundTo = expected;
+        this.rewind(expected);
+      }
+      return;
+    }
+    const mtu = this.mtuFor();
+    const index = wqe.received;
+    const final = index === wqe.packets - 1;
+    // Each chunk (and each retried part of one) is its own response run, FIRST..LAST or ONLY;
+    // the PSN fixes where the data goes, so the checks are the length and the run's end.
+    const expectedLength = Math.min(mtu, wqe.length - index * mtu);
+    const endsRun = h.opcode === IbOpcode.RdmaReadResponseLast || h.opcode === IbOpcode.RdmaReadResponseOnly;
+    if (payload.length !== expectedLength || (final && !endsRun)) {
+      this.failWqe(wqe, WcStatus.BadResponseError, `Read Response PSN 0x${psn.toString(16)}: opcode 0x${h.opcode.toString(16)} with ${payload.length} octets, expected ${expectedLength}${final ? ' ending the Read' : ''}`);
+      return;
+    }
+    if (h.opcode !== IbOpcode.RdmaReadResponseMiddle && (h.syndrome & Syndrome.TypeMask) !== Syndrome.TypeAck) {
+      this.failWqe(wqe, WcStatus.BadResponseError, `Read Response carries syndrome 0x${h.syndrome.toString(16)}`);
+      return;
+    }
+    wqe.local.set(payload, index * mtu);
+    this.qp.stats.payloadBytesReceived += payload.length;
+    wqe.received++;
+    // A chunk fully arrived frees its ORD slot.
+    if (wqe.received % READ_CHUNK_PACKETS === 0 || wqe.received === wqe.packets) this.readsOutstanding--;
+    if (wqe.received === wqe.packets) this.finishResponse(wqe);
+    this.advanced();
+  }
+
+  private atomicAcknowledge(h: IbHeaders, psn: number): void {
+    const wqe = this.oldestAwaitingResponse(psn);
+    if (wqe === undefined || wqe.kind !== Kind.Atomic || wqe.firstPsn !== psn) return;
+    if ((h.syndrome & Syndrome.TypeMask) !== Syndrome.TypeAck) {
+      this.failWqe(wqe, WcStatus.BadResponseError, `Atomic Acknowledge carries syndrome 0x${h.syndrome.toString(16)}`);
+      return;
+    }
+    wqe.atomicResult = h.originalData;
+    if (wqe.local.length === 8) {
+      // The original value lands in the requester's buffer in host order, as the target held it.
+      new DataView(wqe.local.buffer, wqe.local.byteOffset, 8).setBigUint64(0, h.originalData, true);
+    }
+    wqe.received = 1;
+    this.finishResponse(wqe);
+    this.advanced();
+  }
+
+  /** Completes the Sends/Writes a response implicitly acknowledges and returns the WQE it answers. */
+  private oldestAwaitingResponse(psn: number): Wqe | undefined {
+    for (let index = this.head; index < this.queue.length; index++) {
+      const wqe = this.queue[index]!;
+      if (!wqe.started) return undefined;
+      if (wqe.done) continue;
+      if (wqe.kind === Kind.Read || wqe.kind === Kind.Atomic) return wqe;
+      if (psnCompare(psnAdd(wqe.firstPsn, wqe.packets - 1), psn) >= 0) return undefined;
+      wqe.done = true;
+    }
+    return undefined;
+  }
+
+  private finishResponse(wqe: Wqe): void {
+    wqe.done = true;
+    if (wqe.counted) {
+      wqe.counted = false;
+      this.readsOutstanding--;
+    }
+  }
+
+  /** Acknowledged PSNs moved forward: recompute lastAcked, reset the retry budget and timer. */
+  private advanced(): void {
+    let acked = psnAdd(this.sentEnd, -1);
+    for (let index = this.head; index < this.queue.length; index++) {
+      const wqe = this.queue[index]!;
+      if (!wqe.started) break;
+      if (!wqe.done) {
+        acked = psnAdd(wqe.firstPsn, (wqe.kind === Kind.Atomic ? 0 : wqe.received) - 1);
+        break;
+      }
+    }
+    if (psnCompare(acked, this.lastAcked) > 0) {
+      this.lastAcked = acked;
+      this.retriesLeft = this.retryCount;
+      this.rnrRetriesLeft = this.rnrRetry;
+      this.readRewoundTo = -1;
+      if (this.timer !== undefined) clearTimeout(this.timer);
+      this.timer = undefined;
+    }
+    this.armTimer();
+  }
+
+  /** Go-back-N: transmission restarts at `psn` (PSNs after it are resent with the same numbers). */
+  private rewind(psn: number): void {
+    for (let index = this.head; index < this.queue.length; index++) {
+      const wqe = this.queue[index]!;
+      if (!wqe.started) return;
+      if (wqe.kind === Kind.Local) continue;
+      const offset = psnCompare(psn, wqe.firstPsn);
+      if (offset < 0 || offset >= wqe.packets) continue;
+      if (wqe.done && wqe.kind !== Kind.Send && wqe.kind !== Kind.Write) return;
+      this.txIndex = index;
+      this.txPacket = wqe.kind === Kind.Atomic ? 0 : offset;
+      if (wqe.kind === Kind.Read && wqe.done) return;
+      // Later WQEs were sent already and keep their PSNs when resent.
+      this.nextPsn = psn;
+      this.schedulePump();
+      return;
+    }
+  }
+
+  private armTimer(): void {
+    if (this.timer !== undefined || this.timeoutMs === 0 || !this.running) return;
+    if (psnCompare(this.sentEnd, psnAdd(this.lastAcked, 1)) <= 0) return;
+    this.timer = setTimeout(() => this.timedOut(), this.timeoutMs);
+    this.timer.unref?.();
+  }
+
+  private timedOut(): void {
+    this.timer = undefined;
+    if (!this.running || psnCompare(this.sentEnd, psnAdd(this.lastAcked, 1)) <= 0) return;
+    this.qp.stats.timeouts++;
+    if (this.retryCount !== UNLIMITED_RETRIES && this.retriesLeft-- <= 0) {
+      this.failAt(psnAdd(this.lastAcked, 1), WcStatus.RetryExceededError, `no acknowledgement from the peer after ${this.retryCount} retransmissions (${Math.round(this.timeoutMs)} ms timeout)`, 'connection-lost');
+      return;
+    }
+    this.rewind(psnAdd(this.lastAcked, 1));
+    this.armTimer();
+  }
+
+  /** The WQE holding `psn` (or the oldest one) fails and the QP enters the error state. */
+  private failAt(psn: number, status: WcStatus, text: string, reason: 'connection-lost' | 'terminate-received' = 'terminate-received'): void {
+    let target: Wqe | undefined;
+    for (let index = this.head; index < this.queue.length; index++) {
+      const wqe = this.queue[index]!;
+      if (wqe.done) continue;
+      target ??= wqe;
+      if (wqe.started && psnCompare(psn, wqe.firstPsn) >= 0 && psnCompare(psn, psnAdd(wqe.firstPsn, Math.max(1, wqe.packets))) < 0) {
+        target = wqe;
+        break;
+      }
+    }
+    if (target !== undefined) {
+      target.done = true;
+      target.status = status;
+      target.error = text;
+    }
+    this.qp.enterError({ reason, message: text });
+  }
+
+  private failWqe(wqe: Wqe, status: WcStatus, text: string): void {
+    wqe.done = true;
+    wqe.status = status;
+    wqe.error = text;
+    this.qp.enterError({ reason: 'terminate-sent', message: text });
+  }
+
+  /** Reports finished WQEs oldest first; a locally failed one fails the QP when its turn comes. */
+  completeInOrder(): void {
+    const qp = this.qp;
+    while (this.head < this.queue.length && qp.state === 'rts') {
+      const wqe = this.queue[this.head]!;
+      if (wqe.localError !== undefined && !wqe.done) {
+        wqe.done = true;
+        wqe.status = wqe.localError.status;
+        wqe.error = wqe.localError.text;
+        qp.enterError({ reason: 'connection-lost', message: `local error: ${wqe.localError.text}` });
+        return;
+      }
+      if (!wqe.done) break;
+      this.head++;
+      if (this.txIndex < this.head) {
+        // A rewound transmission point passed by an acknowledgement resumes after that WQE.
+        this.txIndex = this.head;
+        this.txPacket = 0;
+        this.nextPsn = psnAdd(wqe.firstPsn, wqe.packets);
+      }
+      if (wqe.signaled || wqe.status !== WcStatus.Success) {
+        qp.pushCompletion(qp.sendCq, {
+          wrId: wqe.wr.wrId,
+          status: wqe.status,
+          opcode: wcOpcodeFor(wqe.wr.opcode),
+          qpNumber: qp.qpNumber,
+          byteLength: wqe.length,
+          ...(wqe.atomicResult === undefined ? {} : { atomicResult: wqe.atomicResult }),
+          ...(wqe.error === undefined ? {} : { error: wqe.error }),
+        });
+      }
+    }
+    if (this.head > 256 && this.head * 2 > this.queue.length) {
+      this.queue.splice(0, this.head);
+      this.txIndex -= this.head;
+      this.head = 0;
+    }
+  }
+
+  private resolve(sge: Sge, required: number): Uint8Array | string {
+    const memory = this.qp.memory;
+    const status = memory.checkLocal(sge.lkey, this.qp.pd, required, sge.offset, sge.length);
+    if (status !== AccessStatus.Ok) return localAccessText(status, sge);
+    const region = memory.resolvedRegion!;
+    return region.bytes.subarray(memory.resolvedOffset, memory.resolvedOffset + sge.length);
+  }
+}

@@ -1,0 +1,408 @@
+// The responder half of an RC queue pair (roce.md §6.3): executes the peer's requests in PSN
+// order, places Sends into posted receives and Writes into registered memory, answers Reads
+// and atomics from responder resources (a ring of `ird` entries, so a duplicate Read or atomic
+// is answered again without running twice), acknowledges what asked for it (coalescing the
+// ACKs of one event-loop turn into one), and sends the NAK that fits each failure:
+// PSN sequence error once per gap, RNR NAK when no receive is posted, invalid request, remote
+// access error and remote operational error (the last three also move the QP to error).
+
+import { executeAtomic, isAtomicAligned } from '../atomic-executor.ts';
+import { Access, AccessStatus, type MemoryRegion } from '../memory.ts';
+import { accessStatusText, localAccessText } from '../qp-checks.ts';
+import { AtomicOpcode, ALL_ONES_64 } from '../wire/atomics.ts';
+import { psnAdd, psnCompare, Syndrome, type IbHeaders } from '../wire/ib-headers.ts';
+import { IbOpcode, Kind, OPCODES, Position } from '../wire/ib-opcodes.ts';
+import { WcStatus } from '../work.ts';
+import type { RcPathParameters, RcQueuePair, RcRecvWqe } from './queue-pair.ts';
+
+const MAX_DMA_LENGTH = 0x80000000;
+const EMPTY: Uint8Array = new Uint8Array(0);
+
+interface Resource {
+  readonly kind: 'read' | 'atomic';
+  readonly psn: number;
+  readonly packets: number;
+  readonly virtualAddress: bigint;
+  readonly rkey: number;
+  readonly length: number;
+  readonly original: bigint;
+}
+
+const InProgress = { None: 0, Send: 1, Write: 2 } as const;
+type InProgress = (typeof InProgress)[keyof typeof InProgress];
+
+export class Responder {
+  private expectedPsn = 0;
+  private msn = 0;
+  private nakSent = false;
+  private mtu = 1024;
+  private minRnrTimer = 12;
+  private inProgress: InProgress = InProgress.None;
+  // The inbound Send being placed.
+  private recv: RcRecvWqe | undefined;
+  private scatter: Uint8Array[] = [];
+  private placed = 0;
+  // The inbound Write being placed.
+  private writeTarget: Uint8Array = EMPTY;
+  private writeLength = 0;
+  private resources: Array<Resource | undefined> = [];
+  private nextResource = 0;
+  private pendingAck = -1;
+  private ackImmediate: NodeJS.Immediate | undefined;
+
+  constructor(private readonly qp: RcQueuePair) {}
+
+  start(path: RcPathParameters): void {
+    this.expectedPsn = path.receivePsn & 0xffffff;
+    this.mtu = path.pathMtu;
+    this.minRnrTimer = path.minRnrTimer ?? 12;
+    this.resources = new Array<Resource | undefined>(Math.max(1, path.ird)).fill(undefined);
+  }
+
+  stop(): void {
+    if (this.ackImmediate !== undefined) clearImmediate(this.ackImmediate);
+    this.ackImmediate = undefined;
+    this.pendingAck = -1;
+  }
+
+  request(h: IbHeaders, payload: Uint8Array): void {
+    const info = OPCODES[h.opcode];
+    // Only RC requests reach a responder; UC/UD/CNP packets on an RC QP are dropped.
+    if (info === undefined || h.opcode >= 0x20) return;
+    const order = psnCompare(h.psn, this.expectedPsn);
+    if (order > 0) {
+      // Packets were lost: one NAK per gap, then silence until the expected PSN arrives.
+      if (!this.nakSent) {
+        this.nakSent = true;
+        this.qp.stats.sequenceNaksSent++;
+        this.sendAck(Syndrome.NakPsnSequenceError, this.expectedPsn);
+      }
+      return;
+    }
+    if (order < 0) {
+      this.duplicate(h, info.kind);
+      return;
+    }
+    this.nakSent = false;
+    const position = info.position;
+    const kind = info.kind;
+    const continuing = position === Position.Middle || position === Position.Last;
+    if (this.inProgress !== InProgress.None) {
+      const same = (this.inProgress === InProgress.Send && kind === Kind.Send) || (this.inProgress === InProgress.Write && kind === Kind.Write);
+      if (!same || !continuing) return this.fatal(Syndrome.NakInvalidRequest, h.psn, `${info.name} while a ${this.inProgress === InProgress.Send ? 'Send' : 'Write'} is in progress`);
+    } else if (continuing) {
+      return this.fatal(Syndrome.NakInvalidRequest, h.psn, `${info.name} without a FIRST packet`);
+    }
+    if (kind === Kind.Send || kind === Kind.Write) {
+      const length = payload.length;
+      const wrong =
+        position === Position.First || position === Position.Middle
+          ? length !== this.mtu
+          : position === Position.Last
+            ? length < 1 || length > this.mtu
+            : length > this.mtu;
+      if (wrong) return this.fatal(Syndrome.NakInvalidRequest, h.psn, `${info.name} carries ${length} octets at path MTU ${this.mtu}`);
+    }
+    switch (kind) {
+      case Kind.Send:
+        return this.send(h, payload, position);
+      case Kind.Write:
+        return this.write(h, payload, position);
+      case Kind.ReadRequest:
+        return this.readRequest(h);
+      case Kind.Atomic:
+        return this.atomic(h);
+      default:
+        return; // responses are the requester's; nothing else reaches here
+    }
+  }
+
+  private send(h: IbHeaders, payload: Uint8Array, position: Position): void {
+    const qp = this.qp;
+    if (position === Position.First || position === Position.Only) {
+      if (qp.postedReceives === 0) return this.rnr(h.psn);
+      const recv = qp.takeReceive()!;
+      const views: Uint8Array[] = [];
+      for (const sge of recv.wr.sgList) {
+        const status = qp.memory.checkLocal(sge.lkey, qp.pd, Access.LocalWrite, sge.offset, sge.length);
+        if (status !== AccessStatus.Ok) {
+          this.completeRecv(recv, 'RECV', 0, WcStatus.LocalProtectionError, localAccessText(status, sge));
+          return this.fatal(Syndrome.NakRemoteOperationalError, h.psn, `receive WR ${String(recv.wr.wrId)}: ${localAccessText(status, sge)}`);
+        }
+        views.push(qp.memory.resolvedRegion!.bytes.subarray(qp.memory.resolvedOffset, qp.memory.resolvedOffset + sge.length));
+      }
+      this.recv = recv;
+      this.scatter = views;
+      this.placed = 0;
+      this.inProgress = InProgress.Send;
+    }
+    const recv = this.recv!;
+    if (this.placed + payload.length > recv.capacity) {
+      this.inProgress = InProgress.None;
+      this.completeRecv(recv, 'RECV', this.placed, WcStatus.LocalLengthError, `Send longer than the ${recv.capacity}-octet receive`);
+      return this.fatal(Syndrome.NakInvalidRequest, h.psn, `Send longer than the posted ${recv.capacity}-octet receive`);
+    }
+    this.place(payload);
+    this.qp.stats.payloadBytesReceived += payload.length;
+    if (position === Position.Last || position === Position.Only) {
+      this.inProgress = InProgress.None;
+      let invalidated: number | undefined;
+      if (h.opcode === IbOpcode.SendLastWithInvalidate || h.opcode === IbOpcode.SendOnlyWithInvalidate) {
+        const status = qp.memory.invalidate(h.invalidateRkey, qp.pd);
+        if (status !== AccessStatus.Ok) {
+          this.completeRecv(recv, 'RECV', this.placed, WcStatus.RemoteInvalidRequestError, `Send with Invalidate of rkey 0x${h.invalidateRkey.toString(16)}: ${accessStatusText(status)}`);
+          return this.fatal(Syndrome.NakRemoteOperationalError, h.psn, `cannot invalidate rkey 0x${h.invalidateRkey.toString(16)}: ${accessStatusText(status)}`);
+        }
+        invalidated = h.invalidateRkey;
+      }
+      const immediate = h.opcode === IbOpcode.SendLastWithImmediate || h.opcode === IbOpcode.SendOnlyWithImmediate;
+      this.msn = (this.msn + 1) & 0xffffff;
+      this.qp.stats.messagesReceived++;
+      qp.pushCompletion(qp.recvCq, {
+        wrId: recv.wr.wrId,
+        status: WcStatus.Success,
+        opcode: 'RECV',
+        qpNumber: qp.qpNumber,
+        byteLength: this.placed,
+        solicited: h.solicited,
+        ...(immediate ? { immediate: BigInt(h.immediate) } : {}),
+        ...(invalidated === undefined ? {} : { invalidatedStag: invalidated }),
+      });
+      this.recv = undefined;
+      this.scatter = [];
+    }
+    this.accepted(h);
+  }
+
+  private write(h: IbHeaders, payload: Uint8Array, position: Position): void {
+    const qp = this.qp;
+    const first = position === Position.First || position === Position.Only;
+    const last = position === Position.Last || position === Position.Only;
+    const immediate = h.opcode === IbOpcode.RdmaWriteOnlyWithImmediate || h.opcode === IbOpcode.RdmaWriteLastWithImmediate;
+    // A Write with Immediate consumes a receive: without one the peer retries this packet later.
+    if (immediate && qp.postedReceives === 0) return this.rnr(h.psn);
+    if (first) {
+      if (h.dmaLength > MAX_DMA_LENGTH) return this.fatal(Syndrome.NakInvalidRequest, h.psn, `RDMA Write DMA length ${h.dmaLength} exceeds 2^31`);
+      this.writeTarget = EMPTY;
+      // A zero-length Write names no memory and is not checked (IBA C9-88, as rxe).
+      if (h.dmaLength > 0) {
+        const target = this.remote(h, Access.RemoteWrite, h.dmaLength, 'RDMA Write');
+        if (target === undefined) return;
+        this.writeTarget = target;
+      }
+      this.writeLength = h.dmaLength;
+      this.placed = 0;
+      this.inProgress = InProgress.Write;
+    }
+    if (this.placed + payload.length > this.writeLength) {
+      return this.fatal(Syndrome.NakInvalidRequest, h.psn, `RDMA Write data exceeds its DMA length ${this.writeLength}`);
+    }
+    this.writeTarget.set(payload, this.placed);
+    this.placed += payload.length;
+    this.qp.stats.payloadBytesReceived += payload.length;
+    if (last) {
+      this.inProgress = InProgress.None;
+      if (this.placed !== this.writeLength) {
+        return this.fatal(Syndrome.NakInvalidRequest, h.psn, `RDMA Write carried ${this.placed} of its ${this.writeLength} octets`);
+      }
+      this.msn = (this.msn + 1) & 0xffffff;
+      this.qp.stats.messagesReceived++;
+      if (immediate) {
+        const recv = qp.takeReceive()!;
+        qp.pushCompletion(qp.recvCq, {
+          wrId: recv.wr.wrId,
+          status: WcStatus.Success,
+          opcode: 'RECV_RDMA_WITH_IMM',
+          qpNumber: qp.qpNumber,
+          byteLength: this.writeLength,
+          immediate: BigInt(h.immediate),
+          solicited: h.solicited,
+        });
+      }
+    }
+    this.accepted(h);
+  }
+
+  private readRequest(h: IbHeaders): void {
+    const length = h.dmaLength;
+    if (length > MAX_DMA_LENGTH) return this.fatal(Syndrome.NakInvalidRequest, h.psn, `RDMA Read DMA length ${length} exceeds 2^31`);
+    if (length > 0 && this.remote(h, Access.RemoteRead, length, 'RDMA Read') === undefined) return;
+    const packets = Math.max(1, Math.ceil(length / this.mtu));
+    this.remember({ kind: 'read', psn: h.psn, packets, virtualAddress: h.virtualAddress, rkey: h.rkey, length, original: 0n });
+    this.msn = (this.msn + 1) & 0xffffff;
+    this.qp.stats.messagesReceived++;
+    this.expectedPsn = psnAdd(h.psn, packets);
+    this.sendReadResponse(h.psn, h.virtualAddress, h.rkey, length);
+  }
+
+  private atomic(h: IbHeaders): void {
+    const qp = this.qp;
+    if (h.virtualAddress % 8n !== 0n) return this.fatal(Syndrome.NakInvalidRequest, h.psn, `atomic target 0x${h.virtualAddress.toString(16)} is not 8-octet aligned`);
+    if (this.remote(h, Access.RemoteAtomic, 8, 'atomic') === undefined) return;
+    const region = qp.memory.resolvedRegion!;
+    const offset = qp.memory.resolvedOffset;
+    if (!isAtomicAligned(region, offset)) return this.fatal(Syndrome.NakInvalidRequest, h.psn, 'atomic target is not 8-octet aligned in memory');
+    const fetchAdd = h.opcode === IbOpcode.FetchAdd;
+    // IB atomics are unmasked (roce.md §6.1): an add over all 64 bits, a compare of all of them.
+    const original = executeAtomic(region, offset, {
+      atomicOpcode: fetchAdd ? AtomicOpcode.FetchAdd : AtomicOpcode.CompareSwap,
+      addOrSwapData: h.swapOrAdd,
+      addOrSwapMask: fetchAdd ? 0n : ALL_ONES_64,
+      compareData: h.compare,
+      compareMask: ALL_ONES_64,
+    });
+    region.onRemoteAtomic?.(offset, original);
+    this.remember({ kind: 'atomic', psn: h.psn, packets: 1, virtualAddress: h.virtualAddress, rkey: h.rkey, length: 8, original });
+    this.msn = (this.msn + 1) & 0xffffff;
+    this.qp.stats.messagesReceived++;
+    this.expectedPsn = psnAdd(h.psn, 1);
+    this.sendAtomicAcknowledge(h.psn, original);
+  }
+
+  /** An old PSN: acknowledge again, or answer a Read/atomic again from its resource. */
+  private duplicate(h: IbHeaders, kind: Kind): void {
+    this.qp.stats.duplicatesReceived++;
+    if (kind === Kind.Send || kind === Kind.Write) {
+      if (h.ackRequest) this.sendAck(Syndrome.AckUnlimitedCredits, psnAdd(this.expectedPsn, -1));
+      return;
+    }
+    for (const resource of this.resources) {
+      if (resource === undefined) continue;
+      const offset = psnCompare(h.psn, resource.psn);
+      if (offset < 0 || offset >= resource.packets) continue;
+      if (kind === Kind.Atomic && resource.kind === 'atomic' && offset === 0) {
+        this.sendAtomicAcknowledge(h.psn, resource.original);
+        return;
+      }
+      if (kind === Kind.ReadRequest && resource.kind === 'read') {
+        // A retried Read may ask for the tail of the original range only, same rkey.
+        const start = h.virtualAddress - resource.virtualAddress;
+        if (h.rkey !== resource.rkey || start < 0n || start + BigInt(h.dmaLength) > BigInt(resource.length)) return;
+        if (h.dmaLength > 0 && this.remote(h, Access.RemoteRead, h.dmaLength, 'RDMA Read (repeated)') === undefined) return;
+        this.sendReadResponse(h.psn, h.virtualAddress, h.rkey, h.dmaLength);
+        return;
+      }
+    }
+    // No resource holds it any more: drop (roce.md §6.3).
+  }
+
+  private sendReadResponse(psn: number, virtualAddress: bigint, rkey: number, length: number): void {
+    const qp = this.qp;
+    this.cancelPendingAck(); // the responses acknowledge everything before them
+    let data: Uint8Array = EMPTY;
+    if (length > 0) {
+      // Checked by the caller a moment ago; resolved again because placement moved the cursor.
+      qp.memory.checkRemote(rkey, qp.pd, Access.RemoteRead, virtualAddress, length);
+      const region: MemoryRegion = qp.memory.resolvedRegion!;
+      data = region.bytes.subarray(qp.memory.resolvedOffset, qp.memory.resolvedOffset + length);
+    }
+    const packets = Math.max(1, Math.ceil(length / this.mtu));
+    for (let index = 0; index < packets; index++) {
+      const opcode =
+        packets === 1
+          ? IbOpcode.RdmaReadResponseOnly
+          : index === 0
+            ? IbOpcode.RdmaReadResponseFirst
+            : index === packets - 1
+              ? IbOpcode.RdmaReadResponseLast
+              : IbOpcode.RdmaReadResponseMiddle;
+      const h = qp.headers(opcode, psnAdd(psn, index));
+      h.syndrome = Syndrome.AckUnlimitedCredits;
+      h.msn = this.msn;
+      const payload = data.subarray(index * this.mtu, Math.min(length, (index + 1) * this.mtu));
+      qp.stats.payloadBytesSent += payload.length;
+      qp.sendPacket(h, payload);
+    }
+  }
+
+  private sendAtomicAcknowledge(psn: number, original: bigint): void {
+    this.cancelPendingAck();
+    const h = this.qp.headers(IbOpcode.AtomicAcknowledge, psn);
+    h.syndrome = Syndrome.AckUnlimitedCredits;
+    h.msn = this.msn;
+    h.originalData = original;
+    this.qp.sendPacket(h, EMPTY);
+  }
+
+  /** The packet was executed: advance the PSN and acknowledge it if asked (coalesced per turn). */
+  private accepted(h: IbHeaders): void {
+    this.expectedPsn = psnAdd(h.psn, 1);
+    if (!h.ackRequest) return;
+    this.pendingAck = h.psn;
+    this.ackImmediate ??= setImmediate(() => {
+      this.ackImmediate = undefined;
+      if (this.pendingAck < 0 || this.qp.state !== 'rts') return;
+      const psn = this.pendingAck;
+      this.pendingAck = -1;
+      this.sendAck(Syndrome.AckUnlimitedCredits, psn);
+    });
+  }
+
+  private cancelPendingAck(): void {
+    this.pendingAck = -1;
+  }
+
+  private sendAck(syndrome: number, psn: number): void {
+    const qp = this.qp;
+    if (this.pendingAck >= 0 && syndrome !== Syndrome.AckUnlimitedCredits) {
+      // An ACK still waiting for the end of the turn goes first: NAKs never overtake it.
+      const pending = this.pendingAck;
+      this.pendingAck = -1;
+      this.sendAck(Syndrome.AckUnlimitedCredits, pending);
+    }
+    const h = qp.headers(IbOpcode.Acknowledge, psn);
+    h.syndrome = syndrome;
+    h.msn = this.msn;
+    qp.stats.acksSent++;
+    qp.sendPacket(h, EMPTY);
+  }
+
+  private rnr(psn: number): void {
+    this.qp.stats.rnrNaksSent++;
+    this.sendAck(Syndrome.TypeRnrNak | (this.minRnrTimer & 0x1f), psn);
+  }
+
+  /** Resolves the remote range of a request; on failure sends NAK remote access error. */
+  private remote(h: IbHeaders, right: number, length: number, what: string): Uint8Array | undefined {
+    const memory = this.qp.memory;
+    const status = memory.checkRemote(h.rkey, this.qp.pd, right, h.virtualAddress, length);
+    if (status !== AccessStatus.Ok) {
+      this.fatal(Syndrome.NakRemoteAccessError, h.psn, `${what} rkey 0x${h.rkey.toString(16)} VA 0x${h.virtualAddress.toString(16)} length ${length}: ${accessStatusText(status)}`);
+      return undefined;
+    }
+    return memory.resolvedRegion!.bytes.subarray(memory.resolvedOffset, memory.resolvedOffset + length);
+  }
+
+  private remember(resource: Resource): void {
+    this.resources[this.nextResource] = resource;
+    this.nextResource = (this.nextResource + 1) % this.resources.length;
+  }
+
+  private place(payload: Uint8Array): void {
+    let offset = this.placed;
+    let source = 0;
+    for (const view of this.scatter) {
+      if (source === payload.length) break;
+      if (offset >= view.length) {
+        offset -= view.length;
+        continue;
+      }
+      const count = Math.min(view.length - offset, payload.length - source);
+      view.set(payload.subarray(source, source + count), offset);
+      source += count;
+      offset = 0;
+    }
+    this.placed += payload.length;
+  }
+
+  private completeRecv(recv: RcRecvWqe, opcode: 'RECV', byteLength: number, status: WcStatus, error: string): void {
+    this.qp.pushCompletion(this.qp.recvCq, { wrId: recv.wr.wrId, status, opcode, qpNumber: this.qp.qpNumber, byteLength, error });
+    this.recv = undefined;
+  }
+
+  /** A request this side cannot execute: NAK it, and the QP enters the error state. */
+  private fatal(syndrome: number, psn: number, text: string): void {
+    this.sendAck(syndrome, psn);
+    this.qp.enterError({ reason: 'terminate-sent', message: `${text} (sent ${syndrome === Syndrome.NakRemoteAccessError ? 'NAK remote access error' : syndrome === Syndrome.NakInvalidRequest ? 'NAK invalid request' : 'NAK remote operational error'})` });
+  }
+}

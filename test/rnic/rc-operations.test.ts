@@ -1,0 +1,258 @@
+// The RC transport kbtp to kbtp over loopback UDP: every operation at every path MTU, data
+// checked octet for octet; the same with 1-5 % loss, duplication and reordering; RNR NAK and
+// retry; NAKs for bad rkeys and misaligned atomics (both QPs to error, work flushed); a silent
+// peer ending the QP through the retry count; closing one side ending the other.
+import { test } from 'uvu';
+import * as assert from 'uvu/assert';
+import { Random } from '../../host/util/random.ts';
+import { WcStatus, type SendWorkRequest } from '../../host/rnic/verbs.ts';
+import { completions, expectSuccess, rcPair, type RcPair, type RcPairOptions } from './rc-harness.ts';
+
+const MiB = 1024 * 1024;
+
+function fill(bytes: Uint8Array, seed: number): void {
+  const random = new Random(seed);
+  for (let i = 0; i < bytes.length; i += 4) {
+    const value = random.next();
+    bytes[i] = value & 0xff;
+    if (i + 1 < bytes.length) bytes[i + 1] = (value >>> 8) & 0xff;
+    if (i + 2 < bytes.length) bytes[i + 2] = (value >>> 16) & 0xff;
+    if (i + 3 < bytes.length) bytes[i + 3] = value >>> 24;
+  }
+}
+
+function same(a: Uint8Array, b: Uint8Array, what: string): void {
+  assert.is(a.length, b.length, `${what}: length`);
+  const differ = Buffer.compare(a, b);
+  if (differ !== 0) {
+    let index = 0;
+    while (a[index] === b[index]) index++;
+    assert.unreachable(`${what}: first difference at octet ${index}`);
+  }
+}
+
+/** Runs every operation once through `pair` and checks the data; returns nothing on success. */
+async function everyOperation(pair: RcPair, seed: number, sizes: number[]): Promise<void> {
+  const { client, server } = pair;
+  const half = client.memory.length / 2;
+  let wrId = 1;
+  for (const size of sizes) {
+    // RDMA Write: client [0, size) -> server [0, size).
+    fill(client.memory.subarray(0, size), seed + size);
+    client.qp.postSend({ wrId: wrId++, opcode: 'RDMA_WRITE', sgList: [{ lkey: client.mr.lkey, offset: 0, length: size }], remote: { stag: server.mr.rkey, taggedOffset: 0 } });
+    expectSuccess(await completions(client.cq, 1));
+    same(server.memory.subarray(0, size), client.memory.subarray(0, size), `Write of ${size}`);
+    // RDMA Read: server [0, size) -> client [half, half + size).
+    fill(server.memory.subarray(0, size), seed + size + 1);
+    client.qp.postSend({ wrId: wrId++, opcode: 'RDMA_READ', sgList: [{ lkey: client.mr.lkey, offset: half, length: size }], remote: { stag: server.mr.rkey, taggedOffset: 0 } });
+    const read = await completions(client.cq, 1);
+    expectSuccess(read);
+    assert.is(read[0]!.opcode, 'RDMA_READ');
+    same(client.memory.subarray(half, half + size), server.memory.subarray(0, size), `Read of ${size}`);
+  }
+  // Send (several packets at small MTUs) into a posted receive, with solicited event.
+  server.qp.postRecv({ wrId: 900, sgList: [{ lkey: server.mr.lkey, offset: half, length: 3000 }] });
+  fill(client.memory.subarray(0, 2999), seed + 7);
+  client.qp.postSend({ wrId: wrId++, opcode: 'SEND_WITH_SE', sgList: [{ lkey: client.mr.lkey, offset: 0, length: 1000 }, { lkey: client.mr.lkey, offset: 1000, length: 1999 }] });
+  expectSuccess(await completions(client.cq, 1));
+  const received = await completions(server.cq, 1);
+  expectSuccess(received);
+  assert.is(received[0]!.opcode, 'RECV');
+  assert.is(received[0]!.byteLength, 2999);
+  assert.is(received[0]!.solicited, true);
+  same(server.memory.subarray(half, half + 2999), client.memory.subarray(0, 2999), 'Send');
+  // Write with Immediate consumes a receive.
+  server.qp.postRecv({ wrId: 901, sgList: [] });
+  client.qp.postSend({ wrId: wrId++, opcode: 'RDMA_WRITE_WITH_IMM', immediate: 0xdeadbeefn, sgList: [{ lkey: client.mr.lkey, offset: 0, length: 5000 }], remote: { stag: server.mr.rkey, taggedOffset: 64 } });
+  expectSuccess(await completions(client.cq, 1));
+  const immediate = await completions(server.cq, 1);
+  expectSuccess(immediate);
+  assert.is(immediate[0]!.opcode, 'RECV_RDMA_WITH_IMM');
+  assert.is(immediate[0]!.immediate, 0xdeadbeefn);
+  assert.is(immediate[0]!.byteLength, 5000);
+  same(server.memory.subarray(64, 5064), client.memory.subarray(0, 5000), 'Write with Immediate');
+  // Atomics: unmasked 64-bit FetchAdd (wrapping) and CmpSwap, original value returned.
+  const words = new DataView(server.memory.buffer, server.memory.byteOffset);
+  words.setBigUint64(8192, 0xffff_ffff_ffff_fff0n, true);
+  client.qp.postSend({ wrId: wrId++, opcode: 'ATOMIC_FETCH_ADD', sgList: [{ lkey: client.mr.lkey, offset: 16, length: 8 }], remote: { stag: server.mr.rkey, taggedOffset: 8192 }, atomic: { add: 0x20n } });
+  const added = await completions(client.cq, 1);
+  expectSuccess(added);
+  assert.is(added[0]!.atomicResult, 0xffff_ffff_ffff_fff0n);
+  assert.is(new DataView(client.memory.buffer).getBigUint64(16, true), 0xffff_ffff_ffff_fff0n);
+  assert.is(words.getBigUint64(8192, true), 0x10n);
+  client.qp.postSend({ wrId: wrId++, opcode: 'ATOMIC_CMP_SWAP', remote: { stag: server.mr.rkey, taggedOffset: 8192 }, atomic: { compare: 0x10n, swap: 0x1234n } });
+  client.qp.postSend({ wrId: wrId++, opcode: 'ATOMIC_CMP_SWAP', remote: { stag: server.mr.rkey, taggedOffset: 8192 }, atomic: { compare: 0x10n, swap: 0x9999n } });
+  const swapped = await completions(client.cq, 2);
+  expectSuccess(swapped);
+  assert.is(swapped[0]!.atomicResult, 0x10n);
+  assert.is(swapped[1]!.atomicResult, 0x1234n);
+  assert.is(words.getBigUint64(8192, true), 0x1234n);
+  // Zero-length Write and Read name no memory and succeed.
+  client.qp.postSend({ wrId: wrId++, opcode: 'RDMA_WRITE', sgList: [], remote: { stag: 0, taggedOffset: 0 } });
+  client.qp.postSend({ wrId: wrId++, opcode: 'RDMA_READ', sgList: [], remote: { stag: 0, taggedOffset: 0 } });
+  expectSuccess(await completions(client.cq, 2));
+}
+
+for (const pathMtu of [256, 512, 1024, 2048, 4096] as const) {
+  test(`every operation at path MTU ${pathMtu}, data exact`, async () => {
+    const pair = await rcPair({ pathMtu, receives: 0 });
+    try {
+      assert.is(pair.client.qp.path!.pathMtu, pathMtu);
+      await everyOperation(pair, pathMtu, [1, pathMtu, pathMtu + 1, 16 * 1024 + 3, 256 * 1024]);
+    } finally {
+      await pair.close();
+    }
+  });
+}
+
+for (const [name, impairments] of [
+  ['1% loss', { loss: 0.01 }],
+  ['5% loss', { loss: 0.05 }],
+  ['2% duplication', { duplicate: 0.02 }],
+  ['3% reordering', { reorder: 0.03 }],
+  ['2% loss, 2% duplication, 2% reordering', { loss: 0.02, duplicate: 0.02, reorder: 0.02 }],
+] as const) {
+  test(`every operation over a link with ${name}: all complete, data exact`, async () => {
+    const options: RcPairOptions = { pathMtu: 1024, impairments, ackTimeoutMs: 50 };
+    const pair = await rcPair(options);
+    try {
+      await everyOperation(pair, 99, name.startsWith('2% loss,') ? [1, 1024, 16 * 1024 + 3, 256 * 1024, MiB] : [1, 1024, 16 * 1024 + 3, 256 * 1024]);
+      // Many messages back to back, so losses hit ACKs, Read Responses and atomics too.
+      const { client, server } = pair;
+      fill(client.memory.subarray(0, 64 * 1024), 5);
+      const work: SendWorkRequest[] = [];
+      for (let i = 0; i < 64; i++) {
+        work.push({ wrId: 5000 + i, opcode: 'RDMA_WRITE', sgList: [{ lkey: client.mr.lkey, offset: i * 1024, length: 1024 }], remote: { stag: server.mr.rkey, taggedOffset: 2 * MiB + i * 1024 } });
+        work.push({ wrId: 6000 + i, opcode: 'ATOMIC_FETCH_ADD', remote: { stag: server.mr.rkey, taggedOffset: 3 * MiB }, atomic: { add: 1n } });
+        work.push({ wrId: 7000 + i, opcode: 'RDMA_READ', sgList: [{ lkey: client.mr.lkey, offset: MiB + i * 1024, length: 1024 }], remote: { stag: server.mr.rkey, taggedOffset: 2 * MiB + i * 1024 } });
+      }
+      new DataView(server.memory.buffer).setBigUint64(3 * MiB, 0n, true);
+      for (const wr of work) client.qp.postSend(wr);
+      const done = await completions(client.cq, work.length);
+      expectSuccess(done);
+      assert.equal(done.map((wc) => wc.wrId), work.map((wr) => wr.wrId), 'completions in posting order');
+      // Each FetchAdd ran exactly once, duplicates and retries notwithstanding.
+      assert.is(new DataView(server.memory.buffer).getBigUint64(3 * MiB, true), 64n);
+      const originals = done.filter((wc) => wc.opcode === 'FETCH_ADD').map((wc) => wc.atomicResult);
+      assert.equal(originals, Array.from({ length: 64 }, (_, i) => BigInt(i)));
+      same(client.memory.subarray(MiB, MiB + 64 * 1024), client.memory.subarray(0, 64 * 1024), 'Reads after Writes');
+      const counts = (client.link as { counts?: { dropped: number; duplicated: number; reordered: number } }).counts;
+      assert.ok(counts !== undefined && counts.dropped + counts.duplicated + counts.reordered > 0, 'the link did impair traffic');
+    } finally {
+      await pair.close();
+    }
+  });
+}
+
+test('RNR: a Send before its receive is posted is retried until the receive appears', async () => {
+  const pair = await rcPair({ pathMtu: 1024, minRnrTimer: 1 });
+  try {
+    const { client, server } = pair;
+    client.qp.postSend({ wrId: 1, opcode: 'SEND', sgList: [{ lkey: client.mr.lkey, offset: 0, length: 2048 }] });
+    await new Promise((resolve) => setTimeout(resolve, 100));
+    assert.is(client.cq.poll().length, 0, 'not complete without a receive');
+    server.qp.postRecv({ wrId: 2, sgList: [{ lkey: server.mr.lkey, offset: 0, length: 4096 }] });
+    expectSuccess(await completions(client.cq, 1));
+    expectSuccess(await completions(server.cq, 1));
+    assert.ok(server.qp.statistics.rnrNaksSent > 0);
+    assert.ok(client.qp.statistics.rnrNaksReceived > 0);
+  } finally {
+    await pair.close();
+  }
+});
+
+test('RNR retry count exhausted: RNR_RETRY_EXC_ERR, QP in error, rest flushed', async () => {
+  const pair = await rcPair({ pathMtu: 1024, minRnrTimer: 1, rnrRetry: 2 });
+  try {
+    const { client } = pair;
+    client.qp.postSend({ wrId: 1, opcode: 'SEND', sgList: [{ lkey: client.mr.lkey, offset: 0, length: 10 }] });
+    client.qp.postSend({ wrId: 2, opcode: 'RDMA_WRITE', sgList: [{ lkey: client.mr.lkey, offset: 0, length: 10 }], remote: { stag: pair.server.mr.rkey, taggedOffset: 0 } });
+    const done = await completions(client.cq, 2);
+    assert.is(done[0]!.status, WcStatus.RnrRetryExceededError);
+    assert.is(done[1]!.status, WcStatus.WrFlushError);
+    assert.is(client.qp.state, 'error');
+  } finally {
+    await pair.close();
+  }
+});
+
+test('bad rkey: NAK remote access error, REM_ACCESS_ERR, both QPs error and flush; misaligned atomic: NAK invalid request', async () => {
+  for (const [wr, status] of [
+    [{ wrId: 1, opcode: 'RDMA_WRITE', sgList: [{ lkey: 0, offset: 0, length: 0 }], remote: { stag: 0x12345678, taggedOffset: 0 } }, WcStatus.RemoteAccessError],
+    [{ wrId: 1, opcode: 'RDMA_READ', remote: { stag: 0, taggedOffset: 0 } }, WcStatus.RemoteAccessError],
+    [{ wrId: 1, opcode: 'ATOMIC_FETCH_ADD', remote: { stag: 0, taggedOffset: 4 }, atomic: { add: 1n } }, WcStatus.RemoteInvalidRequestError],
+  ] as const) {
+    const pair = await rcPair({ pathMtu: 1024 });
+    try {
+      const { client, server } = pair;
+      const fixed: SendWorkRequest =
+        wr.opcode === 'RDMA_WRITE'
+          ? { ...wr, sgList: [{ lkey: client.mr.lkey, offset: 0, length: 100 }] }
+          : wr.opcode === 'RDMA_READ'
+            ? { ...wr, sgList: [{ lkey: client.mr.lkey, offset: 0, length: 100 }], remote: { stag: server.mr.rkey, taggedOffset: BigInt(server.memory.length) } }
+            : { ...wr, remote: { stag: server.mr.rkey, taggedOffset: 4 } };
+      server.qp.postRecv({ wrId: 50, sgList: [{ lkey: server.mr.lkey, offset: 0, length: 16 }] });
+      client.qp.postSend(fixed);
+      client.qp.postSend({ wrId: 2, opcode: 'SEND', sgList: [{ lkey: client.mr.lkey, offset: 0, length: 4 }] });
+      const done = await completions(client.cq, 2);
+      assert.is(done[0]!.status, status, `${wr.opcode}: ${done[0]!.error ?? ''}`);
+      assert.is(done[1]!.status, WcStatus.WrFlushError);
+      const flushed = await completions(server.cq, 1);
+      assert.is(flushed[0]!.status, WcStatus.WrFlushError, 'the responder flushed its receive');
+      assert.is(server.qp.state, 'error');
+      assert.is(client.qp.state, 'error');
+    } finally {
+      await pair.close();
+    }
+  }
+});
+
+test('a silent peer ends the QP with RETRY_EXC_ERR, not the process', async () => {
+  const pair = await rcPair({ pathMtu: 1024, ackTimeoutMs: 20, retryCount: 3 });
+  try {
+    const { client, server } = pair;
+    // The peer's port goes quiet (its socket closes) but the side channel stays up.
+    await server.link.close();
+    client.qp.postSend({ wrId: 1, opcode: 'RDMA_WRITE', sgList: [{ lkey: client.mr.lkey, offset: 0, length: 5000 }], remote: { stag: server.mr.rkey, taggedOffset: 0 } });
+    client.qp.postSend({ wrId: 2, opcode: 'RDMA_READ', sgList: [{ lkey: client.mr.lkey, offset: 0, length: 8 }], remote: { stag: server.mr.rkey, taggedOffset: 0 } });
+    const done = await completions(client.cq, 2);
+    assert.is(done[0]!.status, WcStatus.RetryExceededError, done[0]!.error);
+    assert.is(done[1]!.status, WcStatus.WrFlushError);
+    const info = await client.qp.whenDisconnected();
+    assert.is(info.reason, 'connection-lost');
+    assert.ok(client.qp.statistics.timeouts >= 3);
+  } finally {
+    await pair.close();
+  }
+});
+
+test('disconnect on one side ends the other (side channel), posting after it flushes', async () => {
+  const pair = await rcPair({ pathMtu: 1024 });
+  try {
+    const { client, server } = pair;
+    server.qp.postRecv({ wrId: 7, sgList: [{ lkey: server.mr.lkey, offset: 0, length: 16 }] });
+    client.qp.disconnect();
+    const info = await server.qp.whenDisconnected();
+    assert.is(info.reason, 'peer-closed');
+    const flushed = await completions(server.cq, 1);
+    assert.is(flushed[0]!.status, WcStatus.WrFlushError);
+    client.qp.postSend({ wrId: 8, opcode: 'SEND', sgList: [] });
+    const after = await completions(client.cq, 1);
+    assert.is(after[0]!.status, WcStatus.WrFlushError);
+  } finally {
+    await pair.close();
+  }
+});
+
+test('RC API checks: masked atomics and 64-bit immediates are iWARP-only', async () => {
+  const pair = await rcPair({ pathMtu: 1024 });
+  try {
+    const { client, server } = pair;
+    assert.throws(() => client.qp.postSend({ wrId: 1, opcode: 'ATOMIC_FETCH_ADD', remote: { stag: server.mr.rkey, taggedOffset: 0 }, atomic: { add: 1n, addMask: 0xffn } }), /not masked/);
+    assert.throws(() => client.qp.postSend({ wrId: 1, opcode: 'RDMA_WRITE_WITH_IMM', immediate: 1n << 40n, remote: { stag: server.mr.rkey, taggedOffset: 0 } }), /32 bits/);
+  } finally {
+    await pair.close();
+  }
+});
+
+test.run();
