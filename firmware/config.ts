@@ -36,8 +36,12 @@ export interface TimeoutSettings {
   rdmaReadMs: number;
 }
 
+/** The RDMA binding a target serves: RDMAP/DDP/MPA over TCP (draft 9.1) or IB RC over RoCEv2 (draft 9.2). */
+export type Transport = 'iwarp' | 'roce';
+
 export interface TargetSettings {
   listen: { host: string; port: number };
+  transport: Transport;
   workers: number;
   pool: { blockSize: number; blockCount: number; handleBase: bigint; handleCount: number; maxInline: number; ringOrder: number | undefined };
   session: {
@@ -59,7 +63,7 @@ const DEFAULT_TIMEOUTS: TimeoutSettings = { mpaRequestMs: 10_000, rtrMs: 10_000,
 const MAX_TIMEOUT_MS = 2 ** 31 - 1; // setTimeout's limit
 
 // The keys each object of the file may hold; a key read below must be listed here.
-const TOP_KEYS = ['listen', 'workers', 'pool', 'session', 'timeouts', 'tenants', 'sramModel'] as const;
+const TOP_KEYS = ['listen', 'transport', 'workers', 'pool', 'session', 'timeouts', 'tenants', 'sramModel'] as const;
 const POOL_KEYS = ['blockSize', 'blockCount', 'handleBase', 'handleCount', 'maxInline', 'ringOrder'] as const;
 const SESSION_KEYS = ['credits', 'ticketTimeoutMs', 'maxSessions', 'maxSessionsPerWorker', 'maxHandshakesPerWorker'] as const;
 const TIMEOUT_KEYS = ['mpaRequestMs', 'rtrMs', 'helloMs', 'idleSessionMs', 'rdmaReadMs'] as const;
@@ -152,6 +156,11 @@ export function resolveTargetSettings(input: Json, otherSections: readonly strin
   const listenValue = top.raw('listen') ?? `127.0.0.1:${DEFAULT_PORT}`;
   if (typeof listenValue !== 'string') throw new ConfigError('listen', 'must be a string', `e.g. "127.0.0.1:${DEFAULT_PORT}"`);
   const listen = parseListen(listenValue);
+  const transportValue = top.raw('transport') ?? 'iwarp';
+  if (transportValue !== 'iwarp' && transportValue !== 'roce') {
+    throw new ConfigError('transport', `must be "iwarp" or "roce", got ${JSON.stringify(transportValue)}`, '"iwarp" = RDMAP over TCP (draft 9.1), "roce" = IB RC over RoCEv2 (draft 9.2)');
+  }
+  const transport: Transport = transportValue;
   const workers = top.integer('workers', { min: 1, max: 64, fallback: 2 });
   const poolIn = top.object('pool', POOL_KEYS);
   const blockSize = poolIn.integer('blockSize', { min: 8, max: 2 ** 30, fallback: DEFAULT_BLOCK_SIZE });
@@ -188,7 +197,7 @@ export function resolveTargetSettings(input: Json, otherSections: readonly strin
     throw new ConfigError('sramModel', 'must be the path of an SRAM model config file', 'e.g. "sram.json"');
   }
   return {
-    listen, workers, session, timeouts, tenants, sramModel: sramModel ?? undefined,
+    listen, transport, workers, session, timeouts, tenants, sramModel: sramModel ?? undefined,
     pool: { blockSize, blockCount, handleBase, handleCount, maxInline, ringOrder },
   };
 }
@@ -200,6 +209,7 @@ export function describeSettings(settings: TargetSettings): string {
   const { listen, pool } = settings;
   return JSON.stringify({
     listen: `${listen.host.includes(':') ? `[${listen.host}]` : listen.host}:${listen.port}`,
+    transport: settings.transport,
     workers: settings.workers,
     pool: { ...pool, handleBase: handle(pool.handleBase), ringOrder: pool.ringOrder ?? 'smallest that fits' },
     session: settings.session,
@@ -254,6 +264,8 @@ export function engineConfigFor(settings: TargetSettings): EngineConfig {
     blockSize: settings.pool.blockSize, blockCount: settings.pool.blockCount, handleBase: settings.pool.handleBase,
     handleCount: settings.pool.handleCount, maxInline: settings.pool.maxInline, ringOrder: settings.pool.ringOrder,
     partitions, tenants,
+    // Draft 9.2: InfiniBand atomics are unmasked, so over RoCE the rings count with plain 64-bit adds.
+    ringMode: settings.transport === 'roce' ? 'unmasked' : 'masked',
     // One slice for all workers, cut into a slot per session the node may hold (server/slots.ts).
     threads: 1,
     sessionsPerThread: settings.session.maxSessions,

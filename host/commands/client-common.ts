@@ -14,6 +14,7 @@ export const TARGET_HELP = `target options:
   --tenant NAME       tenant (default "default", or $KBTP_TENANT)
   --secret SECRET     the tenant's secret (default $KBTP_SECRET; prefer the variable: arguments are visible to other users)
   --direct            use the one-sided direct mode (trusted tenants only)
+  --transport T       iwarp (default, or $KBTP_TRANSPORT) or roce: must match the target's --transport
   -h, --help          show this help
 
 exit codes: 0 success, 1 target unreachable, transport failure or a local file error, 2 usage error,
@@ -21,6 +22,7 @@ exit codes: 0 success, 1 target unreachable, transport failure or a local file e
 
 export const TARGET_OPTIONS = {
   target: { type: 'string' }, tenant: { type: 'string' }, secret: { type: 'string' }, direct: { type: 'boolean' },
+  transport: { type: 'string' },
   help: { type: 'boolean', short: 'h' },
 } as const satisfies ParseArgsConfig['options'];
 
@@ -53,13 +55,16 @@ export function parse<T extends ParseArgsConfig['options']>(argv: string[], opti
   return parseArgs({ args: argv, options: { ...TARGET_OPTIONS, ...options }, allowPositionals: true });
 }
 
-export async function openSession(values: { target?: string; tenant?: string; secret?: string; direct?: boolean }, capabilities = 0): Promise<KbtpSession> {
+export async function openSession(values: { target?: string; tenant?: string; secret?: string; direct?: boolean; transport?: string }, capabilities = 0): Promise<KbtpSession> {
   const wanted = values.direct === true ? capabilities : 0;
+  const transport = values.transport ?? process.env.KBTP_TRANSPORT ?? 'iwarp';
+  if (transport !== 'iwarp' && transport !== 'roce') throw new UsageError(`--transport ${transport}: use iwarp or roce`);
   return connect(values.target ?? process.env.KBTP_TARGET ?? `127.0.0.1:${DEFAULT_PORT}`, {
     tenant: values.tenant ?? process.env.KBTP_TENANT ?? 'default',
     secret: values.secret ?? process.env.KBTP_SECRET ?? '',
     capabilities: wanted,
     pipeline: 2,
+    transport,
   });
 }
 

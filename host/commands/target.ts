@@ -20,6 +20,8 @@ options:
   --check-config FILE    validate FILE (with the flags given), print the effective configuration
                          (secrets masked) and exit: 0 when it is valid, 2 when not
   --listen HOST:PORT     address to listen on (default 127.0.0.1:7117)
+  --transport iwarp|roce RDMA binding: iwarp = RDMAP/MPA over TCP (default), roce = IB RC over
+                         RoCEv2 (UDP; the TCP port carries connection setup only; unmasked rings)
   --workers N            worker threads serving connections (default 2)
   --block-size BYTES     block size (default 65536)
   --blocks N             blocks in the pool (default 4096)
@@ -68,7 +70,7 @@ export const command: Command = {
     let values;
     try {
       ({ values } = parseArgs({ args: argv, options: {
-        config: { type: 'string' }, 'check-config': { type: 'string' }, listen: { type: 'string' }, workers: { type: 'string' }, 'block-size': { type: 'string' },
+        config: { type: 'string' }, 'check-config': { type: 'string' }, listen: { type: 'string' }, transport: { type: 'string' }, workers: { type: 'string' }, 'block-size': { type: 'string' },
         blocks: { type: 'string' }, credits: { type: 'string' }, 'sram-model': { type: 'string' }, 'stats-interval': { type: 'string' },
         verbose: { type: 'boolean', short: 'v' }, help: { type: 'boolean', short: 'h' },
       } }));
@@ -95,6 +97,10 @@ export const command: Command = {
         return n;
       };
       if (values.listen !== undefined) settings.listen = parseListen(values.listen, '--listen');
+      if (values.transport !== undefined) {
+        if (values.transport !== 'iwarp' && values.transport !== 'roce') throw new ConfigError('--transport', `"${values.transport}" is not a transport`, 'use --transport iwarp or --transport roce');
+        settings.transport = values.transport;
+      }
       settings.workers = integer('workers', values.workers, 1) ?? settings.workers;
       const blockSize = integer('block-size', values['block-size'], 8);
       const blocks = integer('blocks', values.blocks, 1);
@@ -140,7 +146,7 @@ export const command: Command = {
       return 1;
     }
     const { pool } = settings;
-    console.log(`kbtp target listening on ${target.host}:${target.port} (RDMAP/MPA over TCP, ${settings.workers} workers)`);
+    console.log(`kbtp target listening on ${target.host}:${target.port} (${settings.transport === 'roce' ? 'IB RC over RoCEv2, setup over TCP' : 'RDMAP/MPA over TCP'}, ${settings.workers} workers)`);
     console.log(`pool: ${pool.blockCount} blocks of ${pool.blockSize} octets (${((pool.blockCount * pool.blockSize) / 2 ** 20).toFixed(pool.blockCount * pool.blockSize < 2 ** 24 ? 2 : 0)} MiB),` +
       ` handles ${pool.handleBase}..${pool.handleBase + BigInt(pool.handleCount) - 1n}, tenants: ${settings.tenants.map((t) => t.name).join(', ')}`);
     console.log(`try: kbtp info --target ${target.host}:${target.port}   (Ctrl-C to stop)`);

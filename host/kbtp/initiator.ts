@@ -10,7 +10,7 @@
 // session and reused; a failed request throws KbtpError carrying the KBTP status name.
 import * as K from '../../assembly/kbtp-constants.ts';
 import {
-  createRnic, Access, WcStatus, wcStatusName, RnicError, type Rnic, type QueuePair, type CompletionQueue, type MemoryRegion,
+  createRnic, Access, WcStatus, wcStatusName, RnicError, RcQueuePair, type Rnic, type AnyQueuePair, type CompletionQueue, type MemoryRegion,
   type WorkCompletion, type SendWorkRequest, type StreamChannel,
 } from '../rnic/verbs.ts';
 import { encodeRequest, decodeCompletion, statusName, type Completion, type RequestFields } from './wire/messages.ts';
@@ -37,6 +37,11 @@ export interface ConnectOptions {
   pipeline?: number;
   /** Ask for MPA CRC (default false: like siw, loopback does not need it). */
   crc?: boolean;
+  /**
+   * The RDMA binding the target serves: 'iwarp' (RDMAP over TCP, default) or 'roce' (IB RC over
+   * RoCEv2, draft 9.2: unmasked ring counters). Must match the target's --transport.
+   */
+  transport?: 'iwarp' | 'roce';
   timeoutMs?: number;
 }
 
@@ -104,7 +109,9 @@ export async function connect(target: string, options: ConnectOptions = {}): Pro
   const rnic = createRnic({ name: 'initiator' });
   const session = new KbtpSession(rnic, options);
   try {
-    await session.open((qp) => rnic.connect(qp, { host, port, crc: options.crc ?? false, timeoutMs: options.timeoutMs ?? 10_000 }), `${host}:${port}`, options);
+    const timeoutMs = options.timeoutMs ?? 10_000;
+    await session.open((qp) => (qp instanceof RcQueuePair ? rnic.connectRc(qp, { host, port, timeoutMs }) : rnic.connect(qp, { host, port, crc: options.crc ?? false, timeoutMs })),
+      `${host}:${port}`, options);
   } catch (error) {
     await rnic.close();
     throw error;
@@ -117,7 +124,11 @@ export async function connectChannel(channel: StreamChannel, options: ConnectOpt
   const rnic = createRnic({ name: 'initiator' });
   const session = new KbtpSession(rnic, options);
   try {
-    await session.open((qp) => rnic.connectChannel(qp, channel, { crc: options.crc ?? false, timeoutMs: options.timeoutMs ?? 10_000 }), 'the target', options);
+    const establish = (qp: AnyQueuePair): Promise<unknown> =>
+      qp instanceof RcQueuePair
+        ? Promise.reject(new RnicError('EINVAL', 'a stream channel carries the iWARP binding only'))
+        : rnic.connectChannel(qp, channel, { crc: options.crc ?? false, timeoutMs: options.timeoutMs ?? 10_000 });
+    await session.open(establish, 'the target', options);
   } catch (error) {
     await rnic.close();
     throw error;
@@ -133,7 +144,8 @@ interface Waiter {
 export class KbtpSession {
   private readonly pd;
   private readonly cq: CompletionQueue;
-  private readonly qp: QueuePair;
+  private readonly qp: AnyQueuePair;
+  private readonly transport: 'iwarp' | 'roce';
   private readonly receiveDepth: number;
   private readonly receiveBuffer: Uint8Array;
   private readonly receiveRegion: MemoryRegion;
@@ -164,13 +176,15 @@ export class KbtpSession {
     this.pd = rnic.allocPd();
     this.receiveDepth = Math.max(2, (options.pipeline ?? 32) + 2);
     this.cq = rnic.createCq({ depth: 4 * this.receiveDepth + 64 });
-    this.qp = rnic.createQp({ pd: this.pd, sendCq: this.cq, recvCq: this.cq, maxRecvWr: this.receiveDepth, maxSendWr: 4 * this.receiveDepth + 16 });
+    this.transport = options.transport ?? 'iwarp';
+    const queues = { pd: this.pd, sendCq: this.cq, recvCq: this.cq, maxRecvWr: this.receiveDepth, maxSendWr: 4 * this.receiveDepth + 16 };
+    this.qp = this.transport === 'roce' ? rnic.createRcQp(queues) : rnic.createQp(queues);
     this.receiveBuffer = new Uint8Array(RECV_SLOT * this.receiveDepth);
     this.receiveRegion = rnic.registerMemory(this.pd, this.receiveBuffer, { access: Access.LocalWrite });
     this.controlRegion = rnic.registerMemory(this.pd, this.control, { access: Access.LocalWrite });
   }
 
-  async open(establish: (qp: QueuePair) => Promise<unknown>, where: string, options: ConnectOptions): Promise<void> {
+  async open(establish: (qp: AnyQueuePair) => Promise<unknown>, where: string, options: ConnectOptions): Promise<void> {
     for (let i = 0; i < this.receiveDepth; i++) this.postReceive(i);
     // Completions are drained from the CQ's notification at the end of each turn: no promise per wake-up.
     this.cq.onNotify(() => this.drainCompletions());
@@ -513,12 +527,18 @@ export class KbtpSession {
     const slot = await this.takeSlot();
     try {
       const scratch = this.scratchOffset(slot);
-      const addMask = (1n << 63n) | (1n << 31n) | (1n << BigInt(partitionRingOrder + 3));
+      // Draft 3.3 masked counters over iWARP (RFC 7306); draft 9.2 plain 64-bit adds over IB/RoCE.
+      const masked = this.transport === 'iwarp';
+      const atomic = masked
+        ? { add: BigInt(K.RING_ADD_DATA_MASKED), addMask: (1n << 63n) | (1n << 31n) | (1n << BigInt(partitionRingOrder + 3)) }
+        : { add: BigInt(K.RING_ADD_DATA_UNMASKED) };
       const added = await this.post({ opcode: 'ATOMIC_FETCH_ADD', remote: { stag: ringStag, taggedOffset: headOffset },
-        atomic: { add: BigInt(K.RING_ADD_DATA_MASKED), addMask }, sgList: [{ lkey: this.dataRegion?.stag ?? 0, offset: scratch, length: 8 }] });
+        atomic, sgList: [{ lkey: this.dataRegion?.stag ?? 0, offset: scratch, length: 8 }] });
       const counter = BigInt.asUintN(64, added.atomicResult ?? 0n);
       const ticket = Number(counter >> 32n);
-      const slotOffset = counter & ((1n << BigInt(partitionRingOrder + 4)) - 1n);
+      const slotOffset = masked
+        ? counter & ((1n << BigInt(partitionRingOrder + 4)) - 1n)
+        : (BigInt(ticket) & ((1n << BigInt(partitionRingOrder)) - 1n)) * BigInt(S.SLOT_SIZE);
       const view = new DataView(this.dataBuffer.buffer, scratch, S.SLOT_SIZE);
       const deadline = Date.now() + ticketTimeoutMs;
       let blockOffset = ALL_ONES;

@@ -37,7 +37,7 @@ import { RoceEndpoint } from './rc/endpoint.ts';
 import { UdpLink, type PacketLink, type UdpLinkOptions } from './rc/link.ts';
 import { RcListener, type RcListenOptions } from './rc/listener.ts';
 import { RcQueuePair, type RcQueuePairOptions } from './rc/queue-pair.ts';
-import { connectRc, receiveRcRequest, type RcConnectionRequest, type RcConnectionSummary, type RcConnectOptions, type RcSetupOptions } from './rc/setup.ts';
+import { connectRc, receiveRcRequest, RcConnectionRequest, type RcConnectionSummary, type RcConnectOptions, type RcSetupOptions } from './rc/setup.ts';
 
 export { Access, ACCESS_ALL, MemoryRegion, ProtectionDomain, type RegisterMemoryOptions } from './memory.ts';
 export { CompletionQueue, type CompletionQueueOptions } from './cq.ts';
@@ -86,6 +86,11 @@ export interface ListenOptions {
   /** Use this already listening server (e.g. one sharing a listening handle across workers). */
   server?: net.Server;
 }
+
+/** A queue pair of either binding: the verbs the KBTP target and initiator use are the same. */
+export type AnyQueuePair = QueuePair | RcQueuePair;
+/** A passive-side connection request of either binding. */
+export type AnyConnectionRequest = ConnectionRequest | RcConnectionRequest;
 
 let nextDeviceId = 1;
 

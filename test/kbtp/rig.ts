@@ -3,7 +3,7 @@
 import { resolveTargetSettings, type TargetSettings } from '../../firmware/config.ts';
 import { startTarget, type RunningTarget } from '../../host/kbtp/server/target.ts';
 import { connect, type ConnectOptions, type KbtpSession } from '../../host/kbtp/initiator.ts';
-import { createRnic, Access, WcStatus, type Rnic, type QueuePair, type CompletionQueue, type MemoryRegion, type DisconnectInfo } from '../../host/rnic/verbs.ts';
+import { createRnic, Access, WcStatus, RcQueuePair, type Rnic, type AnyQueuePair, type CompletionQueue, type MemoryRegion, type DisconnectInfo } from '../../host/rnic/verbs.ts';
 import { encodeHello } from '../../host/kbtp/wire/hello.ts';
 
 export const SECRETS = { alpha: 'alpha-secret', beta: 'beta-secret', gamma: 'gamma-secret' };
@@ -11,6 +11,8 @@ export const SECRETS = { alpha: 'alpha-secret', beta: 'beta-secret', gamma: 'gam
 export function testSettings(overrides: Record<string, unknown> = {}): TargetSettings {
   return resolveTargetSettings({
     listen: '127.0.0.1:0',
+    // KBTP_TEST_TRANSPORT=roce runs the battery over IB RC / RoCEv2 (make test does both).
+    transport: process.env.KBTP_TEST_TRANSPORT ?? 'iwarp',
     workers: 2,
     pool: { blockSize: 4096, blockCount: 64, handleCount: 256, maxInline: 1024 },
     session: { credits: 4, ticketTimeoutMs: 300 },
@@ -39,7 +41,7 @@ export async function startRig(settings: TargetSettings = testSettings()): Promi
   return {
     target, address,
     async session(tenant, options = {}) {
-      const session = await connect(address, { tenant, secret: tenant === 'open' ? '' : SECRETS[tenant], ...options });
+      const session = await connect(address, { tenant, secret: tenant === 'open' ? '' : SECRETS[tenant], transport: settings.transport, ...options });
       sessions.push(session);
       return session;
     },
@@ -57,7 +59,7 @@ export class RawClient {
   private sendSlot = 0;
   readonly disconnected: Promise<DisconnectInfo>;
   private constructor(
-    readonly rnic: Rnic, readonly qp: QueuePair, private readonly cq: CompletionQueue,
+    readonly rnic: Rnic, readonly qp: AnyQueuePair, private readonly cq: CompletionQueue,
     private readonly receiveBuffer: Uint8Array, private readonly receiveRegion: MemoryRegion,
     private readonly sendBuffer: Uint8Array, private readonly sendRegion: MemoryRegion,
     /** A registered buffer the test may name in descriptors (RemoteRead | RemoteWrite). */
@@ -71,7 +73,8 @@ export class RawClient {
     const rnic = createRnic({ name: 'raw-client' });
     const pd = rnic.allocPd();
     const cq = rnic.createCq({ depth: 1024 });
-    const qp = rnic.createQp({ pd, sendCq: cq, recvCq: cq });
+    const roce = process.env.KBTP_TEST_TRANSPORT === 'roce';
+    const qp = roce ? rnic.createRcQp({ pd, sendCq: cq, recvCq: cq }) : rnic.createQp({ pd, sendCq: cq, recvCq: cq });
     const receiveBuffer = new Uint8Array(256 * 32);
     const sendBuffer = new Uint8Array(2048 * 16);
     const data = new Uint8Array(65536);
@@ -80,7 +83,8 @@ export class RawClient {
       data, rnic.registerMemory(pd, data, { access: Access.LocalWrite | Access.RemoteRead | Access.RemoteWrite }));
     for (let i = 0; i < 32; i++) client.postReceive(i);
     void client.receiveMessages();
-    await rnic.connect(qp, { host: host ?? '127.0.0.1', port: Number(port), crc: false });
+    if (qp instanceof RcQueuePair) await rnic.connectRc(qp, { host: host ?? '127.0.0.1', port: Number(port) });
+    else await rnic.connect(qp, { host: host ?? '127.0.0.1', port: Number(port), crc: false });
     return client;
   }
 

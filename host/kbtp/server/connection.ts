@@ -11,7 +11,7 @@ import * as S from '../../../assembly/struct-offsets.ts';
 import type { Engine } from '../../engine/engine.ts';
 import type { ThreadArena } from '../../engine/arena.ts';
 import {
-  Access, WcStatus, type Rnic, type ProtectionDomain, type MemoryRegion, type QueuePair, type CompletionQueue,
+  Access, WcStatus, type Rnic, type ProtectionDomain, type MemoryRegion, type AnyQueuePair, type CompletionQueue,
   type WorkCompletion, type DisconnectInfo, type ReceiveWorkRequest, type SendOpcode, type Sge,
 } from '../../rnic/verbs.ts';
 import type { DataOperation } from '../../engine/arena.ts';
@@ -119,7 +119,7 @@ export class TargetConnection {
    * so no other session's QP can use them (kbtp-v1 section 11), even on the same RNIC.
    */
   constructor(private readonly ctx: WorkerContext, private readonly slot: number, private readonly pd: ProtectionDomain,
-    private readonly qp: QueuePair, private readonly cq: CompletionQueue, peer: string, private readonly onClosed: () => void) {
+    private readonly qp: AnyQueuePair, private readonly cq: CompletionQueue, peer: string, private readonly onClosed: () => void) {
     this.label = `${peer} qp ${qp.qpNumber}`;
     const { rnic, engine, arena } = ctx;
     const buffer = engine.memory.buffer;

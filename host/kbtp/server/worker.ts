@@ -7,7 +7,7 @@ import net from 'node:net';
 import { parentPort, workerData } from 'node:worker_threads';
 import { Engine, type EngineHandoff } from '../../engine/engine.ts';
 import { ThreadArena } from '../../engine/arena.ts';
-import { createRnic, RnicError, type ConnectionRequest } from '../../rnic/verbs.ts';
+import { createRnic, RnicError, RcConnectionRequest, RcQueuePair, type AnyConnectionRequest, type AnyQueuePair } from '../../rnic/verbs.ts';
 import { openSramModel, formatSramNicReport, type SramNicObserver } from '../../sram/index.ts';
 import type { TargetSettings } from '../../../firmware/config.ts';
 import { TargetConnection, type WorkerContext } from './connection.ts';
@@ -102,13 +102,13 @@ async function main(): Promise<void> {
   server.on('error', (error) => send({ type: 'error', message: `listener: ${error.message}` }));
 
   /** An MPA Reject whose private data says why; the initiator library prints it. */
-  const refuse = (request: ConnectionRequest, peer: string, reason: RefusalReason, text: string): void => {
+  const refuse = (request: AnyConnectionRequest, peer: string, reason: RefusalReason, text: string): void => {
     stats.refused(reason);
     context.log(`${peer}: connection refused (${text})`);
     request.reject(new TextEncoder().encode(`kbtp: ${text}`));
   };
 
-  const accept = async (request: ConnectionRequest): Promise<void> => {
+  const accept = async (request: AnyConnectionRequest): Promise<void> => {
     const peer = `${request.remoteAddress ?? '?'}:${request.remotePort ?? '?'}`;
     if (draining) {
       refuse(request, peer, 'draining', 'the target is shutting down');
@@ -127,13 +127,20 @@ async function main(): Promise<void> {
     }
     const pd = rnic.allocPd();
     const cq = rnic.createCq({ depth: 8 * credits + 64 });
-    const qp = rnic.createQp({ pd, sendCq: cq, recvCq: cq, maxRecvWr: 2 * credits + 8, maxSendWr: 4 * credits + 8, ird: 16, ord: 16 });
+    const queues = { pd, sendCq: cq, recvCq: cq, maxRecvWr: 2 * credits + 8, maxSendWr: 4 * credits + 8, ird: 16, ord: 16 };
+    const qp: AnyQueuePair = request instanceof RcConnectionRequest ? rnic.createRcQp(queues) : rnic.createQp(queues);
     const connection = new TargetConnection(context, slot, pd, qp, cq, peer, () => connections.delete(connection));
     connections.add(connection);
     connection.start(); // receives are posted before the initiator can send HELLO
     try {
-      // MPA CRC only when the initiator asks for it (RFC 5044: used unless both sides decline).
-      await request.accept(qp, { crc: false, timeoutMs: settings.timeouts.rtrMs });
+      if (request instanceof RcConnectionRequest) {
+        if (!(qp instanceof RcQueuePair)) throw new Error('a RoCE connection request needs an RC queue pair');
+        await request.accept(qp);
+      } else {
+        if (qp instanceof RcQueuePair) throw new Error('an MPA connection request needs an iWARP queue pair');
+        // MPA CRC only when the initiator asks for it (RFC 5044: used unless both sides decline).
+        await request.accept(qp, { crc: false, timeoutMs: settings.timeouts.rtrMs });
+      }
       connection.established();
     } catch (error) {
       const timedOut = error instanceof RnicError && error.code === 'ETIMEDOUT';
@@ -152,7 +159,12 @@ async function main(): Promise<void> {
     else stats.setupFailed('setup-error');
     context.log(`${peer}: MPA setup failed: ${error.message}`);
   };
-  const listener = await rnic.listen({ server, timeoutMs: settings.timeouts.mpaRequestMs, onSetupFailure, maxPending: settings.session.maxHandshakesPerWorker }, (request) => { void accept(request); });
+  // RoCE: this worker's RNIC has its own UDP port on the listen address; the shared TCP socket
+  // only carries each connection's setup exchange (QPN, PSN, GID, UDP port) and its lifetime.
+  if (settings.transport === 'roce') await rnic.openRoce({ host: settings.listen.host });
+  const listener = settings.transport === 'roce'
+    ? await rnic.listenRc({ server, timeoutMs: settings.timeouts.mpaRequestMs, onSetupFailure, maxPending: settings.session.maxHandshakesPerWorker }, (request) => { void accept(request); })
+    : await rnic.listen({ server, timeoutMs: settings.timeouts.mpaRequestMs, onSetupFailure, maxPending: settings.session.maxHandshakesPerWorker }, (request) => { void accept(request); });
 
   const sweep = setInterval(() => {
     const now = Date.now();

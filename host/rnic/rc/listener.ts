@@ -12,6 +12,13 @@ export interface RcListenOptions extends RcSetupOptions {
   /** An already listening server to take side-channel connections from. */
   server?: net.Server;
   backlog?: number;
+  /**
+   * Side channels waiting for their setup message at most; past it the oldest is closed, so
+   * peers that connect and say nothing cannot crowd out one that completes at once.
+   */
+  maxPending?: number;
+  /** Told about each side-channel connection that failed before it became a request. */
+  onSetupFailure?: (error: Error, peer: string) => void;
 }
 
 export class RcListener {
@@ -19,6 +26,8 @@ export class RcListener {
   private readonly queue: RcConnectionRequest[] = [];
   private readonly waiting: Array<{ resolve: (request: RcConnectionRequest) => void; reject: (error: Error) => void }> = [];
   private closed = false;
+  private readonly pending = new Set<net.Socket>();
+  private readonly evicted = new WeakSet<net.Socket>();
   readonly failures: string[] = [];
 
   constructor(
@@ -69,9 +78,30 @@ export class RcListener {
       socket.destroy();
       return;
     }
+    const peer = `${socket.remoteAddress ?? '?'}:${socket.remotePort ?? '?'}`;
+    const limit = this.options.maxPending;
+    if (limit !== undefined && this.pending.size >= limit) {
+      const oldest = this.pending.values().next().value;
+      if (oldest !== undefined) {
+        this.pending.delete(oldest);
+        this.evicted.add(oldest);
+        oldest.destroy();
+      }
+    }
+    this.pending.add(socket);
     receiveRcRequest(this.endpoint, socket, this.options)
-      .then((request) => this.deliver(request))
-      .catch((error: unknown) => this.recordFailure(error instanceof Error ? error.message : String(error)));
+      .then((request) => {
+        this.pending.delete(socket);
+        this.deliver(request);
+      })
+      .catch((caught: unknown) => {
+        this.pending.delete(socket);
+        const error = this.evicted.has(socket)
+          ? new RnicError('ENOMEM', `closed to make room: ${limit} connections were waiting for their RC setup message`)
+          : caught instanceof Error ? caught : new Error(String(caught));
+        this.recordFailure(error.message);
+        this.options.onSetupFailure?.(error, peer);
+      });
   }
 
   private deliver(request: RcConnectionRequest): void {

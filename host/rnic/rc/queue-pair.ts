@@ -253,9 +253,8 @@ export class RcQueuePair extends EventEmitter<RcQueuePairEvents> {
   }
 
   connectFailed(info: DisconnectInfo): void {
-    this.state = 'error';
-    this.disconnectInfo = info;
-    for (const waiter of this.establishedWaiters.splice(0)) waiter.reject(new RnicError('ECONNRESET', info.message));
+    this.state = 'idle'; // so that enterError flushes whatever was posted and tells every waiter
+    this.enterError(info);
   }
 
   whenEstablished(): Promise<void> {
