@@ -1,8 +1,9 @@
 // RNIC throughput over loopback TCP: RDMA Write and RDMA Read at 16 KiB, 256 KiB and 1 MiB,
 // CRC on and off, next to a plain Node socket pair pumping the same bytes with the same write
 // sizes. Both ends of every run live in this process (one event loop), for the plain pair too.
-// Writes bench/results/rnic.json: [{ op: "write"|"read"|"tcp", crc, size, gbps }, ...] plus
-// informational "tcp-onread" rows and CPU time per GiB.
+// Writes bench/results/rnic.json: [{ op: "write"|"read"|"tcp", transport, crc, loss, size, gbps }, ...]
+// plus informational "tcp-onread" rows and CPU time per GiB. RoCE rows run the RC transport over
+// loopback UDP (path MTU 4096), loss-free and through an ImpairedLink dropping 1 % of packets.
 //
 //   node --import tsx bench/rnic.ts [--mib-per-run N] [--trials N] [--sizes 16384,262144] [--output path]
 
@@ -11,7 +12,7 @@ import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import net from 'node:net';
 import { parseArgs } from 'node:util';
-import { Access, createRnic, type CompletionQueue, type MemoryRegion, type QueuePair } from '../host/rnic/verbs.ts';
+import { Access, createRnic, ImpairedLink, UdpLink, type AnyQueuePair, type CompletionQueue, type MemoryRegion } from '../host/rnic/verbs.ts';
 
 interface Row {
   /**
@@ -20,7 +21,11 @@ interface Row {
    * offers to drain a socket (a stricter baseline, informational).
    */
   op: 'write' | 'read' | 'tcp' | 'tcp-onread';
+  /** iwarp: RDMAP/DDP/MPA over TCP; roce: IB RC over RoCEv2 on a UDP socket. */
+  transport: 'iwarp' | 'roce';
   crc: boolean;
+  /** Fraction of packets the RoCE link drops on purpose (0 for TCP rows). */
+  loss: number;
   size: number;
   gbps: number;
   /** Best of `trials` interleaved runs, each moving `bytes`. */
@@ -139,8 +144,8 @@ async function tcpOnreadRun(size: number, total: number): Promise<number> {
 }
 
 interface RdmaPair {
-  client: { qp: QueuePair; cq: CompletionQueue; mr: MemoryRegion };
-  server: { qp: QueuePair; cq: CompletionQueue; mr: MemoryRegion };
+  client: { qp: AnyQueuePair; cq: CompletionQueue; mr: MemoryRegion };
+  server: { qp: AnyQueuePair; cq: CompletionQueue; mr: MemoryRegion };
   close(): Promise<void>;
 }
 
@@ -166,6 +171,39 @@ async function rdmaPair(crc: boolean, regionSize: number): Promise<RdmaPair> {
       client.qp.destroy();
       server.qp.destroy();
       await listener.close();
+    },
+  };
+}
+
+/**
+ * Two RNICs joined by RC over loopback UDP. With loss, each side's link drops that fraction of
+ * what it sends; the ACK timeout is 10 ms so a lost last packet costs little on loopback.
+ */
+async function rocePair(loss: number, regionSize: number): Promise<RdmaPair> {
+  const make = async (name: string, seed: number) => {
+    const rnic = createRnic({ name });
+    const udp = await UdpLink.open();
+    await rnic.openRoce({ link: loss > 0 ? new ImpairedLink(udp, { loss, seed }) : udp });
+    const pd = rnic.allocPd();
+    const mr = rnic.registerMemory(pd, new SharedArrayBuffer(regionSize), { access: Access.LocalWrite | Access.RemoteWrite | Access.RemoteRead });
+    const cq = rnic.createCq({ depth: 65536 });
+    const qp = rnic.createRcQp({ pd, sendCq: cq, recvCq: cq, maxSendWr: 65536, ird: 16, ord: 16 });
+    return { rnic, qp, cq, mr };
+  };
+  const server = await make('target', 3);
+  const client = await make('initiator', 5);
+  const listener = await server.rnic.listenRc({ host: '127.0.0.1', port: 0 });
+  const setup = { pathMtu: 4096 as const, ackTimeoutMs: 10 };
+  const accepted = listener.next().then((request) => request.accept(server.qp, setup));
+  await client.rnic.connectRc(client.qp, { host: '127.0.0.1', port: listener.port, ...setup });
+  await accepted;
+  await listener.close();
+  return {
+    client,
+    server,
+    async close() {
+      await client.rnic.close();
+      await server.rnic.close();
     },
   };
 }
@@ -270,19 +308,28 @@ async function main(): Promise<void> {
   await tcpOnreadRun(largest, 32 << 20);
   const pairs = new Map<boolean, RdmaPair>();
   for (const crc of [false, true]) pairs.set(crc, await rdmaPair(crc, largest));
-  for (const pair of pairs.values()) {
+  const roce = new Map<number, RdmaPair>();
+  for (const loss of [0, 0.01]) roce.set(loss, await rocePair(loss, largest));
+  for (const pair of [...pairs.values(), ...roce.values()]) {
     await writeRun(pair, largest, 32 << 20);
     await readRun(pair, largest, 32 << 20);
   }
-  type Key = `${Row['op']}/${boolean}`;
-  const cases: Array<{ op: Row['op']; crc: boolean; run: (size: number) => Promise<number> }> = [
-    { op: 'tcp', crc: false, run: (size) => tcpRun(size, bytesPerRun) },
-    { op: 'tcp-onread', crc: false, run: (size) => tcpOnreadRun(size, bytesPerRun) },
-    { op: 'write', crc: false, run: (size) => writeRun(pairs.get(false)!, size, bytesPerRun) },
-    { op: 'write', crc: true, run: (size) => writeRun(pairs.get(true)!, size, bytesPerRun) },
-    { op: 'read', crc: false, run: (size) => readRun(pairs.get(false)!, size, bytesPerRun) },
-    { op: 'read', crc: true, run: (size) => readRun(pairs.get(true)!, size, bytesPerRun) },
+  type Key = `${Row['op']}/${Row['transport']}/${boolean}/${number}`;
+  type Case = { op: Row['op']; transport: Row['transport']; crc: boolean; loss: number; run: (size: number) => Promise<number> };
+  const cases: Case[] = [
+    { op: 'tcp', transport: 'iwarp', crc: false, loss: 0, run: (size) => tcpRun(size, bytesPerRun) },
+    { op: 'tcp-onread', transport: 'iwarp', crc: false, loss: 0, run: (size) => tcpOnreadRun(size, bytesPerRun) },
+    { op: 'write', transport: 'iwarp', crc: false, loss: 0, run: (size) => writeRun(pairs.get(false)!, size, bytesPerRun) },
+    { op: 'write', transport: 'iwarp', crc: true, loss: 0, run: (size) => writeRun(pairs.get(true)!, size, bytesPerRun) },
+    { op: 'read', transport: 'iwarp', crc: false, loss: 0, run: (size) => readRun(pairs.get(false)!, size, bytesPerRun) },
+    { op: 'read', transport: 'iwarp', crc: true, loss: 0, run: (size) => readRun(pairs.get(true)!, size, bytesPerRun) },
+    // RoCE always carries the ICRC (crc: true), the iWARP rows' CRC-on counterpart.
+    { op: 'write', transport: 'roce', crc: true, loss: 0, run: (size) => writeRun(roce.get(0)!, size, bytesPerRun) },
+    { op: 'read', transport: 'roce', crc: true, loss: 0, run: (size) => readRun(roce.get(0)!, size, bytesPerRun) },
+    { op: 'write', transport: 'roce', crc: true, loss: 0.01, run: (size) => writeRun(roce.get(0.01)!, size, bytesPerRun) },
+    { op: 'read', transport: 'roce', crc: true, loss: 0.01, run: (size) => readRun(roce.get(0.01)!, size, bytesPerRun) },
   ];
+  const key = (entry: Case): Key => `${entry.op}/${entry.transport}/${entry.crc}/${entry.loss}`;
   const rows: Row[] = [];
   for (const size of sizes) {
     // Trials interleave the cases, so a burst of load from elsewhere hits them alike; each
@@ -291,30 +338,35 @@ async function main(): Promise<void> {
     for (let trial = 0; trial < trials; trial++) {
       for (const entry of cases) {
         const result = await measure(bytesPerRun, () => entry.run(size));
-        const key: Key = `${entry.op}/${entry.crc}`;
-        const previous = bestOf.get(key);
-        bestOf.set(key, {
+        const previous = bestOf.get(key(entry));
+        bestOf.set(key(entry), {
           gbps: Math.max(previous?.gbps ?? 0, result.gbps),
           cpuMsPerGiB: Math.min(previous?.cpuMsPerGiB ?? Infinity, result.cpuMsPerGiB),
         });
       }
     }
     for (const entry of cases) {
-      const measured = bestOf.get(`${entry.op}/${entry.crc}`)!;
-      rows.push({ op: entry.op, crc: entry.crc, size, gbps: round(measured.gbps), bytes: bytesPerRun, trials, cpuMsPerGiB: Math.round(measured.cpuMsPerGiB) });
+      const measured = bestOf.get(key(entry))!;
+      rows.push({ op: entry.op, transport: entry.transport, crc: entry.crc, loss: entry.loss, size, gbps: round(measured.gbps), bytes: bytesPerRun, trials, cpuMsPerGiB: Math.round(measured.cpuMsPerGiB) });
       console.log(
-        `${entry.op.padEnd(5)} crc=${String(entry.crc).padEnd(5)} size=${String(size).padStart(8)}  ${measured.gbps.toFixed(2).padStart(6)} Gb/s  ${measured.cpuMsPerGiB.toFixed(0).padStart(5)} ms CPU/GiB`,
+        `${entry.op.padEnd(5)} ${entry.transport.padEnd(5)} crc=${String(entry.crc).padEnd(5)} loss=${String(entry.loss).padEnd(4)} size=${String(size).padStart(8)}  ${measured.gbps.toFixed(2).padStart(6)} Gb/s  ${measured.cpuMsPerGiB.toFixed(0).padStart(5)} ms CPU/GiB`,
       );
     }
-    const tcp = bestOf.get('tcp/false')!.gbps;
-    const onread = bestOf.get('tcp-onread/false')!.gbps;
-    const write = bestOf.get('write/false')!.gbps;
+    const tcp = bestOf.get('tcp/iwarp/false/0')!.gbps;
+    const onread = bestOf.get('tcp-onread/iwarp/false/0')!.gbps;
+    const write = bestOf.get('write/iwarp/false/0')!.gbps;
     console.log(
       `size ${size}: RDMA Write (CRC off) at ${((100 * write) / tcp).toFixed(0)}% of the plain socket pair, ` +
         `${((100 * write) / onread).toFixed(0)}% of the onread socket pair`,
     );
+    for (const op of ['write', 'read'] as const) {
+      const iwarp = bestOf.get(`${op}/iwarp/false/0`)!.gbps;
+      const clean = bestOf.get(`${op}/roce/true/0`)!.gbps;
+      const lossy = bestOf.get(`${op}/roce/true/0.01`)!.gbps;
+      console.log(`size ${size}: RoCE ${op} at ${(clean / iwarp).toFixed(2)} of iWARP (target 0.8); at 1% loss ${(lossy / clean).toFixed(2)} of loss-free (target 0.5)`);
+    }
   }
-  for (const pair of pairs.values()) await pair.close();
+  for (const pair of [...pairs.values(), ...roce.values()]) await pair.close();
   const output = values.output;
   mkdirSync(dirname(output), { recursive: true });
   writeFileSync(output, `${JSON.stringify(rows, null, 2)}\n`);

@@ -63,7 +63,7 @@ const DEFAULT_TIMEOUTS: TimeoutSettings = { mpaRequestMs: 10_000, rtrMs: 10_000,
 const MAX_TIMEOUT_MS = 2 ** 31 - 1; // setTimeout's limit
 
 // The keys each object of the file may hold; a key read below must be listed here.
-const TOP_KEYS = ['listen', 'transport', 'workers', 'pool', 'session', 'timeouts', 'tenants', 'sramModel'] as const;
+const TOP_KEYS = ['listen', 'workers', 'pool', 'session', 'timeouts', 'tenants', 'sramModel', 'transport'] as const;
 const POOL_KEYS = ['blockSize', 'blockCount', 'handleBase', 'handleCount', 'maxInline', 'ringOrder'] as const;
 const SESSION_KEYS = ['credits', 'ticketTimeoutMs', 'maxSessions', 'maxSessionsPerWorker', 'maxHandshakesPerWorker'] as const;
 const TIMEOUT_KEYS = ['mpaRequestMs', 'rtrMs', 'helloMs', 'idleSessionMs', 'rdmaReadMs'] as const;
@@ -161,6 +161,10 @@ export function resolveTargetSettings(input: Json, otherSections: readonly strin
     throw new ConfigError('transport', `must be "iwarp" or "roce", got ${JSON.stringify(transportValue)}`, '"iwarp" = RDMAP over TCP (draft 9.1), "roce" = IB RC over RoCEv2 (draft 9.2)');
   }
   const transport: Transport = transportValue;
+  if (transport === 'roce' && !/^\d{1,3}(\.\d{1,3}){3}$/.test(listen.host)) {
+    // The RoCE port's address is the connection's GID and is covered by every packet's ICRC.
+    throw new ConfigError('listen', `the roce transport needs a specific IPv4 listen address, got ${listen.host}`, 'e.g. "127.0.0.1:7117"');
+  }
   const workers = top.integer('workers', { min: 1, max: 64, fallback: 2 });
   const poolIn = top.object('pool', POOL_KEYS);
   const blockSize = poolIn.integer('blockSize', { min: 8, max: 2 ** 30, fallback: DEFAULT_BLOCK_SIZE });

@@ -34,6 +34,8 @@ test('every bad field is named with a fix', () => {
   rejects({ pool: { blockCount: 0 } }, 'pool.blockCount', /integer from 1/);
   rejects({ colour: 'blue' }, 'colour', /unknown key; the keys here are "listen", "workers"/);
   rejects({ tenants: [] }, 'tenants', /at least one tenant/);
+  rejects({ transport: 'ib' }, 'transport', /"iwarp" or "roce"/);
+  rejects({ transport: 'roce', listen: '[::1]:7117' }, 'listen', /specific IPv4 listen address/);
   rejects({ tenants: [{ quota: 1 }] }, 'tenants[0].name', /is required; name the tenant/);
   rejects({ tenants: [{ name: 'a', secret: 7 }] }, 'tenants[0].secret', /1 to 64/);
   rejects({ listen: '0.0.0.0:7117' }, 'tenants', /default tenant is open.*list tenants with secrets/);

@@ -10,7 +10,7 @@ import type { CompletionQueue } from '../cq.ts';
 import { RnicError } from '../errors.ts';
 import type { MemoryTable, ProtectionDomain } from '../memory.ts';
 import type { NicObserver } from '../nic-observer.ts';
-import type { DisconnectInfo, QpState, QueuePairStatistics } from '../qp.ts';
+import type { DisconnectInfo, QpState, QueuePairOptions, QueuePairStatistics } from '../qp.ts';
 import { checkSendRequest, limit, positive } from '../qp-checks.ts';
 import { encodeHeaders, IbHeaders, padFor } from '../wire/ib-headers.ts';
 import { headerLength, ICRC_LENGTH, OPCODES } from '../wire/ib-opcodes.ts';
@@ -23,23 +23,9 @@ import { Responder } from './responder.ts';
 export const PATH_MTUS = [256, 512, 1024, 2048, 4096] as const;
 export type PathMtu = (typeof PATH_MTUS)[number];
 
-export interface RcQueuePairOptions {
-  pd: ProtectionDomain;
-  sendCq: CompletionQueue;
-  recvCq: CompletionQueue;
-  /** Most send work requests outstanding; default 1024. */
-  maxSendWr?: number;
-  /** Most receive work requests posted; default 1024. */
-  maxRecvWr?: number;
-  /** Most scatter/gather elements per work request; default 16. */
-  maxSge?: number;
-  /** Complete every send WR, not only those posted with `signaled: true` (default true). */
-  signalAll?: boolean;
-  /** Inbound Reads/atomics served at once: max_dest_rd_atomic, the responder resources (default 16). */
-  ird?: number;
-  /** Reads/atomics issued at once: max_rd_atomic (default 16). */
-  ord?: number;
-}
+/** The same queue sizes and limits as an iWARP QP; `ird` is max_dest_rd_atomic (responder
+ * resources), `ord` max_rd_atomic. */
+export type RcQueuePairOptions = QueuePairOptions;
 
 /** What connection setup agreed on (ibv_modify_qp to RTR and RTS). */
 export interface RcPathParameters {
