@@ -553,6 +553,14 @@ export function persisted(engine: usize, request: usize, ok: bool): u32 {
 }
 
 /**
+ * The host could not do what the program asked before running it again (a Generation
+ * reservation the tier failed to make durable): the request ends with `status`, changing nothing.
+ */
+export function fail(engine: usize, request: usize, status: u32): u32 {
+  return finish(engine, request, status);
+}
+
+/**
  * Demotion (kbtp-v1 section 12): a sealed, resident block whose handle no request holds leaves the
  * pool; its data is on the tier already (sealing made it durable). The entry says so (Block Offset
  * all ones, next Placement Epoch) before the block returns to its ring.

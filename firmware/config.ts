@@ -20,6 +20,18 @@ export interface TenantSettings {
   loadScope: { first: bigint; count: bigint };
   trust: { directLoad: boolean; directAlloc: boolean };
   trustDomain: string;
+  /** kbtp-v1 section 12: 'demote' (default with a durable tier) or 'none'. */
+  eviction: 'none' | 'demote';
+  /** Blocks the tenant may keep on the durable tier (default: the whole tier). */
+  durableQuota: number | undefined;
+}
+
+/** The durable tier (kbtp-v1 section 12, docs/TIER.md): sealed blocks survive restarts and power loss. */
+export interface DurableSettings {
+  /** Data directory; the tier's files live in its `tier/` folder. */
+  dataDir: string;
+  /** Hard cap of the tier's files, octets. */
+  capacityBytes: number;
 }
 
 /** How long each stage of a connection may take; past it the connection is closed and counted. */
@@ -52,6 +64,8 @@ export interface TargetSettings {
   timeouts: TimeoutSettings;
   tenants: TenantSettings[];
   sramModel: string | undefined;
+  /** Absent: DRAM only (PERSISTENT is never granted). */
+  durable: DurableSettings | undefined;
 }
 
 export { ConfigError } from './config-reader.ts';
@@ -63,11 +77,12 @@ const DEFAULT_TIMEOUTS: TimeoutSettings = { mpaRequestMs: 10_000, rtrMs: 10_000,
 const MAX_TIMEOUT_MS = 2 ** 31 - 1; // setTimeout's limit
 
 // The keys each object of the file may hold; a key read below must be listed here.
-const TOP_KEYS = ['listen', 'workers', 'pool', 'session', 'timeouts', 'tenants', 'sramModel', 'transport'] as const;
+const TOP_KEYS = ['listen', 'workers', 'pool', 'session', 'timeouts', 'tenants', 'sramModel', 'durable', 'transport'] as const;
+const DURABLE_KEYS = ['enabled', 'dataDir', 'capacity'] as const;
 const POOL_KEYS = ['blockSize', 'blockCount', 'handleBase', 'handleCount', 'maxInline', 'ringOrder'] as const;
 const SESSION_KEYS = ['credits', 'ticketTimeoutMs', 'maxSessions', 'maxSessionsPerWorker', 'maxHandshakesPerWorker'] as const;
 const TIMEOUT_KEYS = ['mpaRequestMs', 'rtrMs', 'helloMs', 'idleSessionMs', 'rdmaReadMs'] as const;
-const TENANT_KEYS = ['name', 'secret', 'open', 'quota', 'maxSessions', 'storeRange', 'loadScope', 'trust', 'trustDomain'] as const;
+const TENANT_KEYS = ['name', 'secret', 'open', 'quota', 'maxSessions', 'storeRange', 'loadScope', 'trust', 'trustDomain', 'eviction', 'durableQuota'] as const;
 const RANGE_KEYS = ['first', 'count'] as const;
 const TRUST_KEYS = ['directLoad', 'directAlloc'] as const;
 
@@ -77,6 +92,36 @@ export function parseListen(value: string, field = 'listen'): HostPort {
     throw new ConfigError(field, `"${value}" is not host:port`, `e.g. "127.0.0.1:${DEFAULT_PORT}" (port 0 picks a free port)`);
   }
   return address;
+}
+
+const BYTE_UNITS: Record<string, number> = { '': 1, K: 2 ** 10, KIB: 2 ** 10, M: 2 ** 20, MIB: 2 ** 20, G: 2 ** 30, GIB: 2 ** 30, T: 2 ** 40, TIB: 2 ** 40 };
+
+/** A size in octets: a number, or a string such as "512MiB", "64G", "1073741824". */
+export function parseBytes(value: Json | undefined, field: string): number {
+  const match = typeof value === 'string' ? /^\s*([0-9]+(?:\.[0-9]+)?)\s*([a-zA-Z]*)\s*$/.exec(value) : null;
+  const unit = BYTE_UNITS[(match?.[2] ?? '').toUpperCase()];
+  const bytes = typeof value === 'number' ? value : match !== null && unit !== undefined ? Math.floor(Number(match[1]) * unit) : NaN;
+  if (!Number.isSafeInteger(bytes) || bytes <= 0) {
+    throw new ConfigError(field, `${JSON.stringify(value)} is not a size in octets`, 'give e.g. 1073741824 or "1GiB" (units K, M, G, T: powers of 1024)');
+  }
+  return bytes;
+}
+
+/** The default cap of a durable tier: four times the pool. */
+export function defaultDurableCapacity(pool: { blockSize: number; blockCount: number }): number {
+  return Math.max(64 * 2 ** 20, 4 * pool.blockSize * pool.blockCount);
+}
+
+function durableAt(top: ObjectReader<(typeof TOP_KEYS)[number]>, pool: { blockSize: number; blockCount: number }): DurableSettings | undefined {
+  const section = top.object('durable', DURABLE_KEYS);
+  if (!section.boolean('enabled', true)) return undefined;
+  const dataDir = section.string('dataDir', 4096, 'give the directory the durable tier keeps its files in, e.g. "/var/lib/kbtp"');
+  if (dataDir === undefined) {
+    if (section.has('capacity')) throw new ConfigError('durable.dataDir', 'is required with durable.capacity', 'give the directory of the durable tier');
+    return undefined;
+  }
+  const capacityBytes = section.has('capacity') ? parseBytes(section.raw('capacity'), 'durable.capacity') : defaultDurableCapacity(pool);
+  return { dataDir, capacityBytes };
 }
 
 export function isLoopback(host: string): boolean {
@@ -107,7 +152,7 @@ function timeoutsAt(top: ObjectReader<(typeof TOP_KEYS)[number]>): TimeoutSettin
 }
 
 function tenantAt(value: Json, index: number, context: { listen: { host: string }; blockCount: number; single: boolean;
-  allHandles: { first: bigint; count: bigint }; maxSessions: number }): TenantSettings {
+  allHandles: { first: bigint; count: bigint }; maxSessions: number; durable: boolean }): TenantSettings {
   const tenant = ObjectReader.of(`tenants[${index}]`, value, TENANT_KEYS);
   const name = tenant.string('name', 64, 'HELLO carries the tenant name in at most 64 octets');
   if (name === undefined) throw new ConfigError(tenant.field('name'), 'is required', 'name the tenant (HELLO carries it in at most 64 octets)');
@@ -143,7 +188,18 @@ function tenantAt(value: Json, index: number, context: { listen: { host: string 
     loadScope: rangeAt(tenant, 'loadScope', context.allHandles, 'give the handles the tenant may load'),
     trust: { directLoad: trust.boolean('directLoad', false), directAlloc: trust.boolean('directAlloc', false) },
     trustDomain,
+    eviction: evictionAt(tenant, context.durable),
+    durableQuota: tenant.has('durableQuota') ? tenant.integer('durableQuota', { min: 0, max: 2 ** 32 - 1 }) : undefined,
   };
+}
+
+function evictionAt(tenant: ObjectReader<(typeof TENANT_KEYS)[number]>, durable: boolean): 'none' | 'demote' {
+  const value = tenant.raw('eviction') ?? (durable ? 'demote' : 'none');
+  if (value !== 'none' && value !== 'demote') {
+    throw new ConfigError(tenant.field('eviction'), `must be "none" or "demote", got ${JSON.stringify(value)}`,
+      '"demote" moves least recently used sealed blocks to the durable tier at the quota; "none" answers NO_SPACE');
+  }
+  return value;
 }
 
 /**
@@ -194,7 +250,8 @@ export function resolveTargetSettings(input: Json, otherSections: readonly strin
   if (list.length === 0) {
     throw new ConfigError('tenants', 'must be a non-empty array', 'list at least one tenant: [{ "name": "default", "open": true }]');
   }
-  const context = { listen, blockCount, single: list.length === 1, allHandles, maxSessions };
+  const durable = durableAt(top, { blockSize, blockCount });
+  const context = { listen, blockCount, single: list.length === 1, allHandles, maxSessions, durable: durable !== undefined };
   const tenants = list.map((value, index) => tenantAt(value, index, context));
   const sramModel = top.raw('sramModel');
   if (sramModel !== undefined && typeof sramModel !== 'string') {
@@ -202,8 +259,23 @@ export function resolveTargetSettings(input: Json, otherSections: readonly strin
   }
   return {
     listen, transport, workers, session, timeouts, tenants, sramModel: sramModel ?? undefined,
-    pool: { blockSize, blockCount, handleBase, handleCount, maxInline, ringOrder },
+    pool: { blockSize, blockCount, handleBase, handleCount, maxInline, ringOrder }, durable,
   };
+}
+
+/**
+ * Turns the durable tier on in `dataDir` (command line, appliance) or off (null). Tenants whose
+ * eviction policy followed the default follow the change; an explicit "demote" without a tier is
+ * refused by the engine's configuration check.
+ */
+export function setDurable(settings: TargetSettings, dataDir: string | null, capacityBytes?: number): void {
+  const before = settings.durable !== undefined;
+  settings.durable = dataDir === null ? undefined : {
+    dataDir, capacityBytes: capacityBytes ?? settings.durable?.capacityBytes ?? defaultDurableCapacity(settings.pool),
+  };
+  const after = settings.durable !== undefined;
+  if (before === after) return;
+  for (const tenant of settings.tenants) if (tenant.eviction === (before ? 'demote' : 'none')) tenant.eviction = after ? 'demote' : 'none';
 }
 
 /** The effective configuration as JSON, for `kbtp target --check-config`: secrets masked, handles as strings past 2^53. */
@@ -223,7 +295,9 @@ export function describeSettings(settings: TargetSettings): string {
       ...(tenant.open ? { open: true } : { secret: '(set, not shown)' }),
       quota: tenant.quota, maxSessions: tenant.maxSessions,
       storeRange: range(tenant.storeRange), loadScope: range(tenant.loadScope), trust: tenant.trust, trustDomain: tenant.trustDomain,
+      eviction: tenant.eviction, ...(tenant.durableQuota !== undefined ? { durableQuota: tenant.durableQuota } : {}),
     })),
+    durable: settings.durable === undefined ? { enabled: false } : { dataDir: settings.durable.dataDir, capacity: settings.durable.capacityBytes },
     ...(settings.sramModel !== undefined ? { sramModel: settings.sramModel } : {}),
   }, null, 2);
 }
@@ -256,6 +330,7 @@ export function engineConfigFor(settings: TargetSettings): EngineConfig {
   const tenants: TenantConfig[] = settings.tenants.map((tenant) => {
     const config: TenantConfig = {
       name: tenant.name, storeRange: tenant.storeRange, loadScope: tenant.loadScope, quota: tenant.quota, trustDomain: tenant.trustDomain,
+      eviction: tenant.eviction,
     };
     if (tenant.trust.directAlloc) {
       config.partition = partitions.length;
@@ -275,5 +350,6 @@ export function engineConfigFor(settings: TargetSettings): EngineConfig {
     sessionsPerThread: settings.session.maxSessions,
     // kbtp-v1 section 11: at least 2 x credits receives posted per session.
     requestsPerThread: settings.session.maxSessions * 2 * credits,
+    durable: settings.durable !== undefined,
   };
 }

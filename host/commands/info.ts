@@ -45,7 +45,7 @@ export const command: Command = {
       console.log(HELP);
       return EXIT_OK;
     }
-    const session = await openSession({ ...values, direct: true }, K.CAP_DIRECT_LOAD | K.CAP_DIRECT_ALLOC);
+    const session = await openSession({ ...values, direct: true }, K.CAP_DIRECT_LOAD | K.CAP_DIRECT_ALLOC | K.CAP_PERSISTENT);
     try {
       const ack = session.hello;
       console.log(values.json === true

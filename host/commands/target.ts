@@ -2,7 +2,11 @@
 // the engine and the worker threads, and reports statistics until SIGINT/SIGTERM, then drains.
 import { parseArgs } from 'node:util';
 import type { Command } from '../cli.ts';
-import { loadTargetSettings, parseListen, ConfigError, describeSettings, engineConfigFor, type TargetSettings } from '../../firmware/config.ts';
+import {
+  loadTargetSettings, parseListen, ConfigError, describeSettings, engineConfigFor, setDurable, parseBytes, type TargetSettings,
+} from '../../firmware/config.ts';
+import { TierCapacityError } from '../tier/capacity.ts';
+import { TierConfigMismatchError } from '../tier/recovery.ts';
 import { startTarget } from '../kbtp/server/target.ts';
 import { EngineConfigError, resolveEngineConfig } from '../engine/config.ts';
 import { computeLayout } from '../engine/layout.ts';
@@ -27,6 +31,11 @@ options:
   --blocks N             blocks in the pool (default 4096)
   --credits N            requests a session may have outstanding (default 64)
   --sram-model FILE      model the RNIC's on-chip SRAM cache with this config (docs/SRAM.md)
+  --data-dir DIR         keep sealed blocks on a durable tier in DIR/tier (docs/TIER.md): they survive
+                         restarts, kill -9 and power loss; the target recovers them before it listens
+  --durable-capacity N   hard cap of the durable tier in octets, e.g. 1073741824 or 64GiB
+                         (default: four times the pool)
+  --no-durable           DRAM only, even when the config file names a data directory
   --stats-interval SECS  print statistics every SECS seconds (default 0: only at exit)
   -v, --verbose          log every session (open, refused, GOODBYE, disconnect) and every connection
                          that fails before its session exists (bad MPA, timeouts, refusals), with the reason
@@ -53,6 +62,13 @@ function describe(stats: StatsSnapshot): string {
   counted('setup fail', stats.setupFailures);
   if (stats.internalErrors > 0) lines.push(`  internal errors ${stats.internalErrors} (each ended its connection only; run with -v for the cause)`);
   for (const report of stats.sram ?? []) lines.push(`  sram ${report}`);
+  const d = stats.durable;
+  if (d !== undefined) {
+    lines.push(`  durable: ${d.blocksDurable} blocks, ${(d.bytesUsed / 2 ** 20).toFixed(1)} of ${(d.capacityBytes / 2 ** 20).toFixed(0)} MiB;` +
+      ` demotions ${d.demotions}, promotions ${d.promotions}, drops ${d.drops}; fsyncs ${d.fsyncs} for ${d.groupCommits} group commits` +
+      ` (${d.groupCommits > 0 ? (d.batchRecords / d.groupCommits).toFixed(1) : '0'} records each, at most ${d.batchLargest});` +
+      ` checksum failures ${d.checksumFailures}, tier errors ${d.tierErrors}`);
+  }
   return lines.join('\n');
 }
 
@@ -72,6 +88,7 @@ export const command: Command = {
       ({ values } = parseArgs({ args: argv, options: {
         config: { type: 'string' }, 'check-config': { type: 'string' }, listen: { type: 'string' }, transport: { type: 'string' }, workers: { type: 'string' }, 'block-size': { type: 'string' },
         blocks: { type: 'string' }, credits: { type: 'string' }, 'sram-model': { type: 'string' }, 'stats-interval': { type: 'string' },
+        'data-dir': { type: 'string' }, 'durable-capacity': { type: 'string' }, 'no-durable': { type: 'boolean' },
         verbose: { type: 'boolean', short: 'v' }, help: { type: 'boolean', short: 'h' },
       } }));
     } catch (error) {
@@ -118,6 +135,16 @@ export const command: Command = {
       if (blockSize !== undefined) settings.pool.maxInline = Math.min(settings.pool.maxInline, blockSize);
       settings.session.credits = integer('credits', values.credits, 1) ?? settings.session.credits;
       if (values['sram-model'] !== undefined) settings.sramModel = values['sram-model'];
+      if (values['no-durable'] === true && (values['data-dir'] !== undefined || values['durable-capacity'] !== undefined)) {
+        throw new ConfigError('--no-durable', 'contradicts --data-dir/--durable-capacity', 'give one or the other');
+      }
+      const capacity = values['durable-capacity'] === undefined ? undefined : parseBytes(values['durable-capacity'], '--durable-capacity');
+      if (values['no-durable'] === true) setDurable(settings, null);
+      else if (values['data-dir'] !== undefined) setDurable(settings, values['data-dir'], capacity);
+      else if (capacity !== undefined) {
+        if (settings.durable === undefined) throw new ConfigError('--durable-capacity', 'needs a durable tier', 'give --data-dir DIR as well');
+        settings.durable.capacityBytes = capacity;
+      }
       if (values['check-config'] !== undefined) {
         // The rules that span several settings (overlapping ranges, quota sums, memory size) live in the engine's config.
         computeLayout(resolveEngineConfig(engineConfigFor(settings)), 16);
@@ -138,7 +165,8 @@ export const command: Command = {
     try {
       target = await startTarget(settings, { verbose: values.verbose === true, log: (line) => console.error(line) });
     } catch (error) {
-      if (error instanceof EngineConfigError || error instanceof SramConfigError) {
+      if (error instanceof EngineConfigError || error instanceof SramConfigError || error instanceof TierCapacityError ||
+          error instanceof TierConfigMismatchError) {
         console.error(`kbtp target: configuration error: ${error.message}`);
         return 2;
       }
@@ -149,6 +177,13 @@ export const command: Command = {
     console.log(`kbtp target listening on ${target.host}:${target.port} (${settings.transport === 'roce' ? 'IB RC over RoCEv2, setup over TCP' : 'RDMAP/MPA over TCP'}, ${settings.workers} workers)`);
     console.log(`pool: ${pool.blockCount} blocks of ${pool.blockSize} octets (${((pool.blockCount * pool.blockSize) / 2 ** 20).toFixed(pool.blockCount * pool.blockSize < 2 ** 24 ? 2 : 0)} MiB),` +
       ` handles ${pool.handleBase}..${pool.handleBase + BigInt(pool.handleCount) - 1n}, tenants: ${settings.tenants.map((t) => t.name).join(', ')}`);
+    const recovery = target.recovery;
+    if (recovery !== undefined && settings.durable !== undefined) {
+      console.log(`durable tier: ${settings.durable.dataDir}/tier, capacity ${(settings.durable.capacityBytes / 2 ** 20).toFixed(0)} MiB; ` +
+        (recovery.fresh ? 'new, empty' : `recovered ${recovery.blocksRecovered} sealed blocks in ${recovery.seconds.toFixed(3)} s ` +
+          `(records dropped ${recovery.recordsDropped}, torn tail ${recovery.tornBytes} octets, checksum failures ${recovery.checksumFailures}` +
+          `${recovery.blocksOverCapacity > 0 ? `, ${recovery.blocksOverCapacity} over the capacity or a Durable Quota, left out` : ''})`));
+    }
     console.log(`try: kbtp info --target ${target.host}:${target.port}   (Ctrl-C to stop)`);
     const interval = Number(values['stats-interval'] ?? 0);
     const timer = interval > 0 ? setInterval(() => { void target.stats().then((s) => console.log(describe(s))); }, interval * 1000) : undefined;

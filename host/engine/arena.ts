@@ -203,6 +203,11 @@ export class ThreadArena {
     };
   }
 
+  /** Ends a request waiting to run again (after ACTION_RESERVE) with `status`; returns ACTION_SEND. */
+  fail(request: number, status: number): number {
+    return this.engine.exports.fail(this.engine.address, request, status);
+  }
+
   /** After ACTION_EVICT found nothing to demote: the next run() answers NO_SPACE. */
   noEviction(request: number): void {
     this.engine.view.setUint32(request + S.REQUEST_NO_EVICT, 1, true);

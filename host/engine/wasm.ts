@@ -37,6 +37,7 @@ export interface EngineExports {
   demote(engine: number, entry: number): number;
   dropClaim(engine: number, entry: number): number;
   dropSettle(engine: number, entry: number, commit: number): void;
+  fail(engine: number, request: number, status: number): number;
   lookup(engine: number, tenant: number, opcode: number, flags: number, handle: bigint, expectedGeneration: number,
     length: number, entry: number): number;
 }

@@ -15,7 +15,7 @@ function sameSecret(credential: Uint8Array, secret: string): boolean {
   return timingSafeEqual(a, b);
 }
 
-export function admit(tenants: readonly TenantSettings[], name: string, credential: Uint8Array, requested: number): Admission {
+export function admit(tenants: readonly TenantSettings[], name: string, credential: Uint8Array, requested: number, durable = false): Admission {
   const tenantIndex = tenants.findIndex((tenant) => tenant.name === name);
   const tenant = tenants[tenantIndex];
   if (tenant === undefined) {
@@ -29,5 +29,7 @@ export function admit(tenants: readonly TenantSettings[], name: string, credenti
   let capabilities = 0;
   if ((requested & K.CAP_DIRECT_LOAD) !== 0 && tenant.trust.directLoad) capabilities |= K.CAP_DIRECT_LOAD;
   if ((requested & K.CAP_DIRECT_ALLOC) !== 0 && tenant.trust.directAlloc) capabilities |= K.CAP_DIRECT_ALLOC;
+  // kbtp-v1 section 12: granted whenever the target has a durable tier (informational).
+  if ((requested & K.CAP_PERSISTENT) !== 0 && durable) capabilities |= K.CAP_PERSISTENT;
   return { ok: true, tenantIndex, tenant, capabilities };
 }

@@ -22,6 +22,8 @@ import { admit } from './auth.ts';
 import type { RefusalReason, TargetStats, TimeoutStage } from './stats.ts';
 import { SessionTickets, type LateReclaims } from './tickets.ts';
 import type { SessionSlots } from './slots.ts';
+import type { TierClient } from './tier-client.ts';
+import type { Demoter } from '../../engine/demotion.ts';
 
 // Work request ids: a request context address (64-aligned) plus what the work request is for.
 const WR_RECV = 0;
@@ -43,6 +45,9 @@ export interface WorkerContext {
   slots: SessionSlots;
   /** For the tests of the failure paths only (KBTP_TEST_FAULT): where to throw. */
   fault?: { kind: 'connection' | 'worker'; tenant: string };
+  /** The durable tier in the main thread, when the target has one. */
+  tier: TierClient | undefined;
+  demoter: Demoter;
   log(line: string): void;
 }
 
@@ -294,12 +299,58 @@ export class TargetConnection {
       case S.ACTION_NONE:
         this.busy -= 1;
         return;
+      case S.ACTION_PERSIST:
+      case S.ACTION_RESERVE:
+      case S.ACTION_FETCH:
+        this.askTier(request, action);
+        return;
+      case S.ACTION_EVICT: {
+        // Under `demote`, at the quota: the tenant's least recently used sealed resident block goes first.
+        const { arena, engine, demoter, stats } = this.ctx;
+        if (demoter.demoteOne(engine.tenantIndexOf(arena.tierRequest(request).evictTenant))) stats.demoted();
+        else arena.noEviction(request);
+        this.settle(request, arena.run(request));
+        return;
+      }
     }
+  }
+
+  /** Hands a tier step to the main thread; the request (and its handle) waits for the answer. */
+  private askTier(request: number, action: number): void {
+    const { arena, tier } = this.ctx;
+    const t = arena.tierRequest(request);
+    if (tier === undefined) throw new Error(`engine asked for a durable tier (action ${action}) that this target does not have`);
+    const ask = action === S.ACTION_RESERVE ? tier.ask({ op: 'reserve', index: t.index, generation: t.generation })
+      : action === S.ACTION_FETCH ? tier.ask({ op: 'fetch', index: t.index, blockOffset: t.blockOffset })
+      : t.kind === S.TIER_SEAL ? tier.ask({ op: 'seal', index: t.index, generation: t.generation, blockOffset: t.blockOffset, dataLength: t.dataLength })
+      : tier.ask({ op: 'unbind', index: t.index, generation: t.generation, why: t.kind === S.TIER_UNBIND_LOST ? 'lost' : 'free' });
+    void ask.then((answer) => {
+      try {
+        let next: number;
+        if (action === S.ACTION_PERSIST) next = arena.persisted(request, answer.ok);
+        else if (action === S.ACTION_RESERVE) next = answer.ok ? arena.run(request) : arena.fail(request, K.STATUS_TIER_ERROR);
+        else {
+          if (answer.outcome === S.FETCH_OK) this.ctx.stats.promoted();
+          next = arena.fetched(request, answer.outcome);
+        }
+        this.settle(request, next);
+      } catch (error) {
+        this.ctx.log(`${this.label}: internal error after a tier step, closing the connection: ${error instanceof Error ? error.stack ?? error.message : String(error)}`);
+        this.ctx.stats.internalError();
+        this.qp.disconnect();
+      }
+      this.maybeFinish();
+    });
   }
 
   private postCompletion(request: number): void {
     const { arena, engine } = this.ctx;
-    this.ctx.stats.completed(engine.view.getUint8(request + S.REQUEST_MESSAGE + K.HEADER_OPCODE), engine.view.getUint16(request + S.REQUEST_COMPLETION + K.HEADER_STATUS, false), request);
+    const opcode = engine.view.getUint8(request + S.REQUEST_MESSAGE + K.HEADER_OPCODE);
+    const status = engine.view.getUint16(request + S.REQUEST_COMPLETION + K.HEADER_STATUS, false);
+    this.ctx.stats.completed(opcode, status, request);
+    // The handle's last use, for least-recently-used demotion and drops.
+    const entry = engine.view.getUint32(request + S.REQUEST_ENTRY, true);
+    if (status === K.STATUS_SUCCESS && entry !== 0 && opcode !== K.OPCODE_FREE) engine.stamp(engine.entryIndex(entry));
     if (this.disconnected) {
       this.busy -= 1;
       return;
@@ -403,7 +454,7 @@ export class TargetConnection {
       this.refuse(requestId, K.STATUS_VERSION_MISMATCH, 'HELLO version 0', 'version');
       return;
     }
-    const admission = admit(settings.tenants, hello.tenant, hello.credential, hello.capabilities);
+    const admission = admit(settings.tenants, hello.tenant, hello.credential, hello.capabilities, settings.durable !== undefined);
     if (!admission.ok) {
       this.refuse(requestId, admission.status, admission.reason, 'auth');
       return;

@@ -4,6 +4,7 @@
 // What happens before a session exists (refusals, handshake failures, timeouts) is counted
 // always, whatever the log level.
 import { statusName } from '../wire/messages.ts';
+import type { DurableStats } from './tier-host.ts';
 
 const OPCODE_NAMES: Record<number, string> = { 0x10: 'LOAD', 0x11: 'STORE', 0x12: 'ALLOC_STORE', 0x13: 'FREE', 0x14: 'BIND' };
 const FIRST_OPCODE = 0x10;
@@ -62,6 +63,11 @@ export interface StatsSnapshot {
   sessionsByTenant: Record<string, number>;
   /** Service time from a request's arrival to its COMPLETION being posted, by opcode name. */
   latency: Record<string, LatencyHistogram>;
+  /** Sealed blocks demoted to the durable tier alone, and tier-only blocks promoted by a LOAD. */
+  demotions: number;
+  promotions: number;
+  /** The durable tier's own figures (added by the main thread when the target has one). */
+  durable?: DurableStats;
   /** Per worker, the SRAM cache model's report when the target runs with one. */
   sram?: string[];
   /** The SRAM model's lookups, all workers together, when the target runs with one. */
@@ -83,6 +89,8 @@ export class TargetStats {
   private authFailed = 0;
   private taken = 0;
   private abandoned = 0;
+  private demotionCount = 0;
+  private promotionCount = 0;
   private readonly tenantSessions = new Map<string, number>();
   /** performance.now() at each request context's arrival, by context index. */
   private readonly arrivals: Float64Array;
@@ -116,6 +124,8 @@ export class TargetStats {
   bytesIn(octets: number): void { this.received += octets; }
   dataMoved(octets: number): void { this.moved += octets; }
   ticketTaken(): void { this.taken += 1; }
+  demoted(): void { this.demotionCount += 1; }
+  promoted(): void { this.promotionCount += 1; }
   ticketAbandoned(): void { this.abandoned += 1; }
   ticketReclaimed(): void { this.reclaimed += 1; }
   internalError(): void { this.faults += 1; }
@@ -157,15 +167,17 @@ export class TargetStats {
       refusals: { ...this.refusals }, timeouts: { ...this.timeouts }, setupFailures: { ...this.setupFailures }, requests,
       bytesIn: this.received, dataBytes: this.moved, ticketsReclaimed: this.reclaimed, internalErrors: this.faults,
       authFailures: this.authFailed, ticketsTaken: this.taken, ticketsAbandoned: this.abandoned,
-      sessionsByTenant: Object.fromEntries(this.tenantSessions), latency,
+      sessionsByTenant: Object.fromEntries(this.tenantSessions), latency, demotions: this.demotionCount, promotions: this.promotionCount,
     };
   }
 }
 
 export function mergeStats(parts: readonly StatsSnapshot[]): StatsSnapshot {
   const total: StatsSnapshot = { sessionsOpen: 0, sessionsTotal: 0, sessionsRefused: 0, refusals: {}, timeouts: {}, setupFailures: {}, requests: {}, bytesIn: 0, dataBytes: 0, ticketsReclaimed: 0,
-    internalErrors: 0, authFailures: 0, ticketsTaken: 0, ticketsAbandoned: 0, sessionsByTenant: {}, latency: {} };
+    internalErrors: 0, authFailures: 0, ticketsTaken: 0, ticketsAbandoned: 0, sessionsByTenant: {}, latency: {}, demotions: 0, promotions: 0 };
   for (const part of parts) {
+    total.demotions += part.demotions;
+    total.promotions += part.promotions;
     total.authFailures += part.authFailures;
     total.ticketsTaken += part.ticketsTaken;
     total.ticketsAbandoned += part.ticketsAbandoned;

@@ -14,17 +14,27 @@ import { loadSramConfig } from '../../sram/index.ts';
 import { mergeStats, type StatsSnapshot } from './stats.ts';
 import { SessionSlots } from './slots.ts';
 import type { TargetWorkerData, WorkerToMain, MainToWorker } from './worker.ts';
+import { TierHost } from './tier-host.ts';
+import type { RecoveryReport } from '../../tier/recovery.ts';
+import type { FileLayer } from '../../tier/files.ts';
 
 export interface TargetOptions {
   /** Per-session log lines (connections, refusals, GOODBYE). */
   verbose?: boolean;
   log?: (line: string) => void;
+  /** The durable tier's file layer (tests inject faults); the real file system by default. */
+  tierFiles?: FileLayer;
 }
+
+export type { DurableStats } from './tier-host.ts';
 
 export interface RunningTarget {
   readonly host: string;
   readonly port: number;
   readonly engine: Engine;
+  /** What the durable tier recovered before the target listened; undefined without a tier. */
+  readonly recovery: RecoveryReport | undefined;
+  /** Totals of all workers, with the durable tier's figures in `durable` when the target has one. */
   stats(): Promise<StatsSnapshot>;
   /** The same, one entry per worker thread. */
   workerStats(): Promise<StatsSnapshot[]>;
@@ -41,7 +51,8 @@ export interface RunningTarget {
 
 const workerUrl = new URL('./worker' + (import.meta.url.endsWith('.ts') ? '.ts' : '.js'), import.meta.url);
 
-function startWorker(data: TargetWorkerData, log: (line: string) => void, failed: (error: Error) => void): { worker: Worker; first: Promise<WorkerToMain> } {
+function startWorker(data: TargetWorkerData, log: (line: string) => void, failed: (error: Error) => void,
+  tier: TierHost | undefined): { worker: Worker; first: Promise<WorkerToMain> } {
   const worker = spawnWorker(workerUrl, { workerData: data });
   const first = new Promise<WorkerToMain>((resolve, reject) => {
     const onMessage = (message: WorkerToMain): void => {
@@ -58,6 +69,10 @@ function startWorker(data: TargetWorkerData, log: (line: string) => void, failed
     if (message.type === 'log') log(message.line);
     else if (message.type === 'error') log(`worker ${data.thread}: ${message.message}`);
     else if (message.type === 'fatal') failed(new Error(`worker ${data.thread} failed: ${message.message}`));
+    else if (message.type === 'tier') {
+      if (tier === undefined) return;
+      void tier.answer(message.ask).then((answer) => worker.postMessage({ type: 'tier', id: message.id, answer } satisfies MainToWorker));
+    }
   });
   return { worker, first };
 }
@@ -67,6 +82,8 @@ export async function startTarget(settings: TargetSettings, options: TargetOptio
   // A bad SRAM model file is reported here, naming the field, before any thread starts.
   if (settings.sramModel !== undefined) loadSramConfig(settings.sramModel);
   const engine = Engine.create(engineConfigFor(settings));
+  // kbtp-v1 section 12: the tier is recovered and the table rebuilt before anyone can connect.
+  const tier = settings.durable === undefined ? undefined : await TierHost.open(engine, settings, options.tierFiles);
   const verbose = options.verbose ?? false;
   const workers: Worker[] = [];
   const slots = SessionSlots.create(settings.session.maxSessions, settings.tenants.length);
@@ -81,26 +98,28 @@ export async function startTarget(settings: TargetSettings, options: TargetOptio
     reportFailure(error);
   };
   const firstData: TargetWorkerData = { handoff: engine.handoff(), settings, thread: 1, verbose, slots: slots.buffer };
-  const first = startWorker(firstData, log, failed);
+  const first = startWorker(firstData, log, failed, tier);
   workers.push(first.worker);
   let listening: WorkerToMain;
   try {
     listening = await first.first;
   } catch (error) {
     await first.worker.terminate();
+    await tier?.close();
     throw error;
   }
   if (listening.type !== 'listening') throw new Error('target worker 1 did not report its listening socket');
   try {
     const rest = [];
     for (let thread = 2; thread <= settings.workers; thread++) {
-      const started = startWorker({ handoff: engine.handoff(), settings, thread, fd: listening.fd, verbose, slots: slots.buffer }, log, failed);
+      const started = startWorker({ handoff: engine.handoff(), settings, thread, fd: listening.fd, verbose, slots: slots.buffer }, log, failed, tier);
       workers.push(started.worker);
       rest.push(started.first);
     }
     await Promise.all(rest);
   } catch (error) {
     await Promise.all(workers.map((worker) => worker.terminate()));
+    await tier?.close();
     throw error;
   }
 
@@ -136,11 +155,17 @@ export async function startTarget(settings: TargetSettings, options: TargetOptio
   const drain = (): void => {
     for (const worker of workers) worker.postMessage({ type: 'drain' } satisfies MainToWorker);
   };
+  const stats = async (): Promise<StatsSnapshot> => {
+    const total = mergeStats(await Promise.all(workers.map(ask)));
+    if (tier !== undefined) total.durable = tier.stats(total.demotions);
+    return total;
+  };
   return {
     host: listening.host,
     port: listening.port,
     engine,
-    stats: async () => mergeStats(await Promise.all(workers.map(ask))),
+    recovery: tier?.tier.recovery,
+    stats,
     workerStats: () => Promise.all(workers.map(ask)),
     audit: () => auditPool(engine),
     drain,
@@ -156,6 +181,9 @@ export async function startTarget(settings: TargetSettings, options: TargetOptio
       }
       stopping = true;
       await Promise.all(workers.map((worker) => worker.terminate()));
+      // Acknowledged requests are durable already; this waits for a group in flight and closes the files.
+      await tier?.close();
+      if (tier !== undefined) stats.durable = tier.stats(stats.demotions);
       return stats;
     },
   };

@@ -6,6 +6,7 @@ import type { RingLayout } from '../../engine/layout.ts';
 import type { MemoryRegion, Rnic } from '../../rnic/verbs.ts';
 import type { TargetSettings } from '../../../firmware/config.ts';
 import type { TargetStats } from './stats.ts';
+import type { Demoter } from '../../engine/demotion.ts';
 
 const ALL_ONES = 0xffffffffffffffffn;
 
@@ -60,6 +61,7 @@ export interface TicketContext {
   settings: TargetSettings;
   stats: TargetStats;
   lateReclaims: LateReclaims;
+  demoter?: Demoter;
   log(line: string): void;
 }
 
@@ -76,7 +78,14 @@ export class SessionTickets {
   take(ticket: number): void {
     this.taken.set(ticket, Date.now());
     this.ctx.stats.ticketTaken();
-    this.ctx.engine.exports.quotaAdjust(this.tenantAddress, 1);
+    const usage = this.ctx.engine.exports.quotaAdjust(this.tenantAddress, 1);
+    // Under `demote` a partition ring holds exactly the quota: past it, the slot of this ticket is
+    // filled only once the tenant's least recently used sealed resident block is demoted.
+    const { engine } = this.ctx;
+    const tenant = engine.tenantIndexOf(this.tenantAddress);
+    if (engine.config.tenants[tenant]?.eviction === 'demote' && usage > (engine.config.tenants[tenant]?.quota ?? 0)) {
+      if (this.ctx.demoter?.demoteOne(tenant) === true) this.ctx.stats.demoted();
+    }
     this.watch();
   }
 

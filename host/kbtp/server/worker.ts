@@ -14,6 +14,9 @@ import { TargetConnection, type WorkerContext } from './connection.ts';
 import { LateReclaims } from './tickets.ts';
 import { TargetStats, type RefusalReason } from './stats.ts';
 import { SessionSlots } from './slots.ts';
+import { TierClient } from './tier-client.ts';
+import { Demoter } from '../../engine/demotion.ts';
+import type { TierToMain, TierToWorker } from './tier-messages.ts';
 
 export interface TargetWorkerData {
   handoff: EngineHandoff;
@@ -33,9 +36,10 @@ export type WorkerToMain =
   | { type: 'log'; line: string }
   | { type: 'error'; message: string }
   /** An error nobody caught: the worker is ending its connections; the node must not go on as if nothing happened. */
-  | { type: 'fatal'; message: string };
+  | { type: 'fatal'; message: string }
+  | TierToMain;
 
-export type MainToWorker = { type: 'stats'; id: number } | { type: 'drain' };
+export type MainToWorker = { type: 'stats'; id: number } | { type: 'drain' } | TierToWorker;
 
 function send(message: WorkerToMain): void {
   parentPort?.postMessage(message);
@@ -75,6 +79,7 @@ async function main(): Promise<void> {
   const context: WorkerContext = {
     engine, arena, rnic, settings, stats, lateReclaims: new LateReclaims(engine, () => stats.ticketReclaimed()), slots,
     ...(fault !== undefined ? { fault } : {}),
+    tier: settings.durable === undefined ? undefined : new TierClient(send), demoter: new Demoter(engine),
     log: (line) => { if (data.verbose) send({ type: 'log', line: `[w${data.thread}] ${line}` }); },
   };
   const connections = new Set<TargetConnection>();
@@ -173,7 +178,9 @@ async function main(): Promise<void> {
   sweep.unref();
 
   parentPort?.on('message', (message: MainToWorker) => {
-    if (message.type === 'stats') {
+    if (message.type === 'tier') {
+      context.tier?.answered(message.id, message.answer);
+    } else if (message.type === 'stats') {
       const snapshot = stats.snapshot();
       if (observer !== undefined) {
         const report = observer.report();

@@ -1,0 +1,126 @@
+// The durable tier in the target's main thread (kbtp-v1 section 12, docs/TIER.md): recovers it
+// before any worker listens, writes the recovered entries into the engine's table, answers the
+// workers' asks (seal, unbind, reserve, fetch), and lets the tier drop blocks through the engine.
+import path from 'node:path';
+import * as S from '../../../assembly/struct-offsets.ts';
+import type { Engine } from '../../engine/engine.ts';
+import { DurableTier, TierError, type TierStats, type DropGate } from '../../tier/tier.ts';
+import { generationPlus, GENERATION_RESERVE_BATCH } from '../../tier/generations.ts';
+import type { FileLayer } from '../../tier/files.ts';
+import type { TargetSettings } from '../../../firmware/config.ts';
+import type { TierAsk, TierAnswer } from './tier-messages.ts';
+
+export interface DurableStats extends TierStats {
+  /** Sealed blocks that left the pool for the tier alone, all workers. */
+  demotions: number;
+  /** Blocks brought back into the pool by a LOAD. */
+  promotions: number;
+  /** Requests answered TIER_ERROR (seal, free, reserve or fetch that failed). */
+  tierErrors: number;
+}
+
+export class TierHost {
+  private promotions = 0;
+  private tierErrors = 0;
+  /** Per handle, the stamp it had when the tier last put it in order (see DropGate 'recent'). */
+  private readonly seen: Uint32Array;
+
+  private constructor(readonly tier: DurableTier, private readonly engine: Engine) {
+    this.seen = new Uint32Array(engine.config.handleCount);
+  }
+
+  /** Opens or recovers the tier and restores the engine's table from it, before anything is served. */
+  static async open(engine: Engine, settings: TargetSettings, files?: FileLayer): Promise<TierHost> {
+    const durable = settings.durable;
+    if (durable === undefined) throw new Error('no durable tier configured');
+    const { config } = engine;
+    const gate: DropGate = {
+      claim: (index) => host.claim(index),
+      settle: (index, generation) => engine.dropSettle(index, generation !== undefined),
+    };
+    const tier = await DurableTier.open({
+      directory: path.join(durable.dataDir, 'tier'), capacityBytes: durable.capacityBytes, blockSize: config.blockSize,
+      handleBase: config.handleBase, handleCount: config.handleCount, drops: gate,
+      tenants: settings.tenants.map((tenant) => ({
+        first: Number(tenant.storeRange.first - config.handleBase), count: Number(tenant.storeRange.count),
+        durableQuota: tenant.durableQuota ?? Number.MAX_SAFE_INTEGER,
+      })),
+      ...(files === undefined ? {} : { files }),
+    });
+    const host = new TierHost(tier, engine);
+    host.restore();
+    return host;
+  }
+
+  /** The table as recovered: sealed blocks on the tier alone, every other entry above what it showed. */
+  private restore(): void {
+    const { engine, tier } = this;
+    for (let index = 0; index < engine.config.handleCount; index++) {
+      engine.restoreEntry(index, tier.resumeGeneration(index), undefined);
+      engine.setGenerationMark(index, tier.generationMark(index));
+    }
+    const bound = engine.config.tenants.map(() => 0);
+    // In least-recently-used order, so the stamps keep the order the tier kept.
+    for (const [index, block] of tier.entries()) {
+      engine.restoreEntry(index, block.generation, block.dataLength);
+      engine.stamp(index);
+      this.seen[index] = engine.stampOf(index);
+      const handle = engine.config.handleBase + BigInt(index);
+      const tenant = engine.config.tenants.findIndex((t) => handle - t.storeRange.first >= 0n && handle - t.storeRange.first < t.storeRange.count);
+      if (tenant >= 0) bound[tenant] = (bound[tenant] ?? 0) + 1;
+    }
+    // Under 'none' the quota counts every bound handle, resident or not.
+    engine.config.tenants.forEach((tenant, index) => {
+      if (tenant.eviction === 'none') engine.setTenantUsage(index, bound[index] ?? 0);
+    });
+  }
+
+  private claim(index: number): 'claimed' | 'skip' | 'recent' {
+    const stamp = this.engine.stampOf(index);
+    if (stamp !== this.seen[index]) {
+      this.seen[index] = stamp;
+      return 'recent';
+    }
+    return this.engine.dropClaim(index) ? 'claimed' : 'skip';
+  }
+
+  async answer(ask: TierAsk): Promise<TierAnswer> {
+    const { engine, tier } = this;
+    try {
+      switch (ask.op) {
+        case 'seal':
+          // The pool block itself: the request holds its handle until this is answered.
+          await tier.seal(ask.index, ask.generation, engine.block(ask.blockOffset, ask.dataLength));
+          this.seen[ask.index] = engine.stampOf(ask.index);
+          return { ok: true, outcome: S.FETCH_OK };
+        case 'unbind':
+          await tier.unbind(ask.index, ask.generation, ask.why);
+          return { ok: true, outcome: S.FETCH_OK };
+        case 'reserve': {
+          const mark = generationPlus(ask.generation, GENERATION_RESERVE_BATCH);
+          await tier.reserve(ask.index, mark);
+          engine.setGenerationMark(ask.index, mark);
+          return { ok: true, outcome: S.FETCH_OK };
+        }
+        case 'fetch':
+          await tier.read(ask.index, engine.block(ask.blockOffset));
+          tier.touch(ask.index);
+          this.seen[ask.index] = engine.stampOf(ask.index);
+          this.promotions += 1;
+          return { ok: true, outcome: S.FETCH_OK };
+      }
+    } catch (error) {
+      this.tierErrors += 1;
+      const lost = error instanceof TierError && (error.code === 'CHECKSUM' || error.code === 'NOT_HELD');
+      return { ok: false, outcome: lost ? S.FETCH_LOST : S.FETCH_FAILED };
+    }
+  }
+
+  stats(demotions: number): DurableStats {
+    return { ...this.tier.stats(), demotions, promotions: this.promotions, tierErrors: this.tierErrors };
+  }
+
+  close(): Promise<void> {
+    return this.tier.close();
+  }
+}

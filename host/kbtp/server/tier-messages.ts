@@ -1,0 +1,18 @@
+// What a worker thread asks of the durable tier, which lives in the target's main thread (one
+// tier, one group commit for all workers), and the answers. Block data never travels in these
+// messages: the tier reads and writes the pool in the shared memory directly.
+
+export type TierAsk =
+  | { op: 'seal'; index: number; generation: number; blockOffset: bigint; dataLength: number }
+  | { op: 'unbind'; index: number; generation: number; why: 'free' | 'lost' }
+  | { op: 'reserve'; index: number; generation: number }
+  | { op: 'fetch'; index: number; blockOffset: bigint };
+
+/** `outcome` is S.FETCH_* for a fetch. */
+export interface TierAnswer {
+  ok: boolean;
+  outcome: number;
+}
+
+export type TierToMain = { type: 'tier'; id: number; ask: TierAsk };
+export type TierToWorker = { type: 'tier'; id: number; answer: TierAnswer };
