@@ -84,7 +84,8 @@ image-test: image
 # 127.0.0.1:7118); Ctrl-C drains and stops it.
 run: build
 	@echo "reach it with: npx kbtp info | echo hi | npx kbtp put 1 | npx kbtp get 1 | npx kbtp free 1"
-	$(NODE) dist/host/cli.js appliance
+	@# The durable tier (docs/TIER.md) keeps its files in the checkout's ignored state folder.
+	$(NODE) dist/host/cli.js appliance --data-dir "$(CURDIR)/.cache/state/kbtp"
 
 demo: build
 	$(NODE) dist/host/cli.js demo

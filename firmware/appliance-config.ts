@@ -88,7 +88,9 @@ function resolveJobs(top: ObjectReader<(typeof APPLIANCE_SECTIONS)[number]>): Re
 
 export function resolveApplianceSettings(input: Json): ApplianceSettings {
   if (!isJsonObject(input)) throw new ConfigError('(top level)', 'must be a JSON object', 'start the file with {');
-  const target = resolveTargetSettings(input, APPLIANCE_SECTIONS);
+  // The appliance's data directory holds the durable tier too, unless "durable" says otherwise.
+  const sharedDataDir = typeof input.dataDir === 'string' && input.dataDir !== '' ? input.dataDir : undefined;
+  const target = resolveTargetSettings(input, APPLIANCE_SECTIONS, sharedDataDir === undefined ? {} : { dataDir: sharedDataDir });
   // The target's reader checked the top-level keys; this one reads only the appliance's sections.
   const own = Object.fromEntries(APPLIANCE_SECTIONS.filter((key) => input[key] !== undefined).map((key) => [key, input[key] as Json]));
   const top = ObjectReader.of('', own, APPLIANCE_SECTIONS);

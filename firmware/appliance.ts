@@ -143,6 +143,14 @@ export class Appliance {
         await new Promise((resolve) => setTimeout(resolve, LISTEN_RETRY_PERIOD_MS));
       }
     }
+    const recovery = this.target.recovery;
+    if (recovery !== undefined) {
+      // kbtp-v1 section 12: recovered before the target listened.
+      this.log.info(recovery.fresh ? 'durable tier: new, empty' : 'durable tier recovered', {
+        blocksRecovered: recovery.blocksRecovered, seconds: recovery.seconds, recordsDropped: recovery.recordsDropped,
+        tornBytes: recovery.tornBytes, checksumFailures: recovery.checksumFailures, blocksOverCapacity: recovery.blocksOverCapacity,
+      });
+    }
     this.stateValue = 'ready';
     this.scheduler.setJobs(this.jobDefinitions());
     this.sampler = setInterval(() => {

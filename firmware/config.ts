@@ -112,10 +112,11 @@ export function defaultDurableCapacity(pool: { blockSize: number; blockCount: nu
   return Math.max(64 * 2 ** 20, 4 * pool.blockSize * pool.blockCount);
 }
 
-function durableAt(top: ObjectReader<(typeof TOP_KEYS)[number]>, pool: { blockSize: number; blockCount: number }): DurableSettings | undefined {
+function durableAt(top: ObjectReader<(typeof TOP_KEYS)[number]>, pool: { blockSize: number; blockCount: number },
+  defaultDataDir: string | undefined): DurableSettings | undefined {
   const section = top.object('durable', DURABLE_KEYS);
   if (!section.boolean('enabled', true)) return undefined;
-  const dataDir = section.string('dataDir', 4096, 'give the directory the durable tier keeps its files in, e.g. "/var/lib/kbtp"');
+  const dataDir = section.string('dataDir', 4096, 'give the directory the durable tier keeps its files in, e.g. "/var/lib/kbtp"') ?? defaultDataDir;
   if (dataDir === undefined) {
     if (section.has('capacity')) throw new ConfigError('durable.dataDir', 'is required with durable.capacity', 'give the directory of the durable tier');
     return undefined;
@@ -206,7 +207,7 @@ function evictionAt(tenant: ObjectReader<(typeof TENANT_KEYS)[number]>, durable:
  * Validates a parsed configuration object and fills in defaults. `otherSections` are top-level
  * keys another reader of the same file validates (the appliance's, firmware/appliance-config.ts).
  */
-export function resolveTargetSettings(input: Json, otherSections: readonly string[] = []): TargetSettings {
+export function resolveTargetSettings(input: Json, otherSections: readonly string[] = [], defaults: { dataDir?: string } = {}): TargetSettings {
   if (!isJsonObject(input)) throw new ConfigError('(top level)', 'must be a JSON object', 'start the file with {');
   const top = ObjectReader.of<(typeof TOP_KEYS)[number]>('', input, [...TOP_KEYS, ...otherSections] as Array<(typeof TOP_KEYS)[number]>);
   const listenValue = top.raw('listen') ?? `127.0.0.1:${DEFAULT_PORT}`;
@@ -250,7 +251,7 @@ export function resolveTargetSettings(input: Json, otherSections: readonly strin
   if (list.length === 0) {
     throw new ConfigError('tenants', 'must be a non-empty array', 'list at least one tenant: [{ "name": "default", "open": true }]');
   }
-  const durable = durableAt(top, { blockSize, blockCount });
+  const durable = durableAt(top, { blockSize, blockCount }, defaults.dataDir);
   const context = { listen, blockCount, single: list.length === 1, allHandles, maxSessions, durable: durable !== undefined };
   const tenants = list.map((value, index) => tenantAt(value, index, context));
   const sramModel = top.raw('sramModel');

@@ -2,7 +2,7 @@
 // settings; the daemon itself lives in firmware/ (the CLI is the one layer that may import it).
 import { parseArgs } from 'node:util';
 import type { Command } from '../cli.ts';
-import { ConfigError, parseListen } from '../../firmware/config.ts';
+import { ConfigError, parseListen, setDurable } from '../../firmware/config.ts';
 import {
   loadApplianceSettings, checkManagementExposure, LOG_LEVELS, type ApplianceSettings, type LogLevel,
 } from '../../firmware/appliance-config.ts';
@@ -41,6 +41,8 @@ function applyFlags(settings: ApplianceSettings, values: Record<string, string |
   if (typeof values['data-dir'] === 'string') {
     if (values['data-dir'] === '') throw new ConfigError('--data-dir', 'is empty', 'give a directory path');
     settings.dataDir = values['data-dir'];
+    // The durable tier lives in the data directory (in its tier/ folder).
+    setDurable(settings.target, values['data-dir']);
   }
   const format = values['log-format'];
   if (format !== undefined && format !== 'text' && format !== 'json') throw new ConfigError('--log-format', `"${String(format)}" is not a log format`, 'use text or json');

@@ -327,7 +327,8 @@ export class DurableTier {
   /** Claims the least recently used droppable block (of `tenant`, or of anyone) into `batch`. */
   private claimDrop(tenant: number | undefined, batch: Op[]): boolean {
     const gate = this.options.drops;
-    let budget = this.blocks.size;
+    // A block found 'recent' moves to the end and comes round again (Map iteration sees it): two rounds at most.
+    let budget = 2 * this.blocks.size;
     for (const [index, block] of this.blocks) {
       if (budget-- <= 0) break;
       if ((tenant !== undefined && block.tenant !== tenant) || this.dropping.has(index)) continue;

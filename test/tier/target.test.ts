@@ -1,0 +1,185 @@
+// The target with a durable tier, in-process: warm restart, TIER_ERROR that changes nothing,
+// demotion and promotion under concurrent LOADs and DIRECT_LOADs (the Placement Epoch), Durable
+// Quota drops. The crash and power-loss tests with a real process are in crash.test.ts.
+import { test } from 'uvu';
+import * as assert from 'uvu/assert';
+import fs from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
+import * as K from '../../assembly/kbtp-constants.ts';
+import { testSettings, startRig, type Rig } from '../kbtp/rig.ts';
+import { KbtpError, type KbtpSession } from '../../host/kbtp/initiator.ts';
+import type { Completion } from '../../host/kbtp/wire/messages.ts';
+import { generationDistance } from '../../host/tier/generations.ts';
+import { Random } from '../../host/util/random.ts';
+import { MemoryFiles } from './memory-files.ts';
+import { startTarget } from '../../host/kbtp/server/target.ts';
+
+const tempDirs: string[] = [];
+function dataDir(): string {
+  const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'kbtp-durable-'));
+  tempDirs.push(dir);
+  return dir;
+}
+
+function durableSettings(dir: string, extra: Record<string, unknown> = {}, tenants?: unknown) {
+  const base = testSettings();
+  const settings = testSettings({ durable: { dataDir: dir, capacity: '64MiB' }, ...extra,
+    ...(tenants === undefined ? {} : { tenants }) });
+  return { ...settings, session: { ...settings.session, ticketTimeoutMs: base.session.ticketTimeoutMs } };
+}
+
+/** A block's content: unique per handle and generation, so a block read from the wrong place shows. */
+function content(handle: bigint, version: number, length = 3000): Uint8Array {
+  const data = new Uint8Array(length);
+  for (let i = 0; i < length; i++) data[i] = (Number(handle) * 131 + version * 17 + i * 7 + (i >> 8)) & 0xff;
+  return data;
+}
+
+/** The COMPLETION of a request that failed (LOAD of a handle that is not VALID: its Generation). */
+async function failure(work: Promise<unknown>): Promise<Completion> {
+  try {
+    await work;
+  } catch (error) {
+    if (error instanceof KbtpError && error.completion !== undefined) return error.completion;
+    throw error;
+  }
+  throw new Error('the request succeeded');
+}
+
+async function status(work: Promise<unknown>): Promise<string> {
+  try {
+    await work;
+    return 'SUCCESS';
+  } catch (error) {
+    if (error instanceof KbtpError) return error.statusName;
+    throw error;
+  }
+}
+
+test('warm restart: acknowledged sealed blocks load byte-exact with their Generation; frees stay; nothing goes backwards', async () => {
+  const dir = dataDir();
+  let rig: Rig = await startRig(durableSettings(dir));
+  let alpha = await rig.session('alpha', { capabilities: K.CAP_PERSISTENT });
+  assert.is(alpha.hello.capabilities & K.CAP_PERSISTENT, K.CAP_PERSISTENT, 'PERSISTENT is granted');
+  const stored = await Promise.all(Array.from({ length: 20 }, (_, i) => alpha.allocStore(BigInt(i), content(BigInt(i), 1), { seal: true })));
+  const unsealed = await alpha.allocStore(30n, content(30n, 1), { seal: false });
+  for (const handle of [2n, 5n, 7n]) await alpha.free(handle);
+  const freedGeneration = (await failure(alpha.load(2n))).generation;
+  const stats = await rig.target.stats();
+  assert.ok((stats.durable?.blocksDurable ?? 0) === 17);
+  assert.ok((stats.durable?.groupCommits ?? 0) < 20 + 3, 'concurrent seals shared group commits');
+  await rig.stop();
+
+  rig = await startRig(durableSettings(dir));
+  assert.is(rig.target.recovery?.blocksRecovered, 17);
+  alpha = await rig.session('alpha');
+  for (let i = 0; i < 20; i++) {
+    const handle = BigInt(i);
+    if ([2n, 5n, 7n].includes(handle)) {
+      assert.is(await status(alpha.load(handle)), 'NOT_VALID', `freed handle ${handle} came back`);
+      continue;
+    }
+    const loaded = await alpha.load(handle);
+    assert.is(loaded.generation, stored[i]?.generation);
+    assert.equal(loaded.data, content(handle, 1));
+  }
+  // The unsealed block was volatile: gone, and its handle's Generation moved on past what was shown.
+  const after = await failure(alpha.load(30n));
+  assert.is(after.status, K.STATUS_NOT_VALID);
+  const ahead = generationDistance(unsealed.generation, after.generation);
+  assert.ok(ahead >= 1 && ahead < 0x8000, `Generation ${after.generation} is not ahead of ${unsealed.generation}`);
+  const freedNow = (await failure(alpha.load(2n))).generation;
+  const freedAhead = generationDistance(freedGeneration, freedNow);
+  assert.ok(freedAhead >= 1 && freedAhead < 0x8000);
+  assert.ok(rig.target.audit().ok);
+  await rig.stop();
+});
+
+test('full disk and I/O errors give TIER_ERROR, change nothing, and the session and the node go on', async () => {
+  const files = new MemoryFiles();
+  const settings = durableSettings('/mem');
+  const target = await startTarget(settings, { tierFiles: files, log: () => undefined });
+  const { connect } = await import('../../host/kbtp/initiator.ts');
+  const alpha = await connect(`127.0.0.1:${target.port}`, { tenant: 'alpha', secret: 'alpha-secret' });
+  try {
+    await alpha.allocStore(1n, content(1n, 1), { seal: true });
+    files.faults.push({ op: 'write', match: /blocks$/, code: 'ENOSPC', times: 1 });
+    assert.is(await status(alpha.allocStore(2n, content(2n, 1), { seal: true })), 'TIER_ERROR');
+    assert.is(await status(alpha.load(2n)), 'NOT_VALID', 'a failed seal binds nothing');
+    files.faults.push({ op: 'datasync', match: /journal/, code: 'EIO', times: 1 });
+    assert.is(await status(alpha.free(1n)), 'TIER_ERROR');
+    assert.equal((await alpha.load(1n)).data, content(1n, 1), 'a failed free leaves the block');
+    // Unsealed blocks do not touch the tier; the node keeps serving.
+    await alpha.allocStore(3n, content(3n, 1), { seal: false });
+    await alpha.allocStore(2n, content(2n, 2), { seal: true });
+    await alpha.free(1n);
+    assert.equal((await alpha.load(2n)).data, content(2n, 2));
+    const stats = await target.stats();
+    assert.ok((stats.durable?.tierErrors ?? 0) >= 2 && (stats.durable?.writeErrors ?? 0) >= 2);
+    assert.is(stats.requests.ALLOC_STORE?.TIER_ERROR, 1);
+    assert.ok(target.audit().ok);
+  } finally {
+    await alpha.close(500).catch(() => undefined);
+    await target.stop(1000);
+  }
+});
+
+test('demotion and promotion under concurrent LOADs and DIRECT_LOADs: the right bytes, never a moved block, consistent quotas', async () => {
+  const dir = dataDir();
+  const rig = await startRig(durableSettings(dir));
+  try {
+    const alpha = await rig.session('alpha');
+    const gamma = await rig.session('gamma', { capabilities: K.CAP_DIRECT_LOAD });
+    // alpha's quota is 24 resident blocks: storing 60 sealed blocks demotes the least recently used.
+    for (let i = 0; i < 60; i += 6) {
+      await Promise.all(Array.from({ length: 6 }, (_, k) => alpha.allocStore(BigInt(i + k), content(BigInt(i + k), 1), { seal: true })));
+    }
+    assert.ok(rig.target.engine.tenantUsage(0) <= 24);
+    const random = new Random(7);
+    const readers: Array<Promise<void>> = [];
+    const check = async (session: KbtpSession, direct: boolean): Promise<void> => {
+      for (let n = 0; n < 60; n++) {
+        const handle = BigInt(random.below(60));
+        const loaded = direct ? await session.directLoad(handle) : await session.load(handle);
+        assert.equal(loaded.data, content(handle, 1), `${direct ? 'direct' : 'LOAD'} of ${handle} returned another block's bytes`);
+      }
+    };
+    readers.push(check(alpha, false), check(alpha, false), check(gamma, true), check(gamma, true), check(gamma, false));
+    await Promise.all(readers);
+    const stats = await rig.target.stats();
+    assert.ok(stats.demotions > 0 && stats.promotions > 0, `demotions ${stats.demotions}, promotions ${stats.promotions}`);
+    assert.ok(rig.target.engine.tenantUsage(0) <= 24, 'the resident quota holds');
+    assert.ok(rig.target.audit().ok, JSON.stringify(rig.target.audit()));
+  } finally {
+    await rig.stop();
+  }
+});
+
+test('Durable Quota: past it, the tenant\'s least recently used blocks on the tier alone are dropped, as if freed', async () => {
+  const dir = dataDir();
+  const base = testSettings();
+  const tenants = [
+    { name: 'alpha', secret: 'alpha-secret', quota: 8, durableQuota: 20, storeRange: { first: 0, count: 64 }, loadScope: { first: 0, count: 256 } },
+    { name: 'beta', secret: 'beta-secret', quota: 8, storeRange: { first: 64, count: 64 }, loadScope: { first: 64, count: 64 } },
+  ];
+  const rig = await startRig(durableSettings(dir, {}, tenants));
+  try {
+    assert.ok(base.tenants.length > 0);
+    const alpha = await rig.session('alpha');
+    for (let i = 0; i < 30; i++) await alpha.allocStore(BigInt(i), content(BigInt(i), 1), { seal: true });
+    const stats = await rig.target.stats();
+    assert.is(stats.durable?.drops, 10);
+    for (let i = 0; i < 10; i++) assert.is(await status(alpha.load(BigInt(i))), 'NOT_VALID', `handle ${i} was the least recently used`);
+    for (let i = 10; i < 30; i++) assert.equal((await alpha.load(BigInt(i))).data, content(BigInt(i), 1));
+    assert.ok(rig.target.audit().ok);
+  } finally {
+    await rig.stop();
+  }
+});
+
+test.after(() => {
+  for (const dir of tempDirs) fs.rmSync(dir, { recursive: true, force: true });
+});
+
+test.run();
