@@ -11,6 +11,7 @@ import { TargetConnection, type WorkerContext } from './connection.ts';
 import { SessionSlots } from './slots.ts';
 import { TargetStats } from './stats.ts';
 import { LateReclaims } from './tickets.ts';
+import { Demoter } from '../../engine/demotion.ts';
 
 /** The thread number this target's slots are claimed for (worker threads count from 1). */
 const THREAD = 1;
@@ -21,6 +22,8 @@ export class InProcessTarget {
   private readonly connections = new Set<TargetConnection>();
 
   constructor(readonly settings: TargetSettings, log: (line: string) => void = () => undefined) {
+    // The durable tier lives in a target's main thread (tier-host.ts), which this one does not have.
+    if (settings.durable !== undefined) throw new Error('the in-process target runs without a durable tier; leave durable unset');
     this.engine = Engine.create(engineConfigFor(settings));
     const arena = new ThreadArena(this.engine, 0);
     const stats = new TargetStats(arena.requestArea.address, this.engine.layout.requestSize, this.engine.config.requestsPerThread);
@@ -28,6 +31,7 @@ export class InProcessTarget {
       engine: this.engine, arena, rnic: createRnic({ name: 'target-in-process' }), settings, stats,
       lateReclaims: new LateReclaims(this.engine, () => stats.ticketReclaimed()),
       slots: SessionSlots.create(settings.session.maxSessions, settings.tenants.length), log,
+      tier: undefined, demoter: new Demoter(this.engine),
     };
   }
 
