@@ -9,7 +9,7 @@ export NO_COLOR := 1
 AS_SOURCES := $(shell find assembly -name '*.ts' 2>/dev/null)
 TS_SOURCES := $(shell find host firmware bench test -name '*.ts' 2>/dev/null) $(wildcard firmware/status-page/*)
 
-.PHONY: all deps build wasm ts test run demo bench clean help interop compare image image-test
+.PHONY: all deps build wasm ts test run demo bench clean help interop compare image image-test soak-tier
 
 all: build
 
@@ -22,6 +22,7 @@ help:
 	@echo "make interop  build/boot the soft-iWARP (siw) QEMU guest and run the interop tests (docs/INTEROP.md)"
 	@echo "make image  build the bootable appliance disk images/out/kbtp-appliance-$$(ARCH).img/.qcow2 + update bundle (docs/IMAGE.md; ARCH=x86_64|arm64)"
 	@echo "make image-test  boot the appliance image in QEMU (TCG) and test it from the host (docs/IMAGE.md)"
+	@echo "make soak-tier  crash torture of the durable tier: ROUNDS (default 200) SIGKILLs of a target under load"
 	@echo "make build  compile assembly/ to build/engine.wasm and host/ to dist/"
 	@echo "make deps   install npm dependencies (npm ci)"
 	@echo "make clean  remove build outputs"
@@ -86,6 +87,10 @@ run: build
 	@echo "reach it with: npx kbtp info | echo hi | npx kbtp put 1 | npx kbtp get 1 | npx kbtp free 1"
 	@# The durable tier (docs/TIER.md) keeps its files in the checkout's ignored state folder.
 	$(NODE) dist/host/cli.js appliance --data-dir "$(CURDIR)/.cache/state/kbtp"
+
+# Crash torture of the durable tier for longer than the test suite does (ROUNDS SIGKILLs, default 200).
+soak-tier: build
+	$(NODE) --import tsx test/tier/torture.ts --rounds $${ROUNDS:-200}
 
 demo: build
 	$(NODE) dist/host/cli.js demo
