@@ -100,6 +100,7 @@ bench: build
 	$(NODE) --expose-gc dist/bench/engine.js
 	$(NODE) dist/bench/sram.js
 	$(NODE) dist/bench/rnic.js
+	$(NODE) dist/bench/tier.js
 
 # kbtp against Redis and the loopback limit (docs/BENCH.md); installs redis-server, redis-tools and
 # iperf3 from Debian when missing, starts them on 127.0.0.1 only and stops them at the end.
