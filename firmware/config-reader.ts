@@ -1,16 +1,12 @@
 // Reading a JSON configuration strictly: every object declares the keys it knows, so a typo at
 // any depth is an error naming its path and the nearest known key, never a silently ignored
 // setting. Each reader method checks one value and names the path and the fix when it is wrong.
+import { ConfigError } from '../host/errors.ts';
 
 export type Json = null | boolean | number | string | Json[] | { [key: string]: Json };
 export type JsonObject = { [key: string]: Json };
 
-export class ConfigError extends Error {
-  constructor(readonly field: string, problem: string, fix: string) {
-    super(`${field}: ${problem}; ${fix}`);
-    this.name = 'ConfigError';
-  }
-}
+export { ConfigError };
 
 export function isJsonObject(value: Json | undefined): value is JsonObject {
   return typeof value === 'object' && value !== null && !Array.isArray(value);

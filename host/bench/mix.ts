@@ -1,6 +1,7 @@
 // The operation mix of `kbtp bench`: which KBTP operations a run issues, parsed from the command
 // line. "load,store" measures each operation in a phase of its own; "load:3,store:1" (any weight
 // given) runs one phase that draws each request's operation with those weights.
+import { UsageError } from '../errors.ts';
 
 export const OPS = ['load', 'store', 'alloc-store', 'free', 'direct-load', 'direct-alloc'] as const;
 export type OpName = (typeof OPS)[number];
@@ -18,7 +19,7 @@ export interface MixItem {
 /** One phase: the operations it draws from. A single item is a phase of that operation alone. */
 export type Phase = readonly MixItem[];
 
-export class MixError extends Error {}
+export class MixError extends UsageError {}
 
 /** Parses "load,store" (a phase per operation) or "load:3,store:1" (one weighted phase). */
 export function parseMix(text: string): Phase[] {

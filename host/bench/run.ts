@@ -1,6 +1,7 @@
 // One `kbtp bench` run over block sizes: for each size, a target (spawned for that size, or the
 // one given), N sessions, and a phase per entry of the mix. Used by the command and by
 // bench/compare.
+import { UsageError } from '../errors.ts';
 import * as K from '../../assembly/kbtp-constants.ts';
 import { connect, type KbtpSession } from '../kbtp/initiator.ts';
 import type { RunningTarget } from '../kbtp/server/target.ts';
@@ -31,7 +32,7 @@ export interface BenchConfig {
   log?: (line: string) => void;
 }
 
-export class BenchConfigError extends Error {}
+export class BenchConfigError extends UsageError {}
 
 function phaseLabel(phase: Phase): string {
   return phase.map((item) => (phase.length > 1 ? `${OP_LABELS[item.op]}:${item.weight}` : OP_LABELS[item.op])).join('+');

@@ -9,9 +9,11 @@
 // keeps it and it counts as used). Every decision is made when the request is issued, in trace
 // order, so concurrency changes timing but never the hit rate: a load of a block whose store is
 // still in flight waits for that store.
+import { UsageError } from '../errors.ts';
 import { readFileSync } from 'node:fs';
 import { performance } from 'node:perf_hooks';
-import { connect, KbtpError, type KbtpSession } from '../kbtp/initiator.ts';
+import { connect, type KbtpSession } from '../kbtp/initiator.ts';
+import { KbtpStatusError } from '../kbtp/errors.ts';
 import type { RunningTarget } from '../kbtp/server/target.ts';
 import { BlockMaker, checkBlock, type ExpectedBlock } from './blocks.ts';
 import { LatencyHistogram } from './histogram.ts';
@@ -29,7 +31,7 @@ export interface Trace {
   readonly blockIds: Uint32Array;
 }
 
-export class TraceError extends Error {}
+export class TraceError extends UsageError {}
 
 /** Parses a Mooncake-format trace: one JSON object a line with timestamp and hash_ids. */
 export function parseTrace(text: string, source: string, maxRequests = Infinity): Trace {
@@ -253,7 +255,7 @@ async function replay(trace: Trace, options: ReplayOptions, sessions: readonly K
     errors.set(kind, (errors.get(kind) ?? 0) + 1);
     firstError ??= message;
   };
-  const failureKind = (error: unknown): string => (error instanceof KbtpError ? error.statusName : 'TRANSPORT');
+  const failureKind = (error: unknown): string => (error instanceof KbtpStatusError ? error.statusName : 'TRANSPORT');
 
   const releaseHandle = (handle: bigint): void => {
     const waiter = handleWaiters.shift();

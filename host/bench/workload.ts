@@ -4,7 +4,8 @@
 // it (blocks.ts). Latencies go into per-operation histograms; throughput counts the requests that
 // completed inside the measured window.
 import { performance } from 'node:perf_hooks';
-import { KbtpError, type KbtpSession } from '../kbtp/initiator.ts';
+import type { KbtpSession } from '../kbtp/initiator.ts';
+import { KbtpStatusError } from '../kbtp/errors.ts';
 import { BlockMaker, checkBlock, type ExpectedBlock } from './blocks.ts';
 import { LatencyHistogram } from './histogram.ts';
 import { OpPicker, sealingFor, type OpName, type Phase } from './mix.ts';
@@ -121,7 +122,7 @@ function describe(error: unknown): string {
 }
 
 function isStatus(error: unknown, name: string): boolean {
-  return error instanceof KbtpError && error.statusName === name;
+  return error instanceof KbtpStatusError && error.statusName === name;
 }
 
 /** Binds every handle of a session (untimed), freeing leftovers of an earlier run first. */
@@ -259,7 +260,7 @@ export async function runPhase(options: PhaseOptions): Promise<PhaseResult> {
       } catch (error) {
         ok = false;
         problems += 1;
-        if (error instanceof KbtpError) {
+        if (error instanceof KbtpStatusError) {
           entry.problem(error.statusName, `${op} handle ${handle}: ${error.message}`);
         } else {
           entry.problem('TRANSPORT', `${op} handle ${handle}: ${describe(error)}`);

@@ -4,9 +4,10 @@ import { writeFileSync } from 'node:fs';
 import { parseArgs } from 'node:util';
 import type { Command } from '../cli.ts';
 import { DEFAULT_PORT } from '../kbtp/address.ts';
-import { KbtpError, TargetAddressError, parseTarget } from '../kbtp/initiator.ts';
+import { parseTarget } from '../kbtp/initiator.ts';
+import { KbtpStatusError } from '../kbtp/errors.ts';
 import { parseMix, MixError } from '../bench/mix.ts';
-import { parseInteger, parseNumber, parseSize, parseSizes, OptionError } from '../bench/options.ts';
+import { parseInteger, parseNumber, parseSize, parseSizes, UsageError } from '../bench/options.ts';
 import { chartRows, formatRows, formatSize, type BenchRow } from '../bench/report.ts';
 import { runBench, BenchConfigError } from '../bench/run.ts';
 import { replayTrace, formatReplay, chartReplay, TraceError, type ReplayResult } from '../bench/trace.ts';
@@ -118,18 +119,18 @@ export const command: Command = {
     };
     process.once('SIGINT', interrupted);
     try {
-      if (values.spawn === true && values.target !== undefined) throw new OptionError('give either --spawn or --target, not both');
+      if (values.spawn === true && values.target !== undefined) throw new UsageError('give either --spawn or --target, not both');
       const target = values.spawn === true ? undefined : values.target ?? process.env.KBTP_TARGET ?? `127.0.0.1:${DEFAULT_PORT}`;
       if (target !== undefined) parseTarget(target);
       const tenant = values.tenant ?? process.env.KBTP_TENANT ?? 'default';
       const secret = values.secret ?? process.env.KBTP_SECRET ?? '';
       const workers = parseInteger(values.workers, '--workers', 1);
       const sessions = parseInteger(values.sessions, '--sessions', 1);
-      if (values.duration !== undefined && values.count !== undefined) throw new OptionError('give either --duration or --count, not both');
+      if (values.duration !== undefined && values.count !== undefined) throw new UsageError('give either --duration or --count, not both');
 
       if (values.trace !== undefined) {
         for (const flag of ['mix', 'sizes', 'in-flight', 'keys', 'duration', 'count', 'warmup', 'handle-base'] as const) {
-          if (values[flag] !== undefined) throw new OptionError(`--${flag} does not apply to a trace replay`);
+          if (values[flag] !== undefined) throw new UsageError(`--${flag} does not apply to a trace replay`);
         }
         const result: ReplayResult = await replayTrace({
           path: values.trace, ...(target !== undefined ? { target } : {}), tenant, secret, workers, sessions,
@@ -149,14 +150,14 @@ export const command: Command = {
       }
 
       for (const flag of ['block-size', 'time-scale', 'capacity', 'requests', 'concurrency'] as const) {
-        if (values[flag] !== undefined) throw new OptionError(`--${flag} applies only to a trace replay (--trace FILE)`);
+        if (values[flag] !== undefined) throw new UsageError(`--${flag} applies only to a trace replay (--trace FILE)`);
       }
       const inFlight = parseInteger(values['in-flight'], '--in-flight', 8);
       const keys = parseInteger(values.keys, '--keys', inFlight);
-      if (keys < inFlight) throw new OptionError(`--keys ${keys} is fewer than --in-flight ${inFlight}: each request in flight needs a handle of its own`);
+      if (keys < inFlight) throw new UsageError(`--keys ${keys} is fewer than --in-flight ${inFlight}: each request in flight needs a handle of its own`);
       let handleBase: bigint | undefined;
       if (values['handle-base'] !== undefined) {
-        if (!/^(0x[0-9a-fA-F]+|[0-9]+)$/.test(values['handle-base'])) throw new OptionError(`--handle-base: "${values['handle-base']}" is not a handle`);
+        if (!/^(0x[0-9a-fA-F]+|[0-9]+)$/.test(values['handle-base'])) throw new UsageError(`--handle-base: "${values['handle-base']}" is not a handle`);
         handleBase = BigInt(values['handle-base']);
       }
       const config = {
@@ -193,12 +194,11 @@ export const command: Command = {
         console.error('kbtp bench: the run was cut short; the phases it finished:');
         report();
       }
-      if (error instanceof OptionError || error instanceof MixError || error instanceof BenchConfigError || error instanceof TraceError ||
-        error instanceof TargetAddressError) {
+      if (error instanceof UsageError) {
         console.error(`kbtp bench: ${error.message}`);
         return 2;
       }
-      if (error instanceof KbtpError) {
+      if (error instanceof KbtpStatusError) {
         console.error(`kbtp bench: the target answered ${error.message}`);
         return 1;
       }

@@ -1,13 +1,11 @@
 // What the client commands (info, put, get, free) share: target options, handle parsing, exit
 // codes, and turning failures into one clear line.
 import { parseArgs, type ParseArgsConfig } from 'node:util';
-import { connect, KbtpError, TargetAddressError, type KbtpSession } from '../kbtp/initiator.ts';
+import { connect, TargetAddressError, type KbtpSession } from '../kbtp/initiator.ts';
 import { DEFAULT_PORT } from '../kbtp/address.ts';
+import { EXIT_FAILURE, EXIT_USAGE, KbtpError, UsageError } from '../kbtp/errors.ts';
 
-export const EXIT_OK = 0;
-export const EXIT_FAILURE = 1; // cannot reach the target, transport failure, a local file cannot be read or written
-export const EXIT_USAGE = 2;
-export const EXIT_STATUS = 3; // the target answered with a KBTP status other than SUCCESS
+export { EXIT_OK, EXIT_FAILURE, EXIT_USAGE, EXIT_STATUS, UsageError } from '../kbtp/errors.ts';
 
 export const TARGET_HELP = `target options:
   --target HOST:PORT  the target (default 127.0.0.1:${DEFAULT_PORT}, or $KBTP_TARGET)
@@ -26,11 +24,8 @@ export const TARGET_OPTIONS = {
   help: { type: 'boolean', short: 'h' },
 } as const satisfies ParseArgsConfig['options'];
 
-/** A wrong argument or option: the message and the command's usage are printed (exit 2). */
-export class UsageError extends Error {}
-
 /** Input the command cannot use, e.g. data larger than a block: the message alone (exit 2). */
-export class InputError extends Error {}
+export class InputError extends UsageError {}
 
 /** A local file that cannot be read or written: which file and why (exit 1). */
 export class LocalFileError extends Error {
@@ -51,7 +46,9 @@ export function parseHandle(text: string | undefined): bigint {
   return handle;
 }
 
-export function parse<T extends ParseArgsConfig['options']>(argv: string[], options: T) {
+type Parsed<T extends ParseArgsConfig['options']> = ReturnType<typeof parseArgs<{ args: string[]; options: typeof TARGET_OPTIONS & T; allowPositionals: true }>>;
+
+export function parse<T extends ParseArgsConfig['options']>(argv: string[], options: T): Parsed<T> {
   return parseArgs({ args: argv, options: { ...TARGET_OPTIONS, ...options }, allowPositionals: true });
 }
 
@@ -73,17 +70,18 @@ export async function guarded(name: string, help: string, body: () => Promise<nu
   try {
     return await body();
   } catch (error) {
-    if (error instanceof UsageError || (error as { code?: string }).code?.startsWith('ERR_PARSE_ARGS') === true) {
-      console.error(`kbtp ${name}: ${(error as Error).message}\n\n${help}`);
-      return EXIT_USAGE;
-    }
+    // A bad address or unusable input: the message says it all (the usage would hide it).
     if (error instanceof TargetAddressError || error instanceof InputError) {
       console.error(`kbtp ${name}: ${error.message}`);
       return EXIT_USAGE;
     }
+    if (error instanceof UsageError || (error as { code?: string }).code?.startsWith('ERR_PARSE_ARGS') === true) {
+      console.error(`kbtp ${name}: ${(error as Error).message}\n\n${help}`);
+      return EXIT_USAGE;
+    }
     if (error instanceof KbtpError) {
       console.error(`kbtp ${name}: ${error.message}`);
-      return error.status > 0 ? EXIT_STATUS : EXIT_FAILURE;
+      return error.exitCode;
     }
     console.error(`kbtp ${name}: ${error instanceof Error ? error.message : String(error)}`);
     return EXIT_FAILURE;

@@ -1,5 +1,6 @@
 // The engine's configuration: what the host asks for, checked before any memory is made, with
 // errors that name the field and say how to fix it.
+import { EXIT_USAGE, KbtpError } from '../errors.ts';
 
 export type RingMode = 'masked' | 'unmasked';
 
@@ -85,10 +86,9 @@ export interface ResolvedEngineConfig {
   durable: boolean;
 }
 
-export class EngineConfigError extends Error {
+export class EngineConfigError extends KbtpError {
   constructor(readonly field: string, problem: string, fix: string) {
-    super(`engine config: ${field}: ${problem}; ${fix}`);
-    this.name = 'EngineConfigError';
+    super('KBTP_CONFIG', `engine config: ${field}: ${problem}; ${fix}`, EXIT_USAGE);
   }
 }
 

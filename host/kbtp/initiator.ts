@@ -7,7 +7,9 @@
 //   await session.close();
 //
 // Requests are pipelined up to the credits the target grants; buffers are registered once per
-// session and reused; a failed request throws KbtpError carrying the KBTP status name.
+// session and reused. Every failure is a KbtpError (./errors.ts): KbtpStatusError carries the
+// KBTP status the target answered, TransportError a lost connection; every call takes
+// { signal, timeoutMs } and none waits longer than its timeout.
 import * as K from '../../assembly/kbtp-constants.ts';
 import {
   createRnic, Access, WcStatus, wcStatusName, RnicError, RcQueuePair, type Rnic, type AnyQueuePair, type CompletionQueue, type MemoryRegion,
@@ -16,16 +18,16 @@ import {
 import { encodeRequest, decodeCompletion, statusName, type Completion, type RequestFields } from './wire/messages.ts';
 import { encodeHello, decodeHelloAck, type HelloAck } from './wire/hello.ts';
 import { DEFAULT_PORT, parseHostPort } from './address.ts';
+import {
+  AbortedError, KbtpError, KbtpStatusError, ProtocolError, SessionClosedError, TimeoutError, TransportError, UsageError,
+} from './errors.ts';
 import * as S from '../../assembly/struct-offsets.ts';
 import { decodeRingSlot, decodeTableEntry, type TableEntry } from '../engine/table-entry.ts';
 
-export class KbtpError extends Error {
-  readonly statusName: string;
-  constructor(readonly status: number, message: string, readonly completion?: Completion) {
-    super(`${statusName(status)}: ${message}`);
-    this.name = 'KbtpError';
-    this.statusName = statusName(status);
-  }
+/** What every call takes: an AbortSignal and a time limit (default: the session's `callTimeoutMs`). */
+export interface CallOptions {
+  signal?: AbortSignal;
+  timeoutMs?: number;
 }
 
 export interface ConnectOptions {
@@ -42,8 +44,16 @@ export interface ConnectOptions {
    * RoCEv2, draft 9.2: unmasked ring counters). Must match the target's --transport.
    */
   transport?: 'iwarp' | 'roce';
+  /** Time limit for connecting and the HELLO exchange (default 10 s). */
   timeoutMs?: number;
+  /** Aborts connecting. */
+  signal?: AbortSignal;
+  /** Default time limit of each call on the session (default 30 s). */
+  callTimeoutMs?: number;
 }
+
+const DEFAULT_CONNECT_TIMEOUT_MS = 10_000;
+const DEFAULT_CALL_TIMEOUT_MS = 30_000;
 
 export interface BlockInfo {
   generation: number;
@@ -53,6 +63,22 @@ export interface BlockInfo {
 
 export interface LoadResult extends BlockInfo {
   data: Uint8Array;
+}
+
+export interface LoadOptions extends CallOptions {
+  /** Expected generation; 0 (default) means any. */
+  generation?: number;
+  /** Load a bound block that is not sealed yet. */
+  allowUnsealed?: boolean;
+  /** Copy the block into this buffer instead of a fresh one. */
+  into?: Uint8Array;
+}
+
+export interface StoreOptions extends CallOptions {
+  /** Seal the block: from then on it can be loaded, not stored to. */
+  seal?: boolean;
+  /** Expected generation; 0 (default) means any. */
+  generation?: number;
 }
 
 export type { TableEntry };
@@ -77,12 +103,7 @@ const RECV_BASE = 0x10000000;
 const SLOT_SEND_BASE = 0x0f000000;
 
 /** The target refused the connection before any session (MPA Reject), with the reason it gave. */
-export class TargetRefusedError extends Error {
-  constructor(message: string) {
-    super(message);
-    this.name = 'TargetRefusedError';
-  }
-}
+export class TargetRefusedError extends TransportError {}
 
 /** A peer's text, made safe to print: printable ASCII only, bounded. */
 function printable(bytes: Uint8Array): string {
@@ -90,12 +111,7 @@ function printable(bytes: Uint8Array): string {
 }
 
 /** A target address that cannot be parsed: the caller's mistake, not the network's. */
-export class TargetAddressError extends Error {
-  constructor(message: string) {
-    super(message);
-    this.name = 'TargetAddressError';
-  }
-}
+export class TargetAddressError extends UsageError {}
 
 /** "host:port", "kbtp://host:port" or "host" (default port 7117). */
 export function parseTarget(target: string): { host: string; port: number } {
@@ -106,14 +122,18 @@ export function parseTarget(target: string): { host: string; port: number } {
 
 export async function connect(target: string, options: ConnectOptions = {}): Promise<KbtpSession> {
   const { host, port } = parseTarget(target);
+  const timeoutMs = checkTimeout(options.timeoutMs ?? DEFAULT_CONNECT_TIMEOUT_MS, 'timeoutMs');
+  checkTimeout(options.callTimeoutMs ?? DEFAULT_CALL_TIMEOUT_MS, 'callTimeoutMs');
   const rnic = createRnic({ name: 'initiator' });
   const session = new KbtpSession(rnic, options);
   try {
-    const timeoutMs = options.timeoutMs ?? 10_000;
-    await session.open((qp) => (qp instanceof RcQueuePair ? rnic.connectRc(qp, { host, port, timeoutMs }) : rnic.connect(qp, { host, port, crc: options.crc ?? false, timeoutMs })),
-      `${host}:${port}`, options);
+    // The caller's deadline (bounded) ends first; the RNIC's own setup timer is a backstop.
+    const setupMs = timeoutMs + 1000;
+    await bounded(`connecting to ${host}:${port}`, { timeoutMs, ...(options.signal !== undefined ? { signal: options.signal } : {}) }, () =>
+      session.open((qp) => (qp instanceof RcQueuePair ? rnic.connectRc(qp, { host, port, timeoutMs: setupMs })
+        : rnic.connect(qp, { host, port, crc: options.crc ?? false, timeoutMs: setupMs })), `${host}:${port}`, options));
   } catch (error) {
-    await rnic.close();
+    await session.abandon();
     throw error;
   }
   return session;
@@ -121,19 +141,56 @@ export async function connect(target: string, options: ConnectOptions = {}): Pro
 
 /** A session over a stream that is already connected (an in-process LinkedChannel, a test's socket). */
 export async function connectChannel(channel: StreamChannel, options: ConnectOptions = {}): Promise<KbtpSession> {
+  const timeoutMs = checkTimeout(options.timeoutMs ?? DEFAULT_CONNECT_TIMEOUT_MS, 'timeoutMs');
+  checkTimeout(options.callTimeoutMs ?? DEFAULT_CALL_TIMEOUT_MS, 'callTimeoutMs');
   const rnic = createRnic({ name: 'initiator' });
   const session = new KbtpSession(rnic, options);
   try {
     const establish = (qp: AnyQueuePair): Promise<unknown> =>
       qp instanceof RcQueuePair
         ? Promise.reject(new RnicError('EINVAL', 'a stream channel carries the iWARP binding only'))
-        : rnic.connectChannel(qp, channel, { crc: options.crc ?? false, timeoutMs: options.timeoutMs ?? 10_000 });
-    await session.open(establish, 'the target', options);
+        : rnic.connectChannel(qp, channel, { crc: options.crc ?? false, timeoutMs: timeoutMs + 1000 });
+    await bounded('connecting over the given channel', { timeoutMs, ...(options.signal !== undefined ? { signal: options.signal } : {}) }, () =>
+      session.open(establish, 'the target', options));
   } catch (error) {
-    await rnic.close();
+    await session.abandon();
     throw error;
   }
   return session;
+}
+
+function checkTimeout(value: number, name: string): number {
+  if (typeof value !== 'number' || !(value > 0) || value > 2 ** 31 - 1) {
+    throw new UsageError(`${name} ${String(value)} must be a number of milliseconds from 1 to 2^31-1`);
+  }
+  return value;
+}
+
+/**
+ * Runs `body` with a deadline and the caller's AbortSignal: the returned promise settles when the
+ * body does, when the time is up (TimeoutError) or when the signal fires (AbortedError). The body
+ * gets a signal of its own, aborted in either case, so it stops waiting for a slot; work already
+ * on the wire finishes in the background and keeps its buffers until then.
+ */
+async function bounded<T>(what: string, options: { signal?: AbortSignal; timeoutMs: number }, body: (signal: AbortSignal) => Promise<T>): Promise<T> {
+  const caller = options.signal;
+  if (caller?.aborted === true) throw new AbortedError(`${what}: aborted`, caller.reason);
+  const controller = new AbortController();
+  const stopped = new Promise<never>((_, reject) => {
+    controller.signal.addEventListener('abort', () => reject(controller.signal.reason as Error), { once: true });
+  });
+  stopped.catch(() => undefined);
+  const onAbort = (): void => controller.abort(new AbortedError(`${what}: aborted`, caller?.reason));
+  caller?.addEventListener('abort', onAbort, { once: true });
+  const timer = setTimeout(() => controller.abort(new TimeoutError(`${what}: no answer within ${options.timeoutMs} ms`)), options.timeoutMs);
+  const work = body(controller.signal);
+  work.catch(() => undefined);
+  try {
+    return await Promise.race([work, stopped]);
+  } finally {
+    clearTimeout(timer);
+    caller?.removeEventListener('abort', onAbort);
+  }
 }
 
 interface Waiter {
@@ -167,12 +224,14 @@ export class KbtpSession {
   private nextRequestId = 1n;
   private nextWrId = 1;
   private helloWaiter: ((ack: HelloAck) => void) | undefined;
-  private failure: Error | undefined;
+  private failure: KbtpError | undefined;
   private closing = false;
+  private readonly callTimeoutMs: number;
   /** The target's HELLO_ACK: block size, credits, granted capabilities and STags. */
   hello!: HelloAck;
 
   constructor(private readonly rnic: Rnic, options: ConnectOptions) {
+    this.callTimeoutMs = options.callTimeoutMs ?? DEFAULT_CALL_TIMEOUT_MS;
     this.pd = rnic.allocPd();
     this.receiveDepth = Math.max(2, (options.pipeline ?? 32) + 2);
     this.cq = rnic.createCq({ depth: 4 * this.receiveDepth + 64 });
@@ -184,21 +243,22 @@ export class KbtpSession {
     this.controlRegion = rnic.registerMemory(this.pd, this.control, { access: Access.LocalWrite });
   }
 
+  /** Establishes the stream with `establish` and exchanges HELLO (called by connect() and connectChannel()). */
   async open(establish: (qp: AnyQueuePair) => Promise<unknown>, where: string, options: ConnectOptions): Promise<void> {
     for (let i = 0; i < this.receiveDepth; i++) this.postReceive(i);
     // Completions are drained from the CQ's notification at the end of each turn: no promise per wake-up.
     this.cq.onNotify(() => this.drainCompletions());
     this.cq.requestNotify();
-    void this.qp.whenDisconnected().then((info) => this.fail(new Error(`connection to the target lost (${info.reason}: ${info.message})`)));
+    void this.qp.whenDisconnected().then((info) => this.fail(new TransportError(`connection to the target lost (${info.reason}: ${info.message})`)));
     try {
       await establish(this.qp);
     } catch (error) {
       // A target that refuses says why in the MPA Reject's private data (its session limits, a drain).
       const reason = this.qp.peerPrivateData;
       if (error instanceof RnicError && error.code === 'ECONNREFUSED' && reason !== undefined && reason.length > 0) {
-        throw new TargetRefusedError(`${where} refused the connection: ${printable(reason)}`);
+        throw new TargetRefusedError(`${where} refused the connection: ${printable(reason)}`, { cause: error });
       }
-      throw error;
+      throw new TransportError(`cannot connect to ${where}: ${error instanceof Error ? error.message : String(error)}`, { cause: error });
     }
     const secret = new TextEncoder().encode(options.secret ?? '');
     const hello = encodeHello({ version: K.KBTP_VERSION, requestId: 0n, capabilities: options.capabilities ?? 0,
@@ -218,7 +278,7 @@ export class KbtpSession {
         [K.STATUS_TOO_MANY_REQUESTS]: `tenant '${tenant}' already has as many sessions as the target allows it; try again later`,
         [K.STATUS_SHUTTING_DOWN]: 'the target is shutting down',
       };
-      throw new KbtpError(answer.status, why[answer.status] ?? `the target refused the session of tenant '${tenant}'`);
+      throw new KbtpStatusError(answer.status, why[answer.status] ?? `the target refused the session of tenant '${tenant}'`);
     }
     this.hello = answer;
     const depth = Math.min(this.receiveDepth - 2, answer.targetCredits);
@@ -263,7 +323,7 @@ export class KbtpSession {
     if (waiter === undefined) return;
     this.sendWaiters.delete(id);
     if (completion.status === WcStatus.Success) waiter.resolve(completion);
-    else waiter.reject(new Error(`${completion.opcode} failed: ${wcStatusName(completion.status)}${completion.error === undefined ? '' : ` (${completion.error})`}`));
+    else waiter.reject(new TransportError(`${completion.opcode} failed: ${wcStatusName(completion.status)}${completion.error === undefined ? '' : ` (${completion.error})`}`));
   }
 
   private deliver(bytes: Uint8Array): void {
@@ -273,7 +333,7 @@ export class KbtpSession {
       try {
         waiter(decodeHelloAck(bytes));
       } catch (error) {
-        this.fail(error instanceof Error ? error : new Error(String(error)));
+        this.fail(new ProtocolError(`the target sent a malformed HELLO_ACK: ${error instanceof Error ? error.message : String(error)}`, { cause: error }));
       }
       return;
     }
@@ -281,7 +341,7 @@ export class KbtpSession {
     try {
       completion = decodeCompletion(bytes);
     } catch (error) {
-      this.fail(new Error(`the target sent a malformed message: ${(error as Error).message}`));
+      this.fail(new ProtocolError(`the target sent a malformed message: ${(error as Error).message}`, { cause: error }));
       return;
     }
     const pending = this.pending.get(completion.requestId);
@@ -290,9 +350,9 @@ export class KbtpSession {
     pending.resolve(completion);
   }
 
-  private fail(error: Error): void {
+  private fail(error: KbtpError): void {
     if (this.failure !== undefined) return;
-    this.failure = this.closing ? new Error('session closed') : error;
+    this.failure = this.closing ? new SessionClosedError() : error;
     for (const pending of this.pending.values()) pending.reject(this.failure);
     this.pending.clear();
     for (const waiter of this.sendWaiters.values()) waiter.reject(this.failure);
@@ -300,13 +360,39 @@ export class KbtpSession {
     for (const wake of this.slotWaiters.splice(0)) wake();
   }
 
-  private async takeSlot(): Promise<number> {
+  /** A free slot (staging buffer and request message); waits for one until `signal` fires. */
+  private async takeSlot(signal: AbortSignal): Promise<number> {
     for (;;) {
       if (this.failure !== undefined) throw this.failure;
+      signal.throwIfAborted();
       const slot = this.freeSlots.pop();
       if (slot !== undefined) return slot;
-      await new Promise<void>((resolve) => this.slotWaiters.push(resolve));
+      await new Promise<void>((resolve) => {
+        const wake = (): void => {
+          signal.removeEventListener('abort', onAbort);
+          resolve();
+        };
+        const onAbort = (): void => {
+          const index = this.slotWaiters.indexOf(wake);
+          if (index >= 0) this.slotWaiters.splice(index, 1);
+          resolve();
+        };
+        this.slotWaiters.push(wake);
+        signal.addEventListener('abort', onAbort, { once: true });
+      });
     }
+  }
+
+  /** Runs one call of this session within its { signal, timeoutMs }. */
+  private call<T>(what: string, options: CallOptions, body: (signal: AbortSignal) => Promise<T>): Promise<T> {
+    if (this.failure !== undefined) return Promise.reject(this.failure);
+    let timeoutMs: number;
+    try {
+      timeoutMs = checkTimeout(options.timeoutMs ?? this.callTimeoutMs, 'timeoutMs');
+    } catch (error) {
+      return Promise.reject(error);
+    }
+    return bounded(what, { timeoutMs, ...(options.signal !== undefined ? { signal: options.signal } : {}) }, body);
   }
 
   private giveSlot(slot: number): void {
@@ -334,7 +420,8 @@ export class KbtpSession {
   }
 
   /** Sends one request from `slot` and waits for its COMPLETION. */
-  private async request(slot: number, fields: Omit<RequestFields, 'requestId'>): Promise<Completion> {
+  private async request(slot: number, fields: Omit<RequestFields, 'requestId'>, signal: AbortSignal): Promise<Completion> {
+    signal.throwIfAborted(); // a caller that gave up before the request left sends nothing
     const requestId = this.nextRequestId++;
     const message = encodeRequest({ ...fields, requestId });
     const offset = slot * this.messageSize;
@@ -347,7 +434,7 @@ export class KbtpSession {
     this.qp.postSend(send);
     const completion = await answer;
     if (completion.status !== K.STATUS_SUCCESS) {
-      throw new KbtpError(completion.status, this.describeFailure(fields.handle, completion.status), completion);
+      throw new KbtpStatusError(completion.status, this.describeFailure(fields.handle, completion.status), completion);
     }
     return completion;
   }
@@ -370,29 +457,33 @@ export class KbtpSession {
 
   private checkLength(data: Uint8Array): void {
     if (data.length > this.hello.blockSize) {
-      throw new KbtpError(K.STATUS_LENGTH_ERROR, `${data.length} octets do not fit a ${this.hello.blockSize}-octet block`);
+      throw new KbtpStatusError(K.STATUS_LENGTH_ERROR, `${data.length} octets do not fit a ${this.hello.blockSize}-octet block`);
     }
   }
 
-  /** Block Load (draft 6.1): the target RDMA-writes the block into a registered buffer, then completes. */
   /**
-   * With `into`, the block is copied into that buffer (it must hold the block) and `data` is a
-   * view of it: a caller that reuses its buffer then allocates nothing per load, which matters
-   * for large blocks, where fresh memory costs more in page faults than the copy itself.
+   * Block Load (draft 6.1): the target RDMA-writes the block into a registered buffer, then
+   * completes. With `into`, the block is copied into that buffer (it must hold the block) and
+   * `data` is a view of it: a caller that reuses its buffer then allocates nothing per load,
+   * which matters for large blocks, where fresh memory costs more in page faults than the copy.
    */
-  async load(handle: bigint, options: { generation?: number; allowUnsealed?: boolean; into?: Uint8Array } = {}): Promise<LoadResult> {
-    const slot = await this.takeSlot();
+  load(handle: bigint, options: LoadOptions = {}): Promise<LoadResult> {
+    return this.call(`LOAD of handle ${handle}`, options, (signal) => this.loadBlock(handle, options, signal));
+  }
+
+  private async loadBlock(handle: bigint, options: LoadOptions, signal: AbortSignal): Promise<LoadResult> {
+    const slot = await this.takeSlot(signal);
     try {
       const completion = await this.request(slot, {
         opcode: K.OPCODE_LOAD, handle, generation: options.generation ?? 0,
         flags: options.allowUnsealed === true ? K.FLAG_ALLOW_UNSEALED : 0,
         descriptor: { stag: this.dataRegion?.stag ?? 0, taggedOffset: BigInt(this.stagingOffset(slot)), length: this.hello.blockSize },
-      });
+      }, signal);
       const start = this.stagingOffset(slot);
       const block = this.dataBuffer.subarray(start, start + completion.dataLength);
       if (options.into === undefined) return { ...this.info(completion), data: block.slice() };
       if (options.into.length < block.length) {
-        throw new KbtpError(K.STATUS_LENGTH_ERROR, `handle ${handle}: the ${block.length}-octet block does not fit the ${options.into.length}-octet buffer given`);
+        throw new KbtpStatusError(K.STATUS_LENGTH_ERROR, `handle ${handle}: the ${block.length}-octet block does not fit the ${options.into.length}-octet buffer given`);
       }
       options.into.set(block);
       return { ...this.info(completion), data: options.into.subarray(0, block.length) };
@@ -401,48 +492,50 @@ export class KbtpSession {
     }
   }
 
-  private async storeRequest(opcode: number, handle: bigint, data: Uint8Array, options: { seal?: boolean; generation?: number }): Promise<BlockInfo> {
+  private async storeRequest(opcode: number, handle: bigint, data: Uint8Array, options: StoreOptions, signal: AbortSignal): Promise<BlockInfo> {
     this.checkLength(data);
-    const slot = await this.takeSlot();
+    const slot = await this.takeSlot(signal);
     try {
       const seal = options.seal === true ? K.FLAG_SEAL : 0;
       if (data.length <= this.hello.maxInline) {
-        return this.info(await this.request(slot, { opcode, handle, generation: options.generation ?? 0, flags: K.FLAG_INLINE | seal, inline: data }));
+        return this.info(await this.request(slot, { opcode, handle, generation: options.generation ?? 0, flags: K.FLAG_INLINE | seal, inline: data }, signal));
       }
       // The target pulls the data with RDMA Read from the registered staging slot.
       this.dataBuffer.set(data, this.stagingOffset(slot));
       return this.info(await this.request(slot, {
         opcode, handle, generation: options.generation ?? 0, flags: seal,
         descriptor: { stag: this.dataRegion?.stag ?? 0, taggedOffset: BigInt(this.stagingOffset(slot)), length: data.length },
-      }));
+      }, signal));
     } finally {
       this.giveSlot(slot);
     }
   }
 
   /** Block Mapped Store (draft 6.2) into a bound, unsealed handle. */
-  store(handle: bigint, data: Uint8Array, options: { seal?: boolean; generation?: number } = {}): Promise<BlockInfo> {
-    return this.storeRequest(K.OPCODE_STORE, handle, data, options);
+  store(handle: bigint, data: Uint8Array, options: StoreOptions = {}): Promise<BlockInfo> {
+    return this.call(`STORE of handle ${handle}`, options, (signal) => this.storeRequest(K.OPCODE_STORE, handle, data, options, signal));
   }
 
   /** Block Unmapped Store (draft 6.3): allocate, write and bind in one round trip. */
-  allocStore(handle: bigint, data: Uint8Array, options: { seal?: boolean; generation?: number } = {}): Promise<BlockInfo> {
-    return this.storeRequest(K.OPCODE_ALLOC_STORE, handle, data, options);
+  allocStore(handle: bigint, data: Uint8Array, options: StoreOptions = {}): Promise<BlockInfo> {
+    return this.call(`ALLOC_STORE of handle ${handle}`, options, (signal) => this.storeRequest(K.OPCODE_ALLOC_STORE, handle, data, options, signal));
   }
 
   /** Block Free (draft 6.4). */
-  async free(handle: bigint, options: { generation?: number } = {}): Promise<BlockInfo> {
-    const slot = await this.takeSlot();
-    try {
-      return this.info(await this.request(slot, { opcode: K.OPCODE_FREE, handle, generation: options.generation ?? 0 }));
-    } finally {
-      this.giveSlot(slot);
-    }
+  free(handle: bigint, options: { generation?: number } & CallOptions = {}): Promise<BlockInfo> {
+    return this.call(`FREE of handle ${handle}`, options, async (signal) => {
+      const slot = await this.takeSlot(signal);
+      try {
+        return this.info(await this.request(slot, { opcode: K.OPCODE_FREE, handle, generation: options.generation ?? 0 }, signal));
+      } finally {
+        this.giveSlot(slot);
+      }
+    });
   }
 
   private requireCapability(capability: number, name: string): void {
     if ((this.hello.capabilities & capability) === 0) {
-      throw new KbtpError(K.STATUS_NOT_SUPPORTED, `${name} was not granted to this session (ask for it in connect() and be trusted for it)`);
+      throw new KbtpStatusError(K.STATUS_NOT_SUPPORTED, `${name} was not granted to this session (ask for it in connect() and be trusted for it)`);
     }
   }
 
@@ -455,13 +548,17 @@ export class KbtpSession {
   }
 
   /** One RDMA Read of the table entry of `handle` through the Table STag (DIRECT_LOAD). */
-  async directReadEntry(handle: bigint): Promise<TableEntry> {
+  directReadEntry(handle: bigint, options: CallOptions = {}): Promise<TableEntry> {
+    return this.call(`direct read of the entry of handle ${handle}`, options, (signal) => this.readEntry(handle, signal));
+  }
+
+  private async readEntry(handle: bigint, signal: AbortSignal): Promise<TableEntry> {
     this.requireCapability(K.CAP_DIRECT_LOAD, 'DIRECT_LOAD');
     const { tableBaseHandle, tableHandleCount, tableStag, tableOffset } = this.hello;
     if (handle < tableBaseHandle || handle - tableBaseHandle >= tableHandleCount) {
-      throw new KbtpError(K.STATUS_OUT_OF_RANGE, `handle ${handle} is outside the target's table (handles ${tableBaseHandle}..${tableBaseHandle + tableHandleCount - 1n})`);
+      throw new KbtpStatusError(K.STATUS_OUT_OF_RANGE, `handle ${handle} is outside the target's table (handles ${tableBaseHandle}..${tableBaseHandle + tableHandleCount - 1n})`);
     }
-    const slot = await this.takeSlot();
+    const slot = await this.takeSlot(signal);
     try {
       const scratch = this.scratchOffset(slot);
       await this.readRemote(tableStag, tableOffset + BigInt(S.ENTRY_SIZE) * (handle - tableBaseHandle), scratch, S.ENTRY_SIZE);
@@ -472,10 +569,14 @@ export class KbtpSession {
   }
 
   /** One RDMA Read of `length` octets of a block through the Pool STag (DIRECT_LOAD). */
-  async directReadBlock(blockOffset: bigint, length: number): Promise<Uint8Array> {
+  directReadBlock(blockOffset: bigint, length: number, options: CallOptions = {}): Promise<Uint8Array> {
+    return this.call(`direct read of block ${blockOffset}`, options, (signal) => this.readBlock(blockOffset, length, signal));
+  }
+
+  private async readBlock(blockOffset: bigint, length: number, signal: AbortSignal): Promise<Uint8Array> {
     this.requireCapability(K.CAP_DIRECT_LOAD, 'DIRECT_LOAD');
-    if (length > this.hello.blockSize) throw new KbtpError(K.STATUS_LENGTH_ERROR, `${length} octets exceed the block size`);
-    const slot = await this.takeSlot();
+    if (length > this.hello.blockSize) throw new KbtpStatusError(K.STATUS_LENGTH_ERROR, `${length} octets exceed the block size`);
+    const slot = await this.takeSlot(signal);
     try {
       const start = this.stagingOffset(slot);
       if (length > 0) await this.readRemote(this.hello.poolStag, blockOffset, start, length);
@@ -492,28 +593,32 @@ export class KbtpSession {
    * ones) or one that kept moving is loaded with LOAD instead, which brings it back into the pool
    * (kbtp-v1 section 12). A change in between is retried at most `attempts` times.
    */
-  async directLoad(handle: bigint, options: { attempts?: number } = {}): Promise<LoadResult> {
-    for (let attempt = 0; attempt < (options.attempts ?? 4); attempt++) {
-      const before = await this.directReadEntry(handle);
-      if ((before.flags & K.ENTRY_VALID) === 0) throw new KbtpError(K.STATUS_NOT_VALID, `handle ${handle} is not bound`);
-      if ((before.flags & K.ENTRY_SEALED) === 0) throw new KbtpError(K.STATUS_NOT_SEALED, `handle ${handle} is not sealed`);
-      if (before.blockOffset === ALL_ONES) break;
-      const data = await this.directReadBlock(before.blockOffset, before.dataLength);
-      const after = await this.directReadEntry(handle);
-      if (directLoadConsistent(before, after)) return { generation: before.generation, dataLength: before.dataLength, blockOffset: before.blockOffset, data };
-    }
-    return this.load(handle);
+  directLoad(handle: bigint, options: { attempts?: number } & CallOptions = {}): Promise<LoadResult> {
+    return this.call(`direct load of handle ${handle}`, options, async (signal) => {
+      for (let attempt = 0; attempt < (options.attempts ?? 4); attempt++) {
+        const before = await this.readEntry(handle, signal);
+        if ((before.flags & K.ENTRY_VALID) === 0) throw new KbtpStatusError(K.STATUS_NOT_VALID, `handle ${handle} is not bound`);
+        if ((before.flags & K.ENTRY_SEALED) === 0) throw new KbtpStatusError(K.STATUS_NOT_SEALED, `handle ${handle} is not sealed`);
+        if (before.blockOffset === ALL_ONES) break;
+        const data = await this.readBlock(before.blockOffset, before.dataLength, signal);
+        const after = await this.readEntry(handle, signal);
+        if (directLoadConsistent(before, after)) return { generation: before.generation, dataLength: before.dataLength, blockOffset: before.blockOffset, data };
+      }
+      return this.loadBlock(handle, {}, signal);
+    });
   }
 
   /**
    * Direct Allocation (draft 6.6) in one call: take a block one-sidedly, RDMA-write the data into
    * it, and BIND it to `handle`.
    */
-  async directAllocStore(handle: bigint, data: Uint8Array, options: { seal?: boolean } = {}): Promise<BlockInfo & { ticket: number }> {
-    this.checkLength(data);
-    const taken = await this.directTakeBlock();
-    await this.directWrite(taken.blockOffset, data);
-    return { ...(await this.bind(handle, taken.ticket, taken.blockOffset, data.length, options)), ticket: taken.ticket };
+  directAllocStore(handle: bigint, data: Uint8Array, options: { seal?: boolean } & CallOptions = {}): Promise<BlockInfo & { ticket: number }> {
+    return this.call(`direct allocation for handle ${handle}`, options, async (signal) => {
+      this.checkLength(data);
+      const taken = await this.takeBlock(signal);
+      await this.writeBlock(taken.blockOffset, data, signal);
+      return { ...(await this.bindBlock(handle, taken.ticket, taken.blockOffset, data.length, options, signal)), ticket: taken.ticket };
+    });
   }
 
   /**
@@ -521,10 +626,14 @@ export class KbtpSession {
    * a block, and once more to confirm both (a 16-octet read is not atomic). The ticket counts
    * against the quota until it is bound; unbound past the Ticket Timeout, the target reclaims it.
    */
-  async directTakeBlock(): Promise<{ ticket: number; blockOffset: bigint }> {
+  directTakeBlock(options: CallOptions = {}): Promise<{ ticket: number; blockOffset: bigint }> {
+    return this.call('direct block allocation', options, (signal) => this.takeBlock(signal));
+  }
+
+  private async takeBlock(signal: AbortSignal): Promise<{ ticket: number; blockOffset: bigint }> {
     this.requireCapability(K.CAP_DIRECT_ALLOC, 'DIRECT_ALLOC');
     const { ringStag, headOffset, ringOffset, partitionRingOrder, ticketTimeoutMs } = this.hello;
-    const slot = await this.takeSlot();
+    const slot = await this.takeSlot(signal);
     try {
       const scratch = this.scratchOffset(slot);
       // Draft 3.3 masked counters over iWARP (RFC 7306); draft 9.2 plain 64-bit adds over IB/RoCE.
@@ -552,7 +661,9 @@ export class KbtpSession {
           continue;
         }
         blockOffset = ALL_ONES;
-        if (Date.now() > deadline) throw new KbtpError(K.STATUS_NO_SPACE, `ticket ${ticket}: no block arrived within the ticket timeout`);
+        if (Date.now() > deadline) throw new KbtpStatusError(K.STATUS_NO_SPACE, `ticket ${ticket}: no block arrived within the ticket timeout`);
+        // An abandoned ticket is the target's to reclaim after its Ticket Timeout.
+        signal.throwIfAborted();
         await new Promise((resolve) => setImmediate(resolve));
       }
     } finally {
@@ -561,11 +672,15 @@ export class KbtpSession {
   }
 
   /** RDMA-writes `data` into a block taken with directTakeBlock (through the Partition STag). */
-  async directWrite(blockOffset: bigint, data: Uint8Array): Promise<void> {
+  directWrite(blockOffset: bigint, data: Uint8Array, options: CallOptions = {}): Promise<void> {
+    return this.call(`direct write of block ${blockOffset}`, options, (signal) => this.writeBlock(blockOffset, data, signal));
+  }
+
+  private async writeBlock(blockOffset: bigint, data: Uint8Array, signal: AbortSignal): Promise<void> {
     this.requireCapability(K.CAP_DIRECT_ALLOC, 'DIRECT_ALLOC');
     this.checkLength(data);
     if (data.length === 0) return;
-    const slot = await this.takeSlot();
+    const slot = await this.takeSlot(signal);
     try {
       this.dataBuffer.set(data, this.stagingOffset(slot));
       await this.post({ opcode: 'RDMA_WRITE', sgList: [{ lkey: this.dataRegion?.stag ?? 0, offset: this.stagingOffset(slot), length: data.length }],
@@ -576,26 +691,46 @@ export class KbtpSession {
   }
 
   /** BIND (kbtp-v1 section 3): binds a one-sidedly taken and written block to `handle`. */
-  async bind(handle: bigint, ticket: number, blockOffset: bigint, dataLength: number, options: { seal?: boolean } = {}): Promise<BlockInfo> {
-    const slot = await this.takeSlot();
+  bind(handle: bigint, ticket: number, blockOffset: bigint, dataLength: number, options: { seal?: boolean } & CallOptions = {}): Promise<BlockInfo> {
+    return this.call(`BIND of handle ${handle}`, options, (signal) => this.bindBlock(handle, ticket, blockOffset, dataLength, options, signal));
+  }
+
+  private async bindBlock(handle: bigint, ticket: number, blockOffset: bigint, dataLength: number, options: { seal?: boolean }, signal: AbortSignal): Promise<BlockInfo> {
+    const slot = await this.takeSlot(signal);
     try {
       return this.info(await this.request(slot, { opcode: K.OPCODE_BIND, handle, flags: options.seal === true ? K.FLAG_SEAL : 0,
-        bind: { ticket, dataLength, blockOffset } }));
+        bind: { ticket, dataLength, blockOffset } }, signal));
     } finally {
       this.giveSlot(slot);
     }
   }
 
-  /** GOODBYE, then waits for the target to finish and close (at most `timeoutMs`). */
+  /**
+   * GOODBYE, then waits for the target to finish the session and close (at most `timeoutMs`,
+   * default 5 s); calls still running end with SessionClosedError. Safe to call more than once.
+   */
   async close(timeoutMs = 5000): Promise<void> {
     if (this.failure === undefined && !this.closing && this.sendRegion !== undefined) {
       this.closing = true;
       const goodbye = encodeRequest({ opcode: K.OPCODE_GOODBYE, requestId: this.nextRequestId++, handle: 0n });
       this.control.set(goodbye);
       this.qp.postSend({ wrId: 0, opcode: 'SEND', sgList: [{ lkey: this.controlRegion.stag, offset: 0, length: goodbye.length }] });
-      await Promise.race([this.qp.whenDisconnected(), new Promise((resolve) => setTimeout(resolve, timeoutMs).unref())]);
+      let timer: NodeJS.Timeout | undefined;
+      await Promise.race([this.qp.whenDisconnected(), new Promise((resolve) => { timer = setTimeout(resolve, timeoutMs); })]);
+      clearTimeout(timer);
     }
+    await this.abandon();
+  }
+
+  /** `await using session = await connect(...)` closes the session at the end of the block. */
+  [Symbol.asyncDispose](): Promise<void> {
+    return this.close();
+  }
+
+  /** Drops the connection without GOODBYE (a failed connect, or after close's wait). */
+  async abandon(): Promise<void> {
     this.closing = true;
+    this.fail(new SessionClosedError());
     this.qp.disconnect();
     await this.rnic.close();
   }

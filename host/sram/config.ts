@@ -1,5 +1,6 @@
 // The `--sram-model <config>` file: a JSON object describing the modelled SRAM. Every field is
 // optional; a bad one is refused with a message naming the field and what to put there.
+import { EXIT_USAGE, KbtpError } from '../errors.ts';
 import { readFileSync } from 'node:fs';
 import { SramCache } from './cache.ts';
 import { DEFAULT_COSTS, type SramCosts } from './costs.ts';
@@ -31,8 +32,11 @@ export const DEFAULT_SRAM_CONFIG: SramModelConfig = Object.freeze({
   controlInsertsLines: true,
 });
 
-export class SramConfigError extends Error {
-  override readonly name = 'SramConfigError';
+/** A bad SRAM model file or value; the message names the field and the fix. */
+export class SramConfigError extends KbtpError {
+  constructor(message: string) {
+    super('KBTP_CONFIG', message, EXIT_USAGE);
+  }
 }
 
 const FIELDS = ['lines', 'associativity', 'policy', 'partition', 'costs', 'controlInsertsLines'] as const;

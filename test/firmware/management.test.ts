@@ -6,7 +6,8 @@ import net from 'node:net';
 import { mkdtempSync, writeFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { connect, KbtpError } from '../../host/kbtp/initiator.ts';
+import { connect } from '../../host/kbtp/initiator.ts';
+import { KbtpStatusError } from '../../host/kbtp/errors.ts';
 import { startDaemon, runCli, get, eventually, SMALL_POOL } from './daemon.ts';
 
 function holdPort(): Promise<net.Server> {
@@ -40,7 +41,7 @@ test('/readyz: not ready while the KBTP address is still held, ready once listen
     const draining = await eventually('draining', () => get(`${daemon.management}/readyz`), (r) => r.status === 503);
     assert.equal(JSON.parse(draining.text), { ready: false, state: 'draining' });
     const refused = await session.allocStore(2n, new TextEncoder().encode('after')).then(() => 'stored', (error: unknown) => error);
-    assert.ok(refused instanceof KbtpError && refused.statusName === 'SHUTTING_DOWN', `got ${String(refused)}`);
+    assert.ok(refused instanceof KbtpStatusError && refused.statusName === 'SHUTTING_DOWN', `got ${String(refused)}`);
     await session.close();
     assert.is(await daemon.exited, 0, daemon.stderr());
     assert.match(daemon.stderr(), /stopped cleanly/);

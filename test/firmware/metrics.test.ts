@@ -6,7 +6,8 @@ import * as assert from 'uvu/assert';
 import { mkdtempSync, rmSync, writeFileSync, existsSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { connect, KbtpError, type KbtpSession } from '../../host/kbtp/initiator.ts';
+import { connect, type KbtpSession } from '../../host/kbtp/initiator.ts';
+import { KbtpStatusError } from '../../host/kbtp/errors.ts';
 import { startDaemon, get, eventually, SMALL_POOL, type Daemon } from './daemon.ts';
 import { parseExposition, type Exposition } from './exposition.ts';
 
@@ -42,7 +43,7 @@ test('metrics: valid exposition, Prometheus naming, and counters that move with 
     for (let i = 0; i < 30; i++) await sessions[i % 3]?.allocStore(BigInt(100 + i), payload, { seal: true });
     for (let i = 0; i < 30; i++) await sessions[i % 3]?.load(BigInt(100 + i));
     const missing = await sessions[0]?.load(5n).then(() => 'loaded', (error: unknown) => error);
-    assert.ok(missing instanceof KbtpError && missing.statusName === 'NOT_VALID');
+    assert.ok(missing instanceof KbtpStatusError && missing.statusName === 'NOT_VALID');
     const refused = await connect(kbtp, { tenant: 'nobody', secret: 'x' }).then(() => 'admitted', (error: unknown) => error);
     assert.ok(refused instanceof Error && /AUTH_FAILED/.test(refused.message), String(refused));
 

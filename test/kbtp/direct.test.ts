@@ -4,7 +4,8 @@ import { test } from 'uvu';
 import * as assert from 'uvu/assert';
 import * as K from '../../assembly/kbtp-constants.ts';
 import { startRig, type Rig } from './rig.ts';
-import { KbtpError, directLoadConsistent } from '../../host/kbtp/initiator.ts';
+import { directLoadConsistent } from '../../host/kbtp/initiator.ts';
+import { KbtpStatusError } from '../../host/kbtp/errors.ts';
 
 let rig: Rig;
 test.before(async () => { rig = await startRig(); });
@@ -30,7 +31,7 @@ test('Direct Load returns the data a LOAD returns, without target processing', a
     await gamma.directLoad(7n);
     assert.unreachable('a freed handle must not load');
   } catch (error) {
-    assert.is((error as KbtpError).statusName, 'NOT_VALID');
+    assert.is((error as KbtpStatusError).statusName, 'NOT_VALID');
   }
 });
 
@@ -75,7 +76,7 @@ test('quota: tickets beyond it find no block and are reclaimed after the Ticket 
     await gamma.directTakeBlock();
     assert.unreachable('a 17th block does not exist');
   } catch (error) {
-    assert.is((error as KbtpError).statusName, 'NO_SPACE');
+    assert.is((error as KbtpStatusError).statusName, 'NO_SPACE');
   }
   assert.is(engine.tenantUsage(2), 17, 'the unbound ticket counts against the quota');
   // ALLOC_STORE through the target is refused too while usage is at the quota.
@@ -83,7 +84,7 @@ test('quota: tickets beyond it find no block and are reclaimed after the Ticket 
     await gamma.allocStore(190n, bytes('x'));
     assert.unreachable('over quota');
   } catch (error) {
-    assert.is((error as KbtpError).statusName, 'NO_SPACE');
+    assert.is((error as KbtpStatusError).statusName, 'NO_SPACE');
   }
   // A free fills the waiting ticket's slot; the target then reclaims the abandoned ticket.
   await gamma.free(160n);

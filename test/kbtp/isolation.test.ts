@@ -3,7 +3,7 @@ import { test } from 'uvu';
 import * as assert from 'uvu/assert';
 import * as K from '../../assembly/kbtp-constants.ts';
 import { startRig, testSettings, RawClient, SECRETS, type Rig } from './rig.ts';
-import { KbtpError } from '../../host/kbtp/initiator.ts';
+import { KbtpStatusError } from '../../host/kbtp/errors.ts';
 import { encodeRequest, statusName } from '../../host/kbtp/wire/messages.ts';
 import { decodeHelloAck } from '../../host/kbtp/wire/hello.ts';
 
@@ -19,7 +19,7 @@ async function statusOf(promise: Promise<unknown>): Promise<string> {
     await promise;
     return 'SUCCESS';
   } catch (error) {
-    if (error instanceof KbtpError) return error.statusName;
+    if (error instanceof KbtpStatusError) return error.statusName;
     throw error;
   }
 }

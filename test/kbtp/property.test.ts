@@ -3,7 +3,8 @@
 import { test } from 'uvu';
 import * as assert from 'uvu/assert';
 import { startRig, type Rig } from './rig.ts';
-import { KbtpError, type KbtpSession, type BlockInfo } from '../../host/kbtp/initiator.ts';
+import type { KbtpSession, BlockInfo } from '../../host/kbtp/initiator.ts';
+import { KbtpStatusError } from '../../host/kbtp/errors.ts';
 import { Random } from '../../host/util/random.ts';
 
 interface ModelEntry { valid: boolean; sealed: boolean; generation: number; data: Uint8Array; blockOffset: bigint }
@@ -80,7 +81,7 @@ test('1,200 random requests from three sessions agree with the model', async () 
         loaded = result.data;
       }
     } catch (error) {
-      if (!(error instanceof KbtpError)) throw error;
+      if (!(error instanceof KbtpStatusError)) throw error;
       actual = error.statusName;
       info = error.completion;
     }

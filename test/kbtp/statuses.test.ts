@@ -3,7 +3,7 @@ import { test } from 'uvu';
 import * as assert from 'uvu/assert';
 import * as K from '../../assembly/kbtp-constants.ts';
 import { startRig, RawClient, SECRETS, type Rig } from './rig.ts';
-import { KbtpError } from '../../host/kbtp/initiator.ts';
+import { KbtpStatusError } from '../../host/kbtp/errors.ts';
 import { encodeRequest, decodeCompletion, statusName } from '../../host/kbtp/wire/messages.ts';
 import { decodeHelloAck } from '../../host/kbtp/wire/hello.ts';
 
@@ -13,13 +13,13 @@ test.after(async () => { await rig.stop(); });
 
 const bytes = (text: string): Uint8Array => new TextEncoder().encode(text);
 
-async function expectStatus(name: string, promise: Promise<unknown>): Promise<KbtpError> {
+async function expectStatus(name: string, promise: Promise<unknown>): Promise<KbtpStatusError> {
   try {
     await promise;
   } catch (error) {
-    assert.instance(error, KbtpError, String(error));
-    assert.is((error as KbtpError).statusName, name);
-    return error as KbtpError;
+    assert.instance(error, KbtpStatusError, String(error));
+    assert.is((error as KbtpStatusError).statusName, name);
+    return error as KbtpStatusError;
   }
   assert.unreachable(`expected ${name}`);
   throw new Error('unreachable');

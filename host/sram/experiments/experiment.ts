@@ -1,5 +1,6 @@
 // What an experiment is: named options, a run that returns tables, one JSON object and SVG
 // charts, and progress reported to stderr while it runs.
+import { UsageError } from '../../errors.ts';
 import type { SramModelConfig } from '../config.ts';
 import type { TextTable } from '../../report/table.ts';
 
@@ -42,10 +43,7 @@ export interface Experiment {
   run(values: OptionValues, context: ExperimentContext): ExperimentOutput;
 }
 
-/** Bad command-line input: the message says what to fix. */
-export class UsageError extends Error {
-  override readonly name = 'UsageError';
-}
+export { UsageError };
 
 export function integerOption(values: OptionValues, name: string, fallback: number, min: number, max = Number.MAX_SAFE_INTEGER): number {
   const raw = values[name];

@@ -1,0 +1,52 @@
+// The client library's errors: a KBTP status, a failed or lost connection, a malformed answer,
+// a timeout, an abort, a closed session. All are KbtpErrors (../errors.ts); the client library
+// throws nothing else for anything that goes wrong talking to a target.
+import { EXIT_FAILURE, EXIT_STATUS, KbtpError } from '../errors.ts';
+import { statusName, type Completion } from './wire/messages.ts';
+
+export { ConfigError, EXIT_FAILURE, EXIT_OK, EXIT_STATUS, EXIT_USAGE, KbtpError, UsageError, type KbtpErrorCode } from '../errors.ts';
+
+/** The target answered a request with a status other than SUCCESS. */
+export class KbtpStatusError extends KbtpError {
+  readonly statusName: string;
+  constructor(
+    readonly status: number,
+    message: string,
+    readonly completion?: Completion,
+  ) {
+    super('KBTP_STATUS', `${statusName(status)}: ${message}`, EXIT_STATUS);
+    this.statusName = statusName(status);
+  }
+}
+
+/** The connection could not be made, failed, or was lost. */
+export class TransportError extends KbtpError {
+  constructor(message: string, options?: { cause?: unknown }) {
+    super('KBTP_TRANSPORT', message, EXIT_FAILURE, options);
+  }
+}
+
+/** The target broke the protocol (a malformed or unexpected message). */
+export class ProtocolError extends KbtpError {
+  constructor(message: string, options?: { cause?: unknown }) {
+    super('KBTP_PROTOCOL', message, EXIT_FAILURE, options);
+  }
+}
+
+export class TimeoutError extends KbtpError {
+  constructor(message: string) {
+    super('KBTP_TIMEOUT', message, EXIT_FAILURE);
+  }
+}
+
+export class AbortedError extends KbtpError {
+  constructor(message: string, reason: unknown) {
+    super('KBTP_ABORTED', message, EXIT_FAILURE, { cause: reason });
+  }
+}
+
+export class SessionClosedError extends KbtpError {
+  constructor(message = 'the session is closed') {
+    super('KBTP_CLOSED', message, EXIT_FAILURE);
+  }
+}
