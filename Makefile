@@ -7,9 +7,9 @@ UVU := $(NODE) --import tsx node_modules/uvu/bin.js
 export NO_COLOR := 1
 
 AS_SOURCES := $(shell find assembly -name '*.ts' 2>/dev/null)
-TS_SOURCES := $(shell find host firmware bench test -name '*.ts' 2>/dev/null) $(wildcard firmware/status-page/*)
+TS_SOURCES := $(shell find host firmware assembly -name '*.ts' 2>/dev/null) $(wildcard firmware/status-page/*)
 
-.PHONY: all deps build wasm ts test run demo bench clean help interop compare image image-test soak-tier
+.PHONY: all deps build wasm ts typecheck bench-build test run demo bench clean help interop compare image image-test soak-tier
 
 all: build
 
@@ -23,7 +23,8 @@ help:
 	@echo "make image  build the bootable appliance disk images/out/kbtp-appliance-$$(ARCH).img/.qcow2 + update bundle (docs/IMAGE.md; ARCH=x86_64|arm64)"
 	@echo "make image-test  boot the appliance image in QEMU (TCG) and test it from the host (docs/IMAGE.md)"
 	@echo "make soak-tier  crash torture of the durable tier: ROUNDS (default 200) SIGKILLs of a target under load"
-	@echo "make build  compile assembly/ to build/engine.wasm and host/ to dist/"
+	@echo "make build  compile assembly/ to build/engine.wasm and host/, firmware/ to dist/ (with .d.ts)"
+	@echo "make typecheck  type-check everything, tests and benchmarks included (no output)"
 	@echo "make deps   install npm dependencies (npm ci)"
 	@echo "make clean  remove build outputs"
 
@@ -42,8 +43,10 @@ build/engine.wasm: $(AS_SOURCES) asconfig.json node_modules/.deps-stamp
 
 ts: dist/.ts-stamp
 
-dist/.ts-stamp: $(TS_SOURCES) tsconfig.json node_modules/.deps-stamp
-	npx tsc -p tsconfig.json
+# The package's code only (tsconfig.build.json: host/ and firmware/, declarations, no tests or
+# benchmarks); `make typecheck` checks the rest, `bench-build` compiles the benchmarks.
+dist/.ts-stamp: $(TS_SOURCES) tsconfig.json tsconfig.build.json node_modules/.deps-stamp
+	npx tsc -p tsconfig.build.json
 	@# The status page ships as is (no build step): next to the compiled daemon that serves it.
 	@mkdir -p dist/firmware && cp -r firmware/status-page dist/firmware/
 	@chmod +x dist/host/cli.js
@@ -51,7 +54,13 @@ dist/.ts-stamp: $(TS_SOURCES) tsconfig.json node_modules/.deps-stamp
 	@ln -sf ../../dist/host/cli.js node_modules/.bin/kbtp
 	@touch $@
 
-test: build
+typecheck: deps
+	npx tsc -p tsconfig.json
+
+bench-build: build
+	npx tsc -p tsconfig.bench.json
+
+test: build typecheck
 	@mkdir -p .cache
 	bash test/firmware/deps.sh
 	$(UVU) test '\.test\.ts$$' --no-color 2>&1 | tee .cache/test.log
@@ -95,7 +104,7 @@ soak-tier: build
 demo: build
 	$(NODE) dist/host/cli.js demo
 
-bench: build
+bench: bench-build
 	@mkdir -p bench/results
 	$(NODE) --expose-gc dist/bench/engine.js
 	$(NODE) dist/bench/sram.js
@@ -104,7 +113,7 @@ bench: build
 
 # kbtp against Redis and the loopback limit (docs/BENCH.md); installs redis-server, redis-tools and
 # iperf3 from Debian when missing, starts them on 127.0.0.1 only and stops them at the end.
-compare: build
+compare: bench-build
 	bash bench/compare/deps.sh
 	@mkdir -p bench/results
 	$(NODE) dist/bench/compare/compare.js
