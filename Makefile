@@ -9,7 +9,7 @@ export NO_COLOR := 1
 AS_SOURCES := $(shell find assembly -name '*.ts' 2>/dev/null)
 TS_SOURCES := $(shell find host firmware assembly -name '*.ts' 2>/dev/null) $(wildcard firmware/status-page/*)
 
-.PHONY: all deps build wasm ts typecheck bench-build test run demo bench clean help interop compare image image-test soak-tier
+.PHONY: all deps build wasm ts typecheck lint format bench-build test run demo bench clean help interop compare image image-test soak-tier
 
 all: build
 
@@ -25,6 +25,8 @@ help:
 	@echo "make soak-tier  crash torture of the durable tier: ROUNDS (default 200) SIGKILLs of a target under load"
 	@echo "make build  compile assembly/ to build/engine.wasm and host/, firmware/ to dist/ (with .d.ts)"
 	@echo "make typecheck  type-check everything, tests and benchmarks included (no output)"
+	@echo "make lint   Biome: lint rules and (once the tree is formatted) the formatting check"
+	@echo "make format rewrite the tree in the project's format (Biome)"
 	@echo "make deps   install npm dependencies (npm ci)"
 	@echo "make clean  remove build outputs"
 
@@ -56,6 +58,15 @@ dist/.ts-stamp: $(TS_SOURCES) tsconfig.json tsconfig.build.json node_modules/.de
 
 typecheck: deps
 	npx tsc -p tsconfig.json
+
+# Biome (biome.json): one dependency for both the linter and the formatter. BIOME_CHECK is `lint`
+# until the whole tree has been formatted once; then `check` (lint rules + formatting).
+BIOME_CHECK ?= lint
+lint: deps
+	npx biome $(BIOME_CHECK) .
+
+format: deps
+	npx biome format --write .
 
 bench-build: build
 	npx tsc -p tsconfig.bench.json

@@ -50,7 +50,7 @@ async function runWorkers(engine: Engine, kernels: WebAssembly.Module, threads: 
   const results = Promise.all(Array.from({ length: threads }, (_, index) => new Promise<BenchRound[]>((resolve, reject) => {
     const job: BenchJob = { handoff: engine.handoff(), kernels, thread: index + 1, milliseconds: MILLISECONDS, gate: gate.buffer as SharedArrayBuffer,
       copySizes: COPY_SIZES, lookupTenant: 0, lookupHandles: LOOKUP_HANDLES };
-    const worker = spawnWorker(new URL('./engine-worker' + (import.meta.url.endsWith('.ts') ? '.ts' : '.js'), import.meta.url), { workerData: job });
+    const worker = spawnWorker(new URL(`./engine-worker${import.meta.url.endsWith('.ts') ? '.ts' : '.js'}`, import.meta.url), { workerData: job });
     worker.once('message', (r: BenchRound[]) => { resolve(r); void worker.terminate(); });
     worker.once('error', reject);
   })));
@@ -123,11 +123,11 @@ async function main(): Promise<void> {
   const rows: string[][] = [['measure', 'workers', 'wasm', 'plain TS', 'wasm / TS']];
   for (const s of summaries) {
     rows.push(['alloc+free pairs/s', String(s.workers), format(s.ring_pairs_per_s.wasm), format(s.ring_pairs_per_s.js),
-      (s.ring_pairs_per_s.wasm / s.ring_pairs_per_s.js).toFixed(1) + 'x']);
+      `${(s.ring_pairs_per_s.wasm / s.ring_pairs_per_s.js).toFixed(1)}x`]);
     rows.push(['LOAD lookups/s', String(s.workers), format(s.lookups_per_s.wasm), format(s.lookups_per_s.js),
-      (s.lookups_per_s.wasm / s.lookups_per_s.js).toFixed(1) + 'x']);
+      `${(s.lookups_per_s.wasm / s.lookups_per_s.js).toFixed(1)}x`]);
     for (const [size, gbps] of Object.entries(s.copy_gbps)) {
-      rows.push([`copy ${Number(size) / 1024} KiB GB/s`, String(s.workers), gbps.wasm.toFixed(2), gbps.js.toFixed(2), (gbps.wasm / gbps.js).toFixed(2) + 'x']);
+      rows.push([`copy ${Number(size) / 1024} KiB GB/s`, String(s.workers), gbps.wasm.toFixed(2), gbps.js.toFixed(2), `${(gbps.wasm / gbps.js).toFixed(2)}x`]);
     }
   }
   const widths = rows[0]?.map((_, column) => Math.max(...rows.map((row) => (row[column] ?? '').length))) ?? [];
@@ -140,7 +140,7 @@ async function main(): Promise<void> {
   console.log(`target (wasm ring >= 5x plain TS): ${target ? 'met' : 'MISSED'}`);
   mkdirSync(join(root, 'bench/results'), { recursive: true });
   const out = join(root, 'bench/results/engine.json');
-  writeFileSync(out, JSON.stringify(summaries.map((s) => ({ ...s, hot_path_heap_bytes_per_request: heapBytes ?? null })), null, 2) + '\n');
+  writeFileSync(out, `${JSON.stringify(summaries.map((s) => ({ ...s, hot_path_heap_bytes_per_request: heapBytes ?? null })), null, 2)}\n`);
   console.log(`wrote ${out}`);
 }
 

@@ -25,7 +25,7 @@ function textField(key: string, value: string | number | boolean | null): string
 export function createLogger(options: { level: LogLevel; format: LogFormat; write?: (line: string) => void;
   onWarning?: (level: LogLevel, message: string) => void; }): Logger {
   let level = options.level;
-  const write = options.write ?? ((line: string) => process.stderr.write(line + '\n'));
+  const write = options.write ?? ((line: string) => process.stderr.write(`${line}\n`));
   const emit = (at: LogLevel, message: string, fields: LogFields = {}): void => {
     if (RANK[at] <= RANK.warn) options.onWarning?.(at, message);
     if (RANK[at] > RANK[level]) return;
@@ -40,7 +40,7 @@ export function createLogger(options: { level: LogLevel; format: LogFormat; writ
     }
     const extra = Object.entries(fields).filter((entry): entry is [string, string | number | boolean | null] => entry[1] !== undefined)
       .map(([key, value]) => textField(key, value));
-    write(`${time} ${at.padEnd(5)} ${oneLine}${extra.length > 0 ? ' ' + extra.join(' ') : ''}`);
+    write(`${time} ${at.padEnd(5)} ${oneLine}${extra.length > 0 ? ` ${extra.join(' ')}` : ''}`);
   };
   return {
     error: (message, fields) => emit('error', message, fields),

@@ -53,7 +53,7 @@ function presentedToken(header: string | undefined): string | undefined {
 }
 
 export function sendJson(response: http.ServerResponse, status: number, body: unknown, headers: http.OutgoingHttpHeaders = {}): void {
-  const text = JSON.stringify(body, null, 2) + '\n';
+  const text = `${JSON.stringify(body, null, 2)}\n`;
   response.writeHead(status, { 'content-type': 'application/json; charset=utf-8', 'content-length': Buffer.byteLength(text), ...headers });
   response.end(text);
 }

@@ -6,11 +6,11 @@ import type { Command } from '../cli.ts';
 import { DEFAULT_PORT } from '../kbtp/address.ts';
 import { parseTarget } from '../kbtp/initiator.ts';
 import { KbtpStatusError } from '../kbtp/errors.ts';
-import { parseMix, MixError } from '../bench/mix.ts';
+import { parseMix } from '../bench/mix.ts';
 import { parseInteger, parseNumber, parseSize, parseSizes, UsageError } from '../bench/options.ts';
 import { chartRows, formatRows, formatSize, type BenchRow } from '../bench/report.ts';
-import { runBench, BenchConfigError } from '../bench/run.ts';
-import { replayTrace, formatReplay, chartReplay, TraceError, type ReplayResult } from '../bench/trace.ts';
+import { runBench } from '../bench/run.ts';
+import { replayTrace, formatReplay, chartReplay, type ReplayResult } from '../bench/trace.ts';
 import type { Progress } from '../bench/workload.ts';
 
 const HELP = `usage: kbtp bench [options]
@@ -74,7 +74,7 @@ function progressPrinter(quiet: boolean): (label: string, progress: Progress) =>
 }
 
 function endProgress(quiet: boolean): void {
-  if (!quiet && process.stderr.isTTY === true) process.stderr.write('\r'.padEnd(101) + '\r');
+  if (!quiet && process.stderr.isTTY === true) process.stderr.write(`${'\r'.padEnd(101)}\r`);
 }
 
 export const command: Command = {

@@ -59,7 +59,7 @@ export const command: Command = {
     console.log(`engine: ${config.blockCount} blocks of ${config.blockSize} octets, ring N = ${2 ** config.ringOrder}` +
       ` (${config.ringMode}), ${config.handleCount} handles, ${(layout.totalBytes / 2 ** 20).toFixed(1)} MiB shared memory`);
     const workers = [0, 1].map((thread) =>
-      spawnWorker(new URL('./demo-worker' + (import.meta.url.endsWith('.ts') ? '.ts' : '.js'), import.meta.url),
+      spawnWorker(new URL(`./demo-worker${import.meta.url.endsWith('.ts') ? '.ts' : '.js'}`, import.meta.url),
         { workerData: { handoff: engine.handoff(), thread } }));
     const [writer, reader] = workers as [Worker, Worker];
     try {

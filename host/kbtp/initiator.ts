@@ -15,11 +15,11 @@ import {
   createRnic, Access, WcStatus, wcStatusName, RnicError, RcQueuePair, type Rnic, type AnyQueuePair, type CompletionQueue, type MemoryRegion,
   type WorkCompletion, type SendWorkRequest, type StreamChannel,
 } from '../rnic/verbs.ts';
-import { encodeRequest, decodeCompletion, statusName, type Completion, type RequestFields } from './wire/messages.ts';
+import { encodeRequest, decodeCompletion, type Completion, type RequestFields } from './wire/messages.ts';
 import { encodeHello, decodeHelloAck, type HelloAck } from './wire/hello.ts';
 import { DEFAULT_PORT, parseHostPort } from './address.ts';
 import {
-  AbortedError, KbtpError, KbtpStatusError, ProtocolError, SessionClosedError, TimeoutError, TransportError, UsageError,
+  AbortedError, type KbtpError, KbtpStatusError, ProtocolError, SessionClosedError, TimeoutError, TransportError, UsageError,
 } from './errors.ts';
 import * as S from '../../assembly/struct-offsets.ts';
 import { decodeRingSlot, decodeTableEntry, type TableEntry } from '../engine/table-entry.ts';

@@ -377,7 +377,8 @@ export class QueuePair extends EventEmitter<QueuePairEvents> {
     try {
       const header = decodeTerminate(ulpdu, DDP_UNTAGGED_HEADER_LENGTH);
       info = terminateInfo(header);
-    } catch (error) {
+    } catch {
+      // Undecodable: name what its control octets say.
       info = { layer: ulpdu[18]! >> 4, errorType: ulpdu[18]! & 0xf, errorCode: ulpdu[19]!, description: describeTerminate(ulpdu[18]! >> 4, ulpdu[18]! & 0xf, ulpdu[19]!) };
     }
     if (!isWellFormedTerminateDdp(ulpdu)) info = { ...info, reason: 'Terminate with unexpected DDP fields' };

@@ -21,7 +21,7 @@
 import net from 'node:net';
 import { SocketChannel, type StreamChannel } from './channel.ts';
 import {
-  ConnectionRequest,
+  type ConnectionRequest,
   DEFAULT_SETUP_TIMEOUT_MS,
   initiate,
   receiveRequest,
@@ -30,7 +30,7 @@ import {
 } from './connection.ts';
 import { CompletionQueue, type CompletionQueueOptions } from './cq.ts';
 import { RnicError } from './errors.ts';
-import { MemoryRegion, MemoryTable, ProtectionDomain, type RegisterMemoryOptions } from './memory.ts';
+import { type MemoryRegion, MemoryTable, type ProtectionDomain, type RegisterMemoryOptions } from './memory.ts';
 import type { NicObserver } from './nic-observer.ts';
 import { QueuePair, type QueuePairOptions } from './qp.ts';
 import { RoceEndpoint } from './rc/endpoint.ts';

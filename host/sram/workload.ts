@@ -49,7 +49,7 @@ export class ThroughputMeter {
     this.operations++;
     this.bytes += bytes;
     this.nicNs += nicNs;
-    this.ns += nicNs > wire ? nicNs : wire;
+    this.ns += Math.max(nicNs, wire);
   }
 
   /** Payload rate in Gbit/s. */

@@ -10,6 +10,7 @@ export class Random {
 
   /** A uniformly distributed unsigned 32-bit integer. */
   next(): number {
+    // biome-ignore lint/suspicious/noAssignInExpressions: mulberry32 as published
     let t = (this.state = (this.state + 0x6d2b79f5) | 0);
     t = Math.imul(t ^ (t >>> 15), t | 1);
     t ^= t + Math.imul(t ^ (t >>> 7), t | 61);

@@ -223,7 +223,7 @@ export class MpaStreamReader {
   private closed = false;
   private wake: (() => void) | undefined;
 
-  constructor(private readonly socket: Socket) {
+  constructor(readonly socket: Socket) {
     socket.on('data', (chunk: Buffer) => {
       this.buffered = Buffer.concat([this.buffered, chunk]);
       this.wake?.();

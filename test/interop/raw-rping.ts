@@ -10,7 +10,7 @@ import {
   encodeFpdu,
   encodeTagged,
   encodeUntagged,
-  MpaStreamReader,
+  type MpaStreamReader,
   OP_READ_RESPONSE,
   OP_SEND,
   OP_WRITE,

@@ -42,6 +42,7 @@ test('kbtp client vs rping -s, CRC off, client-server model: 10 validated iterat
     peerScript: [
       'status=0',
       `for s in ${serverScenarios.join(' ')}; do`,
+      // biome-ignore lint/suspicious/noTemplateCurlyInString: shell parameter expansion, run by the guest's sh
       '  size=${s##*:} s=${s%%:*} v=-v',
       '  [ $size = 64 ] || v=', // 40 kB of "server ping data" per iteration would swamp the console
       `  ${rpingServer} $v -S $size & pid=$!`,

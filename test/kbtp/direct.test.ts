@@ -5,7 +5,7 @@ import * as assert from 'uvu/assert';
 import * as K from '../../assembly/kbtp-constants.ts';
 import { startRig, type Rig } from './rig.ts';
 import { directLoadConsistent } from '../../host/kbtp/initiator.ts';
-import { KbtpStatusError } from '../../host/kbtp/errors.ts';
+import type { KbtpStatusError } from '../../host/kbtp/errors.ts';
 
 let rig: Rig;
 test.before(async () => { rig = await startRig(); });

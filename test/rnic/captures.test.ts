@@ -77,7 +77,7 @@ test('siw-rping: MPA v2 Request/Reply (client-server, IRD 1 / ORD 1, no CRC) and
     for (const record of stream.fpdus) assert.is(record.crc, 0, 'CRC off: siw leaves the field zero');
   }
   // Client: advertise source, answer the server's read, advertise sink; ten rounds of five pings.
-  assert.is(sequence(client), 'S' + 'RSS'.repeat(4) + 'RS');
+  assert.is(sequence(client), `S${'RSS'.repeat(4)}RS`);
   // Server: read the ping, say go, write it back, say done.
   assert.is(sequence(server), 'QSWS'.repeat(5));
   const reads = server.fpdus.filter((r) => r.segment.opcode === RdmapOpcode.RdmaReadRequest);

@@ -386,8 +386,12 @@ test('two QPs wired back to back through synchronous in-memory channels (nested 
   let toB: InstanceType<typeof MemoryChannel> | undefined;
   let toA: InstanceType<typeof MemoryChannel> | undefined;
   // Each side's writes are delivered to the other side at once, from inside its own processing.
-  const channelA = new MemoryChannel(0, (chunks) => chunks.forEach((chunk) => toB?.receive(chunk)));
-  const channelB = new MemoryChannel(0, (chunks) => chunks.forEach((chunk) => toA?.receive(chunk)));
+  const channelA = new MemoryChannel(0, (chunks) => {
+    for (const chunk of chunks) toB?.receive(chunk);
+  });
+  const channelB = new MemoryChannel(0, (chunks) => {
+    for (const chunk of chunks) toA?.receive(chunk);
+  });
   toA = channelA;
   toB = channelB;
   const side = (rnic: typeof a) => {

@@ -104,7 +104,10 @@ test('markers are removed, checked and covered by the CRC, in any chunking', () 
       chunks.push(framed.bytes);
     }
     const stream = new Uint8Array(chunks.reduce((sum, chunk) => sum + chunk.length, 0));
-    chunks.reduce((at, chunk) => (stream.set(chunk, at), at + chunk.length), 0);
+    chunks.reduce((at, chunk) => {
+      stream.set(chunk, at);
+      return at + chunk.length;
+    }, 0);
     for (let at = 0; at < stream.length; at += pieces) feed(() => receiver, stream.subarray(at, at + pieces));
     assert.is(sink.failure, undefined, `chunks of ${pieces}`);
     assert.is(sink.events.filter((event) => event === 'tagged done').length, 3);

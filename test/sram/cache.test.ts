@@ -13,6 +13,7 @@ class ReferenceLru {
   constructor(private readonly ways: number) {}
   access(set: number, key: string, write: boolean): { hit: boolean; evicted?: string; wroteBack: boolean } {
     let lines = this.sets.get(set);
+    // biome-ignore lint/suspicious/noAssignInExpressions: creates the set's map on first use
     if (lines === undefined) this.sets.set(set, (lines = new Map()));
     const dirty = lines.get(key);
     if (dirty !== undefined) {

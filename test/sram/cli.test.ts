@@ -20,7 +20,10 @@ async function run(argv: string[]): Promise<{ code: number; stdout: string; stde
   const write = process.stderr.write;
   console.log = (...args: unknown[]) => void out.push(args.join(' '));
   console.error = (...args: unknown[]) => void err.push(args.join(' '));
-  process.stderr.write = ((chunk: string | Uint8Array) => (err.push(String(chunk)), true)) as typeof process.stderr.write;
+  process.stderr.write = ((chunk: string | Uint8Array) => {
+    err.push(String(chunk));
+    return true;
+  }) as typeof process.stderr.write;
   try {
     const code = await command.run(argv);
     return { code, stdout: out.join('\n'), stderr: err.join('\n') };

@@ -123,7 +123,7 @@ test('the log report names the model, the totals and every QP', () => {
   const text = formatSramNicReport(nic.report());
   assert.match(text, /^sram model \(64 lines, fully associative, shared-lru\): 3 accesses, 0 hits, 3 misses/);
   assert.match(text, /PCIe 3 reads \+ 0 writes, modelled NIC time 0\.3 us/);
-  assert.match(text, /\n  QP 11: 0 hits, 3 misses \(0\.0%\), translations 2\/2 missed/);
+  assert.match(text, /\n {2}QP 11: 0 hits, 3 misses \(0\.0%\), translations 2\/2 missed/);
 });
 
 test.run();

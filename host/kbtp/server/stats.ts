@@ -152,6 +152,7 @@ export class TargetStats {
     const requests: Record<string, Record<string, number>> = {};
     for (const [key, count] of this.counts) {
       const opcode = OPCODE_NAMES[key >>> 16] ?? `0x${(key >>> 16).toString(16)}`;
+      // biome-ignore lint/suspicious/noAssignInExpressions: creates the bucket on first use and names it
       const byStatus = (requests[opcode] ??= {});
       byStatus[statusName(key & 0xffff)] = count;
     }
@@ -205,6 +206,7 @@ export function mergeStats(parts: readonly StatsSnapshot[]): StatsSnapshot {
     total.internalErrors += part.internalErrors;
     if (part.sram !== undefined) total.sram = [...(total.sram ?? []), ...part.sram];
     for (const [opcode, byStatus] of Object.entries(part.requests)) {
+      // biome-ignore lint/suspicious/noAssignInExpressions: creates the bucket on first use and names it
       const into = (total.requests[opcode] ??= {});
       for (const [status, count] of Object.entries(byStatus)) into[status] = (into[status] ?? 0) + count;
     }

@@ -49,7 +49,7 @@ export interface RunningTarget {
   slotsInUse(): number;
 }
 
-const workerUrl = new URL('./worker' + (import.meta.url.endsWith('.ts') ? '.ts' : '.js'), import.meta.url);
+const workerUrl = new URL(`./worker${import.meta.url.endsWith('.ts') ? '.ts' : '.js'}`, import.meta.url);
 
 function startWorker(data: TargetWorkerData, log: (line: string) => void, failed: (error: Error) => void,
   tier: TierHost | undefined): { worker: Worker; first: Promise<WorkerToMain> } {

@@ -81,6 +81,7 @@ export function runPolicyCell(config: SramModelConfig, mix: Mix, params: Policie
   const pagesPerRegion = mix.tenants.map((tenant) => Math.max(1, Math.ceil(tenant.pages / tenant.regions)));
   const cumulative: number[] = [];
   let sum = 0;
+  // biome-ignore lint/suspicious/noAssignInExpressions: a running sum, pushed as it grows
   for (const tenant of mix.tenants) cumulative.push((sum += tenant.share));
   mix.tenants.forEach((tenant, index) => {
     for (let region = 0; region < tenant.regions; region++) cache.registerRegion(stagBase[index]! + region, index, pagesPerRegion[index]);
