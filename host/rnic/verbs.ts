@@ -61,7 +61,8 @@ export interface RnicOptions {
   name?: string;
 }
 
-export interface ConnectOptions extends InitiatorOptions {
+/** Where an RNIC connect goes, and the MPA options (the KBTP session's options are kbtp's ConnectOptions). */
+export interface RnicConnectOptions extends InitiatorOptions {
   host: string;
   port: number;
 }
@@ -228,7 +229,7 @@ export class Rnic {
    * once `qp` is in full operation. Rejects with RnicError ECONNREFUSED (peer rejected),
    * ETIMEDOUT, EPROTO (bad Reply; a Terminate was sent) or ECONNRESET.
    */
-  async connect(qp: QueuePair, options: ConnectOptions): Promise<ConnectionSummary> {
+  async connect(qp: QueuePair, options: RnicConnectOptions): Promise<ConnectionSummary> {
     const timeoutMs = options.timeoutMs ?? DEFAULT_SETUP_TIMEOUT_MS;
     const started = Date.now();
     let channel: SocketChannel;
