@@ -12,7 +12,7 @@ import { auditPool, type AuditReport } from '../../host/engine/audit.ts';
 import { engineModule } from '../../host/engine/wasm.ts';
 import { spawnWorker } from '../../host/util/spawn-worker.ts';
 import type { EngineConfig } from '../../host/engine/config.ts';
-import type { StressJob, StressReport } from './stress-worker.ts';
+import type { StressJob, StressReport } from '../support/engine-stress-worker.ts';
 import { ENTRY_VALID } from '../../assembly/kbtp-constants.ts';
 
 const SHARED = { first: 0n, count: 96 };
@@ -34,7 +34,7 @@ async function stress(engine: Engine, operationsPerWorker: number, maxRetries: n
   const reports = await Promise.all([1, 2].map((thread) => new Promise<StressReport>((resolve, reject) => {
     const job: StressJob = { handoff: engine.handoff(), thread, operations: operationsPerWorker, seed: 0x1234 * thread + 7, maxRetries,
       initiatorUsage, shared: SHARED, direct: DIRECT };
-    const worker = spawnWorker(new URL('./stress-worker.ts', import.meta.url), { workerData: job });
+    const worker = spawnWorker(new URL('../support/engine-stress-worker.ts', import.meta.url), { workerData: job });
     worker.once('message', (report: StressReport) => { resolve(report); void worker.terminate(); });
     worker.once('error', reject);
   })));

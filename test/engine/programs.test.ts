@@ -2,7 +2,7 @@ import { test } from 'uvu';
 import * as assert from 'uvu/assert';
 import * as K from '../../assembly/kbtp-constants.ts';
 import * as S from '../../assembly/struct-offsets.ts';
-import { rig, type Rig } from './helpers.ts';
+import { rig, type Rig } from '../support/engine.ts';
 import { encodeRequest, decodeCompletion, statusName } from '../../host/kbtp/wire/messages.ts';
 import { auditPool } from '../../host/engine/audit.ts';
 

@@ -1,7 +1,7 @@
 import { test } from 'uvu';
 import * as assert from 'uvu/assert';
 import { Engine } from '../../host/engine/engine.ts';
-import { hex } from './helpers.ts';
+import { hex } from '../support/engine.ts';
 import { RING_TAIL } from '../../assembly/struct-offsets.ts';
 
 test('shared ring starts as draft 3.3 says, byte for byte (masked counters)', () => {

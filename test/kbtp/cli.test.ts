@@ -6,7 +6,7 @@ import { fileURLToPath } from 'node:url';
 import { mkdtempSync, writeFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { startRig, SECRETS, type Rig } from './rig.ts';
+import { startRig, SECRETS, type Rig } from '../support/rig.ts';
 
 const cli = fileURLToPath(new URL('../../host/cli.ts', import.meta.url));
 

@@ -5,7 +5,7 @@ import { test } from 'uvu';
 import * as assert from 'uvu/assert';
 import { connect, TargetAddressError } from '../../host/kbtp/initiator.ts';
 import { KbtpError, KbtpStatusError } from '../../host/kbtp/errors.ts';
-import { startRig, SECRETS, type Rig } from './rig.ts';
+import { startRig, SECRETS, type Rig } from '../support/rig.ts';
 
 let rig: Rig;
 test.before(async () => {

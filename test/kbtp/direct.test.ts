@@ -3,7 +3,7 @@
 import { test } from 'uvu';
 import * as assert from 'uvu/assert';
 import * as K from '../../assembly/kbtp-constants.ts';
-import { startRig, type Rig } from './rig.ts';
+import { startRig, type Rig } from '../support/rig.ts';
 import { directLoadConsistent } from '../../host/kbtp/initiator.ts';
 import type { KbtpStatusError } from '../../host/kbtp/errors.ts';
 

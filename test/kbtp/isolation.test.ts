@@ -2,7 +2,7 @@
 import { test } from 'uvu';
 import * as assert from 'uvu/assert';
 import * as K from '../../assembly/kbtp-constants.ts';
-import { startRig, testSettings, RawClient, SECRETS, type Rig } from './rig.ts';
+import { startRig, testSettings, RawClient, SECRETS, type Rig } from '../support/rig.ts';
 import { KbtpStatusError } from '../../host/kbtp/errors.ts';
 import { encodeRequest, statusName } from '../../host/kbtp/wire/messages.ts';
 import { decodeHelloAck } from '../../host/kbtp/wire/hello.ts';

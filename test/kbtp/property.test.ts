@@ -2,7 +2,7 @@
 // completion must be the model's answer, and the pool audit must find nothing lost or doubled.
 import { test } from 'uvu';
 import * as assert from 'uvu/assert';
-import { startRig, type Rig } from './rig.ts';
+import { startRig, type Rig } from '../support/rig.ts';
 import type { KbtpSession, BlockInfo } from '../../host/kbtp/initiator.ts';
 import { KbtpStatusError } from '../../host/kbtp/errors.ts';
 import { Random } from '../../host/util/random.ts';

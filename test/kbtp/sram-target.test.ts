@@ -5,7 +5,7 @@ import * as assert from 'uvu/assert';
 import { mkdtempSync, writeFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { startRig, testSettings } from './rig.ts';
+import { startRig, testSettings } from '../support/rig.ts';
 import { startTarget } from '../../host/kbtp/server/target.ts';
 
 test('a target with an SRAM model reports hits, misses and PCIe crossings per QP', async () => {

@@ -2,7 +2,7 @@
 import { test } from 'uvu';
 import * as assert from 'uvu/assert';
 import * as K from '../../assembly/kbtp-constants.ts';
-import { startRig, RawClient, SECRETS, type Rig } from './rig.ts';
+import { startRig, RawClient, SECRETS, type Rig } from '../support/rig.ts';
 import { KbtpStatusError } from '../../host/kbtp/errors.ts';
 import { encodeRequest, decodeCompletion, statusName } from '../../host/kbtp/wire/messages.ts';
 import { decodeHelloAck } from '../../host/kbtp/wire/hello.ts';

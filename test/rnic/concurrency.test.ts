@@ -3,14 +3,14 @@
 import { test } from 'uvu';
 import * as assert from 'uvu/assert';
 import { spawnWorker } from '../../host/util/spawn-worker.ts';
-import { completions, connectedPair, makeSide, pattern } from './harness.ts';
+import { completions, connectedPair, makeSide, pattern } from '../support/rnic.ts';
 import { createRnic } from '../../host/rnic/verbs.ts';
 
 test('remote FetchAdds (plain and masked) interleave atomically with a worker thread\'s Atomics.add', async () => {
   const pair = await connectedPair({ size: 1 << 16 });
   const { client, server } = pair;
   const buffer = server.memory.buffer as SharedArrayBuffer;
-  const worker = spawnWorker(new URL('./atomic-worker.ts', import.meta.url), { workerData: { buffer } });
+  const worker = spawnWorker(new URL('../support/atomic-worker.ts', import.meta.url), { workerData: { buffer } });
   const control = new Int32Array(buffer, 64, 2);
   const started = Date.now();
   while (Atomics.load(control, 1) === 0) {

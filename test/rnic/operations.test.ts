@@ -3,7 +3,7 @@
 // markers, MULPDU, MPA revision, RTR type, IRD/ORD, private data) take effect.
 import { test } from 'uvu';
 import * as assert from 'uvu/assert';
-import { connectedPair, completions, pattern, type Pair, type PairOptions } from './harness.ts';
+import { connectedPair, completions, pattern, type Pair, type PairOptions } from '../support/rnic.ts';
 import { Access, createRnic, RnicError, WcStatus, type NicObserver } from '../../host/rnic/verbs.ts';
 
 async function withPair(options: PairOptions, body: (pair: Pair) => Promise<void>): Promise<void> {

@@ -9,7 +9,7 @@ import { encodeFpdu } from '../../host/rnic/wire/mpa.ts';
 import { encodeFpduWithMarkers } from '../../host/rnic/wire/markers.ts';
 import { encodeTaggedHeader, encodeUntaggedHeader } from '../../host/rnic/wire/ddp.ts';
 import { rdmapControl, RdmapOpcode } from '../../host/rnic/wire/rdmap.ts';
-import { pattern } from './harness.ts';
+import { pattern } from '../support/rnic.ts';
 
 class RecordingSink implements ReceiveSink {
   readonly target = new Uint8Array(1 << 20);

@@ -3,8 +3,8 @@
 // as flushed, and leaves every other connection of the same RNIC working.
 import { test } from 'uvu';
 import * as assert from 'uvu/assert';
-import { RawPeer, tagged, untagged } from './raw-peer.ts';
-import { completions, makeSide, pattern, type Side } from './harness.ts';
+import { RawPeer, tagged, untagged } from '../support/raw-peer.ts';
+import { completions, makeSide, pattern, type Side } from '../support/rnic.ts';
 import { Access, createRnic, WcStatus, type ConnectionRequest, type QueuePair } from '../../host/rnic/verbs.ts';
 import { encodeReadRequest, RdmapOpcode, TERMINATE_FLAG_D, TERMINATE_FLAG_M, TERMINATE_FLAG_R, type TerminateHeader } from '../../host/rnic/wire/rdmap.ts';
 import { AtomicOpcode, encodeAtomicRequest, ALL_ONES_64 } from '../../host/rnic/wire/atomics.ts';
