@@ -415,7 +415,13 @@ export class KbtpSession {
     this.nextWrId = this.nextWrId + 1 >= SLOT_SEND_BASE ? 1 : this.nextWrId + 1;
     return new Promise((resolve, reject) => {
       this.sendWaiters.set(wrId, { resolve, reject });
-      this.qp.postSend({ ...wr, wrId });
+      try {
+        this.qp.postSend({ ...wr, wrId });
+      } catch (error) {
+        // The QP left RTS between the failure check and now (the disconnect event follows).
+        this.sendWaiters.delete(wrId);
+        reject(new TransportError(`cannot send to the target: ${error instanceof Error ? error.message : String(error)}`, { cause: error }));
+      }
     });
   }
 
@@ -714,7 +720,13 @@ export class KbtpSession {
       this.closing = true;
       const goodbye = encodeRequest({ opcode: K.OPCODE_GOODBYE, requestId: this.nextRequestId++, handle: 0n });
       this.control.set(goodbye);
-      this.qp.postSend({ wrId: 0, opcode: 'SEND', sgList: [{ lkey: this.controlRegion.stag, offset: 0, length: goodbye.length }] });
+      try {
+        this.qp.postSend({ wrId: 0, opcode: 'SEND', sgList: [{ lkey: this.controlRegion.stag, offset: 0, length: goodbye.length }] });
+      } catch {
+        // The connection is already gone: nothing to say goodbye to.
+        await this.abandon();
+        return;
+      }
       let timer: NodeJS.Timeout | undefined;
       await Promise.race([this.qp.whenDisconnected(), new Promise((resolve) => { timer = setTimeout(resolve, timeoutMs); })]);
       clearTimeout(timer);
