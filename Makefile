@@ -71,7 +71,7 @@ format: deps
 bench-build: build
 	npx tsc -p tsconfig.bench.json
 
-test: build typecheck
+test: build typecheck lint
 	@mkdir -p .cache
 	bash test/firmware/deps.sh
 	$(UVU) test '\.test\.ts$$' --no-color 2>&1 | tee .cache/test.log

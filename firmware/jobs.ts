@@ -66,7 +66,7 @@ export async function statsSnapshotJob(sources: SnapshotSources): Promise<string
     await mkdir(directory, { recursive: true });
     const path = join(directory, 'latest.json');
     const temporary = `${path}.tmp`;
-    await writeFile(temporary, JSON.stringify({ time: new Date().toISOString(), stats, pool }, null, 2) + '\n');
+    await writeFile(temporary, `${JSON.stringify({ time: new Date().toISOString(), stats, pool }, null, 2)}\n`);
     await rename(temporary, path);
   }
   return line;

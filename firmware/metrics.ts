@@ -121,13 +121,13 @@ export class ApplianceMetrics {
       collect() {
         const engine = sources.engine();
         if (engine === undefined) return;
-        sources.tenants().forEach((tenant, index) => this.set({ tenant }, engine.tenantUsage(index)));
+        for (const [index, tenant] of sources.tenants().entries()) this.set({ tenant }, engine.tenantUsage(index));
       } });
     new Gauge({ name: 'kbtp_tenant_quota_blocks', help: 'Each tenant\'s Allocation Quota', labelNames: ['tenant'], registers,
       collect() {
         const engine = sources.engine();
         if (engine === undefined) return;
-        sources.tenants().forEach((tenant, index) => this.set({ tenant }, engine.config.tenants[index]?.quota ?? 0));
+        for (const [index, tenant] of sources.tenants().entries()) this.set({ tenant }, engine.config.tenants[index]?.quota ?? 0);
       } });
     this.jobRuns = new Counter({ name: 'kbtp_job_runs_total', help: 'Scheduled job runs, by job and result', labelNames: ['job', 'result'], registers });
     this.jobSkipped = new Counter({ name: 'kbtp_job_skipped_total', help: 'Scheduled runs skipped because the previous run of the job was still going',

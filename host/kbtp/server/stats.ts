@@ -184,12 +184,14 @@ export function mergeStats(parts: readonly StatsSnapshot[]): StatsSnapshot {
     total.ticketsAbandoned += part.ticketsAbandoned;
     for (const [tenant, open] of Object.entries(part.sessionsByTenant)) total.sessionsByTenant[tenant] = (total.sessionsByTenant[tenant] ?? 0) + open;
     for (const [opcode, histogram] of Object.entries(part.latency)) {
+      // biome-ignore lint/suspicious/noAssignInExpressions: creates the bucket on first use and names it
       const into = (total.latency[opcode] ??= { counts: histogram.counts.map(() => 0), sumSeconds: 0, count: 0 });
       histogram.counts.forEach((n, bucket) => { into.counts[bucket] = (into.counts[bucket] ?? 0) + n; });
       into.sumSeconds += histogram.sumSeconds;
       into.count += histogram.count;
     }
     if (part.sramCounters !== undefined) {
+      // biome-ignore lint/suspicious/noAssignInExpressions: creates the bucket on first use and names it
       const into = (total.sramCounters ??= { hits: 0, misses: 0 });
       into.hits += part.sramCounters.hits;
       into.misses += part.sramCounters.misses;
