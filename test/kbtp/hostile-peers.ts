@@ -10,7 +10,7 @@ import { fileURLToPath } from 'node:url';
 import { connect, type KbtpSession } from '../../host/kbtp/initiator.ts';
 import { encodeHello } from '../../host/kbtp/wire/hello.ts';
 import { RdmapOpcode } from '../../host/rnic/wire/rdmap.ts';
-import { RawPeer, untagged } from '../rnic/raw-peer.ts';
+import { RawPeer, untagged } from '../support/raw-peer.ts';
 
 const cli = fileURLToPath(new URL('../../host/cli.ts', import.meta.url));
 
@@ -42,6 +42,7 @@ export class TargetProcess {
     child.stdout.on('data', (chunk: Buffer) => {
       this.stdout += chunk.toString();
       let newline: number;
+      // biome-ignore lint/suspicious/noAssignInExpressions: the usual read-lines loop
       while ((newline = this.stdout.indexOf('\n')) >= 0) {
         const line = this.stdout.slice(0, newline);
         this.stdout = this.stdout.slice(newline + 1);

@@ -4,7 +4,7 @@
 // session limit refuses with a reason. The faults are injected with KBTP_TEST_FAULT.
 import { test } from 'uvu';
 import * as assert from 'uvu/assert';
-import { startRig, testSettings, SECRETS } from './rig.ts';
+import { startRig, testSettings, SECRETS } from '../support/rig.ts';
 import { connect, TargetRefusedError } from '../../host/kbtp/initiator.ts';
 import { resolveTargetSettings } from '../../firmware/config.ts';
 import { TargetProcess, connectPatiently, sleep } from './hostile-peers.ts';

@@ -125,11 +125,13 @@ export async function startTarget(settings: TargetSettings, options: TargetOptio
 
   let nextStatsId = 1;
   const exited = new Set<Worker>();
-  workers.forEach((worker, index) => worker.once('exit', (code) => {
-    exited.add(worker);
-    // Outside stop(), a worker that ends took the shared listening socket with it.
-    if (!stopping) failed(new Error(`worker ${index + 1} ended unexpectedly (exit code ${code})`));
-  }));
+  for (const [index, worker] of workers.entries()) {
+    worker.once('exit', (code) => {
+      exited.add(worker);
+      // Outside stop(), a worker that ends took the shared listening socket with it.
+      if (!stopping) failed(new Error(`worker ${index + 1} ended unexpectedly (exit code ${code})`));
+    });
+  }
   // A worker that died or does not answer within a second counts as empty rather than stalling stop().
   const ask = (worker: Worker): Promise<StatsSnapshot> => new Promise((resolve) => {
     if (exited.has(worker)) {
