@@ -6,7 +6,8 @@
 import { readFileSync, realpathSync } from 'node:fs';
 import { randomBytes } from 'node:crypto';
 import { pathToFileURL } from 'node:url';
-import { connect, KbtpError } from '../host/kbtp/initiator.ts';
+import { connect } from '../host/kbtp/initiator.ts';
+import { KbtpStatusError } from '../host/kbtp/errors.ts';
 import { DEFAULT_PORT, parseHostPort } from '../host/kbtp/address.ts';
 
 export interface SelfTestTarget {
@@ -57,7 +58,7 @@ export async function selfTest(target: SelfTestTarget, blockBytes = 4096): Promi
         await session.allocStore(handle, data, { seal: true });
       } catch (error) {
         // A handle the node's users already hold is skipped, never touched.
-        if (error instanceof KbtpError && target.handles.indexOf(handle) < target.handles.length - 1) continue;
+        if (error instanceof KbtpStatusError && target.handles.indexOf(handle) < target.handles.length - 1) continue;
         throw error;
       }
       const loaded = await session.load(handle);

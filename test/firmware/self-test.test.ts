@@ -3,7 +3,7 @@
 import { test } from 'uvu';
 import * as assert from 'uvu/assert';
 import { selfTest, selfTestTarget } from '../../firmware/self-test.ts';
-import { startRig, SECRETS } from '../kbtp/rig.ts';
+import { startRig, SECRETS } from '../support/rig.ts';
 
 const config = (port: number, secret: string) => JSON.stringify({
   listen: `0.0.0.0:${port}`,
