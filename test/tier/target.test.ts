@@ -7,8 +7,9 @@ import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import * as K from '../../assembly/kbtp-constants.ts';
-import { testSettings, startRig, type Rig } from '../kbtp/rig.ts';
-import { KbtpError, type KbtpSession } from '../../host/kbtp/initiator.ts';
+import { testSettings, startRig, type Rig } from '../support/rig.ts';
+import type { KbtpSession } from '../../host/kbtp/initiator.ts';
+import { KbtpStatusError } from '../../host/kbtp/errors.ts';
 import type { Completion } from '../../host/kbtp/wire/messages.ts';
 import { generationDistance } from '../../host/tier/generations.ts';
 import { Random } from '../../host/util/random.ts';
@@ -41,7 +42,7 @@ async function failure(work: Promise<unknown>): Promise<Completion> {
   try {
     await work;
   } catch (error) {
-    if (error instanceof KbtpError && error.completion !== undefined) return error.completion;
+    if (error instanceof KbtpStatusError && error.completion !== undefined) return error.completion;
     throw error;
   }
   throw new Error('the request succeeded');
@@ -52,7 +53,7 @@ async function status(work: Promise<unknown>): Promise<string> {
     await work;
     return 'SUCCESS';
   } catch (error) {
-    if (error instanceof KbtpError) return error.statusName;
+    if (error instanceof KbtpStatusError) return error.statusName;
     throw error;
   }
 }

@@ -10,7 +10,8 @@ import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { connect, KbtpError, type KbtpSession } from '../../host/kbtp/initiator.ts';
+import { connect, type KbtpSession } from '../../host/kbtp/initiator.ts';
+import { KbtpStatusError } from '../../host/kbtp/errors.ts';
 import { generationDistance } from '../../host/tier/generations.ts';
 import { Random } from '../../host/util/random.ts';
 
@@ -67,7 +68,7 @@ async function expectState(session: KbtpSession, handle: number, known: Known, r
     const result = await session.load(BigInt(handle));
     loaded = { generation: result.generation, data: result.data };
   } catch (error) {
-    if (!(error instanceof KbtpError) || error.statusName !== 'NOT_VALID') throw error;
+    if (!(error instanceof KbtpStatusError) || error.statusName !== 'NOT_VALID') throw error;
     notValidGeneration = error.completion?.generation ?? 0;
   }
   const matches = (state: { sealed: boolean; generation: number | undefined; version: number }): boolean => {
