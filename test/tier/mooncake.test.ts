@@ -12,7 +12,8 @@ import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { resolveTargetSettings } from '../../firmware/config.ts';
 import { startTarget } from '../../host/kbtp/server/target.ts';
-import { connect, KbtpError, type KbtpSession } from '../../host/kbtp/initiator.ts';
+import { connect, type KbtpSession } from '../../host/kbtp/initiator.ts';
+import { KbtpStatusError } from '../../host/kbtp/errors.ts';
 import { loadTrace, modelHitRate, type Trace } from '../../host/bench/trace.ts';
 
 const TRACE = fileURLToPath(new URL('../fixtures/traces/mooncake-conversation.jsonl', import.meta.url));
@@ -41,7 +42,7 @@ async function replay(session: KbtpSession, trace: Trace, handles: Map<number, n
         return true;
       } catch (error) {
         // Dropped by the durable tier at its cap: the cache forgot it.
-        if (error instanceof KbtpError && error.statusName === 'NOT_VALID') {
+        if (error instanceof KbtpStatusError && error.statusName === 'NOT_VALID') {
           stored.delete(id);
           return false;
         }
