@@ -36,6 +36,7 @@ import { QueuePair, type QueuePairOptions } from './qp.ts';
 import { RoceEndpoint } from './rc/endpoint.ts';
 import { UdpLink, type PacketLink, type UdpLinkOptions } from './rc/link.ts';
 import { RcListener, type RcListenOptions } from './rc/listener.ts';
+import { SetupListener, type SetupListenOptions } from './setup-listener.ts';
 import { RcQueuePair, type RcQueuePairOptions } from './rc/queue-pair.ts';
 import { connectRc, receiveRcRequest, RcConnectionRequest, type RcConnectionSummary, type RcConnectOptions, type RcSetupOptions } from './rc/setup.ts';
 
@@ -67,25 +68,9 @@ export interface RnicConnectOptions extends InitiatorOptions {
   port: number;
 }
 
-export interface ListenOptions {
-  /** Address to bind (default 127.0.0.1). */
-  host?: string;
-  /** Port (0 = any free port). Ignored with `server`. */
-  port?: number;
-  /** Requests queued for `next()` before new ones are rejected (default 128). */
-  backlog?: number;
+export interface ListenOptions extends SetupListenOptions {
   /** Bound on each connection's MPA setup (default 10 s). */
   timeoutMs?: number;
-  /** Told of each incoming connection whose MPA Request failed (timeout, bad Request, close), for counting and logging. */
-  onSetupFailure?: (error: Error, peer: string) => void;
-  /**
-   * Most connections waiting for their MPA Request at once (default: no bound). Past it the
-   * oldest is closed to make room (reported as ENOMEM): a peer that opens connections and sends
-   * nothing cannot hold the descriptors a real initiator needs, since that one finishes at once.
-   */
-  maxPending?: number;
-  /** Use this already listening server (e.g. one sharing a listening handle across workers). */
-  server?: net.Server;
 }
 
 /** A queue pair of either binding: the verbs the KBTP target and initiator use are the same. */
@@ -291,146 +276,11 @@ export function createRnic(options: RnicOptions = {}): Rnic {
   return new Rnic(options);
 }
 
-export class Listener {
-  private server: net.Server | undefined;
-  private readonly queue: ConnectionRequest[] = [];
-  /** Sockets waiting for their MPA Request, oldest first (a Set keeps insertion order). */
-  private readonly pending = new Set<net.Socket>();
-  private readonly evicted = new WeakSet<net.Socket>();
-  private readonly waiting: Array<{ resolve: (request: ConnectionRequest) => void; reject: (error: Error) => void }> = [];
-  private closed = false;
-  private readonly closeHandlers: Array<() => void> = [];
-  private readonly ownServer: boolean;
-  /** Setup failures of incoming connections (bad Request, timeout), newest last, bounded. */
-  readonly failures: string[] = [];
-
-  constructor(
-    private readonly rnic: Rnic,
-    private readonly options: ListenOptions,
-    private readonly onRequest: ((request: ConnectionRequest) => void) | undefined,
-  ) {
-    this.ownServer = options.server === undefined;
-  }
-
-  async start(): Promise<void> {
-    const server = this.options.server ?? net.createServer({ pauseOnConnect: true });
-    this.server = server;
-    server.on('connection', (socket) => this.incoming(socket));
-    if (!this.ownServer) return;
-    await new Promise<void>((resolve, reject) => {
-      server.once('error', reject);
-      server.listen(this.options.port ?? 0, this.options.host ?? '127.0.0.1', () => {
-        server.off('error', reject);
-        resolve();
-      });
-    });
-    server.on('error', (error) => this.recordFailure(`listener error: ${error.message}`));
-  }
-
-  get port(): number {
-    const address = this.server?.address();
-    return typeof address === 'object' && address !== null ? address.port : 0;
-  }
-
-  get address(): string {
-    const address = this.server?.address();
-    return typeof address === 'object' && address !== null ? address.address : '';
-  }
-
-  /** The next connection request (in arrival order). */
-  next(): Promise<ConnectionRequest> {
-    const queued = this.queue.shift();
-    if (queued !== undefined) return Promise.resolve(queued);
-    if (this.closed) return Promise.reject(new RnicError('ENOTCONN', 'listener is closed'));
-    return new Promise((resolve, reject) => this.waiting.push({ resolve, reject }));
-  }
-
-  async *[Symbol.asyncIterator](): AsyncGenerator<ConnectionRequest> {
-    while (!this.closed) {
-      try {
-        yield await this.next();
-      } catch {
-        return;
-      }
-    }
-  }
-
-  onClose(handler: () => void): void {
-    this.closeHandlers.push(handler);
-  }
-
-  /** Stops listening; requests not yet accepted are rejected. */
-  async close(): Promise<void> {
-    if (this.closed) return;
-    this.closed = true;
-    for (const waiter of this.waiting.splice(0)) waiter.reject(new RnicError('ENOTCONN', 'listener closed'));
-    for (const request of this.queue.splice(0)) if (request.pending) request.reject();
-    const server = this.server;
-    if (server !== undefined && this.ownServer) await new Promise<void>((resolve) => server.close(() => resolve()));
-    for (const handler of this.closeHandlers) handler();
-  }
-
-  private incoming(socket: net.Socket): void {
-    if (this.closed) {
-      socket.destroy();
-      return;
-    }
-    const peer = `${socket.remoteAddress ?? '?'}:${socket.remotePort ?? '?'}`;
-    const limit = this.options.maxPending;
-    if (limit !== undefined && this.pending.size >= limit) {
-      const oldest = this.pending.values().next().value;
-      if (oldest !== undefined) {
-        this.pending.delete(oldest);
-        this.evicted.add(oldest);
-        oldest.destroy();
-      }
-    }
-    this.pending.add(socket);
-    this.rnic
-      .acceptSocket(socket, this.options.timeoutMs ?? DEFAULT_SETUP_TIMEOUT_MS)
-      .then((request) => {
-        this.pending.delete(socket);
-        this.deliver(request);
-      })
-      .catch((caught: unknown) => {
-        this.pending.delete(socket);
-        const error = this.evicted.has(socket)
-          ? new RnicError('ENOMEM', `closed to make room: ${limit} connections were waiting for their MPA Request`)
-          : caught instanceof Error ? caught : new Error(String(caught));
-        this.recordFailure(error.message);
-        this.options.onSetupFailure?.(error, peer);
-      });
-  }
-
-  private deliver(request: ConnectionRequest): void {
-    if (this.closed) {
-      request.reject();
-      return;
-    }
-    if (this.onRequest !== undefined) {
-      try {
-        this.onRequest(request);
-      } catch (error) {
-        this.recordFailure(`request handler threw: ${error instanceof Error ? error.message : String(error)}`);
-        if (request.pending) request.reject();
-      }
-      return;
-    }
-    const waiter = this.waiting.shift();
-    if (waiter !== undefined) {
-      waiter.resolve(request);
-      return;
-    }
-    if (this.queue.length >= (this.options.backlog ?? 128)) {
-      request.reject();
-      this.recordFailure('backlog full: connection request rejected');
-      return;
-    }
-    this.queue.push(request);
-  }
-
-  private recordFailure(message: string): void {
-    this.failures.push(message);
-    if (this.failures.length > 64) this.failures.shift();
+/** The iWARP listener: each TCP connection's MPA Request becomes a ConnectionRequest. */
+export class Listener extends SetupListener<ConnectionRequest> {
+  constructor(rnic: Rnic, options: ListenOptions, onRequest: ((request: ConnectionRequest) => void) | undefined) {
+    const timeoutMs = options.timeoutMs ?? DEFAULT_SETUP_TIMEOUT_MS;
+    // An MPA stream is its TCP connection: closing waits for the server's connections to end.
+    super(options, (socket) => rnic.acceptSocket(socket, timeoutMs), onRequest, 'MPA Request', true);
   }
 }

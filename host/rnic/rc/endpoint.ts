@@ -1,7 +1,7 @@
 // One RoCEv2 port of an RNIC: a PacketLink and the RC QPs reachable through it. Every inbound
 // datagram is decoded and checked here before any QP sees it, and anything wrong with it is
 // dropped and counted, as an HCA does: malformed headers, a bad ICRC, TVer != 0, a P_Key that
-// does not match, an unknown destination QP, or a source other than the QP's peer. Malformed
+// does not match, an unknown destination QP, or a source address other than the QP's peer. Malformed
 // traffic therefore never reaches, let alone harms, a QP that did not make the connection.
 
 import { decodeHeaders, IbHeaders } from '../wire/ib-headers.ts';
@@ -56,8 +56,10 @@ export class RoceEndpoint {
     const qp = this.queuePairs.get(h.destQp);
     if (qp === undefined) return this.drop('unknownQp', `no QP 0x${h.destQp.toString(16)}`);
     const path = qp.path;
-    if (path === undefined || path.peer.address !== from.address || path.peer.port !== from.port) {
-      return this.drop('wrongSource', `QP 0x${h.destQp.toString(16)} is not connected to ${from.address}:${from.port}`);
+    // The source address must be the peer's; the source port is free (RoCEv2 uses it for ECMP
+    // entropy: rxe derives it from the QP numbers, so it is not the port we send to).
+    if (path === undefined || path.peer.address !== from.address) {
+      return this.drop('wrongSource', `QP 0x${h.destQp.toString(16)} is not connected to ${from.address}`);
     }
     // rxe pkey_match: the low 15 bits equal, and at least one side a full member.
     const own = path.pkey ?? 0xffff;

@@ -551,7 +551,6 @@ export class Requester {
       if (wqe.done && wqe.kind !== Kind.Send && wqe.kind !== Kind.Write) return;
       this.txIndex = index;
       this.txPacket = wqe.kind === Kind.Atomic ? 0 : offset;
-      if (wqe.kind === Kind.Read && wqe.done) return;
       // Later WQEs were sent already and keep their PSNs when resent.
       this.nextPsn = psn;
       this.schedulePump();
