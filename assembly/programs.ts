@@ -413,17 +413,28 @@ function proceed(engine: usize, request: usize): u32 {
   if (!reserveQuota(tenant)) {
     return demotes(tenant) ? askEvict(engine, request, tenant) : finish(engine, request, K.STATUS_NO_SPACE);
   }
+  takeTicketFor(request, ring, S.REQUEST_STATE_WAIT_SLOT);
+  return continueAllocation(engine, request);
+}
+
+/** Takes an allocation ticket of `ring` for the request, whose slot it then polls in state `waiting`. */
+function takeTicketFor(request: usize, ring: usize, waiting: u32): void {
   const counter = ringTakeTicket(ring);
   store<u32>(request + S.REQUEST_RING, <u32>ring);
   store<u32>(request + S.REQUEST_TICKET, <u32>(counter >>> 32));
   store<u32>(request + S.REQUEST_SLOT, ringSlotOffset(ring, counter));
-  store<u32>(request + S.REQUEST_STATE, S.REQUEST_STATE_WAIT_SLOT);
-  return continueAllocation(engine, request);
+  store<u32>(request + S.REQUEST_STATE, waiting);
+}
+
+/** The block of the request's ticket, or CONSUMED while its slot is not filled yet. */
+// @ts-ignore: decorator
+@inline function blockOfTicket(request: usize): u64 {
+  const ring = <usize>load<u32>(request + S.REQUEST_RING);
+  return ringTryTake(ring, load<u32>(request + S.REQUEST_TICKET), load<u32>(request + S.REQUEST_SLOT), SLOT_SPINS);
 }
 
 function continueAllocation(engine: usize, request: usize): u32 {
-  const ring = <usize>load<u32>(request + S.REQUEST_RING);
-  const blockOffset = ringTryTake(ring, load<u32>(request + S.REQUEST_TICKET), load<u32>(request + S.REQUEST_SLOT), SLOT_SPINS);
+  const blockOffset = blockOfTicket(request);
   if (blockOffset == CONSUMED) return S.ACTION_RETRY;
   store<u64>(request + S.REQUEST_BLOCK_OFFSET, blockOffset);
   const flags = flagsOf(request);
@@ -467,18 +478,12 @@ function startPromotion(engine: usize, request: usize, entry: usize, handle: u64
   if (owner == 0) return finish(engine, request, K.STATUS_TIER_ERROR);
   store<u32>(request + S.REQUEST_OWNER, <u32>owner);
   if (demotes(owner) && !reserveQuota(owner)) return askEvict(engine, request, owner);
-  const ring = <usize>load<u32>(owner + S.TENANT_RING);
-  const counter = ringTakeTicket(ring);
-  store<u32>(request + S.REQUEST_RING, <u32>ring);
-  store<u32>(request + S.REQUEST_TICKET, <u32>(counter >>> 32));
-  store<u32>(request + S.REQUEST_SLOT, ringSlotOffset(ring, counter));
-  store<u32>(request + S.REQUEST_STATE, S.REQUEST_STATE_FETCH_SLOT);
+  takeTicketFor(request, <usize>load<u32>(owner + S.TENANT_RING), S.REQUEST_STATE_FETCH_SLOT);
   return continueFetch(engine, request);
 }
 
 function continueFetch(engine: usize, request: usize): u32 {
-  const ring = <usize>load<u32>(request + S.REQUEST_RING);
-  const blockOffset = ringTryTake(ring, load<u32>(request + S.REQUEST_TICKET), load<u32>(request + S.REQUEST_SLOT), SLOT_SPINS);
+  const blockOffset = blockOfTicket(request);
   if (blockOffset == CONSUMED) return S.ACTION_RETRY;
   const entry = <usize>load<u32>(request + S.REQUEST_ENTRY);
   store<u64>(request + S.REQUEST_BLOCK_OFFSET, blockOffset);
