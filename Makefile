@@ -61,12 +61,14 @@ typecheck: deps
 
 # Biome (biome.json): one dependency for both the linter and the formatter. BIOME_CHECK is `lint`
 # until the whole tree has been formatted once; then `check` (lint rules + formatting).
+# The paths are explicit: images/ holds root-file-system trees (absolute symlinks) Biome must not walk.
 BIOME_CHECK ?= lint
+BIOME_PATHS := host firmware bench test assembly biome.json package.json tsconfig.json tsconfig.build.json tsconfig.bench.json asconfig.json
 lint: deps
-	npx biome $(BIOME_CHECK) .
+	npx biome $(BIOME_CHECK) $(BIOME_PATHS)
 
 format: deps
-	npx biome format --write .
+	npx biome format --write $(BIOME_PATHS)
 
 bench-build: build
 	npx tsc -p tsconfig.bench.json

@@ -68,7 +68,6 @@ async function measure(sizes: number[], sessionCounts: number[], inFlight: numbe
   const kbtp: BenchRow[] = [];
   const redis: RedisResult[] = [];
   const rows: CompareRow[] = [];
-  {
     for (const sessions of sessionCounts) {
       log(`kbtp: LOAD and STORE at ${sizes.map(formatSize).join(', ')}, ${sessions} session(s) x ${inFlight} in flight, ${workers} target worker(s)`);
       const measured = await runBench({
@@ -84,7 +83,6 @@ async function measure(sizes: number[], sessionCounts: number[], inFlight: numbe
         redis.push(...await redisBenchmark(redisServer.port, size, sessions, redisRequests(size, seconds), inFlight));
       }
     }
-  }
   for (const sessions of sessionCounts) {
     for (const size of sizes) {
       for (const op of ['load', 'store'] as const) {

@@ -126,7 +126,9 @@ test('rxe-atomic.pcap: FetchAdd requests and Atomic Acknowledges byte for byte',
   const responderRnic = createRnic();
   const responderLink = new RecordingLink(acks);
   const responder = rcQp(responderRnic, responderLink, 0, fetches[0]!.headers.psn);
+  // biome-ignore lint/complexity/useMathMinMax: bigints, which Math.min/max do not take
   const base = fetches.reduce((low, packet) => (packet.headers.virtualAddress < low ? packet.headers.virtualAddress : low), fetches[0]!.headers.virtualAddress);
+  // biome-ignore lint/complexity/useMathMinMax: bigints, which Math.min/max do not take
   const top = fetches.reduce((high, packet) => (packet.headers.virtualAddress > high ? packet.headers.virtualAddress : high), 0n);
   const memory = new Uint8Array(new SharedArrayBuffer(Number(top - base) + 8));
   responderRnic.registerMemory(responder.pd, memory, { access: Access.LocalWrite | Access.RemoteAtomic, stag: fetches[0]!.headers.rkey, taggedOffsetBase: base });
