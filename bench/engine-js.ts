@@ -54,7 +54,9 @@ export class JsEngine {
 
   private lock(ring: RingLayout): void {
     const index = (ring.descriptor + S.RING_DEFERRED_LOCK) / 4;
-    while (Atomics.compareExchange(this.i32, index, 0, 1) !== 0) { /* held only briefly */ }
+    while (Atomics.compareExchange(this.i32, index, 0, 1) !== 0) {
+      /* held only briefly */
+    }
   }
 
   private unlock(ring: RingLayout): void {
@@ -93,7 +95,7 @@ export class JsEngine {
     const ticket = Number(counter >> 32n);
     const slot = ring.slots + Number(counter & BigInt((1 << (ring.order + 4)) - 1));
     for (let attempt = 0; attempt <= spins; attempt++) {
-      if ((swap32(Atomics.load(this.i32, slot / 4)) >>> 0) !== ticket) continue;
+      if (swap32(Atomics.load(this.i32, slot / 4)) >>> 0 !== ticket) continue;
       const raw = Atomics.load(this.i64, (slot + 8) / 8);
       if (raw === ALL_ONES) continue;
       Atomics.store(this.i64, (slot + 8) / 8, ALL_ONES);
@@ -109,8 +111,7 @@ export class JsEngine {
     const ticket = Number(counter >> 32n);
     const slot = ring.slots + Number(counter & BigInt((1 << (ring.order + 4)) - 1));
     const previousTurn = (ticket - 2 ** ring.order) >>> 0;
-    const consumed = (): boolean => (swap32(Atomics.load(this.i32, slot / 4)) >>> 0) === previousTurn &&
-      Atomics.load(this.i64, (slot + 8) / 8) === ALL_ONES;
+    const consumed = (): boolean => swap32(Atomics.load(this.i32, slot / 4)) >>> 0 === previousTurn && Atomics.load(this.i64, (slot + 8) / 8) === ALL_ONES;
     if (consumed()) {
       this.fill(slot, ticket, blockOffset);
       return;

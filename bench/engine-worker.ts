@@ -22,7 +22,13 @@ interface Kernels {
   copies(engine: number, blockOffset: bigint, source: number, length: number, count: number): void;
 }
 
-export interface BenchRound { name: string; implementation: 'wasm' | 'js'; operations: number; seconds: number; bytes: number }
+export interface BenchRound {
+  name: string;
+  implementation: 'wasm' | 'js';
+  operations: number;
+  seconds: number;
+  bytes: number;
+}
 
 const job = workerData as BenchJob;
 const engine = Engine.attach(job.handoff);
@@ -43,8 +49,7 @@ function startTogether(): void {
   while (Atomics.load(gate, 0) < round) Atomics.wait(gate, 0, round - 1, 50);
 }
 
-function measure(name: string, implementation: 'wasm' | 'js', bytesPerOperation: number, batch: number,
-  step: (count: number) => void): BenchRound {
+function measure(name: string, implementation: 'wasm' | 'js', bytesPerOperation: number, batch: number, step: (count: number) => void): BenchRound {
   startTogether();
   const started = process.hrtime.bigint();
   const deadline = started + BigInt(job.milliseconds) * 1_000_000n;
@@ -60,32 +65,42 @@ function measure(name: string, implementation: 'wasm' | 'js', bytesPerOperation:
 }
 
 const rounds: BenchRound[] = [];
-rounds.push(measure('ring', 'wasm', 0, 20_000, (n) => {
-  if (kernels.allocFreePairs(ring.descriptor, n) !== 0) throw new Error('wasm ring ran dry');
-}));
-rounds.push(measure('ring', 'js', 0, 2_000, (n) => {
-  for (let i = 0; i < n; i++) {
-    const blockOffset = js.allocate(ring, 0x40000000);
-    if (blockOffset < 0n) throw new Error('js ring ran dry');
-    js.release(ring, blockOffset);
-  }
-}));
+rounds.push(
+  measure('ring', 'wasm', 0, 20_000, (n) => {
+    if (kernels.allocFreePairs(ring.descriptor, n) !== 0) throw new Error('wasm ring ran dry');
+  }),
+);
+rounds.push(
+  measure('ring', 'js', 0, 2_000, (n) => {
+    for (let i = 0; i < n; i++) {
+      const blockOffset = js.allocate(ring, 0x40000000);
+      if (blockOffset < 0n) throw new Error('js ring ran dry');
+      js.release(ring, blockOffset);
+    }
+  }),
+);
 const tenant = engine.tenantAddress(job.lookupTenant);
-rounds.push(measure('lookup', 'wasm', 0, 50_000, (n) => {
-  if (kernels.lookups(engine.address, tenant, 0n, job.lookupHandles, n) !== n) throw new Error('wasm lookup failed a check');
-}));
+rounds.push(
+  measure('lookup', 'wasm', 0, 50_000, (n) => {
+    if (kernels.lookups(engine.address, tenant, 0n, job.lookupHandles, n) !== n) throw new Error('wasm lookup failed a check');
+  }),
+);
 let handle = 0;
-rounds.push(measure('lookup', 'js', 0, 5_000, (n) => {
-  for (let i = 0; i < n; i++) {
-    if (js.lookupLoad(tenant, BigInt(handle), 0x10, 0, 0x7fffffff) !== 0) throw new Error('js lookup failed a check');
-    handle = (handle + 1) % job.lookupHandles;
-  }
-}));
+rounds.push(
+  measure('lookup', 'js', 0, 5_000, (n) => {
+    for (let i = 0; i < n; i++) {
+      if (js.lookupLoad(tenant, BigInt(handle), 0x10, 0, 0x7fffffff) !== 0) throw new Error('js lookup failed a check');
+      handle = (handle + 1) % job.lookupHandles;
+    }
+  }),
+);
 for (const size of job.copySizes) {
   const batch = Math.max(1, Math.floor((64 << 20) / size / 16));
   rounds.push(measure(`copy-${size}`, 'wasm', size, batch, (n) => kernels.copies(engine.address, destination, source, size, n)));
-  rounds.push(measure(`copy-${size}`, 'js', size, batch, (n) => {
-    for (let i = 0; i < n; i++) js.copyIntoBlock(destination, source, size);
-  }));
+  rounds.push(
+    measure(`copy-${size}`, 'js', size, batch, (n) => {
+      for (let i = 0; i < n; i++) js.copyIntoBlock(destination, source, size);
+    }),
+  );
 }
 parentPort?.postMessage(rounds);

@@ -25,9 +25,23 @@ async function compileKernels(): Promise<WebAssembly.Module> {
   try {
     const outFile = join(work, 'kernels.wasm');
     const { error, stderr } = await asc.main([
-      join(root, 'bench/assembly/engine-kernels.ts'), '--outFile', outFile, '--runtime', 'stub', '--importMemory',
-      '--sharedMemory', '--initialMemory', '1', '--maximumMemory', '65536', '--enable', 'threads,simd', '--use', 'abort=',
-      '--noAssert', '-O3',
+      join(root, 'bench/assembly/engine-kernels.ts'),
+      '--outFile',
+      outFile,
+      '--runtime',
+      'stub',
+      '--importMemory',
+      '--sharedMemory',
+      '--initialMemory',
+      '1',
+      '--maximumMemory',
+      '65536',
+      '--enable',
+      'threads,simd',
+      '--use',
+      'abort=',
+      '--noAssert',
+      '-O3',
     ]);
     if (error !== null) throw new Error(`compiling the benchmark kernels failed: ${String(stderr)}`);
     return new WebAssembly.Module(readFileSync(outFile));
@@ -37,7 +51,14 @@ async function compileKernels(): Promise<WebAssembly.Module> {
 }
 
 function setUpEngine(): Engine {
-  const engine = Engine.create({ blockSize: 1 << 20, blockCount: 16, ringOrder: Number(process.env.KBTP_BENCH_RING_ORDER ?? 4), handleCount: LOOKUP_HANDLES, threads: 3, maxInline: 4096 });
+  const engine = Engine.create({
+    blockSize: 1 << 20,
+    blockCount: 16,
+    ringOrder: Number(process.env.KBTP_BENCH_RING_ORDER ?? 4),
+    handleCount: LOOKUP_HANDLES,
+    threads: 3,
+    maxInline: 4096,
+  });
   // Bound, sealed entries so every lookup runs the whole check sequence and passes.
   const entry0 = engine.entryAddress(0n);
   for (let i = 0; i < LOOKUP_HANDLES; i++) engine.exports.entryBind(entry0 + 16 * i, 0n, 4096, 1);
@@ -47,13 +68,30 @@ function setUpEngine(): Engine {
 async function runWorkers(engine: Engine, kernels: WebAssembly.Module, threads: number): Promise<BenchRound[][]> {
   const gate = new Int32Array(new SharedArrayBuffer(8));
   const rounds = 4 + 2 * COPY_SIZES.length;
-  const results = Promise.all(Array.from({ length: threads }, (_, index) => new Promise<BenchRound[]>((resolve, reject) => {
-    const job: BenchJob = { handoff: engine.handoff(), kernels, thread: index + 1, milliseconds: MILLISECONDS, gate: gate.buffer as SharedArrayBuffer,
-      copySizes: COPY_SIZES, lookupTenant: 0, lookupHandles: LOOKUP_HANDLES };
-    const worker = spawnWorker(new URL(`./engine-worker${import.meta.url.endsWith('.ts') ? '.ts' : '.js'}`, import.meta.url), { workerData: job });
-    worker.once('message', (r: BenchRound[]) => { resolve(r); void worker.terminate(); });
-    worker.once('error', reject);
-  })));
+  const results = Promise.all(
+    Array.from(
+      { length: threads },
+      (_, index) =>
+        new Promise<BenchRound[]>((resolve, reject) => {
+          const job: BenchJob = {
+            handoff: engine.handoff(),
+            kernels,
+            thread: index + 1,
+            milliseconds: MILLISECONDS,
+            gate: gate.buffer as SharedArrayBuffer,
+            copySizes: COPY_SIZES,
+            lookupTenant: 0,
+            lookupHandles: LOOKUP_HANDLES,
+          };
+          const worker = spawnWorker(new URL(`./engine-worker${import.meta.url.endsWith('.ts') ? '.ts' : '.js'}`, import.meta.url), { workerData: job });
+          worker.once('message', (r: BenchRound[]) => {
+            resolve(r);
+            void worker.terminate();
+          });
+          worker.once('error', reject);
+        }),
+    ),
+  );
   for (let round = 1; round <= rounds; round++) {
     while (Atomics.load(gate, 1) < threads * round) await new Promise((r) => setTimeout(r, 2));
     Atomics.store(gate, 0, round);
@@ -95,9 +133,10 @@ interface Summary {
 }
 
 function summarize(threads: number, perThread: BenchRound[][]): Summary {
-  const total = (name: string, implementation: 'wasm' | 'js', unit: 'ops' | 'bytes'): number => perThread
-    .flatMap((rounds) => rounds.filter((r) => r.name === name && r.implementation === implementation))
-    .reduce((sum, r) => sum + (unit === 'ops' ? r.operations : r.bytes) / r.seconds, 0);
+  const total = (name: string, implementation: 'wasm' | 'js', unit: 'ops' | 'bytes'): number =>
+    perThread
+      .flatMap((rounds) => rounds.filter((r) => r.name === name && r.implementation === implementation))
+      .reduce((sum, r) => sum + (unit === 'ops' ? r.operations : r.bytes) / r.seconds, 0);
   const copy: Record<string, { wasm: number; js: number }> = {};
   for (const size of COPY_SIZES) {
     copy[String(size)] = { wasm: total(`copy-${size}`, 'wasm', 'bytes') / 1e9, js: total(`copy-${size}`, 'js', 'bytes') / 1e9 };
@@ -110,7 +149,7 @@ function summarize(threads: number, perThread: BenchRound[][]): Summary {
   };
 }
 
-const format = (n: number): string => n >= 1e6 ? `${(n / 1e6).toFixed(2)} M` : n >= 1e3 ? `${(n / 1e3).toFixed(1)} k` : n.toFixed(2);
+const format = (n: number): string => (n >= 1e6 ? `${(n / 1e6).toFixed(2)} M` : n >= 1e3 ? `${(n / 1e3).toFixed(1)} k` : n.toFixed(2));
 
 async function main(): Promise<void> {
   console.log(`kbtp engine benchmark (${MILLISECONDS} ms per measurement; KBTP_BENCH_MS to change)`);
@@ -122,10 +161,20 @@ async function main(): Promise<void> {
   }
   const rows: string[][] = [['measure', 'workers', 'wasm', 'plain TS', 'wasm / TS']];
   for (const s of summaries) {
-    rows.push(['alloc+free pairs/s', String(s.workers), format(s.ring_pairs_per_s.wasm), format(s.ring_pairs_per_s.js),
-      `${(s.ring_pairs_per_s.wasm / s.ring_pairs_per_s.js).toFixed(1)}x`]);
-    rows.push(['LOAD lookups/s', String(s.workers), format(s.lookups_per_s.wasm), format(s.lookups_per_s.js),
-      `${(s.lookups_per_s.wasm / s.lookups_per_s.js).toFixed(1)}x`]);
+    rows.push([
+      'alloc+free pairs/s',
+      String(s.workers),
+      format(s.ring_pairs_per_s.wasm),
+      format(s.ring_pairs_per_s.js),
+      `${(s.ring_pairs_per_s.wasm / s.ring_pairs_per_s.js).toFixed(1)}x`,
+    ]);
+    rows.push([
+      'LOAD lookups/s',
+      String(s.workers),
+      format(s.lookups_per_s.wasm),
+      format(s.lookups_per_s.js),
+      `${(s.lookups_per_s.wasm / s.lookups_per_s.js).toFixed(1)}x`,
+    ]);
     for (const [size, gbps] of Object.entries(s.copy_gbps)) {
       rows.push([`copy ${Number(size) / 1024} KiB GB/s`, String(s.workers), gbps.wasm.toFixed(2), gbps.js.toFixed(2), `${(gbps.wasm / gbps.js).toFixed(2)}x`]);
     }
@@ -133,14 +182,23 @@ async function main(): Promise<void> {
   const widths = rows[0]?.map((_, column) => Math.max(...rows.map((row) => (row[column] ?? '').length))) ?? [];
   for (const row of rows) console.log(row.map((cell, column) => cell.padStart(widths[column] ?? 0)).join('  '));
   const heapBytes = hotPathHeapBytes(setUpEngine());
-  console.log(heapBytes === undefined
-    ? 'hot path heap growth: run node with --expose-gc to measure'
-    : `hot path heap growth: ${heapBytes.toFixed(4)} bytes per request over 1,000,000 LOAD run()+complete() calls`);
+  console.log(
+    heapBytes === undefined
+      ? 'hot path heap growth: run node with --expose-gc to measure'
+      : `hot path heap growth: ${heapBytes.toFixed(4)} bytes per request over 1,000,000 LOAD run()+complete() calls`,
+  );
   const target = summaries.every((s) => s.ring_pairs_per_s.wasm >= 5 * s.ring_pairs_per_s.js);
   console.log(`target (wasm ring >= 5x plain TS): ${target ? 'met' : 'MISSED'}`);
   mkdirSync(join(root, 'bench/results'), { recursive: true });
   const out = join(root, 'bench/results/engine.json');
-  writeFileSync(out, `${JSON.stringify(summaries.map((s) => ({ ...s, hot_path_heap_bytes_per_request: heapBytes ?? null })), null, 2)}\n`);
+  writeFileSync(
+    out,
+    `${JSON.stringify(
+      summaries.map((s) => ({ ...s, hot_path_heap_bytes_per_request: heapBytes ?? null })),
+      null,
+      2,
+    )}\n`,
+  );
   console.log(`wrote ${out}`);
 }
 

@@ -233,7 +233,7 @@ async function writeRun(pair: RdmaPair, size: number, total: number): Promise<nu
   let signaled = 0;
   let completed = 0;
   while (posted < count) {
-    while (posted < count && (posted - completed * signalEvery) < window) {
+    while (posted < count && posted - completed * signalEvery < window) {
       const last = posted === count - 1;
       const signal = last || (posted + 1) % signalEvery === 0;
       client.qp.postSend({
@@ -347,7 +347,17 @@ async function main(): Promise<void> {
     }
     for (const entry of cases) {
       const measured = bestOf.get(key(entry))!;
-      rows.push({ op: entry.op, transport: entry.transport, crc: entry.crc, loss: entry.loss, size, gbps: round(measured.gbps), bytes: bytesPerRun, trials, cpuMsPerGiB: Math.round(measured.cpuMsPerGiB) });
+      rows.push({
+        op: entry.op,
+        transport: entry.transport,
+        crc: entry.crc,
+        loss: entry.loss,
+        size,
+        gbps: round(measured.gbps),
+        bytes: bytesPerRun,
+        trials,
+        cpuMsPerGiB: Math.round(measured.cpuMsPerGiB),
+      });
       console.log(
         `${entry.op.padEnd(5)} ${entry.transport.padEnd(5)} crc=${String(entry.crc).padEnd(5)} loss=${String(entry.loss).padEnd(4)} size=${String(size).padStart(8)}  ${measured.gbps.toFixed(2).padStart(6)} Gb/s  ${measured.cpuMsPerGiB.toFixed(0).padStart(5)} ms CPU/GiB`,
       );
@@ -363,7 +373,9 @@ async function main(): Promise<void> {
       const iwarp = bestOf.get(`${op}/iwarp/false/0`)!.gbps;
       const clean = bestOf.get(`${op}/roce/true/0`)!.gbps;
       const lossy = bestOf.get(`${op}/roce/true/0.01`)!.gbps;
-      console.log(`size ${size}: RoCE ${op} at ${(clean / iwarp).toFixed(2)} of iWARP (target 0.8); at 1% loss ${(lossy / clean).toFixed(2)} of loss-free (target 0.5)`);
+      console.log(
+        `size ${size}: RoCE ${op} at ${(clean / iwarp).toFixed(2)} of iWARP (target 0.8); at 1% loss ${(lossy / clean).toFixed(2)} of loss-free (target 0.5)`,
+      );
     }
   }
   for (const pair of [...pairs.values(), ...roce.values()]) await pair.close();
@@ -380,7 +392,7 @@ function round(value: number): number {
 main().then(
   () => process.exit(0),
   (error: unknown) => {
-    console.error(`bench/rnic: ${error instanceof Error ? error.stack ?? error.message : String(error)}`);
+    console.error(`bench/rnic: ${error instanceof Error ? (error.stack ?? error.message) : String(error)}`);
     process.exit(1);
   },
 );

@@ -33,7 +33,9 @@ function ensureFio(): string {
   if (found !== '') return found;
   console.error('bench/tier: fio is missing; installing it from Debian (apt-get install fio)');
   const env = { ...process.env, DEBIAN_FRONTEND: 'noninteractive' };
-  const install = (): void => { execFileSync('apt-get', ['install', '-y', '--no-install-recommends', 'fio'], { stdio: 'inherit', env }); };
+  const install = (): void => {
+    execFileSync('apt-get', ['install', '-y', '--no-install-recommends', 'fio'], { stdio: 'inherit', env });
+  };
   try {
     install();
   } catch {
@@ -45,8 +47,22 @@ function ensureFio(): string {
 
 /** fio: sequential writes of `size` octets with an fdatasync every 8 writes, in `dir`. */
 function fioWriteGbps(fio: string, dir: string, size: number): number {
-  const result = execFileSync(fio, ['--name=tier', `--directory=${dir}`, '--rw=write', `--bs=${size}`, `--size=${bytesPerRow}`,
-    '--fdatasync=8', '--ioengine=psync', '--numjobs=1', '--end_fsync=1', '--output-format=json'], { encoding: 'utf8' });
+  const result = execFileSync(
+    fio,
+    [
+      '--name=tier',
+      `--directory=${dir}`,
+      '--rw=write',
+      `--bs=${size}`,
+      `--size=${bytesPerRow}`,
+      '--fdatasync=8',
+      '--ioengine=psync',
+      '--numjobs=1',
+      '--end_fsync=1',
+      '--output-format=json',
+    ],
+    { encoding: 'utf8' },
+  );
   const job = (JSON.parse(result) as { jobs: Array<{ write: { bw_bytes: number } }> }).jobs[0];
   for (const name of fs.readdirSync(dir)) if (name.startsWith('tier.')) fs.rmSync(path.join(dir, name));
   return ((job?.write.bw_bytes ?? 0) * 8) / 1e9;
@@ -54,7 +70,8 @@ function fioWriteGbps(fio: string, dir: string, size: number): number {
 
 function settingsFor(size: number, blocks: number, dataDir: string | undefined): TargetSettings {
   return resolveTargetSettings({
-    listen: '127.0.0.1:0', workers: 2,
+    listen: '127.0.0.1:0',
+    workers: 2,
     pool: { blockSize: size, blockCount: blocks, handleCount: blocks * 4, maxInline: 0 },
     session: { credits: 16, maxSessions: 64 },
     ...(dataDir === undefined ? {} : { durable: { dataDir, capacity: 4 * blocks * size + 256 * 2 ** 20 } }),
@@ -70,14 +87,16 @@ async function storeGbps(size: number, dataDir: string | undefined): Promise<num
     const data = new Uint8Array(size).map((_, i) => i & 0xff);
     const perSession = Math.floor(blocks / SESSIONS);
     const started = process.hrtime.bigint();
-    await Promise.all(sessions.map(async (session, s) => {
-      const inFlight: Array<Promise<unknown>> = [];
-      for (let i = 0; i < perSession; i++) {
-        inFlight.push(session.allocStore(BigInt(s * perSession + i), data, { seal: true }));
-        if (inFlight.length >= 4) await inFlight.shift();
-      }
-      await Promise.all(inFlight);
-    }));
+    await Promise.all(
+      sessions.map(async (session, s) => {
+        const inFlight: Array<Promise<unknown>> = [];
+        for (let i = 0; i < perSession; i++) {
+          inFlight.push(session.allocStore(BigInt(s * perSession + i), data, { seal: true }));
+          if (inFlight.length >= 4) await inFlight.shift();
+        }
+        await Promise.all(inFlight);
+      }),
+    );
     const seconds = Number(process.hrtime.bigint() - started) / 1e9;
     await Promise.all(sessions.map((session) => session.close(1000).catch(() => undefined)));
     return (perSession * SESSIONS * size * 8) / seconds / 1e9;
@@ -107,8 +126,11 @@ async function recoverySeconds(dir: string, blocks: number): Promise<number> {
 async function promotionP99Us(dataDir: string): Promise<number> {
   const size = 262144;
   const settings = resolveTargetSettings({
-    listen: '127.0.0.1:0', workers: 2, pool: { blockSize: size, blockCount: 64, handleCount: 1024, maxInline: 0 },
-    durable: { dataDir, capacity: '1GiB' }, tenants: [{ name: 'default', open: true, quota: 16 }],
+    listen: '127.0.0.1:0',
+    workers: 2,
+    pool: { blockSize: size, blockCount: 64, handleCount: 1024, maxInline: 0 },
+    durable: { dataDir, capacity: '1GiB' },
+    tenants: [{ name: 'default', open: true, quota: 16 }],
   });
   const target = await startTarget(settings, { log: () => undefined });
   try {
@@ -148,7 +170,9 @@ async function main(): Promise<void> {
     const persistent = await storeGbps(size, fresh(`persistent-${size}`));
     const volatile = await storeGbps(size, undefined);
     rows.push({ size, sessions: SESSIONS, persistent_store_gbps: +persistent.toFixed(3), volatile_store_gbps: +volatile.toFixed(3) });
-    console.log(`size ${size}: fio ${fioBySize[size]?.toFixed(3)} Gbit/s, persistent STORE ${persistent.toFixed(3)}, volatile STORE ${volatile.toFixed(3)} Gbit/s (16 sessions)`);
+    console.log(
+      `size ${size}: fio ${fioBySize[size]?.toFixed(3)} Gbit/s, persistent STORE ${persistent.toFixed(3)}, volatile STORE ${volatile.toFixed(3)} Gbit/s (16 sessions)`,
+    );
   }
   const recovery = { blocks: 100_000, seconds: +(await recoverySeconds(fresh('recovery'), 100_000)).toFixed(3) };
   console.log(`recovery of a ${recovery.blocks}-block index: ${recovery.seconds} s`);
@@ -158,7 +182,12 @@ async function main(): Promise<void> {
   const result = { fio_write_gbps: +(fioBySize[1048576] ?? 0).toFixed(3), rows, recovery, promotion_p99_us: promotion };
   fs.mkdirSync(path.dirname(output), { recursive: true });
   fs.writeFileSync(output, `${JSON.stringify(result, null, 2)}\n`);
-  console.log(`wrote ${output}; load average ${os.loadavg().map((n) => n.toFixed(2)).join(' ')}`);
+  console.log(
+    `wrote ${output}; load average ${os
+      .loadavg()
+      .map((n) => n.toFixed(2))
+      .join(' ')}`,
+  );
   fs.rmSync(base, { recursive: true, force: true });
 }
 

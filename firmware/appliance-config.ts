@@ -55,8 +55,7 @@ function resolveManagement(top: ObjectReader<(typeof APPLIANCE_SECTIONS)[number]
   const token = section.raw('token') ?? null;
   if (token !== null && (typeof token !== 'string' || token.length < MIN_TOKEN_LENGTH)) {
     // The value itself is never echoed: it is a secret.
-    throw new ConfigError('management.token', `must be a string of at least ${MIN_TOKEN_LENGTH} characters`,
-      'generate one with: openssl rand -hex 32');
+    throw new ConfigError('management.token', `must be a string of at least ${MIN_TOKEN_LENGTH} characters`, 'generate one with: openssl rand -hex 32');
   }
   return { listen, token };
 }
@@ -64,8 +63,11 @@ function resolveManagement(top: ObjectReader<(typeof APPLIANCE_SECTIONS)[number]
 /** Checks the rule that ties the management address to the token (flags may change the address). */
 export function checkManagementExposure(management: ManagementSettings, field = 'management.listen'): void {
   if (!isLoopback(management.listen.host) && management.token === null) {
-    throw new ConfigError(field, `the management server would listen on ${management.listen.host} without a token`,
-      'set management.token (a bearer token), or listen on loopback only');
+    throw new ConfigError(
+      field,
+      `the management server would listen on ${management.listen.host} without a token`,
+      'set management.token (a bearer token), or listen on loopback only',
+    );
   }
 }
 
@@ -78,8 +80,11 @@ function resolveJobs(top: ObjectReader<(typeof APPLIANCE_SECTIONS)[number]>): Re
     const value = section.raw(name);
     if (value === undefined) continue;
     if (value !== null && (typeof value !== 'string' || !cron.validate(value))) {
-      throw new ConfigError(section.field(name), `${JSON.stringify(value)} is not a cron expression`,
-        `e.g. "${JOB_DEFAULTS[name]}" (minute hour day month weekday, an optional seconds field first), or null to turn the job off`);
+      throw new ConfigError(
+        section.field(name),
+        `${JSON.stringify(value)} is not a cron expression`,
+        `e.g. "${JOB_DEFAULTS[name]}" (minute hour day month weekday, an optional seconds field first), or null to turn the job off`,
+      );
     }
     jobs[name] = value;
   }

@@ -59,7 +59,11 @@ export class Appliance {
   private readonly history = new TrafficHistory();
   private sampler: NodeJS.Timeout | undefined;
 
-  constructor(readonly settings: ApplianceSettings, private readonly log: Logger, private readonly warnings: WarningLog) {
+  constructor(
+    readonly settings: ApplianceSettings,
+    private readonly log: Logger,
+    private readonly warnings: WarningLog,
+  ) {
     this.metrics = new ApplianceMetrics({
       engine: () => this.target?.engine,
       tenants: () => this.settings.target.tenants.map((tenant) => tenant.name),
@@ -71,13 +75,25 @@ export class Appliance {
   private jobDefinitions(): JobDefinition[] {
     const { jobs } = this.settings;
     return [
-      { name: 'poolAudit', schedule: jobs.poolAudit, run: () => {
-        const engine = this.target?.engine;
-        return engine === undefined ? 'skipped: the pool is not up' : poolAuditJob(engine);
-      } },
-      { name: 'statsSnapshot', schedule: jobs.statsSnapshot, resultLevel: 'info', run: () => statsSnapshotJob({
-        stats: async () => mergeStats(await this.workerStats()), engine: () => this.target?.engine, dataDir: this.settings.dataDir,
-      }) },
+      {
+        name: 'poolAudit',
+        schedule: jobs.poolAudit,
+        run: () => {
+          const engine = this.target?.engine;
+          return engine === undefined ? 'skipped: the pool is not up' : poolAuditJob(engine);
+        },
+      },
+      {
+        name: 'statsSnapshot',
+        schedule: jobs.statsSnapshot,
+        resultLevel: 'info',
+        run: () =>
+          statsSnapshotJob({
+            stats: async () => mergeStats(await this.workerStats()),
+            engine: () => this.target?.engine,
+            dataDir: this.settings.dataDir,
+          }),
+      },
     ];
   }
 
@@ -104,19 +120,29 @@ export class Appliance {
   async startManagement(): Promise<void> {
     const routes = new Map<string, RouteHandler>([
       ['/healthz', (_request, response) => sendJson(response, 200, { alive: true, state: this.stateValue })],
-      ['/readyz', (_request, response) => {
-        const ready = this.stateValue === 'ready';
-        sendJson(response, ready ? 200 : 503, { ready, state: this.stateValue });
-      }],
+      [
+        '/readyz',
+        (_request, response) => {
+          const ready = this.stateValue === 'ready';
+          sendJson(response, ready ? 200 : 503, { ready, state: this.stateValue });
+        },
+      ],
       ['/api/status', async (_request, response) => sendJson(response, 200, await this.status())],
       ...statusPageRoutes(),
-      ['/metrics', async (_request, response) => {
-        sendText(response, 200, this.metrics.contentType, await this.metrics.render(await this.workerStats()));
-      }],
+      [
+        '/metrics',
+        async (_request, response) => {
+          sendText(response, 200, this.metrics.contentType, await this.metrics.render(await this.workerStats()));
+        },
+      ],
     ]);
     const { listen, token } = this.settings.management;
     this.management = await startManagementServer({
-      host: listen.host, port: listen.port, token, routes, onError: (message) => this.log.error(message),
+      host: listen.host,
+      port: listen.port,
+      token,
+      routes,
+      onError: (message) => this.log.error(message),
     });
   }
 
@@ -147,14 +173,20 @@ export class Appliance {
     if (recovery !== undefined) {
       // kbtp-v1 section 12: recovered before the target listened.
       this.log.info(recovery.fresh ? 'durable tier: new, empty' : 'durable tier recovered', {
-        blocksRecovered: recovery.blocksRecovered, seconds: recovery.seconds, recordsDropped: recovery.recordsDropped,
-        tornBytes: recovery.tornBytes, checksumFailures: recovery.checksumFailures, blocksOverCapacity: recovery.blocksOverCapacity,
+        blocksRecovered: recovery.blocksRecovered,
+        seconds: recovery.seconds,
+        recordsDropped: recovery.recordsDropped,
+        tornBytes: recovery.tornBytes,
+        checksumFailures: recovery.checksumFailures,
+        blocksOverCapacity: recovery.blocksOverCapacity,
       });
     }
     this.stateValue = 'ready';
     this.scheduler.setJobs(this.jobDefinitions());
     this.sampler = setInterval(() => {
-      void this.workerStats().then((parts) => { if (parts.length > 0) this.history.record(mergeStats(parts)); });
+      void this.workerStats().then((parts) => {
+        if (parts.length > 0) this.history.record(mergeStats(parts));
+      });
     }, SAMPLE_PERIOD_MS);
     this.sampler.unref();
   }

@@ -51,12 +51,19 @@ export interface IntegerRule {
 
 /** One object of the configuration, at `path`, whose keys must all be among `known`. */
 export class ObjectReader<Key extends string> {
-  constructor(readonly path: string, readonly value: JsonObject, readonly known: readonly Key[]) {
+  constructor(
+    readonly path: string,
+    readonly value: JsonObject,
+    readonly known: readonly Key[],
+  ) {
     for (const key of Object.keys(value)) {
       if ((known as readonly string[]).includes(key)) continue;
       const guess = nearestKey(key, known);
-      throw new ConfigError(this.field(key), 'unknown key', guess !== undefined ? `did you mean "${guess}"?`
-        : `the keys here are ${known.map((k) => `"${k}"`).join(', ')}`);
+      throw new ConfigError(
+        this.field(key),
+        'unknown key',
+        guess !== undefined ? `did you mean "${guess}"?` : `the keys here are ${known.map((k) => `"${k}"`).join(', ')}`,
+      );
     }
   }
 
@@ -92,8 +99,11 @@ export class ObjectReader<Key extends string> {
       throw new ConfigError(this.field(key), 'is required', rule.why ?? `give an integer from ${rule.min} to ${rule.max}`);
     }
     if (typeof value !== 'number' || !Number.isSafeInteger(value) || value < rule.min || value > rule.max) {
-      throw new ConfigError(this.field(key), `must be an integer from ${rule.min} to ${rule.max}, got ${JSON.stringify(value)}`,
-        rule.fallback !== undefined ? `e.g. ${rule.fallback}` : (rule.why ?? 'give a number'));
+      throw new ConfigError(
+        this.field(key),
+        `must be an integer from ${rule.min} to ${rule.max}, got ${JSON.stringify(value)}`,
+        rule.fallback !== undefined ? `e.g. ${rule.fallback}` : (rule.why ?? 'give a number'),
+      );
     }
     return value;
   }
@@ -121,8 +131,11 @@ export class ObjectReader<Key extends string> {
     if (value === undefined) return fallback;
     if (typeof value === 'number' && Number.isSafeInteger(value) && value >= 0) return BigInt(value);
     if (typeof value === 'string' && /^[0-9]+$/.test(value) && BigInt(value) < 2n ** 64n) return BigInt(value);
-    throw new ConfigError(this.field(key), `must be a non-negative integer below 2^64, got ${JSON.stringify(value)}`,
-      'write it as a number, or as a decimal string above 2^53');
+    throw new ConfigError(
+      this.field(key),
+      `must be a non-negative integer below 2^64, got ${JSON.stringify(value)}`,
+      'write it as a number, or as a decimal string above 2^53',
+    );
   }
 
   /** An array (undefined when absent); each element is for the caller to read at `${field}[i]`. */

@@ -57,7 +57,10 @@ export interface TargetSettings {
   workers: number;
   pool: { blockSize: number; blockCount: number; handleBase: bigint; handleCount: number; maxInline: number; ringOrder: number | undefined };
   session: {
-    credits: number; ticketTimeoutMs: number; maxSessions: number; maxSessionsPerWorker: number;
+    credits: number;
+    ticketTimeoutMs: number;
+    maxSessions: number;
+    maxSessionsPerWorker: number;
     /** TCP connections a worker keeps waiting for their MPA Request; past it the oldest is closed. */
     maxHandshakesPerWorker: number;
   };
@@ -112,8 +115,11 @@ export function defaultDurableCapacity(pool: { blockSize: number; blockCount: nu
   return Math.max(64 * 2 ** 20, 4 * pool.blockSize * pool.blockCount);
 }
 
-function durableAt(top: ObjectReader<(typeof TOP_KEYS)[number]>, pool: { blockSize: number; blockCount: number },
-  defaultDataDir: string | undefined): DurableSettings | undefined {
+function durableAt(
+  top: ObjectReader<(typeof TOP_KEYS)[number]>,
+  pool: { blockSize: number; blockCount: number },
+  defaultDataDir: string | undefined,
+): DurableSettings | undefined {
   const section = top.object('durable', DURABLE_KEYS);
   if (!section.boolean('enabled', true)) return undefined;
   const dataDir = section.string('dataDir', 4096, 'give the directory the durable tier keeps its files in, e.g. "/var/lib/kbtp"') ?? defaultDataDir;
@@ -152,8 +158,18 @@ function timeoutsAt(top: ObjectReader<(typeof TOP_KEYS)[number]>): TimeoutSettin
   };
 }
 
-function tenantAt(value: Json, index: number, context: { listen: { host: string }; blockCount: number; single: boolean;
-  allHandles: { first: bigint; count: bigint }; maxSessions: number; durable: boolean }): TenantSettings {
+function tenantAt(
+  value: Json,
+  index: number,
+  context: {
+    listen: { host: string };
+    blockCount: number;
+    single: boolean;
+    allHandles: { first: bigint; count: bigint };
+    maxSessions: number;
+    durable: boolean;
+  },
+): TenantSettings {
   const tenant = ObjectReader.of(`tenants[${index}]`, value, TENANT_KEYS);
   const name = tenant.string('name', 64, 'HELLO carries the tenant name in at most 64 octets');
   if (name === undefined) throw new ConfigError(tenant.field('name'), 'is required', 'name the tenant (HELLO carries it in at most 64 octets)');
@@ -170,20 +186,32 @@ function tenantAt(value: Json, index: number, context: { listen: { host: string 
     throw new ConfigError(tenant.field('open'), `tenant '${name}' has a secret and "open": true`, 'drop one of them: an open tenant has no secret');
   }
   if (secret === null && !open) {
-    throw new ConfigError(tenant.field('secret'), `tenant '${name}' has no secret`,
-      'give it a "secret", or say "open": true for a tenant anyone may use without one (loopback only)');
+    throw new ConfigError(
+      tenant.field('secret'),
+      `tenant '${name}' has no secret`,
+      'give it a "secret", or say "open": true for a tenant anyone may use without one (loopback only)',
+    );
   }
   if (open && !isLoopback(context.listen.host)) {
-    throw new ConfigError(tenant.field('open'), `tenant '${name}' is open but the target listens on ${context.listen.host}`,
-      'give the tenant a secret, or listen on loopback only');
+    throw new ConfigError(
+      tenant.field('open'),
+      `tenant '${name}' is open but the target listens on ${context.listen.host}`,
+      'give the tenant a secret, or listen on loopback only',
+    );
   }
   const trust = tenant.object('trust', TRUST_KEYS);
   const trustDomain = tenant.string('trustDomain', 64, 'name the trust domain') ?? name;
   const rangeWhy = 'give the handles the tenant may store, e.g. { "first": 0, "count": 1024 } (ranges of tenants never overlap)';
   return {
-    name, secret, open,
-    quota: tenant.integer('quota', { min: 0, max: context.blockCount, ...(context.single ? { fallback: context.blockCount } : {}),
-      why: `give the tenant's allocation quota in blocks (quotas on the shared ring add up to at most pool.blockCount, ${context.blockCount}); 0 makes a tenant that cannot allocate` }),
+    name,
+    secret,
+    open,
+    quota: tenant.integer('quota', {
+      min: 0,
+      max: context.blockCount,
+      ...(context.single ? { fallback: context.blockCount } : {}),
+      why: `give the tenant's allocation quota in blocks (quotas on the shared ring add up to at most pool.blockCount, ${context.blockCount}); 0 makes a tenant that cannot allocate`,
+    }),
     maxSessions: tenant.integer('maxSessions', { min: 1, max: context.maxSessions, fallback: context.maxSessions }),
     storeRange: rangeAt(tenant, 'storeRange', context.single ? context.allHandles : undefined, rangeWhy),
     loadScope: rangeAt(tenant, 'loadScope', context.allHandles, 'give the handles the tenant may load'),
@@ -197,8 +225,11 @@ function tenantAt(value: Json, index: number, context: { listen: { host: string 
 function evictionAt(tenant: ObjectReader<(typeof TENANT_KEYS)[number]>, durable: boolean): 'none' | 'demote' {
   const value = tenant.raw('eviction') ?? (durable ? 'demote' : 'none');
   if (value !== 'none' && value !== 'demote') {
-    throw new ConfigError(tenant.field('eviction'), `must be "none" or "demote", got ${JSON.stringify(value)}`,
-      '"demote" moves least recently used sealed blocks to the durable tier at the quota; "none" answers NO_SPACE');
+    throw new ConfigError(
+      tenant.field('eviction'),
+      `must be "none" or "demote", got ${JSON.stringify(value)}`,
+      '"demote" moves least recently used sealed blocks to the durable tier at the quota; "none" answers NO_SPACE',
+    );
   }
   return value;
 }
@@ -215,7 +246,11 @@ export function resolveTargetSettings(input: Json, otherSections: readonly strin
   const listen = parseListen(listenValue);
   const transportValue = top.raw('transport') ?? 'iwarp';
   if (transportValue !== 'iwarp' && transportValue !== 'roce') {
-    throw new ConfigError('transport', `must be "iwarp" or "roce", got ${JSON.stringify(transportValue)}`, '"iwarp" = RDMAP over TCP (draft 9.1), "roce" = IB RC over RoCEv2 (draft 9.2)');
+    throw new ConfigError(
+      'transport',
+      `must be "iwarp" or "roce", got ${JSON.stringify(transportValue)}`,
+      '"iwarp" = RDMAP over TCP (draft 9.1), "roce" = IB RC over RoCEv2 (draft 9.2)',
+    );
   }
   const transport: Transport = transportValue;
   if (transport === 'roce' && !/^\d{1,3}(\.\d{1,3}){3}$/.test(listen.host)) {
@@ -244,8 +279,11 @@ export function resolveTargetSettings(input: Json, otherSections: readonly strin
   const allHandles = { first: handleBase, count: BigInt(handleCount) };
   const tenantsIn = top.array('tenants');
   if (tenantsIn === undefined && !isLoopback(listen.host)) {
-    throw new ConfigError('tenants', `the default tenant is open, and the target listens on ${listen.host}`,
-      'list tenants with secrets, or listen on loopback only');
+    throw new ConfigError(
+      'tenants',
+      `the default tenant is open, and the target listens on ${listen.host}`,
+      'list tenants with secrets, or listen on loopback only',
+    );
   }
   const list: Json[] = tenantsIn ?? [{ name: 'default', open: true }];
   if (list.length === 0) {
@@ -259,8 +297,15 @@ export function resolveTargetSettings(input: Json, otherSections: readonly strin
     throw new ConfigError('sramModel', 'must be the path of an SRAM model config file', 'e.g. "sram.json"');
   }
   return {
-    listen, transport, workers, session, timeouts, tenants, sramModel: sramModel ?? undefined,
-    pool: { blockSize, blockCount, handleBase, handleCount, maxInline, ringOrder }, durable,
+    listen,
+    transport,
+    workers,
+    session,
+    timeouts,
+    tenants,
+    sramModel: sramModel ?? undefined,
+    pool: { blockSize, blockCount, handleBase, handleCount, maxInline, ringOrder },
+    durable,
   };
 }
 
@@ -271,9 +316,13 @@ export function resolveTargetSettings(input: Json, otherSections: readonly strin
  */
 export function setDurable(settings: TargetSettings, dataDir: string | null, capacityBytes?: number): void {
   const before = settings.durable !== undefined;
-  settings.durable = dataDir === null ? undefined : {
-    dataDir, capacityBytes: capacityBytes ?? settings.durable?.capacityBytes ?? defaultDurableCapacity(settings.pool),
-  };
+  settings.durable =
+    dataDir === null
+      ? undefined
+      : {
+          dataDir,
+          capacityBytes: capacityBytes ?? settings.durable?.capacityBytes ?? defaultDurableCapacity(settings.pool),
+        };
   const after = settings.durable !== undefined;
   if (before === after) return;
   for (const tenant of settings.tenants) if (tenant.eviction === (before ? 'demote' : 'none')) tenant.eviction = after ? 'demote' : 'none';
@@ -284,23 +333,32 @@ export function describeSettings(settings: TargetSettings): string {
   const handle = (value: bigint): number | string => (value <= BigInt(Number.MAX_SAFE_INTEGER) ? Number(value) : value.toString());
   const range = (r: { first: bigint; count: bigint }) => ({ first: handle(r.first), count: handle(r.count) });
   const { listen, pool } = settings;
-  return JSON.stringify({
-    listen: `${listen.host.includes(':') ? `[${listen.host}]` : listen.host}:${listen.port}`,
-    transport: settings.transport,
-    workers: settings.workers,
-    pool: { ...pool, handleBase: handle(pool.handleBase), ringOrder: pool.ringOrder ?? 'smallest that fits' },
-    session: settings.session,
-    timeouts: settings.timeouts,
-    tenants: settings.tenants.map((tenant) => ({
-      name: tenant.name,
-      ...(tenant.open ? { open: true } : { secret: '(set, not shown)' }),
-      quota: tenant.quota, maxSessions: tenant.maxSessions,
-      storeRange: range(tenant.storeRange), loadScope: range(tenant.loadScope), trust: tenant.trust, trustDomain: tenant.trustDomain,
-      eviction: tenant.eviction, ...(tenant.durableQuota !== undefined ? { durableQuota: tenant.durableQuota } : {}),
-    })),
-    durable: settings.durable === undefined ? { enabled: false } : { dataDir: settings.durable.dataDir, capacity: settings.durable.capacityBytes },
-    ...(settings.sramModel !== undefined ? { sramModel: settings.sramModel } : {}),
-  }, null, 2);
+  return JSON.stringify(
+    {
+      listen: `${listen.host.includes(':') ? `[${listen.host}]` : listen.host}:${listen.port}`,
+      transport: settings.transport,
+      workers: settings.workers,
+      pool: { ...pool, handleBase: handle(pool.handleBase), ringOrder: pool.ringOrder ?? 'smallest that fits' },
+      session: settings.session,
+      timeouts: settings.timeouts,
+      tenants: settings.tenants.map((tenant) => ({
+        name: tenant.name,
+        ...(tenant.open ? { open: true } : { secret: '(set, not shown)' }),
+        quota: tenant.quota,
+        maxSessions: tenant.maxSessions,
+        storeRange: range(tenant.storeRange),
+        loadScope: range(tenant.loadScope),
+        trust: tenant.trust,
+        trustDomain: tenant.trustDomain,
+        eviction: tenant.eviction,
+        ...(tenant.durableQuota !== undefined ? { durableQuota: tenant.durableQuota } : {}),
+      })),
+      durable: settings.durable === undefined ? { enabled: false } : { dataDir: settings.durable.dataDir, capacity: settings.durable.capacityBytes },
+      ...(settings.sramModel !== undefined ? { sramModel: settings.sramModel } : {}),
+    },
+    null,
+    2,
+  );
 }
 
 /** Reads and parses a JSON configuration file; errors name the file and what is wrong with it. */
@@ -330,7 +388,11 @@ export function engineConfigFor(settings: TargetSettings): EngineConfig {
   const partitions: Array<{ blocks: number }> = [];
   const tenants: TenantConfig[] = settings.tenants.map((tenant) => {
     const config: TenantConfig = {
-      name: tenant.name, storeRange: tenant.storeRange, loadScope: tenant.loadScope, quota: tenant.quota, trustDomain: tenant.trustDomain,
+      name: tenant.name,
+      storeRange: tenant.storeRange,
+      loadScope: tenant.loadScope,
+      quota: tenant.quota,
+      trustDomain: tenant.trustDomain,
       eviction: tenant.eviction,
     };
     if (tenant.trust.directAlloc) {
@@ -341,9 +403,14 @@ export function engineConfigFor(settings: TargetSettings): EngineConfig {
   });
   const credits = settings.session.credits;
   return {
-    blockSize: settings.pool.blockSize, blockCount: settings.pool.blockCount, handleBase: settings.pool.handleBase,
-    handleCount: settings.pool.handleCount, maxInline: settings.pool.maxInline, ringOrder: settings.pool.ringOrder,
-    partitions, tenants,
+    blockSize: settings.pool.blockSize,
+    blockCount: settings.pool.blockCount,
+    handleBase: settings.pool.handleBase,
+    handleCount: settings.pool.handleCount,
+    maxInline: settings.pool.maxInline,
+    ringOrder: settings.pool.ringOrder,
+    partitions,
+    tenants,
     // Draft 9.2: InfiniBand atomics are unmasked, so over RoCE the rings count with plain 64-bit adds.
     ringMode: settings.transport === 'roce' ? 'unmasked' : 'masked',
     // One slice for all workers, cut into a slot per session the node may hold (server/slots.ts).

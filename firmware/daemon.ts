@@ -20,7 +20,9 @@ const EXIT_GRACE_MS = 5000;
 export async function runAppliance(settings: ApplianceSettings, log: Logger, warnings: WarningLog, options: DaemonOptions): Promise<number> {
   const appliance = new Appliance(settings, log, warnings);
   let stopRequested: ((signal: NodeJS.Signals) => void) | undefined;
-  const stopSignal = new Promise<NodeJS.Signals>((resolve) => { stopRequested = resolve; });
+  const stopSignal = new Promise<NodeJS.Signals>((resolve) => {
+    stopRequested = resolve;
+  });
   const onStop = (signal: NodeJS.Signals): void => stopRequested?.(signal);
   process.on('SIGTERM', onStop);
   process.on('SIGINT', onStop);
@@ -36,10 +38,9 @@ export async function runAppliance(settings: ApplianceSettings, log: Logger, war
     }
     const management = appliance.managementAddress;
     options.announce(`management on http://${management.host}:${management.port}/ (status page, /metrics, /healthz, /readyz, /api/status)`);
-    const started = await Promise.race([
-      appliance.startTarget(settings.listenWaitMs).then(() => 'started' as const),
-      stopSignal,
-    ]).catch((error: unknown) => error);
+    const started = await Promise.race([appliance.startTarget(settings.listenWaitMs).then(() => 'started' as const), stopSignal]).catch(
+      (error: unknown) => error,
+    );
     if (started !== 'started') {
       if (typeof started === 'string') {
         log.info(`${started} while starting; stopping`);

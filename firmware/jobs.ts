@@ -38,8 +38,10 @@ export async function poolAuditJob(engine: Engine): Promise<string> {
   if (lost.length === 0 && doubled.length === 0 && problems.length === 0) {
     return `clean on a second look (blocks were in flight): ${second.bound} bound, ${second.inRings} free`;
   }
-  const parts = [`${lost.length} lost${lost.length > 0 ? ` (blocks ${lost.slice(0, 5).join(', ')}${lost.length > 5 ? ', ...' : ''})` : ''}`,
-    `${doubled.length} doubled${doubled.length > 0 ? ` (blocks ${doubled.slice(0, 5).join(', ')})` : ''}`];
+  const parts = [
+    `${lost.length} lost${lost.length > 0 ? ` (blocks ${lost.slice(0, 5).join(', ')}${lost.length > 5 ? ', ...' : ''})` : ''}`,
+    `${doubled.length} doubled${doubled.length > 0 ? ` (blocks ${doubled.slice(0, 5).join(', ')})` : ''}`,
+  ];
   if (problems.length > 0) parts.push(`${problems.length} other problems (${problems.slice(0, 3).join('; ')})`);
   throw new Error(`pool audit: ${parts.join(', ')}`);
 }
@@ -58,7 +60,8 @@ export async function statsSnapshotJob(sources: SnapshotSources): Promise<string
   const stats = await sources.stats();
   const engine = sources.engine();
   const pool = engine === undefined ? undefined : poolOccupancy(engine);
-  const line = `sessions ${stats.sessionsOpen} open / ${stats.sessionsTotal} total / ${stats.sessionsRefused} refused; ` +
+  const line =
+    `sessions ${stats.sessionsOpen} open / ${stats.sessionsTotal} total / ${stats.sessionsRefused} refused; ` +
     `requests ${totalRequests(stats)}; data ${(stats.dataBytes / 2 ** 20).toFixed(1)} MiB; ` +
     (pool === undefined ? 'pool not started' : `pool ${pool.free}/${pool.blockCount} blocks free`);
   if (sources.dataDir !== null) {

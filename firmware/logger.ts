@@ -22,8 +22,12 @@ function textField(key: string, value: string | number | boolean | null): string
   return /^[^\s"=]+$/.test(text) ? `${key}=${text}` : `${key}=${JSON.stringify(text)}`;
 }
 
-export function createLogger(options: { level: LogLevel; format: LogFormat; write?: (line: string) => void;
-  onWarning?: (level: LogLevel, message: string) => void; }): Logger {
+export function createLogger(options: {
+  level: LogLevel;
+  format: LogFormat;
+  write?: (line: string) => void;
+  onWarning?: (level: LogLevel, message: string) => void;
+}): Logger {
   let level = options.level;
   const write = options.write ?? ((line: string) => process.stderr.write(`${line}\n`));
   const emit = (at: LogLevel, message: string, fields: LogFields = {}): void => {
@@ -38,7 +42,8 @@ export function createLogger(options: { level: LogLevel; format: LogFormat; writ
       write(JSON.stringify(record));
       return;
     }
-    const extra = Object.entries(fields).filter((entry): entry is [string, string | number | boolean | null] => entry[1] !== undefined)
+    const extra = Object.entries(fields)
+      .filter((entry): entry is [string, string | number | boolean | null] => entry[1] !== undefined)
       .map(([key, value]) => textField(key, value));
     write(`${time} ${at.padEnd(5)} ${oneLine}${extra.length > 0 ? ` ${extra.join(' ')}` : ''}`);
   };
@@ -47,7 +52,11 @@ export function createLogger(options: { level: LogLevel; format: LogFormat; writ
     warn: (message, fields) => emit('warn', message, fields),
     info: (message, fields) => emit('info', message, fields),
     debug: (message, fields) => emit('debug', message, fields),
-    setLevel: (next) => { level = next; },
-    get level() { return level; },
+    setLevel: (next) => {
+      level = next;
+    },
+    get level() {
+      return level;
+    },
   };
 }

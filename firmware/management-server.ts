@@ -81,8 +81,12 @@ export async function startManagementServer(options: ManagementServerOptions): P
       const presented = presentedToken(request.headers.authorization);
       if (presented === undefined || !tokenMatches(presented, options.token)) {
         // The same answer for a missing and a wrong token; nothing of either is echoed.
-        sendJson(response, 401, { error: 'unauthorized: send Authorization: Bearer <management token>' },
-          { 'www-authenticate': 'Basic realm="kbtp appliance", charset="UTF-8"' });
+        sendJson(
+          response,
+          401,
+          { error: 'unauthorized: send Authorization: Bearer <management token>' },
+          { 'www-authenticate': 'Basic realm="kbtp appliance", charset="UTF-8"' },
+        );
         request.resume();
         return;
       }
@@ -121,9 +125,12 @@ export async function startManagementServer(options: ManagementServerOptions): P
   await new Promise<void>((resolve, reject) => {
     server.once('error', (error: NodeJS.ErrnoException) => {
       const where = `${options.host}:${options.port}`;
-      if (error.code === 'EADDRINUSE') reject(new ManagementListenError(`management address ${where} is in use; stop what holds it or pick another with --http HOST:PORT`));
-      else if (error.code === 'EADDRNOTAVAIL') reject(new ManagementListenError(`management address ${where} is not an address of this host; fix --http or management.listen`));
-      else if (error.code === 'EACCES') reject(new ManagementListenError(`management address ${where}: permission denied; use a port above 1023 or grant CAP_NET_BIND_SERVICE`));
+      if (error.code === 'EADDRINUSE')
+        reject(new ManagementListenError(`management address ${where} is in use; stop what holds it or pick another with --http HOST:PORT`));
+      else if (error.code === 'EADDRNOTAVAIL')
+        reject(new ManagementListenError(`management address ${where} is not an address of this host; fix --http or management.listen`));
+      else if (error.code === 'EACCES')
+        reject(new ManagementListenError(`management address ${where}: permission denied; use a port above 1023 or grant CAP_NET_BIND_SERVICE`));
       else reject(new ManagementListenError(`management server cannot listen on ${where}: ${error.message}`));
     });
     server.listen(options.port, options.host, () => resolve());
@@ -132,9 +139,10 @@ export async function startManagementServer(options: ManagementServerOptions): P
   return {
     host: options.host,
     port: address.port,
-    close: () => new Promise<void>((resolve) => {
-      server.close(() => resolve());
-      server.closeAllConnections();
-    }),
+    close: () =>
+      new Promise<void>((resolve) => {
+        server.close(() => resolve());
+        server.closeAllConnections();
+      }),
   };
 }

@@ -46,26 +46,38 @@ export function workerMetrics(stats: StatsSnapshot): MetricJson[] {
   }
   const metrics = [
     metric('kbtp_requests_total', 'counter', 'KBTP requests answered, by opcode and COMPLETION status', requests),
-    metric('kbtp_request_duration_seconds', 'histogram', 'Service time from a request\'s arrival to its COMPLETION being posted', latency),
+    metric('kbtp_request_duration_seconds', 'histogram', "Service time from a request's arrival to its COMPLETION being posted", latency),
     metric('kbtp_received_bytes_total', 'counter', 'Octets of KBTP messages received', [{ value: stats.bytesIn, labels: {} }]),
-    metric('kbtp_data_bytes_total', 'counter', 'Block data moved by the target\'s RDMA Reads and Writes', [{ value: stats.dataBytes, labels: {} }]),
+    metric('kbtp_data_bytes_total', 'counter', "Block data moved by the target's RDMA Reads and Writes", [{ value: stats.dataBytes, labels: {} }]),
     metric('kbtp_sessions_open', 'gauge', 'Sessions open now (HELLO accepted or pending)', [{ value: stats.sessionsOpen, labels: {} }]),
     metric('kbtp_sessions_total', 'counter', 'Connections served since start', [{ value: stats.sessionsTotal, labels: {} }]),
     metric('kbtp_sessions_refused_total', 'counter', 'HELLOs refused (bad version, authentication, malformed)', [{ value: stats.sessionsRefused, labels: {} }]),
-    metric('kbtp_auth_failures_total', 'counter', 'HELLOs refused with AUTH_FAILED (unknown tenant or wrong credential)', [{ value: stats.authFailures, labels: {} }]),
-    metric('kbtp_credits_exhausted_total', 'counter', 'Requests answered TOO_MANY_REQUESTS (the session had no credit left)', [{ value: creditsExhausted, labels: {} }]),
+    metric('kbtp_auth_failures_total', 'counter', 'HELLOs refused with AUTH_FAILED (unknown tenant or wrong credential)', [
+      { value: stats.authFailures, labels: {} },
+    ]),
+    metric('kbtp_credits_exhausted_total', 'counter', 'Requests answered TOO_MANY_REQUESTS (the session had no credit left)', [
+      { value: creditsExhausted, labels: {} },
+    ]),
     metric('kbtp_tickets_taken_total', 'counter', 'One-sided tickets taken by FetchAdd on a partition ring', [{ value: stats.ticketsTaken, labels: {} }]),
-    metric('kbtp_tickets_abandoned_total', 'counter', 'Tickets given up: past the Ticket Timeout or held by an ended session', [{ value: stats.ticketsAbandoned, labels: {} }]),
+    metric('kbtp_tickets_abandoned_total', 'counter', 'Tickets given up: past the Ticket Timeout or held by an ended session', [
+      { value: stats.ticketsAbandoned, labels: {} },
+    ]),
     metric('kbtp_tickets_reclaimed_total', 'counter', 'Abandoned tickets whose block went back to the ring', [{ value: stats.ticketsReclaimed, labels: {} }]),
     metric('kbtp_internal_errors_total', 'counter', 'Connections closed by an internal error of the target', [{ value: stats.internalErrors, labels: {} }]),
-    metric('kbtp_tenant_sessions_open', 'gauge', 'Sessions open now, by tenant',
-      Object.entries(stats.sessionsByTenant).map(([tenant, open]) => ({ value: open, labels: { tenant } }))),
+    metric(
+      'kbtp_tenant_sessions_open',
+      'gauge',
+      'Sessions open now, by tenant',
+      Object.entries(stats.sessionsByTenant).map(([tenant, open]) => ({ value: open, labels: { tenant } })),
+    ),
   ];
   if (stats.sramCounters !== undefined) {
-    metrics.push(metric('kbtp_sram_lookups_total', 'counter', 'Lookups of the modelled RNIC SRAM cache, by result', [
-      { value: stats.sramCounters.hits, labels: { result: 'hit' } },
-      { value: stats.sramCounters.misses, labels: { result: 'miss' } },
-    ]));
+    metrics.push(
+      metric('kbtp_sram_lookups_total', 'counter', 'Lookups of the modelled RNIC SRAM cache, by result', [
+        { value: stats.sramCounters.hits, labels: { result: 'hit' } },
+        { value: stats.sramCounters.misses, labels: { result: 'miss' } },
+      ]),
+    );
   }
   return metrics;
 }
@@ -89,53 +101,100 @@ export class ApplianceMetrics {
   constructor(sources: MetricsSources) {
     const registers = [this.registry];
     collectDefaultMetrics({ register: this.registry });
-    new Gauge({ name: 'kbtp_ready', help: '1 when the node serves KBTP (recovered and listening), 0 while starting or draining', registers,
-      collect() { this.set(sources.ready() ? 1 : 0); } });
-    new Gauge({ name: 'kbtp_pool_blocks', help: 'Blocks of the pool, by state (free: held by a ring; in_use: bound or being allocated)',
-      labelNames: ['state'], registers,
+    new Gauge({
+      name: 'kbtp_ready',
+      help: '1 when the node serves KBTP (recovered and listening), 0 while starting or draining',
+      registers,
+      collect() {
+        this.set(sources.ready() ? 1 : 0);
+      },
+    });
+    new Gauge({
+      name: 'kbtp_pool_blocks',
+      help: 'Blocks of the pool, by state (free: held by a ring; in_use: bound or being allocated)',
+      labelNames: ['state'],
+      registers,
       collect() {
         const engine = sources.engine();
         if (engine === undefined) return;
         const pool = poolOccupancy(engine);
         this.set({ state: 'free' }, pool.free);
         this.set({ state: 'in_use' }, pool.inUse);
-      } });
-    new Gauge({ name: 'kbtp_pool_capacity_bytes', help: 'Octets of block storage in the pool', registers,
+      },
+    });
+    new Gauge({
+      name: 'kbtp_pool_capacity_bytes',
+      help: 'Octets of block storage in the pool',
+      registers,
       collect() {
         const engine = sources.engine();
         if (engine !== undefined) this.set(engine.config.blockSize * engine.config.blockCount);
-      } });
-    new Gauge({ name: 'kbtp_ring_free_blocks', help: 'Free blocks each ring holds (its occupancy)', labelNames: ['ring'], registers,
+      },
+    });
+    new Gauge({
+      name: 'kbtp_ring_free_blocks',
+      help: 'Free blocks each ring holds (its occupancy)',
+      labelNames: ['ring'],
+      registers,
       collect() {
         const engine = sources.engine();
         if (engine === undefined) return;
         for (const ring of poolOccupancy(engine).rings) this.set({ ring: ring.name }, ring.free);
-      } });
-    new Gauge({ name: 'kbtp_ring_blocks', help: 'Blocks each ring owns', labelNames: ['ring'], registers,
+      },
+    });
+    new Gauge({
+      name: 'kbtp_ring_blocks',
+      help: 'Blocks each ring owns',
+      labelNames: ['ring'],
+      registers,
       collect() {
         const engine = sources.engine();
         if (engine === undefined) return;
         for (const ring of poolOccupancy(engine).rings) this.set({ ring: ring.name }, ring.blocks);
-      } });
-    new Gauge({ name: 'kbtp_tenant_blocks', help: 'Blocks counted against each tenant\'s Allocation Quota', labelNames: ['tenant'], registers,
+      },
+    });
+    new Gauge({
+      name: 'kbtp_tenant_blocks',
+      help: "Blocks counted against each tenant's Allocation Quota",
+      labelNames: ['tenant'],
+      registers,
       collect() {
         const engine = sources.engine();
         if (engine === undefined) return;
         for (const [index, tenant] of sources.tenants().entries()) this.set({ tenant }, engine.tenantUsage(index));
-      } });
-    new Gauge({ name: 'kbtp_tenant_quota_blocks', help: 'Each tenant\'s Allocation Quota', labelNames: ['tenant'], registers,
+      },
+    });
+    new Gauge({
+      name: 'kbtp_tenant_quota_blocks',
+      help: "Each tenant's Allocation Quota",
+      labelNames: ['tenant'],
+      registers,
       collect() {
         const engine = sources.engine();
         if (engine === undefined) return;
         for (const [index, tenant] of sources.tenants().entries()) this.set({ tenant }, engine.config.tenants[index]?.quota ?? 0);
-      } });
+      },
+    });
     this.jobRuns = new Counter({ name: 'kbtp_job_runs_total', help: 'Scheduled job runs, by job and result', labelNames: ['job', 'result'], registers });
-    this.jobSkipped = new Counter({ name: 'kbtp_job_skipped_total', help: 'Scheduled runs skipped because the previous run of the job was still going',
-      labelNames: ['job'], registers });
-    this.jobDuration = new Histogram({ name: 'kbtp_job_duration_seconds', help: 'Duration of scheduled job runs', labelNames: ['job'], registers,
-      buckets: [0.001, 0.01, 0.1, 0.5, 1, 5, 30, 120] });
-    this.jobLastSuccess = new Gauge({ name: 'kbtp_job_last_success_timestamp_seconds', help: 'When each job last succeeded (Unix time)',
-      labelNames: ['job'], registers });
+    this.jobSkipped = new Counter({
+      name: 'kbtp_job_skipped_total',
+      help: 'Scheduled runs skipped because the previous run of the job was still going',
+      labelNames: ['job'],
+      registers,
+    });
+    this.jobDuration = new Histogram({
+      name: 'kbtp_job_duration_seconds',
+      help: 'Duration of scheduled job runs',
+      labelNames: ['job'],
+      registers,
+      buckets: [0.001, 0.01, 0.1, 0.5, 1, 5, 30, 120],
+    });
+    this.jobLastSuccess = new Gauge({
+      name: 'kbtp_job_last_success_timestamp_seconds',
+      help: 'When each job last succeeded (Unix time)',
+      labelNames: ['job'],
+      registers,
+    });
   }
 
   /** The exposition text: every worker's counters summed, plus the main thread's metrics. */

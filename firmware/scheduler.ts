@@ -40,7 +40,10 @@ export class Scheduler {
   /** node-cron's own messages (e.g. a tick missed while the machine was busy) are debug detail here. */
   private readonly cronLogger;
 
-  constructor(private readonly log: Logger, private readonly metrics: ApplianceMetrics) {
+  constructor(
+    private readonly log: Logger,
+    private readonly metrics: ApplianceMetrics,
+  ) {
     const debug = (message: string | Error): void => log.debug(`node-cron: ${message instanceof Error ? message.message : message}`);
     this.cronLogger = { info: debug, warn: debug, error: debug, debug };
   }
@@ -50,7 +53,9 @@ export class Scheduler {
     for (const definition of definitions) {
       const existing = this.jobs.get(definition.name);
       const job: Job = existing ?? {
-        definition, task: undefined, running: undefined,
+        definition,
+        task: undefined,
+        running: undefined,
         status: { name: definition.name, schedule: null, running: false, runs: 0, failures: 0, skipped: 0, lastRun: null, nextRun: null },
       };
       job.definition = definition;
@@ -74,7 +79,9 @@ export class Scheduler {
       this.log.warn(`job ${job.definition.name}: the previous run is still going; this run is skipped`);
       return;
     }
-    job.running = this.runOnce(job).finally(() => { job.running = undefined; });
+    job.running = this.runOnce(job).finally(() => {
+      job.running = undefined;
+    });
   }
 
   /** Runs a job now (also what a scheduled tick does); resolves when it finished, never rejects. */
@@ -119,7 +126,12 @@ export class Scheduler {
     const running = [...this.jobs.values()].map((job) => job.running).filter((run): run is Promise<void> => run !== undefined);
     if (running.length === 0) return;
     let timer: NodeJS.Timeout | undefined;
-    await Promise.race([Promise.all(running), new Promise((resolve) => { timer = setTimeout(resolve, graceMs); })]);
+    await Promise.race([
+      Promise.all(running),
+      new Promise((resolve) => {
+        timer = setTimeout(resolve, graceMs);
+      }),
+    ]);
     clearTimeout(timer);
   }
 }

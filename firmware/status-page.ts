@@ -14,7 +14,8 @@ const FILES: ReadonlyArray<[route: string, file: string, contentType: string]> =
 ];
 
 /** Nothing from elsewhere: scripts, styles, images and fetches come from the appliance itself. */
-const CONTENT_SECURITY_POLICY = "default-src 'none'; script-src 'self'; style-src 'self'; connect-src 'self'; img-src 'self'; base-uri 'none'; form-action 'none'; frame-ancestors 'none'";
+const CONTENT_SECURITY_POLICY =
+  "default-src 'none'; script-src 'self'; style-src 'self'; connect-src 'self'; img-src 'self'; base-uri 'none'; form-action 'none'; frame-ancestors 'none'";
 
 export function statusPageRoutes(): Array<[string, RouteHandler]> {
   const directory = new URL('./status-page/', import.meta.url);

@@ -52,7 +52,9 @@ export async function main(argv: string[]): Promise<number> {
 // Run when started as a program, also through a symlink such as node_modules/.bin/kbtp.
 if (process.argv[1] !== undefined && import.meta.url === pathToFileURL(realpathSync(process.argv[1])).href) {
   main(process.argv.slice(2)).then(
-    (code) => { process.exitCode = code; },
+    (code) => {
+      process.exitCode = code;
+    },
     (error: unknown) => {
       console.error(`kbtp: ${error instanceof Error ? error.message : String(error)}`);
       process.exitCode = 1;

@@ -63,34 +63,49 @@ function redisRequests(size: number, seconds: number): number {
   return Math.max(200, Math.round(perSecond * seconds));
 }
 
-async function measure(sizes: number[], sessionCounts: number[], inFlight: number, seconds: number, workers: number,
-  redisServer: RedisServer): Promise<Table> {
+async function measure(sizes: number[], sessionCounts: number[], inFlight: number, seconds: number, workers: number, redisServer: RedisServer): Promise<Table> {
   const kbtp: BenchRow[] = [];
   const redis: RedisResult[] = [];
   const rows: CompareRow[] = [];
-    for (const sessions of sessionCounts) {
-      log(`kbtp: LOAD and STORE at ${sizes.map(formatSize).join(', ')}, ${sessions} session(s) x ${inFlight} in flight, ${workers} target worker(s)`);
-      const measured = await runBench({
-        workers, sizes, phases: parseMix('load,store'), sessions, inFlight, keysPerSession: inFlight,
-        durationMs: seconds * 1000, warmupMs: 500, log: () => undefined,
-      });
-      for (const row of measured) {
-        if (row.corrupt > 0 || Object.keys(row.errors).length > 0) throw new Error(`kbtp ${row.op} ${formatSize(row.size)}: ${row.firstError ?? 'errors'}`);
-      }
-      kbtp.push(...measured);
-      for (const size of sizes) {
-        log(`redis-benchmark: SET and GET of ${formatSize(size)}, ${sessions} client(s), pipeline ${inFlight}`);
-        redis.push(...await redisBenchmark(redisServer.port, size, sessions, redisRequests(size, seconds), inFlight));
-      }
+  for (const sessions of sessionCounts) {
+    log(`kbtp: LOAD and STORE at ${sizes.map(formatSize).join(', ')}, ${sessions} session(s) x ${inFlight} in flight, ${workers} target worker(s)`);
+    const measured = await runBench({
+      workers,
+      sizes,
+      phases: parseMix('load,store'),
+      sessions,
+      inFlight,
+      keysPerSession: inFlight,
+      durationMs: seconds * 1000,
+      warmupMs: 500,
+      log: () => undefined,
+    });
+    for (const row of measured) {
+      if (row.corrupt > 0 || Object.keys(row.errors).length > 0) throw new Error(`kbtp ${row.op} ${formatSize(row.size)}: ${row.firstError ?? 'errors'}`);
     }
+    kbtp.push(...measured);
+    for (const size of sizes) {
+      log(`redis-benchmark: SET and GET of ${formatSize(size)}, ${sessions} client(s), pipeline ${inFlight}`);
+      redis.push(...(await redisBenchmark(redisServer.port, size, sessions, redisRequests(size, seconds), inFlight)));
+    }
+  }
   for (const sessions of sessionCounts) {
     for (const size of sizes) {
       for (const op of ['load', 'store'] as const) {
         const k = kbtp.find((row) => row.op === op && row.size === size && row.sessions === sessions);
         const r = redis.find((row) => row.op === (op === 'load' ? 'get' : 'set') && row.size === size && row.clients === sessions);
         if (k === undefined || r === undefined) continue;
-        rows.push({ op, size, sessions, kbtp_gbps: r3(gbit(k)), redis_gbps: r3(r.gbps), kbtp_p50_us: k.p50Us, redis_p50_us: +r.p50Us.toFixed(1),
-          kbtp_p99_us: k.p99Us, redis_p99_us: +r.p99Us.toFixed(1) });
+        rows.push({
+          op,
+          size,
+          sessions,
+          kbtp_gbps: r3(gbit(k)),
+          redis_gbps: r3(r.gbps),
+          kbtp_p50_us: k.p50Us,
+          redis_p50_us: +r.p50Us.toFixed(1),
+          kbtp_p99_us: k.p99Us,
+          redis_p99_us: +r.p99Us.toFixed(1),
+        });
       }
     }
   }
@@ -106,11 +121,36 @@ function rowMet(row: CompareRow, inFlight: number): boolean {
 function formatCompare(title: string, rows: readonly CompareRow[], iperfGbps: number, inFlight: number): string {
   return formatTable({
     title,
-    columns: ['kbtp op', 'Redis op', 'size', 'sessions', 'kbtp Gbit/s', 'Redis Gbit/s', 'kbtp/Redis', 'kbtp/iperf3',
-      'kbtp p50 us', 'Redis p50 us', 'kbtp p99 us', 'Redis p99 us', inFlight > 1 ? '>= 1.5x Redis' : '>= Redis'],
-    rows: rows.map((row) => [row.op.toUpperCase(), row.op === 'load' ? 'GET' : 'SET', formatSize(row.size), row.sessions, row.kbtp_gbps, row.redis_gbps,
-      r3(row.kbtp_gbps / row.redis_gbps), r3(row.kbtp_gbps / iperfGbps), row.kbtp_p50_us, row.redis_p50_us, row.kbtp_p99_us, row.redis_p99_us,
-      rowMet(row, inFlight) ? 'yes' : 'no']),
+    columns: [
+      'kbtp op',
+      'Redis op',
+      'size',
+      'sessions',
+      'kbtp Gbit/s',
+      'Redis Gbit/s',
+      'kbtp/Redis',
+      'kbtp/iperf3',
+      'kbtp p50 us',
+      'Redis p50 us',
+      'kbtp p99 us',
+      'Redis p99 us',
+      inFlight > 1 ? '>= 1.5x Redis' : '>= Redis',
+    ],
+    rows: rows.map((row) => [
+      row.op.toUpperCase(),
+      row.op === 'load' ? 'GET' : 'SET',
+      formatSize(row.size),
+      row.sessions,
+      row.kbtp_gbps,
+      row.redis_gbps,
+      r3(row.kbtp_gbps / row.redis_gbps),
+      r3(row.kbtp_gbps / iperfGbps),
+      row.kbtp_p50_us,
+      row.redis_p50_us,
+      row.kbtp_p99_us,
+      row.redis_p99_us,
+      rowMet(row, inFlight) ? 'yes' : 'no',
+    ]),
   });
 }
 
@@ -125,15 +165,41 @@ async function measureCpu(redisServer: RedisServer, requests: number): Promise<{
   const target = await startTargetProcess(repoRoot, size, sessions + 16);
   let kbtp: CpuPerOp;
   try {
-    kbtp = await cpuPerOp(target.pid, requests, (count) => childCpuUs(process.execPath, [cli, 'bench', '--target', `127.0.0.1:${target.port}`,
-      '--sizes', '16K', '--mix', 'load', '--sessions', String(sessions), '--in-flight', '1', '--count', String(count), '--quiet'], 600_000));
+    kbtp = await cpuPerOp(target.pid, requests, (count) =>
+      childCpuUs(
+        process.execPath,
+        [
+          cli,
+          'bench',
+          '--target',
+          `127.0.0.1:${target.port}`,
+          '--sizes',
+          '16K',
+          '--mix',
+          'load',
+          '--sessions',
+          String(sessions),
+          '--in-flight',
+          '1',
+          '--count',
+          String(count),
+          '--quiet',
+        ],
+        600_000,
+      ),
+    );
   } finally {
     target.child.kill('SIGTERM');
   }
   // GET needs the value: one SET first (redis-benchmark uses the one key "key:__rand_int__" without -r).
   await childCpuUs('redis-benchmark', ['-h', '127.0.0.1', '-p', String(redisServer.port), '-t', 'set', '-d', String(size), '-n', '100', '-q'], 60_000);
-  const redis = await cpuPerOp(redisServer.pid, requests, (count) => childCpuUs('redis-benchmark', ['-h', '127.0.0.1', '-p', String(redisServer.port),
-    '-t', 'get', '-d', String(size), '-c', String(sessions), '-n', String(count), '-q'], 600_000));
+  const redis = await cpuPerOp(redisServer.pid, requests, (count) =>
+    childCpuUs(
+      'redis-benchmark',
+      ['-h', '127.0.0.1', '-p', String(redisServer.port), '-t', 'get', '-d', String(size), '-c', String(sessions), '-n', String(count), '-q'],
+      600_000,
+    ),
+  );
   return { kbtp, redis };
 }
 
@@ -155,12 +221,23 @@ function chart(rows: readonly CompareRow[], iperfGbps: number, inFlight: number)
 }
 
 async function main(): Promise<number> {
-  const { values } = parseArgs({ options: {
-    seconds: { type: 'string' }, sizes: { type: 'string' }, sessions: { type: 'string' }, 'in-flight': { type: 'string' },
-    pipelined: { type: 'string' }, workers: { type: 'string' }, 'cpu-requests': { type: 'string' }, out: { type: 'string' }, help: { type: 'boolean', short: 'h' },
-  } });
+  const { values } = parseArgs({
+    options: {
+      seconds: { type: 'string' },
+      sizes: { type: 'string' },
+      sessions: { type: 'string' },
+      'in-flight': { type: 'string' },
+      pipelined: { type: 'string' },
+      workers: { type: 'string' },
+      'cpu-requests': { type: 'string' },
+      out: { type: 'string' },
+      help: { type: 'boolean', short: 'h' },
+    },
+  });
   if (values.help === true) {
-    console.log('usage: node --import tsx bench/compare/compare.ts [--seconds 3] [--sizes 16K,256K,1M] [--sessions 1,16] [--in-flight 1] [--pipelined 8|0] [--workers 1] [--cpu-requests 10000] [--out DIR]');
+    console.log(
+      'usage: node --import tsx bench/compare/compare.ts [--seconds 3] [--sizes 16K,256K,1M] [--sessions 1,16] [--in-flight 1] [--pipelined 8|0] [--workers 1] [--cpu-requests 10000] [--out DIR]',
+    );
     return 0;
   }
   const seconds = parseNumber(values.seconds, '--seconds', 3, 0.1);
@@ -193,7 +270,9 @@ async function main(): Promise<number> {
     try {
       primary = await measure(sizes, sessionCounts, inFlight, seconds, workers, redisServer);
       extra = pipelined > 0 && pipelined !== inFlight ? await measure(sizes, sessionCounts, pipelined, seconds, workers, redisServer) : undefined;
-      log(`CPU per request: 16 KiB LOAD and GET, 16 connections x 1 in flight, ${cpuRequests} and ${3 * cpuRequests} requests (target in a process of its own)`);
+      log(
+        `CPU per request: 16 KiB LOAD and GET, 16 connections x 1 in flight, ${cpuRequests} and ${3 * cpuRequests} requests (target in a process of its own)`,
+      );
       cpu = await measureCpu(redisServer, cpuRequests);
     } finally {
       await redisServer.stop();
@@ -211,34 +290,57 @@ async function main(): Promise<number> {
       rows: primary.rows,
     };
     writeFileSync(join(out, 'compare.json'), `${JSON.stringify(result, null, 2)}\n`);
-    writeFileSync(join(out, 'compare-detail.json'), `${JSON.stringify({
-      measuredAt: new Date().toISOString(), seconds, workers, loadAverage: { before: loadBefore, after: loadAfter },
-      iperf3: { defaultWritesGbps: iperf3Gbps, oneMiBWritesGbps: r3(iperfLarge) },
-      nodeSocketGbps: nodeSocket,
-      cpuPerOp: { kbtp: cpu.kbtp, redis: cpu.redis, what: '16 KiB LOAD / GET, 16 connections x 1 in flight, difference of N and 3N requests, from /proc' },
-      units: 'Gbit/s = 1e9 bits per second of block data; p50/p99 and CPU in microseconds',
-      tables: [primary, ...(extra !== undefined ? [extra] : [])],
-    }, null, 2)}\n`);
+    writeFileSync(
+      join(out, 'compare-detail.json'),
+      `${JSON.stringify(
+        {
+          measuredAt: new Date().toISOString(),
+          seconds,
+          workers,
+          loadAverage: { before: loadBefore, after: loadAfter },
+          iperf3: { defaultWritesGbps: iperf3Gbps, oneMiBWritesGbps: r3(iperfLarge) },
+          nodeSocketGbps: nodeSocket,
+          cpuPerOp: { kbtp: cpu.kbtp, redis: cpu.redis, what: '16 KiB LOAD / GET, 16 connections x 1 in flight, difference of N and 3N requests, from /proc' },
+          units: 'Gbit/s = 1e9 bits per second of block data; p50/p99 and CPU in microseconds',
+          tables: [primary, ...(extra !== undefined ? [extra] : [])],
+        },
+        null,
+        2,
+      )}\n`,
+    );
     writeFileSync(join(out, 'compare.svg'), chart(primary.rows, iperf3Gbps, inFlight));
 
     const tables = [primary, ...(extra !== undefined ? [extra] : [])];
     for (const table of tables) {
-      console.log(formatCompare(`kbtp vs Redis vs iperf3 (${table.inFlight} request(s) in flight per connection; iperf3 ${iperf3Gbps} Gbit/s, ` +
-        `${r3(iperfLarge)} with 1 MiB writes; target: ${workers} worker thread(s))`, table.rows, iperfDefault, table.inFlight));
+      console.log(
+        formatCompare(
+          `kbtp vs Redis vs iperf3 (${table.inFlight} request(s) in flight per connection; iperf3 ${iperf3Gbps} Gbit/s, ` +
+            `${r3(iperfLarge)} with 1 MiB writes; target: ${workers} worker thread(s))`,
+          table.rows,
+          iperfDefault,
+          table.inFlight,
+        ),
+      );
       console.log('');
     }
     for (const table of tables) {
       const met = table.rows.filter((row) => rowMet(row, table.inFlight)).length;
-      console.log(`target ${table.inFlight > 1 ? 'kbtp >= 1.5x Redis' : 'kbtp >= Redis in GB/s and p50'} at ${table.inFlight} in flight: met in ${met} of ${table.rows.length} rows`);
+      console.log(
+        `target ${table.inFlight > 1 ? 'kbtp >= 1.5x Redis' : 'kbtp >= Redis in GB/s and p50'} at ${table.inFlight} in flight: met in ${met} of ${table.rows.length} rows`,
+      );
     }
     const load1m = primary.rows.find((row) => row.op === 'load' && row.size === 1024 * 1024 && row.sessions === 16);
     if (load1m !== undefined) {
-      console.log(`target kbtp LOAD 1 MiB x16 >= 0.8 of a plain Node socket pair: ${load1m.kbtp_gbps} of ${nodeSocket} Gbit/s = ` +
-        `${(load1m.kbtp_gbps / nodeSocket).toFixed(2)} -> ${load1m.kbtp_gbps >= 0.8 * nodeSocket ? 'met' : 'missed'}`);
+      console.log(
+        `target kbtp LOAD 1 MiB x16 >= 0.8 of a plain Node socket pair: ${load1m.kbtp_gbps} of ${nodeSocket} Gbit/s = ` +
+          `${(load1m.kbtp_gbps / nodeSocket).toFixed(2)} -> ${load1m.kbtp_gbps >= 0.8 * nodeSocket ? 'met' : 'missed'}`,
+      );
     }
     const cpuMet = (side: 'server_us' | 'client_us'): string => (cpu.kbtp[side] <= 2 * cpu.redis[side] ? 'met' : 'missed');
-    console.log(`target CPU per 16 KiB LOAD <= 2x Redis GET: target ${cpu.kbtp.server_us} us vs redis-server ${cpu.redis.server_us} us -> ${cpuMet('server_us')}; ` +
-      `client ${cpu.kbtp.client_us} us vs redis-benchmark ${cpu.redis.client_us} us -> ${cpuMet('client_us')}`);
+    console.log(
+      `target CPU per 16 KiB LOAD <= 2x Redis GET: target ${cpu.kbtp.server_us} us vs redis-server ${cpu.redis.server_us} us -> ${cpuMet('server_us')}; ` +
+        `client ${cpu.kbtp.client_us} us vs redis-benchmark ${cpu.redis.client_us} us -> ${cpuMet('client_us')}`,
+    );
     console.log(`load average before ${loadBefore.join(' ')}, after ${loadAfter.join(' ')} (2 cores)`);
     console.log(`wrote ${join(out, 'compare.json')}, compare-detail.json and compare.svg`);
     return 0;
@@ -248,7 +350,9 @@ async function main(): Promise<number> {
 }
 
 main().then(
-  (code) => { process.exitCode = code; },
+  (code) => {
+    process.exitCode = code;
+  },
   async (error: unknown) => {
     await stopAll();
     console.error(`compare: ${error instanceof Error ? error.message : String(error)}`);

@@ -23,7 +23,10 @@ export function processCpuUs(pid: number): number {
 export async function childCpuUs(command: string, args: string[], timeoutMs: number): Promise<number> {
   // The shell waits for the command, then prints its own stat: cutime + cstime are the command's.
   const out = await run('sh', ['-c', '"$@" >/dev/null 2>&1 || exit $?; cat /proc/$$/stat', 'sh', command, ...args], timeoutMs);
-  const fields = out.slice(out.lastIndexOf(')') + 2).trim().split(' ');
+  const fields = out
+    .slice(out.lastIndexOf(')') + 2)
+    .trim()
+    .split(' ');
   return ((Number(fields[13]) + Number(fields[14])) * 1e6) / TICKS_PER_SECOND;
 }
 
@@ -51,8 +54,26 @@ export async function cpuPerOp(pid: number, requests: number, client: (count: nu
 
 /** A kbtp target in a process of its own (`kbtp target`), so that its CPU is its own. */
 export async function startTargetProcess(repoRoot: string, blockSize: number, blocks: number): Promise<{ port: number; pid: number; child: ChildProcess }> {
-  const child = track(spawn(process.execPath, [join(repoRoot, 'dist', 'host', 'cli.js'), 'target', '--listen', '127.0.0.1:0', '--workers', '1',
-    '--block-size', String(blockSize), '--blocks', String(blocks), '--credits', '8'], { stdio: ['ignore', 'pipe', 'pipe'] }));
+  const child = track(
+    spawn(
+      process.execPath,
+      [
+        join(repoRoot, 'dist', 'host', 'cli.js'),
+        'target',
+        '--listen',
+        '127.0.0.1:0',
+        '--workers',
+        '1',
+        '--block-size',
+        String(blockSize),
+        '--blocks',
+        String(blocks),
+        '--credits',
+        '8',
+      ],
+      { stdio: ['ignore', 'pipe', 'pipe'] },
+    ),
+  );
   const port = await new Promise<number>((resolve, reject) => {
     let out = '';
     const timer = setTimeout(() => reject(new Error(`kbtp target did not start: ${out}`)), 30_000);

@@ -44,7 +44,8 @@ export async function nodeSocketGbps(size: number, connections: number, seconds:
       let received = 0;
       const readBuffer = Buffer.alloc(256 * 1024);
       const socket = net.connect({
-        host: '127.0.0.1', port,
+        host: '127.0.0.1',
+        port,
         onread: {
           buffer: readBuffer,
           callback: (length: number) => {
@@ -60,13 +61,15 @@ export async function nodeSocketGbps(size: number, connections: number, seconds:
       } as net.NetConnectOpts);
       socket.setNoDelay(true);
       sockets.push(socket);
-      done.push(new Promise<void>((resolve, reject) => {
-        socket.once('connect', () => {
-          socket.write(request);
-          resolve();
-        });
-        socket.once('error', reject);
-      }));
+      done.push(
+        new Promise<void>((resolve, reject) => {
+          socket.once('connect', () => {
+            socket.write(request);
+            resolve();
+          });
+          socket.once('error', reject);
+        }),
+      );
     }
     await Promise.all(done);
     await new Promise((resolve) => setTimeout(resolve, warmupMs));

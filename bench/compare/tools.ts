@@ -51,8 +51,12 @@ export function run(command: string, args: string[], timeoutMs: number): Promise
     const child = track(spawn(command, args, { stdio: ['ignore', 'pipe', 'pipe'] }));
     let out = '';
     let err = '';
-    child.stdout?.on('data', (chunk: Buffer) => { out += chunk.toString(); });
-    child.stderr?.on('data', (chunk: Buffer) => { err += chunk.toString(); });
+    child.stdout?.on('data', (chunk: Buffer) => {
+      out += chunk.toString();
+    });
+    child.stderr?.on('data', (chunk: Buffer) => {
+      err += chunk.toString();
+    });
     const timer = setTimeout(() => child.kill('SIGKILL'), timeoutMs);
     child.once('error', (error) => {
       clearTimeout(timer);
@@ -78,8 +82,30 @@ export async function startRedis(): Promise<RedisServer> {
   requireTool('redis-cli');
   const port = await freePort();
   const dir = mkdtempSync(join(tmpdir(), 'kbtp-compare-redis-'));
-  const child = track(spawn('redis-server', ['--bind', '127.0.0.1', '--port', String(port), '--save', '', '--appendonly', 'no',
-    '--protected-mode', 'yes', '--daemonize', 'no', '--dir', dir, '--logfile', ''], { stdio: 'ignore' }));
+  const child = track(
+    spawn(
+      'redis-server',
+      [
+        '--bind',
+        '127.0.0.1',
+        '--port',
+        String(port),
+        '--save',
+        '',
+        '--appendonly',
+        'no',
+        '--protected-mode',
+        'yes',
+        '--daemonize',
+        'no',
+        '--dir',
+        dir,
+        '--logfile',
+        '',
+      ],
+      { stdio: 'ignore' },
+    ),
+  );
   const deadline = Date.now() + 10_000;
   for (;;) {
     if (child.exitCode !== null) throw new Error(`redis-server exited at start (code ${child.exitCode})`);
@@ -116,7 +142,10 @@ export interface RedisResult {
 /** Parses redis-benchmark --csv output (Redis 7: test, rps, avg, min, p50, p95, p99, max in ms). */
 export function parseRedisCsv(text: string): Map<string, { rps: number; p50Ms: number; p99Ms: number }> {
   const results = new Map<string, { rps: number; p50Ms: number; p99Ms: number }>();
-  const lines = text.split('\n').map((line) => line.trim()).filter((line) => line !== '');
+  const lines = text
+    .split('\n')
+    .map((line) => line.trim())
+    .filter((line) => line !== '');
   const header = lines[0]?.split(',').map((cell) => cell.replace(/"/g, '')) ?? [];
   const column = (name: string): number => header.indexOf(name);
   for (const line of lines.slice(1)) {
@@ -131,8 +160,29 @@ export function parseRedisCsv(text: string): Map<string, { rps: number; p50Ms: n
 /** redis-benchmark SET then GET of `size`-octet values on one key per run (as it does by default). */
 export async function redisBenchmark(port: number, size: number, clients: number, requests: number, pipeline = 1): Promise<RedisResult[]> {
   requireTool('redis-benchmark');
-  const out = await run('redis-benchmark', ['-h', '127.0.0.1', '-p', String(port), '-t', 'set,get', '-d', String(size), '-c', String(clients),
-    '-n', String(requests), '-P', String(pipeline), '--csv', '--precision', '3'], 300_000);
+  const out = await run(
+    'redis-benchmark',
+    [
+      '-h',
+      '127.0.0.1',
+      '-p',
+      String(port),
+      '-t',
+      'set,get',
+      '-d',
+      String(size),
+      '-c',
+      String(clients),
+      '-n',
+      String(requests),
+      '-P',
+      String(pipeline),
+      '--csv',
+      '--precision',
+      '3',
+    ],
+    300_000,
+  );
   const parsed = parseRedisCsv(out);
   return (['set', 'get'] as const).map((op) => {
     const row = parsed.get(op.toUpperCase());
@@ -152,8 +202,11 @@ export async function iperf3(seconds: number, writeLength?: string): Promise<num
     let lastError: unknown;
     while (out === undefined && Date.now() < deadline) {
       try {
-        out = await run('iperf3', ['-c', '127.0.0.1', '-B', '127.0.0.1', '-p', String(port), '-t', String(seconds), '-J',
-          ...(writeLength !== undefined ? ['-l', writeLength] : [])], (seconds + 20) * 1000);
+        out = await run(
+          'iperf3',
+          ['-c', '127.0.0.1', '-B', '127.0.0.1', '-p', String(port), '-t', String(seconds), '-J', ...(writeLength !== undefined ? ['-l', writeLength] : [])],
+          (seconds + 20) * 1000,
+        );
       } catch (error) {
         lastError = error; // the server may not listen yet
         await new Promise((resolve) => setTimeout(resolve, 100));

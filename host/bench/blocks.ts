@@ -46,7 +46,10 @@ export class BlockMaker {
   private readonly bodyCrc: number;
   private readonly stamp = new Uint8Array(STAMP_SIZE);
 
-  constructor(readonly size: number, seed = size) {
+  constructor(
+    readonly size: number,
+    seed = size,
+  ) {
     if (!Number.isInteger(size) || size < 0) throw new RangeError(`block size ${size} must be a non-negative integer`);
     this.body = new Uint8Array(Math.max(0, size - STAMP_SIZE));
     fillPattern(this.body, seed);

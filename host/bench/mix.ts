@@ -8,7 +8,12 @@ export type OpName = (typeof OPS)[number];
 
 /** Report names, as the protocol spells the opcodes. */
 export const OP_LABELS: Record<OpName, string> = {
-  load: 'LOAD', store: 'STORE', 'alloc-store': 'ALLOC_STORE', free: 'FREE', 'direct-load': 'DIRECT_LOAD', 'direct-alloc': 'DIRECT_ALLOC',
+  load: 'LOAD',
+  store: 'STORE',
+  'alloc-store': 'ALLOC_STORE',
+  free: 'FREE',
+  'direct-load': 'DIRECT_LOAD',
+  'direct-alloc': 'DIRECT_ALLOC',
 };
 
 export interface MixItem {
@@ -25,7 +30,10 @@ export class MixError extends UsageError {}
 export function parseMix(text: string): Phase[] {
   const items: MixItem[] = [];
   let weighted = false;
-  for (const part of text.split(',').map((item) => item.trim()).filter((item) => item !== '')) {
+  for (const part of text
+    .split(',')
+    .map((item) => item.trim())
+    .filter((item) => item !== '')) {
     const [name, weightText, extra] = part.split(':');
     const op = name?.toLowerCase().replace('_', '-') as OpName;
     if (!(OPS as readonly string[]).includes(op) || extra !== undefined) {
@@ -70,7 +78,10 @@ export class OpPicker {
   private readonly total: number;
   private state: number;
 
-  constructor(private readonly phase: Phase, seed = 1) {
+  constructor(
+    private readonly phase: Phase,
+    seed = 1,
+  ) {
     let sum = 0;
     for (const item of phase) {
       sum += item.weight;

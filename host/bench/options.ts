@@ -18,7 +18,11 @@ export function parseSize(text: string, flag: string): number {
 }
 
 export function parseSizes(text: string, flag: string): number[] {
-  const sizes = text.split(',').map((part) => part.trim()).filter((part) => part !== '').map((part) => parseSize(part, flag));
+  const sizes = text
+    .split(',')
+    .map((part) => part.trim())
+    .filter((part) => part !== '')
+    .map((part) => parseSize(part, flag));
   if (sizes.length === 0) throw new UsageError(`${flag}: give at least one size, e.g. 16K,256K,1M`);
   return sizes;
 }

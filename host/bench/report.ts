@@ -38,14 +38,23 @@ export function rowsOf(result: PhaseResult, phase = ''): BenchRow[] {
   return result.ops.map((stats) => {
     const h = stats.histogram;
     const row: BenchRow = {
-      op: stats.op, phase: phase || OP_LABELS[stats.op], size: result.size, sessions: result.sessions, inFlight: result.inFlight,
-      ops: stats.count, seconds: round(result.seconds),
+      op: stats.op,
+      phase: phase || OP_LABELS[stats.op],
+      size: result.size,
+      sessions: result.sessions,
+      inFlight: result.inFlight,
+      ops: stats.count,
+      seconds: round(result.seconds),
       opsPerSec: round(stats.count / result.seconds, 1),
       bytesPerSec: Math.round(stats.bytes / result.seconds),
       gbPerSec: round(stats.bytes / result.seconds / 1e9, 4),
-      p50Us: round(h.percentileNs(0.5) / 1e3, 1), p99Us: round(h.percentileNs(0.99) / 1e3, 1),
-      p999Us: round(h.percentileNs(0.999) / 1e3, 1), meanUs: round(h.meanNs / 1e3, 1), maxUs: round(h.maxNs / 1e3, 1),
-      errors: Object.fromEntries(stats.errors), corrupt: stats.corrupt,
+      p50Us: round(h.percentileNs(0.5) / 1e3, 1),
+      p99Us: round(h.percentileNs(0.99) / 1e3, 1),
+      p999Us: round(h.percentileNs(0.999) / 1e3, 1),
+      meanUs: round(h.meanNs / 1e3, 1),
+      maxUs: round(h.maxNs / 1e3, 1),
+      errors: Object.fromEntries(stats.errors),
+      corrupt: stats.corrupt,
     };
     if (stats.firstProblem !== undefined) row.firstError = stats.firstProblem;
     return row;
@@ -67,8 +76,19 @@ export function formatRows(title: string, rows: readonly BenchRow[]): string {
   return formatTable({
     title,
     columns: ['op', 'size', 'sessions', 'in flight', 'ops', 'ops/s', 'GB/s', 'p50 us', 'p99 us', 'p99.9 us', 'errors'],
-    rows: rows.map((row) => [row.phase === OP_LABELS[row.op] ? row.phase : `${OP_LABELS[row.op]} (in ${row.phase})`, formatSize(row.size), row.sessions, row.inFlight, row.ops, row.opsPerSec, row.gbPerSec,
-      row.p50Us, row.p99Us, row.p999Us, errorText(row)]),
+    rows: rows.map((row) => [
+      row.phase === OP_LABELS[row.op] ? row.phase : `${OP_LABELS[row.op]} (in ${row.phase})`,
+      formatSize(row.size),
+      row.sessions,
+      row.inFlight,
+      row.ops,
+      row.opsPerSec,
+      row.gbPerSec,
+      row.p50Us,
+      row.p99Us,
+      row.p999Us,
+      errorText(row),
+    ]),
   });
 }
 
@@ -76,13 +96,14 @@ export function formatRows(title: string, rows: readonly BenchRow[]): string {
 export function chartRows(title: string, rows: readonly BenchRow[]): string {
   const sizes = [...new Set(rows.map((row) => row.size))].sort((a, b) => a - b);
   const ops = [...new Set(rows.map((row) => row.op))];
-  const series = (pick: (row: BenchRow) => number) => ops.map((op) => ({
-    name: OP_LABELS[op],
-    values: sizes.map((size) => {
-      const row = rows.find((r) => r.op === op && r.size === size);
-      return row === undefined ? 0 : pick(row);
-    }),
-  }));
+  const series = (pick: (row: BenchRow) => number) =>
+    ops.map((op) => ({
+      name: OP_LABELS[op],
+      values: sizes.map((size) => {
+        const row = rows.find((r) => r.op === op && r.size === size);
+        return row === undefined ? 0 : pick(row);
+      }),
+    }));
   const groups = sizes.map(formatSize);
   const throughput = barChart({ title: `${title}: throughput`, yLabel: 'GB/s', groups, series: series((row) => row.gbPerSec) });
   const latency = barChart({ title: `${title}: p99 latency`, yLabel: 'microseconds', groups, series: series((row) => row.p99Us) });

@@ -53,8 +53,10 @@ async function openSessions(address: string, config: BenchConfig): Promise<KbtpS
   const first = sessions[0];
   if (first !== undefined && (first.hello.capabilities & capabilities) !== capabilities) {
     await Promise.all(sessions.map((session) => session.close(500).catch(() => undefined)));
-    throw new BenchConfigError(`the target did not grant ${direct.load ? 'DIRECT_LOAD ' : ''}${direct.alloc ? 'DIRECT_ALLOC ' : ''}to tenant '${config.tenant ?? 'default'}'; ` +
-      'use a tenant trusted for direct mode, or drop direct-load/direct-alloc from the mix');
+    throw new BenchConfigError(
+      `the target did not grant ${direct.load ? 'DIRECT_LOAD ' : ''}${direct.alloc ? 'DIRECT_ALLOC ' : ''}to tenant '${config.tenant ?? 'default'}'; ` +
+        'use a tenant trusted for direct mode, or drop direct-load/direct-alloc from the mix',
+    );
   }
   return sessions;
 }
@@ -62,18 +64,23 @@ async function openSessions(address: string, config: BenchConfig): Promise<KbtpS
 function checkFit(sessions: readonly KbtpSession[], size: number, config: BenchConfig, firstHandle: bigint): void {
   const hello = sessions[0]?.hello;
   if (hello === undefined) return;
-  if (size > hello.blockSize) throw new BenchConfigError(`${formatSize(size)} blocks do not fit the target's ${hello.blockSize}-octet blocks; use --sizes up to ${hello.blockSize}`);
+  if (size > hello.blockSize)
+    throw new BenchConfigError(`${formatSize(size)} blocks do not fit the target's ${hello.blockSize}-octet blocks; use --sizes up to ${hello.blockSize}`);
   const depth = Math.min(...sessions.map((session) => session.depth));
   if (config.inFlight > depth) {
     throw new BenchConfigError(`the target grants ${hello.targetCredits} credits per session, fewer than --in-flight ${config.inFlight}; lower --in-flight`);
   }
   const needed = BigInt(config.sessions * config.keysPerSession);
   if (needed > BigInt(hello.quota)) {
-    throw new BenchConfigError(`${config.sessions} sessions x ${config.keysPerSession} handles need ${needed} blocks, over the tenant's quota of ${hello.quota}; lower --sessions or --keys`);
+    throw new BenchConfigError(
+      `${config.sessions} sessions x ${config.keysPerSession} handles need ${needed} blocks, over the tenant's quota of ${hello.quota}; lower --sessions or --keys`,
+    );
   }
   const rangeEnd = hello.storeFirst + hello.storeCount;
   if (firstHandle < hello.storeFirst || firstHandle + needed > rangeEnd) {
-    throw new BenchConfigError(`handles ${firstHandle}..${firstHandle + needed - 1n} are outside the tenant's store range ${hello.storeFirst}..${rangeEnd - 1n}; adjust --handle-base or --keys`);
+    throw new BenchConfigError(
+      `handles ${firstHandle}..${firstHandle + needed - 1n} are outside the tenant's store range ${hello.storeFirst}..${rangeEnd - 1n}; adjust --handle-base or --keys`,
+    );
   }
 }
 
@@ -98,9 +105,16 @@ export async function runBench(config: BenchConfig, rows: BenchRow[] = []): Prom
     let address = config.target;
     if (address === undefined) {
       // Room for every session's handles plus the ring's slack; credits cover the pipeline.
-      target = await spawnTarget({ blockSize: size, blocks: config.sessions * config.keysPerSession + 16, workers: config.workers,
-        credits: Math.max(config.inFlight, 8), sessions: config.sessions, directLoad: direct.load, directAlloc: direct.alloc,
-        ...(config.log !== undefined ? { log: config.log } : {}) });
+      target = await spawnTarget({
+        blockSize: size,
+        blocks: config.sessions * config.keysPerSession + 16,
+        workers: config.workers,
+        credits: Math.max(config.inFlight, 8),
+        sessions: config.sessions,
+        directLoad: direct.load,
+        directAlloc: direct.alloc,
+        ...(config.log !== undefined ? { log: config.log } : {}),
+      });
       address = `127.0.0.1:${target.port}`;
     }
     let sessions: KbtpSession[] = [];
@@ -111,7 +125,12 @@ export async function runBench(config: BenchConfig, rows: BenchRow[] = []): Prom
       for (const phase of config.phases) {
         const label = `${phaseLabel(phase)} ${formatSize(size)}`;
         const result = await runPhase({
-          sessions, size, phase, inFlight: config.inFlight, keysPerSession: config.keysPerSession, firstHandle,
+          sessions,
+          size,
+          phase,
+          inFlight: config.inFlight,
+          keysPerSession: config.keysPerSession,
+          firstHandle,
           ...(config.durationMs !== undefined ? { durationMs: config.durationMs } : {}),
           ...(config.count !== undefined ? { count: config.count } : {}),
           warmupMs: config.warmupMs,

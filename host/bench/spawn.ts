@@ -24,10 +24,14 @@ export async function spawnTarget(options: SpawnOptions): Promise<RunningTarget>
     workers: options.workers,
     pool: { blockSize, blockCount: blocks, handleCount: blocks * 4, maxInline: Math.min(options.maxInline ?? 8192, blockSize) },
     session: { credits: options.credits, maxSessions: Math.max(32, options.sessions + 4) },
-    tenants: [{
-      name: 'default', open: true, quota: blocks,
-      trust: { directLoad: options.directLoad === true, directAlloc: options.directAlloc === true },
-    }],
+    tenants: [
+      {
+        name: 'default',
+        open: true,
+        quota: blocks,
+        trust: { directLoad: options.directLoad === true, directAlloc: options.directAlloc === true },
+      },
+    ],
   });
   return startTarget(settings, { log: options.log ?? ((line) => console.error(line)) });
 }

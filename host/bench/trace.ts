@@ -124,7 +124,10 @@ export interface ReplayOptions {
   concurrency?: number;
   /** Requests each session pipelines to the target (default 32). */
   pipeline?: number;
-  onProgress?: (label: string, progress: { elapsedMs: number; plannedMs: number | undefined; completed: number; planned: number; bytes: number; errors: number }) => void;
+  onProgress?: (
+    label: string,
+    progress: { elapsedMs: number; plannedMs: number | undefined; completed: number; planned: number; bytes: number; errors: number },
+  ) => void;
   log?: (line: string) => void;
 }
 
@@ -205,8 +208,14 @@ export async function replayTrace(options: ReplayOptions): Promise<ReplayResult>
   let target: RunningTarget | undefined;
   let address = options.target;
   if (address === undefined) {
-    target = await spawnTarget({ blockSize: options.blockSize, blocks: handles + 16, workers: options.workers ?? 1, credits: pipeline,
-      sessions: sessionCount, log });
+    target = await spawnTarget({
+      blockSize: options.blockSize,
+      blocks: handles + 16,
+      workers: options.workers ?? 1,
+      credits: pipeline,
+      sessions: sessionCount,
+      log,
+    });
     address = `127.0.0.1:${target.port}`;
   }
   const sessions: KbtpSession[] = [];
@@ -216,10 +225,13 @@ export async function replayTrace(options: ReplayOptions): Promise<ReplayResult>
     }
     const hello = sessions[0]?.hello;
     if (hello === undefined) throw new TraceError('no session');
-    if (options.blockSize > hello.blockSize) throw new TraceError(`${formatSize(options.blockSize)} trace blocks do not fit the target's ${hello.blockSize}-octet blocks`);
+    if (options.blockSize > hello.blockSize)
+      throw new TraceError(`${formatSize(options.blockSize)} trace blocks do not fit the target's ${hello.blockSize}-octet blocks`);
     if (handles > hello.quota || BigInt(handles) > hello.storeCount) {
-      throw new TraceError(`the replay needs ${handles} blocks (capacity ${capacity} plus room for the requests in flight), more than the tenant's ` +
-        `quota (${hello.quota}) or store range (${hello.storeCount} handles); give a smaller --capacity or --concurrency, or a bigger target`);
+      throw new TraceError(
+        `the replay needs ${handles} blocks (capacity ${capacity} plus room for the requests in flight), more than the tenant's ` +
+          `quota (${hello.quota}) or store range (${hello.storeCount} handles); give a smaller --capacity or --concurrency, or a bigger target`,
+      );
     }
     return await replay(trace, options, sessions, { capacity, handles, unbounded, distinct, concurrency, modelHits: model.hits, storeFirst: hello.storeFirst });
   } finally {
@@ -228,8 +240,12 @@ export async function replayTrace(options: ReplayOptions): Promise<ReplayResult>
   }
 }
 
-async function replay(trace: Trace, options: ReplayOptions, sessions: readonly KbtpSession[],
-  plan: { capacity: number; handles: number; unbounded: boolean; distinct: number; concurrency: number; modelHits: number; storeFirst: bigint }): Promise<ReplayResult> {
+async function replay(
+  trace: Trace,
+  options: ReplayOptions,
+  sessions: readonly KbtpSession[],
+  plan: { capacity: number; handles: number; unbounded: boolean; distinct: number; concurrency: number; modelHits: number; storeFirst: bigint },
+): Promise<ReplayResult> {
   const { blockSize } = options;
   const timeScale = options.timeScale ?? 0;
   const maker = new BlockMaker(blockSize);
@@ -359,7 +375,14 @@ async function replay(trace: Trace, options: ReplayOptions, sessions: readonly K
       inPrefix = false;
       if (directory.size >= plan.capacity) evictOne(session);
       let finish: (ok: boolean) => void = () => undefined;
-      const entry: Entry = { handle: 0n, expected: undefined, storing: new Promise<boolean>((resolve) => { finish = resolve; }), users: 1 };
+      const entry: Entry = {
+        handle: 0n,
+        expected: undefined,
+        storing: new Promise<boolean>((resolve) => {
+          finish = resolve;
+        }),
+        users: 1,
+      };
       directory.set(id, entry);
       stores.push({ entry, finish, handle: takeHandle() });
     }
@@ -375,14 +398,19 @@ async function replay(trace: Trace, options: ReplayOptions, sessions: readonly K
   const firstTimestamp = trace.timestamps[0] ?? 0;
   const lastTimestamp = trace.timestamps[trace.requests - 1] ?? 0;
   let nextRequest = 0;
-  const timer = options.onProgress === undefined ? undefined : setInterval(() => {
-    options.onProgress?.('trace replay', {
-      elapsedMs: performance.now() - start,
-      plannedMs: timeScale > 0 ? (lastTimestamp - firstTimestamp) / timeScale : undefined,
-      completed: completedRequests, planned: trace.requests, bytes: loadedBytes + storedBytes,
-      errors: [...errors.values()].reduce((a, b) => a + b, 0),
-    });
-  }, 1000);
+  const timer =
+    options.onProgress === undefined
+      ? undefined
+      : setInterval(() => {
+          options.onProgress?.('trace replay', {
+            elapsedMs: performance.now() - start,
+            plannedMs: timeScale > 0 ? (lastTimestamp - firstTimestamp) / timeScale : undefined,
+            completed: completedRequests,
+            planned: trace.requests,
+            bytes: loadedBytes + storedBytes,
+            errors: [...errors.values()].reduce((a, b) => a + b, 0),
+          });
+        }, 1000);
   // Each lane is one request in flight on one session; lanes take requests in trace order.
   const lane = async (session: KbtpSession): Promise<void> => {
     while (nextRequest < trace.requests) {
@@ -406,15 +434,33 @@ async function replay(trace: Trace, options: ReplayOptions, sessions: readonly K
   const moved = histograms.load.count + histograms.store.count;
   const result: ReplayResult = {
     trace: options.path,
-    rule: 'a request\'s blocks count as hits only up to its first miss; hit rate = prefix hits / block references',
-    requests: trace.requests, references, distinctBlocks: plan.distinct, blockSize, capacity: plan.capacity, unbounded: plan.unbounded,
-    timeScale, sessions: sessions.length, concurrency: plan.concurrency,
-    hits, misses: references - hits, hitRate: hits / references, modelHitRate: plan.modelHits / references, presentAfterMiss,
-    seconds: +seconds.toFixed(3), blocksPerSec: +(moved / seconds).toFixed(1), bytesPerSec: Math.round((loadedBytes + storedBytes) / seconds),
-    loadedBytes, storedBytes,
-    load: percentiles(histograms.load), store: percentiles(histograms.store), free: percentiles(histograms.free), request: percentiles(histograms.request),
+    rule: "a request's blocks count as hits only up to its first miss; hit rate = prefix hits / block references",
+    requests: trace.requests,
+    references,
+    distinctBlocks: plan.distinct,
+    blockSize,
+    capacity: plan.capacity,
+    unbounded: plan.unbounded,
+    timeScale,
+    sessions: sessions.length,
+    concurrency: plan.concurrency,
+    hits,
+    misses: references - hits,
+    hitRate: hits / references,
+    modelHitRate: plan.modelHits / references,
+    presentAfterMiss,
+    seconds: +seconds.toFixed(3),
+    blocksPerSec: +(moved / seconds).toFixed(1),
+    bytesPerSec: Math.round((loadedBytes + storedBytes) / seconds),
+    loadedBytes,
+    storedBytes,
+    load: percentiles(histograms.load),
+    store: percentiles(histograms.store),
+    free: percentiles(histograms.free),
+    request: percentiles(histograms.request),
     lateStartP99Ms: timeScale > 0 ? +(late.percentileNs(0.99) / 1e6).toFixed(2) : 0,
-    errors: Object.fromEntries(errors), corrupt,
+    errors: Object.fromEntries(errors),
+    corrupt,
   };
   if (firstError !== undefined) result.firstError = firstError;
   return result;
@@ -432,8 +478,13 @@ export function formatReplay(result: ReplayResult): string {
       `${result.presentAfterMiss} held blocks after a first miss`,
     `  ${result.seconds} s: ${result.blocksPerSec.toFixed(0)} blocks/s, ${(result.bytesPerSec / 1e9).toFixed(3)} GB/s ` +
       `(loaded ${(result.loadedBytes / 1e9).toFixed(3)} GB, stored ${(result.storedBytes / 1e9).toFixed(3)} GB)`,
-    `  errors: ${Object.keys(result.errors).length === 0 ? 'none' : Object.entries(result.errors).map(([k, v]) => `${v} ${k}`).join(', ')}` +
-      `${result.firstError !== undefined ? ` (first: ${result.firstError})` : ''}`,
+    `  errors: ${
+      Object.keys(result.errors).length === 0
+        ? 'none'
+        : Object.entries(result.errors)
+            .map(([k, v]) => `${v} ${k}`)
+            .join(', ')
+    }` + `${result.firstError !== undefined ? ` (first: ${result.firstError})` : ''}`,
   ];
   const table = formatTable({
     title: '',
@@ -451,8 +502,13 @@ export function chartReplay(result: ReplayResult): string {
   const picks = [result.load, result.store, result.free, result.request];
   const latency = barChart({
     title: `trace replay latency (hit rate ${percent(result.hitRate, 1)}, ${formatSize(result.blockSize)} blocks)`,
-    yLabel: 'microseconds', groups,
-    series: [{ name: 'p50', values: picks.map((p) => p.p50Us) }, { name: 'p99', values: picks.map((p) => p.p99Us) }, { name: 'p99.9', values: picks.map((p) => p.p999Us) }],
+    yLabel: 'microseconds',
+    groups,
+    series: [
+      { name: 'p50', values: picks.map((p) => p.p50Us) },
+      { name: 'p99', values: picks.map((p) => p.p99Us) },
+      { name: 'p99.9', values: picks.map((p) => p.p999Us) },
+    ],
   });
   return stack([latency]);
 }

@@ -106,7 +106,11 @@ class SessionBlocks {
   version = 0;
   failed: Error | undefined;
 
-  constructor(readonly session: KbtpSession, readonly firstHandle: bigint, readonly keys: number) {
+  constructor(
+    readonly session: KbtpSession,
+    readonly firstHandle: bigint,
+    readonly keys: number,
+  ) {
     this.expected = new Array<ExpectedBlock | undefined>(keys).fill(undefined);
     this.idleBound = new IndexQueue(keys);
     this.idleFree = new IndexQueue(keys);
@@ -198,7 +202,7 @@ export async function runPhase(options: PhaseOptions): Promise<PhaseResult> {
   const all = sessions.map((session, index) => new SessionBlocks(session, options.firstHandle + BigInt(index * keys), keys));
   await Promise.all(all.map((blocks) => prefill(blocks, maker, sealed, inFlight)));
 
-  const warmupMs = options.count !== undefined ? 0 : options.warmupMs ?? 0;
+  const warmupMs = options.count !== undefined ? 0 : (options.warmupMs ?? 0);
   const start = performance.now();
   const measureFrom = start + warmupMs;
   const endAt = options.durationMs !== undefined ? measureFrom + options.durationMs : Infinity;
@@ -297,9 +301,15 @@ export async function runPhase(options: PhaseOptions): Promise<PhaseResult> {
     }
   };
 
-  const report = (): void => options.onProgress?.({ elapsedMs: performance.now() - start,
-    plannedMs: options.durationMs === undefined ? undefined : options.durationMs + warmupMs,
-    completed, planned: options.count, bytes: completedBytes, errors: problems });
+  const report = (): void =>
+    options.onProgress?.({
+      elapsedMs: performance.now() - start,
+      plannedMs: options.durationMs === undefined ? undefined : options.durationMs + warmupMs,
+      completed,
+      planned: options.count,
+      bytes: completedBytes,
+      errors: problems,
+    });
   const timer = options.onProgress === undefined ? undefined : setInterval(report, options.progressIntervalMs ?? 1000);
   try {
     await Promise.all(all.flatMap((blocks, s) => Array.from({ length: inFlight }, (_, w) => runWorker(blocks, 1 + s * 977 + w * 131))));
@@ -312,8 +322,14 @@ export async function runPhase(options: PhaseOptions): Promise<PhaseResult> {
 
   const failed = all.find((blocks) => blocks.failed !== undefined)?.failed;
   if (failed === undefined) {
-    await Promise.all(all.map((blocks) => cleanup({ session: blocks.session,
-      handles: blocks.expected.flatMap((expected, index) => (expected === undefined ? [] : [blocks.handle(index)])) }, inFlight)));
+    await Promise.all(
+      all.map((blocks) =>
+        cleanup(
+          { session: blocks.session, handles: blocks.expected.flatMap((expected, index) => (expected === undefined ? [] : [blocks.handle(index)])) },
+          inFlight,
+        ),
+      ),
+    );
   }
   return { size, sessions: sessions.length, inFlight, seconds, ops: [...stats.values()] };
 }

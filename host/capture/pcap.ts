@@ -46,8 +46,7 @@ export function parsePcap(bytes: Uint8Array): PcapFile {
     const magicLittleEndian = view.getUint32(0, true);
     if (magicLittleEndian !== MAGIC_MICRO && magicLittleEndian !== MAGIC_NANO) {
       throw new PcapFormatError(
-        `not a classic pcap file: magic 0x${magicBigEndian.toString(16).padStart(8, '0')} ` +
-          '(pcapng and other formats are not supported)',
+        `not a classic pcap file: magic 0x${magicBigEndian.toString(16).padStart(8, '0')} ` + '(pcapng and other formats are not supported)',
       );
     }
     littleEndian = true;
@@ -67,9 +66,7 @@ export function parsePcap(bytes: Uint8Array): PcapFile {
     const originalLength = view.getUint32(offset + 12, littleEndian);
     const dataStart = offset + RECORD_HEADER_LENGTH;
     if (dataStart + includedLength > bytes.length) {
-      throw new PcapFormatError(
-        `record ${records.length} claims ${includedLength} bytes but only ${bytes.length - dataStart} remain`,
-      );
+      throw new PcapFormatError(`record ${records.length} claims ${includedLength} bytes but only ${bytes.length - dataStart} remain`);
     }
     records.push({
       index: records.length,

@@ -90,9 +90,7 @@ export function reassembleTcp(capture: PcapFile | Uint8Array): TcpConnection[] {
       open.set(forwardKey, connection);
       all.push(connection);
     }
-    const direction = sameEndpoint(connection.initiator, segment.sourceAddress, segment.sourcePort)
-      ? connection.forward
-      : connection.backward;
+    const direction = sameEndpoint(connection.initiator, segment.sourceAddress, segment.sourcePort) ? connection.forward : connection.backward;
     addSegment(direction, segment, record.index);
     if ((segment.flags & (TCP_FIN | TCP_RST)) !== 0) connection.closed = true;
   }

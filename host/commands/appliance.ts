@@ -3,9 +3,7 @@
 import { parseArgs } from 'node:util';
 import type { Command } from '../cli.ts';
 import { ConfigError, parseListen, setDurable } from '../../firmware/config.ts';
-import {
-  loadApplianceSettings, checkManagementExposure, LOG_LEVELS, type ApplianceSettings, type LogLevel,
-} from '../../firmware/appliance-config.ts';
+import { loadApplianceSettings, checkManagementExposure, LOG_LEVELS, type ApplianceSettings, type LogLevel } from '../../firmware/appliance-config.ts';
 import { createLogger } from '../../firmware/logger.ts';
 import { runAppliance } from '../../firmware/daemon.ts';
 import { WarningLog } from '../../firmware/warnings.ts';
@@ -45,7 +43,8 @@ function applyFlags(settings: ApplianceSettings, values: Record<string, string |
     setDurable(settings.target, values['data-dir']);
   }
   const format = values['log-format'];
-  if (format !== undefined && format !== 'text' && format !== 'json') throw new ConfigError('--log-format', `"${String(format)}" is not a log format`, 'use text or json');
+  if (format !== undefined && format !== 'text' && format !== 'json')
+    throw new ConfigError('--log-format', `"${String(format)}" is not a log format`, 'use text or json');
   if (format !== undefined) settings.log.format = format;
   const level = values['log-level'];
   if (typeof level === 'string' && !(LOG_LEVELS as readonly string[]).includes(level)) {
@@ -60,11 +59,19 @@ export const command: Command = {
   async run(argv) {
     let values;
     try {
-      ({ values } = parseArgs({ args: argv, options: {
-        config: { type: 'string' }, listen: { type: 'string' }, http: { type: 'string' }, 'data-dir': { type: 'string' },
-        'log-format': { type: 'string' }, 'log-level': { type: 'string' }, verbose: { type: 'boolean', short: 'v' },
-        help: { type: 'boolean', short: 'h' },
-      } }));
+      ({ values } = parseArgs({
+        args: argv,
+        options: {
+          config: { type: 'string' },
+          listen: { type: 'string' },
+          http: { type: 'string' },
+          'data-dir': { type: 'string' },
+          'log-format': { type: 'string' },
+          'log-level': { type: 'string' },
+          verbose: { type: 'boolean', short: 'v' },
+          help: { type: 'boolean', short: 'h' },
+        },
+      }));
     } catch (error) {
       console.error(`kbtp appliance: ${(error as Error).message}\n\n${HELP}`);
       return 2;

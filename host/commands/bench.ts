@@ -66,8 +66,10 @@ function progressPrinter(quiet: boolean): (label: string, progress: Progress) =>
   return (label, progress) => {
     const seconds = progress.elapsedMs / 1000;
     const rate = progress.completed / Math.max(1e-3, seconds);
-    const done = progress.plannedMs !== undefined ? `${seconds.toFixed(1)}/${(progress.plannedMs / 1000).toFixed(1)} s`
-      : `${progress.completed}/${progress.planned ?? '?'} requests`;
+    const done =
+      progress.plannedMs !== undefined
+        ? `${seconds.toFixed(1)}/${(progress.plannedMs / 1000).toFixed(1)} s`
+        : `${progress.completed}/${progress.planned ?? '?'} requests`;
     const line = `  ${label}: ${done}, ${progress.completed} done (${rate.toFixed(0)}/s), ${(progress.bytes / 1e9).toFixed(2)} GB, ${progress.errors} errors`;
     process.stderr.write(tty ? `\r${line.padEnd(100)}` : `${line}\n`);
   };
@@ -82,14 +84,35 @@ export const command: Command = {
   async run(argv) {
     let values;
     try {
-      ({ values } = parseArgs({ args: argv, options: {
-        spawn: { type: 'boolean' }, workers: { type: 'string' }, target: { type: 'string' }, tenant: { type: 'string' }, secret: { type: 'string' },
-        'handle-base': { type: 'string' }, mix: { type: 'string' }, sizes: { type: 'string' }, sessions: { type: 'string' },
-        'in-flight': { type: 'string' }, keys: { type: 'string' }, duration: { type: 'string' }, count: { type: 'string' }, warmup: { type: 'string' },
-        trace: { type: 'string' }, 'block-size': { type: 'string' }, 'time-scale': { type: 'string' }, capacity: { type: 'string' },
-        requests: { type: 'string' }, concurrency: { type: 'string' },
-        json: { type: 'boolean' }, svg: { type: 'string' }, quiet: { type: 'boolean', short: 'q' }, help: { type: 'boolean', short: 'h' },
-      } }));
+      ({ values } = parseArgs({
+        args: argv,
+        options: {
+          spawn: { type: 'boolean' },
+          workers: { type: 'string' },
+          target: { type: 'string' },
+          tenant: { type: 'string' },
+          secret: { type: 'string' },
+          'handle-base': { type: 'string' },
+          mix: { type: 'string' },
+          sizes: { type: 'string' },
+          sessions: { type: 'string' },
+          'in-flight': { type: 'string' },
+          keys: { type: 'string' },
+          duration: { type: 'string' },
+          count: { type: 'string' },
+          warmup: { type: 'string' },
+          trace: { type: 'string' },
+          'block-size': { type: 'string' },
+          'time-scale': { type: 'string' },
+          capacity: { type: 'string' },
+          requests: { type: 'string' },
+          concurrency: { type: 'string' },
+          json: { type: 'boolean' },
+          svg: { type: 'string' },
+          quiet: { type: 'boolean', short: 'q' },
+          help: { type: 'boolean', short: 'h' },
+        },
+      }));
     } catch (error) {
       console.error(`kbtp bench: ${(error as Error).message}\n\n${HELP}`);
       return 2;
@@ -99,7 +122,9 @@ export const command: Command = {
       return 0;
     }
     const quiet = values.quiet === true;
-    const log = (line: string): void => { if (!quiet) console.error(line); };
+    const log = (line: string): void => {
+      if (!quiet) console.error(line);
+    };
     const rows: BenchRow[] = [];
     let title = 'kbtp bench';
     // The phases finished so far, printed whatever ends the run; reported once.
@@ -120,7 +145,7 @@ export const command: Command = {
     process.once('SIGINT', interrupted);
     try {
       if (values.spawn === true && values.target !== undefined) throw new UsageError('give either --spawn or --target, not both');
-      const target = values.spawn === true ? undefined : values.target ?? process.env.KBTP_TARGET ?? `127.0.0.1:${DEFAULT_PORT}`;
+      const target = values.spawn === true ? undefined : (values.target ?? process.env.KBTP_TARGET ?? `127.0.0.1:${DEFAULT_PORT}`);
       if (target !== undefined) parseTarget(target);
       const tenant = values.tenant ?? process.env.KBTP_TENANT ?? 'default';
       const secret = values.secret ?? process.env.KBTP_SECRET ?? '';
@@ -133,7 +158,12 @@ export const command: Command = {
           if (values[flag] !== undefined) throw new UsageError(`--${flag} does not apply to a trace replay`);
         }
         const result: ReplayResult = await replayTrace({
-          path: values.trace, ...(target !== undefined ? { target } : {}), tenant, secret, workers, sessions,
+          path: values.trace,
+          ...(target !== undefined ? { target } : {}),
+          tenant,
+          secret,
+          workers,
+          sessions,
           blockSize: values['block-size'] === undefined ? 16 * 1024 : parseSize(values['block-size'], '--block-size'),
           timeScale: parseNumber(values['time-scale'], '--time-scale', 0),
           ...(values.capacity !== undefined ? { capacity: parseInteger(values.capacity, '--capacity', 1) } : {}),
@@ -161,26 +191,41 @@ export const command: Command = {
         handleBase = BigInt(values['handle-base']);
       }
       const config = {
-        ...(target !== undefined ? { target } : {}), tenant, secret, workers,
+        ...(target !== undefined ? { target } : {}),
+        tenant,
+        secret,
+        workers,
         sizes: values.sizes !== undefined ? parseSizes(values.sizes, '--sizes') : target === undefined ? parseSizes('16K,256K,1M', '--sizes') : [],
         phases: parseMix(values.mix ?? 'load,store'),
-        sessions, inFlight, keysPerSession: keys,
-        ...(values.count !== undefined ? { count: parseInteger(values.count, '--count', 1) }
+        sessions,
+        inFlight,
+        keysPerSession: keys,
+        ...(values.count !== undefined
+          ? { count: parseInteger(values.count, '--count', 1) }
           : { durationMs: parseNumber(values.duration, '--duration', 3, 0.001) * 1000 }),
         warmupMs: parseNumber(values.warmup, '--warmup', 0.5) * 1000,
         ...(handleBase !== undefined ? { handleBase } : {}),
         ...(quiet ? {} : { onProgress: progressPrinter(false) }),
         log,
       };
-      log(`kbtp bench: ${target === undefined ? `spawned target (${workers} worker${workers === 1 ? '' : 's'}) per size` : `target ${target}`}, ` +
-        `${sessions} session${sessions === 1 ? '' : 's'} x ${inFlight} in flight, sizes ${config.sizes.length === 0 ? "the target's block size" : config.sizes.map(formatSize).join(', ')}`);
+      log(
+        `kbtp bench: ${target === undefined ? `spawned target (${workers} worker${workers === 1 ? '' : 's'}) per size` : `target ${target}`}, ` +
+          `${sessions} session${sessions === 1 ? '' : 's'} x ${inFlight} in flight, sizes ${config.sizes.length === 0 ? "the target's block size" : config.sizes.map(formatSize).join(', ')}`,
+      );
       title = `kbtp bench (${target === undefined ? `spawned, ${workers} worker${workers === 1 ? '' : 's'}` : target}, ${sessions} session${sessions === 1 ? '' : 's'} x ${inFlight} in flight)`;
       await runBench(config, rows);
       endProgress(quiet);
       if (values.json === true) {
         reported = true;
-        console.log(JSON.stringify({ target: target ?? 'spawned', workers: target === undefined ? workers : undefined, sessions, inFlight, keysPerSession: keys, rows }, null, 2));
-        for (const row of rows) if (row.firstError !== undefined) console.error(`kbtp bench: ${row.op} ${formatSize(row.size)}: first error: ${row.firstError}`);
+        console.log(
+          JSON.stringify(
+            { target: target ?? 'spawned', workers: target === undefined ? workers : undefined, sessions, inFlight, keysPerSession: keys, rows },
+            null,
+            2,
+          ),
+        );
+        for (const row of rows)
+          if (row.firstError !== undefined) console.error(`kbtp bench: ${row.op} ${formatSize(row.size)}: first error: ${row.firstError}`);
       } else {
         report();
       }

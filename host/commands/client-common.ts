@@ -19,7 +19,10 @@ exit codes: 0 success, 1 target unreachable, transport failure or a local file e
 3 the target answered with a KBTP status (printed), e.g. NOT_VALID or ACCESS_DENIED`;
 
 export const TARGET_OPTIONS = {
-  target: { type: 'string' }, tenant: { type: 'string' }, secret: { type: 'string' }, direct: { type: 'boolean' },
+  target: { type: 'string' },
+  tenant: { type: 'string' },
+  secret: { type: 'string' },
+  direct: { type: 'boolean' },
   transport: { type: 'string' },
   help: { type: 'boolean', short: 'h' },
 } as const satisfies ParseArgsConfig['options'];
@@ -31,8 +34,14 @@ export class InputError extends UsageError {}
 export class LocalFileError extends Error {
   constructor(action: 'read' | 'write', file: string, error: unknown) {
     const code = (error as NodeJS.ErrnoException).code;
-    const why: Record<string, string> = { ENOENT: 'no such file or directory', EACCES: 'permission denied', EISDIR: 'it is a directory',
-      ENOTDIR: 'a part of the path is not a directory', ENOSPC: 'no space left on the device', EROFS: 'read-only file system' };
+    const why: Record<string, string> = {
+      ENOENT: 'no such file or directory',
+      EACCES: 'permission denied',
+      EISDIR: 'it is a directory',
+      ENOTDIR: 'a part of the path is not a directory',
+      ENOSPC: 'no space left on the device',
+      EROFS: 'read-only file system',
+    };
     super(`cannot ${action} ${file}: ${(code !== undefined ? why[code] : undefined) ?? (error as Error).message}${code !== undefined ? ` (${code})` : ''}`);
     this.name = 'LocalFileError';
   }
@@ -46,13 +55,18 @@ export function parseHandle(text: string | undefined): bigint {
   return handle;
 }
 
-type Parsed<T extends ParseArgsConfig['options']> = ReturnType<typeof parseArgs<{ args: string[]; options: typeof TARGET_OPTIONS & T; allowPositionals: true }>>;
+type Parsed<T extends ParseArgsConfig['options']> = ReturnType<
+  typeof parseArgs<{ args: string[]; options: typeof TARGET_OPTIONS & T; allowPositionals: true }>
+>;
 
 export function parse<T extends ParseArgsConfig['options']>(argv: string[], options: T): Parsed<T> {
   return parseArgs({ args: argv, options: { ...TARGET_OPTIONS, ...options }, allowPositionals: true });
 }
 
-export async function openSession(values: { target?: string; tenant?: string; secret?: string; direct?: boolean; transport?: string }, capabilities = 0): Promise<KbtpSession> {
+export async function openSession(
+  values: { target?: string; tenant?: string; secret?: string; direct?: boolean; transport?: string },
+  capabilities = 0,
+): Promise<KbtpSession> {
   const wanted = values.direct === true ? capabilities : 0;
   const transport = values.transport ?? process.env.KBTP_TRANSPORT ?? 'iwarp';
   if (transport !== 'iwarp' && transport !== 'roce') throw new UsageError(`--transport ${transport}: use iwarp or roce`);

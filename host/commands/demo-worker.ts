@@ -42,13 +42,22 @@ parentPort?.on('message', (tasks: DemoTask[]) => {
     if (task.op === 'store') {
       const data = new TextEncoder().encode(task.text);
       message = task.viaRead
-        ? encodeRequest({ opcode: K.OPCODE_ALLOC_STORE, flags: K.FLAG_SEAL, requestId, handle: task.handle,
-          descriptor: { stag: mover.register(data), taggedOffset: 0n, length: data.length } })
+        ? encodeRequest({
+            opcode: K.OPCODE_ALLOC_STORE,
+            flags: K.FLAG_SEAL,
+            requestId,
+            handle: task.handle,
+            descriptor: { stag: mover.register(data), taggedOffset: 0n, length: data.length },
+          })
         : encodeRequest({ opcode: K.OPCODE_ALLOC_STORE, flags: K.FLAG_INLINE | K.FLAG_SEAL, requestId, handle: task.handle, inline: data });
     } else if (task.op === 'load') {
       destination = new Uint8Array(task.capacity);
-      message = encodeRequest({ opcode: K.OPCODE_LOAD, requestId, handle: task.handle,
-        descriptor: { stag: mover.register(destination), taggedOffset: 0n, length: destination.length } });
+      message = encodeRequest({
+        opcode: K.OPCODE_LOAD,
+        requestId,
+        handle: task.handle,
+        descriptor: { stag: mover.register(destination), taggedOffset: 0n, length: destination.length },
+      });
     } else {
       message = encodeRequest({ opcode: K.OPCODE_FREE, requestId, handle: task.handle });
     }
@@ -56,8 +65,13 @@ parentPort?.on('message', (tasks: DemoTask[]) => {
     if (outcome.kind !== 'completion') throw new Error(`demo request ended without a completion (${outcome.kind})`);
     const { completion } = outcome;
     const result: DemoResult = {
-      thread, op: task.op, handle: task.handle, status: statusName(completion.status), generation: completion.generation,
-      dataLength: completion.dataLength, blockOffset: completion.blockOffset,
+      thread,
+      op: task.op,
+      handle: task.handle,
+      status: statusName(completion.status),
+      generation: completion.generation,
+      dataLength: completion.dataLength,
+      blockOffset: completion.blockOffset,
     };
     if (destination !== undefined && completion.status === K.STATUS_SUCCESS) {
       const loaded = destination.subarray(0, completion.dataLength);

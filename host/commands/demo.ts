@@ -31,8 +31,10 @@ function ask(worker: Worker, tasks: DemoTask[]): Promise<DemoResult[]> {
 function show(results: DemoResult[]): void {
   for (const r of results) {
     const data = r.data === undefined ? '' : `  data "${r.data}" sha256 ${r.sha256}`;
-    console.log(`  thread ${r.thread}  ${r.op.padEnd(5)} handle ${String(r.handle).padStart(3)}  ${r.status.padEnd(12)}` +
-      ` gen ${r.generation}  len ${String(r.dataLength).padStart(3)}  block 0x${r.blockOffset.toString(16)}${data}`);
+    console.log(
+      `  thread ${r.thread}  ${r.op.padEnd(5)} handle ${String(r.handle).padStart(3)}  ${r.status.padEnd(12)}` +
+        ` gen ${r.generation}  len ${String(r.dataLength).padStart(3)}  block 0x${r.blockOffset.toString(16)}${data}`,
+    );
   }
 }
 
@@ -41,9 +43,14 @@ export const command: Command = {
   async run(argv) {
     let values;
     try {
-      ({ values } = parseArgs({ args: argv, options: {
-        blocks: { type: 'string', default: '64' }, 'block-size': { type: 'string', default: '4096' }, help: { type: 'boolean', short: 'h' },
-      } }));
+      ({ values } = parseArgs({
+        args: argv,
+        options: {
+          blocks: { type: 'string', default: '64' },
+          'block-size': { type: 'string', default: '4096' },
+          help: { type: 'boolean', short: 'h' },
+        },
+      }));
     } catch (error) {
       console.error(`kbtp demo: ${(error as Error).message}\n\n${HELP}`);
       return 2;
@@ -56,27 +63,48 @@ export const command: Command = {
     const blockSize = Number(values['block-size']);
     const engine = Engine.create({ blockSize, blockCount, threads: 2 });
     const { layout, config } = engine;
-    console.log(`engine: ${config.blockCount} blocks of ${config.blockSize} octets, ring N = ${2 ** config.ringOrder}` +
-      ` (${config.ringMode}), ${config.handleCount} handles, ${(layout.totalBytes / 2 ** 20).toFixed(1)} MiB shared memory`);
+    console.log(
+      `engine: ${config.blockCount} blocks of ${config.blockSize} octets, ring N = ${2 ** config.ringOrder}` +
+        ` (${config.ringMode}), ${config.handleCount} handles, ${(layout.totalBytes / 2 ** 20).toFixed(1)} MiB shared memory`,
+    );
     const workers = [0, 1].map((thread) =>
-      spawnWorker(new URL(`./demo-worker${import.meta.url.endsWith('.ts') ? '.ts' : '.js'}`, import.meta.url),
-        { workerData: { handoff: engine.handoff(), thread } }));
+      spawnWorker(new URL(`./demo-worker${import.meta.url.endsWith('.ts') ? '.ts' : '.js'}`, import.meta.url), {
+        workerData: { handoff: engine.handoff(), thread },
+      }),
+    );
     const [writer, reader] = workers as [Worker, Worker];
     try {
       const texts = ['the KV cache of tokens 0-511', 'tokens 512-1023', 'tokens 1024-1535'];
       console.log('thread 0 stores three blocks (ALLOC_STORE: inline, RDMA-read path, inline):');
-      show(await ask(writer, texts.map((text, i) => ({ op: 'store', handle: BigInt(10 + i), text, viaRead: i === 1 }))));
+      show(
+        await ask(
+          writer,
+          texts.map((text, i) => ({ op: 'store', handle: BigInt(10 + i), text, viaRead: i === 1 })),
+        ),
+      );
       console.log('thread 1 loads them (LOAD: RDMA Write of the block, then COMPLETION):');
-      show(await ask(reader, texts.map((_, i) => ({ op: 'load', handle: BigInt(10 + i), capacity: 256 }))));
+      show(
+        await ask(
+          reader,
+          texts.map((_, i) => ({ op: 'load', handle: BigInt(10 + i), capacity: 256 })),
+        ),
+      );
       console.log('thread 0 tries to store handle 10 again (it is bound):');
       show(await ask(writer, [{ op: 'store', handle: 10n, text: 'again', viaRead: false }]));
       console.log('thread 1 frees handle 11, then loads it:');
-      show(await ask(reader, [{ op: 'free', handle: 11n }, { op: 'load', handle: 11n, capacity: 256 }]));
+      show(
+        await ask(reader, [
+          { op: 'free', handle: 11n },
+          { op: 'load', handle: 11n, capacity: 256 },
+        ]),
+      );
       const audit = auditPool(engine);
       const counters = engine.readCounters(engine.sharedRing);
       console.log(`ring: Head ticket ${counters.headTicket}, Tail ticket ${counters.tailTicket}`);
-      console.log(`audit: ${audit.bound} blocks bound, ${audit.inRings} in the ring, lost ${audit.lost.length}, doubled ${audit.doubled.length}` +
-        (audit.ok ? ' - every block accounted for' : ` - PROBLEMS: ${audit.problems.join('; ')}`));
+      console.log(
+        `audit: ${audit.bound} blocks bound, ${audit.inRings} in the ring, lost ${audit.lost.length}, doubled ${audit.doubled.length}` +
+          (audit.ok ? ' - every block accounted for' : ` - PROBLEMS: ${audit.problems.join('; ')}`),
+      );
       return audit.ok ? 0 : 1;
     } finally {
       await Promise.all(workers.map((worker) => worker.terminate()));

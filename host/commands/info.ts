@@ -12,7 +12,12 @@ Opens a session and prints what the target granted (its HELLO_ACK).
 ${TARGET_HELP}`;
 
 function capabilityNames(bits: number): string {
-  const names = [[K.CAP_DIRECT_LOAD, 'DIRECT_LOAD'], [K.CAP_DIRECT_ALLOC, 'DIRECT_ALLOC'], [K.CAP_RECORD_COMPLETION, 'RECORD_COMPLETION'], [K.CAP_PERSISTENT, 'PERSISTENT']] as const;
+  const names = [
+    [K.CAP_DIRECT_LOAD, 'DIRECT_LOAD'],
+    [K.CAP_DIRECT_ALLOC, 'DIRECT_ALLOC'],
+    [K.CAP_RECORD_COMPLETION, 'RECORD_COMPLETION'],
+    [K.CAP_PERSISTENT, 'PERSISTENT'],
+  ] as const;
   const granted = names.filter(([bit]) => (bits & bit) !== 0).map(([, name]) => name);
   return granted.length === 0 ? 'none' : granted.join(', ');
 }
@@ -39,21 +44,22 @@ export function describeHelloAck(ack: HelloAck): string {
 
 export const command: Command = {
   summary: "print a target's HELLO_ACK (what a session is granted)",
-  run: (argv) => guarded('info', HELP, async () => {
-    const { values } = parse(argv, { json: { type: 'boolean' } });
-    if (values.help === true) {
-      console.log(HELP);
+  run: (argv) =>
+    guarded('info', HELP, async () => {
+      const { values } = parse(argv, { json: { type: 'boolean' } });
+      if (values.help === true) {
+        console.log(HELP);
+        return EXIT_OK;
+      }
+      const session = await openSession({ ...values, direct: true }, K.CAP_DIRECT_LOAD | K.CAP_DIRECT_ALLOC | K.CAP_PERSISTENT);
+      try {
+        const ack = session.hello;
+        console.log(
+          values.json === true ? JSON.stringify(ack, (_, value: unknown) => (typeof value === 'bigint' ? value.toString() : value)) : describeHelloAck(ack),
+        );
+      } finally {
+        await session.close();
+      }
       return EXIT_OK;
-    }
-    const session = await openSession({ ...values, direct: true }, K.CAP_DIRECT_LOAD | K.CAP_DIRECT_ALLOC | K.CAP_PERSISTENT);
-    try {
-      const ack = session.hello;
-      console.log(values.json === true
-        ? JSON.stringify(ack, (_, value: unknown) => (typeof value === 'bigint' ? value.toString() : value))
-        : describeHelloAck(ack));
-    } finally {
-      await session.close();
-    }
-    return EXIT_OK;
-  }),
+    }),
 };

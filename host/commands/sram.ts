@@ -25,7 +25,7 @@ function topUsage(): string {
   return [
     'usage: kbtp sram <experiment> [--out dir] [--json] [options]',
     '',
-    'Experiments on the model of an RDMA NIC\'s shared on-chip SRAM cache (docs/SRAM.md):',
+    "Experiments on the model of an RDMA NIC's shared on-chip SRAM cache (docs/SRAM.md):",
     ...EXPERIMENTS.map((experiment) => `  ${experiment.name.padEnd(22)} ${experiment.summary}`),
     '',
     "Run 'kbtp sram <experiment> --help' for its options.",

@@ -3,7 +3,14 @@
 import { parseArgs } from 'node:util';
 import type { Command } from '../cli.ts';
 import {
-  loadTargetSettings, parseListen, ConfigError, describeSettings, engineConfigFor, setDurable, parseBytes, type TargetSettings,
+  loadTargetSettings,
+  parseListen,
+  ConfigError,
+  describeSettings,
+  engineConfigFor,
+  setDurable,
+  parseBytes,
+  type TargetSettings,
 } from '../../firmware/config.ts';
 import { TierCapacityError } from '../tier/capacity.ts';
 import { TierConfigMismatchError } from '../tier/recovery.ts';
@@ -48,10 +55,16 @@ exit codes: 0 after a clean shutdown, 2 for a configuration error, 1 otherwise, 
 worker thread that failed (the node drains and exits so that its supervisor restarts it).`;
 
 function describe(stats: StatsSnapshot): string {
-  const lines = [`sessions: ${stats.sessionsOpen} open, ${stats.sessionsTotal} total, ${stats.sessionsRefused} refused;` +
-    ` data moved ${(stats.dataBytes / 2 ** 20).toFixed(1)} MiB; tickets reclaimed ${stats.ticketsReclaimed}`];
+  const lines = [
+    `sessions: ${stats.sessionsOpen} open, ${stats.sessionsTotal} total, ${stats.sessionsRefused} refused;` +
+      ` data moved ${(stats.dataBytes / 2 ** 20).toFixed(1)} MiB; tickets reclaimed ${stats.ticketsReclaimed}`,
+  ];
   for (const [opcode, byStatus] of Object.entries(stats.requests)) {
-    lines.push(`  ${opcode.padEnd(11)} ${Object.entries(byStatus).map(([status, count]) => `${status} ${count}`).join(', ')}`);
+    lines.push(
+      `  ${opcode.padEnd(11)} ${Object.entries(byStatus)
+        .map(([status, count]) => `${status} ${count}`)
+        .join(', ')}`,
+    );
   }
   const counted = (label: string, record: Record<string, number>): void => {
     const entries = Object.entries(record);
@@ -64,10 +77,12 @@ function describe(stats: StatsSnapshot): string {
   for (const report of stats.sram ?? []) lines.push(`  sram ${report}`);
   const d = stats.durable;
   if (d !== undefined) {
-    lines.push(`  durable: ${d.blocksDurable} blocks, ${(d.bytesUsed / 2 ** 20).toFixed(1)} of ${(d.capacityBytes / 2 ** 20).toFixed(0)} MiB;` +
-      ` demotions ${d.demotions}, promotions ${d.promotions}, drops ${d.drops}; fsyncs ${d.fsyncs} for ${d.groupCommits} group commits` +
-      ` (${d.groupCommits > 0 ? (d.batchRecords / d.groupCommits).toFixed(1) : '0'} records each, at most ${d.batchLargest});` +
-      ` checksum failures ${d.checksumFailures}, tier errors ${d.tierErrors}`);
+    lines.push(
+      `  durable: ${d.blocksDurable} blocks, ${(d.bytesUsed / 2 ** 20).toFixed(1)} of ${(d.capacityBytes / 2 ** 20).toFixed(0)} MiB;` +
+        ` demotions ${d.demotions}, promotions ${d.promotions}, drops ${d.drops}; fsyncs ${d.fsyncs} for ${d.groupCommits} group commits` +
+        ` (${d.groupCommits > 0 ? (d.batchRecords / d.groupCommits).toFixed(1) : '0'} records each, at most ${d.batchLargest});` +
+        ` checksum failures ${d.checksumFailures}, tier errors ${d.tierErrors}`,
+    );
   }
   return lines.join('\n');
 }
@@ -76,8 +91,21 @@ function describe(stats: StatsSnapshot): string {
 async function statusLine(target: RunningTarget): Promise<string> {
   const stats = await target.stats();
   const audit = target.audit();
-  return JSON.stringify({ status: { ...stats, slotsInUse: target.slotsInUse(), rssBytes: process.memoryUsage().rss,
-    audit: { ok: audit.ok, bound: audit.bound, inRings: audit.inRings, lost: audit.lost.length, doubled: audit.doubled.length, problems: audit.problems.length } } });
+  return JSON.stringify({
+    status: {
+      ...stats,
+      slotsInUse: target.slotsInUse(),
+      rssBytes: process.memoryUsage().rss,
+      audit: {
+        ok: audit.ok,
+        bound: audit.bound,
+        inRings: audit.inRings,
+        lost: audit.lost.length,
+        doubled: audit.doubled.length,
+        problems: audit.problems.length,
+      },
+    },
+  });
 }
 
 export const command: Command = {
@@ -85,12 +113,26 @@ export const command: Command = {
   async run(argv) {
     let values;
     try {
-      ({ values } = parseArgs({ args: argv, options: {
-        config: { type: 'string' }, 'check-config': { type: 'string' }, listen: { type: 'string' }, transport: { type: 'string' }, workers: { type: 'string' }, 'block-size': { type: 'string' },
-        blocks: { type: 'string' }, credits: { type: 'string' }, 'sram-model': { type: 'string' }, 'stats-interval': { type: 'string' },
-        'data-dir': { type: 'string' }, 'durable-capacity': { type: 'string' }, 'no-durable': { type: 'boolean' },
-        verbose: { type: 'boolean', short: 'v' }, help: { type: 'boolean', short: 'h' },
-      } }));
+      ({ values } = parseArgs({
+        args: argv,
+        options: {
+          config: { type: 'string' },
+          'check-config': { type: 'string' },
+          listen: { type: 'string' },
+          transport: { type: 'string' },
+          workers: { type: 'string' },
+          'block-size': { type: 'string' },
+          blocks: { type: 'string' },
+          credits: { type: 'string' },
+          'sram-model': { type: 'string' },
+          'stats-interval': { type: 'string' },
+          'data-dir': { type: 'string' },
+          'durable-capacity': { type: 'string' },
+          'no-durable': { type: 'boolean' },
+          verbose: { type: 'boolean', short: 'v' },
+          help: { type: 'boolean', short: 'h' },
+        },
+      }));
     } catch (error) {
       console.error(`kbtp target: ${(error as Error).message}\n\n${HELP}`);
       return 2;
@@ -110,12 +152,14 @@ export const command: Command = {
       const integer = (flag: string, value: string | undefined, min: number): number | undefined => {
         if (value === undefined) return undefined;
         const n = Number(value);
-        if (!Number.isSafeInteger(n) || n < min) throw new ConfigError(`--${flag}`, `"${value}" is not an integer >= ${min}`, `e.g. --${flag} ${Math.max(min, 2)}`);
+        if (!Number.isSafeInteger(n) || n < min)
+          throw new ConfigError(`--${flag}`, `"${value}" is not an integer >= ${min}`, `e.g. --${flag} ${Math.max(min, 2)}`);
         return n;
       };
       if (values.listen !== undefined) settings.listen = parseListen(values.listen, '--listen');
       if (values.transport !== undefined) {
-        if (values.transport !== 'iwarp' && values.transport !== 'roce') throw new ConfigError('--transport', `"${values.transport}" is not a transport`, 'use --transport iwarp or --transport roce');
+        if (values.transport !== 'iwarp' && values.transport !== 'roce')
+          throw new ConfigError('--transport', `"${values.transport}" is not a transport`, 'use --transport iwarp or --transport roce');
         settings.transport = values.transport;
       }
       settings.workers = integer('workers', values.workers, 1) ?? settings.workers;
@@ -165,8 +209,12 @@ export const command: Command = {
     try {
       target = await startTarget(settings, { verbose: values.verbose === true, log: (line) => console.error(line) });
     } catch (error) {
-      if (error instanceof EngineConfigError || error instanceof SramConfigError || error instanceof TierCapacityError ||
-          error instanceof TierConfigMismatchError) {
+      if (
+        error instanceof EngineConfigError ||
+        error instanceof SramConfigError ||
+        error instanceof TierCapacityError ||
+        error instanceof TierConfigMismatchError
+      ) {
         console.error(`kbtp target: configuration error: ${error.message}`);
         return 2;
       }
@@ -174,20 +222,35 @@ export const command: Command = {
       return 1;
     }
     const { pool } = settings;
-    console.log(`kbtp target listening on ${target.host}:${target.port} (${settings.transport === 'roce' ? 'IB RC over RoCEv2, setup over TCP' : 'RDMAP/MPA over TCP'}, ${settings.workers} workers)`);
-    console.log(`pool: ${pool.blockCount} blocks of ${pool.blockSize} octets (${((pool.blockCount * pool.blockSize) / 2 ** 20).toFixed(pool.blockCount * pool.blockSize < 2 ** 24 ? 2 : 0)} MiB),` +
-      ` handles ${pool.handleBase}..${pool.handleBase + BigInt(pool.handleCount) - 1n}, tenants: ${settings.tenants.map((t) => t.name).join(', ')}`);
+    console.log(
+      `kbtp target listening on ${target.host}:${target.port} (${settings.transport === 'roce' ? 'IB RC over RoCEv2, setup over TCP' : 'RDMAP/MPA over TCP'}, ${settings.workers} workers)`,
+    );
+    console.log(
+      `pool: ${pool.blockCount} blocks of ${pool.blockSize} octets (${((pool.blockCount * pool.blockSize) / 2 ** 20).toFixed(pool.blockCount * pool.blockSize < 2 ** 24 ? 2 : 0)} MiB),` +
+        ` handles ${pool.handleBase}..${pool.handleBase + BigInt(pool.handleCount) - 1n}, tenants: ${settings.tenants.map((t) => t.name).join(', ')}`,
+    );
     const recovery = target.recovery;
     if (recovery !== undefined && settings.durable !== undefined) {
-      console.log(`durable tier: ${settings.durable.dataDir}/tier, capacity ${(settings.durable.capacityBytes / 2 ** 20).toFixed(0)} MiB; ` +
-        (recovery.fresh ? 'new, empty' : `recovered ${recovery.blocksRecovered} sealed blocks in ${recovery.seconds.toFixed(3)} s ` +
-          `(records dropped ${recovery.recordsDropped}, torn tail ${recovery.tornBytes} octets, checksum failures ${recovery.checksumFailures}` +
-          `${recovery.blocksOverCapacity > 0 ? `, ${recovery.blocksOverCapacity} over the capacity or a Durable Quota, left out` : ''})`));
+      console.log(
+        `durable tier: ${settings.durable.dataDir}/tier, capacity ${(settings.durable.capacityBytes / 2 ** 20).toFixed(0)} MiB; ` +
+          (recovery.fresh
+            ? 'new, empty'
+            : `recovered ${recovery.blocksRecovered} sealed blocks in ${recovery.seconds.toFixed(3)} s ` +
+              `(records dropped ${recovery.recordsDropped}, torn tail ${recovery.tornBytes} octets, checksum failures ${recovery.checksumFailures}` +
+              `${recovery.blocksOverCapacity > 0 ? `, ${recovery.blocksOverCapacity} over the capacity or a Durable Quota, left out` : ''})`),
+      );
     }
     console.log(`try: kbtp info --target ${target.host}:${target.port}   (Ctrl-C to stop)`);
     const interval = Number(values['stats-interval'] ?? 0);
-    const timer = interval > 0 ? setInterval(() => { void target.stats().then((s) => console.log(describe(s))); }, interval * 1000) : undefined;
-    const onStatus = (): void => { void statusLine(target).then((line) => console.log(line)); };
+    const timer =
+      interval > 0
+        ? setInterval(() => {
+            void target.stats().then((s) => console.log(describe(s)));
+          }, interval * 1000)
+        : undefined;
+    const onStatus = (): void => {
+      void statusLine(target).then((line) => console.log(line));
+    };
     process.on('SIGUSR2', onStatus);
     // A worker failure also ends the wait: the process must not linger, nor exit 0.
     const failure = await new Promise<Error | undefined>((resolve) => {
@@ -197,7 +260,9 @@ export const command: Command = {
     });
     if (timer !== undefined) clearInterval(timer);
     process.off('SIGUSR2', onStatus);
-    console.error(failure === undefined ? 'kbtp target: draining...' : 'kbtp target: a worker failed; draining and exiting so that the supervisor restarts the node');
+    console.error(
+      failure === undefined ? 'kbtp target: draining...' : 'kbtp target: a worker failed; draining and exiting so that the supervisor restarts the node',
+    );
     const final = await target.stop();
     const audit = target.audit();
     console.log(describe(final));

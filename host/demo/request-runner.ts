@@ -13,13 +13,9 @@ export class RetryLimitError extends Error {
   }
 }
 
-export type RunOutcome =
-  | { kind: 'completion'; completion: Completion; invalidateStag: number }
-  | { kind: 'goodbye' }
-  | { kind: 'failed' };
+export type RunOutcome = { kind: 'completion'; completion: Completion; invalidateStag: number } | { kind: 'goodbye' } | { kind: 'failed' };
 
-export function runToCompletion(arena: ThreadArena, mover: LoopbackMover, message: Uint8Array, session: number,
-  maxRetries = 10_000_000): RunOutcome {
+export function runToCompletion(arena: ThreadArena, mover: LoopbackMover, message: Uint8Array, session: number, maxRetries = 10_000_000): RunOutcome {
   const request = arena.acquireRequest(session);
   try {
     arena.place(request, message);

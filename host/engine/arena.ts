@@ -64,7 +64,10 @@ export class ThreadArena {
   private readonly requests: FreeList;
   readonly maxMessage: number;
 
-  constructor(readonly engine: Engine, readonly thread: number) {
+  constructor(
+    readonly engine: Engine,
+    readonly thread: number,
+  ) {
     const { config, layout } = engine;
     if (!Number.isInteger(thread) || thread < 0 || thread >= config.threads) {
       throw new RangeError(`thread ${thread} is outside the engine's ${config.threads} threads`);

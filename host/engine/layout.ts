@@ -1,7 +1,13 @@
 // Where everything lives in the engine's one shared memory. The host computes it once; the
 // engine reads the addresses from its descriptor. docs/ENGINE.md draws the picture.
 import {
-  ENGINE_SIZE, RING_DESCRIPTOR_SIZE, TENANT_SIZE, SESSION_SIZE, REQUEST_HEADER_SIZE, SLOT_SIZE, ENTRY_SIZE,
+  ENGINE_SIZE,
+  RING_DESCRIPTOR_SIZE,
+  TENANT_SIZE,
+  SESSION_SIZE,
+  REQUEST_HEADER_SIZE,
+  SLOT_SIZE,
+  ENTRY_SIZE,
   DEFERRED_ENTRY_SIZE,
 } from '../../assembly/struct-offsets.ts';
 import { HEADER_SIZE, DESCRIPTOR_SIZE } from '../../assembly/kbtp-constants.ts';
@@ -95,12 +101,29 @@ export function computeLayout(config: ResolvedEngineConfig, heapBase: number): E
   const pages = Math.ceil(totalBytes / WASM_PAGE);
   if (pages > MAX_PAGES) {
     const gib = (totalBytes / 2 ** 30).toFixed(2);
-    throw new EngineConfigError('blockSize * blockCount', `the engine needs ${gib} GiB, over the 4 GiB a 32-bit WebAssembly memory allows`,
-      'use fewer or smaller blocks, or fewer handles');
+    throw new EngineConfigError(
+      'blockSize * blockCount',
+      `the engine needs ${gib} GiB, over the 4 GiB a 32-bit WebAssembly memory allows`,
+      'use fewer or smaller blocks, or fewer handles',
+    );
   }
   return {
-    heapBase, engine, rings, tenants, sessions, requests, requestSize, handleLocks, generationMarks, handleStamps, lruClock,
-    blockRings, table, pool,
-    poolBytes, totalBytes, pages,
+    heapBase,
+    engine,
+    rings,
+    tenants,
+    sessions,
+    requests,
+    requestSize,
+    handleLocks,
+    generationMarks,
+    handleStamps,
+    lruClock,
+    blockRings,
+    table,
+    pool,
+    poolBytes,
+    totalBytes,
+    pages,
   };
 }

@@ -38,8 +38,7 @@ export interface EngineExports {
   dropClaim(engine: number, entry: number): number;
   dropSettle(engine: number, entry: number, commit: number): void;
   fail(engine: number, request: number, status: number): number;
-  lookup(engine: number, tenant: number, opcode: number, flags: number, handle: bigint, expectedGeneration: number,
-    length: number, entry: number): number;
+  lookup(engine: number, tenant: number, opcode: number, flags: number, handle: bigint, expectedGeneration: number, length: number, entry: number): number;
 }
 
 /** build/engine.wasm, found from the source tree (host/engine) or the built one (dist/host/engine). */

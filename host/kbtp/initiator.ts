@@ -12,15 +12,24 @@
 // { signal, timeoutMs } and none waits longer than its timeout.
 import * as K from '../../assembly/kbtp-constants.ts';
 import {
-  createRnic, Access, WcStatus, wcStatusName, RnicError, RcQueuePair, type Rnic, type AnyQueuePair, type CompletionQueue, type MemoryRegion,
-  type WorkCompletion, type SendWorkRequest, type StreamChannel,
+  createRnic,
+  Access,
+  WcStatus,
+  wcStatusName,
+  RnicError,
+  RcQueuePair,
+  type Rnic,
+  type AnyQueuePair,
+  type CompletionQueue,
+  type MemoryRegion,
+  type WorkCompletion,
+  type SendWorkRequest,
+  type StreamChannel,
 } from '../rnic/verbs.ts';
 import { encodeRequest, decodeCompletion, type Completion, type RequestFields } from './wire/messages.ts';
 import { encodeHello, decodeHelloAck, type HelloAck } from './wire/hello.ts';
 import { DEFAULT_PORT, parseHostPort } from './address.ts';
-import {
-  AbortedError, type KbtpError, KbtpStatusError, ProtocolError, SessionClosedError, TimeoutError, TransportError, UsageError,
-} from './errors.ts';
+import { AbortedError, type KbtpError, KbtpStatusError, ProtocolError, SessionClosedError, TimeoutError, TransportError, UsageError } from './errors.ts';
 import * as S from '../../assembly/struct-offsets.ts';
 import { decodeRingSlot, decodeTableEntry, type TableEntry } from '../engine/table-entry.ts';
 
@@ -92,8 +101,14 @@ const ALL_ONES = 0xffffffffffffffffn;
  */
 export function directLoadConsistent(before: TableEntry, after: TableEntry): boolean {
   const bound = K.ENTRY_VALID | K.ENTRY_SEALED;
-  return before.flags === after.flags && before.generation === after.generation && before.dataLength === after.dataLength &&
-    before.blockOffset === after.blockOffset && (before.flags & bound) === bound && before.blockOffset !== ALL_ONES;
+  return (
+    before.flags === after.flags &&
+    before.generation === after.generation &&
+    before.dataLength === after.dataLength &&
+    before.blockOffset === after.blockOffset &&
+    (before.flags & bound) === bound &&
+    before.blockOffset !== ALL_ONES
+  );
 }
 
 const RECV_SLOT = 128;
@@ -130,8 +145,15 @@ export async function connect(target: string, options: ConnectOptions = {}): Pro
     // The caller's deadline (bounded) ends first; the RNIC's own setup timer is a backstop.
     const setupMs = timeoutMs + 1000;
     await bounded(`connecting to ${host}:${port}`, { timeoutMs, ...(options.signal !== undefined ? { signal: options.signal } : {}) }, () =>
-      session.open((qp) => (qp instanceof RcQueuePair ? rnic.connectRc(qp, { host, port, timeoutMs: setupMs })
-        : rnic.connect(qp, { host, port, crc: options.crc ?? false, timeoutMs: setupMs })), `${host}:${port}`, options));
+      session.open(
+        (qp) =>
+          qp instanceof RcQueuePair
+            ? rnic.connectRc(qp, { host, port, timeoutMs: setupMs })
+            : rnic.connect(qp, { host, port, crc: options.crc ?? false, timeoutMs: setupMs }),
+        `${host}:${port}`,
+        options,
+      ),
+    );
   } catch (error) {
     await session.abandon();
     throw error;
@@ -151,7 +173,8 @@ export async function connectChannel(channel: StreamChannel, options: ConnectOpt
         ? Promise.reject(new RnicError('EINVAL', 'a stream channel carries the iWARP binding only'))
         : rnic.connectChannel(qp, channel, { crc: options.crc ?? false, timeoutMs: timeoutMs + 1000 });
     await bounded('connecting over the given channel', { timeoutMs, ...(options.signal !== undefined ? { signal: options.signal } : {}) }, () =>
-      session.open(establish, 'the target', options));
+      session.open(establish, 'the target', options),
+    );
   } catch (error) {
     await session.abandon();
     throw error;
@@ -230,7 +253,10 @@ export class KbtpSession {
   /** The target's HELLO_ACK: block size, credits, granted capabilities and STags. */
   hello!: HelloAck;
 
-  constructor(private readonly rnic: Rnic, options: ConnectOptions) {
+  constructor(
+    private readonly rnic: Rnic,
+    options: ConnectOptions,
+  ) {
     this.callTimeoutMs = options.callTimeoutMs ?? DEFAULT_CALL_TIMEOUT_MS;
     this.pd = rnic.allocPd();
     this.receiveDepth = Math.max(2, (options.pipeline ?? 32) + 2);
@@ -261,8 +287,14 @@ export class KbtpSession {
       throw new TransportError(`cannot connect to ${where}: ${error instanceof Error ? error.message : String(error)}`, { cause: error });
     }
     const secret = new TextEncoder().encode(options.secret ?? '');
-    const hello = encodeHello({ version: K.KBTP_VERSION, requestId: 0n, capabilities: options.capabilities ?? 0,
-      initiatorCredits: this.receiveDepth, tenant: options.tenant ?? 'default', credential: secret });
+    const hello = encodeHello({
+      version: K.KBTP_VERSION,
+      requestId: 0n,
+      capabilities: options.capabilities ?? 0,
+      initiatorCredits: this.receiveDepth,
+      tenant: options.tenant ?? 'default',
+      credential: secret,
+    });
     const ack = new Promise<HelloAck>((resolve, reject) => {
       this.helloWaiter = resolve;
       this.pending.set(0n, { resolve: () => undefined, reject });
@@ -290,7 +322,12 @@ export class KbtpSession {
     this.dataRegion = this.rnic.registerMemory(this.pd, this.dataBuffer, { access: Access.LocalWrite | Access.RemoteWrite | Access.RemoteRead });
     for (let slot = 0; slot < depth; slot++) {
       this.freeSlots.push(slot);
-      this.slotSends.push({ wrId: SLOT_SEND_BASE + slot, opcode: 'SEND', signaled: false, sgList: [{ lkey: this.sendRegion.stag, offset: slot * this.messageSize, length: 0 }] });
+      this.slotSends.push({
+        wrId: SLOT_SEND_BASE + slot,
+        opcode: 'SEND',
+        signaled: false,
+        sgList: [{ lkey: this.sendRegion.stag, offset: slot * this.messageSize, length: 0 }],
+      });
     }
   }
 
@@ -323,7 +360,10 @@ export class KbtpSession {
     if (waiter === undefined) return;
     this.sendWaiters.delete(id);
     if (completion.status === WcStatus.Success) waiter.resolve(completion);
-    else waiter.reject(new TransportError(`${completion.opcode} failed: ${wcStatusName(completion.status)}${completion.error === undefined ? '' : ` (${completion.error})`}`));
+    else
+      waiter.reject(
+        new TransportError(`${completion.opcode} failed: ${wcStatusName(completion.status)}${completion.error === undefined ? '' : ` (${completion.error})`}`),
+      );
   }
 
   private deliver(bytes: Uint8Array): void {
@@ -480,16 +520,25 @@ export class KbtpSession {
   private async loadBlock(handle: bigint, options: LoadOptions, signal: AbortSignal): Promise<LoadResult> {
     const slot = await this.takeSlot(signal);
     try {
-      const completion = await this.request(slot, {
-        opcode: K.OPCODE_LOAD, handle, generation: options.generation ?? 0,
-        flags: options.allowUnsealed === true ? K.FLAG_ALLOW_UNSEALED : 0,
-        descriptor: { stag: this.dataRegion?.stag ?? 0, taggedOffset: BigInt(this.stagingOffset(slot)), length: this.hello.blockSize },
-      }, signal);
+      const completion = await this.request(
+        slot,
+        {
+          opcode: K.OPCODE_LOAD,
+          handle,
+          generation: options.generation ?? 0,
+          flags: options.allowUnsealed === true ? K.FLAG_ALLOW_UNSEALED : 0,
+          descriptor: { stag: this.dataRegion?.stag ?? 0, taggedOffset: BigInt(this.stagingOffset(slot)), length: this.hello.blockSize },
+        },
+        signal,
+      );
       const start = this.stagingOffset(slot);
       const block = this.dataBuffer.subarray(start, start + completion.dataLength);
       if (options.into === undefined) return { ...this.info(completion), data: block.slice() };
       if (options.into.length < block.length) {
-        throw new KbtpStatusError(K.STATUS_LENGTH_ERROR, `handle ${handle}: the ${block.length}-octet block does not fit the ${options.into.length}-octet buffer given`);
+        throw new KbtpStatusError(
+          K.STATUS_LENGTH_ERROR,
+          `handle ${handle}: the ${block.length}-octet block does not fit the ${options.into.length}-octet buffer given`,
+        );
       }
       options.into.set(block);
       return { ...this.info(completion), data: options.into.subarray(0, block.length) };
@@ -508,10 +557,19 @@ export class KbtpSession {
       }
       // The target pulls the data with RDMA Read from the registered staging slot.
       this.dataBuffer.set(data, this.stagingOffset(slot));
-      return this.info(await this.request(slot, {
-        opcode, handle, generation: options.generation ?? 0, flags: seal,
-        descriptor: { stag: this.dataRegion?.stag ?? 0, taggedOffset: BigInt(this.stagingOffset(slot)), length: data.length },
-      }, signal));
+      return this.info(
+        await this.request(
+          slot,
+          {
+            opcode,
+            handle,
+            generation: options.generation ?? 0,
+            flags: seal,
+            descriptor: { stag: this.dataRegion?.stag ?? 0, taggedOffset: BigInt(this.stagingOffset(slot)), length: data.length },
+          },
+          signal,
+        ),
+      );
     } finally {
       this.giveSlot(slot);
     }
@@ -562,7 +620,10 @@ export class KbtpSession {
     this.requireCapability(K.CAP_DIRECT_LOAD, 'DIRECT_LOAD');
     const { tableBaseHandle, tableHandleCount, tableStag, tableOffset } = this.hello;
     if (handle < tableBaseHandle || handle - tableBaseHandle >= tableHandleCount) {
-      throw new KbtpStatusError(K.STATUS_OUT_OF_RANGE, `handle ${handle} is outside the target's table (handles ${tableBaseHandle}..${tableBaseHandle + tableHandleCount - 1n})`);
+      throw new KbtpStatusError(
+        K.STATUS_OUT_OF_RANGE,
+        `handle ${handle} is outside the target's table (handles ${tableBaseHandle}..${tableBaseHandle + tableHandleCount - 1n})`,
+      );
     }
     const slot = await this.takeSlot(signal);
     try {
@@ -647,8 +708,12 @@ export class KbtpSession {
       const atomic = masked
         ? { add: BigInt(K.RING_ADD_DATA_MASKED), addMask: (1n << 63n) | (1n << 31n) | (1n << BigInt(partitionRingOrder + 3)) }
         : { add: BigInt(K.RING_ADD_DATA_UNMASKED) };
-      const added = await this.post({ opcode: 'ATOMIC_FETCH_ADD', remote: { stag: ringStag, taggedOffset: headOffset },
-        atomic, sgList: [{ lkey: this.dataRegion?.stag ?? 0, offset: scratch, length: 8 }] });
+      const added = await this.post({
+        opcode: 'ATOMIC_FETCH_ADD',
+        remote: { stag: ringStag, taggedOffset: headOffset },
+        atomic,
+        sgList: [{ lkey: this.dataRegion?.stag ?? 0, offset: scratch, length: 8 }],
+      });
       const counter = BigInt.asUintN(64, added.atomicResult ?? 0n);
       const ticket = Number(counter >> 32n);
       const slotOffset = masked
@@ -689,8 +754,11 @@ export class KbtpSession {
     const slot = await this.takeSlot(signal);
     try {
       this.dataBuffer.set(data, this.stagingOffset(slot));
-      await this.post({ opcode: 'RDMA_WRITE', sgList: [{ lkey: this.dataRegion?.stag ?? 0, offset: this.stagingOffset(slot), length: data.length }],
-        remote: { stag: this.hello.partitionStag, taggedOffset: blockOffset } });
+      await this.post({
+        opcode: 'RDMA_WRITE',
+        sgList: [{ lkey: this.dataRegion?.stag ?? 0, offset: this.stagingOffset(slot), length: data.length }],
+        remote: { stag: this.hello.partitionStag, taggedOffset: blockOffset },
+      });
     } finally {
       this.giveSlot(slot);
     }
@@ -701,11 +769,23 @@ export class KbtpSession {
     return this.call(`BIND of handle ${handle}`, options, (signal) => this.bindBlock(handle, ticket, blockOffset, dataLength, options, signal));
   }
 
-  private async bindBlock(handle: bigint, ticket: number, blockOffset: bigint, dataLength: number, options: { seal?: boolean }, signal: AbortSignal): Promise<BlockInfo> {
+  private async bindBlock(
+    handle: bigint,
+    ticket: number,
+    blockOffset: bigint,
+    dataLength: number,
+    options: { seal?: boolean },
+    signal: AbortSignal,
+  ): Promise<BlockInfo> {
     const slot = await this.takeSlot(signal);
     try {
-      return this.info(await this.request(slot, { opcode: K.OPCODE_BIND, handle, flags: options.seal === true ? K.FLAG_SEAL : 0,
-        bind: { ticket, dataLength, blockOffset } }, signal));
+      return this.info(
+        await this.request(
+          slot,
+          { opcode: K.OPCODE_BIND, handle, flags: options.seal === true ? K.FLAG_SEAL : 0, bind: { ticket, dataLength, blockOffset } },
+          signal,
+        ),
+      );
     } finally {
       this.giveSlot(slot);
     }
@@ -728,7 +808,12 @@ export class KbtpSession {
         return;
       }
       let timer: NodeJS.Timeout | undefined;
-      await Promise.race([this.qp.whenDisconnected(), new Promise((resolve) => { timer = setTimeout(resolve, timeoutMs); })]);
+      await Promise.race([
+        this.qp.whenDisconnected(),
+        new Promise((resolve) => {
+          timer = setTimeout(resolve, timeoutMs);
+        }),
+      ]);
       clearTimeout(timer);
     }
     await this.abandon();

@@ -122,9 +122,12 @@ export function lineChart(spec: LineChartSpec): string {
   const yMax = spec.yMax ?? niceTicks(yMin, Math.max(...ys, yMin + 1e-9)).at(-1)!;
   const { scale: yScale, svg: yTicks } = yAxis(yMin, yMax, formatY);
   const distinctX = [...new Set(xs)].sort((a, b) => a - b);
-  const xTickValues = distinctX.length <= 12 ? distinctX : spec.logX
-    ? Array.from({ length: Math.floor(xMax) - Math.ceil(xMin) + 1 }, (_, i) => 10 ** (Math.ceil(xMin) + i))
-    : niceTicks(xMin, xMax);
+  const xTickValues =
+    distinctX.length <= 12
+      ? distinctX
+      : spec.logX
+        ? Array.from({ length: Math.floor(xMax) - Math.ceil(xMin) + 1 }, (_, i) => 10 ** (Math.ceil(xMin) + i))
+        : niceTicks(xMin, xMax);
   const xTicks = xTickValues
     .map((tick) => {
       const x = xScale(tick).toFixed(1);
@@ -150,7 +153,21 @@ export function lineChart(spec: LineChartSpec): string {
       `<line x1="${x}" y1="${MARGIN.top}" x2="${x}" y2="${MARGIN.top + PLOT_H}" stroke="#777" stroke-dasharray="5,4"/>` +
       `<text x="${+x + 4}" y="${MARGIN.top + 14}" fill="#555">${escapeXml(spec.marker.label)}</text>`;
   }
-  return frame(spec.title, spec.xLabel, spec.yLabel, [yTicks, xTicks, marker, lines, legend(spec.series.map((s) => s.name), 'line')].join('\n'));
+  return frame(
+    spec.title,
+    spec.xLabel,
+    spec.yLabel,
+    [
+      yTicks,
+      xTicks,
+      marker,
+      lines,
+      legend(
+        spec.series.map((s) => s.name),
+        'line',
+      ),
+    ].join('\n'),
+  );
 }
 
 export function barChart(spec: BarChartSpec): string {
@@ -180,5 +197,17 @@ export function barChart(spec: BarChartSpec): string {
       return label + rects;
     })
     .join('\n');
-  return frame(spec.title, '', spec.yLabel, [yTicks, bars, legend(spec.series.map((s) => s.name), 'box')].join('\n'));
+  return frame(
+    spec.title,
+    '',
+    spec.yLabel,
+    [
+      yTicks,
+      bars,
+      legend(
+        spec.series.map((s) => s.name),
+        'box',
+      ),
+    ].join('\n'),
+  );
 }

@@ -240,7 +240,11 @@ function negotiate(
   }
   if (peer.ird !== MPA_V2_IRD_ORD_UNNEGOTIATED) ord = Math.min(ord, peer.ird);
   if (rtrTypes === undefined || !peer.peerToPeer) return { ird, ord };
-  const peerTypes = new Set<RtrType>([...(peer.writeRtr ? ['write' as const] : []), ...(peer.readRtr ? ['read' as const] : []), ...(peer.sendRtr ? ['send' as const] : [])]);
+  const peerTypes = new Set<RtrType>([
+    ...(peer.writeRtr ? ['write' as const] : []),
+    ...(peer.readRtr ? ['read' as const] : []),
+    ...(peer.sendRtr ? ['send' as const] : []),
+  ]);
   if (role === 'initiator') {
     const rtr = rtrTypes.find((type) => peerTypes.has(type));
     if (rtr === undefined) return { errorCode: MPA_ERROR_NO_MATCHING_RTR, reason: 'responder accepts none of the ready-to-receive messages offered' };
@@ -273,7 +277,8 @@ export async function initiate(qp: QueuePair, channel: StreamChannel, options: I
   if (peerToPeer && offered.size === 0) throw new RnicError('EINVAL', 'peer-to-peer setup needs at least one RTR type');
   const timeoutMs = options.timeoutMs ?? DEFAULT_SETUP_TIMEOUT_MS;
   const firstFpduDelayMs = options.firstFpduDelayMs ?? 0;
-  if (!Number.isFinite(firstFpduDelayMs) || firstFpduDelayMs < 0) throw new RnicError('EINVAL', `firstFpduDelayMs ${firstFpduDelayMs} must be a non-negative number`);
+  if (!Number.isFinite(firstFpduDelayMs) || firstFpduDelayMs < 0)
+    throw new RnicError('EINVAL', `firstFpduDelayMs ${firstFpduDelayMs} must be a non-negative number`);
   qp.beginConnecting();
   const fail = (code: RnicError['code'], message: string, terminate?: TerminateInfo): RnicError => {
     const error = new RnicError(code, message, terminate);
@@ -282,90 +287,98 @@ export async function initiate(qp: QueuePair, channel: StreamChannel, options: I
     return error;
   };
   try {
-    return await withTimeout(timeoutMs, 'MPA setup (waiting for the Reply)', () => channel.destroy(), async () => {
-      const request: MpaFrame = {
-        kind: 'request',
-        markers: wantMarkers,
-        crc: wantCrc,
-        reject: false,
-        enhanced,
-        revision,
-        ...(enhanced
-          ? {
-              enhancedData: enhancedWord(qp.requestedIrd, qp.requestedOrd, {
-                peerToPeer,
-                sendRtr: offered.has('send'),
-                writeRtr: offered.has('write'),
-                readRtr: offered.has('read'),
-              }),
-            }
-          : {}),
-        privateData,
-      };
-      channel.write([encodeMpaFrame(request)], undefined);
-      let reply: MpaFrame;
-      try {
-        reply = await readFrame(channel);
-      } catch (error) {
-        if (error instanceof MpaFrameError) {
-          const info = terminateSetup(channel, MPA_ERROR_INVALID_FRAME, `invalid MPA Reply: ${error.message}`);
+    return await withTimeout(
+      timeoutMs,
+      'MPA setup (waiting for the Reply)',
+      () => channel.destroy(),
+      async () => {
+        const request: MpaFrame = {
+          kind: 'request',
+          markers: wantMarkers,
+          crc: wantCrc,
+          reject: false,
+          enhanced,
+          revision,
+          ...(enhanced
+            ? {
+                enhancedData: enhancedWord(qp.requestedIrd, qp.requestedOrd, {
+                  peerToPeer,
+                  sendRtr: offered.has('send'),
+                  writeRtr: offered.has('write'),
+                  readRtr: offered.has('read'),
+                }),
+              }
+            : {}),
+          privateData,
+        };
+        channel.write([encodeMpaFrame(request)], undefined);
+        let reply: MpaFrame;
+        try {
+          reply = await readFrame(channel);
+        } catch (error) {
+          if (error instanceof MpaFrameError) {
+            const info = terminateSetup(channel, MPA_ERROR_INVALID_FRAME, `invalid MPA Reply: ${error.message}`);
+            throw fail('EPROTO', info.reason!, info);
+          }
+          throw error;
+        }
+        if (reply.kind !== 'reply') {
+          const info = terminateSetup(channel, MPA_ERROR_INVALID_FRAME, 'expected an MPA Reply, got an MPA Request (both sides initiated?)');
           throw fail('EPROTO', info.reason!, info);
         }
-        throw error;
-      }
-      if (reply.kind !== 'reply') {
-        const info = terminateSetup(channel, MPA_ERROR_INVALID_FRAME, 'expected an MPA Reply, got an MPA Request (both sides initiated?)');
-        throw fail('EPROTO', info.reason!, info);
-      }
-      if (reply.reject) {
+        if (reply.reject) {
+          qp.peerPrivateData = reply.privateData;
+          throw fail(
+            'ECONNREFUSED',
+            `peer rejected the connection (MPA Reply with R=1${reply.privateData.length > 0 ? `, ${reply.privateData.length} octets of private data` : ''})`,
+          );
+        }
+        if (reply.revision !== MPA_REVISION_1 && reply.revision !== MPA_REVISION_2) {
+          const info = terminateSetup(channel, MPA_ERROR_INVALID_FRAME, `MPA Reply revision ${reply.revision} is not 1 or 2`);
+          throw fail('EPROTO', info.reason!, info);
+        }
+        if (enhanced && (reply.revision !== MPA_REVISION_2 || reply.enhancedData === undefined)) {
+          const info = terminateSetup(channel, MPA_ERROR_INVALID_FRAME, 'enhanced MPA Request answered without the RFC 6581 IRD/ORD word');
+          throw fail('EPROTO', info.reason!, info);
+        }
+        const peer = reply.enhancedData;
+        const negotiated = negotiate(qp, 'initiator', peer, peerToPeer ? (options.rtr ?? ['write', 'read']) : undefined);
+        if ('errorCode' in negotiated) {
+          const info = terminateSetup(channel, negotiated.errorCode, negotiated.reason);
+          throw fail('EPROTO', info.reason!, info);
+        }
+        const { ird, ord, rtr } = negotiated;
+        const parameters: StreamParameters = {
+          role: 'initiator',
+          crc: wantCrc || reply.crc,
+          markersOut: reply.markers,
+          markersIn: wantMarkers,
+          mulpdu,
+          ird,
+          ord,
+          ...(rtr !== undefined ? { sendRtr: rtr } : {}),
+        };
         qp.peerPrivateData = reply.privateData;
-        throw fail('ECONNREFUSED', `peer rejected the connection (MPA Reply with R=1${reply.privateData.length > 0 ? `, ${reply.privateData.length} octets of private data` : ''})`);
-      }
-      if (reply.revision !== MPA_REVISION_1 && reply.revision !== MPA_REVISION_2) {
-        const info = terminateSetup(channel, MPA_ERROR_INVALID_FRAME, `MPA Reply revision ${reply.revision} is not 1 or 2`);
-        throw fail('EPROTO', info.reason!, info);
-      }
-      if (enhanced && (reply.revision !== MPA_REVISION_2 || reply.enhancedData === undefined)) {
-        const info = terminateSetup(channel, MPA_ERROR_INVALID_FRAME, 'enhanced MPA Request answered without the RFC 6581 IRD/ORD word');
-        throw fail('EPROTO', info.reason!, info);
-      }
-      const peer = reply.enhancedData;
-      const negotiated = negotiate(qp, 'initiator', peer, peerToPeer ? (options.rtr ?? ['write', 'read']) : undefined);
-      if ('errorCode' in negotiated) {
-        const info = terminateSetup(channel, negotiated.errorCode, negotiated.reason);
-        throw fail('EPROTO', info.reason!, info);
-      }
-      const { ird, ord, rtr } = negotiated;
-      const parameters: StreamParameters = {
-        role: 'initiator',
-        crc: wantCrc || reply.crc,
-        markersOut: reply.markers,
-        markersIn: wantMarkers,
-        mulpdu,
-        ird,
-        ord,
-        ...(rtr !== undefined ? { sendRtr: rtr } : {}),
-      };
-      qp.peerPrivateData = reply.privateData;
-      if (firstFpduDelayMs > 0) {
-        // Bytes the responder sends meanwhile (it should send none) are held by the frame reader.
-        await new Promise((resolve) => setTimeout(resolve, firstFpduDelayMs));
-        if (channel.closed) throw new RnicError('ECONNRESET', 'connection closed while holding the first FPDU');
-      }
-      qp.enterRdmaMode(channel, parameters);
-      return {
-        revision: reply.revision,
-        enhanced: peer !== undefined,
-        crc: parameters.crc,
-        markersOut: parameters.markersOut,
-        markersIn: parameters.markersIn,
-        ird,
-        ord,
-        ...(peer !== undefined ? { peerIrd: peer.ird, peerOrd: peer.ord } : {}),
-        ...(rtr !== undefined ? { rtr } : {}),
-        privateData: reply.privateData,
-      };
-    });
+        if (firstFpduDelayMs > 0) {
+          // Bytes the responder sends meanwhile (it should send none) are held by the frame reader.
+          await new Promise((resolve) => setTimeout(resolve, firstFpduDelayMs));
+          if (channel.closed) throw new RnicError('ECONNRESET', 'connection closed while holding the first FPDU');
+        }
+        qp.enterRdmaMode(channel, parameters);
+        return {
+          revision: reply.revision,
+          enhanced: peer !== undefined,
+          crc: parameters.crc,
+          markersOut: parameters.markersOut,
+          markersIn: parameters.markersIn,
+          ird,
+          ord,
+          ...(peer !== undefined ? { peerIrd: peer.ird, peerOrd: peer.ord } : {}),
+          ...(rtr !== undefined ? { rtr } : {}),
+          privateData: reply.privateData,
+        };
+      },
+    );
   } catch (error) {
     if (error instanceof RnicError) {
       qp.connectFailed({ reason: 'connection-lost', message: error.message });
@@ -390,12 +403,15 @@ export class ConnectionRequest {
     private readonly timeoutMs: number,
   ) {
     // A ULP that never decides must not hold the connection forever.
-    this.expiry = setTimeout(() => {
-      if (!this.decided) {
-        this.decided = true;
-        channel.destroy();
-      }
-    }, Math.max(0, startedAt + timeoutMs - Date.now()));
+    this.expiry = setTimeout(
+      () => {
+        if (!this.decided) {
+          this.decided = true;
+          channel.destroy();
+        }
+      },
+      Math.max(0, startedAt + timeoutMs - Date.now()),
+    );
     this.expiry.unref();
     channel.setConsumer(
       new NoInputExpected(() => {
@@ -494,7 +510,12 @@ export class ConnectionRequest {
     channel.write([encodeMpaFrame(reply)], undefined);
     // The wait for the RTR: its own bound when the ULP gives one, else what is left of the setup's.
     const remaining = options.timeoutMs ?? Math.max(1, this.startedAt + this.timeoutMs - Date.now());
-    await withTimeout(remaining, 'MPA setup (waiting for the ready-to-receive message)', () => qp.disconnect(), () => qp.whenEstablished());
+    await withTimeout(
+      remaining,
+      'MPA setup (waiting for the ready-to-receive message)',
+      () => qp.disconnect(),
+      () => qp.whenEstablished(),
+    );
     return {
       revision: reply.revision,
       enhanced,
@@ -541,27 +562,32 @@ export class ConnectionRequest {
  */
 export async function receiveRequest(channel: StreamChannel, timeoutMs = DEFAULT_SETUP_TIMEOUT_MS): Promise<ConnectionRequest> {
   const startedAt = Date.now();
-  return withTimeout(timeoutMs, 'MPA setup (waiting for the Request)', () => channel.destroy(), async () => {
-    let frame: MpaFrame;
-    try {
-      frame = await readFrame(channel);
-    } catch (error) {
-      if (error instanceof MpaFrameError) {
-        const info = terminateSetup(channel, MPA_ERROR_INVALID_FRAME, `invalid MPA Request: ${error.message}`);
-        throw new RnicError('EPROTO', info.reason!, info);
+  return withTimeout(
+    timeoutMs,
+    'MPA setup (waiting for the Request)',
+    () => channel.destroy(),
+    async () => {
+      let frame: MpaFrame;
+      try {
+        frame = await readFrame(channel);
+      } catch (error) {
+        if (error instanceof MpaFrameError) {
+          const info = terminateSetup(channel, MPA_ERROR_INVALID_FRAME, `invalid MPA Request: ${error.message}`);
+          throw new RnicError('EPROTO', info.reason!, info);
+        }
+        channel.destroy();
+        throw error;
       }
-      channel.destroy();
-      throw error;
-    }
-    const invalid = (reason: string): never => {
-      const info = terminateSetup(channel, MPA_ERROR_INVALID_FRAME, reason);
-      throw new RnicError('EPROTO', reason, info);
-    };
-    if (frame.kind !== 'request') invalid('expected an MPA Request, got an MPA Reply');
-    if (frame.revision !== MPA_REVISION_1 && frame.revision !== MPA_REVISION_2) invalid(`MPA Request revision ${frame.revision} is not 1 or 2`);
-    if (frame.enhanced && frame.revision === MPA_REVISION_2 && frame.enhancedData === undefined) {
-      invalid('enhanced MPA Request without the 4-octet IRD/ORD word');
-    }
-    return new ConnectionRequest(channel, frame, startedAt, timeoutMs);
-  });
+      const invalid = (reason: string): never => {
+        const info = terminateSetup(channel, MPA_ERROR_INVALID_FRAME, reason);
+        throw new RnicError('EPROTO', reason, info);
+      };
+      if (frame.kind !== 'request') invalid('expected an MPA Request, got an MPA Reply');
+      if (frame.revision !== MPA_REVISION_1 && frame.revision !== MPA_REVISION_2) invalid(`MPA Request revision ${frame.revision} is not 1 or 2`);
+      if (frame.enhanced && frame.revision === MPA_REVISION_2 && frame.enhancedData === undefined) {
+        invalid('enhanced MPA Request without the 4-octet IRD/ORD word');
+      }
+      return new ConnectionRequest(channel, frame, startedAt, timeoutMs);
+    },
+  );
 }

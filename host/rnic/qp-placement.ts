@@ -116,7 +116,12 @@ export class Placement implements ReceiveSink {
     }
     if (length === 0 && request.length === 0) return EMPTY;
     if (stag !== request.sinkStag) {
-      receiver.fail(TerminateLayer.Ddp, DDP_ETYPE_TAGGED, DDP_ECODE_TAGGED_INVALID_STAG, `Read Response STag 0x${hex(stag)}, expected 0x${hex(request.sinkStag)}`);
+      receiver.fail(
+        TerminateLayer.Ddp,
+        DDP_ETYPE_TAGGED,
+        DDP_ECODE_TAGGED_INVALID_STAG,
+        `Read Response STag 0x${hex(stag)}, expected 0x${hex(request.sinkStag)}`,
+      );
       return undefined;
     }
     const expectedOffset = request.sinkTaggedOffset + BigInt(request.received);

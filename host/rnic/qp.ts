@@ -379,7 +379,12 @@ export class QueuePair extends EventEmitter<QueuePairEvents> {
       info = terminateInfo(header);
     } catch {
       // Undecodable: name what its control octets say.
-      info = { layer: ulpdu[18]! >> 4, errorType: ulpdu[18]! & 0xf, errorCode: ulpdu[19]!, description: describeTerminate(ulpdu[18]! >> 4, ulpdu[18]! & 0xf, ulpdu[19]!) };
+      info = {
+        layer: ulpdu[18]! >> 4,
+        errorType: ulpdu[18]! & 0xf,
+        errorCode: ulpdu[19]!,
+        description: describeTerminate(ulpdu[18]! >> 4, ulpdu[18]! & 0xf, ulpdu[19]!),
+      };
     }
     if (!isWellFormedTerminateDdp(ulpdu)) info = { ...info, reason: 'Terminate with unexpected DDP fields' };
     this.terminate = info;

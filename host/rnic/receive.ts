@@ -462,17 +462,32 @@ export class FpduReceiver {
     this.bulk = this.bulkCredit > 0;
     this.padding = fpduPadding(this.ulpduLength);
     if (this.ulpduLength > this.maxUlpdu) {
-      this.reportNow(TerminateLayer.Ddp, DDP_ETYPE_CATASTROPHIC, DDP_ECODE_CATASTROPHIC, `ULPDU_Length ${this.ulpduLength} exceeds the ${this.maxUlpdu}-octet maximum`);
+      this.reportNow(
+        TerminateLayer.Ddp,
+        DDP_ETYPE_CATASTROPHIC,
+        DDP_ECODE_CATASTROPHIC,
+        `ULPDU_Length ${this.ulpduLength} exceeds the ${this.maxUlpdu}-octet maximum`,
+      );
       return;
     }
     if (this.ulpduLength < ddpHeaderLength) {
-      this.reportNow(TerminateLayer.Ddp, DDP_ETYPE_CATASTROPHIC, DDP_ECODE_CATASTROPHIC, `ULPDU_Length ${this.ulpduLength} cannot hold the ${ddpHeaderLength}-octet DDP header`);
+      this.reportNow(
+        TerminateLayer.Ddp,
+        DDP_ETYPE_CATASTROPHIC,
+        DDP_ECODE_CATASTROPHIC,
+        `ULPDU_Length ${this.ulpduLength} cannot hold the ${ddpHeaderLength}-octet DDP header`,
+      );
       return;
     }
     // From here the FPDU's extent is known, so errors wait for its CRC.
     this.headerNeed = MPA_LENGTH_FIELD + ddpHeaderLength;
     if ((ddpControl & DDP_VERSION_MASK) !== DDP_VERSION) {
-      this.failWhole(TerminateLayer.Ddp, this.tagged ? DDP_ETYPE_TAGGED : DDP_ETYPE_UNTAGGED, this.tagged ? DDP_ECODE_TAGGED_VERSION : DDP_ECODE_UNTAGGED_VERSION, `DDP version ${ddpControl & DDP_VERSION_MASK} is not 1`);
+      this.failWhole(
+        TerminateLayer.Ddp,
+        this.tagged ? DDP_ETYPE_TAGGED : DDP_ETYPE_UNTAGGED,
+        this.tagged ? DDP_ECODE_TAGGED_VERSION : DDP_ECODE_UNTAGGED_VERSION,
+        `DDP version ${ddpControl & DDP_VERSION_MASK} is not 1`,
+      );
       return;
     }
     if (rdmapControl >> 6 !== RDMAP_VERSION) {
@@ -481,15 +496,26 @@ export class FpduReceiver {
     }
     const tagExpected = this.opcode === RdmapOpcode.RdmaWrite || this.opcode === RdmapOpcode.RdmaReadResponse;
     if (this.opcode > RdmapOpcode.AtomicResponse || tagExpected !== this.tagged) {
-      this.failWhole(TerminateLayer.Rdmap, RDMAP_ETYPE_REMOTE_OPERATION, RDMAP_ECODE_UNEXPECTED_OPCODE, `opcode 0x${this.opcode.toString(16)} in a ${this.tagged ? 'tagged' : 'untagged'} segment`);
+      this.failWhole(
+        TerminateLayer.Rdmap,
+        RDMAP_ETYPE_REMOTE_OPERATION,
+        RDMAP_ECODE_UNEXPECTED_OPCODE,
+        `opcode 0x${this.opcode.toString(16)} in a ${this.tagged ? 'tagged' : 'untagged'} segment`,
+      );
       return;
     }
     const queue = queueOf(this.opcode);
-    this.control = queue !== -1 && queue !== QN_SEND ? true : this.opcode === RdmapOpcode.ImmediateData || this.opcode === RdmapOpcode.ImmediateDataWithSolicitedEvent;
+    this.control =
+      queue !== -1 && queue !== QN_SEND ? true : this.opcode === RdmapOpcode.ImmediateData || this.opcode === RdmapOpcode.ImmediateDataWithSolicitedEvent;
     if (this.control) {
       if (this.opcode === RdmapOpcode.Terminate) {
         if (this.ulpduLength < TERMINATE_MIN_ULPDU || this.ulpduLength > TERMINATE_MAX_ULPDU) {
-          this.failWhole(TerminateLayer.Ddp, DDP_ETYPE_UNTAGGED, DDP_ECODE_UNTAGGED_TOO_LONG, `Terminate ULPDU of ${this.ulpduLength} octets (allowed ${TERMINATE_MIN_ULPDU}..${TERMINATE_MAX_ULPDU})`);
+          this.failWhole(
+            TerminateLayer.Ddp,
+            DDP_ETYPE_UNTAGGED,
+            DDP_ECODE_UNTAGGED_TOO_LONG,
+            `Terminate ULPDU of ${this.ulpduLength} octets (allowed ${TERMINATE_MIN_ULPDU}..${TERMINATE_MAX_ULPDU})`,
+          );
           return;
         }
       } else {
@@ -532,7 +558,12 @@ export class FpduReceiver {
           return;
         }
         if (taggedOffset !== this.taggedNextOffset) {
-          this.fail(TerminateLayer.Ddp, DDP_ETYPE_TAGGED, DDP_ECODE_TAGGED_BASE_BOUNDS, `tagged offset ${taggedOffset} does not continue at ${this.taggedNextOffset}`);
+          this.fail(
+            TerminateLayer.Ddp,
+            DDP_ETYPE_TAGGED,
+            DDP_ECODE_TAGGED_BASE_BOUNDS,
+            `tagged offset ${taggedOffset} does not continue at ${this.taggedNextOffset}`,
+          );
           this.proceedAfterHeader();
           return;
         }
@@ -553,7 +584,12 @@ export class FpduReceiver {
       const messageOffset = readUint32(header, 16);
       const wanted = queueOf(this.opcode);
       if (queue !== wanted) {
-        this.fail(TerminateLayer.Ddp, DDP_ETYPE_UNTAGGED, DDP_ECODE_UNTAGGED_INVALID_QN, `${rdmapOpcodeLabel(this.opcode)} on queue ${queue}, expected ${wanted}`);
+        this.fail(
+          TerminateLayer.Ddp,
+          DDP_ETYPE_UNTAGGED,
+          DDP_ECODE_UNTAGGED_INVALID_QN,
+          `${rdmapOpcodeLabel(this.opcode)} on queue ${queue}, expected ${wanted}`,
+        );
         this.proceedAfterHeader();
         return;
       }

@@ -143,7 +143,9 @@ export class SetupListener<Request extends PendingRequest> {
         this.pending.delete(socket);
         const error = this.evicted.has(socket)
           ? new RnicError('ENOMEM', `closed to make room: ${limit} connections were waiting for their ${this.firstMessage}`)
-          : caught instanceof Error ? caught : new Error(String(caught));
+          : caught instanceof Error
+            ? caught
+            : new Error(String(caught));
         this.recordFailure(error.message);
         this.options.onSetupFailure?.(error, peer);
       });

@@ -132,10 +132,5 @@ export function terminateInfo(header: TerminateHeader, reason?: string): Termina
 export function isWellFormedTerminateDdp(ulpdu: Uint8Array): boolean {
   if (ulpdu.length < DDP_UNTAGGED_HEADER_LENGTH) return false;
   const view = new DataView(ulpdu.buffer, ulpdu.byteOffset, ulpdu.byteLength);
-  return (
-    (ulpdu[0]! & DDP_FLAG_LAST) !== 0 &&
-    view.getUint32(6) === QN_TERMINATE &&
-    view.getUint32(10) === 1 &&
-    view.getUint32(14) === 0
-  );
+  return (ulpdu[0]! & DDP_FLAG_LAST) !== 0 && view.getUint32(6) === QN_TERMINATE && view.getUint32(10) === 1 && view.getUint32(14) === 0;
 }

@@ -5,15 +5,7 @@
 // §5.5 rule 14) and the buffer may be reused.
 
 import { CRC_LENGTH, crc32cUpdate, writeCrc } from './wire/crc.ts';
-import {
-  DDP_FLAG_LAST,
-  DDP_FLAG_TAGGED,
-  DDP_TAGGED_HEADER_LENGTH,
-  DDP_UNTAGGED_HEADER_LENGTH,
-  DDP_VERSION,
-  QUEUE_COUNT,
-  writeUint32,
-} from './wire/ddp.ts';
+import { DDP_FLAG_LAST, DDP_FLAG_TAGGED, DDP_TAGGED_HEADER_LENGTH, DDP_UNTAGGED_HEADER_LENGTH, DDP_VERSION, QUEUE_COUNT, writeUint32 } from './wire/ddp.ts';
 import { encodeFpduWithMarkers } from './wire/markers.ts';
 import { fpduPadding, MPA_LENGTH_FIELD, MPA_MAX_ULPDU, MPA_MIN_MULPDU } from './wire/mpa.ts';
 import { rdmapControl } from './wire/rdmap.ts';
@@ -71,14 +63,7 @@ export class Transmitter {
   }
 
   /** Sends an RDMA Write or Read Response of `length` octets gathered from `payload`. */
-  sendTagged(
-    opcode: number,
-    stag: number,
-    taggedOffset: bigint,
-    payload: readonly Uint8Array[],
-    length: number,
-    done?: WriteDone,
-  ): void {
+  sendTagged(opcode: number, stag: number, taggedOffset: bigint, payload: readonly Uint8Array[], length: number, done?: WriteDone): void {
     const headerSize = MPA_LENGTH_FIELD + DDP_TAGGED_HEADER_LENGTH;
     const perSegment = this.mulpdu - DDP_TAGGED_HEADER_LENGTH;
     const segments = Math.max(1, Math.ceil(length / perSegment));

@@ -20,14 +20,7 @@
 
 import net from 'node:net';
 import { SocketChannel, type StreamChannel } from './channel.ts';
-import {
-  type ConnectionRequest,
-  DEFAULT_SETUP_TIMEOUT_MS,
-  initiate,
-  receiveRequest,
-  type ConnectionSummary,
-  type InitiatorOptions,
-} from './connection.ts';
+import { type ConnectionRequest, DEFAULT_SETUP_TIMEOUT_MS, initiate, receiveRequest, type ConnectionSummary, type InitiatorOptions } from './connection.ts';
 import { CompletionQueue, type CompletionQueueOptions } from './cq.ts';
 import { RnicError } from './errors.ts';
 import { type MemoryRegion, MemoryTable, type ProtectionDomain, type RegisterMemoryOptions } from './memory.ts';
@@ -45,7 +38,16 @@ export { CompletionQueue, type CompletionQueueOptions } from './cq.ts';
 export { QueuePair, type QueuePairOptions, type QpState, type DisconnectInfo, type RtrType } from './qp.ts';
 export { ConnectionRequest, type ConnectionSummary, type InitiatorOptions, type ResponderOptions } from './connection.ts';
 export { RnicError, type RnicErrorCode, type TerminateInfo } from './errors.ts';
-export { WcStatus, wcStatusName, type WorkCompletion, type SendWorkRequest, type ReceiveWorkRequest, type Sge, type SendOpcode, type WcOpcode } from './work.ts';
+export {
+  WcStatus,
+  wcStatusName,
+  type WorkCompletion,
+  type SendWorkRequest,
+  type ReceiveWorkRequest,
+  type Sge,
+  type SendOpcode,
+  type WcOpcode,
+} from './work.ts';
 export type { NicObserver } from './nic-observer.ts';
 export { RcQueuePair, type RcQueuePairOptions, type RcPathParameters, type PathMtu } from './rc/queue-pair.ts';
 export { RoceEndpoint } from './rc/endpoint.ts';

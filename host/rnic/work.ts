@@ -109,15 +109,7 @@ export function wcStatusName(status: number): string {
   return STATUS_NAMES[status] ?? `status ${status}`;
 }
 
-export type WcOpcode =
-  | 'SEND'
-  | 'RDMA_WRITE'
-  | 'RDMA_READ'
-  | 'COMP_SWAP'
-  | 'FETCH_ADD'
-  | 'LOCAL_INV'
-  | 'RECV'
-  | 'RECV_RDMA_WITH_IMM';
+export type WcOpcode = 'SEND' | 'RDMA_WRITE' | 'RDMA_READ' | 'COMP_SWAP' | 'FETCH_ADD' | 'LOCAL_INV' | 'RECV' | 'RECV_RDMA_WITH_IMM';
 
 export interface WorkCompletion {
   readonly wrId: bigint | number;

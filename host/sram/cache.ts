@@ -600,7 +600,7 @@ export class SramCache implements InvalidationTarget {
     const base = this.setBaseOfKind[kind]!;
     // Rotated so the set index does not reuse the low bits that pick the hash slot; masked to 31
     // bits so the modulo stays an integer operation.
-    return setCount === 1 ? base : base + (((h >>> 11) | (h << 21)) & 0x7fffffff) % setCount;
+    return setCount === 1 ? base : base + ((((h >>> 11) | (h << 21)) & 0x7fffffff) % setCount);
   }
 
   /** Removes the line's key from the table, shifting later probes back so no tombstone is needed. */

@@ -81,7 +81,11 @@ export function parseSramConfig(value: unknown, source: string): SramModelConfig
   let policy = DEFAULT_SRAM_CONFIG.policy;
   if (record.policy !== undefined) {
     if (typeof record.policy !== 'string' || !policyNames().includes(record.policy)) {
-      fail(`"policy" must be one of ${policyNames().map((name) => `"${name}"`).join(', ')} (got ${describe(record.policy)})`);
+      fail(
+        `"policy" must be one of ${policyNames()
+          .map((name) => `"${name}"`)
+          .join(', ')} (got ${describe(record.policy)})`,
+      );
     }
     policy = record.policy as string;
   }

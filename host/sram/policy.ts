@@ -112,9 +112,7 @@ export const partitioned: PolicyFactory = (options) => ({
     const pools = ALL_KINDS.map((kind) => ({ kinds: [kind], lines: split[KIND_NAMES[kind]!] ?? 0 }));
     const total = pools.reduce((sum, pool) => sum + pool.lines, 0);
     if (total !== geometry.lines) {
-      throw new Error(
-        `partition gives ${total} lines but the cache has ${geometry.lines}; make the per-kind counts add up to lines`,
-      );
+      throw new Error(`partition gives ${total} lines but the cache has ${geometry.lines}; make the per-kind counts add up to lines`);
     }
     return pools;
   },
@@ -144,4 +142,3 @@ export function createPolicy(name: string, options: PolicyOptions = {}): SramPol
   }
   return factory(options);
 }
-

@@ -10,16 +10,7 @@ import { EntryKind } from './kinds.ts';
  * then the completion queue's context when a completion is written (cq < 0: none). Returns the
  * modelled NIC time it took. Mirrors SramNicObserver, with an explicit owner (tenant).
  */
-export function modelMessage(
-  cache: SramCache,
-  owner: number,
-  qp: number,
-  stag: number,
-  offset: number,
-  length: number,
-  pageSize: number,
-  cq: number,
-): number {
+export function modelMessage(cache: SramCache, owner: number, qp: number, stag: number, offset: number, length: number, pageSize: number, cq: number): number {
   const before = cache.timeNs;
   cache.access(EntryKind.QPC, qp, 0, owner, true);
   cache.access(EntryKind.MPT, stag, 0, owner, false);

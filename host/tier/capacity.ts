@@ -35,8 +35,10 @@ export function sizeTier(capacityBytes: number, blockSize: number, handleCount: 
   const maxSlots = Math.floor((capacityBytes - fixed) / (slotSize + 2 * CHECKPOINT_PER_BLOCK));
   if (maxSlots < 1) {
     const needed = fixed + slotSize + 2 * CHECKPOINT_PER_BLOCK;
-    throw new TierCapacityError(`durable capacity ${capacityBytes} octets holds no block of ${blockSize} octets ` +
-      `(journals and checkpoints for ${handleCount} handles need ${fixed}); give at least ${needed}`);
+    throw new TierCapacityError(
+      `durable capacity ${capacityBytes} octets holds no block of ${blockSize} octets ` +
+        `(journals and checkpoints for ${handleCount} handles need ${fixed}); give at least ${needed}`,
+    );
   }
   return { slotSize, maxSlots, journalLimit, checkpointBound: CHECKPOINT_FIXED + 2 * handleCount + CHECKPOINT_PER_BLOCK * maxSlots };
 }

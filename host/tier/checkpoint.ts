@@ -33,11 +33,19 @@ const bytesOf = (array: Uint16Array | Uint32Array): Uint8Array => new Uint8Array
 export function encodeCheckpoint(checkpoint: Checkpoint): Buffer {
   const { blocks } = checkpoint;
   return encodeFrame(CHECKPOINT_MAGIC, {
-    v: CHECKPOINT_VERSION, blockSize: checkpoint.blockSize, slotSize: checkpoint.slotSize,
-    handleBase: checkpoint.handleBase.toString(), handleCount: checkpoint.handleCount, journal: checkpoint.journal,
-    highSlot: checkpoint.highSlot, marks: bytesOf(checkpoint.marks),
-    index: bytesOf(blocks.index), generation: bytesOf(blocks.generation), dataLength: bytesOf(blocks.dataLength),
-    slot: bytesOf(blocks.slot), crc: bytesOf(blocks.crc),
+    v: CHECKPOINT_VERSION,
+    blockSize: checkpoint.blockSize,
+    slotSize: checkpoint.slotSize,
+    handleBase: checkpoint.handleBase.toString(),
+    handleCount: checkpoint.handleCount,
+    journal: checkpoint.journal,
+    highSlot: checkpoint.highSlot,
+    marks: bytesOf(checkpoint.marks),
+    index: bytesOf(blocks.index),
+    generation: bytesOf(blocks.generation),
+    dataLength: bytesOf(blocks.dataLength),
+    slot: bytesOf(blocks.slot),
+    crc: bytesOf(blocks.crc),
   });
 }
 
@@ -72,8 +80,13 @@ export function decodeCheckpoint(bytes: Uint8Array): Checkpoint | string {
     return 'block columns of different lengths';
   }
   return {
-    blockSize: p.blockSize as number, slotSize: p.slotSize as number, handleBase: BigInt(p.handleBase),
-    handleCount, journal: p.journal as number, highSlot: p.highSlot as number, marks,
+    blockSize: p.blockSize as number,
+    slotSize: p.slotSize as number,
+    handleBase: BigInt(p.handleBase),
+    handleCount,
+    journal: p.journal as number,
+    highSlot: p.highSlot as number,
+    marks,
     blocks: { index, generation, dataLength, slot, crc },
   };
 }

@@ -40,7 +40,10 @@ export function errorCode(error: unknown): string {
 }
 
 class NodeFile implements TierFile {
-  constructor(readonly path: string, private readonly handle: fs.FileHandle) {}
+  constructor(
+    readonly path: string,
+    private readonly handle: fs.FileHandle,
+  ) {}
 
   async write(data: Uint8Array, position: number): Promise<void> {
     let done = 0;

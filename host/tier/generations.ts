@@ -5,12 +5,12 @@ export const GENERATION_CYCLE = 0xffff;
 
 /** Increments from `from` to `to` going forward (0 .. 65534). */
 export function generationDistance(from: number, to: number): number {
-  return (((to - 1) - (from - 1)) % GENERATION_CYCLE + GENERATION_CYCLE) % GENERATION_CYCLE;
+  return (((to - 1 - (from - 1)) % GENERATION_CYCLE) + GENERATION_CYCLE) % GENERATION_CYCLE;
 }
 
 /** `generation` moved forward by `steps`, skipping 0. */
 export function generationPlus(generation: number, steps: number): number {
-  return ((generation - 1 + steps) % GENERATION_CYCLE + GENERATION_CYCLE) % GENERATION_CYCLE + 1;
+  return ((((generation - 1 + steps) % GENERATION_CYCLE) + GENERATION_CYCLE) % GENERATION_CYCLE) + 1;
 }
 
 /** The one of `a` and `b` that is ahead of the other (within half the cycle). */

@@ -15,13 +15,32 @@ const MAX_PAYLOAD = 1 << 30;
 const packr = new Packr({ useRecords: false, variableMapSize: true });
 
 /** A block's data and entry are on the tier (STORE/ALLOC_STORE/BIND with SEAL). */
-export interface SealRecord { k: 's'; h: number; g: number; l: number; s: number; c: number }
+export interface SealRecord {
+  k: 's';
+  h: number;
+  g: number;
+  l: number;
+  s: number;
+  c: number;
+}
 /** The handle is not VALID any more with Generation g (FREE, drop, or a block found lost). */
-export interface UnbindRecord { k: 'u'; h: number; g: number; why: 'free' | 'drop' | 'lost' }
+export interface UnbindRecord {
+  k: 'u';
+  h: number;
+  g: number;
+  why: 'free' | 'drop' | 'lost';
+}
 /** Generations of handle h up to m may be shown before another record about it. */
-export interface ReserveRecord { k: 'r'; h: number; m: number }
+export interface ReserveRecord {
+  k: 'r';
+  h: number;
+  m: number;
+}
 /** First record of a group commit: every record before it was synced. */
-export interface BatchRecord { k: 'b'; q: number }
+export interface BatchRecord {
+  k: 'b';
+  q: number;
+}
 export type JournalRecord = SealRecord | UnbindRecord | ReserveRecord | BatchRecord;
 
 export function encodeFrame(magic: number, payload: unknown): Buffer {
@@ -34,9 +53,7 @@ export function encodeFrame(magic: number, payload: unknown): Buffer {
   return frame;
 }
 
-export type FrameResult =
-  | { ok: true; payload: unknown; next: number }
-  | { ok: false; reason: 'short' | 'magic' | 'length' | 'checksum' | 'decode' };
+export type FrameResult = { ok: true; payload: unknown; next: number } | { ok: false; reason: 'short' | 'magic' | 'length' | 'checksum' | 'decode' };
 
 /** Decodes the frame at `offset`. */
 export function decodeFrame(bytes: Uint8Array, offset: number, magic: number): FrameResult {
@@ -63,10 +80,14 @@ function isRecord(value: unknown): value is JournalRecord {
   const record = value as Record<string, unknown>;
   const int = (key: string): boolean => Number.isSafeInteger(record[key]) && (record[key] as number) >= 0;
   switch (record.k) {
-    case 's': return int('h') && int('g') && int('l') && int('s') && int('c');
-    case 'u': return int('h') && int('g') && (record.why === 'free' || record.why === 'drop' || record.why === 'lost');
-    case 'r': return int('h') && int('m');
-    case 'b': return int('q');
+    case 's':
+      return int('h') && int('g') && int('l') && int('s') && int('c');
+    case 'u':
+      return int('h') && int('g') && (record.why === 'free' || record.why === 'drop' || record.why === 'lost');
+    case 'r':
+      return int('h') && int('m');
+    case 'b':
+      return int('q');
   }
   return false;
 }
@@ -125,7 +146,10 @@ export function parseJournal(bytes: Uint8Array): ParsedJournal {
   }
   const tail = bytes.subarray(end);
   return {
-    records, lastBatchStart, end, badFrames,
+    records,
+    lastBatchStart,
+    end,
+    badFrames,
     tornBytes: tail.every((octet) => octet === 0) ? 0 : tail.length,
     firstAfterCorruption: firstAfterCorruption < 0 ? records.length : firstAfterCorruption,
   };

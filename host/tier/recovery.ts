@@ -88,10 +88,12 @@ async function readWhole(files: FileLayer, file: string): Promise<Uint8Array> {
 }
 
 function numbered(names: string[], pattern: RegExp): number[] {
-  return names.flatMap((name) => {
-    const match = pattern.exec(name);
-    return match?.[1] === undefined ? [] : [Number(match[1])];
-  }).sort((a, b) => a - b);
+  return names
+    .flatMap((name) => {
+      const match = pattern.exec(name);
+      return match?.[1] === undefined ? [] : [Number(match[1])];
+    })
+    .sort((a, b) => a - b);
 }
 
 export async function recoverTier(input: RecoveryInput): Promise<RecoveredState> {
@@ -117,8 +119,10 @@ export async function recoverTier(input: RecoveryInput): Promise<RecoveredState>
   }
   if (checkpoint !== undefined) {
     const mismatch = (field: string, was: string, now: string): never => {
-      throw new TierConfigMismatchError(`${directory} was written with ${field} ${was}, but the target is configured with ${now}; ` +
-        `start with the same ${field}, or point --data-dir at another directory (the data here is kept)`);
+      throw new TierConfigMismatchError(
+        `${directory} was written with ${field} ${was}, but the target is configured with ${now}; ` +
+          `start with the same ${field}, or point --data-dir at another directory (the data here is kept)`,
+      );
     };
     if (checkpoint.blockSize !== input.blockSize) mismatch('blockSize', String(checkpoint.blockSize), String(input.blockSize));
     if (checkpoint.handleBase !== input.handleBase) mismatch('handleBase', String(checkpoint.handleBase), String(input.handleBase));
@@ -136,8 +140,13 @@ export async function recoverTier(input: RecoveryInput): Promise<RecoveredState>
     const b = checkpoint.blocks;
     for (let i = 0; i < b.index.length; i++) {
       const index = b.index[i] ?? 0;
-      blocks.set(index, { generation: b.generation[i] ?? 1, dataLength: b.dataLength[i] ?? 0, slot: b.slot[i] ?? 0,
-        crc: b.crc[i] ?? 0, tenant: input.tenantOf(index) });
+      blocks.set(index, {
+        generation: b.generation[i] ?? 1,
+        dataLength: b.dataLength[i] ?? 0,
+        slot: b.slot[i] ?? 0,
+        crc: b.crc[i] ?? 0,
+        tenant: input.tenantOf(index),
+      });
     }
   } else {
     // No checkpoint: a new tier (every entry starts at Generation 1), or one whose every
@@ -160,7 +169,7 @@ export async function recoverTier(input: RecoveryInput): Promise<RecoveredState>
     }
   };
 
-  const replayFrom = checkpoint?.journal ?? (journals[0] ?? 0);
+  const replayFrom = checkpoint?.journal ?? journals[0] ?? 0;
   const replayed = journals.filter((sequence) => sequence >= replayFrom);
   let tornBytes = 0;
   let recordsDropped = 0;
@@ -221,10 +230,21 @@ export async function recoverTier(input: RecoveryInput): Promise<RecoveredState>
 
   const used = Math.max(0, ...checkpoints, ...journals);
   return {
-    blocks, resume, marks, highSlot, nextSequence: used + 1, usedCheckpoint,
+    blocks,
+    resume,
+    marks,
+    highSlot,
+    nextSequence: used + 1,
+    usedCheckpoint,
     report: {
-      blocksRecovered: blocks.size, recordsDropped, tornBytes, checksumFailures, blocksOverCapacity,
-      checkpoint: checkpointName, journalsReplayed: replayed.length, fresh,
+      blocksRecovered: blocks.size,
+      recordsDropped,
+      tornBytes,
+      checksumFailures,
+      blocksOverCapacity,
+      checkpoint: checkpointName,
+      journalsReplayed: replayed.length,
+      fresh,
     },
   };
 }

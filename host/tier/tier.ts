@@ -12,9 +12,7 @@ import { encodeFrame, JOURNAL_MAGIC, type JournalRecord } from './records.ts';
 import { encodeCheckpoint, type Checkpoint } from './checkpoint.ts';
 import { sizeTier, type TierSizing } from './capacity.ts';
 import { generationLater } from './generations.ts';
-import {
-  recoverTier, sequenceName, CHECKPOINT_PATTERN, JOURNAL_PATTERN, type BlockRecord, type RecoveryReport,
-} from './recovery.ts';
+import { recoverTier, sequenceName, CHECKPOINT_PATTERN, JOURNAL_PATTERN, type BlockRecord, type RecoveryReport } from './recovery.ts';
 
 export interface TierTenant {
   /** First handle index (from the table's base handle) of the tenant's store range. */
@@ -54,7 +52,10 @@ export type TierErrorCode = 'ENOSPC' | 'EIO' | 'CHECKSUM' | 'NOT_HELD' | 'CLOSED
 
 /** A request the tier could not make durable or serve; the request changed nothing. */
 export class TierError extends Error {
-  constructor(readonly code: TierErrorCode, message: string) {
+  constructor(
+    readonly code: TierErrorCode,
+    message: string,
+  ) {
     super(message);
     this.name = 'TierError';
   }
@@ -119,14 +120,26 @@ export class DurableTier {
   private needsCheckpoint = false;
   private closed = false;
   private readonly counters = {
-    drops: 0, fsyncs: 0, groupCommits: 0, batchRecords: 0, batchLargest: 0, checksumFailures: 0, writeErrors: 0, readErrors: 0,
+    drops: 0,
+    fsyncs: 0,
+    groupCommits: 0,
+    batchRecords: 0,
+    batchLargest: 0,
+    checksumFailures: 0,
+    writeErrors: 0,
+    readErrors: 0,
     histogram: [0, 0, 0, 0, 0, 0],
   };
   private readonly maxBatch: number;
   private readonly resumeGenerations: Uint16Array;
 
-  private constructor(private readonly options: TierOptions, private readonly data: TierFile, sizing: TierSizing,
-    state: Awaited<ReturnType<typeof recoverTier>>, seconds: number) {
+  private constructor(
+    private readonly options: TierOptions,
+    private readonly data: TierFile,
+    sizing: TierSizing,
+    state: Awaited<ReturnType<typeof recoverTier>>,
+    seconds: number,
+  ) {
     this.files = options.files ?? nodeFiles;
     this.sizing = sizing;
     this.blocks = state.blocks;
@@ -157,8 +170,15 @@ export class DurableTier {
     const data = await files.open(path.join(options.directory, 'blocks'), true);
     const tenantOf = tenantLookup(options.tenants);
     const state = await recoverTier({
-      files, directory: options.directory, data, blockSize: options.blockSize, slotSize: sizing.slotSize,
-      handleBase: options.handleBase, handleCount: options.handleCount, maxSlots: sizing.maxSlots, tenantOf,
+      files,
+      directory: options.directory,
+      data,
+      blockSize: options.blockSize,
+      slotSize: sizing.slotSize,
+      handleBase: options.handleBase,
+      handleCount: options.handleCount,
+      maxSlots: sizing.maxSlots,
+      tenantOf,
       durableQuota: (tenant) => options.tenants[tenant]?.durableQuota ?? Number.POSITIVE_INFINITY,
     });
     const tier = new DurableTier(options, data, sizing, state, 0);
@@ -203,7 +223,14 @@ export class DurableTier {
   /** Makes the block's data and entry durable. `data` must not change until this settles. */
   seal(index: number, generation: number, data: Uint8Array): Promise<void> {
     return this.enqueue((done) => ({
-      kind: 'seal', index, generation, data, crc: crc32c(data), tenant: tenantLookup(this.options.tenants)(index), slot: -1, done,
+      kind: 'seal',
+      index,
+      generation,
+      data,
+      crc: crc32c(data),
+      tenant: tenantLookup(this.options.tenants)(index),
+      slot: -1,
+      done,
     }));
   }
 
@@ -241,10 +268,18 @@ export class DurableTier {
     return {
       capacityBytes: this.options.capacityBytes,
       bytesUsed: this.highSlot * this.sizing.slotSize + this.journalSize + this.checkpointBytes + this.retainedBytes,
-      blocksDurable: this.blocks.size, maxBlocks: this.sizing.maxSlots, drops: c.drops, fsyncs: c.fsyncs,
-      groupCommits: c.groupCommits, batchRecords: c.batchRecords, batchLargest: c.batchLargest,
-      batchHistogram: [...c.histogram], checksumFailures: c.checksumFailures + this.recovery.checksumFailures,
-      writeErrors: c.writeErrors, readErrors: c.readErrors, recovery: this.recovery,
+      blocksDurable: this.blocks.size,
+      maxBlocks: this.sizing.maxSlots,
+      drops: c.drops,
+      fsyncs: c.fsyncs,
+      groupCommits: c.groupCommits,
+      batchRecords: c.batchRecords,
+      batchLargest: c.batchLargest,
+      batchHistogram: [...c.histogram],
+      checksumFailures: c.checksumFailures + this.recovery.checksumFailures,
+      writeErrors: c.writeErrors,
+      readErrors: c.readErrors,
+      recovery: this.recovery,
     };
   }
 
@@ -350,10 +385,14 @@ export class DurableTier {
 
   private recordOf(op: Op): JournalRecord {
     switch (op.kind) {
-      case 'seal': return { k: 's', h: op.index, g: op.generation, l: op.data.length, s: op.slot, c: op.crc };
-      case 'unbind': return { k: 'u', h: op.index, g: op.generation, why: op.why };
-      case 'drop': return { k: 'u', h: op.index, g: op.generation, why: 'drop' };
-      case 'reserve': return { k: 'r', h: op.index, m: op.mark };
+      case 'seal':
+        return { k: 's', h: op.index, g: op.generation, l: op.data.length, s: op.slot, c: op.crc };
+      case 'unbind':
+        return { k: 'u', h: op.index, g: op.generation, why: op.why };
+      case 'drop':
+        return { k: 'u', h: op.index, g: op.generation, why: 'drop' };
+      case 'reserve':
+        return { k: 'r', h: op.index, m: op.mark };
     }
   }
 
@@ -364,7 +403,7 @@ export class DurableTier {
     try {
       const writes: Array<Promise<void>> = [this.journal.write(journalBytes, this.journalSize)];
       // Seals in consecutive slots go out in one vectored write (a full block fills its slot exactly).
-      for (let i = 0; i < seals.length;) {
+      for (let i = 0; i < seals.length; ) {
         const first = seals[i];
         if (first === undefined) break;
         const run: Uint8Array[] = [first.data];
@@ -377,7 +416,10 @@ export class DurableTier {
           previous = next;
           j += 1;
         }
-        if (run.some((part) => part.length > 0)) writes.push(run.length === 1 ? this.data.write(first.data, first.slot * this.sizing.slotSize) : this.data.writev(run, first.slot * this.sizing.slotSize));
+        if (run.some((part) => part.length > 0))
+          writes.push(
+            run.length === 1 ? this.data.write(first.data, first.slot * this.sizing.slotSize) : this.data.writev(run, first.slot * this.sizing.slotSize),
+          );
         i = j;
       }
       await Promise.all(writes);
@@ -469,8 +511,11 @@ export class DurableTier {
     const sequence = this.journalSequence + (this.journal === undefined ? 0 : 1);
     const count = this.blocks.size;
     const columns = {
-      index: new Uint32Array(count), generation: new Uint16Array(count), dataLength: new Uint32Array(count),
-      slot: new Uint32Array(count), crc: new Uint32Array(count),
+      index: new Uint32Array(count),
+      generation: new Uint16Array(count),
+      dataLength: new Uint32Array(count),
+      slot: new Uint32Array(count),
+      crc: new Uint32Array(count),
     };
     let i = 0;
     for (const [index, block] of this.blocks) {
@@ -482,8 +527,14 @@ export class DurableTier {
       i += 1;
     }
     const checkpoint: Checkpoint = {
-      blockSize: this.options.blockSize, slotSize: this.sizing.slotSize, handleBase: this.options.handleBase,
-      handleCount: this.options.handleCount, journal: sequence, highSlot: this.highSlot, marks: this.marks, blocks: columns,
+      blockSize: this.options.blockSize,
+      slotSize: this.sizing.slotSize,
+      handleBase: this.options.handleBase,
+      handleCount: this.options.handleCount,
+      journal: sequence,
+      highSlot: this.highSlot,
+      marks: this.marks,
+      blocks: columns,
     };
     const bytes = encodeCheckpoint(checkpoint);
     const journal = await this.files.open(path.join(directory, sequenceName('journal', sequence)), true);
@@ -530,7 +581,10 @@ export class DurableTier {
 
 /** Handle index -> tenant index (-1 for none), by binary search over the sorted store ranges. */
 function tenantLookup(tenants: readonly TierTenant[]): (index: number) => number {
-  const sorted = tenants.map((tenant, position) => ({ ...tenant, position })).filter((t) => t.count > 0).sort((a, b) => a.first - b.first);
+  const sorted = tenants
+    .map((tenant, position) => ({ ...tenant, position }))
+    .filter((t) => t.count > 0)
+    .sort((a, b) => a.first - b.first);
   return (index) => {
     let low = 0;
     let high = sorted.length - 1;

@@ -78,8 +78,12 @@ function kbtp(args: string[]): Promise<{ code: number; stdout: string; stderr: s
     const child = spawn(process.execPath, ['--import', 'tsx', cli, ...args], { stdio: ['ignore', 'pipe', 'pipe'] });
     let stdout = '';
     let stderr = '';
-    child.stdout.on('data', (chunk: Buffer) => { stdout += chunk.toString(); });
-    child.stderr.on('data', (chunk: Buffer) => { stderr += chunk.toString(); });
+    child.stdout.on('data', (chunk: Buffer) => {
+      stdout += chunk.toString();
+    });
+    child.stderr.on('data', (chunk: Buffer) => {
+      stderr += chunk.toString();
+    });
     child.on('error', reject);
     child.on('close', (code) => resolve({ code: code ?? -1, stdout, stderr }));
   });
@@ -87,10 +91,31 @@ function kbtp(args: string[]): Promise<{ code: number; stdout: string; stderr: s
 
 test('kbtp bench --spawn --json --svg: a row per operation and size, data checked, chart written', async () => {
   const svg = join(scratch, 'bench.svg');
-  const run = await kbtp(['bench', '--spawn', '--sizes', '4K,64K', '--sessions', '2', '--in-flight', '2', '--duration', '0.4', '--warmup', '0.1', '--json', '--svg', svg]);
+  const run = await kbtp([
+    'bench',
+    '--spawn',
+    '--sizes',
+    '4K,64K',
+    '--sessions',
+    '2',
+    '--in-flight',
+    '2',
+    '--duration',
+    '0.4',
+    '--warmup',
+    '0.1',
+    '--json',
+    '--svg',
+    svg,
+  ]);
   assert.is(run.code, 0, run.stderr);
-  const report = JSON.parse(run.stdout) as { rows: Array<{ op: string; size: number; ops: number; gbPerSec: number; corrupt: number; errors: object; p999Us: number }> };
-  assert.equal(report.rows.map((row) => `${row.op}@${row.size}`), ['load@4096', 'store@4096', 'load@65536', 'store@65536']);
+  const report = JSON.parse(run.stdout) as {
+    rows: Array<{ op: string; size: number; ops: number; gbPerSec: number; corrupt: number; errors: object; p999Us: number }>;
+  };
+  assert.equal(
+    report.rows.map((row) => `${row.op}@${row.size}`),
+    ['load@4096', 'store@4096', 'load@65536', 'store@65536'],
+  );
   for (const row of report.rows) {
     assert.ok(row.ops > 0 && row.gbPerSec > 0, `${row.op}@${row.size} moved data`);
     assert.is(row.corrupt, 0);

@@ -4,11 +4,20 @@ import * as assert from 'uvu/assert';
 import { parseMix, OpPicker, MixError } from '../../host/bench/mix.ts';
 
 test('a plain list is a phase per operation; weights make one mixed phase', () => {
-  assert.equal(parseMix('load,store').map((phase) => phase.map((item) => item.op)), [['load'], ['store']]);
+  assert.equal(
+    parseMix('load,store').map((phase) => phase.map((item) => item.op)),
+    [['load'], ['store']],
+  );
   const [mixed, ...rest] = parseMix('load:3,store:1');
   assert.is(rest.length, 0);
-  assert.equal(mixed, [{ op: 'load', weight: 3 }, { op: 'store', weight: 1 }]);
-  assert.equal(parseMix('ALLOC_STORE, free').map((phase) => phase[0]?.op), ['alloc-store', 'free']);
+  assert.equal(mixed, [
+    { op: 'load', weight: 3 },
+    { op: 'store', weight: 1 },
+  ]);
+  assert.equal(
+    parseMix('ALLOC_STORE, free').map((phase) => phase[0]?.op),
+    ['alloc-store', 'free'],
+  );
 });
 
 test('weighted draws follow the weights', () => {
@@ -20,7 +29,10 @@ test('weighted draws follow the weights', () => {
 });
 
 test('bad mixes say what to write', () => {
-  assert.throws(() => parseMix('lod'), (error: Error) => error instanceof MixError && /not an operation/.test(error.message));
+  assert.throws(
+    () => parseMix('lod'),
+    (error: Error) => error instanceof MixError && /not an operation/.test(error.message),
+  );
   assert.throws(() => parseMix('load:0'), /positive number/);
   assert.throws(() => parseMix('load,load'), /twice/);
   assert.throws(() => parseMix(''), /empty/);

@@ -18,7 +18,9 @@ const SMALL = [
   { timestamp: 0, hash_ids: [1, 2, 3] },
   { timestamp: 5, hash_ids: [1, 9, 3, 2] },
   { timestamp: 9, hash_ids: [1, 9, 4] },
-].map((record) => JSON.stringify(record)).join('\n');
+]
+  .map((record) => JSON.stringify(record))
+  .join('\n');
 
 test('the counting rule: hits stop at the first miss', () => {
   const trace = parseTrace(SMALL, 'small');
@@ -43,7 +45,10 @@ test('the replay applies the same rule against a real target and checks every lo
 });
 
 test('bad traces are refused with the line', () => {
-  assert.throws(() => parseTrace('{"hash_ids": [1]}\nnot json', 'x.jsonl'), (error: Error) => error instanceof TraceError && /x\.jsonl:2/.test(error.message));
+  assert.throws(
+    () => parseTrace('{"hash_ids": [1]}\nnot json', 'x.jsonl'),
+    (error: Error) => error instanceof TraceError && /x\.jsonl:2/.test(error.message),
+  );
   assert.throws(() => parseTrace('{"hash_ids": [-1]}', 'x.jsonl'), /hash id -1/);
   assert.throws(() => parseTrace('{"timestamp": "soon", "hash_ids": []}', 'x.jsonl'), /timestamp/);
   assert.throws(() => loadTrace(join(scratch, 'missing.jsonl')), /cannot read trace/);

@@ -20,24 +20,51 @@ const DIRECT = { first: 96n, count: 32, quota: 16 };
 
 function config(ringMode: 'masked' | 'unmasked'): EngineConfig {
   return {
-    blockSize: 64, blockCount: 64, handleCount: 128, ringMode, threads: 3, maxInline: 64,
+    blockSize: 64,
+    blockCount: 64,
+    handleCount: 128,
+    ringMode,
+    threads: 3,
+    maxInline: 64,
     partitions: [{ blocks: DIRECT.quota }],
     tenants: [
       { name: 'shared', storeRange: { first: SHARED.first, count: BigInt(SHARED.count) }, loadScope: { first: 0n, count: 128n }, quota: 48 },
-      { name: 'direct', storeRange: { first: DIRECT.first, count: BigInt(DIRECT.count) }, loadScope: { first: 0n, count: 128n }, quota: DIRECT.quota, partition: 0 },
+      {
+        name: 'direct',
+        storeRange: { first: DIRECT.first, count: BigInt(DIRECT.count) },
+        loadScope: { first: 0n, count: 128n },
+        quota: DIRECT.quota,
+        partition: 0,
+      },
     ],
   };
 }
 
 async function stress(engine: Engine, operationsPerWorker: number, maxRetries: number): Promise<{ reports: StressReport[]; audit: AuditReport }> {
   const initiatorUsage = new SharedArrayBuffer(4);
-  const reports = await Promise.all([1, 2].map((thread) => new Promise<StressReport>((resolve, reject) => {
-    const job: StressJob = { handoff: engine.handoff(), thread, operations: operationsPerWorker, seed: 0x1234 * thread + 7, maxRetries,
-      initiatorUsage, shared: SHARED, direct: DIRECT };
-    const worker = spawnWorker(new URL('../support/engine-stress-worker.ts', import.meta.url), { workerData: job });
-    worker.once('message', (report: StressReport) => { resolve(report); void worker.terminate(); });
-    worker.once('error', reject);
-  })));
+  const reports = await Promise.all(
+    [1, 2].map(
+      (thread) =>
+        new Promise<StressReport>((resolve, reject) => {
+          const job: StressJob = {
+            handoff: engine.handoff(),
+            thread,
+            operations: operationsPerWorker,
+            seed: 0x1234 * thread + 7,
+            maxRetries,
+            initiatorUsage,
+            shared: SHARED,
+            direct: DIRECT,
+          };
+          const worker = spawnWorker(new URL('../support/engine-stress-worker.ts', import.meta.url), { workerData: job });
+          worker.once('message', (report: StressReport) => {
+            resolve(report);
+            void worker.terminate();
+          });
+          worker.once('error', reject);
+        }),
+    ),
+  );
   return { reports, audit: auditPool(engine) };
 }
 
@@ -75,13 +102,33 @@ test('the same stress catches an engine whose FetchAdd is not atomic', async () 
     const original = readFileSync(source, 'utf8');
     const atomicLoop = /export function maskedFetchAdd\([^)]*\): u64 \{[\s\S]*?\n\}\n/;
     assert.match(original, atomicLoop);
-    writeFileSync(source, original.replace(atomicLoop,
-      'export function maskedFetchAdd(address: usize, addend: u64, mask: u64): u64 {\n' +
-      '  const observed = load<u64>(address);\n  store<u64>(address, maskedSum(observed, addend, mask));\n  return observed;\n}\n'));
+    writeFileSync(
+      source,
+      original.replace(
+        atomicLoop,
+        'export function maskedFetchAdd(address: usize, addend: u64, mask: u64): u64 {\n' +
+          '  const observed = load<u64>(address);\n  store<u64>(address, maskedSum(observed, addend, mask));\n  return observed;\n}\n',
+      ),
+    );
     const outFile = join(work, 'broken.wasm');
     const { error, stderr } = await asc.main([
-      join(work, 'assembly', 'index.ts'), '--outFile', outFile, '--runtime', 'stub', '--importMemory', '--sharedMemory',
-      '--initialMemory', '1', '--maximumMemory', '65536', '--enable', 'threads,simd', '--use', 'abort=', '--noAssert', '-O3',
+      join(work, 'assembly', 'index.ts'),
+      '--outFile',
+      outFile,
+      '--runtime',
+      'stub',
+      '--importMemory',
+      '--sharedMemory',
+      '--initialMemory',
+      '1',
+      '--maximumMemory',
+      '65536',
+      '--enable',
+      'threads,simd',
+      '--use',
+      'abort=',
+      '--noAssert',
+      '-O3',
     ]);
     assert.is(error, null, String(stderr));
     const broken = Engine.create(config('masked'), new WebAssembly.Module(readFileSync(outFile)));
@@ -89,9 +136,11 @@ test('the same stress catches an engine whose FetchAdd is not atomic', async () 
     const { reports, audit } = await stress(broken, 250_000, 200_000);
     const caught = !audit.ok || reports.some((r) => r.stuck !== undefined || r.wrongData > 0 || r.unexpected.length > 0);
     assert.ok(caught, 'a non-atomic FetchAdd went unnoticed');
-    console.log(`    non-atomic FetchAdd caught: audit lost ${audit.lost.length}, doubled ${audit.doubled.length}, ` +
-      `problems ${audit.problems.length}; wrong loads ${reports.map((r) => r.wrongData).join('/')}; ` +
-      `stuck ${reports.filter((r) => r.stuck !== undefined).length} of 2 threads`);
+    console.log(
+      `    non-atomic FetchAdd caught: audit lost ${audit.lost.length}, doubled ${audit.doubled.length}, ` +
+        `problems ${audit.problems.length}; wrong loads ${reports.map((r) => r.wrongData).join('/')}; ` +
+        `stuck ${reports.filter((r) => r.stuck !== undefined).length} of 2 threads`,
+    );
   } finally {
     rmSync(work, { recursive: true, force: true });
   }

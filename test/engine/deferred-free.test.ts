@@ -13,8 +13,7 @@ function ringOf(engine: Engine) {
     const counter = BigInt.asUintN(64, x.ringTakeTicket(ring.descriptor));
     return { ticket: Number(counter >> 32n), slotOffset: x.ringSlotOffset(ring.descriptor, counter) };
   };
-  const read = (t: { ticket: number; slotOffset: number }): bigint =>
-    BigInt.asUintN(64, x.ringTryTake(ring.descriptor, t.ticket, t.slotOffset, 4));
+  const read = (t: { ticket: number; slotOffset: number }): bigint => BigInt.asUintN(64, x.ringTryTake(ring.descriptor, t.ticket, t.slotOffset, 4));
   return { ring, x, take, read };
 }
 
@@ -55,7 +54,10 @@ test('a parked free chains: two turns of one slot wait behind the same unread ti
   const first = take(); // ticket 0 on slot 0, left unread
   assert.is(read(take()), block(1)); // ticket 1
   x.ringReturn(ring.descriptor, block(1)); // Tail ticket 2 -> slot 0: owed to ticket 0, parked
-  assert.equal(engine.parkedFrees(ring).map((p) => p.ticket), [2]);
+  assert.equal(
+    engine.parkedFrees(ring).map((p) => p.ticket),
+    [2],
+  );
   assert.is(read(first), block(0));
   assert.equal(engine.readSlot(ring, 0), { sequence: 2, blockOffset: block(1) });
   assert.equal(engine.parkedFrees(ring), []);

@@ -50,12 +50,12 @@ test('branch-free masked sum equals the RFC bit loop on random inputs', () => {
   for (let i = 0; i < 4000; i++) {
     const original = next();
     const addend = next();
-    const mask = i < masks.length * 100 ? masks[i % masks.length] ?? 0n : next();
+    const mask = i < masks.length * 100 ? (masks[i % masks.length] ?? 0n) : next();
     assert.is(fetchAddAt(original, addend, mask).stored, referenceMaskedSum(original, addend, mask));
   }
 });
 
-test("draft 3.3 counter, n = 3: offsets 0x00..0x70 wrap to 0x00, ticket +1, carries dropped", () => {
+test('draft 3.3 counter, n = 3: offsets 0x00..0x70 wrap to 0x00, ticket +1, carries dropped', () => {
   const mask = x.ringAddMask(3);
   assert.is(BigInt.asUintN(64, mask), (1n << 63n) | (1n << 31n) | (1n << 6n));
   view.setBigUint64(cell, 0n, true);
@@ -64,7 +64,18 @@ test("draft 3.3 counter, n = 3: offsets 0x00..0x70 wrap to 0x00, ticket +1, carr
     const old = BigInt.asUintN(64, x.maskedFetchAdd(cell, 0x0000000100000010n, mask));
     seen.push([Number(old >> 32n), Number(old & 0xffffffffn)]);
   }
-  assert.equal(seen, [[0, 0x00], [1, 0x10], [2, 0x20], [3, 0x30], [4, 0x40], [5, 0x50], [6, 0x60], [7, 0x70], [8, 0x00], [9, 0x10]]);
+  assert.equal(seen, [
+    [0, 0x00],
+    [1, 0x10],
+    [2, 0x20],
+    [3, 0x30],
+    [4, 0x40],
+    [5, 0x50],
+    [6, 0x60],
+    [7, 0x70],
+    [8, 0x00],
+    [9, 0x10],
+  ]);
   // Ticket 0xffffffff at the last slot: both fields wrap, nothing carries into bits 31..7 or past 63.
   assert.is(fetchAddAt(0xffffffff00000070n, 0x0000000100000010n, mask).stored, 0n);
   // A carry out of the Slot Offset field never reaches the zero field above it.

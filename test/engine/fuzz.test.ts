@@ -18,11 +18,18 @@ function randomSource(seed: number): (n: number) => number {
 }
 
 test('100,000 random and mutated requests: always a COMPLETION, the pool stays whole', () => {
-  const engine = Engine.create({ blockSize: 256, blockCount: 32, handleCount: 64, maxInline: 128, threads: 1, partitions: [{ blocks: 8 }],
+  const engine = Engine.create({
+    blockSize: 256,
+    blockCount: 32,
+    handleCount: 64,
+    maxInline: 128,
+    threads: 1,
+    partitions: [{ blocks: 8 }],
     tenants: [
       { name: 'a', storeRange: { first: 0n, count: 32n }, loadScope: { first: 0n, count: 64n }, quota: 24 },
       { name: 'd', storeRange: { first: 32n, count: 32n }, loadScope: { first: 0n, count: 64n }, quota: 8, partition: 0 },
-    ] });
+    ],
+  });
   const arena = new ThreadArena(engine, 0);
   const sessions = [
     arena.openSession({ tenant: 0, capabilities: 0, credits: 8 }),
@@ -35,8 +42,13 @@ test('100,000 random and mutated requests: always a COMPLETION, the pool stays w
     const flags = random(4) === 0 ? random(0x10000) : random(0x20);
     const inline = (flags & K.FLAG_INLINE) !== 0 ? new Uint8Array(random(200)) : undefined;
     return encodeRequest({
-      opcode, flags, requestId: BigInt(random(1 << 30)), handle: BigInt(random(80)), generation: random(3),
-      descriptor: { stag: random(3), taggedOffset: BigInt(random(3)), length: random(400) }, ...(inline === undefined ? {} : { inline }),
+      opcode,
+      flags,
+      requestId: BigInt(random(1 << 30)),
+      handle: BigInt(random(80)),
+      generation: random(3),
+      descriptor: { stag: random(3), taggedOffset: BigInt(random(3)), length: random(400) },
+      ...(inline === undefined ? {} : { inline }),
       bind: { ticket: random(40), dataLength: random(300), blockOffset: BigInt(random(40) * 256) },
     });
   };
@@ -60,7 +72,10 @@ test('100,000 random and mutated requests: always a COMPLETION, the pool stays w
       const after = arena.complete(request, random(2) === 0);
       if (action === S.ACTION_DATA) action = after;
     }
-    assert.ok([S.ACTION_SEND, S.ACTION_GOODBYE, S.ACTION_NONE, S.ACTION_DATA_AND_SEND].includes(action), `action ${action} for ${Buffer.from(message).toString('hex')}`);
+    assert.ok(
+      [S.ACTION_SEND, S.ACTION_GOODBYE, S.ACTION_NONE, S.ACTION_DATA_AND_SEND].includes(action),
+      `action ${action} for ${Buffer.from(message).toString('hex')}`,
+    );
     if (action === S.ACTION_SEND || action === S.ACTION_DATA_AND_SEND) {
       const completion = decodeCompletion(arena.completion(request).slice());
       assert.ok(completion.status <= K.STATUS_SHUTTING_DOWN);

@@ -10,7 +10,12 @@ const BLOCK = 256;
 
 function setup(): Rig & { alpha: number; beta: number; gamma: number } {
   const r = rig({
-    blockSize: BLOCK, blockCount: 8, handleBase: 1000n, handleCount: 32, maxInline: 128, threads: 1,
+    blockSize: BLOCK,
+    blockCount: 8,
+    handleBase: 1000n,
+    handleCount: 32,
+    maxInline: 128,
+    threads: 1,
     partitions: [{ blocks: 2 }],
     tenants: [
       { name: 'alpha', storeRange: { first: 1000n, count: 10n }, loadScope: { first: 1000n, count: 32n }, quota: 3 },
@@ -30,10 +35,7 @@ function setup(): Rig & { alpha: number; beta: number; gamma: number } {
 function snapshot(r: Rig): Buffer {
   const { layout, bytes } = r.engine;
   const firstRing = layout.rings[0]?.descriptor ?? 0;
-  return Buffer.concat([
-    bytes.slice(firstRing, layout.sessions),
-    bytes.slice(layout.handleLocks, layout.totalBytes),
-  ]);
+  return Buffer.concat([bytes.slice(firstRing, layout.sessions), bytes.slice(layout.handleLocks, layout.totalBytes)]);
 }
 
 function inline(text: string): Uint8Array {
@@ -58,15 +60,23 @@ test('ALLOC_STORE, LOAD, STORE, FREE: data and completion fields as draft 6.1-6.
   // Mapped store through the read path, then seal.
   const source = inline('rewritten through RDMA Read');
   const sourceStag = r.mover.register(source);
-  const mapped = r.send(r.alpha, { opcode: K.OPCODE_STORE, flags: K.FLAG_SEAL, handle: 1001n,
-    descriptor: { stag: sourceStag, taggedOffset: 0n, length: source.length } });
+  const mapped = r.send(r.alpha, {
+    opcode: K.OPCODE_STORE,
+    flags: K.FLAG_SEAL,
+    handle: 1001n,
+    descriptor: { stag: sourceStag, taggedOffset: 0n, length: source.length },
+  });
   expectStatus('SUCCESS', mapped.status);
   assert.equal(r.engine.readEntry(1001n), { flags: K.ENTRY_VALID | K.ENTRY_SEALED, generation: 2, dataLength: source.length, blockOffset: stored.blockOffset });
 
   // LOAD writes exactly Data Length octets and no more.
   const destination = new Uint8Array(64).fill(0xee);
-  const loaded = r.send(r.alpha, { opcode: K.OPCODE_LOAD, flags: K.FLAG_INVALIDATE, handle: 1001n,
-    descriptor: { stag: r.mover.register(destination), taggedOffset: 0n, length: 64 } });
+  const loaded = r.send(r.alpha, {
+    opcode: K.OPCODE_LOAD,
+    flags: K.FLAG_INVALIDATE,
+    handle: 1001n,
+    descriptor: { stag: r.mover.register(destination), taggedOffset: 0n, length: 64 },
+  });
   expectStatus('SUCCESS', loaded.status);
   assert.is(new TextDecoder().decode(destination.subarray(0, source.length)), 'rewritten through RDMA Read');
   assert.ok(destination.subarray(source.length).every((b) => b === 0xee));
@@ -82,8 +92,16 @@ test('INVALIDATE asks for Send with Invalidate of the Data Descriptor STag', () 
   const r = setup();
   store(r, r.alpha, 1000n, 'x');
   const request = r.arena.acquireRequest(r.alpha);
-  r.arena.place(request, encodeRequest({ opcode: K.OPCODE_LOAD, flags: K.FLAG_INVALIDATE, requestId: 9n, handle: 1000n,
-    descriptor: { stag: 0x4242_4200, taggedOffset: 0n, length: 16 } }));
+  r.arena.place(
+    request,
+    encodeRequest({
+      opcode: K.OPCODE_LOAD,
+      flags: K.FLAG_INVALIDATE,
+      requestId: 9n,
+      handle: 1000n,
+      descriptor: { stag: 0x4242_4200, taggedOffset: 0n, length: 16 },
+    }),
+  );
   // A LOAD's COMPLETION is ready with its Write; complete() then only releases the handle.
   assert.is(r.arena.run(request), S.ACTION_DATA_AND_SEND);
   assert.is(r.arena.invalidateStag(request), 0x4242_4200);
@@ -109,22 +127,39 @@ test('malformed requests get INVALID_REQUEST and change nothing', () => {
     edit(m);
     cases.push([name, m]);
   };
-  mutate('version 2', (m) => { m[0] = 2; });
-  mutate('version 0', (m) => { m[0] = 0; });
-  mutate('unknown opcode', (m) => { m[1] = 0x15; });
-  mutate('COMPLETION sent by an initiator', (m) => { m[1] = K.OPCODE_COMPLETION; });
-  mutate('second HELLO', (m) => { m[1] = K.OPCODE_HELLO; });
-  mutate('SEAL on LOAD', (m) => { m[3] = K.FLAG_SEAL; });
-  mutate('non-zero Status', (m) => { m[23] = 1; });
+  mutate('version 2', (m) => {
+    m[0] = 2;
+  });
+  mutate('version 0', (m) => {
+    m[0] = 0;
+  });
+  mutate('unknown opcode', (m) => {
+    m[1] = 0x15;
+  });
+  mutate('COMPLETION sent by an initiator', (m) => {
+    m[1] = K.OPCODE_COMPLETION;
+  });
+  mutate('second HELLO', (m) => {
+    m[1] = K.OPCODE_HELLO;
+  });
+  mutate('SEAL on LOAD', (m) => {
+    m[3] = K.FLAG_SEAL;
+  });
+  mutate('non-zero Status', (m) => {
+    m[23] = 1;
+  });
   cases.push(['one octet short', good.slice(0, good.length - 1)]);
   cases.push(['one octet long', new Uint8Array([...good, 0])]);
   cases.push(['header only', good.slice(0, 24)]);
-  cases.push(['inline length disagrees', encodeRequest({ ...base, opcode: K.OPCODE_STORE, flags: K.FLAG_INLINE,
-    descriptor: { stag: 0, taggedOffset: 0n, length: 5 }, inline: inline('abc') })]);
-  cases.push(['inline with an STag', encodeRequest({ ...base, opcode: K.OPCODE_STORE, flags: K.FLAG_INLINE,
-    descriptor: { stag: 7, taggedOffset: 0n, length: 3 }, inline: inline('abc') })]);
-  cases.push(['INVALIDATE with INLINE', encodeRequest({ ...base, opcode: K.OPCODE_STORE, flags: K.FLAG_INLINE | K.FLAG_INVALIDATE,
-    inline: inline('abc') })]);
+  cases.push([
+    'inline length disagrees',
+    encodeRequest({ ...base, opcode: K.OPCODE_STORE, flags: K.FLAG_INLINE, descriptor: { stag: 0, taggedOffset: 0n, length: 5 }, inline: inline('abc') }),
+  ]);
+  cases.push([
+    'inline with an STag',
+    encodeRequest({ ...base, opcode: K.OPCODE_STORE, flags: K.FLAG_INLINE, descriptor: { stag: 7, taggedOffset: 0n, length: 3 }, inline: inline('abc') }),
+  ]);
+  cases.push(['INVALIDATE with INLINE', encodeRequest({ ...base, opcode: K.OPCODE_STORE, flags: K.FLAG_INLINE | K.FLAG_INVALIDATE, inline: inline('abc') })]);
   cases.push(['FREE with SEAL', encodeRequest({ ...base, opcode: K.OPCODE_FREE, flags: K.FLAG_SEAL })]);
   cases.push(['GOODBYE with flags', encodeRequest({ ...base, opcode: K.OPCODE_GOODBYE, flags: 1 })]);
   const before = snapshot(r);
@@ -186,8 +221,11 @@ test('every status the engine decides, each with nothing changed on failure', ()
     assert.is(statusName(completion.status), expected, `${statusName(fields.opcode)} ${fields.handle}`);
     assert.ok(snapshot(r).equals(before), `${expected}: nothing changed`);
     const entry = r.engine.readEntry(fields.handle);
-    assert.equal([completion.generation, completion.dataLength, completion.blockOffset],
-      entry === undefined ? [0, 0, 0n] : [entry.generation, entry.dataLength, entry.blockOffset], `${expected}: completion fields`);
+    assert.equal(
+      [completion.generation, completion.dataLength, completion.blockOffset],
+      entry === undefined ? [0, 0, 0n] : [entry.generation, entry.dataLength, entry.blockOffset],
+      `${expected}: completion fields`,
+    );
   }
 });
 
@@ -250,8 +288,10 @@ test('a failed RDMA Read during ALLOC_STORE returns the block and the quota unit
   const before = snapshot(r);
   // STag 0xdead00 is not registered with the mover: the read fails as a remote access error would.
   const request = r.arena.acquireRequest(r.alpha);
-  r.arena.place(request, encodeRequest({ opcode: K.OPCODE_ALLOC_STORE, requestId: 1n, handle: 1000n,
-    descriptor: { stag: 0xdead00, taggedOffset: 0n, length: 32 } }));
+  r.arena.place(
+    request,
+    encodeRequest({ opcode: K.OPCODE_ALLOC_STORE, requestId: 1n, handle: 1000n, descriptor: { stag: 0xdead00, taggedOffset: 0n, length: 32 } }),
+  );
   assert.is(r.arena.run(request), S.ACTION_DATA);
   assert.is(r.arena.complete(request, false), S.ACTION_NONE);
   r.arena.releaseRequest(request);

@@ -8,15 +8,33 @@ test('shared ring starts as draft 3.3 says, byte for byte (masked counters)', ()
   const engine = Engine.create({ blockSize: 64, blockCount: 5, ringOrder: 3, threads: 1 });
   const ring = engine.sharedRing;
   const slots = engine.bytes.subarray(ring.slots, ring.slots + 16 * 8);
-  assert.is(hex(slots),
-    '00000000' + '00000000' + '0000000000000000' +
-    '00000001' + '00000000' + '0000000000000040' +
-    '00000002' + '00000000' + '0000000000000080' +
-    '00000003' + '00000000' + '00000000000000c0' +
-    '00000004' + '00000000' + '0000000000000100' +
-    'fffffffd' + '00000000' + 'ffffffffffffffff' +
-    'fffffffe' + '00000000' + 'ffffffffffffffff' +
-    'ffffffff' + '00000000' + 'ffffffffffffffff');
+  assert.is(
+    hex(slots),
+    '00000000' +
+      '00000000' +
+      '0000000000000000' +
+      '00000001' +
+      '00000000' +
+      '0000000000000040' +
+      '00000002' +
+      '00000000' +
+      '0000000000000080' +
+      '00000003' +
+      '00000000' +
+      '00000000000000c0' +
+      '00000004' +
+      '00000000' +
+      '0000000000000100' +
+      'fffffffd' +
+      '00000000' +
+      'ffffffffffffffff' +
+      'fffffffe' +
+      '00000000' +
+      'ffffffffffffffff' +
+      'ffffffff' +
+      '00000000' +
+      'ffffffffffffffff',
+  );
   // Head: ticket 0, offset 0. Tail: ticket F = 5, Slot Offset 16 * (5 mod 8) = 0x50, in memory order.
   assert.is(hex(engine.bytes.subarray(ring.head, ring.head + 8)), '0000000000000000');
   assert.is(hex(engine.bytes.subarray(ring.descriptor + RING_TAIL, ring.descriptor + RING_TAIL + 8)), '5000000005000000');
@@ -43,7 +61,10 @@ test('a fresh table holds Flags 0, Generation 1, Data Length 0, Block Offset 0 i
 
 test('partitions are carved from the end of the pool onto their own rings', () => {
   const engine = Engine.create({
-    blockSize: 64, blockCount: 10, threads: 1, partitions: [{ blocks: 3 }, { blocks: 2 }],
+    blockSize: 64,
+    blockCount: 10,
+    threads: 1,
+    partitions: [{ blocks: 3 }, { blocks: 2 }],
     tenants: [
       { name: 'a', storeRange: { first: 0n, count: 10n }, loadScope: { first: 0n, count: 40n }, quota: 5 },
       { name: 'b', storeRange: { first: 10n, count: 10n }, loadScope: { first: 0n, count: 40n }, quota: 3, partition: 0 },

@@ -27,10 +27,21 @@ interface TierDouble {
 
 function setup(options: { quota?: number; eviction?: 'none' | 'demote' } = {}) {
   const engine = Engine.create({
-    blockSize: BLOCK, blockCount: 8, handleBase: 1000n, handleCount: 32, maxInline: 200, threads: 1, durable: true,
+    blockSize: BLOCK,
+    blockCount: 8,
+    handleBase: 1000n,
+    handleCount: 32,
+    maxInline: 200,
+    threads: 1,
+    durable: true,
     tenants: [
-      { name: 'alpha', storeRange: { first: 1000n, count: 16n }, loadScope: { first: 1000n, count: 32n }, quota: options.quota ?? 4,
-        eviction: options.eviction ?? 'demote' },
+      {
+        name: 'alpha',
+        storeRange: { first: 1000n, count: 16n },
+        loadScope: { first: 1000n, count: 32n },
+        quota: options.quota ?? 4,
+        eviction: options.eviction ?? 'demote',
+      },
       { name: 'beta', storeRange: { first: 1016n, count: 16n }, loadScope: { first: 1000n, count: 32n }, quota: 4 },
     ],
   });
@@ -90,7 +101,12 @@ function setup(options: { quota?: number; eviction?: 'none' | 'demote' } = {}) {
     }
   };
   const store = (session: number, handle: bigint, text: string, seal = true): Completion => {
-    const completion = send(session, { opcode: K.OPCODE_ALLOC_STORE, flags: K.FLAG_INLINE | (seal ? K.FLAG_SEAL : 0), handle, inline: new TextEncoder().encode(text) });
+    const completion = send(session, {
+      opcode: K.OPCODE_ALLOC_STORE,
+      flags: K.FLAG_INLINE | (seal ? K.FLAG_SEAL : 0),
+      handle,
+      inline: new TextEncoder().encode(text),
+    });
     if (completion.status === K.STATUS_SUCCESS) engine.stamp(Number(handle - 1000n));
     return completion;
   };
@@ -100,11 +116,12 @@ function setup(options: { quota?: number; eviction?: 'none' | 'demote' } = {}) {
     if (completion.status === K.STATUS_SUCCESS) engine.stamp(Number(handle - 1000n));
     return { completion, text: new TextDecoder().decode(into.subarray(0, completion.dataLength)) };
   };
-  const snapshot = (): Buffer => Buffer.concat([
-    engine.bytes.slice(engine.layout.rings[0]?.descriptor ?? 0, engine.layout.sessions),
-    engine.bytes.slice(engine.layout.handleLocks, engine.layout.generationMarks),
-    engine.bytes.slice(engine.layout.blockRings, engine.layout.totalBytes),
-  ]);
+  const snapshot = (): Buffer =>
+    Buffer.concat([
+      engine.bytes.slice(engine.layout.rings[0]?.descriptor ?? 0, engine.layout.sessions),
+      engine.bytes.slice(engine.layout.handleLocks, engine.layout.generationMarks),
+      engine.bytes.slice(engine.layout.blockRings, engine.layout.totalBytes),
+    ]);
   return { engine, arena, tier, demoter, alpha, beta, send, store, loadText, snapshot };
 }
 

@@ -29,13 +29,20 @@ export interface Daemon {
   stop(): Promise<number>;
 }
 
-export function runCli(args: string[], options: { timeoutMs?: number; env?: Record<string, string> } = {}): Promise<{ code: number; stdout: string; stderr: string }> {
+export function runCli(
+  args: string[],
+  options: { timeoutMs?: number; env?: Record<string, string> } = {},
+): Promise<{ code: number; stdout: string; stderr: string }> {
   return new Promise((resolve, reject) => {
     const child = spawn(process.execPath, [CLI, ...args], { env: { ...process.env, ...options.env }, stdio: ['ignore', 'pipe', 'pipe'] });
     let stdout = '';
     let stderr = '';
-    child.stdout.on('data', (chunk: Buffer) => { stdout += chunk.toString(); });
-    child.stderr.on('data', (chunk: Buffer) => { stderr += chunk.toString(); });
+    child.stdout.on('data', (chunk: Buffer) => {
+      stdout += chunk.toString();
+    });
+    child.stderr.on('data', (chunk: Buffer) => {
+      stderr += chunk.toString();
+    });
     const timer = setTimeout(() => child.kill('SIGKILL'), options.timeoutMs ?? 60_000);
     child.on('error', reject);
     child.on('close', (code, signal) => {
@@ -45,8 +52,11 @@ export function runCli(args: string[], options: { timeoutMs?: number; env?: Reco
   });
 }
 
-export async function startDaemon(config: Record<string, unknown> = {}, extraArgs: string[] = [],
-  options: { waitForManagement?: boolean } = {}): Promise<Daemon> {
+export async function startDaemon(
+  config: Record<string, unknown> = {},
+  extraArgs: string[] = [],
+  options: { waitForManagement?: boolean } = {},
+): Promise<Daemon> {
   if (!existsSync(CLI)) throw new Error(`${CLI} is missing: run make build first`);
   const dir = mkdtempSync(join(tmpdir(), 'kbtp-appliance-'));
   const configPath = join(dir, 'kbtp.json');
@@ -72,44 +82,62 @@ export async function startDaemon(config: Record<string, unknown> = {}, extraArg
       }
     }
   });
-  const exited = new Promise<number>((resolve) => child.on('close', (code, signal) => {
-    for (const waiter of lineWaiters.splice(0)) waiter();
-    resolve(code ?? (signal === 'SIGKILL' ? 137 : 128));
-  }));
+  const exited = new Promise<number>((resolve) =>
+    child.on('close', (code, signal) => {
+      for (const waiter of lineWaiters.splice(0)) waiter();
+      resolve(code ?? (signal === 'SIGKILL' ? 137 : 128));
+    }),
+  );
   let closed = false;
-  void exited.then(() => { closed = true; });
-  const announced = (pattern: RegExp, what: string, timeoutMs = 60_000): Promise<string> => new Promise((resolve, reject) => {
-    const timer = setTimeout(() => reject(new Error(`no ${what} within ${timeoutMs} ms; stdout:\n${stdout}\nstderr:\n${stderr}`)), timeoutMs);
-    const check = (): void => {
-      const match = pattern.exec(stdout);
-      if (match?.[1] !== undefined) {
-        clearTimeout(timer);
-        resolve(match[1]);
-      } else if (closed) {
-        clearTimeout(timer);
-        reject(new Error(`the appliance exited before announcing ${what}; stdout:\n${stdout}\nstderr:\n${stderr}`));
-      } else {
-        lineWaiters.push(check);
-      }
-    };
-    check();
+  void exited.then(() => {
+    closed = true;
   });
+  const announced = (pattern: RegExp, what: string, timeoutMs = 60_000): Promise<string> =>
+    new Promise((resolve, reject) => {
+      const timer = setTimeout(() => reject(new Error(`no ${what} within ${timeoutMs} ms; stdout:\n${stdout}\nstderr:\n${stderr}`)), timeoutMs);
+      const check = (): void => {
+        const match = pattern.exec(stdout);
+        if (match?.[1] !== undefined) {
+          clearTimeout(timer);
+          resolve(match[1]);
+        } else if (closed) {
+          clearTimeout(timer);
+          reject(new Error(`the appliance exited before announcing ${what}; stdout:\n${stdout}\nstderr:\n${stderr}`));
+        } else {
+          lineWaiters.push(check);
+        }
+      };
+      check();
+    });
   const kbtp = announced(/KBTP listening on (\S+)/, 'the KBTP address');
   kbtp.catch(() => undefined);
   const management = options.waitForManagement === false ? '' : `http://${await announced(/management on http:\/\/([^/\s]+)\//, 'the management address')}`;
   const daemon: Daemon = {
-    child, dir, configPath, management, kbtp, exited, writeConfig,
+    child,
+    dir,
+    configPath,
+    management,
+    kbtp,
+    exited,
+    writeConfig,
     stdout: () => stdout,
     stderr: () => stderr,
-    waitForLog: (pattern, timeoutMs = 30_000) => new Promise((resolve, reject) => {
-      const line = stderr.split('\n').find((candidate) => pattern.test(candidate));
-      if (line !== undefined) {
-        resolve(line);
-        return;
-      }
-      const timer = setTimeout(() => reject(new Error(`no log line matching ${pattern} within ${timeoutMs} ms; stderr:\n${stderr}`)), timeoutMs);
-      logWaiters.push({ pattern, resolve: (found) => { clearTimeout(timer); resolve(found); } });
-    }),
+    waitForLog: (pattern, timeoutMs = 30_000) =>
+      new Promise((resolve, reject) => {
+        const line = stderr.split('\n').find((candidate) => pattern.test(candidate));
+        if (line !== undefined) {
+          resolve(line);
+          return;
+        }
+        const timer = setTimeout(() => reject(new Error(`no log line matching ${pattern} within ${timeoutMs} ms; stderr:\n${stderr}`)), timeoutMs);
+        logWaiters.push({
+          pattern,
+          resolve: (found) => {
+            clearTimeout(timer);
+            resolve(found);
+          },
+        });
+      }),
     async stop() {
       if (!closed) child.kill('SIGTERM');
       const timer = setTimeout(() => child.kill('SIGKILL'), 30_000);

@@ -84,7 +84,10 @@ export function parseExposition(text: string): Exposition {
     const name = sample[1];
     if (familyOf(name, types) === undefined) throw new Error(`sample of ${name} without a TYPE before it`);
     const labels = parseLabels(sample[2] ?? '', line);
-    const key = `${name}{${Object.entries(labels).sort().map(([k, v]) => `${k}=${v}`).join(',')}}`;
+    const key = `${name}{${Object.entries(labels)
+      .sort()
+      .map(([k, v]) => `${k}=${v}`)
+      .join(',')}}`;
     if (seen.has(key)) throw new Error(`duplicate sample ${key}`);
     seen.add(key);
     samples.push({ name, labels, value: parseValue(sample[3], line) });
@@ -107,14 +110,18 @@ export function parseExposition(text: string): Exposition {
       const last = ordered[ordered.length - 1];
       if (last === undefined || last.le !== Number.POSITIVE_INFINITY) throw new Error(`${family} ${key}: no +Inf bucket`);
       const labels = Object.fromEntries(JSON.parse(key) as Array<[string, string]>);
-      const count = samples.find((s) => s.name === `${family}_count` && JSON.stringify(Object.entries(s.labels).sort()) === JSON.stringify(Object.entries(labels).sort()));
+      const count = samples.find(
+        (s) => s.name === `${family}_count` && JSON.stringify(Object.entries(s.labels).sort()) === JSON.stringify(Object.entries(labels).sort()),
+      );
       if (count === undefined || count.value !== last.value) throw new Error(`${family} ${key}: +Inf bucket ${last.value} but _count ${count?.value}`);
     }
   }
   const matches = (sample: Sample, labels: Record<string, string>): boolean => Object.entries(labels).every(([k, v]) => sample.labels[k] === v);
   return {
-    types, samples,
-    value: (name, labels = {}) => samples.find((s) => s.name === name && matches(s, labels) && Object.keys(s.labels).length === Object.keys(labels).length)?.value,
+    types,
+    samples,
+    value: (name, labels = {}) =>
+      samples.find((s) => s.name === name && matches(s, labels) && Object.keys(s.labels).length === Object.keys(labels).length)?.value,
     sum: (name, labels = {}) => samples.filter((s) => s.name === name && matches(s, labels)).reduce((total, s) => total + s.value, 0),
   };
 }

@@ -31,16 +31,27 @@ test('/readyz: not ready while the KBTP address is still held, ready once listen
     assert.equal(JSON.parse(starting.text), { ready: false, state: 'starting' });
     assert.is((await get(`${daemon.management}/healthz`)).status, 200, 'alive while starting');
     await new Promise<void>((resolve) => holder.close(() => resolve()));
-    await eventually('ready', () => get(`${daemon.management}/readyz`), (r) => r.status === 200);
+    await eventually(
+      'ready',
+      () => get(`${daemon.management}/readyz`),
+      (r) => r.status === 200,
+    );
     assert.is(await daemon.kbtp, `127.0.0.1:${port}`);
 
     // A session that stays open keeps the drain going: readiness must say so meanwhile.
     const session = await connect(await daemon.kbtp, { tenant: 'default' });
     await session.allocStore(1n, new TextEncoder().encode('before the drain'));
     daemon.child.kill('SIGTERM');
-    const draining = await eventually('draining', () => get(`${daemon.management}/readyz`), (r) => r.status === 503);
+    const draining = await eventually(
+      'draining',
+      () => get(`${daemon.management}/readyz`),
+      (r) => r.status === 503,
+    );
     assert.equal(JSON.parse(draining.text), { ready: false, state: 'draining' });
-    const refused = await session.allocStore(2n, new TextEncoder().encode('after')).then(() => 'stored', (error: unknown) => error);
+    const refused = await session.allocStore(2n, new TextEncoder().encode('after')).then(
+      () => 'stored',
+      (error: unknown) => error,
+    );
     assert.ok(refused instanceof KbtpStatusError && refused.statusName === 'SHUTTING_DOWN', `got ${String(refused)}`);
     await session.close();
     assert.is(await daemon.exited, 0, daemon.stderr());
@@ -61,23 +72,33 @@ test('routes: unknown 404, wrong method 405, a huge body refused unread; health 
     const post = await fetch(`${daemon.management}/readyz`, { method: 'POST', body: 'x' });
     assert.is(post.status, 405);
     // 64 MiB announced, 64 KiB of it sent: the answer and the close come without the rest.
-    const rawRequest = (head: string, sendSome: boolean): Promise<string> => new Promise<string>((resolve, reject) => {
-      const socket = net.connect(Number(new URL(daemon.management).port), '127.0.0.1');
-      let answer = '';
-      socket.on('data', (chunk: Buffer) => { answer += chunk.toString(); });
-      socket.on('error', reject);
-      socket.on('close', () => resolve(answer));
-      socket.on('connect', () => socket.write(head + (sendSome ? Buffer.alloc(64 * 1024).toString() : '')));
-      setTimeout(() => reject(new Error(`no answer and close; got ${JSON.stringify(answer)}`)), 30_000).unref();
-    });
+    const rawRequest = (head: string, sendSome: boolean): Promise<string> =>
+      new Promise<string>((resolve, reject) => {
+        const socket = net.connect(Number(new URL(daemon.management).port), '127.0.0.1');
+        let answer = '';
+        socket.on('data', (chunk: Buffer) => {
+          answer += chunk.toString();
+        });
+        socket.on('error', reject);
+        socket.on('close', () => resolve(answer));
+        socket.on('connect', () => socket.write(head + (sendSome ? Buffer.alloc(64 * 1024).toString() : '')));
+        setTimeout(() => reject(new Error(`no answer and close; got ${JSON.stringify(answer)}`)), 30_000).unref();
+      });
     const huge = await rawRequest(`POST /api/status HTTP/1.1\r\nhost: x\r\ncontent-length: ${64 * 2 ** 20}\r\n\r\n`, true);
     const asked = await rawRequest(`POST /api/status HTTP/1.1\r\nhost: x\r\nexpect: 100-continue\r\ncontent-length: ${64 * 2 ** 20}\r\n\r\n`, false);
     assert.match(asked, /^HTTP\/1\.1 413/, 'refused before the body is sent');
     assert.not.match(asked, /100 Continue/);
     assert.match(huge, /^HTTP\/1\.1 413/);
-    const chunked = await fetch(`${daemon.management}/api/status`, { method: 'POST', body: new ReadableStream({
-      start(controller) { controller.enqueue(new Uint8Array(1024)); controller.close(); },
-    }), duplex: 'half' } as RequestInit);
+    const chunked = await fetch(`${daemon.management}/api/status`, {
+      method: 'POST',
+      body: new ReadableStream({
+        start(controller) {
+          controller.enqueue(new Uint8Array(1024));
+          controller.close();
+        },
+      }),
+      duplex: 'half',
+    } as RequestInit);
     assert.is(chunked.status, 413, 'a body of unknown length is refused too');
     assert.is((await get(`${daemon.management}/healthz`)).status, 200, 'still serving after the refusals');
     const status = JSON.parse((await get(`${daemon.management}/api/status`)).text) as { state: string; pool: { blockCount: number; free: number } };

@@ -30,7 +30,13 @@ test('metrics: valid exposition, Prometheus naming, and counters that move with 
       assert.not.match(name, /_(ms|milliseconds|kb|mb|mib)(_|$)/, `${name}: base units only`);
     }
     for (const sample of before.samples) assert.not.ok('handle' in sample.labels, `${sample.name} has a handle label`);
-    for (const expected of ['process_cpu_seconds_total', 'process_resident_memory_bytes', 'nodejs_eventloop_lag_seconds', 'nodejs_heap_size_used_bytes', 'nodejs_gc_duration_seconds']) {
+    for (const expected of [
+      'process_cpu_seconds_total',
+      'process_resident_memory_bytes',
+      'nodejs_eventloop_lag_seconds',
+      'nodejs_heap_size_used_bytes',
+      'nodejs_gc_duration_seconds',
+    ]) {
       assert.ok(before.types.has(expected), `default metric ${expected}`);
     }
     assert.is(before.value('kbtp_pool_blocks', { state: 'free' }), SMALL_POOL.blockCount);
@@ -38,13 +44,19 @@ test('metrics: valid exposition, Prometheus naming, and counters that move with 
 
     const kbtp = await daemon.kbtp;
     // Sessions land on whichever worker accepts them; the sums below are across both.
-    sessions.push(...await Promise.all([0, 1, 2].map(() => connect(kbtp, { tenant: 'default' }))));
+    sessions.push(...(await Promise.all([0, 1, 2].map(() => connect(kbtp, { tenant: 'default' })))));
     const payload = new Uint8Array(3000).fill(7);
     for (let i = 0; i < 30; i++) await sessions[i % 3]?.allocStore(BigInt(100 + i), payload, { seal: true });
     for (let i = 0; i < 30; i++) await sessions[i % 3]?.load(BigInt(100 + i));
-    const missing = await sessions[0]?.load(5n).then(() => 'loaded', (error: unknown) => error);
+    const missing = await sessions[0]?.load(5n).then(
+      () => 'loaded',
+      (error: unknown) => error,
+    );
     assert.ok(missing instanceof KbtpStatusError && missing.statusName === 'NOT_VALID');
-    const refused = await connect(kbtp, { tenant: 'nobody', secret: 'x' }).then(() => 'admitted', (error: unknown) => error);
+    const refused = await connect(kbtp, { tenant: 'nobody', secret: 'x' }).then(
+      () => 'admitted',
+      (error: unknown) => error,
+    );
     assert.ok(refused instanceof Error && /AUTH_FAILED/.test(refused.message), String(refused));
 
     const after = await scrape(daemon);
@@ -66,14 +78,19 @@ test('metrics: valid exposition, Prometheus naming, and counters that move with 
     assert.is(after.value('kbtp_tenant_blocks', { tenant: 'default' }), 30);
 
     const status = JSON.parse((await get(`${daemon.management}/api/status`)).text) as {
-      tenants: Array<{ name: string; sessions: number; blocks: number }>; latency: Record<string, { count: number; p50Seconds: number; p99Seconds: number }>;
+      tenants: Array<{ name: string; sessions: number; blocks: number }>;
+      latency: Record<string, { count: number; p50Seconds: number; p99Seconds: number }>;
       requests: { total: number };
     };
     assert.equal(status.tenants, [{ name: 'default', sessions: 3, blocks: 30, quota: SMALL_POOL.blockCount }]);
     assert.is(status.latency.LOAD?.count, 31);
     assert.ok((status.latency.LOAD?.p50Seconds ?? 0) > 0 && (status.latency.LOAD?.p99Seconds ?? 0) >= (status.latency.LOAD?.p50Seconds ?? 0));
     await Promise.all(sessions.splice(0).map((session) => session.close()));
-    await eventually('sessions closed', () => scrape(daemon), (metrics) => metrics.value('kbtp_sessions_open') === 0);
+    await eventually(
+      'sessions closed',
+      () => scrape(daemon),
+      (metrics) => metrics.value('kbtp_sessions_open') === 0,
+    );
   } finally {
     await Promise.all(sessions.map((session) => session.close().catch(() => undefined)));
     assert.is(await daemon.stop(), 0, daemon.stderr());
@@ -86,22 +103,36 @@ test('jobs: scheduled runs are counted; a run that throws is logged and counted,
   try {
     await node.kbtp;
     const runs = (metrics: Exposition, job: string, result: string): number => metrics.value('kbtp_job_runs_total', { job, result }) ?? 0;
-    await eventually('both jobs ran', () => scrape(node), (m) => runs(m, 'poolAudit', 'success') >= 1 && runs(m, 'statsSnapshot', 'success') >= 1);
+    await eventually(
+      'both jobs ran',
+      () => scrape(node),
+      (m) => runs(m, 'poolAudit', 'success') >= 1 && runs(m, 'statsSnapshot', 'success') >= 1,
+    );
     assert.ok(existsSync(join(dataDir, 'stats', 'latest.json')));
     await node.waitForLog(/info +job statsSnapshot: sessions 0 open/);
 
     // Where the snapshot goes is now a file: every run fails until it is a directory again.
     rmSync(join(dataDir, 'stats'), { recursive: true, force: true });
     writeFileSync(join(dataDir, 'stats'), 'not a directory');
-    const failed = await eventually('a failed run', () => scrape(node), (m) => runs(m, 'statsSnapshot', 'failure') >= 1);
+    const failed = await eventually(
+      'a failed run',
+      () => scrape(node),
+      (m) => runs(m, 'statsSnapshot', 'failure') >= 1,
+    );
     await node.waitForLog(/error +job statsSnapshot failed: .*(EEXIST|ENOTDIR)/);
-    const jobs = (JSON.parse((await get(`${node.management}/api/status`)).text) as { jobs: Array<{ name: string; failures: number; lastRun: { ok: boolean } | null }> }).jobs;
+    const jobs = (
+      JSON.parse((await get(`${node.management}/api/status`)).text) as { jobs: Array<{ name: string; failures: number; lastRun: { ok: boolean } | null }> }
+    ).jobs;
     const snapshot = jobs.find((job) => job.name === 'statsSnapshot');
     assert.ok(snapshot !== undefined && snapshot.failures >= 1);
     assert.is((await get(`${node.management}/readyz`)).status, 200, 'a failing job does not take the node down');
     rmSync(join(dataDir, 'stats'));
     const successesBefore = runs(failed, 'statsSnapshot', 'success');
-    await eventually('runs succeed again', () => scrape(node), (m) => runs(m, 'statsSnapshot', 'success') > successesBefore);
+    await eventually(
+      'runs succeed again',
+      () => scrape(node),
+      (m) => runs(m, 'statsSnapshot', 'success') > successesBefore,
+    );
     const last = await scrape(node);
     assert.ok((last.value('kbtp_job_duration_seconds_count', { job: 'poolAudit' }) ?? 0) >= 1);
     assert.ok((last.value('kbtp_job_last_success_timestamp_seconds', { job: 'statsSnapshot' }) ?? 0) > 0);

@@ -5,11 +5,12 @@ import * as assert from 'uvu/assert';
 import { selfTest, selfTestTarget } from '../../firmware/self-test.ts';
 import { startRig, SECRETS } from '../support/rig.ts';
 
-const config = (port: number, secret: string) => JSON.stringify({
-  listen: `0.0.0.0:${port}`,
-  pool: { blockSize: 4096, blockCount: 64, handleCount: 256 },
-  tenants: [{ name: 'alpha', secret, quota: 24, storeRange: { first: 0, count: 64 } }],
-});
+const config = (port: number, secret: string) =>
+  JSON.stringify({
+    listen: `0.0.0.0:${port}`,
+    pool: { blockSize: 4096, blockCount: 64, handleCount: 256 },
+    tenants: [{ name: 'alpha', secret, quota: 24, storeRange: { first: 0, count: 64 } }],
+  });
 
 test('selfTestTarget reads the port, the first tenant and the top of its store range', () => {
   const target = selfTestTarget(config(7200, 's3cret'));
@@ -32,7 +33,9 @@ test('the self-test stores, loads back and frees a block; a held handle is skipp
     assert.equal([...(await holder.load(63n)).data], [1, 2, 3]);
     await holder.allocStore(62n, new Uint8Array([9]), { seal: true });
     let failed = '';
-    await selfTest(selfTestTarget(config(rig.target.port, 'wrong-secret'))).catch((error: Error) => { failed = error.message; });
+    await selfTest(selfTestTarget(config(rig.target.port, 'wrong-secret'))).catch((error: Error) => {
+      failed = error.message;
+    });
     assert.ok(failed !== '', 'a wrong secret must fail the self-test');
   } finally {
     await rig.stop();

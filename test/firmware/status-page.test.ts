@@ -23,12 +23,16 @@ test.before(async () => {
   daemon = await startDaemon({ workers: 1 });
   await daemon.kbtp;
   browser = await chromium.launch({
-    executablePath: CHROMIUM, headless: true, timeout: 120_000,
+    executablePath: CHROMIUM,
+    headless: true,
+    timeout: 120_000,
     args: ['--no-sandbox', '--disable-gpu', '--disable-background-networking', '--disable-component-update', '--no-first-run', '--disable-dev-shm-usage'],
   });
   page = await browser.newPage({ viewport: { width: 1200, height: 1100 } });
   page.setDefaultTimeout(60_000);
-  page.on('console', (message) => { if (message.type() === 'error') consoleErrors.push(message.text()); });
+  page.on('console', (message) => {
+    if (message.type() === 'error') consoleErrors.push(message.text());
+  });
   page.on('pageerror', (error) => consoleErrors.push(error.message));
 });
 

@@ -36,8 +36,15 @@ test('systemd verifies the unit; its exposure score is at most 3 (OK)', async ()
 
 test('the unit restarts on failure but not on configuration errors, and checks readiness', () => {
   const unit = readFileSync(UNIT, 'utf8');
-  for (const line of ['Restart=on-failure', 'RestartPreventExitStatus=2', 'NoNewPrivileges=yes', 'PrivateTmp=yes', 'ProtectSystem=strict',
-    'ReadWritePaths=/var/lib/kbtp', 'ExecReload=/bin/kill -HUP $MAINPID']) {
+  for (const line of [
+    'Restart=on-failure',
+    'RestartPreventExitStatus=2',
+    'NoNewPrivileges=yes',
+    'PrivateTmp=yes',
+    'ProtectSystem=strict',
+    'ReadWritePaths=/var/lib/kbtp',
+    'ExecReload=/bin/kill -HUP $MAINPID',
+  ]) {
     assert.ok(unit.split('\n').includes(line), `missing ${line}`);
   }
   assert.match(unit, /^ExecStartPost=.*\/readyz/m);

@@ -55,7 +55,11 @@ export class ApplianceNode {
   private boots = 0;
   private current: QemuConsole | undefined;
 
-  private constructor(readonly name: string, readonly kbtpPort: number, readonly managementPort: number) {
+  private constructor(
+    readonly name: string,
+    readonly kbtpPort: number,
+    readonly managementPort: number,
+  ) {
     const dir = artefactDir();
     this.disk = join(dir, `${name}.img`);
     this.vars = join(dir, `${name}.vars.fd`);
@@ -71,8 +75,11 @@ export class ApplianceNode {
     copyFileSync('/usr/share/OVMF/OVMF_VARS_4M.fd', node.vars);
     const configPath = join(artefactDir(), `${options.name}.kbtp.json`);
     writeFileSync(configPath, JSON.stringify(options.config, null, 2));
-    execFileSync(join(repoRoot, 'images/appliance/provision.sh'),
-      [node.disk, '--config', configPath, ...(options.testHooks === true ? ['--test-hooks'] : [])], { stdio: ['ignore', 'ignore', 'pipe'] });
+    execFileSync(
+      join(repoRoot, 'images/appliance/provision.sh'),
+      [node.disk, '--config', configPath, ...(options.testHooks === true ? ['--test-hooks'] : [])],
+      { stdio: ['ignore', 'ignore', 'pipe'] },
+    );
     return node;
   }
 
@@ -89,18 +96,40 @@ export class ApplianceNode {
     const monitor = join(artefactDir(), `${this.name}.monitor`);
     rmSync(monitor, { force: true });
     const args = [
-      '-accel', 'tcg', '-cpu', 'max', '-machine', 'q35', '-smp', '2', '-m', '1024',
-      '-nodefaults', '-no-user-config', '-display', 'none', '-serial', 'stdio',
-      '-monitor', `unix:${monitor},server=on,wait=off`,
-      '-drive', 'if=pflash,format=raw,readonly=on,file=/usr/share/OVMF/OVMF_CODE_4M.fd',
-      '-drive', `if=pflash,format=raw,file=${this.vars}`,
+      '-accel',
+      'tcg',
+      '-cpu',
+      'max',
+      '-machine',
+      'q35',
+      '-smp',
+      '2',
+      '-m',
+      '1024',
+      '-nodefaults',
+      '-no-user-config',
+      '-display',
+      'none',
+      '-serial',
+      'stdio',
+      '-monitor',
+      `unix:${monitor},server=on,wait=off`,
+      '-drive',
+      'if=pflash,format=raw,readonly=on,file=/usr/share/OVMF/OVMF_CODE_4M.fd',
+      '-drive',
+      `if=pflash,format=raw,file=${this.vars}`,
       // writethrough: every write the guest completes has reached the host file, so killing QEMU
       // loses exactly what a power cut loses (nothing the guest flushed).
-      '-drive', `file=${this.disk},format=raw,if=virtio,cache=writethrough`,
-      '-netdev', `user,id=n0,hostfwd=tcp:127.0.0.1:${this.kbtpPort}-:${KBTP_GUEST_PORT},hostfwd=tcp:127.0.0.1:${this.managementPort}-:${MANAGEMENT_GUEST_PORT}`,
-      '-device', 'virtio-net-pci,netdev=n0',
-      '-object', `filter-dump,id=f0,netdev=n0,file=${pcap}`,
-      '-device', 'i6300esb',
+      '-drive',
+      `file=${this.disk},format=raw,if=virtio,cache=writethrough`,
+      '-netdev',
+      `user,id=n0,hostfwd=tcp:127.0.0.1:${this.kbtpPort}-:${KBTP_GUEST_PORT},hostfwd=tcp:127.0.0.1:${this.managementPort}-:${MANAGEMENT_GUEST_PORT}`,
+      '-device',
+      'virtio-net-pci,netdev=n0',
+      '-object',
+      `filter-dump,id=f0,netdev=n0,file=${pcap}`,
+      '-device',
+      'i6300esb',
     ];
     this.current = new QemuConsole('qemu-system-x86_64', args, this.logPath, this.boots > 1);
     this.current.note(`boot ${this.boots}`);

@@ -51,7 +51,8 @@ async function waitReady(sinceLogOffset: number): Promise<void> {
     try {
       if (build.service === 'appliance') {
         const response = await fetch(`http://127.0.0.1:${node.managementPort}/readyz`, {
-          headers: { authorization: `Bearer ${token}` }, signal: AbortSignal.timeout(10_000),
+          headers: { authorization: `Bearer ${token}` },
+          signal: AbortSignal.timeout(10_000),
         });
         if (response.status === 200) return;
         lastError = `/readyz ${response.status}`;
@@ -117,7 +118,8 @@ test('first boot from the disk alone reaches ready; the data partition grows to 
 
 test('kbtp info shows the node; blocks put and get byte-exact', async () => {
   const { stdout } = await run(process.execPath, [cli, 'info', '--target', `127.0.0.1:${node.kbtpPort}`, '--tenant', 'fleet'], {
-    env: { ...process.env, KBTP_SECRET: secret }, timeout: 120_000,
+    env: { ...process.env, KBTP_SECRET: secret },
+    timeout: 120_000,
   });
   assert.match(stdout, /block size\s+65536 octets/);
   assert.match(stdout, /allocation quota\s+512 blocks/);
@@ -125,7 +127,10 @@ test('kbtp info shows the node; blocks put and get byte-exact', async () => {
   await checkBlocks(stored.keys());
   // Through the CLI as well, byte for byte.
   const { stdout: got } = await run(process.execPath, [cli, 'get', '100', '--target', `127.0.0.1:${node.kbtpPort}`, '--tenant', 'fleet'], {
-    env: { ...process.env, KBTP_SECRET: secret }, timeout: 120_000, encoding: 'buffer', maxBuffer: 1 << 20,
+    env: { ...process.env, KBTP_SECRET: secret },
+    timeout: 120_000,
+    encoding: 'buffer',
+    maxBuffer: 1 << 20,
   });
   assert.ok(got.equals(stored.get(100n) ?? Buffer.alloc(0)), 'kbtp get returned other bytes');
 });
@@ -136,7 +141,8 @@ test('/metrics scrapes (Prometheus text) and counts the stores; no token, no met
     return;
   }
   const response = await fetch(`http://127.0.0.1:${node.managementPort}/metrics`, {
-    headers: { authorization: `Bearer ${token}` }, signal: AbortSignal.timeout(60_000),
+    headers: { authorization: `Bearer ${token}` },
+    signal: AbortSignal.timeout(60_000),
   });
   assert.is(response.status, 200);
   assert.match(response.headers.get('content-type') ?? '', /^text\/plain/);

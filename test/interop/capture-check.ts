@@ -99,7 +99,8 @@ function decodeDirection(
     }
     if (rejected) problems.push(`FPDU after a rejected MPA exchange at stream offset ${offset}`);
     if (fpdu.crc === fpdu.computedCrc) crcVerified++;
-    else if (crcNegotiated) problems.push(`CRC mismatch at stream offset ${offset}: carried 0x${fpdu.crc.toString(16)}, computed 0x${fpdu.computedCrc.toString(16)}`);
+    else if (crcNegotiated)
+      problems.push(`CRC mismatch at stream offset ${offset}: carried 0x${fpdu.crc.toString(16)}, computed 0x${fpdu.computedCrc.toString(16)}`);
     try {
       segments.push(decodeRdmapSegment(fpdu.ulpdu));
     } catch (error) {

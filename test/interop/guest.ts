@@ -105,14 +105,36 @@ export class Guest {
     }
     const forwards = [...hostPorts].map(([guest, host]) => `,hostfwd=tcp:127.0.0.1:${host}-:${guest}`).join('');
     const args = [
-      '-accel', 'tcg', '-cpu', 'max', '-smp', '1', '-m', String(options.memoryMiB ?? 1024),
-      '-nodefaults', '-no-user-config', '-display', 'none', '-monitor', 'none', '-serial', 'stdio', '-no-reboot',
-      '-kernel', image.vmlinux, '-initrd', image.initramfs,
+      '-accel',
+      'tcg',
+      '-cpu',
+      'max',
+      '-smp',
+      '1',
+      '-m',
+      String(options.memoryMiB ?? 1024),
+      '-nodefaults',
+      '-no-user-config',
+      '-display',
+      'none',
+      '-monitor',
+      'none',
+      '-serial',
+      'stdio',
+      '-no-reboot',
+      '-kernel',
+      image.vmlinux,
+      '-initrd',
+      image.initramfs,
       // mitigations=off: speculative-execution workarounds cost a lot under TCG and guard nothing here.
-      '-append', `console=ttyS0 loglevel=4 mitigations=off panic=-1 kbtp.peer=${script}`,
-      '-netdev', `user,id=n0${forwards}`,
-      '-device', 'virtio-net-pci,netdev=n0',
-      '-object', `filter-dump,id=f0,netdev=n0,file=${this.pcapPath}`,
+      '-append',
+      `console=ttyS0 loglevel=4 mitigations=off panic=-1 kbtp.peer=${script}`,
+      '-netdev',
+      `user,id=n0${forwards}`,
+      '-device',
+      'virtio-net-pci,netdev=n0',
+      '-object',
+      `filter-dump,id=f0,netdev=n0,file=${this.pcapPath}`,
     ];
     const started = Date.now();
     this.console = new QemuConsole('qemu-system-x86_64', args, this.logPath);

@@ -23,7 +23,12 @@ export class QemuConsole {
   private readonly lineWaiters: { pattern: RegExp; since: number; resolve: (m: RegExpMatchArray | null) => void }[] = [];
   private finished = false;
 
-  constructor(binary: string, args: readonly string[], readonly logPath: string, appendLog = false) {
+  constructor(
+    binary: string,
+    args: readonly string[],
+    readonly logPath: string,
+    appendLog = false,
+  ) {
     this.logFile = createWriteStream(logPath, { flags: appendLog ? 'a' : 'w' });
     this.logFile.write(`# ${binary} ${args.join(' ')}\n`);
     this.child = spawn(binary, args, { stdio: ['pipe', 'pipe', 'pipe'] });

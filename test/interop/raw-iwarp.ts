@@ -97,7 +97,15 @@ export const OP_SEND = 0x3;
 export const OP_TERMINATE = 0x7;
 
 export type DdpSegment =
-  | { readonly tagged: true; readonly last: boolean; readonly opcode: number; readonly rdmapVersion: number; readonly stag: number; readonly to: bigint; readonly payload: Buffer }
+  | {
+      readonly tagged: true;
+      readonly last: boolean;
+      readonly opcode: number;
+      readonly rdmapVersion: number;
+      readonly stag: number;
+      readonly to: bigint;
+      readonly payload: Buffer;
+    }
   | {
       readonly tagged: false;
       readonly last: boolean;
@@ -154,7 +162,13 @@ export function decodeReadRequest(segment: DdpSegment): ReadRequest {
     throw new Error(`not a Read Request: ${describeSegment(segment)}`);
   }
   const p = segment.payload;
-  return { sinkStag: p.readUInt32BE(0), sinkTo: p.readBigUInt64BE(4), size: p.readUInt32BE(12), sourceStag: p.readUInt32BE(16), sourceTo: p.readBigUInt64BE(20) };
+  return {
+    sinkStag: p.readUInt32BE(0),
+    sinkTo: p.readBigUInt64BE(4),
+    size: p.readUInt32BE(12),
+    sourceStag: p.readUInt32BE(16),
+    sourceTo: p.readBigUInt64BE(20),
+  };
 }
 
 /** Terminate (QN 2) for an error found before any DDP segment of the stream was processed. */
@@ -238,10 +252,14 @@ export class MpaStreamReader {
   }
 
   async readMpaFrame(timeoutMs = 30_000): Promise<MpaFrame> {
-    await this.waitFor(() => {
-      const length = mpaFrameLength(this.buffered);
-      return length > 0 && this.buffered.length >= length;
-    }, timeoutMs, 'MPA frame');
+    await this.waitFor(
+      () => {
+        const length = mpaFrameLength(this.buffered);
+        return length > 0 && this.buffered.length >= length;
+      },
+      timeoutMs,
+      'MPA frame',
+    );
     const length = mpaFrameLength(this.buffered);
     const frame = decodeMpaFrame(this.buffered.subarray(0, length));
     this.buffered = this.buffered.subarray(length);

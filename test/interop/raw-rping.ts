@@ -62,7 +62,11 @@ export interface RawIterationResult {
  * Runs one rping client iteration over an MPA connection already in full operation. `msn` is
  * the QN 0 MSN of this iteration's first Send (1 for the first iteration).
  */
-export async function rawRpingIteration(socket: Socket, reader: MpaStreamReader, options: { crc: boolean; msn: number; ping: number; size: number }): Promise<RawIterationResult> {
+export async function rawRpingIteration(
+  socket: Socket,
+  reader: MpaStreamReader,
+  options: { crc: boolean; msn: number; ping: number; size: number },
+): Promise<RawIterationResult> {
   const received: ReceivedFpdu[] = [];
   const next = async (): Promise<ReceivedFpdu> => {
     const fpdu = await reader.readFpdu();
@@ -82,7 +86,9 @@ export async function rawRpingIteration(socket: Socket, reader: MpaStreamReader,
   const readRequestFpdu = await next();
   const request = decodeReadRequest(readRequestFpdu.segment);
   if (request.sourceStag !== sourceStag || request.sourceTo !== sourceTo || request.size !== options.size) {
-    throw new Error(`siw's Read Request does not match the advertisement: ${JSON.stringify(request, (_k, v: unknown) => (typeof v === 'bigint' ? `0x${v.toString(16)}` : v))}`);
+    throw new Error(
+      `siw's Read Request does not match the advertisement: ${JSON.stringify(request, (_k, v: unknown) => (typeof v === 'bigint' ? `0x${v.toString(16)}` : v))}`,
+    );
   }
   send(encodeTagged(OP_READ_RESPONSE, request.sinkStag, request.sinkTo, source));
 

@@ -100,7 +100,9 @@ class Completions {
       if (completion !== undefined) {
         if (completion.status === WcStatus.WrFlushError && this.ended) throw new PeerDisconnected(this.ended);
         if (completion.status !== WcStatus.Success) {
-          throw new RpingError(`${what}: ${completion.opcode} completion failed: ${wcStatusName(completion.status)}${completion.error ? ` (${completion.error})` : ''}`);
+          throw new RpingError(
+            `${what}: ${completion.opcode} completion failed: ${wcStatusName(completion.status)}${completion.error ? ` (${completion.error})` : ''}`,
+          );
         }
         if (completion.opcode === opcode) return completion;
         continue;

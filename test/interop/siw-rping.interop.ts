@@ -109,7 +109,9 @@ test('kbtp client asking for markers: siw rejects and kbtp reports ECONNREFUSED 
 test('kbtp client offering only the Send RTR: siw proposes Write, kbtp terminates (LLP/MPA/0x07) and fails cleanly', async () => {
   // siw answers this Terminate by hitting BUG() in iw_cm (docs/INTEROP.md), so it runs last.
   const guest = clientSide.guest!;
-  const error = await failure(runRpingClient({ host: '127.0.0.1', port: guest.hostPort(RPING_PORT), mpa: { peerToPeer: true, rtr: ['send'], timeoutMs: 20_000 } }));
+  const error = await failure(
+    runRpingClient({ host: '127.0.0.1', port: guest.hostPort(RPING_PORT), mpa: { peerToPeer: true, rtr: ['send'], timeoutMs: 20_000 } }),
+  );
   assert.instance(error, RnicError);
   assert.is((error as RnicError).code, 'EPROTO', error.message);
   assert.is((error as RnicError).terminate?.errorCode, 0x07, 'Terminate code: no matching RTR option');
@@ -128,12 +130,18 @@ test("the rping -s run's capture decodes completely; CRC verified on every FPDU 
   const [plain, withCrc, large, markers, rtrMismatch] = capture.connections;
   // siw cuts each message into MSS-sized FPDUs (1436 payload octets on this link); kbtp's TCP
   // peer is QEMU on loopback (MSS ~65 k), so its MULPDU lets a 40 kB Read Response be one FPDU.
-  const payload = (segments: readonly RdmapSegment[], opcode: number): number[] =>
-    segments.filter((s) => s.opcode === opcode).map((s) => s.payload.length);
+  const payload = (segments: readonly RdmapSegment[], opcode: number): number[] => segments.filter((s) => s.opcode === opcode).map((s) => s.payload.length);
   const siwWrites = payload(large!.responderToInitiator.segments, 0x0);
   assert.ok(siwWrites.length > 3 * 20, `siw segmented its RDMA Writes (${siwWrites.length} segments)`);
-  assert.is(siwWrites.reduce((a, b) => a + b, 0), 3 * LARGE);
-  assert.is(payload(large!.initiatorToResponder.segments, 0x2).reduce((a, b) => a + b, 0), 3 * LARGE, 'Read Response octets');
+  assert.is(
+    siwWrites.reduce((a, b) => a + b, 0),
+    3 * LARGE,
+  );
+  assert.is(
+    payload(large!.initiatorToResponder.segments, 0x2).reduce((a, b) => a + b, 0),
+    3 * LARGE,
+    'Read Response octets',
+  );
   assert.not.ok(plain!.crcNegotiated);
   const perIteration = ['RDMA Read Request', 'Send', 'RDMA Write', 'Send'];
   assert.equal(opcodeSequence(plain!.responderToInitiator.segments), Array.from({ length: COUNT }, () => perIteration).flat());

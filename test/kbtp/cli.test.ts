@@ -16,7 +16,9 @@ function kbtp(args: string[], input?: Uint8Array, env: Record<string, string> = 
     const out: Buffer[] = [];
     let err = '';
     child.stdout.on('data', (chunk: Buffer) => out.push(chunk));
-    child.stderr.on('data', (chunk: Buffer) => { err += chunk.toString(); });
+    child.stderr.on('data', (chunk: Buffer) => {
+      err += chunk.toString();
+    });
     child.on('error', reject);
     child.on('close', (code) => resolve({ code: code ?? -1, stdout: Buffer.concat(out), stderr: err }));
     child.stdin.end(input ?? Buffer.alloc(0));
@@ -24,8 +26,12 @@ function kbtp(args: string[], input?: Uint8Array, env: Record<string, string> = 
 }
 
 let rig: Rig;
-test.before(async () => { rig = await startRig(); });
-test.after(async () => { await rig.stop(); });
+test.before(async () => {
+  rig = await startRig();
+});
+test.after(async () => {
+  await rig.stop();
+});
 
 test('put from stdin, get to stdout, free; exit codes a script can use', async () => {
   const env = { KBTP_TARGET: rig.address, KBTP_TENANT: 'alpha', KBTP_SECRET: SECRETS.alpha };
@@ -113,9 +119,14 @@ test('target --check-config: typos name their path and the nearest key; a valid 
   const ok = await kbtp(['target', '--check-config', good]);
   assert.is(ok.code, 0, ok.stderr);
   assert.not.match(ok.stdout.toString(), /hunter2/);
-  const effective = JSON.parse(ok.stdout.toString()) as { tenants: Array<{ quota: number; secret: string }>; timeouts: { helloMs: number; idleSessionMs: number } };
-  assert.equal([effective.tenants[0]?.quota, effective.tenants[0]?.secret, effective.timeouts.helloMs, effective.timeouts.idleSessionMs],
-    [64, '(set, not shown)', 2000, 600_000]);
+  const effective = JSON.parse(ok.stdout.toString()) as {
+    tenants: Array<{ quota: number; secret: string }>;
+    timeouts: { helloMs: number; idleSessionMs: number };
+  };
+  assert.equal(
+    [effective.tenants[0]?.quota, effective.tenants[0]?.secret, effective.timeouts.helloMs, effective.timeouts.idleSessionMs],
+    [64, '(set, not shown)', 2000, 600_000],
+  );
   const unreadable = await kbtp(['target', '--check-config', join(dir, 'absent.json')]);
   assert.is(unreadable.code, 2);
   assert.match(unreadable.stderr, /absent\.json: cannot be read \(ENOENT\)/);
@@ -123,12 +134,33 @@ test('target --check-config: typos name their path and the nearest key; a valid 
 });
 
 test("bench: the target's block size without --sizes; a run cut short prints what it finished; bad --target is usage", async () => {
-  const common = ['bench', '--target', rig.address, '--tenant', 'alpha', '--secret', SECRETS.alpha, '--mix', 'store', '--sessions', '1',
-    '--in-flight', '1', '--count', '20', '--warmup', '0', '-q'];
+  const common = [
+    'bench',
+    '--target',
+    rig.address,
+    '--tenant',
+    'alpha',
+    '--secret',
+    SECRETS.alpha,
+    '--mix',
+    'store',
+    '--sessions',
+    '1',
+    '--in-flight',
+    '1',
+    '--count',
+    '20',
+    '--warmup',
+    '0',
+    '-q',
+  ];
   const sized = await kbtp([...common, '--json']);
   assert.is(sized.code, 0, sized.stderr);
   const result = JSON.parse(sized.stdout.toString()) as { rows: Array<{ size: number; ops: number }> };
-  assert.equal(result.rows.map((row) => row.size), [4096]);
+  assert.equal(
+    result.rows.map((row) => row.size),
+    [4096],
+  );
   const cut = await kbtp([...common, '--sizes', '4096,8192']);
   assert.is(cut.code, 2, cut.stderr);
   assert.match(cut.stderr, /cut short/);

@@ -55,8 +55,16 @@ test('the typos of the issue, and one in every nested object, name their path an
   rejects({ tenants: [{ name: 'a', open: true, loadScope: { first: 0, cuont: 4 } }] }, 'tenants[0].loadScope.cuont', /did you mean "count"/);
   rejects({ timeouts: { helloMS: 5 } }, 'timeouts.helloMS', /did you mean "helloMs"/);
   rejects({ worker: 2 }, 'worker', /did you mean "workers"/);
-  rejects({ tenants: [{ name: 'a', open: true, quota: 1, storeRange: { first: 0, count: 1 } }, { name: 'b', secret: 's', qouta: 1, storeRange: { first: 9, count: 1 } }] },
-    'tenants[1].qouta', /did you mean "quota"/);
+  rejects(
+    {
+      tenants: [
+        { name: 'a', open: true, quota: 1, storeRange: { first: 0, count: 1 } },
+        { name: 'b', secret: 's', qouta: 1, storeRange: { first: 9, count: 1 } },
+      ],
+    },
+    'tenants[1].qouta',
+    /did you mean "quota"/,
+  );
   // Nested values of the wrong kind.
   rejects({ timeouts: 5 }, 'timeouts', /must be an object/);
   rejects({ tenants: [{ name: 'a', open: true, trust: [] }] }, 'tenants[0].trust', /must be an object/);
@@ -71,11 +79,32 @@ test('a tenant without a secret says so, and only on loopback; no silent zero qu
   assert.is(remote.tenants[0]?.open, false);
   // One tenant takes the whole pool by default; with several, each must say its quota and store range.
   assert.is(resolveTargetSettings({ pool: { blockCount: 32 }, tenants: [{ name: 'a', secret: 's' }] }).tenants[0]?.quota, 32);
-  rejects({ tenants: [{ name: 'a', open: true, storeRange: { first: 0, count: 1 } }, { name: 'b', secret: 's', storeRange: { first: 1, count: 1 } }] },
-    'tenants[0].quota', /is required; give the tenant's allocation quota/);
-  rejects({ tenants: [{ name: 'a', open: true, quota: 1 }, { name: 'b', secret: 's', quota: 1 }] }, 'tenants[0].storeRange', /is required/);
-  const zero = resolveTargetSettings({ tenants: [{ name: 'a', open: true, quota: 0, storeRange: { first: 0, count: 1 } },
-    { name: 'b', secret: 's', quota: 1, storeRange: { first: 1, count: 1 } }] });
+  rejects(
+    {
+      tenants: [
+        { name: 'a', open: true, storeRange: { first: 0, count: 1 } },
+        { name: 'b', secret: 's', storeRange: { first: 1, count: 1 } },
+      ],
+    },
+    'tenants[0].quota',
+    /is required; give the tenant's allocation quota/,
+  );
+  rejects(
+    {
+      tenants: [
+        { name: 'a', open: true, quota: 1 },
+        { name: 'b', secret: 's', quota: 1 },
+      ],
+    },
+    'tenants[0].storeRange',
+    /is required/,
+  );
+  const zero = resolveTargetSettings({
+    tenants: [
+      { name: 'a', open: true, quota: 0, storeRange: { first: 0, count: 1 } },
+      { name: 'b', secret: 's', quota: 1, storeRange: { first: 1, count: 1 } },
+    ],
+  });
   assert.is(zero.tenants[0]?.quota, 0, 'an explicit 0 is allowed: a tenant that only loads');
 });
 
@@ -98,27 +127,39 @@ test('the effective configuration masks secrets', () => {
 });
 
 test('engine-level rules surface through the engine config: overlapping ranges, quota sum, 4 GiB', () => {
-  const overlap = resolveTargetSettings({ tenants: [
-    { name: 'a', open: true, quota: 1, storeRange: { first: 0, count: 10 } },
-    { name: 'b', open: true, quota: 1, storeRange: { first: 5, count: 10 } },
-  ] });
+  const overlap = resolveTargetSettings({
+    tenants: [
+      { name: 'a', open: true, quota: 1, storeRange: { first: 0, count: 10 } },
+      { name: 'b', open: true, quota: 1, storeRange: { first: 5, count: 10 } },
+    ],
+  });
   assert.throws(() => resolveEngineConfig(engineConfigFor(overlap)), /overlaps the store range of tenant 'a'/);
-  const tooMuch = resolveTargetSettings({ pool: { blockCount: 8, blockSize: 64 }, tenants: [
-    { name: 'a', open: true, quota: 5, storeRange: { first: 0, count: 10 } }, { name: 'b', open: true, quota: 4, storeRange: { first: 10, count: 10 } },
-  ] });
+  const tooMuch = resolveTargetSettings({
+    pool: { blockCount: 8, blockSize: 64 },
+    tenants: [
+      { name: 'a', open: true, quota: 5, storeRange: { first: 0, count: 10 } },
+      { name: 'b', open: true, quota: 4, storeRange: { first: 10, count: 10 } },
+    ],
+  });
   assert.throws(() => resolveEngineConfig(engineConfigFor(tooMuch)), /add up to 9, more than its 8 blocks/);
   const huge = resolveEngineConfig({ blockSize: 1 << 20, blockCount: 4096, threads: 1 });
-  assert.throws(() => computeLayout(huge, 16), (error: unknown) => error instanceof EngineConfigError && /4 GiB/.test((error as Error).message));
+  assert.throws(
+    () => computeLayout(huge, 16),
+    (error: unknown) => error instanceof EngineConfigError && /4 GiB/.test((error as Error).message),
+  );
   assert.throws(() => resolveEngineConfig({ blockSize: 100, blockCount: 4 }), /not a multiple of 8; use 104/);
   assert.throws(() => resolveEngineConfig({ blockSize: 64, blockCount: 9, ringOrder: 3 }), /smaller than the ring's 9 blocks/);
   assert.throws(() => resolveEngineConfig({ blockSize: 64, blockCount: 4, ringOrder: 0 }), /from 1 to/);
 });
 
 test('a tenant trusted for DIRECT_ALLOC gets a partition of exactly its quota', () => {
-  const settings = resolveTargetSettings({ pool: { blockCount: 100, blockSize: 4096 }, tenants: [
-    { name: 'plain', open: true, quota: 60, storeRange: { first: 0, count: 100 } },
-    { name: 'trusted', secret: 'hunter2', quota: 40, storeRange: { first: 100, count: 100 }, trust: { directLoad: true, directAlloc: true } },
-  ] });
+  const settings = resolveTargetSettings({
+    pool: { blockCount: 100, blockSize: 4096 },
+    tenants: [
+      { name: 'plain', open: true, quota: 60, storeRange: { first: 0, count: 100 } },
+      { name: 'trusted', secret: 'hunter2', quota: 40, storeRange: { first: 100, count: 100 }, trust: { directLoad: true, directAlloc: true } },
+    ],
+  });
   const engine = resolveEngineConfig(engineConfigFor(settings));
   assert.equal(engine.partitions, [{ blocks: 40, ringOrder: 6, firstBlock: 60 }]);
   assert.is(engine.sharedBlocks, 60);

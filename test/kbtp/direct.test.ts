@@ -8,8 +8,12 @@ import { directLoadConsistent } from '../../host/kbtp/initiator.ts';
 import type { KbtpStatusError } from '../../host/kbtp/errors.ts';
 
 let rig: Rig;
-test.before(async () => { rig = await startRig(); });
-test.after(async () => { await rig.stop(); });
+test.before(async () => {
+  rig = await startRig();
+});
+test.after(async () => {
+  await rig.stop();
+});
 
 const bytes = (text: string): Uint8Array => new TextEncoder().encode(text);
 const text = (data: Uint8Array): string => new TextDecoder().decode(data);

@@ -38,7 +38,10 @@ export class TargetProcess {
   private readonly statusWaiters: Array<(status: TargetStatus) => void> = [];
   port = 0;
 
-  private constructor(readonly child: ChildProcessWithoutNullStreams, private readonly dir: string) {
+  private constructor(
+    readonly child: ChildProcessWithoutNullStreams,
+    private readonly dir: string,
+  ) {
     child.stdout.on('data', (chunk: Buffer) => {
       this.stdout += chunk.toString();
       let newline: number;
@@ -52,7 +55,9 @@ export class TargetProcess {
         if (listening !== null) this.port = Number(listening[1]);
       }
     });
-    child.stderr.on('data', (chunk: Buffer) => { this.stderr += chunk.toString(); });
+    child.stderr.on('data', (chunk: Buffer) => {
+      this.stderr += chunk.toString();
+    });
     this.exited = new Promise((resolve) => child.on('close', (code) => resolve(code ?? -1)));
   }
 
@@ -63,8 +68,9 @@ export class TargetProcess {
     writeFileSync(file, JSON.stringify(config));
     // Thousands of connections need more descriptors than some machines give by default.
     const command = `ulimit -n $(ulimit -Hn) 2>/dev/null; ulimit -n 16384 2>/dev/null; exec "$0" "$@"`;
-    const child = spawn('sh', ['-c', command, process.execPath, '--import', 'tsx', cli, 'target', '--config', file, ...args],
-      { env: { ...process.env, ...env } });
+    const child = spawn('sh', ['-c', command, process.execPath, '--import', 'tsx', cli, 'target', '--config', file, ...args], {
+      env: { ...process.env, ...env },
+    });
     const target = new TargetProcess(child, dir);
     const deadline = Date.now() + 60_000;
     while (target.port === 0) {
@@ -135,7 +141,11 @@ export class LegitimateClient {
   private idle: (() => void) | undefined;
   private readonly loop: Promise<void>;
 
-  constructor(private readonly session: KbtpSession, private readonly handles: bigint[], private readonly size: number) {
+  constructor(
+    private readonly session: KbtpSession,
+    private readonly handles: bigint[],
+    private readonly size: number,
+  ) {
     this.loop = this.run();
   }
 
@@ -166,7 +176,12 @@ export class LegitimateClient {
   /** Waits until the client has no request outstanding and holds no block. */
   pause(): Promise<void> {
     this.paused = true;
-    return new Promise((resolve) => { this.idle = () => { this.idle = undefined; resolve(); }; });
+    return new Promise((resolve) => {
+      this.idle = () => {
+        this.idle = undefined;
+        resolve();
+      };
+    });
   }
 
   resume(): void {

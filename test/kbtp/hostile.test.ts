@@ -46,8 +46,10 @@ async function settled(what: string): Promise<TargetStatus> {
   const status = await target.status();
   assert.ok(status.audit.ok, `${what}: pool audit ${JSON.stringify(status.audit)}`);
   assert.is(status.audit.bound, 0, `${what}: no block left bound`);
-  assert.ok(status.rssBytes < baseline.rssBytes + MEMORY_SLACK,
-    `${what}: memory ${(status.rssBytes / 2 ** 20).toFixed(0)} MiB, baseline ${(baseline.rssBytes / 2 ** 20).toFixed(0)} MiB`);
+  assert.ok(
+    status.rssBytes < baseline.rssBytes + MEMORY_SLACK,
+    `${what}: memory ${(status.rssBytes / 2 ** 20).toFixed(0)} MiB, baseline ${(baseline.rssBytes / 2 ** 20).toFixed(0)} MiB`,
+  );
   assert.is(status.internalErrors, 0, `${what}: no internal error`);
   legit.resume();
   const before = legit.rounds;
@@ -80,9 +82,18 @@ test.after(async () => {
 test('stalls at every handshake stage and after HELLO end by their timeouts, each counted', async () => {
   const before = await target.status();
   const tcp = await RawPeer.open(target.port, { request: new Uint8Array(0) }); // connected, sends nothing
-  const partial = await RawPeer.open(target.port, { request: encodeMpaFrame({ kind: 'request', markers: false, crc: false, reject: false,
-    enhanced: true, revision: 2, enhancedData: { peerToPeer: true, sendRtr: false, writeRtr: true, readRtr: false, ird: 4, ord: 4 },
-    privateData: new Uint8Array(0) }).subarray(0, 10) }); // half an MPA Request
+  const partial = await RawPeer.open(target.port, {
+    request: encodeMpaFrame({
+      kind: 'request',
+      markers: false,
+      crc: false,
+      reject: false,
+      enhanced: true,
+      revision: 2,
+      enhancedData: { peerToPeer: true, sendRtr: false, writeRtr: true, readRtr: false, ird: 4, ord: 4 },
+      privateData: new Uint8Array(0),
+    }).subarray(0, 10),
+  }); // half an MPA Request
   const noRtr = await RawPeer.open(target.port, { rtr: false });
   const noHello = await RawPeer.open(target.port);
   const idle = await RawPeer.open(target.port);
@@ -97,10 +108,15 @@ test('stalls at every handshake stage and after HELLO end by their timeouts, eac
   rawSend(silent, encodeRequest({ opcode: K.OPCODE_ALLOC_STORE, requestId: 2n, handle: 64n, descriptor: { stag: 0x1234, taggedOffset: 0n, length: 5000 } }), 2);
   const readRequest = await silent.nextSegment();
   assert.is(readRequest?.opcode, RdmapOpcode.RdmaReadRequest, 'the target asks for the data');
-  const after = await target.until((s) => sum(s.timeouts, 'mpa-request') >= sum(before.timeouts, 'mpa-request') + 2 &&
-    sum(s.timeouts, 'rtr') > sum(before.timeouts, 'rtr') && sum(s.timeouts, 'hello') > sum(before.timeouts, 'hello') &&
-    sum(s.timeouts, 'idle-session') > sum(before.timeouts, 'idle-session') && sum(s.timeouts, 'rdma-read') > sum(before.timeouts, 'rdma-read'),
-  'a timeout at every stage');
+  const after = await target.until(
+    (s) =>
+      sum(s.timeouts, 'mpa-request') >= sum(before.timeouts, 'mpa-request') + 2 &&
+      sum(s.timeouts, 'rtr') > sum(before.timeouts, 'rtr') &&
+      sum(s.timeouts, 'hello') > sum(before.timeouts, 'hello') &&
+      sum(s.timeouts, 'idle-session') > sum(before.timeouts, 'idle-session') &&
+      sum(s.timeouts, 'rdma-read') > sum(before.timeouts, 'rdma-read'),
+    'a timeout at every stage',
+  );
   for (const peer of [tcp, partial, noRtr, noHello, idle, silent]) await peer.closed(10_000);
   assert.ok(after.sessionsRefused >= before.sessionsRefused);
   for (const peer of [tcp, partial, noRtr, noHello, idle, silent]) peer.destroy();
@@ -119,7 +135,11 @@ test('garbage at every stage is refused or closed, counted, and harms nobody els
   const notHelloAnswer = await notHello.nextSegment();
   assert.is(new DataView(notHelloAnswer!.payload.buffer, notHelloAnswer!.payload.byteOffset).getUint16(22), K.STATUS_INVALID_REQUEST);
   const badHello = await RawPeer.open(target.port);
-  rawSend(badHello, new Uint8Array(40).fill(0).map((_, i) => (i === 0 ? 1 : i === 1 ? K.OPCODE_HELLO : i === 30 ? 60 : 0)), 1);
+  rawSend(
+    badHello,
+    new Uint8Array(40).fill(0).map((_, i) => (i === 0 ? 1 : i === 1 ? K.OPCODE_HELLO : i === 30 ? 60 : 0)),
+    1,
+  );
   const badHelloAnswer = await badHello.nextSegment();
   assert.is(new DataView(badHelloAnswer!.payload.buffer, badHelloAnswer!.payload.byteOffset).getUint16(22), K.STATUS_INVALID_REQUEST);
   // After HELLO: a malformed request gets INVALID_REQUEST and the session goes on; then bytes that are not FPDUs end it.
@@ -131,10 +151,14 @@ test('garbage at every stage is refused or closed, counted, and harms nobody els
   assert.is(new DataView(invalid!.payload.buffer, invalid!.payload.byteOffset).getUint16(22), K.STATUS_INVALID_REQUEST);
   session.sendRaw(new Uint8Array(100).fill(0x5a));
   for (const peer of [http, noise, afterRtr, notHello, badHello, session]) await peer.closed(10_000);
-  const after = await target.until((s) => sum(s.setupFailures, 'bad-mpa') > sum(before.setupFailures, 'bad-mpa') &&
-    sum(s.setupFailures, 'setup-error', 'closed-before-hello') >= sum(before.setupFailures, 'setup-error', 'closed-before-hello') + 2 &&
-    sum(s.refusals, 'not-hello') > sum(before.refusals, 'not-hello') && sum(s.refusals, 'bad-hello') > sum(before.refusals, 'bad-hello'),
-  'garbage counted at every stage');
+  const after = await target.until(
+    (s) =>
+      sum(s.setupFailures, 'bad-mpa') > sum(before.setupFailures, 'bad-mpa') &&
+      sum(s.setupFailures, 'setup-error', 'closed-before-hello') >= sum(before.setupFailures, 'setup-error', 'closed-before-hello') + 2 &&
+      sum(s.refusals, 'not-hello') > sum(before.refusals, 'not-hello') &&
+      sum(s.refusals, 'bad-hello') > sum(before.refusals, 'bad-hello'),
+    'garbage counted at every stage',
+  );
   assert.ok(after.sessionsOpen >= 1);
   await settled('garbage');
 });
@@ -169,8 +193,10 @@ test('past the node and tenant limits, with and without completed handshakes: re
   assert.ok(rejected, 'the MPA Request past the limit gets an MPA Reject');
   const limited = [await connect(target.address, { tenant: 'limited', secret: 'limited-secret' }).catch((error: unknown) => error)];
   assert.instance(limited[0], TargetRefusedError, 'while the slots are held by stalled peers, a new session is refused, not served late');
-  const full = await target.until((s) => sum(s.timeouts, 'hello') >= sum(before.timeouts, 'hello') + stalled.length && s.slotsInUse === 1,
-    'stalled handshakes time out and give their slots back');
+  const full = await target.until(
+    (s) => sum(s.timeouts, 'hello') >= sum(before.timeouts, 'hello') + stalled.length && s.slotsInUse === 1,
+    'stalled handshakes time out and give their slots back',
+  );
   assert.ok(sum(full.refusals, 'node-full') >= sum(before.refusals, 'node-full') + 3);
   for (const peer of stalled) peer.destroy();
   // The tenant limit: two sessions of 'limited'; the third is told why in its HELLO_ACK.
@@ -197,7 +223,11 @@ test('abrupt disconnects mid-request (RDMA Read outstanding, Write half sent) re
   const reading = await RawPeer.open(target.port);
   rawHello(reading, 'other', 'other-secret');
   await reading.nextSegment();
-  rawSend(reading, encodeRequest({ opcode: K.OPCODE_ALLOC_STORE, requestId: 2n, handle: 65n, descriptor: { stag: 0x99, taggedOffset: 0n, length: 40_000 } }), 2);
+  rawSend(
+    reading,
+    encodeRequest({ opcode: K.OPCODE_ALLOC_STORE, requestId: 2n, handle: 65n, descriptor: { stag: 0x99, taggedOffset: 0n, length: 40_000 } }),
+    2,
+  );
   assert.is((await reading.nextSegment())?.opcode, RdmapOpcode.RdmaReadRequest);
   reading.destroy();
   const writing = await RawPeer.open(target.port);
@@ -225,7 +255,12 @@ test('abrupt disconnects mid-request (RDMA Read outstanding, Write half sent) re
 test('2,000 idle TCP connections: past the handshake bound the oldest are closed; all counted; the node serves throughout', async () => {
   const before = await target.status();
   // From a child process with its descriptor limit raised: this process keeps its own for the test.
-  const flood = spawn('sh', ['-c', 'ulimit -n $(ulimit -Hn) 2>/dev/null; ulimit -n 8192 2>/dev/null; exec "$0" "$@"', process.execPath, '-e', `
+  const flood = spawn('sh', [
+    '-c',
+    'ulimit -n $(ulimit -Hn) 2>/dev/null; ulimit -n 8192 2>/dev/null; exec "$0" "$@"',
+    process.execPath,
+    '-e',
+    `
     const net = require('node:net');
     const wanted = Math.min(2000, Number(require('node:child_process').execSync('ulimit -n', { shell: '/bin/sh' }).toString()) - 64);
     const sockets = [];
@@ -242,10 +277,15 @@ test('2,000 idle TCP connections: past the handshake bound the oldest are closed
     };
     open(0);
     process.stdin.on('data', () => { for (const socket of sockets) socket.destroy(); console.log('closed'); setTimeout(() => process.exit(0), 100); });
-  `]);
+  `,
+  ]);
   let output = '';
-  flood.stdout.on('data', (chunk: Buffer) => { output += chunk.toString(); });
-  flood.stderr.on('data', (chunk: Buffer) => { output += chunk.toString(); });
+  flood.stdout.on('data', (chunk: Buffer) => {
+    output += chunk.toString();
+  });
+  flood.stderr.on('data', (chunk: Buffer) => {
+    output += chunk.toString();
+  });
   while (!/connected [0-9]+/.test(output)) {
     if (flood.exitCode !== null) throw new Error(`flood: ${output}`);
     await sleep(50);

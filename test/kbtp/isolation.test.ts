@@ -9,8 +9,12 @@ import { decodeHelloAck } from '../../host/kbtp/wire/hello.ts';
 
 let rig: Rig;
 // One worker, so that every session shares one RNIC and only the protection domains separate them.
-test.before(async () => { rig = await startRig(testSettings({ workers: 1 })); });
-test.after(async () => { await rig.stop(); });
+test.before(async () => {
+  rig = await startRig(testSettings({ workers: 1 }));
+});
+test.after(async () => {
+  await rig.stop();
+});
 
 const bytes = (text: string): Uint8Array => new TextEncoder().encode(text);
 
@@ -63,8 +67,12 @@ test("one session's STags do not work on another session's connection", async ()
   raw.hello('alpha', SECRETS.alpha);
   assert.is(decodeHelloAck((await raw.next()) ?? new Uint8Array(0)).status, K.STATUS_SUCCESS);
   // alpha's connection reads the pool through gamma's STag: the target's RNIC refuses it.
-  raw.qp.postSend({ wrId: 5, opcode: 'RDMA_READ', remote: { stag: poolStag, taggedOffset: 0n },
-    sgList: [{ lkey: raw.dataRegion.stag, offset: 0, length: 64 }] });
+  raw.qp.postSend({
+    wrId: 5,
+    opcode: 'RDMA_READ',
+    remote: { stag: poolStag, taggedOffset: 0n },
+    sgList: [{ lkey: raw.dataRegion.stag, offset: 0, length: 64 }],
+  });
   const info = await raw.disconnected;
   assert.ok(info.reason === 'terminate-received' || info.reason === 'peer-closed', info.reason);
   await raw.close();

@@ -7,15 +7,31 @@ import type { KbtpSession, BlockInfo } from '../../host/kbtp/initiator.ts';
 import { KbtpStatusError } from '../../host/kbtp/errors.ts';
 import { Random } from '../../host/util/random.ts';
 
-interface ModelEntry { valid: boolean; sealed: boolean; generation: number; data: Uint8Array; blockOffset: bigint }
-interface Tenant { name: 'alpha' | 'beta'; store: [bigint, bigint]; load: [bigint, bigint]; quota: number; usage: number }
+interface ModelEntry {
+  valid: boolean;
+  sealed: boolean;
+  generation: number;
+  data: Uint8Array;
+  blockOffset: bigint;
+}
+interface Tenant {
+  name: 'alpha' | 'beta';
+  store: [bigint, bigint];
+  load: [bigint, bigint];
+  quota: number;
+  usage: number;
+}
 
 const HANDLES = 256n;
 const BLOCK = 4096;
 
 let rig: Rig;
-test.before(async () => { rig = await startRig(); });
-test.after(async () => { await rig.stop(); });
+test.before(async () => {
+  rig = await startRig();
+});
+test.after(async () => {
+  await rig.stop();
+});
 
 function randomSource(seed: number): (n: number) => number {
   const generator = new Random(seed);
@@ -50,7 +66,7 @@ test('1,200 random requests from three sessions agree with the model', async () 
     const served = handle < HANDLES;
     const e = served ? entry(handle) : undefined;
     const genChoice = random(10);
-    const expectedGeneration = genChoice === 0 ? ((e?.generation ?? 1) + 7) & 0xffff || 1 : genChoice === 1 ? e?.generation ?? 0 : 0;
+    const expectedGeneration = genChoice === 0 ? ((e?.generation ?? 1) + 7) & 0xffff || 1 : genChoice === 1 ? (e?.generation ?? 0) : 0;
     const seal = random(2) === 0;
     const allowUnsealed = random(2) === 0;
     const length = random(4) === 0 ? 1025 + random(BLOCK - 1025) : random(300);

@@ -32,7 +32,9 @@ test('a target with an SRAM model reports hits, misses and PCIe crossings per QP
     await plain.stop();
     writeFileSync(config, JSON.stringify({ lines: -3 }));
     let refused = '';
-    await startTarget(testSettings({ sramModel: config }), { log: () => undefined }).catch((error: Error) => { refused = error.message; });
+    await startTarget(testSettings({ sramModel: config }), { log: () => undefined }).catch((error: Error) => {
+      refused = error.message;
+    });
     assert.match(refused, /lines/);
   } finally {
     rmSync(work, { recursive: true, force: true });

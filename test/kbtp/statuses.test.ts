@@ -8,8 +8,12 @@ import { encodeRequest, decodeCompletion, statusName } from '../../host/kbtp/wir
 import { decodeHelloAck } from '../../host/kbtp/wire/hello.ts';
 
 let rig: Rig;
-test.before(async () => { rig = await startRig(); });
-test.after(async () => { await rig.stop(); });
+test.before(async () => {
+  rig = await startRig();
+});
+test.after(async () => {
+  await rig.stop();
+});
 
 const bytes = (text: string): Uint8Array => new TextEncoder().encode(text);
 
@@ -123,7 +127,10 @@ test('LENGTH_ERROR: a LOAD whose block is longer than the descriptor, inline ove
   raw.send(encodeRequest({ opcode: K.OPCODE_LOAD, requestId: 3n, handle: 11n, descriptor: { stag: raw.dataRegion.stag, taggedOffset: 0n, length: 4 } }));
   const answer = decodeCompletion((await raw.next()) ?? new Uint8Array(0));
   assert.is(statusName(answer.status), 'LENGTH_ERROR');
-  assert.ok(raw.data.subarray(0, 16).every((b) => b === 0), 'nothing was written to the buffer');
+  assert.ok(
+    raw.data.subarray(0, 16).every((b) => b === 0),
+    'nothing was written to the buffer',
+  );
   raw.send(encodeRequest({ opcode: K.OPCODE_ALLOC_STORE, flags: K.FLAG_INLINE, requestId: 4n, handle: 12n, inline: new Uint8Array(1025) }));
   assert.is(statusName(decodeCompletion((await raw.next()) ?? new Uint8Array(0)).status), 'LENGTH_ERROR');
   await raw.close();
@@ -148,8 +155,7 @@ test('TOO_MANY_REQUESTS: requests beyond the credits are answered at once and ch
   // Eight mapped stores in one burst against 4 credits; each stays outstanding while the target
   // pulls its 2000 octets with RDMA Read.
   for (const handle of handles) {
-    raw.send(encodeRequest({ opcode: K.OPCODE_STORE, requestId: handle, handle,
-      descriptor: { stag: raw.dataRegion.stag, taggedOffset: 0n, length: 2000 } }));
+    raw.send(encodeRequest({ opcode: K.OPCODE_STORE, requestId: handle, handle, descriptor: { stag: raw.dataRegion.stag, taggedOffset: 0n, length: 2000 } }));
   }
   const answers = new Map<bigint, string>();
   for (let i = 0; i < 8; i++) {
@@ -198,7 +204,9 @@ test('TICKET_ABANDONED and BAD_TICKET: BIND of a reclaimed ticket and of tickets
   // the reclaimed block never sees the data.
   await gamma.directWrite(taken.blockOffset, bytes('late!')).catch(() => undefined);
   let ended = false;
-  await gamma.free(130n).catch((error: Error) => { ended = /connection to the target lost/.test(error.message); });
+  await gamma.free(130n).catch((error: Error) => {
+    ended = /connection to the target lost/.test(error.message);
+  });
   assert.ok(ended, 'the session ended');
   assert.not.equal(Array.from(rig.target.engine.block(taken.blockOffset, 5)), Array.from(bytes('late!')));
 });

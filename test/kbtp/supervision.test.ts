@@ -19,7 +19,10 @@ test('an internal error on one connection releases its handle lock, credit, bloc
     await alpha.allocStore(1n, new Uint8Array(3000).fill(1), { seal: true });
     const beta = await rig.session('beta');
     // 3000 octets are over Max Inline: the target reads them, and the fault strikes with the request mid-way.
-    const failed = await beta.allocStore(64n, new Uint8Array(3000).fill(2), { seal: true }).then(() => undefined, (error: unknown) => error);
+    const failed = await beta.allocStore(64n, new Uint8Array(3000).fill(2), { seal: true }).then(
+      () => undefined,
+      (error: unknown) => error,
+    );
     assert.instance(failed, Error, 'the faulted request does not succeed');
     for (let i = 0; ; i++) {
       const stats = await rig.target.stats();
@@ -46,7 +49,10 @@ test('a worker at its session limit refuses with a reason the client prints', as
   try {
     await rig.session('alpha');
     await rig.session('beta');
-    const refused = await connect(rig.address, { tenant: 'alpha', secret: SECRETS.alpha }).then(() => undefined, (error: unknown) => error);
+    const refused = await connect(rig.address, { tenant: 'alpha', secret: SECRETS.alpha }).then(
+      () => undefined,
+      (error: unknown) => error,
+    );
     assert.instance(refused, TargetRefusedError);
     assert.match((refused as Error).message, /kbtp: this worker holds its limit of 2 sessions; try again later/);
     const stats = await rig.target.stats();
@@ -58,7 +64,8 @@ test('a worker at its session limit refuses with a reason the client prints', as
 
 test('a worker that fails: its cause is reported, its sessions end, the pool stays whole, and the node exits 1', async () => {
   const config = {
-    listen: '127.0.0.1:0', workers: 1,
+    listen: '127.0.0.1:0',
+    workers: 1,
     pool: { blockSize: 4096, blockCount: 16 },
     tenants: [
       { name: 'legit', secret: 'legit-secret', quota: 8, storeRange: { first: 0, count: 32 } },
@@ -75,7 +82,7 @@ test('a worker that fails: its cause is reported, its sessions end, the pool sta
   assert.is(code, 1, `exit code; stderr: ${target.stderr}`);
   assert.match(target.stderr, /worker 1 failed: Error: injected worker fault \(KBTP_TEST_FAULT\)/);
   assert.match(target.stderr, /draining and exiting so that the supervisor restarts the node/);
-  assert.match(target.output, /pool audit: 2 bound, 14 free, lost 0, doubled 0/, 'the failed worker\'s sessions released what they held');
+  assert.match(target.output, /pool audit: 2 bound, 14 free, lost 0, doubled 0/, "the failed worker's sessions released what they held");
   await legit.close(500).catch(() => undefined);
   await faulty?.close(500).catch(() => undefined);
   await target.stop();

@@ -34,8 +34,11 @@ function clientExample(): string {
 /** Starts the installed package's target on a free port; resolves to its address. */
 function startTarget(): Promise<string> {
   return new Promise((resolve, reject) => {
-    const child = spawn(process.execPath, [join(project, 'node_modules/kbtp/dist/host/cli.js'), 'target', '--listen', '127.0.0.1:0',
-      '--workers', '1', '--blocks', '64', '--block-size', '4096'], { cwd: project, stdio: ['ignore', 'pipe', 'pipe'] });
+    const child = spawn(
+      process.execPath,
+      [join(project, 'node_modules/kbtp/dist/host/cli.js'), 'target', '--listen', '127.0.0.1:0', '--workers', '1', '--blocks', '64', '--block-size', '4096'],
+      { cwd: project, stdio: ['ignore', 'pipe', 'pipe'] },
+    );
     target = child;
     let output = '';
     const timer = setTimeout(() => reject(new Error(`the target did not start within 60 s:\n${output}`)), 60_000);
@@ -64,11 +67,19 @@ test('npm pack: the built client, CLI, engine and firmware; no tests, benchmarks
   const [packed] = JSON.parse(stdout) as Array<{ filename: string; files: Array<{ path: string }> }>;
   assert.ok(packed !== undefined);
   files = packed.files.map((file) => file.path);
-  for (const needed of ['package.json', 'dist/host/kbtp/index.js', 'dist/host/kbtp/index.d.ts', 'dist/host/cli.js',
-    'dist/host/kbtp/server/worker.js', 'dist/firmware/config.js', 'build/engine.wasm', 'docs/CLIENT.md']) {
+  for (const needed of [
+    'package.json',
+    'dist/host/kbtp/index.js',
+    'dist/host/kbtp/index.d.ts',
+    'dist/host/cli.js',
+    'dist/host/kbtp/server/worker.js',
+    'dist/firmware/config.js',
+    'build/engine.wasm',
+    'docs/CLIENT.md',
+  ]) {
     assert.ok(files.includes(needed), `${needed} is missing from the tarball`);
   }
-  const stray = files.filter((path) => /^(dist\/)?(test|bench)\//.test(path) || path.endsWith('.ts') && !path.endsWith('.d.ts'));
+  const stray = files.filter((path) => /^(dist\/)?(test|bench)\//.test(path) || (path.endsWith('.ts') && !path.endsWith('.d.ts')));
   assert.equal(stray, [], 'tests, benchmarks or TypeScript sources in the tarball');
   writeFileSync(join(scratch, 'tarball'), join(scratch, packed.filename));
 });
@@ -95,17 +106,34 @@ test('the docs/CLIENT.md example stores and loads a block against a target of th
   assert.match(stdout, /NOT_VALID/);
 });
 
-test('TypeScript resolves the package\'s declarations', async () => {
-  writeFileSync(join(project, 'check.ts'), [
-    "import { connect, KbtpError, type KbtpSession, type LoadResult } from 'kbtp';",
-    'export async function first(address: string): Promise<LoadResult> {',
-    "  const session: KbtpSession = await connect(address, { tenant: 'default', callTimeoutMs: 1000 });",
-    '  try { return await session.load(1n, { timeoutMs: 100 }); } catch (error) { if (error instanceof KbtpError) console.log(error.code); throw error; }',
-    '}',
-    '',
-  ].join('\n'));
-  writeFileSync(join(project, 'tsconfig.json'), JSON.stringify({ compilerOptions: { module: 'nodenext', moduleResolution: 'nodenext', target: 'es2022',
-    strict: true, noEmit: true, skipLibCheck: false, types: ['node'], typeRoots: [join(ROOT, 'node_modules/@types')] }, files: ['check.ts'] }));
+test("TypeScript resolves the package's declarations", async () => {
+  writeFileSync(
+    join(project, 'check.ts'),
+    [
+      "import { connect, KbtpError, type KbtpSession, type LoadResult } from 'kbtp';",
+      'export async function first(address: string): Promise<LoadResult> {',
+      "  const session: KbtpSession = await connect(address, { tenant: 'default', callTimeoutMs: 1000 });",
+      '  try { return await session.load(1n, { timeoutMs: 100 }); } catch (error) { if (error instanceof KbtpError) console.log(error.code); throw error; }',
+      '}',
+      '',
+    ].join('\n'),
+  );
+  writeFileSync(
+    join(project, 'tsconfig.json'),
+    JSON.stringify({
+      compilerOptions: {
+        module: 'nodenext',
+        moduleResolution: 'nodenext',
+        target: 'es2022',
+        strict: true,
+        noEmit: true,
+        skipLibCheck: false,
+        types: ['node'],
+        typeRoots: [join(ROOT, 'node_modules/@types')],
+      },
+      files: ['check.ts'],
+    }),
+  );
   await run(process.execPath, [join(ROOT, 'node_modules/typescript/bin/tsc'), '-p', 'tsconfig.json'], { cwd: project, timeout: 120_000 });
 });
 

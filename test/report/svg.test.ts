@@ -18,8 +18,21 @@ test('text is escaped and every series is drawn with its legend', () => {
     yLabel: 'y',
     logX: true,
     series: [
-      { name: 'one', points: [[1, 1], [10, 2]] },
-      { name: 'two', points: [[1, 3], [100, 4]], dashed: true },
+      {
+        name: 'one',
+        points: [
+          [1, 1],
+          [10, 2],
+        ],
+      },
+      {
+        name: 'two',
+        points: [
+          [1, 3],
+          [100, 4],
+        ],
+        dashed: true,
+      },
     ],
   });
   assert.match(svg, /T &lt;1&gt;/);
@@ -32,13 +45,28 @@ test('text is escaped and every series is drawn with its legend', () => {
 });
 
 test('bar charts draw an unbounded ratio to the top, labelled inf', () => {
-  const svg = barChart({ title: 't', yLabel: 'y', groups: ['g'], series: [{ name: 'a', values: [1] }, { name: 'b', values: [Number.POSITIVE_INFINITY] }] });
+  const svg = barChart({
+    title: 't',
+    yLabel: 'y',
+    groups: ['g'],
+    series: [
+      { name: 'a', values: [1] },
+      { name: 'b', values: [Number.POSITIVE_INFINITY] },
+    ],
+  });
   assert.match(svg, />inf</);
   assert.not.match(svg, /NaN|Infinity/);
 });
 
 test('tables align columns and right-align numbers', () => {
-  const text = formatTable({ title: 'T', columns: ['name', 'n'], rows: [['a', 1], ['bbb', 22.5]] });
+  const text = formatTable({
+    title: 'T',
+    columns: ['name', 'n'],
+    rows: [
+      ['a', 1],
+      ['bbb', 22.5],
+    ],
+  });
   assert.is(text, 'T\nname      n\n----  -----\na         1\nbbb   22.50');
 });
 

@@ -140,8 +140,15 @@ test('siw-write_R: perftest control Sends (one with non-zero PAD) and 100 RDMA W
   assert.is(writes.fpdus.length, 300);
   for (let m = 0; m < 100; m++) {
     const parts = writes.fpdus.slice(3 * m, 3 * m + 3);
-    assert.equal(parts.map((r) => r.ulpduLength), [1442, 1442, 1254], 'siw fills each FPDU to the MSS');
-    assert.equal(parts.map((r) => r.segment.ddp.last), [false, false, true]);
+    assert.equal(
+      parts.map((r) => r.ulpduLength),
+      [1442, 1442, 1254],
+      'siw fills each FPDU to the MSS',
+    );
+    assert.equal(
+      parts.map((r) => r.segment.ddp.last),
+      [false, false, true],
+    );
     const offsets = parts.map((r) => (r.segment.ddp.tagged ? r.segment.ddp.taggedOffset : -1n));
     assert.equal(offsets, [0x55d042c27000n, 0x55d042c27000n + 1428n, 0x55d042c27000n + 2856n]);
     for (const part of parts) if (part.segment.ddp.tagged) assert.is(part.segment.ddp.stag, 0xe091a400);
@@ -165,7 +172,7 @@ function replaySide(ird: number, ord: number): Replay {
   return { rnic, qp, channel: new MemoryChannel(), memory: new Uint8Array(1 << 16) };
 }
 
-test('rping server role: accepting siw\'s Request yields siw\'s Reply, and the same work requests yield siw\'s FPDUs', async () => {
+test("rping server role: accepting siw's Request yields siw's Reply, and the same work requests yield siw's FPDUs", async () => {
   const connection = rping[0]!;
   const clientBytes = connection.initiatorToResponder.bytes;
   const serverBytes = connection.responderToInitiator.bytes;
@@ -177,7 +184,13 @@ test('rping server role: accepting siw\'s Request yields siw\'s Reply, and the s
   const recv = side.rnic.registerMemory(pd, side.memory, { access: Access.LocalWrite, offset: 0, length: 4096 });
   const readSinkStag = server.fpdus[0]!.segment.readRequest!.sinkStag;
   const readSinkTo = server.fpdus[0]!.segment.readRequest!.sinkTaggedOffset;
-  const sink = side.rnic.registerMemory(pd, side.memory, { access: Access.LocalWrite | Access.RemoteWrite, offset: 8192, length: 64, stag: readSinkStag, taggedOffsetBase: readSinkTo });
+  const sink = side.rnic.registerMemory(pd, side.memory, {
+    access: Access.LocalWrite | Access.RemoteWrite,
+    offset: 8192,
+    length: 64,
+    stag: readSinkStag,
+    taggedOffsetBase: readSinkTo,
+  });
   const sendArea = side.rnic.registerMemory(pd, side.memory, { access: Access.LocalWrite, offset: 16384, length: 4096 });
   for (let i = 0; i < 10; i++) side.qp.postRecv({ wrId: i, sgList: [{ lkey: recv.lkey, offset: i * 16, length: 16 }] });
 
@@ -185,7 +198,7 @@ test('rping server role: accepting siw\'s Request yields siw\'s Reply, and the s
   side.channel.receive(clientBytes.subarray(0, client.frameLength));
   const request = await pending;
   const accepted = request.accept(side.qp, { crc: false });
-  assert.is(hex(side.channel.drain()), hex(serverBytes.subarray(0, server.frameLength)), 'Reply identical to siw\'s');
+  assert.is(hex(side.channel.drain()), hex(serverBytes.subarray(0, server.frameLength)), "Reply identical to siw's");
   await accepted;
 
   // Drive the QP as rping's server does, feeding the client's FPDUs as they were sent.
@@ -218,7 +231,12 @@ test('rping server role: accepting siw\'s Request yields siw\'s Reply, and the s
       // Sink advertised: write the ping back, then say done.
       const target = writeTargets[round]!.segment.ddp;
       if (target.tagged) {
-        side.qp.postSend({ wrId: 300 + round, opcode: 'RDMA_WRITE', sgList: [{ lkey: sink.lkey, offset: 0, length: 64 }], remote: { stag: target.stag, taggedOffset: target.taggedOffset } });
+        side.qp.postSend({
+          wrId: 300 + round,
+          opcode: 'RDMA_WRITE',
+          sgList: [{ lkey: sink.lkey, offset: 0, length: 64 }],
+          remote: { stag: target.stag, taggedOffset: target.taggedOffset },
+        });
       }
       postSend();
       round++;
@@ -228,7 +246,7 @@ test('rping server role: accepting siw\'s Request yields siw\'s Reply, and the s
   assert.is(side.qp.state, 'rts', side.qp.disconnectInfo?.message);
   const produced = side.channel.drain();
   assert.is(produced.length, serverBytes.length - server.frameLength);
-  assert.is(hex(produced), hex(serverBytes.subarray(server.frameLength)), 'every FPDU identical to siw\'s');
+  assert.is(hex(produced), hex(serverBytes.subarray(server.frameLength)), "every FPDU identical to siw's");
   const completions = side.qp.sendCq.poll(100);
   assert.is(completions.filter((c) => c.opcode === 'RECV' && c.status === 0 && c.byteLength === 16).length, 10);
   assert.is(completions.filter((c) => c.opcode === 'RDMA_READ' && c.status === 0 && c.byteLength === 64).length, 5);
@@ -236,7 +254,7 @@ test('rping server role: accepting siw\'s Request yields siw\'s Reply, and the s
   side.qp.destroy();
 });
 
-test('rping client role: our Request equals siw\'s, and our Sends and Read Responses equal siw\'s FPDUs', async () => {
+test("rping client role: our Request equals siw's, and our Sends and Read Responses equal siw's FPDUs", async () => {
   const connection = rping[0]!;
   const clientBytes = connection.initiatorToResponder.bytes;
   const serverBytes = connection.responderToInitiator.bytes;
@@ -264,7 +282,7 @@ test('rping client role: our Request equals siw\'s, and our Sends and Read Respo
   for (let i = 0; i < 10; i++) side.qp.postRecv({ wrId: i, sgList: [{ lkey: control.lkey, offset: 2048 + i * 16, length: 16 }] });
 
   const connected = side.rnic.connectChannel(side.qp, side.channel, { crc: false, peerToPeer: false });
-  assert.is(hex(side.channel.drain()), hex(clientBytes.subarray(0, client.frameLength)), 'Request identical to siw\'s');
+  assert.is(hex(side.channel.drain()), hex(clientBytes.subarray(0, client.frameLength)), "Request identical to siw's");
   side.channel.receive(serverBytes.subarray(0, server.frameLength));
   const summary = await connected;
   assert.equal({ ird: summary.ird, ord: summary.ord, crc: summary.crc }, { ird: 1, ord: 1, crc: false });
@@ -301,7 +319,7 @@ test('rping client role: our Request equals siw\'s, and our Sends and Read Respo
   assert.is(side.qp.state, 'rts', side.qp.disconnectInfo?.message);
   const produced = side.channel.drain();
   assert.is(produced.length, clientBytes.length - client.frameLength);
-  assert.is(hex(produced), hex(clientBytes.subarray(client.frameLength)), 'every FPDU identical to siw\'s');
+  assert.is(hex(produced), hex(clientBytes.subarray(client.frameLength)), "every FPDU identical to siw's");
   assert.is(source.valid && pongSink.valid, true);
   side.qp.destroy();
 });
@@ -320,7 +338,7 @@ test('siw-write_R replayed into this RNIC: 300 FPDUs of Writes land in the regio
   const pending = side.rnic.acceptChannel(side.channel);
   side.channel.receive(data.initiatorToResponder.bytes.subarray(0, writes.frameLength));
   const accepted = (await pending).accept(side.qp, { crc: false });
-  assert.is(hex(side.channel.drain()), hex(data.responderToInitiator.bytes), 'Reply identical to siw\'s');
+  assert.is(hex(side.channel.drain()), hex(data.responderToInitiator.bytes), "Reply identical to siw's");
   await accepted;
   // Feed in odd-sized chunks to exercise reassembly across FPDU boundaries.
   const body = data.initiatorToResponder.bytes.subarray(writes.frameLength);
@@ -347,7 +365,10 @@ test('siw-write_R replayed into this RNIC: 300 FPDUs of Writes land in the regio
     peer.qp.enterRdmaMode(peer.channel, { role: 'initiator', crc: false, markersIn: false, markersOut: false, mulpdu: 1454, ird: 0, ord: 0 });
     peer.channel.receive(incoming.bytes.subarray(stream.frameLength));
     const received = peer.qp.recvCq.poll(32);
-    assert.equal(received.map((c) => c.byteLength), stream.fpdus.map((r) => r.segment.payload.length));
+    assert.equal(
+      received.map((c) => c.byteLength),
+      stream.fpdus.map((r) => r.segment.payload.length),
+    );
     assert.ok(received.every((c) => c.status === 0));
     assert.is(hex(recv.bytes.subarray(3 * 64, 3 * 64 + 2)), hex(stream.fpdus[3]!.segment.payload));
     assert.ok(outgoing.bytes.length > 0);

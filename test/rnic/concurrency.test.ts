@@ -6,7 +6,7 @@ import { spawnWorker } from '../../host/util/spawn-worker.ts';
 import { completions, connectedPair, makeSide, pattern } from '../support/rnic.ts';
 import { createRnic } from '../../host/rnic/verbs.ts';
 
-test('remote FetchAdds (plain and masked) interleave atomically with a worker thread\'s Atomics.add', async () => {
+test("remote FetchAdds (plain and masked) interleave atomically with a worker thread's Atomics.add", async () => {
   const pair = await connectedPair({ size: 1 << 16 });
   const { client, server } = pair;
   const buffer = server.memory.buffer as SharedArrayBuffer;
@@ -77,9 +77,19 @@ test('64 concurrent loopback connections, each writing, sending and reading its 
       const target = serverSides[i]!;
       const data = pattern(size, i + 1);
       side.memory.set(data, 0);
-      side.qp.postSend({ wrId: 1, opcode: 'RDMA_WRITE', sgList: [{ lkey: side.mr.lkey, offset: 0, length: size }], remote: { stag: target.mr.rkey, taggedOffset: 0 } });
+      side.qp.postSend({
+        wrId: 1,
+        opcode: 'RDMA_WRITE',
+        sgList: [{ lkey: side.mr.lkey, offset: 0, length: size }],
+        remote: { stag: target.mr.rkey, taggedOffset: 0 },
+      });
       side.qp.postSend({ wrId: 2, opcode: 'SEND', sgList: [{ lkey: side.mr.lkey, offset: 0, length: 64 }] });
-      side.qp.postSend({ wrId: 3, opcode: 'RDMA_READ', sgList: [{ lkey: side.mr.lkey, offset: size, length: size }], remote: { stag: target.mr.rkey, taggedOffset: 0 } });
+      side.qp.postSend({
+        wrId: 3,
+        opcode: 'RDMA_READ',
+        sgList: [{ lkey: side.mr.lkey, offset: size, length: size }],
+        remote: { stag: target.mr.rkey, taggedOffset: 0 },
+      });
       const local = await completions(side.cq, 3, 20_000);
       assert.ok(local.every((c) => c.status === 0));
       const [received] = await completions(target.cq, 1, 20_000);

@@ -34,7 +34,32 @@ const GUEST_MAC = new Uint8Array([0x52, 0x54, 0, 0, 0, 0x0a]);
 const hex = (bytes: Uint8Array): string => Buffer.from(bytes).toString('hex');
 
 function arpRequest(targetAddress: number[]): Uint8Array {
-  return new Uint8Array([...new Uint8Array(6).fill(0xff), ...GUEST_MAC, 0x08, 0x06, 0, 1, 0x08, 0, 6, 4, 0, 1, ...GUEST_MAC, 10, 9, 0, 1, 0, 0, 0, 0, 0, 0, ...targetAddress]);
+  return new Uint8Array([
+    ...new Uint8Array(6).fill(0xff),
+    ...GUEST_MAC,
+    0x08,
+    0x06,
+    0,
+    1,
+    0x08,
+    0,
+    6,
+    4,
+    0,
+    1,
+    ...GUEST_MAC,
+    10,
+    9,
+    0,
+    1,
+    0,
+    0,
+    0,
+    0,
+    0,
+    0,
+    ...targetAddress,
+  ]);
 }
 
 test('ARP: answers for its address only, and resolves the peer before sending RoCE', () => {
@@ -121,8 +146,18 @@ test('an RC connection over two Ethernet links: Write, Read and FetchAdd, data e
     await accepted;
     await listener.close();
     for (let i = 0; i < 10000; i++) client.memory[i] = (i * 13) & 0xff;
-    client.qp.postSend({ wrId: 1, opcode: 'RDMA_WRITE', sgList: [{ lkey: client.mr.lkey, offset: 0, length: 10000 }], remote: { stag: server.mr.rkey, taggedOffset: 0 } });
-    client.qp.postSend({ wrId: 2, opcode: 'RDMA_READ', sgList: [{ lkey: client.mr.lkey, offset: 20000, length: 10000 }], remote: { stag: server.mr.rkey, taggedOffset: 0 } });
+    client.qp.postSend({
+      wrId: 1,
+      opcode: 'RDMA_WRITE',
+      sgList: [{ lkey: client.mr.lkey, offset: 0, length: 10000 }],
+      remote: { stag: server.mr.rkey, taggedOffset: 0 },
+    });
+    client.qp.postSend({
+      wrId: 2,
+      opcode: 'RDMA_READ',
+      sgList: [{ lkey: client.mr.lkey, offset: 20000, length: 10000 }],
+      remote: { stag: server.mr.rkey, taggedOffset: 0 },
+    });
     client.qp.postSend({ wrId: 3, opcode: 'ATOMIC_FETCH_ADD', remote: { stag: server.mr.rkey, taggedOffset: 32768 }, atomic: { add: 7n } });
     const done: Array<{ status: number; atomicResult?: bigint }> = [];
     const deadline = Date.now() + 30_000;
@@ -130,10 +165,16 @@ test('an RC connection over two Ethernet links: Write, Read and FetchAdd, data e
       done.push(...client.cq.poll(3));
       await new Promise((resolve) => setTimeout(resolve, 10));
     }
-    assert.equal(done.map((wc) => wc.status), [WcStatus.Success, WcStatus.Success, WcStatus.Success]);
+    assert.equal(
+      done.map((wc) => wc.status),
+      [WcStatus.Success, WcStatus.Success, WcStatus.Success],
+    );
     assert.is(Buffer.compare(client.memory.subarray(0, 10000), client.memory.subarray(20000, 30000)), 0);
     assert.is(new DataView(server.memory.buffer).getBigUint64(32768, true), 7n);
-    assert.ok(portA.sent.some((frame) => frame[12] === 0x08 && frame[13] === 0x06), 'ARP resolved the peer');
+    assert.ok(
+      portA.sent.some((frame) => frame[12] === 0x08 && frame[13] === 0x06),
+      'ARP resolved the peer',
+    );
   } finally {
     await a.close();
     await b.close();

@@ -86,7 +86,13 @@ function newSession(): Session {
   for (let i = 0; i < 1 + random.below(6); i++) {
     const region = random.pick([regions[0]!, regions[2]!]);
     const offset = random.below(region.length);
-    qp.postRecv({ wrId: i, sgList: [{ lkey: region.lkey, offset, length: random.below(region.length - offset + 1) }, { lkey: regions[0]!.lkey, offset: 0, length: random.below(64) }] });
+    qp.postRecv({
+      wrId: i,
+      sgList: [
+        { lkey: region.lkey, offset, length: random.below(region.length - offset + 1) },
+        { lkey: regions[0]!.lkey, offset: 0, length: random.below(64) },
+      ],
+    });
   }
   qp.beginConnecting();
   qp.enterRdmaMode(channel, {
@@ -105,7 +111,13 @@ function newSession(): Session {
     const length = 1 + random.below(4096);
     qp.postSend({ wrId: 1, opcode: 'RDMA_READ', sgList: [{ lkey: sink.lkey, offset: 0, length }], remote: { stag: 0x100, taggedOffset: 0 } });
     session.readSink = { stag: sink.stag, to: sink.taggedOffsetBase, length };
-    qp.postSend({ wrId: 2, opcode: 'ATOMIC_FETCH_ADD', sgList: [{ lkey: sink.lkey, offset: 8, length: 8 }], remote: { stag: 0x200, taggedOffset: 8 }, atomic: { add: 1n } });
+    qp.postSend({
+      wrId: 2,
+      opcode: 'ATOMIC_FETCH_ADD',
+      sgList: [{ lkey: sink.lkey, offset: 8, length: 8 }],
+      remote: { stag: 0x200, taggedOffset: 8 },
+      atomic: { add: 1n },
+    });
     session.atomicIds.push(1);
   }
   stats.sessions++;
@@ -138,7 +150,15 @@ function makeUlpdu(session: Session): Uint8Array {
     const ulpdu = new Uint8Array(18 + body.length);
     const msn = random.chance(0.9) ? session.msn[queue as 0 | 1 | 2 | 3] : random.next();
     if (last && msn === session.msn[queue as 0 | 1 | 2 | 3]) session.msn[queue as 0 | 1 | 2 | 3] = (msn + 1) >>> 0;
-    encodeUntaggedHeader(ulpdu, 0, { last, ddpVersion: 1, rdmapControl: rdmapControl(opcode), reserved, queueNumber: random.chance(0.95) ? queue : random.below(6), messageSequenceNumber: msn, messageOffset: offset });
+    encodeUntaggedHeader(ulpdu, 0, {
+      last,
+      ddpVersion: 1,
+      rdmapControl: rdmapControl(opcode),
+      reserved,
+      queueNumber: random.chance(0.95) ? queue : random.below(6),
+      messageSequenceNumber: msn,
+      messageOffset: offset,
+    });
     ulpdu.set(body, 18);
     return ulpdu;
   };
@@ -152,7 +172,13 @@ function makeUlpdu(session: Session): Uint8Array {
     case 0:
     case 1: {
       const stag = someStag();
-      return tagged(RdmapOpcode.RdmaWrite, stag, someOffset(stag), random.bytes(random.chance(0.2) ? 8192 + random.below(9000) : random.below(300)), random.chance(0.9));
+      return tagged(
+        RdmapOpcode.RdmaWrite,
+        stag,
+        someOffset(stag),
+        random.bytes(random.chance(0.2) ? 8192 + random.below(9000) : random.below(300)),
+        random.chance(0.9),
+      );
     }
     case 2: {
       const sink = session.readSink;
@@ -161,11 +187,24 @@ function makeUlpdu(session: Session): Uint8Array {
     }
     case 3:
     case 4:
-      return untagged(random.pick([3, 4, 5, 6]), 0, random.bytes(random.below(random.chance(0.1) ? 20000 : 200)), someStag(), random.chance(0.9), random.chance(0.9) ? 0 : random.below(100));
+      return untagged(
+        random.pick([3, 4, 5, 6]),
+        0,
+        random.bytes(random.below(random.chance(0.1) ? 20000 : 200)),
+        someStag(),
+        random.chance(0.9),
+        random.chance(0.9) ? 0 : random.below(100),
+      );
     case 5: {
       const body = new Uint8Array(28);
       const stag = someStag();
-      encodeReadRequest(body, 0, { sinkStag: random.next(), sinkTaggedOffset: random.u64(), readSize: random.chance(0.1) ? 0 : random.below(20000), sourceStag: stag, sourceTaggedOffset: someOffset(stag) });
+      encodeReadRequest(body, 0, {
+        sinkStag: random.next(),
+        sinkTaggedOffset: random.u64(),
+        readSize: random.chance(0.1) ? 0 : random.below(20000),
+        sourceStag: stag,
+        sourceTaggedOffset: someOffset(stag),
+      });
       return untagged(RdmapOpcode.RdmaReadRequest, 1, body);
     }
     case 6: {
@@ -356,9 +395,13 @@ test('20,000 random and mutated MPA Requests and Replies: every setup settles', 
         const qp = rnic.createQp({ pd, sendCq: cq, recvCq: cq, ird: random.below(20), ord: random.below(20) });
         let setup: Promise<unknown>;
         if (random.chance(0.5)) {
-          setup = rnic.acceptChannel(channel, 5000).then((request): unknown =>
-            random.chance(0.3) ? request.reject(random.bytes(random.below(20))) : request.accept(qp, { acceptRtr: random.chance(0.5) ? ['write'] : ['read', 'send'], crc: random.chance(0.5) }),
-          );
+          setup = rnic
+            .acceptChannel(channel, 5000)
+            .then((request): unknown =>
+              random.chance(0.3)
+                ? request.reject(random.bytes(random.below(20)))
+                : request.accept(qp, { acceptRtr: random.chance(0.5) ? ['write'] : ['read', 'send'], crc: random.chance(0.5) }),
+            );
           channel.receive(mpaFrame('request'));
         } else {
           setup = rnic.connectChannel(qp, channel, { timeoutMs: 5000, rtr: random.chance(0.5) ? ['write'] : ['send', 'read'] });
@@ -369,13 +412,15 @@ test('20,000 random and mutated MPA Requests and Replies: every setup settles', 
         channel.receiveEnd();
         channel.destroy();
         pending.push(
-          setup.then(
-            () => {
-              stats.settled++;
-              stats.established++;
-            },
-            () => stats.settled++,
-          ).finally(() => qp.destroy()),
+          setup
+            .then(
+              () => {
+                stats.settled++;
+                stats.established++;
+              },
+              () => stats.settled++,
+            )
+            .finally(() => qp.destroy()),
         );
       }
       await Promise.all(pending);

@@ -45,7 +45,8 @@ test('STags are a 24-bit index plus the key byte; checks run STag -> PD -> right
 test('registration rejects bad arguments with clear errors, and explicit STags', () => {
   const table = new MemoryTable(1, undefined);
   const pd = table.allocatePd();
-  const expect = (fn: () => unknown, pattern: RegExp) => assert.throws(fn, (error: unknown) => error instanceof RnicError && error.code === 'EINVAL' && pattern.test(error.message));
+  const expect = (fn: () => unknown, pattern: RegExp) =>
+    assert.throws(fn, (error: unknown) => error instanceof RnicError && error.code === 'EINVAL' && pattern.test(error.message));
   expect(() => table.register(pd, new ArrayBuffer(16), { access: Access.RemoteWrite }), /require LocalWrite/);
   expect(() => table.register(pd, new ArrayBuffer(16), { access: 0x10 }), /not a mask/);
   expect(() => table.register(pd, new ArrayBuffer(16), { access: 0, offset: 8, length: 9 }), /does not fit/);
@@ -70,15 +71,34 @@ test('atomics: alignment is physical, masked CmpSwap leaves other bits alone', (
   assert.not.ok(isAtomicAligned(region, 4));
   const words = new BigUint64Array(region.buffer);
   words[1] = 0xffff_0000_ffff_0000n;
-  const original = executeAtomic(region, 0, { atomicOpcode: AtomicOpcode.CompareSwap, compareData: 0xffff_0000n, compareMask: 0xffff_ffffn, addOrSwapData: 0x1234n, addOrSwapMask: 0xffffn });
+  const original = executeAtomic(region, 0, {
+    atomicOpcode: AtomicOpcode.CompareSwap,
+    compareData: 0xffff_0000n,
+    compareMask: 0xffff_ffffn,
+    addOrSwapData: 0x1234n,
+    addOrSwapMask: 0xffffn,
+  });
   assert.is(original, 0xffff_0000_ffff_0000n);
   assert.is(words[1], 0xffff_0000_ffff_1234n);
-  const failed = executeAtomic(region, 0, { atomicOpcode: AtomicOpcode.CompareSwap, compareData: 0n, compareMask: ALL_ONES_64, addOrSwapData: 1n, addOrSwapMask: ALL_ONES_64 });
+  const failed = executeAtomic(region, 0, {
+    atomicOpcode: AtomicOpcode.CompareSwap,
+    compareData: 0n,
+    compareMask: ALL_ONES_64,
+    addOrSwapData: 1n,
+    addOrSwapMask: ALL_ONES_64,
+  });
   assert.is(failed, 0xffff_0000_ffff_1234n);
   assert.is(words[1], 0xffff_0000_ffff_1234n, 'failed compare leaves memory unchanged');
 });
 
-const completion = (wrId: number, solicited = false, status: WcStatus = WcStatus.Success): WorkCompletion => ({ wrId, status, opcode: 'RECV', qpNumber: 1, byteLength: 0, ...(solicited ? { solicited } : {}) });
+const completion = (wrId: number, solicited = false, status: WcStatus = WcStatus.Success): WorkCompletion => ({
+  wrId,
+  status,
+  opcode: 'RECV',
+  qpNumber: 1,
+  byteLength: 0,
+  ...(solicited ? { solicited } : {}),
+});
 
 test('CQ: poll in order, overrun at depth, one-shot arming, solicited-only waits', async () => {
   const cq = new CompletionQueue(1, undefined, { depth: 3 });
@@ -87,8 +107,14 @@ test('CQ: poll in order, overrun at depth, one-shot arming, solicited-only waits
   assert.ok(cq.push(completion(3)));
   assert.not.ok(cq.push(completion(4)));
   assert.ok(cq.overrun);
-  assert.equal(cq.poll(2).map((c) => c.wrId), [1, 2]);
-  assert.equal(cq.poll().map((c) => c.wrId), [3]);
+  assert.equal(
+    cq.poll(2).map((c) => c.wrId),
+    [1, 2],
+  );
+  assert.equal(
+    cq.poll().map((c) => c.wrId),
+    [3],
+  );
   assert.equal(cq.poll(), []);
 
   const fresh = new CompletionQueue(2, undefined);

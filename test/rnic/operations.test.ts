@@ -39,10 +39,13 @@ for (const crc of [true, false]) {
       client.memory.set([1, 2, 3], 400_000);
       client.qp.postSend({ wrId: 2n, opcode: 'SEND', sgList: [{ lkey: client.mr.lkey, offset: 400_000, length: 3 }] });
       const local = await completions(client.cq, 2);
-      assert.equal(local.map((c) => [c.wrId, c.opcode, c.status, c.byteLength]), [
-        [1n, 'RDMA_WRITE', 0, a.length + b.length],
-        [2n, 'SEND', 0, 3],
-      ]);
+      assert.equal(
+        local.map((c) => [c.wrId, c.opcode, c.status, c.byteLength]),
+        [
+          [1n, 'RDMA_WRITE', 0, a.length + b.length],
+          [2n, 'SEND', 0, 3],
+        ],
+      );
       const [received] = await completions(server.cq, 1);
       // The Send completed, so every earlier Write is placed (RFC 5040 §5.5).
       equalBytes(server.memory.subarray(12_345, 12_345 + a.length), a);
@@ -57,13 +60,21 @@ test('RDMA Read of 300 KiB (many response segments) and zero-length Read', async
   await withPair({}, async ({ client, server }) => {
     const data = pattern(300 * 1024, 3);
     server.memory.set(data, 5000);
-    client.qp.postSend({ wrId: 1, opcode: 'RDMA_READ', sgList: [{ lkey: client.mr.lkey, offset: 600_000, length: data.length }], remote: { stag: server.mr.rkey, taggedOffset: 5000 } });
+    client.qp.postSend({
+      wrId: 1,
+      opcode: 'RDMA_READ',
+      sgList: [{ lkey: client.mr.lkey, offset: 600_000, length: data.length }],
+      remote: { stag: server.mr.rkey, taggedOffset: 5000 },
+    });
     client.qp.postSend({ wrId: 2, opcode: 'RDMA_READ', sgList: [], remote: { stag: 0xdeadbeef, taggedOffset: 0 } });
     const done = await completions(client.cq, 2);
-    assert.equal(done.map((c) => [c.wrId, c.opcode, c.status, c.byteLength]), [
-      [1, 'RDMA_READ', 0, data.length],
-      [2, 'RDMA_READ', 0, 0],
-    ]);
+    assert.equal(
+      done.map((c) => [c.wrId, c.opcode, c.status, c.byteLength]),
+      [
+        [1, 'RDMA_READ', 0, data.length],
+        [2, 'RDMA_READ', 0, 0],
+      ],
+    );
     equalBytes(client.memory.subarray(600_000, 600_000 + data.length), data);
   });
 });
@@ -92,12 +103,15 @@ test('Send variants: Send with Invalidate, with Solicited Event, with both; scat
     client.qp.postSend({ wrId: 4, opcode: 'SEND', sgList: sg, solicited: true });
     await completions(client.cq, 4);
     const received = await completions(server.cq, 4);
-    assert.equal(received.map((c) => [c.wrId, c.byteLength, c.solicited === true, c.invalidatedStag]), [
-      [0, 60, false, victim.rkey],
-      [1, 60, true, undefined],
-      [2, 60, true, victim2.rkey],
-      [3, 60, true, undefined],
-    ]);
+    assert.equal(
+      received.map((c) => [c.wrId, c.byteLength, c.solicited === true, c.invalidatedStag]),
+      [
+        [0, 60, false, victim.rkey],
+        [1, 60, true, undefined],
+        [2, 60, true, victim2.rkey],
+        [3, 60, true, undefined],
+      ],
+    );
     assert.not.ok(victim.valid);
     assert.not.ok(victim2.valid);
     for (let i = 0; i < 4; i++) {
@@ -167,14 +181,17 @@ test('atomics: FetchAdd and CmpSwap, masked and unmasked, execute in order on th
     // A FetchAdd of 0 probes without changing memory.
     client.qp.postSend({ wrId: 6, opcode: 'ATOMIC_FETCH_ADD', remote: remote(2), atomic: { add: 0n } });
     const done = await completions(client.cq, 6);
-    assert.equal(done.map((c) => [c.wrId, c.opcode, c.status, c.atomicResult]), [
-      [1, 'FETCH_ADD', 0, 40n],
-      [2, 'COMP_SWAP', 0, 42n],
-      [3, 'COMP_SWAP', 0, 100n],
-      [4, 'FETCH_ADD', 0, 0x00000000ffffffffn],
-      [5, 'COMP_SWAP', 0, 0x11223344556677aan],
-      [6, 'FETCH_ADD', 0, 0xdeadbeef556677aan],
-    ]);
+    assert.equal(
+      done.map((c) => [c.wrId, c.opcode, c.status, c.atomicResult]),
+      [
+        [1, 'FETCH_ADD', 0, 40n],
+        [2, 'COMP_SWAP', 0, 42n],
+        [3, 'COMP_SWAP', 0, 100n],
+        [4, 'FETCH_ADD', 0, 0x00000000ffffffffn],
+        [5, 'COMP_SWAP', 0, 0x11223344556677aan],
+        [6, 'FETCH_ADD', 0, 0xdeadbeef556677aan],
+      ],
+    );
     assert.is(words[0], 100n);
     assert.is(words[1], 0x0000000100000000n);
     assert.is(words[2], 0xdeadbeef556677aan);
@@ -187,12 +204,20 @@ test('atomics: FetchAdd and CmpSwap, masked and unmasked, execute in order on th
 test('completions come in posting order: a Send posted after a Read completes after it', async () => {
   await withPair({ preposted: 4 }, async ({ client, server }) => {
     server.memory.set(pattern(200_000, 5), 0);
-    client.qp.postSend({ wrId: 'read' as unknown as number, opcode: 'RDMA_READ', sgList: [{ lkey: client.mr.lkey, offset: 0, length: 200_000 }], remote: { stag: server.mr.rkey, taggedOffset: 0 } });
+    client.qp.postSend({
+      wrId: 'read' as unknown as number,
+      opcode: 'RDMA_READ',
+      sgList: [{ lkey: client.mr.lkey, offset: 0, length: 200_000 }],
+      remote: { stag: server.mr.rkey, taggedOffset: 0 },
+    });
     client.qp.postSend({ wrId: 'send' as unknown as number, opcode: 'SEND', sgList: [] });
     client.qp.postSend({ wrId: 'unsignaled', opcode: 'SEND', sgList: [], signaled: false } as never);
     client.qp.postSend({ wrId: 'write' as unknown as number, opcode: 'RDMA_WRITE', sgList: [], remote: { stag: server.mr.rkey, taggedOffset: 0 } });
     const done = await completions(client.cq, 3);
-    assert.equal(done.map((c) => c.wrId), ['read', 'send', 'write']);
+    assert.equal(
+      done.map((c) => c.wrId),
+      ['read', 'send', 'write'],
+    );
   });
 });
 
@@ -206,7 +231,12 @@ test('local invalidate, deregistration and re-validation gate remote access', as
     server.rnic.revalidate(extra);
     assert.ok(extra.valid);
     new Uint8Array(extra.buffer).set([9, 8, 7], 0);
-    client.qp.postSend({ wrId: 2, opcode: 'RDMA_READ', sgList: [{ lkey: client.mr.lkey, offset: 0, length: 3 }], remote: { stag: extra.rkey, taggedOffset: 0 } });
+    client.qp.postSend({
+      wrId: 2,
+      opcode: 'RDMA_READ',
+      sgList: [{ lkey: client.mr.lkey, offset: 0, length: 3 }],
+      remote: { stag: extra.rkey, taggedOffset: 0 },
+    });
     await completions(client.cq, 1);
     equalBytes(client.memory.subarray(0, 3), new Uint8Array([9, 8, 7]));
     server.rnic.deregisterMemory(extra);
@@ -218,13 +248,27 @@ test('non-zero tagged-offset base, a view registration and a small MULPDU', asyn
   await withPair({ connect: { mulpdu: 128 }, accept: { mulpdu: 128 } }, async ({ client, server }) => {
     const backing = new SharedArrayBuffer(1 << 16);
     const view = new Uint8Array(backing, 4096, 8192);
-    const region = server.rnic.registerMemory(server.pd, view, { access: Access.LocalWrite | Access.RemoteWrite | Access.RemoteRead, offset: 1024, taggedOffsetBase: 0xffff_0000_0000_0000n });
+    const region = server.rnic.registerMemory(server.pd, view, {
+      access: Access.LocalWrite | Access.RemoteWrite | Access.RemoteRead,
+      offset: 1024,
+      taggedOffsetBase: 0xffff_0000_0000_0000n,
+    });
     assert.is(region.byteOffset, 4096 + 1024);
     assert.is(region.length, 8192 - 1024);
     const data = pattern(3000, 6);
     client.memory.set(data, 0);
-    client.qp.postSend({ wrId: 1, opcode: 'RDMA_WRITE', sgList: [{ lkey: client.mr.lkey, offset: 0, length: 3000 }], remote: { stag: region.rkey, taggedOffset: 0xffff_0000_0000_0010n } });
-    client.qp.postSend({ wrId: 2, opcode: 'RDMA_READ', sgList: [{ lkey: client.mr.lkey, offset: 10_000, length: 3000 }], remote: { stag: region.rkey, taggedOffset: 0xffff_0000_0000_0010n } });
+    client.qp.postSend({
+      wrId: 1,
+      opcode: 'RDMA_WRITE',
+      sgList: [{ lkey: client.mr.lkey, offset: 0, length: 3000 }],
+      remote: { stag: region.rkey, taggedOffset: 0xffff_0000_0000_0010n },
+    });
+    client.qp.postSend({
+      wrId: 2,
+      opcode: 'RDMA_READ',
+      sgList: [{ lkey: client.mr.lkey, offset: 10_000, length: 3000 }],
+      remote: { stag: region.rkey, taggedOffset: 0xffff_0000_0000_0010n },
+    });
     await completions(client.cq, 2);
     equalBytes(new Uint8Array(backing, 4096 + 1024 + 16, 3000), data);
     equalBytes(client.memory.subarray(10_000, 13_000), data);
@@ -238,11 +282,21 @@ test('markers in both directions, with CRC', async () => {
     assert.equal([clientSummary.markersIn, clientSummary.markersOut, serverSummary.markersIn, serverSummary.markersOut], [true, true, true, true]);
     const data = pattern(50_000, 7);
     client.memory.set(data, 0);
-    client.qp.postSend({ wrId: 1, opcode: 'RDMA_WRITE', sgList: [{ lkey: client.mr.lkey, offset: 0, length: data.length }], remote: { stag: server.mr.rkey, taggedOffset: 3 } });
+    client.qp.postSend({
+      wrId: 1,
+      opcode: 'RDMA_WRITE',
+      sgList: [{ lkey: client.mr.lkey, offset: 0, length: data.length }],
+      remote: { stag: server.mr.rkey, taggedOffset: 3 },
+    });
     client.qp.postSend({ wrId: 2, opcode: 'SEND', sgList: [{ lkey: client.mr.lkey, offset: 0, length: 777 }] });
     await completions(server.cq, 1);
     equalBytes(server.memory.subarray(3, 3 + data.length), data);
-    server.qp.postSend({ wrId: 3, opcode: 'RDMA_READ', sgList: [{ lkey: server.mr.lkey, offset: 100_000, length: 40_000 }], remote: { stag: client.mr.rkey, taggedOffset: 1 } });
+    server.qp.postSend({
+      wrId: 3,
+      opcode: 'RDMA_READ',
+      sgList: [{ lkey: server.mr.lkey, offset: 100_000, length: 40_000 }],
+      remote: { stag: client.mr.rkey, taggedOffset: 1 },
+    });
     await completions(server.cq, 1);
     equalBytes(server.memory.subarray(100_000, 140_000), data.subarray(1, 40_001));
   });
@@ -261,8 +315,18 @@ for (const rtr of ['write', 'read', 'send'] as const) {
           assert.equal([consumed!.opcode, consumed!.byteLength, consumed!.status], ['RECV', 0, 0]);
         }
         client.memory.set([5, 6, 7, 8], 0);
-        client.qp.postSend({ wrId: 1, opcode: 'RDMA_WRITE', sgList: [{ lkey: client.mr.lkey, offset: 0, length: 4 }], remote: { stag: server.mr.rkey, taggedOffset: 0 } });
-        server.qp.postSend({ wrId: 2, opcode: 'RDMA_READ', sgList: [{ lkey: server.mr.lkey, offset: 64, length: 4 }], remote: { stag: client.mr.rkey, taggedOffset: 0 } });
+        client.qp.postSend({
+          wrId: 1,
+          opcode: 'RDMA_WRITE',
+          sgList: [{ lkey: client.mr.lkey, offset: 0, length: 4 }],
+          remote: { stag: server.mr.rkey, taggedOffset: 0 },
+        });
+        server.qp.postSend({
+          wrId: 2,
+          opcode: 'RDMA_READ',
+          sgList: [{ lkey: server.mr.lkey, offset: 64, length: 4 }],
+          remote: { stag: client.mr.rkey, taggedOffset: 0 },
+        });
         await completions(server.cq, 1);
         await completions(client.cq, 1);
         equalBytes(server.memory.subarray(0, 4), new Uint8Array([5, 6, 7, 8]));
@@ -275,21 +339,29 @@ for (const rtr of ['write', 'read', 'send'] as const) {
 test('firstFpduDelayMs holds the RTR after the Reply and delays connect', async () => {
   const started = Date.now();
   await withPair({ connect: { firstFpduDelayMs: 60 } }, async ({ client, server }) => {
-    assert.ok(Date.now() - started >= 50, "connect waited for the hold");
-    client.qp.postSend({ wrId: 1, opcode: 'RDMA_WRITE', sgList: [{ lkey: client.mr.lkey, offset: 0, length: 4 }], remote: { stag: server.mr.rkey, taggedOffset: 0 } });
+    assert.ok(Date.now() - started >= 50, 'connect waited for the hold');
+    client.qp.postSend({
+      wrId: 1,
+      opcode: 'RDMA_WRITE',
+      sgList: [{ lkey: client.mr.lkey, offset: 0, length: 4 }],
+      remote: { stag: server.mr.rkey, taggedOffset: 0 },
+    });
     await completions(client.cq, 1);
   });
 });
 
 test('MPA revision 1, client-server model, private data both ways, IRD/ORD negotiation', async () => {
-  await withPair({ connect: { revision: 1, privateData: new Uint8Array([1, 2, 3]) }, accept: { privateData: new Uint8Array([4, 5]) } }, async ({ clientSummary, serverSummary, client, server }) => {
-    assert.is(clientSummary.revision, 1);
-    assert.not.ok(clientSummary.enhanced);
-    assert.equal([...clientSummary.privateData], [4, 5]);
-    assert.equal([...serverSummary.privateData], [1, 2, 3]);
-    assert.equal([...server.qp.peerPrivateData], [1, 2, 3]);
-    assert.is(client.qp.state, 'rts');
-  });
+  await withPair(
+    { connect: { revision: 1, privateData: new Uint8Array([1, 2, 3]) }, accept: { privateData: new Uint8Array([4, 5]) } },
+    async ({ clientSummary, serverSummary, client, server }) => {
+      assert.is(clientSummary.revision, 1);
+      assert.not.ok(clientSummary.enhanced);
+      assert.equal([...clientSummary.privateData], [4, 5]);
+      assert.equal([...serverSummary.privateData], [1, 2, 3]);
+      assert.equal([...server.qp.peerPrivateData], [1, 2, 3]);
+      assert.is(client.qp.state, 'rts');
+    },
+  );
   await withPair({ ird: 4, ord: 2 }, async ({ clientSummary, serverSummary }) => {
     // Each side's IRD covers the other's ORD; ORD never exceeds the other's IRD.
     assert.equal([clientSummary.ird, clientSummary.ord, serverSummary.ird, serverSummary.ord], [4, 2, 4, 2]);
@@ -326,7 +398,10 @@ test('rejection with private data, setup timeout, refused TCP, posting before co
   const listener = await server.listen();
   listener.next().then((request) => request.reject(new TextEncoder().encode('no room')));
   const qp = client.createQp({ pd, sendCq: cq, recvCq: cq });
-  assert.throws(() => qp.postSend({ wrId: 1, opcode: 'SEND' }), (error: unknown) => error instanceof RnicError && error.code === 'ENOTCONN');
+  assert.throws(
+    () => qp.postSend({ wrId: 1, opcode: 'SEND' }),
+    (error: unknown) => error instanceof RnicError && error.code === 'ENOTCONN',
+  );
   qp.postRecv({ wrId: 1, sgList: [] });
   try {
     await client.connect(qp, { host: '127.0.0.1', port: listener.port });
@@ -408,11 +483,24 @@ test('two QPs wired back to back through synchronous in-memory channels (nested 
   await accepted;
   const data = pattern(150_000, 11);
   right.memory.set(data, 0);
-  left.qp.postSend({ wrId: 1, opcode: 'RDMA_READ', sgList: [{ lkey: left.mr.lkey, offset: 0, length: data.length }], remote: { stag: right.mr.rkey, taggedOffset: 0 } });
-  left.qp.postSend({ wrId: 2, opcode: 'RDMA_WRITE', sgList: [{ lkey: left.mr.lkey, offset: 0, length: data.length }], remote: { stag: right.mr.rkey, taggedOffset: 100_000 } });
+  left.qp.postSend({
+    wrId: 1,
+    opcode: 'RDMA_READ',
+    sgList: [{ lkey: left.mr.lkey, offset: 0, length: data.length }],
+    remote: { stag: right.mr.rkey, taggedOffset: 0 },
+  });
+  left.qp.postSend({
+    wrId: 2,
+    opcode: 'RDMA_WRITE',
+    sgList: [{ lkey: left.mr.lkey, offset: 0, length: data.length }],
+    remote: { stag: right.mr.rkey, taggedOffset: 100_000 },
+  });
   left.qp.postSend({ wrId: 3, opcode: 'ATOMIC_FETCH_ADD', remote: { stag: right.mr.rkey, taggedOffset: 250_000 }, atomic: { add: 3n } });
   const done = await completions(left.cq, 3);
-  assert.ok(done.every((c) => c.status === 0), JSON.stringify(done.map((c) => c.error)));
+  assert.ok(
+    done.every((c) => c.status === 0),
+    JSON.stringify(done.map((c) => c.error)),
+  );
   equalBytes(left.memory.subarray(0, data.length), data);
   equalBytes(right.memory.subarray(100_000, 100_000 + data.length), data);
   left.qp.destroy();

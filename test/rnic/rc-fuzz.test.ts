@@ -32,7 +32,7 @@ test('fuzz: 100,000 packets at one QP; it errors cleanly, the other QP on the po
 
     server.qp.postRecv({ wrId: 1, sgList: [{ lkey: server.mr.lkey, offset: 0, length: 64 }] });
     const random = new Random(2026);
-    const link = (client.link as UdpLink);
+    const link = client.link as UdpLink;
     const peer = client.qp.path!.peer;
     const knownOpcodes = OPCODES.map((info, opcode) => (info === undefined ? -1 : opcode)).filter((opcode) => opcode >= 0);
     for (let sent = 0; sent < 100_000; sent++) {
@@ -65,7 +65,12 @@ test('fuzz: 100,000 packets at one QP; it errors cleanly, the other QP on the po
       if (random.below(8) === 0) bytes[random.below(length)] = random.below(256); // mutate a header octet
       const pad = random.below(4);
       bytes[1] = (bytes[1]! & 0xcf) | ((random.below(8) === 0 ? random.below(4) : pad) << 4);
-      link.send(peer, bytes.subarray(0, length), bytes.subarray(length, length + payloadLength), bytes.subarray(length + payloadLength, length + payloadLength + pad + 4));
+      link.send(
+        peer,
+        bytes.subarray(0, length),
+        bytes.subarray(length, length + payloadLength),
+        bytes.subarray(length + payloadLength, length + payloadLength + pad + 4),
+      );
       if (sent % 500 === 499) await new Promise((resolve) => setImmediate(resolve));
     }
     await new Promise((resolve) => setTimeout(resolve, 500));
@@ -81,8 +86,18 @@ test('fuzz: 100,000 packets at one QP; it errors cleanly, the other QP on the po
     }
     // The other connection on the same ports works: a Write and a Read, data exact.
     for (let i = 0; i < 8192; i++) clientMemory[i] = (i * 7) & 0xff;
-    otherClient.postSend({ wrId: 1, opcode: 'RDMA_WRITE', sgList: [{ lkey: clientRegion.lkey, offset: 0, length: 8192 }], remote: { stag: region.rkey, taggedOffset: 0 } });
-    otherClient.postSend({ wrId: 2, opcode: 'RDMA_READ', sgList: [{ lkey: clientRegion.lkey, offset: 16384, length: 8192 }], remote: { stag: region.rkey, taggedOffset: 0 } });
+    otherClient.postSend({
+      wrId: 1,
+      opcode: 'RDMA_WRITE',
+      sgList: [{ lkey: clientRegion.lkey, offset: 0, length: 8192 }],
+      remote: { stag: region.rkey, taggedOffset: 0 },
+    });
+    otherClient.postSend({
+      wrId: 2,
+      opcode: 'RDMA_READ',
+      sgList: [{ lkey: clientRegion.lkey, offset: 16384, length: 8192 }],
+      remote: { stag: region.rkey, taggedOffset: 0 },
+    });
     expectSuccess(await completions(clientCq, 2));
     assert.is(Buffer.compare(clientMemory.subarray(0, 8192), clientMemory.subarray(16384, 24576)), 0);
     assert.is(otherServer.state, 'rts');

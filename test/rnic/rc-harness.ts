@@ -1,6 +1,19 @@
 // Two RNICs joined by RC over loopback UDP (optionally through an ImpairedLink each way), with a
 // registered buffer on each side: the rig of the RC transport tests and the RoCE benchmark rows.
-import { Access, createRnic, ImpairedLink, UdpLink, WcStatus, type CompletionQueue, type Impairments, type MemoryRegion, type PathMtu, type RcQueuePair, type Rnic, type WorkCompletion } from '../../host/rnic/verbs.ts';
+import {
+  Access,
+  createRnic,
+  ImpairedLink,
+  UdpLink,
+  WcStatus,
+  type CompletionQueue,
+  type Impairments,
+  type MemoryRegion,
+  type PathMtu,
+  type RcQueuePair,
+  type Rnic,
+  type WorkCompletion,
+} from '../../host/rnic/verbs.ts';
 import type { RcSetupOptions } from '../../host/rnic/rc/setup.ts';
 
 export interface RcSide {
@@ -41,7 +54,7 @@ async function side(name: string, bytes: number, options: RcPairOptions, seed: n
   const qp = rnic.createRcQp({ pd, sendCq: cq, recvCq: cq, ird: options.ird ?? 16, ord: options.ord ?? 16, maxSendWr: 4096, maxRecvWr: 4096 });
   const receiveLength = options.receiveLength ?? 4096;
   for (let i = 0; i < (options.receives ?? 0); i++) {
-    qp.postRecv({ wrId: 1_000_000 + i, sgList: [{ lkey: mr.lkey, offset: bytes - receiveLength * (i % 4 + 1), length: receiveLength }] });
+    qp.postRecv({ wrId: 1_000_000 + i, sgList: [{ lkey: mr.lkey, offset: bytes - receiveLength * ((i % 4) + 1), length: receiveLength }] });
   }
   return { rnic, qp, cq, mr, memory, link };
 }
@@ -79,5 +92,6 @@ export async function completions(cq: CompletionQueue, count: number, timeoutMs 
 }
 
 export function expectSuccess(list: WorkCompletion[]): void {
-  for (const wc of list) if (wc.status !== WcStatus.Success) throw new Error(`completion ${String(wc.wrId)} ${wc.opcode}: status ${wc.status} ${wc.error ?? ''}`);
+  for (const wc of list)
+    if (wc.status !== WcStatus.Success) throw new Error(`completion ${String(wc.wrId)} ${wc.opcode}: status ${wc.status} ${wc.error ?? ''}`);
 }

@@ -39,12 +39,22 @@ async function everyOperation(pair: RcPair, seed: number, sizes: number[]): Prom
   for (const size of sizes) {
     // RDMA Write: client [0, size) -> server [0, size).
     fill(client.memory.subarray(0, size), seed + size);
-    client.qp.postSend({ wrId: wrId++, opcode: 'RDMA_WRITE', sgList: [{ lkey: client.mr.lkey, offset: 0, length: size }], remote: { stag: server.mr.rkey, taggedOffset: 0 } });
+    client.qp.postSend({
+      wrId: wrId++,
+      opcode: 'RDMA_WRITE',
+      sgList: [{ lkey: client.mr.lkey, offset: 0, length: size }],
+      remote: { stag: server.mr.rkey, taggedOffset: 0 },
+    });
     expectSuccess(await completions(client.cq, 1));
     same(server.memory.subarray(0, size), client.memory.subarray(0, size), `Write of ${size}`);
     // RDMA Read: server [0, size) -> client [half, half + size).
     fill(server.memory.subarray(0, size), seed + size + 1);
-    client.qp.postSend({ wrId: wrId++, opcode: 'RDMA_READ', sgList: [{ lkey: client.mr.lkey, offset: half, length: size }], remote: { stag: server.mr.rkey, taggedOffset: 0 } });
+    client.qp.postSend({
+      wrId: wrId++,
+      opcode: 'RDMA_READ',
+      sgList: [{ lkey: client.mr.lkey, offset: half, length: size }],
+      remote: { stag: server.mr.rkey, taggedOffset: 0 },
+    });
     const read = await completions(client.cq, 1);
     expectSuccess(read);
     assert.is(read[0]!.opcode, 'RDMA_READ');
@@ -53,7 +63,14 @@ async function everyOperation(pair: RcPair, seed: number, sizes: number[]): Prom
   // Send (several packets at small MTUs) into a posted receive, with solicited event.
   server.qp.postRecv({ wrId: 900, sgList: [{ lkey: server.mr.lkey, offset: half, length: 3000 }] });
   fill(client.memory.subarray(0, 2999), seed + 7);
-  client.qp.postSend({ wrId: wrId++, opcode: 'SEND_WITH_SE', sgList: [{ lkey: client.mr.lkey, offset: 0, length: 1000 }, { lkey: client.mr.lkey, offset: 1000, length: 1999 }] });
+  client.qp.postSend({
+    wrId: wrId++,
+    opcode: 'SEND_WITH_SE',
+    sgList: [
+      { lkey: client.mr.lkey, offset: 0, length: 1000 },
+      { lkey: client.mr.lkey, offset: 1000, length: 1999 },
+    ],
+  });
   expectSuccess(await completions(client.cq, 1));
   const received = await completions(server.cq, 1);
   expectSuccess(received);
@@ -63,7 +80,13 @@ async function everyOperation(pair: RcPair, seed: number, sizes: number[]): Prom
   same(server.memory.subarray(half, half + 2999), client.memory.subarray(0, 2999), 'Send');
   // Write with Immediate consumes a receive.
   server.qp.postRecv({ wrId: 901, sgList: [] });
-  client.qp.postSend({ wrId: wrId++, opcode: 'RDMA_WRITE_WITH_IMM', immediate: 0xdeadbeefn, sgList: [{ lkey: client.mr.lkey, offset: 0, length: 5000 }], remote: { stag: server.mr.rkey, taggedOffset: 64 } });
+  client.qp.postSend({
+    wrId: wrId++,
+    opcode: 'RDMA_WRITE_WITH_IMM',
+    immediate: 0xdeadbeefn,
+    sgList: [{ lkey: client.mr.lkey, offset: 0, length: 5000 }],
+    remote: { stag: server.mr.rkey, taggedOffset: 64 },
+  });
   expectSuccess(await completions(client.cq, 1));
   const immediate = await completions(server.cq, 1);
   expectSuccess(immediate);
@@ -74,14 +97,30 @@ async function everyOperation(pair: RcPair, seed: number, sizes: number[]): Prom
   // Atomics: unmasked 64-bit FetchAdd (wrapping) and CmpSwap, original value returned.
   const words = new DataView(server.memory.buffer, server.memory.byteOffset);
   words.setBigUint64(8192, 0xffff_ffff_ffff_fff0n, true);
-  client.qp.postSend({ wrId: wrId++, opcode: 'ATOMIC_FETCH_ADD', sgList: [{ lkey: client.mr.lkey, offset: 16, length: 8 }], remote: { stag: server.mr.rkey, taggedOffset: 8192 }, atomic: { add: 0x20n } });
+  client.qp.postSend({
+    wrId: wrId++,
+    opcode: 'ATOMIC_FETCH_ADD',
+    sgList: [{ lkey: client.mr.lkey, offset: 16, length: 8 }],
+    remote: { stag: server.mr.rkey, taggedOffset: 8192 },
+    atomic: { add: 0x20n },
+  });
   const added = await completions(client.cq, 1);
   expectSuccess(added);
   assert.is(added[0]!.atomicResult, 0xffff_ffff_ffff_fff0n);
   assert.is(new DataView(client.memory.buffer).getBigUint64(16, true), 0xffff_ffff_ffff_fff0n);
   assert.is(words.getBigUint64(8192, true), 0x10n);
-  client.qp.postSend({ wrId: wrId++, opcode: 'ATOMIC_CMP_SWAP', remote: { stag: server.mr.rkey, taggedOffset: 8192 }, atomic: { compare: 0x10n, swap: 0x1234n } });
-  client.qp.postSend({ wrId: wrId++, opcode: 'ATOMIC_CMP_SWAP', remote: { stag: server.mr.rkey, taggedOffset: 8192 }, atomic: { compare: 0x10n, swap: 0x9999n } });
+  client.qp.postSend({
+    wrId: wrId++,
+    opcode: 'ATOMIC_CMP_SWAP',
+    remote: { stag: server.mr.rkey, taggedOffset: 8192 },
+    atomic: { compare: 0x10n, swap: 0x1234n },
+  });
+  client.qp.postSend({
+    wrId: wrId++,
+    opcode: 'ATOMIC_CMP_SWAP',
+    remote: { stag: server.mr.rkey, taggedOffset: 8192 },
+    atomic: { compare: 0x10n, swap: 0x9999n },
+  });
   const swapped = await completions(client.cq, 2);
   expectSuccess(swapped);
   assert.is(swapped[0]!.atomicResult, 0x10n);
@@ -122,19 +161,36 @@ for (const [name, impairments] of [
       fill(client.memory.subarray(0, 64 * 1024), 5);
       const work: SendWorkRequest[] = [];
       for (let i = 0; i < 64; i++) {
-        work.push({ wrId: 5000 + i, opcode: 'RDMA_WRITE', sgList: [{ lkey: client.mr.lkey, offset: i * 1024, length: 1024 }], remote: { stag: server.mr.rkey, taggedOffset: 2 * MiB + i * 1024 } });
+        work.push({
+          wrId: 5000 + i,
+          opcode: 'RDMA_WRITE',
+          sgList: [{ lkey: client.mr.lkey, offset: i * 1024, length: 1024 }],
+          remote: { stag: server.mr.rkey, taggedOffset: 2 * MiB + i * 1024 },
+        });
         work.push({ wrId: 6000 + i, opcode: 'ATOMIC_FETCH_ADD', remote: { stag: server.mr.rkey, taggedOffset: 3 * MiB }, atomic: { add: 1n } });
-        work.push({ wrId: 7000 + i, opcode: 'RDMA_READ', sgList: [{ lkey: client.mr.lkey, offset: MiB + i * 1024, length: 1024 }], remote: { stag: server.mr.rkey, taggedOffset: 2 * MiB + i * 1024 } });
+        work.push({
+          wrId: 7000 + i,
+          opcode: 'RDMA_READ',
+          sgList: [{ lkey: client.mr.lkey, offset: MiB + i * 1024, length: 1024 }],
+          remote: { stag: server.mr.rkey, taggedOffset: 2 * MiB + i * 1024 },
+        });
       }
       new DataView(server.memory.buffer).setBigUint64(3 * MiB, 0n, true);
       for (const wr of work) client.qp.postSend(wr);
       const done = await completions(client.cq, work.length);
       expectSuccess(done);
-      assert.equal(done.map((wc) => wc.wrId), work.map((wr) => wr.wrId), 'completions in posting order');
+      assert.equal(
+        done.map((wc) => wc.wrId),
+        work.map((wr) => wr.wrId),
+        'completions in posting order',
+      );
       // Each FetchAdd ran exactly once, duplicates and retries notwithstanding.
       assert.is(new DataView(server.memory.buffer).getBigUint64(3 * MiB, true), 64n);
       const originals = done.filter((wc) => wc.opcode === 'FETCH_ADD').map((wc) => wc.atomicResult);
-      assert.equal(originals, Array.from({ length: 64 }, (_, i) => BigInt(i)));
+      assert.equal(
+        originals,
+        Array.from({ length: 64 }, (_, i) => BigInt(i)),
+      );
       same(client.memory.subarray(MiB, MiB + 64 * 1024), client.memory.subarray(0, 64 * 1024), 'Reads after Writes');
       const counts = (client.link as { counts?: { dropped: number; duplicated: number; reordered: number } }).counts;
       assert.ok(counts !== undefined && counts.dropped + counts.duplicated + counts.reordered > 0, 'the link did impair traffic');
@@ -166,7 +222,12 @@ test('RNR retry count exhausted: RNR_RETRY_EXC_ERR, QP in error, rest flushed', 
   try {
     const { client } = pair;
     client.qp.postSend({ wrId: 1, opcode: 'SEND', sgList: [{ lkey: client.mr.lkey, offset: 0, length: 10 }] });
-    client.qp.postSend({ wrId: 2, opcode: 'RDMA_WRITE', sgList: [{ lkey: client.mr.lkey, offset: 0, length: 10 }], remote: { stag: pair.server.mr.rkey, taggedOffset: 0 } });
+    client.qp.postSend({
+      wrId: 2,
+      opcode: 'RDMA_WRITE',
+      sgList: [{ lkey: client.mr.lkey, offset: 0, length: 10 }],
+      remote: { stag: pair.server.mr.rkey, taggedOffset: 0 },
+    });
     const done = await completions(client.cq, 2);
     assert.is(done[0]!.status, WcStatus.RnrRetryExceededError);
     assert.is(done[1]!.status, WcStatus.WrFlushError);
@@ -189,7 +250,11 @@ test('bad rkey: NAK remote access error, REM_ACCESS_ERR, both QPs error and flus
         wr.opcode === 'RDMA_WRITE'
           ? { ...wr, sgList: [{ lkey: client.mr.lkey, offset: 0, length: 100 }] }
           : wr.opcode === 'RDMA_READ'
-            ? { ...wr, sgList: [{ lkey: client.mr.lkey, offset: 0, length: 100 }], remote: { stag: server.mr.rkey, taggedOffset: BigInt(server.memory.length) } }
+            ? {
+                ...wr,
+                sgList: [{ lkey: client.mr.lkey, offset: 0, length: 100 }],
+                remote: { stag: server.mr.rkey, taggedOffset: BigInt(server.memory.length) },
+              }
             : { ...wr, remote: { stag: server.mr.rkey, taggedOffset: 4 } };
       server.qp.postRecv({ wrId: 50, sgList: [{ lkey: server.mr.lkey, offset: 0, length: 16 }] });
       client.qp.postSend(fixed);
@@ -213,8 +278,18 @@ test('a silent peer ends the QP with RETRY_EXC_ERR, not the process', async () =
     const { client, server } = pair;
     // The peer's port goes quiet (its socket closes) but the side channel stays up.
     await server.link.close();
-    client.qp.postSend({ wrId: 1, opcode: 'RDMA_WRITE', sgList: [{ lkey: client.mr.lkey, offset: 0, length: 5000 }], remote: { stag: server.mr.rkey, taggedOffset: 0 } });
-    client.qp.postSend({ wrId: 2, opcode: 'RDMA_READ', sgList: [{ lkey: client.mr.lkey, offset: 0, length: 8 }], remote: { stag: server.mr.rkey, taggedOffset: 0 } });
+    client.qp.postSend({
+      wrId: 1,
+      opcode: 'RDMA_WRITE',
+      sgList: [{ lkey: client.mr.lkey, offset: 0, length: 5000 }],
+      remote: { stag: server.mr.rkey, taggedOffset: 0 },
+    });
+    client.qp.postSend({
+      wrId: 2,
+      opcode: 'RDMA_READ',
+      sgList: [{ lkey: client.mr.lkey, offset: 0, length: 8 }],
+      remote: { stag: server.mr.rkey, taggedOffset: 0 },
+    });
     const done = await completions(client.cq, 2);
     assert.is(done[0]!.status, WcStatus.RetryExceededError, done[0]!.error);
     assert.is(done[1]!.status, WcStatus.WrFlushError);
@@ -248,8 +323,14 @@ test('RC API checks: masked atomics and 64-bit immediates are iWARP-only', async
   const pair = await rcPair({ pathMtu: 1024 });
   try {
     const { client, server } = pair;
-    assert.throws(() => client.qp.postSend({ wrId: 1, opcode: 'ATOMIC_FETCH_ADD', remote: { stag: server.mr.rkey, taggedOffset: 0 }, atomic: { add: 1n, addMask: 0xffn } }), /not masked/);
-    assert.throws(() => client.qp.postSend({ wrId: 1, opcode: 'RDMA_WRITE_WITH_IMM', immediate: 1n << 40n, remote: { stag: server.mr.rkey, taggedOffset: 0 } }), /32 bits/);
+    assert.throws(
+      () => client.qp.postSend({ wrId: 1, opcode: 'ATOMIC_FETCH_ADD', remote: { stag: server.mr.rkey, taggedOffset: 0 }, atomic: { add: 1n, addMask: 0xffn } }),
+      /not masked/,
+    );
+    assert.throws(
+      () => client.qp.postSend({ wrId: 1, opcode: 'RDMA_WRITE_WITH_IMM', immediate: 1n << 40n, remote: { stag: server.mr.rkey, taggedOffset: 0 } }),
+      /32 bits/,
+    );
   } finally {
     await pair.close();
   }

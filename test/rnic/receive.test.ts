@@ -51,7 +51,15 @@ function write(stag: number, to: number, payload: Uint8Array, crc = true): Uint8
 
 function immediate(msn: number, tag = 0, crc = true): Uint8Array {
   const ulpdu = new Uint8Array(26);
-  encodeUntaggedHeader(ulpdu, 0, { last: true, ddpVersion: 1, rdmapControl: rdmapControl(RdmapOpcode.ImmediateData), reserved: 0, queueNumber: 0, messageSequenceNumber: msn, messageOffset: 0 });
+  encodeUntaggedHeader(ulpdu, 0, {
+    last: true,
+    ddpVersion: 1,
+    rdmapControl: rdmapControl(RdmapOpcode.ImmediateData),
+    reserved: 0,
+    queueNumber: 0,
+    messageSequenceNumber: msn,
+    messageOffset: 0,
+  });
   ulpdu[25] = tag | msn;
   return encodeFpdu(ulpdu, crc);
 }
@@ -95,7 +103,11 @@ test('markers are removed, checked and covered by the CRC, in any chunking', () 
     const receiver = new FpduReceiver(sink, { crc: true, markers: true });
     const chunks: Uint8Array[] = [];
     let offset = 0;
-    for (const [to, size] of [[0, 1000], [5000, 20_000], [40_000, 3]] as const) {
+    for (const [to, size] of [
+      [0, 1000],
+      [5000, 20_000],
+      [40_000, 3],
+    ] as const) {
       const ulpdu = new Uint8Array(14 + size);
       encodeTaggedHeader(ulpdu, 0, { last: true, ddpVersion: 1, rdmapControl: 0x40, stag: 9, taggedOffset: BigInt(to) });
       ulpdu.set(pattern(size, to + 1), 14);
@@ -124,7 +136,7 @@ test('markers are removed, checked and covered by the CRC, in any chunking', () 
   assert.equal([sink.failure?.layer, sink.failure?.errorType, sink.failure?.errorCode], [2, 0, 3]);
 });
 
-test('a receiver fed from inside another receiver\'s commit does not disturb it', () => {
+test("a receiver fed from inside another receiver's commit does not disturb it", () => {
   const inner = new RecordingSink();
   const innerReceiver = new FpduReceiver(inner, { crc: true, markers: false });
   const outer = new RecordingSink();
@@ -140,7 +152,10 @@ test('a receiver fed from inside another receiver\'s commit does not disturb it'
   assert.is(outer.failure, undefined);
   assert.is(inner.failure, undefined);
   assert.equal(outer.events, ['control 8 1', 'control 8 2', 'control 8 3', 'control 8 4']);
-  assert.equal(inner.events, [1, 2, 3, 4, 5, 6, 7, 8].map((msn) => `control 8 ${0x80 | msn}`));
+  assert.equal(
+    inner.events,
+    [1, 2, 3, 4, 5, 6, 7, 8].map((msn) => `control 8 ${0x80 | msn}`),
+  );
 });
 
 test.run();

@@ -46,7 +46,10 @@ function answers(packets: RocePacket[]): RocePacket[] {
   return packets.filter((packet) => packet.udp.ip.sourceAddress === '10.9.0.1');
 }
 
-for (const [file, opcode] of [['rxe-write.pcap', 'RDMA_WRITE'], ['rxe-send.pcap', 'SEND']] as const) {
+for (const [file, opcode] of [
+  ['rxe-write.pcap', 'RDMA_WRITE'],
+  ['rxe-send.pcap', 'SEND'],
+] as const) {
   test(`${file}: kbtp's requester sends rxe's packets byte for byte, its responder rxe's ACKs`, async () => {
     const packets = capture(file);
     const sent = requests(packets).slice(0, 96); // 24 messages: inside the 128-PSN window
@@ -63,9 +66,15 @@ for (const [file, opcode] of [['rxe-write.pcap', 'RDMA_WRITE'], ['rxe-send.pcap'
     const region = rnic.registerMemory(pd, data, { access: Access.LocalWrite });
     const first = sent[0]!.headers;
     for (let message = 0; message < 24; message++) {
-      const wr: SendWorkRequest = opcode === 'RDMA_WRITE'
-        ? { wrId: message, opcode, sgList: [{ lkey: region.lkey, offset: message * 4096, length: 4096 }], remote: { stag: first.rkey, taggedOffset: first.virtualAddress } }
-        : { wrId: message, opcode, sgList: [{ lkey: region.lkey, offset: message * 4096, length: 4096 }] };
+      const wr: SendWorkRequest =
+        opcode === 'RDMA_WRITE'
+          ? {
+              wrId: message,
+              opcode,
+              sgList: [{ lkey: region.lkey, offset: message * 4096, length: 4096 }],
+              remote: { stag: first.rkey, taggedOffset: first.virtualAddress },
+            }
+          : { wrId: message, opcode, sgList: [{ lkey: region.lkey, offset: message * 4096, length: 4096 }] };
       qp.postSend(wr);
     }
     for (let i = 0; i < 10 && link.sent.length < 96; i++) await turn();
@@ -79,7 +88,11 @@ for (const [file, opcode] of [['rxe-write.pcap', 'RDMA_WRITE'], ['rxe-send.pcap'
     const responder = rcQp(responderRnic, responderLink, 0, first.psn);
     const memory = new Uint8Array(4096);
     if (opcode === 'RDMA_WRITE') {
-      responderRnic.registerMemory(responder.pd, memory, { access: Access.LocalWrite | Access.RemoteWrite, stag: first.rkey, taggedOffsetBase: first.virtualAddress });
+      responderRnic.registerMemory(responder.pd, memory, {
+        access: Access.LocalWrite | Access.RemoteWrite,
+        stag: first.rkey,
+        taggedOffsetBase: first.virtualAddress,
+      });
     } else {
       const target = responderRnic.registerMemory(responder.pd, memory, { access: Access.LocalWrite });
       for (let i = 0; i < 24; i++) responder.postRecv({ wrId: i, sgList: [{ lkey: target.lkey, offset: 0, length: 4096 }] });
@@ -108,7 +121,12 @@ test('rxe-atomic.pcap: FetchAdd requests and Atomic Acknowledges byte for byte',
   const link = new RecordingLink(fetches);
   const qp = rcQp(rnic, link, fetches[0]!.headers.psn, 0);
   for (const [index, packet] of fetches.entries()) {
-    qp.postSend({ wrId: index, opcode: 'ATOMIC_FETCH_ADD', remote: { stag: packet.headers.rkey, taggedOffset: packet.headers.virtualAddress }, atomic: { add: packet.headers.swapOrAdd } });
+    qp.postSend({
+      wrId: index,
+      opcode: 'ATOMIC_FETCH_ADD',
+      remote: { stag: packet.headers.rkey, taggedOffset: packet.headers.virtualAddress },
+      atomic: { add: packet.headers.swapOrAdd },
+    });
   }
   for (let answered = 0; answered < 100; answered++) {
     for (let i = 0; i < 5 && link.sent.length <= answered; i++) await turn();
@@ -119,7 +137,10 @@ test('rxe-atomic.pcap: FetchAdd requests and Atomic Acknowledges byte for byte',
   for (let i = 0; i < 100; i++) assert.is(toHex(link.sent[i]!), toHex(fetches[i]!.bytes), `FetchAdd ${i}`);
   const results = qp.sendCq.poll(200);
   assert.is(results.length, 100);
-  assert.equal(results.map((wc) => wc.atomicResult), acks.map((ack) => ack.headers.originalData));
+  assert.equal(
+    results.map((wc) => wc.atomicResult),
+    acks.map((ack) => ack.headers.originalData),
+  );
   await rnic.close();
 
   // Responder: the target words hold what rxe's memory held, so the answers must be identical.
@@ -131,12 +152,19 @@ test('rxe-atomic.pcap: FetchAdd requests and Atomic Acknowledges byte for byte',
   // biome-ignore lint/complexity/useMathMinMax: bigints, which Math.min/max do not take
   const top = fetches.reduce((high, packet) => (packet.headers.virtualAddress > high ? packet.headers.virtualAddress : high), 0n);
   const memory = new Uint8Array(new SharedArrayBuffer(Number(top - base) + 8));
-  responderRnic.registerMemory(responder.pd, memory, { access: Access.LocalWrite | Access.RemoteAtomic, stag: fetches[0]!.headers.rkey, taggedOffsetBase: base });
+  responderRnic.registerMemory(responder.pd, memory, {
+    access: Access.LocalWrite | Access.RemoteAtomic,
+    stag: fetches[0]!.headers.rkey,
+    taggedOffsetBase: base,
+  });
   const words = new DataView(memory.buffer);
   for (let i = 0; i < 100; i++) {
     words.setBigUint64(Number(fetches[i]!.headers.virtualAddress - base), acks[i]!.headers.originalData, true);
     responder.receive(fetches[i]!.headers, fetches[i]!.bytes);
-    assert.is(words.getBigUint64(Number(fetches[i]!.headers.virtualAddress - base), true), BigInt.asUintN(64, acks[i]!.headers.originalData + fetches[i]!.headers.swapOrAdd));
+    assert.is(
+      words.getBigUint64(Number(fetches[i]!.headers.virtualAddress - base), true),
+      BigInt.asUintN(64, acks[i]!.headers.originalData + fetches[i]!.headers.swapOrAdd),
+    );
   }
   assert.is(responderLink.sent.length, 100);
   for (let i = 0; i < 100; i++) assert.is(toHex(responderLink.sent[i]!), toHex(acks[i]!.bytes), `Atomic Acknowledge ${i}`);

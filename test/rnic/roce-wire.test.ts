@@ -24,7 +24,15 @@ import { computeIcrc, icrcMatches } from '../../host/rnic/wire/icrc.ts';
 import { encodeIpv4Header, encodeUdpHeader, ipv4MappedGid, parseIpv4, rxeSourcePort } from '../../host/rnic/wire/roce-frame.ts';
 
 const hex = (text: string): Uint8Array =>
-  new Uint8Array(Buffer.from(text.replace(/^[0-9a-f]{4}:/gm, '').replace(/\|/g, '').replace(/[^0-9a-f]/gi, ''), 'hex'));
+  new Uint8Array(
+    Buffer.from(
+      text
+        .replace(/^[0-9a-f]{4}:/gm, '')
+        .replace(/\|/g, '')
+        .replace(/[^0-9a-f]/gi, ''),
+      'hex',
+    ),
+  );
 const toHex = (bytes: Uint8Array): string => Buffer.from(bytes).toString('hex');
 
 /** Decodes an Ethernet frame's RoCEv2 packet, checking the ICRC. */
@@ -229,8 +237,29 @@ test('a changed payload or ICRC octet fails the check', () => {
 
 test('header bytes per RC opcode are exactly rxe_opcode.c (§3.1), and each round-trips', () => {
   const expected: Record<number, number> = {
-    0x00: 12, 0x01: 12, 0x02: 12, 0x03: 16, 0x04: 12, 0x05: 16, 0x06: 28, 0x07: 12, 0x08: 12, 0x09: 16, 0x0a: 28, 0x0b: 32,
-    0x0c: 28, 0x0d: 16, 0x0e: 12, 0x0f: 16, 0x10: 16, 0x11: 16, 0x12: 24, 0x13: 40, 0x14: 40, 0x16: 16, 0x17: 16,
+    0x00: 12,
+    0x01: 12,
+    0x02: 12,
+    0x03: 16,
+    0x04: 12,
+    0x05: 16,
+    0x06: 28,
+    0x07: 12,
+    0x08: 12,
+    0x09: 16,
+    0x0a: 28,
+    0x0b: 32,
+    0x0c: 28,
+    0x0d: 16,
+    0x0e: 12,
+    0x0f: 16,
+    0x10: 16,
+    0x11: 16,
+    0x12: 24,
+    0x13: 40,
+    0x14: 40,
+    0x16: 16,
+    0x17: 16,
   };
   const ip = new Uint8Array(20);
   encodeIpv4Header(ip, 0, { source: parseIpv4('127.0.0.1'), destination: parseIpv4('127.0.0.1'), payloadLength: 0 });

@@ -54,11 +54,24 @@ async function healthyRoundTrip(): Promise<void> {
   const { client } = healthy!;
   const data = pattern(20_000, 100 + healthyRounds);
   client.memory.set(data, 0);
-  client.qp.postSend({ wrId: 1, opcode: 'RDMA_WRITE', sgList: [{ lkey: client.mr.lkey, offset: 0, length: data.length }], remote: { stag: all.rkey, taggedOffset: 0 } });
+  client.qp.postSend({
+    wrId: 1,
+    opcode: 'RDMA_WRITE',
+    sgList: [{ lkey: client.mr.lkey, offset: 0, length: data.length }],
+    remote: { stag: all.rkey, taggedOffset: 0 },
+  });
   client.qp.postSend({ wrId: 2, opcode: 'SEND', sgList: [{ lkey: client.mr.lkey, offset: 0, length: 8 }] });
-  client.qp.postSend({ wrId: 3, opcode: 'RDMA_READ', sgList: [{ lkey: client.mr.lkey, offset: 100_000, length: data.length }], remote: { stag: all.rkey, taggedOffset: 0 } });
+  client.qp.postSend({
+    wrId: 3,
+    opcode: 'RDMA_READ',
+    sgList: [{ lkey: client.mr.lkey, offset: 100_000, length: data.length }],
+    remote: { stag: all.rkey, taggedOffset: 0 },
+  });
   const done = await completions(client.cq, 3);
-  assert.ok(done.every((c) => c.status === 0), 'healthy connection completes successfully');
+  assert.ok(
+    done.every((c) => c.status === 0),
+    'healthy connection completes successfully',
+  );
   assert.is(Buffer.compare(Buffer.from(client.memory.subarray(100_000, 100_000 + data.length)), Buffer.from(data)), 0);
   assert.is(healthy!.server.state, 'rts');
   healthyRounds++;
@@ -74,7 +87,10 @@ interface Expected {
 
 function assertTerminate(header: TerminateHeader, expected: Expected): void {
   assert.equal([header.layer, header.errorType, header.errorCode], [expected.layer, expected.type, expected.code]);
-  const flags = (header.segmentLengthValid ? TERMINATE_FLAG_M : 0) | (header.ddpHeader !== undefined ? TERMINATE_FLAG_D : 0) | (header.rdmaHeader !== undefined ? TERMINATE_FLAG_R : 0);
+  const flags =
+    (header.segmentLengthValid ? TERMINATE_FLAG_M : 0) |
+    (header.ddpHeader !== undefined ? TERMINATE_FLAG_D : 0) |
+    (header.rdmaHeader !== undefined ? TERMINATE_FLAG_R : 0);
   assert.is(flags, expected.flags ?? 0, 'echoed headers');
 }
 
@@ -110,34 +126,54 @@ test('setup: a healthy connection on the same RNIC', async () => {
 });
 
 test('bad CRC -> LLP / MPA / 0x02', async () => {
-  await expectTerminate('crc', { layer: 2, type: 0, code: 2 }, (peer) => peer.sendUlpdu(tagged(RdmapOpcode.RdmaWrite, all.rkey, 0n, pattern(100, 1)), true), { crc: true });
+  await expectTerminate('crc', { layer: 2, type: 0, code: 2 }, (peer) => peer.sendUlpdu(tagged(RdmapOpcode.RdmaWrite, all.rkey, 0n, pattern(100, 1)), true), {
+    crc: true,
+  });
 });
 
 test('CRC checked before header errors: a corrupted FPDU naming a bad STag is a CRC error', async () => {
-  await expectTerminate('crc-first', { layer: 2, type: 0, code: 2 }, (peer) => peer.sendUlpdu(tagged(RdmapOpcode.RdmaWrite, unusedStag, 0n, pattern(100, 1)), true), { crc: true });
+  await expectTerminate(
+    'crc-first',
+    { layer: 2, type: 0, code: 2 },
+    (peer) => peer.sendUlpdu(tagged(RdmapOpcode.RdmaWrite, unusedStag, 0n, pattern(100, 1)), true),
+    { crc: true },
+  );
 });
 
 test('unknown STag -> DDP / tagged / invalid STag, with the DDP header', async () => {
-  const { header } = await expectTerminate('unknown', { layer: 1, type: 1, code: 0, flags: M_D }, (peer) => peer.sendUlpdu(tagged(RdmapOpcode.RdmaWrite, unusedStag, 0n, pattern(40, 2))));
+  const { header } = await expectTerminate('unknown', { layer: 1, type: 1, code: 0, flags: M_D }, (peer) =>
+    peer.sendUlpdu(tagged(RdmapOpcode.RdmaWrite, unusedStag, 0n, pattern(40, 2))),
+  );
   // The echoed header is the failed segment's; the length is its payload length (as siw).
   assert.is(Buffer.from(header.ddpHeader!).readUInt32BE(2), unusedStag);
   assert.is(header.ddpSegmentLength, 40);
 });
 
 test('STag key mismatch -> DDP / tagged / invalid STag', async () => {
-  await expectTerminate('key', { layer: 1, type: 1, code: 0, flags: M_D }, (peer) => peer.sendUlpdu(tagged(RdmapOpcode.RdmaWrite, all.rkey ^ 0x01, 0n, pattern(40, 3))), { crc: true });
+  await expectTerminate(
+    'key',
+    { layer: 1, type: 1, code: 0, flags: M_D },
+    (peer) => peer.sendUlpdu(tagged(RdmapOpcode.RdmaWrite, all.rkey ^ 0x01, 0n, pattern(40, 3))),
+    { crc: true },
+  );
 });
 
 test('offset out of bounds -> DDP / tagged / base or bounds', async () => {
-  await expectTerminate('bounds', { layer: 1, type: 1, code: 1, flags: M_D }, (peer) => peer.sendUlpdu(tagged(RdmapOpcode.RdmaWrite, all.rkey, BigInt(memory.length - 10), pattern(40, 4))));
+  await expectTerminate('bounds', { layer: 1, type: 1, code: 1, flags: M_D }, (peer) =>
+    peer.sendUlpdu(tagged(RdmapOpcode.RdmaWrite, all.rkey, BigInt(memory.length - 10), pattern(40, 4))),
+  );
 });
 
 test('TO wrap -> DDP / tagged / TO wrap', async () => {
-  await expectTerminate('wrap', { layer: 1, type: 1, code: 3, flags: M_D }, (peer) => peer.sendUlpdu(tagged(RdmapOpcode.RdmaWrite, all.rkey, ALL_ONES_64 - 4n, pattern(40, 4))));
+  await expectTerminate('wrap', { layer: 1, type: 1, code: 3, flags: M_D }, (peer) =>
+    peer.sendUlpdu(tagged(RdmapOpcode.RdmaWrite, all.rkey, ALL_ONES_64 - 4n, pattern(40, 4))),
+  );
 });
 
 test('missing access right: Write to a region without RemoteWrite -> RDMAP / remote protection / access rights', async () => {
-  await expectTerminate('rights-write', { layer: 0, type: 1, code: 2, flags: M_D }, (peer) => peer.sendUlpdu(tagged(RdmapOpcode.RdmaWrite, readOnly.rkey, 0n, pattern(16, 5))));
+  await expectTerminate('rights-write', { layer: 0, type: 1, code: 2, flags: M_D }, (peer) =>
+    peer.sendUlpdu(tagged(RdmapOpcode.RdmaWrite, readOnly.rkey, 0n, pattern(16, 5))),
+  );
 });
 
 test('missing access right: Read from a region without RemoteRead -> RDMAP / remote protection / access rights, with the Read Request header', async () => {
@@ -154,13 +190,25 @@ test('missing access right: Read from a region without RemoteRead -> RDMAP / rem
 
 test('misaligned atomic -> RDMAP / remote operation / 0x07, memory untouched', async () => {
   const body = new Uint8Array(52);
-  encodeAtomicRequest(body, 0, { atomicOpcode: AtomicOpcode.FetchAdd, requestId: 1, remoteStag: all.rkey, remoteTaggedOffset: 40_004n, addOrSwapData: 1n, addOrSwapMask: 0n, compareData: 0n, compareMask: ALL_ONES_64 });
+  encodeAtomicRequest(body, 0, {
+    atomicOpcode: AtomicOpcode.FetchAdd,
+    requestId: 1,
+    remoteStag: all.rkey,
+    remoteTaggedOffset: 40_004n,
+    addOrSwapData: 1n,
+    addOrSwapMask: 0n,
+    compareData: 0n,
+    compareMask: ALL_ONES_64,
+  });
   await expectTerminate('misaligned', { layer: 0, type: 2, code: 7, flags: M_D }, async (peer) => {
     memory.fill(0x33, 40_000, 40_016);
     peer.sendUlpdu(untagged(RdmapOpcode.AtomicRequest, 1, 1, body));
     await peer.terminate().then((header) => {
       assertTerminate(header, { layer: 0, type: 2, code: 7, flags: M_D });
-      assert.ok(memory.subarray(40_000, 40_016).every((b) => b === 0x33), 'memory untouched');
+      assert.ok(
+        memory.subarray(40_000, 40_016).every((b) => b === 0x33),
+        'memory untouched',
+      );
       // Hand the Terminate back for expectTerminate to check again.
       peer.replay(header);
     });
@@ -169,18 +217,38 @@ test('misaligned atomic -> RDMAP / remote operation / 0x07, memory untouched', a
 
 test('atomic without RemoteAtomic -> RDMAP / remote protection / access rights', async () => {
   const body = new Uint8Array(52);
-  encodeAtomicRequest(body, 0, { atomicOpcode: AtomicOpcode.CompareSwap, requestId: 1, remoteStag: writeOnly.rkey, remoteTaggedOffset: 0n, addOrSwapData: 1n, addOrSwapMask: ALL_ONES_64, compareData: 0n, compareMask: ALL_ONES_64 });
+  encodeAtomicRequest(body, 0, {
+    atomicOpcode: AtomicOpcode.CompareSwap,
+    requestId: 1,
+    remoteStag: writeOnly.rkey,
+    remoteTaggedOffset: 0n,
+    addOrSwapData: 1n,
+    addOrSwapMask: ALL_ONES_64,
+    compareData: 0n,
+    compareMask: ALL_ONES_64,
+  });
   await expectTerminate('atomic-rights', { layer: 0, type: 1, code: 2, flags: M_D }, (peer) => peer.sendUlpdu(untagged(RdmapOpcode.AtomicRequest, 1, 1, body)));
 });
 
 test('unsupported atomic operation code -> RDMAP / remote operation / unexpected opcode', async () => {
   const body = new Uint8Array(52);
-  encodeAtomicRequest(body, 0, { atomicOpcode: 1, requestId: 1, remoteStag: all.rkey, remoteTaggedOffset: 8n, addOrSwapData: 1n, addOrSwapMask: 0n, compareData: 0n, compareMask: 0n });
+  encodeAtomicRequest(body, 0, {
+    atomicOpcode: 1,
+    requestId: 1,
+    remoteStag: all.rkey,
+    remoteTaggedOffset: 8n,
+    addOrSwapData: 1n,
+    addOrSwapMask: 0n,
+    compareData: 0n,
+    compareMask: 0n,
+  });
   await expectTerminate('aopcode', { layer: 0, type: 2, code: 6, flags: M_D }, (peer) => peer.sendUlpdu(untagged(RdmapOpcode.AtomicRequest, 1, 1, body)));
 });
 
 test('Send with no receive posted -> DDP / untagged / no buffer available', async () => {
-  const { qp } = await expectTerminate('no-recv', { layer: 1, type: 2, code: 2, flags: M_D }, (peer) => peer.sendUlpdu(untagged(RdmapOpcode.Send, 0, 1, pattern(10, 6))));
+  const { qp } = await expectTerminate('no-recv', { layer: 1, type: 2, code: 2, flags: M_D }, (peer) =>
+    peer.sendUlpdu(untagged(RdmapOpcode.Send, 0, 1, pattern(10, 6))),
+  );
   assert.is(qp.postedReceives, 0);
 });
 
@@ -300,7 +368,9 @@ test('unknown RDMAP opcode and wrong RDMAP version -> RDMAP / remote operation',
 });
 
 test('Read Response with no outstanding read -> DDP / local catastrophic', async () => {
-  await expectTerminate('rresp', { layer: 1, type: 0, code: 0, flags: M_D }, (peer) => peer.sendUlpdu(tagged(RdmapOpcode.RdmaReadResponse, all.rkey, 0n, pattern(8, 9))));
+  await expectTerminate('rresp', { layer: 1, type: 0, code: 0, flags: M_D }, (peer) =>
+    peer.sendUlpdu(tagged(RdmapOpcode.RdmaReadResponse, all.rkey, 0n, pattern(8, 9))),
+  );
 });
 
 test('Send with Invalidate of an unknown STag -> RDMAP / remote operation / cannot invalidate; the receive reports it', async () => {
@@ -322,13 +392,21 @@ test('a received Terminate ends the QP and fails the read it names with a remote
   const listener = await listenerReady;
   await client.rnic.connect(client.qp, { host: '127.0.0.1', port: listener.port });
   await nextServerQp();
-  client.qp.postSend({ wrId: 1, opcode: 'RDMA_READ', sgList: [{ lkey: client.mr.lkey, offset: 0, length: 64 }], remote: { stag: writeOnly.rkey, taggedOffset: 0 } });
+  client.qp.postSend({
+    wrId: 1,
+    opcode: 'RDMA_READ',
+    sgList: [{ lkey: client.mr.lkey, offset: 0, length: 64 }],
+    remote: { stag: writeOnly.rkey, taggedOffset: 0 },
+  });
   client.qp.postSend({ wrId: 2, opcode: 'RDMA_READ', sgList: [{ lkey: client.mr.lkey, offset: 64, length: 64 }], remote: { stag: all.rkey, taggedOffset: 0 } });
   const done = await completions(client.cq, 2);
-  assert.equal(done.map((c) => [c.wrId, c.status]), [
-    [1, WcStatus.RemoteAccessError],
-    [2, WcStatus.WrFlushError],
-  ]);
+  assert.equal(
+    done.map((c) => [c.wrId, c.status]),
+    [
+      [1, WcStatus.RemoteAccessError],
+      [2, WcStatus.WrFlushError],
+    ],
+  );
   assert.is(client.qp.disconnectInfo?.reason, 'terminate-received');
   assert.equal([client.qp.terminate?.layer, client.qp.terminate?.errorType, client.qp.terminate?.errorCode], [0, 1, 2]);
   client.qp.destroy();

@@ -3,24 +3,10 @@
 import { test } from 'uvu';
 import * as assert from 'uvu/assert';
 import { crc32cOf, crc32cUpdate, readCrc } from '../../host/rnic/wire/crc.ts';
-import {
-  decodeFpdu,
-  decodeMpaFrame,
-  encodeFpdu,
-  encodeMpaFrame,
-  fpduLength,
-  computeMulpdu,
-  MPA_REVISION_2,
-} from '../../host/rnic/wire/mpa.ts';
+import { decodeFpdu, decodeMpaFrame, encodeFpdu, encodeMpaFrame, fpduLength, computeMulpdu, MPA_REVISION_2 } from '../../host/rnic/wire/mpa.ts';
 import { encodeFpduWithMarkers, stripMarkers, decodeMarker } from '../../host/rnic/wire/markers.ts';
 import { decodeDdpHeader, encodeTaggedHeader, encodeUntaggedHeader, DDP_VERSION } from '../../host/rnic/wire/ddp.ts';
-import {
-  decodeRdmapSegment,
-  encodeReadRequest,
-  RdmapOpcode,
-  rdmapControl,
-  READ_REQUEST_HEADER_LENGTH,
-} from '../../host/rnic/wire/rdmap.ts';
+import { decodeRdmapSegment, encodeReadRequest, RdmapOpcode, rdmapControl, READ_REQUEST_HEADER_LENGTH } from '../../host/rnic/wire/rdmap.ts';
 import {
   AtomicOpcode,
   encodeAtomicRequest,
@@ -31,8 +17,7 @@ import {
   maskedCompareSwap,
 } from '../../host/rnic/wire/atomics.ts';
 
-const hex = (text: string): Uint8Array =>
-  new Uint8Array(Buffer.from(text.replace(/^[0-9a-f]{4}:/gm, '').replace(/[^0-9a-f]/gi, ''), 'hex'));
+const hex = (text: string): Uint8Array => new Uint8Array(Buffer.from(text.replace(/^[0-9a-f]{4}:/gm, '').replace(/[^0-9a-f]/gi, ''), 'hex'));
 const toHex = (bytes: Uint8Array): string => Buffer.from(bytes).toString('hex');
 const ascii = (text: string): Uint8Array => new Uint8Array(Buffer.from(text, 'latin1'));
 

@@ -50,7 +50,7 @@ for (const capacity of [1000, 5000, 20000, 50000, UNLIMITED]) {
   });
 }
 
-test('the counting rule: hits after a request\'s first miss do not count as prefix hits', () => {
+test("the counting rule: hits after a request's first miss do not count as prefix hits", () => {
   const tiny = parseBlockTrace('{"hash_ids":[1,2,3]}\n{"hash_ids":[1,9,3]}\n', 'inline');
   const replay = replayBlockTier(tiny, 10);
   assert.is(replay.references, 6);

@@ -90,7 +90,10 @@ test('the key index survives heavy churn (backward-shift deletion keeps every ke
       assert.is(cache.invalidate(QPC, key, 0), present.has(key));
       present.delete(key);
     } else {
-      const before = cache.snapshot().filter((line) => line !== null).map((line) => line!.a);
+      const before = cache
+        .snapshot()
+        .filter((line) => line !== null)
+        .map((line) => line!.a);
       cache.access(QPC, key, 0, 0, false);
       if (!present.has(key) && before.length === 37) {
         const after = new Set(cache.snapshot().map((line) => line!.a));

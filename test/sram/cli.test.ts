@@ -51,7 +51,7 @@ test('every experiment has --help', async () => {
   }
 });
 
-test('dereg --json prints exactly the issue\'s shape and writes its chart', async () => {
+test("dereg --json prints exactly the issue's shape and writes its chart", async () => {
   const out = join(dir, 'dereg');
   const { code, stdout, stderr } = await run(['dereg', '--json', '--lines', '256', '--operations', '20000', '--warmup', '5000', '--out', out]);
   assert.is(code, 0, stderr);

@@ -19,14 +19,17 @@ test('an empty object is the documented default', () => {
 });
 
 test('a full config is read and builds the model it describes', () => {
-  const path = file('full.json', JSON.stringify({
-    lines: 256,
-    associativity: 8,
-    policy: 'partitioned',
-    partition: { QPC: 128, MPT: 16, MTT: 96, CQC: 8, EQC: 8 },
-    costs: { sramHitNs: 15, pcieReadNs: 800 },
-    controlInsertsLines: false,
-  }));
+  const path = file(
+    'full.json',
+    JSON.stringify({
+      lines: 256,
+      associativity: 8,
+      policy: 'partitioned',
+      partition: { QPC: 128, MPT: 16, MTT: 96, CQC: 8, EQC: 8 },
+      costs: { sramHitNs: 15, pcieReadNs: 800 },
+      controlInsertsLines: false,
+    }),
+  );
   const config = loadSramConfig(path);
   assert.is(config.lines, 256);
   assert.is(config.associativity, 8);
@@ -48,7 +51,11 @@ const refusals: Array<[string, unknown, RegExp]> = [
   ['policy', { policy: 'lru' }, /"policy" must be one of "shared-lru", "partitioned", "hw-assisted"(, "[^"]+")* \(got "lru"\)/],
   ['partition without the policy', { partition: { QPC: 1 } }, /"partition" only applies to "policy": "partitioned"/],
   ['partition kind', { lines: 4, policy: 'partitioned', partition: { QP: 4 } }, /"partition\.QP" names no kind; use QPC, MPT, MTT, CQC, EQC, BLOCK/],
-  ['partition sum', { lines: 4, policy: 'partitioned', partition: { QPC: 3 } }, /"partition" gives 3 lines in all but "lines" is 4; make the per-kind counts add up/],
+  [
+    'partition sum',
+    { lines: 4, policy: 'partitioned', partition: { QPC: 3 } },
+    /"partition" gives 3 lines in all but "lines" is 4; make the per-kind counts add up/,
+  ],
   ['costs field', { costs: { hitNs: 5 } }, /unknown field "costs\.hitNs"; the cost fields are sramHitNs, pcieReadNs, pcieWriteNs/],
   ['costs value', { costs: { pcieReadNs: -1 } }, /"costs\.pcieReadNs" must be a non-negative number of nanoseconds \(got -1\)/],
   ['controlInsertsLines', { controlInsertsLines: 'yes' }, /"controlInsertsLines" must be true or false/],

@@ -12,7 +12,7 @@ import { ThroughputMeter } from '../../host/sram/workload.ts';
 
 const small = withOverrides(DEFAULT_SRAM_CONFIG, { lines: 256 }, 'test');
 
-test('dereg: a deregistering neighbour multiplies the victim\'s translation misses; a registering one barely moves them', () => {
+test("dereg: a deregistering neighbour multiplies the victim's translation misses; a registering one barely moves them", () => {
   const params: DeregParams = { victimPages: 384, interval: 100, operations: 40_000, warmup: 10_000, messageBytes: 4096, linkGbps: 100 };
   const alone = runDeregCase(small, 'alone', params, 1);
   const register = runDeregCase(small, 'register', params, 1);
@@ -57,11 +57,17 @@ test('policies: each policy wins the mix it is built for', () => {
 test('kbtp-vs-per-block-mr: one pool STag needs far fewer translations than a region per block', () => {
   const trace = loadBlockTrace(fileURLToPath(new URL('../fixtures/traces/mooncake-conversation.jsonl', import.meta.url)), 1500);
   const params = { blockBytes: 65_536, poolBlocks: 4000, sessions: 8, requestBytes: 64, linkGbps: 100 };
-  const [kbtp, kbtpHuge, perBlock, perBlockOnePage, perBlockHw] = schemesFor(small, 4096, 2 << 20, params.blockBytes).map((scheme) => runScheme(trace, scheme, params));
+  const [kbtp, kbtpHuge, perBlock, perBlockOnePage, perBlockHw] = schemesFor(small, 4096, 2 << 20, params.blockBytes).map((scheme) =>
+    runScheme(trace, scheme, params),
+  );
   assert.is(kbtp!.loads + kbtp!.stores, trace.blockIds.length);
   assert.is(kbtp!.deregistrations, 0);
   assert.ok(perBlock!.deregistrations > 0, 'evicting a block deregisters its region');
-  assert.is(perBlock!.registrations - perBlock!.deregistrations, params.poolBlocks + 2 * params.sessions, 'one live region per pooled block, plus the session buffers');
+  assert.is(
+    perBlock!.registrations - perBlock!.deregistrations,
+    params.poolBlocks + 2 * params.sessions,
+    'one live region per pooled block, plus the session buffers',
+  );
   assert.ok(perBlock!.translationMisses > kbtp!.translationMisses);
   assert.ok(perBlockOnePage!.nicNsPerBlockOperation > 5 * kbtpHuge!.nicNsPerBlockOperation);
   assert.ok(perBlockHw!.translationMisses < perBlockOnePage!.translationMisses);

@@ -79,7 +79,10 @@ test('per-QP attribution: work after a QP context access is charged to that QP',
 });
 
 test('deregistration follows the policy; QP destroy drops the context and freezes the figures', () => {
-  for (const [policy, survivors] of [['shared-lru', 0], ['hw-assisted', 2]] as const) {
+  for (const [policy, survivors] of [
+    ['shared-lru', 0],
+    ['hw-assisted', 2],
+  ] as const) {
     const nic = observer(64, policy);
     nic.registerRegion(1, 8192, 4096);
     nic.registerRegion(2, 8192, 4096);

@@ -49,16 +49,20 @@ test('the seed walkthrough: a QP miss evicts a translation, then a deregistratio
   cache.resetCounters();
 
   // 1. Capacity pressure: full and warm, QPCs and translations side by side, line 2 dirty.
-  assertLines(cache, [
-    ['QPC', VICTIM_QP, 0, false],
-    ['MPT', REGION_A, 0, false],
-    ['QPC', 2, 0, true],
-    ['MTT', REGION_A, 0, false],
-    ['QPC', 3, 0, false],
-    ['MTT', REGION_A, 1, false],
-    ['MPT', REGION_D, 0, false],
-    ['MTT', REGION_D, 0, false],
-  ], 'step 1');
+  assertLines(
+    cache,
+    [
+      ['QPC', VICTIM_QP, 0, false],
+      ['MPT', REGION_A, 0, false],
+      ['QPC', 2, 0, true],
+      ['MTT', REGION_A, 0, false],
+      ['QPC', 3, 0, false],
+      ['MTT', REGION_A, 1, false],
+      ['MPT', REGION_D, 0, false],
+      ['MTT', REGION_D, 0, false],
+    ],
+    'step 1',
+  );
   assert.equal(cache.recencyOrder().slice(-2), [2, 7], 'step 1: MTT D is the LRU line, QP 2 the next');
   assertCrossings(cache, 0, 0, 'step 1');
 
@@ -72,32 +76,40 @@ test('the seed walkthrough: a QP miss evicts a translation, then a deregistratio
   const qp5 = cache.access(QPC, 5, 0, OWNER, true);
   assert.is(qp5, EVICTED, 'step 3: a miss that evicted a clean line');
   assert.is(cache.lastLine, 7);
-  assertLines(cache, [
-    ['QPC', VICTIM_QP, 0, false],
-    ['MPT', REGION_A, 0, false],
-    ['QPC', 2, 0, true],
-    ['MTT', REGION_A, 0, false],
-    ['QPC', 3, 0, false],
-    ['MTT', REGION_A, 1, false],
-    ['MPT', REGION_D, 0, false],
-    ['QPC', 5, 0, true],
-  ], 'step 3');
+  assertLines(
+    cache,
+    [
+      ['QPC', VICTIM_QP, 0, false],
+      ['MPT', REGION_A, 0, false],
+      ['QPC', 2, 0, true],
+      ['MTT', REGION_A, 0, false],
+      ['QPC', 3, 0, false],
+      ['MTT', REGION_A, 1, false],
+      ['MPT', REGION_D, 0, false],
+      ['QPC', 5, 0, true],
+    ],
+    'step 3',
+  );
   assertCrossings(cache, 1, 0, 'step 3');
 
   // 4. A DMA needs region D: its MPT entry is still there, its translation is not - a miss
   //    caused by QP traffic, not by memory-region traffic.
   assert.is(cache.access(MPT, REGION_D, 0, OWNER, false), HIT, 'step 4: MPT D hits');
   assert.not.ok(cache.contains(MTT, REGION_D, 0), 'step 4: MTT D was given to QP 5');
-  assertLines(cache, [
-    ['QPC', VICTIM_QP, 0, false],
-    ['MPT', REGION_A, 0, false],
-    ['QPC', 2, 0, true],
-    ['MTT', REGION_A, 0, false],
-    ['QPC', 3, 0, false],
-    ['MTT', REGION_A, 1, false],
-    ['MPT', REGION_D, 0, false],
-    ['QPC', 5, 0, true],
-  ], 'step 4');
+  assertLines(
+    cache,
+    [
+      ['QPC', VICTIM_QP, 0, false],
+      ['MPT', REGION_A, 0, false],
+      ['QPC', 2, 0, true],
+      ['MTT', REGION_A, 0, false],
+      ['QPC', 3, 0, false],
+      ['MTT', REGION_A, 1, false],
+      ['MPT', REGION_D, 0, false],
+      ['QPC', 5, 0, true],
+    ],
+    'step 4',
+  );
   assertCrossings(cache, 1, 0, 'step 4');
 
   // 5. The next victim is QP 2's context, and it is dirty.
@@ -111,16 +123,20 @@ test('the seed walkthrough: a QP miss evicts a translation, then a deregistratio
   const mttD = cache.access(MTT, REGION_D, 0, OWNER, false);
   assert.is(mttD, EVICTED | WROTE_BACK, 'step 6: the miss wrote a dirty line back');
   assert.is(cache.lastLine, 2);
-  assertLines(cache, [
-    ['QPC', VICTIM_QP, 0, false],
-    ['MPT', REGION_A, 0, false],
-    ['MTT', REGION_D, 0, false],
-    ['MTT', REGION_A, 0, false],
-    ['QPC', 3, 0, false],
-    ['MTT', REGION_A, 1, false],
-    ['MPT', REGION_D, 0, false],
-    ['QPC', 5, 0, true],
-  ], 'step 6');
+  assertLines(
+    cache,
+    [
+      ['QPC', VICTIM_QP, 0, false],
+      ['MPT', REGION_A, 0, false],
+      ['MTT', REGION_D, 0, false],
+      ['MTT', REGION_A, 0, false],
+      ['QPC', 3, 0, false],
+      ['MTT', REGION_A, 1, false],
+      ['MPT', REGION_D, 0, false],
+      ['QPC', 5, 0, true],
+    ],
+    'step 6',
+  );
   assertCrossings(cache, 2, 1, 'step 6');
   const costs = cache.costs;
   assert.is(
@@ -132,16 +148,7 @@ test('the seed walkthrough: a QP miss evicts a translation, then a deregistratio
   // 7. An unrelated deregistration (region E is not even cached) drops every MTT/MPT line;
   //    the QP contexts stay, QP 5's still dirty.
   cache.deregisterRegion(REGION_E);
-  assertLines(cache, [
-    ['QPC', VICTIM_QP, 0, false],
-    null,
-    null,
-    null,
-    ['QPC', 3, 0, false],
-    null,
-    null,
-    ['QPC', 5, 0, true],
-  ], 'step 7');
+  assertLines(cache, [['QPC', VICTIM_QP, 0, false], null, null, null, ['QPC', 3, 0, false], null, null, ['QPC', 5, 0, true]], 'step 7');
   assertCrossings(cache, 2, 1, 'step 7');
   assert.is(cache.stats().perKind.MTT!.invalidations, 3, 'step 7: three MTT lines dropped');
   assert.is(cache.stats().perKind.MPT!.invalidations, 2, 'step 7: two MPT lines dropped');
@@ -151,16 +158,20 @@ test('the seed walkthrough: a QP miss evicts a translation, then a deregistratio
   assert.is(cache.access(MPT, REGION_A, 0, OWNER, false), 0, 'step 8: MPT A misses into a free line');
   assert.is(cache.access(MTT, REGION_A, 0, OWNER, false), 0, 'step 8: MTT A page 0 misses');
   assert.is(cache.access(MTT, REGION_A, 1, OWNER, false), 0, 'step 8: MTT A page 1 misses');
-  assertLines(cache, [
-    ['QPC', VICTIM_QP, 0, false],
-    ['MPT', REGION_A, 0, false],
-    ['MTT', REGION_A, 0, false],
-    ['MTT', REGION_A, 1, false],
-    ['QPC', 3, 0, false],
-    null,
-    null,
-    ['QPC', 5, 0, true],
-  ], 'step 8');
+  assertLines(
+    cache,
+    [
+      ['QPC', VICTIM_QP, 0, false],
+      ['MPT', REGION_A, 0, false],
+      ['MTT', REGION_A, 0, false],
+      ['MTT', REGION_A, 1, false],
+      ['QPC', 3, 0, false],
+      null,
+      null,
+      ['QPC', 5, 0, true],
+    ],
+    'step 8',
+  );
   assertCrossings(cache, 5, 1, 'step 8');
 });
 

@@ -95,8 +95,10 @@ function directAllocate(handle: bigint): void {
   payloadView.setBigUint64(0, handle, false);
   engine.block(blockOffset, 8).set(payload);
   requestId += 1n;
-  const status = send(directSession, encodeRequest({ opcode: K.OPCODE_BIND, flags: K.FLAG_SEAL, requestId, handle,
-    bind: { ticket, dataLength: 8, blockOffset } }));
+  const status = send(
+    directSession,
+    encodeRequest({ opcode: K.OPCODE_BIND, flags: K.FLAG_SEAL, requestId, handle, bind: { ticket, dataLength: 8, blockOffset } }),
+  );
   if (status === K.STATUS_SUCCESS) {
     report.directBinds += 1;
     return;
@@ -121,8 +123,10 @@ function operate(): void {
   if (entry !== undefined && (entry.flags & K.ENTRY_VALID) !== 0) {
     if (random(2) === 0) {
       destination.fill(0);
-      const status = send(session, encodeRequest({ opcode: K.OPCODE_LOAD, requestId, handle,
-        descriptor: { stag: destinationStag, taggedOffset: 0n, length: destination.length } }));
+      const status = send(
+        session,
+        encodeRequest({ opcode: K.OPCODE_LOAD, requestId, handle, descriptor: { stag: destinationStag, taggedOffset: 0n, length: destination.length } }),
+      );
       expect(status, [K.STATUS_SUCCESS, K.STATUS_NOT_VALID], 'LOAD');
       if (status === K.STATUS_SUCCESS && new DataView(destination.buffer).getBigUint64(0, false) !== handle) report.wrongData += 1;
     } else {

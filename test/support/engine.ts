@@ -20,7 +20,9 @@ export function rig(config: EngineConfig): Rig {
   const mover = new LoopbackMover(engine);
   let requestId = 0n;
   return {
-    engine, arena, mover,
+    engine,
+    arena,
+    mover,
     send(session, fields) {
       requestId += 1n;
       const outcome = runToCompletion(arena, mover, encodeRequest({ requestId, ...fields }), session, 1000);

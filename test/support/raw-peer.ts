@@ -163,7 +163,13 @@ export function tagged(opcode: number, stag: number, taggedOffset: bigint, paylo
   return ulpdu;
 }
 
-export function untagged(opcode: number, queue: number, msn: number, body: Uint8Array, options: { reserved?: number; offset?: number; last?: boolean } = {}): Uint8Array {
+export function untagged(
+  opcode: number,
+  queue: number,
+  msn: number,
+  body: Uint8Array,
+  options: { reserved?: number; offset?: number; last?: boolean } = {},
+): Uint8Array {
   const ulpdu = new Uint8Array(18 + body.length);
   encodeUntaggedHeader(ulpdu, 0, {
     last: options.last ?? true,

@@ -3,7 +3,17 @@
 import { resolveTargetSettings, type TargetSettings } from '../../firmware/config.ts';
 import { startTarget, type RunningTarget } from '../../host/kbtp/server/target.ts';
 import { connect, type ConnectOptions, type KbtpSession } from '../../host/kbtp/initiator.ts';
-import { createRnic, Access, WcStatus, RcQueuePair, type Rnic, type AnyQueuePair, type CompletionQueue, type MemoryRegion, type DisconnectInfo } from '../../host/rnic/verbs.ts';
+import {
+  createRnic,
+  Access,
+  WcStatus,
+  RcQueuePair,
+  type Rnic,
+  type AnyQueuePair,
+  type CompletionQueue,
+  type MemoryRegion,
+  type DisconnectInfo,
+} from '../../host/rnic/verbs.ts';
 import { encodeHello } from '../../host/kbtp/wire/hello.ts';
 
 export const SECRETS = { alpha: 'alpha-secret', beta: 'beta-secret', gamma: 'gamma-secret' };
@@ -19,8 +29,14 @@ export function testSettings(overrides: Record<string, unknown> = {}): TargetSet
     tenants: [
       { name: 'alpha', secret: SECRETS.alpha, quota: 24, storeRange: { first: 0, count: 64 }, loadScope: { first: 0, count: 256 } },
       { name: 'beta', secret: SECRETS.beta, quota: 8, storeRange: { first: 64, count: 64 }, loadScope: { first: 64, count: 64 } },
-      { name: 'gamma', secret: SECRETS.gamma, quota: 16, storeRange: { first: 128, count: 64 }, loadScope: { first: 0, count: 256 },
-        trust: { directLoad: true, directAlloc: true } },
+      {
+        name: 'gamma',
+        secret: SECRETS.gamma,
+        quota: 16,
+        storeRange: { first: 128, count: 64 },
+        loadScope: { first: 0, count: 256 },
+        trust: { directLoad: true, directAlloc: true },
+      },
       { name: 'open', open: true, quota: 8, storeRange: { first: 192, count: 8 }, loadScope: { first: 192, count: 8 } },
     ],
     ...overrides,
@@ -35,11 +51,15 @@ export interface Rig {
 }
 
 export async function startRig(settings: TargetSettings = testSettings()): Promise<Rig> {
-  const target = await startTarget(settings, { log: process.env.KBTP_TEST_LOG === '1' ? (line) => console.error(line) : () => undefined, verbose: process.env.KBTP_TEST_LOG === '1' });
+  const target = await startTarget(settings, {
+    log: process.env.KBTP_TEST_LOG === '1' ? (line) => console.error(line) : () => undefined,
+    verbose: process.env.KBTP_TEST_LOG === '1',
+  });
   const address = `127.0.0.1:${target.port}`;
   const sessions: KbtpSession[] = [];
   return {
-    target, address,
+    target,
+    address,
     async session(tenant, options = {}) {
       const session = await connect(address, { tenant, secret: tenant === 'open' ? '' : SECRETS[tenant], transport: settings.transport, ...options });
       sessions.push(session);
@@ -59,11 +79,16 @@ export class RawClient {
   private sendSlot = 0;
   readonly disconnected: Promise<DisconnectInfo>;
   private constructor(
-    readonly rnic: Rnic, readonly qp: AnyQueuePair, private readonly cq: CompletionQueue,
-    private readonly receiveBuffer: Uint8Array, private readonly receiveRegion: MemoryRegion,
-    private readonly sendBuffer: Uint8Array, private readonly sendRegion: MemoryRegion,
+    readonly rnic: Rnic,
+    readonly qp: AnyQueuePair,
+    private readonly cq: CompletionQueue,
+    private readonly receiveBuffer: Uint8Array,
+    private readonly receiveRegion: MemoryRegion,
+    private readonly sendBuffer: Uint8Array,
+    private readonly sendRegion: MemoryRegion,
     /** A registered buffer the test may name in descriptors (RemoteRead | RemoteWrite). */
-    readonly data: Uint8Array, readonly dataRegion: MemoryRegion,
+    readonly data: Uint8Array,
+    readonly dataRegion: MemoryRegion,
   ) {
     this.disconnected = qp.whenDisconnected();
   }
@@ -78,9 +103,17 @@ export class RawClient {
     const receiveBuffer = new Uint8Array(256 * 32);
     const sendBuffer = new Uint8Array(2048 * 16);
     const data = new Uint8Array(65536);
-    const client = new RawClient(rnic, qp, cq, receiveBuffer, rnic.registerMemory(pd, receiveBuffer, { access: Access.LocalWrite }),
-      sendBuffer, rnic.registerMemory(pd, sendBuffer, { access: Access.LocalWrite }),
-      data, rnic.registerMemory(pd, data, { access: Access.LocalWrite | Access.RemoteRead | Access.RemoteWrite }));
+    const client = new RawClient(
+      rnic,
+      qp,
+      cq,
+      receiveBuffer,
+      rnic.registerMemory(pd, receiveBuffer, { access: Access.LocalWrite }),
+      sendBuffer,
+      rnic.registerMemory(pd, sendBuffer, { access: Access.LocalWrite }),
+      data,
+      rnic.registerMemory(pd, data, { access: Access.LocalWrite | Access.RemoteRead | Access.RemoteWrite }),
+    );
     for (let i = 0; i < 32; i++) client.postReceive(i);
     void client.receiveMessages();
     if (qp instanceof RcQueuePair) await rnic.connectRc(qp, { host: host ?? '127.0.0.1', port: Number(port) });

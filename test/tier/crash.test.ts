@@ -8,7 +8,10 @@ test('20 rounds of SIGKILL: acknowledged seals and frees survive, Generations ne
   const report = await runTorture({ rounds: 20, seed: 20261130 });
   assert.is(report.rounds, 20);
   assert.ok(report.acknowledged > 0, 'requests were acknowledged between the kills');
-  assert.ok(report.recoveries.some((line) => /recovered [1-9]\d* sealed blocks/.test(line)), 'restarts recovered sealed blocks');
+  assert.ok(
+    report.recoveries.some((line) => /recovered [1-9]\d* sealed blocks/.test(line)),
+    'restarts recovered sealed blocks',
+  );
 });
 
 test.run();

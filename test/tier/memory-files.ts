@@ -138,7 +138,8 @@ export class MemoryFiles implements FileLayer {
 
   async list(directory: string): Promise<string[]> {
     const prefix = directory.endsWith('/') ? directory : `${directory}/`;
-    return [...this.names.keys()].filter((name) => name.startsWith(prefix) && !name.slice(prefix.length).includes('/'))
+    return [...this.names.keys()]
+      .filter((name) => name.startsWith(prefix) && !name.slice(prefix.length).includes('/'))
       .map((name) => name.slice(prefix.length));
   }
 

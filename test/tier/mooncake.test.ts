@@ -34,21 +34,23 @@ async function replay(session: KbtpSession, trace: Trace, handles: Map<number, n
   let hits = 0;
   for (let r = 0; r < trace.requests; r++) {
     const ids = Array.from(trace.blockIds.subarray(trace.starts[r] ?? 0, trace.starts[r + 1] ?? 0));
-    const present = await Promise.all(ids.map(async (id) => {
-      if (!stored.has(id)) return false;
-      try {
-        const loaded = await session.load(BigInt(handles.get(id) ?? 0));
-        assert.equal(loaded.data, payload(id), `block ${id} came back with other bytes`);
-        return true;
-      } catch (error) {
-        // Dropped by the durable tier at its cap: the cache forgot it.
-        if (error instanceof KbtpStatusError && error.statusName === 'NOT_VALID') {
-          stored.delete(id);
-          return false;
+    const present = await Promise.all(
+      ids.map(async (id) => {
+        if (!stored.has(id)) return false;
+        try {
+          const loaded = await session.load(BigInt(handles.get(id) ?? 0));
+          assert.equal(loaded.data, payload(id), `block ${id} came back with other bytes`);
+          return true;
+        } catch (error) {
+          // Dropped by the durable tier at its cap: the cache forgot it.
+          if (error instanceof KbtpStatusError && error.statusName === 'NOT_VALID') {
+            stored.delete(id);
+            return false;
+          }
+          throw error;
         }
-        throw error;
-      }
-    }));
+      }),
+    );
     let inPrefix = true;
     const stores: Array<Promise<unknown>> = [];
     for (const [i, id] of ids.entries()) {
@@ -82,7 +84,8 @@ test('Mooncake trace, 20,000-block pool: a larger durable tier gives a higher hi
     for (const variant of ['pool alone', 'pool + durable tier'] as const) {
       const durable = variant !== 'pool alone';
       const settings = resolveTargetSettings({
-        listen: '127.0.0.1:0', workers: 2,
+        listen: '127.0.0.1:0',
+        workers: 2,
         pool: { blockSize: BLOCK, blockCount: POOL, handleCount: handles.size, maxInline: 256 },
         ...(durable ? { durable: { dataDir: dir, capacity: '180MiB' } } : {}),
       });
@@ -108,8 +111,10 @@ test('Mooncake trace, 20,000-block pool: a larger durable tier gives a higher hi
   const tier = results['pool + durable tier'];
   assert.ok(pool !== undefined && tier !== undefined);
   const rate = (r: { hits: number; references: number }): string => `${((100 * r.hits) / r.references).toFixed(2)} %`;
-  console.log(`  Mooncake trace, ${REQUESTS} requests, ${pool.references} block references: pool alone ${rate(pool)} hits,` +
-    ` pool + durable tier ${rate(tier)} (LRU model: ${((100 * modelHitRate(trace, POOL).hits) / pool.references).toFixed(2)} % at ${POOL} blocks)`);
+  console.log(
+    `  Mooncake trace, ${REQUESTS} requests, ${pool.references} block references: pool alone ${rate(pool)} hits,` +
+      ` pool + durable tier ${rate(tier)} (LRU model: ${((100 * modelHitRate(trace, POOL).hits) / pool.references).toFixed(2)} % at ${POOL} blocks)`,
+  );
   assert.is(pool.hits, modelHitRate(trace, POOL).hits, 'the pool alone behaves as an LRU of 20,000 blocks');
   assert.ok(tier.hits > pool.hits, `durable tier ${tier.hits} hits, pool alone ${pool.hits}`);
 });

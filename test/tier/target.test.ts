@@ -25,8 +25,7 @@ function dataDir(): string {
 
 function durableSettings(dir: string, extra: Record<string, unknown> = {}, tenants?: unknown) {
   const base = testSettings();
-  const settings = testSettings({ durable: { dataDir: dir, capacity: '64MiB' }, ...extra,
-    ...(tenants === undefined ? {} : { tenants }) });
+  const settings = testSettings({ durable: { dataDir: dir, capacity: '64MiB' }, ...extra, ...(tenants === undefined ? {} : { tenants }) });
   return { ...settings, session: { ...settings.session, ticketTimeoutMs: base.session.ticketTimeoutMs } };
 }
 
@@ -157,7 +156,7 @@ test('demotion and promotion under concurrent LOADs and DIRECT_LOADs: the right 
   }
 });
 
-test('Durable Quota: past it, the tenant\'s least recently used blocks on the tier alone are dropped, as if freed', async () => {
+test("Durable Quota: past it, the tenant's least recently used blocks on the tier alone are dropped, as if freed", async () => {
   const dir = dataDir();
   const base = testSettings();
   const tenants = [

@@ -12,9 +12,17 @@ const BLOCK = 4096;
 
 function options(files: MemoryFiles, extra: Partial<TierOptions> = {}): TierOptions {
   return {
-    directory: DIR, capacityBytes: 8 << 20, blockSize: BLOCK, handleBase: 0n, handleCount: 256,
-    tenants: [{ first: 0, count: 128, durableQuota: 1000 }, { first: 128, count: 128, durableQuota: 1000 }],
-    files, ...extra,
+    directory: DIR,
+    capacityBytes: 8 << 20,
+    blockSize: BLOCK,
+    handleBase: 0n,
+    handleCount: 256,
+    tenants: [
+      { first: 0, count: 128, durableQuota: 1000 },
+      { first: 128, count: 128, durableQuota: 1000 },
+    ],
+    files,
+    ...extra,
   };
 }
 
@@ -151,16 +159,27 @@ test('power loss: every acknowledged seal and free survives, nothing goes backwa
         const reserving = !held && random.below(4) === 0;
         if (!reserving) uncertain.set(index, { generation, sealed: !held });
         const work = held
-          ? tier.unbind(index, generation).then(() => { if (powerOn) acked.set(index, { generation, sealed: false }); })
+          ? tier.unbind(index, generation).then(() => {
+              if (powerOn) acked.set(index, { generation, sealed: false });
+            })
           : reserving
             ? tier.reserve(index, generationPlus(generation, 10)).then(() => undefined)
-            : tier.seal(index, generation, blockData(index, generation)).then(() => { if (powerOn) acked.set(index, { generation, sealed: true }); });
+            : tier.seal(index, generation, blockData(index, generation)).then(() => {
+                if (powerOn) acked.set(index, { generation, sealed: true });
+              });
         // The new Generation is shown only once the request is acknowledged.
-        inFlight.push(work.then(() => {
-          if (!powerOn) return;
-          shown.set(index, generation);
-          uncertain.delete(index);
-        }, () => undefined).finally(() => busy.delete(index)));
+        inFlight.push(
+          work
+            .then(
+              () => {
+                if (!powerOn) return;
+                shown.set(index, generation);
+                uncertain.delete(index);
+              },
+              () => undefined,
+            )
+            .finally(() => busy.delete(index)),
+        );
       }
       // The power goes at a random moment: after some of the requests were acknowledged.
       const cut = random.below(inFlight.length + 1);
@@ -203,7 +222,11 @@ test('bit flips: a corrupt block is never served and is counted; a corrupt check
 
   const crashed = files.afterCrash();
   const names = await crashed.list(DIR);
-  const newest = names.filter((name) => name.startsWith('checkpoint-')).sort().at(-1) ?? '';
+  const newest =
+    names
+      .filter((name) => name.startsWith('checkpoint-'))
+      .sort()
+      .at(-1) ?? '';
   const checkpoint = crashed.contentOf(`${DIR}/${newest}`);
   checkpoint[checkpoint.length - 3] = (checkpoint[checkpoint.length - 3] ?? 0) ^ 0x80;
   const again = await DurableTier.open(options(crashed));
@@ -221,7 +244,11 @@ test('a flipped bit in a journal record in the middle is counted and skipped; la
   await tier.seal(3, 2, blockData(3, 2));
   await tier.close();
   const crashed = files.afterCrash();
-  const journal = (await crashed.list(DIR)).filter((name) => name.startsWith('journal-')).sort().at(-1) ?? '';
+  const journal =
+    (await crashed.list(DIR))
+      .filter((name) => name.startsWith('journal-'))
+      .sort()
+      .at(-1) ?? '';
   const bytes = crashed.contentOf(`${DIR}/${journal}`);
   bytes[30] = (bytes[30] ?? 0) ^ 0x01; // inside the first group's records
   const again = await DurableTier.open(options(crashed));
@@ -255,7 +282,12 @@ test('capacity: the tier stays within its cap and drops least recently used bloc
   const files = new MemoryFiles();
   const capacity = 2 << 20;
   const settled: Array<[number, number | undefined]> = [];
-  const gate: DropGate = { claim: () => 'claimed', settle: (index, generation) => { settled.push([index, generation]); } };
+  const gate: DropGate = {
+    claim: () => 'claimed',
+    settle: (index, generation) => {
+      settled.push([index, generation]);
+    },
+  };
   const tier = await DurableTier.open(options(files, { capacityBytes: capacity, drops: gate }));
   const max = tier.sizing.maxSlots;
   for (let i = 0; i < max; i++) await tier.seal(i, 2, blockData(i, 2));
@@ -264,8 +296,14 @@ test('capacity: the tier stays within its cap and drops least recently used bloc
   assert.is(tier.stats().blocksDurable, max);
   assert.ok(tier.holds(0), 'the touched block stays');
   for (let i = 1; i <= 10; i++) assert.not.ok(tier.holds(i), `block ${i} (least recently used) was dropped`);
-  assert.equal(settled.map(([index]) => index), [1, 2, 3, 4, 5, 6, 7, 8, 9, 10]);
-  assert.ok(settled.every(([, generation]) => generation === 3), 'dropped with the next Generation');
+  assert.equal(
+    settled.map(([index]) => index),
+    [1, 2, 3, 4, 5, 6, 7, 8, 9, 10],
+  );
+  assert.ok(
+    settled.every(([, generation]) => generation === 3),
+    'dropped with the next Generation',
+  );
   assert.ok(files.bytesIn(DIR) <= capacity, `${files.bytesIn(DIR)} octets on disk over the ${capacity} cap`);
   await tier.close();
 });
@@ -273,11 +311,20 @@ test('capacity: the tier stays within its cap and drops least recently used bloc
 test('Durable Quota: a tenant past it loses its own least recently used blocks; NO room at all is ENOSPC', async () => {
   const files = new MemoryFiles();
   const gate: DropGate = { claim: (index) => (index === 130 ? 'skip' : 'claimed'), settle: () => undefined };
-  const tier = await DurableTier.open(options(files, {
-    drops: gate, tenants: [{ first: 0, count: 128, durableQuota: 3 }, { first: 128, count: 128, durableQuota: 1 }],
-  }));
+  const tier = await DurableTier.open(
+    options(files, {
+      drops: gate,
+      tenants: [
+        { first: 0, count: 128, durableQuota: 3 },
+        { first: 128, count: 128, durableQuota: 1 },
+      ],
+    }),
+  );
   for (const i of [0, 1, 2, 3, 4]) await tier.seal(i, 2, blockData(i, 2));
-  assert.equal([0, 1, 2, 3, 4].map((i) => tier.holds(i)), [false, false, true, true, true]);
+  assert.equal(
+    [0, 1, 2, 3, 4].map((i) => tier.holds(i)),
+    [false, false, true, true, true],
+  );
   await tier.seal(130, 2, blockData(130, 2));
   await rejectsWith(tier.seal(131, 2, blockData(131, 2)), 'ENOSPC');
   assert.ok(tier.holds(130));

@@ -39,11 +39,33 @@ function content(handle: number, version: number): Uint8Array {
 function startTarget(dir: string, log: string[]): Promise<{ child: ChildProcess; address: string; output: () => string }> {
   const cli = path.join(root, 'dist/host/cli.js');
   if (!fs.existsSync(cli)) throw new Error('dist/host/cli.js is missing: run make build');
-  const child = spawn(process.execPath, [cli, 'target', '--listen', '127.0.0.1:0', '--data-dir', dir, '--blocks', '48',
-    '--block-size', String(BLOCK), '--workers', '2', '--durable-capacity', '8MiB'], { stdio: ['ignore', 'pipe', 'pipe'] });
+  const child = spawn(
+    process.execPath,
+    [
+      cli,
+      'target',
+      '--listen',
+      '127.0.0.1:0',
+      '--data-dir',
+      dir,
+      '--blocks',
+      '48',
+      '--block-size',
+      String(BLOCK),
+      '--workers',
+      '2',
+      '--durable-capacity',
+      '8MiB',
+    ],
+    { stdio: ['ignore', 'pipe', 'pipe'] },
+  );
   let text = '';
-  child.stdout?.on('data', (chunk: Buffer) => { text += chunk.toString(); });
-  child.stderr?.on('data', (chunk: Buffer) => { text += chunk.toString(); });
+  child.stdout?.on('data', (chunk: Buffer) => {
+    text += chunk.toString();
+  });
+  child.stderr?.on('data', (chunk: Buffer) => {
+    text += chunk.toString();
+  });
   return new Promise((resolve, reject) => {
     const timer = setInterval(() => {
       const match = /listening on (127\.0\.0\.1:\d+)/.exec(text);
@@ -73,16 +95,21 @@ async function expectState(session: KbtpSession, handle: number, known: Known, r
   }
   const matches = (state: { sealed: boolean; generation: number | undefined; version: number }): boolean => {
     if (!state.sealed) return loaded === undefined;
-    return loaded !== undefined && (state.generation === undefined || loaded.generation === state.generation) &&
-      Buffer.from(loaded.data).equals(Buffer.from(content(handle, state.version)));
+    return (
+      loaded !== undefined &&
+      (state.generation === undefined || loaded.generation === state.generation) &&
+      Buffer.from(loaded.data).equals(Buffer.from(content(handle, state.version)))
+    );
   };
   if (known.pending !== undefined && matches(known.pending)) {
     known.sealed = known.pending.sealed;
     known.version = known.pending.version;
     if (loaded !== undefined) known.generation = loaded.generation;
   } else if (!matches(known)) {
-    throw new Error(`round ${round}: handle ${handle}: expected ${known.sealed ? `sealed generation ${known.generation} version ${known.version}` : 'not VALID'}` +
-      `${known.pending !== undefined ? ` (or the request in flight: ${JSON.stringify(known.pending)})` : ''}, found ${loaded === undefined ? 'not VALID' : `generation ${loaded.generation}`}`);
+    throw new Error(
+      `round ${round}: handle ${handle}: expected ${known.sealed ? `sealed generation ${known.generation} version ${known.version}` : 'not VALID'}` +
+        `${known.pending !== undefined ? ` (or the request in flight: ${JSON.stringify(known.pending)})` : ''}, found ${loaded === undefined ? 'not VALID' : `generation ${loaded.generation}`}`,
+    );
   }
   delete known.pending;
   if (loaded === undefined) {
@@ -164,7 +191,10 @@ export async function runTorture(options: { rounds: number; seed: number; log?: 
         target.child.kill('SIGKILL');
         const counts = await Promise.all(workers);
         acknowledged += counts.reduce((a, b) => a + b, 0);
-        await new Promise<void>((resolve) => { if (target.child.exitCode !== null || target.child.signalCode !== null) resolve(); else target.child.once('exit', () => resolve()); });
+        await new Promise<void>((resolve) => {
+          if (target.child.exitCode !== null || target.child.signalCode !== null) resolve();
+          else target.child.once('exit', () => resolve());
+        });
         for (const session of sessions) void session.close(10).catch(() => undefined);
         options.log?.(`round ${round}: killed; ${counts.join('+')} acknowledged`);
       } catch (error) {
@@ -183,10 +213,13 @@ if (process.argv[1] !== undefined && fileURLToPath(import.meta.url) === path.res
   const rounds = index > 0 ? Number(process.argv[index + 1]) : 100;
   const seed = Number(process.env.SEED ?? Date.now() % 100000);
   console.log(`crash torture: ${rounds} rounds, seed ${seed}`);
-  runTorture({ rounds, seed, log: (line) => console.log(line) }).then((report) => {
-    console.log(`ok: ${report.rounds} SIGKILLs survived, ${report.acknowledged} acknowledged requests checked`);
-  }, (error: unknown) => {
-    console.error(error instanceof Error ? error.message : String(error));
-    process.exitCode = 1;
-  });
+  runTorture({ rounds, seed, log: (line) => console.log(line) }).then(
+    (report) => {
+      console.log(`ok: ${report.rounds} SIGKILLs survived, ${report.acknowledged} acknowledged requests checked`);
+    },
+    (error: unknown) => {
+      console.error(error instanceof Error ? error.message : String(error));
+      process.exitCode = 1;
+    },
+  );
 }

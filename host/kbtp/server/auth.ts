@@ -4,9 +4,7 @@ import { timingSafeEqual, createHash } from 'node:crypto';
 import * as K from '../../../assembly/kbtp-constants.ts';
 import type { TenantSettings } from '../../../firmware/config.ts';
 
-export type Admission =
-  | { ok: true; tenantIndex: number; tenant: TenantSettings; capabilities: number }
-  | { ok: false; status: number; reason: string };
+export type Admission = { ok: true; tenantIndex: number; tenant: TenantSettings; capabilities: number } | { ok: false; status: number; reason: string };
 
 /** Equal-length digests make the comparison take the same time whatever the lengths. */
 function sameSecret(credential: Uint8Array, secret: string): boolean {

@@ -11,8 +11,18 @@ import * as S from '../../../assembly/struct-offsets.ts';
 import type { Engine } from '../../engine/engine.ts';
 import type { ThreadArena } from '../../engine/arena.ts';
 import {
-  Access, WcStatus, type Rnic, type ProtectionDomain, type MemoryRegion, type AnyQueuePair, type CompletionQueue,
-  type WorkCompletion, type DisconnectInfo, type ReceiveWorkRequest, type SendOpcode, type Sge,
+  Access,
+  WcStatus,
+  type Rnic,
+  type ProtectionDomain,
+  type MemoryRegion,
+  type AnyQueuePair,
+  type CompletionQueue,
+  type WorkCompletion,
+  type DisconnectInfo,
+  type ReceiveWorkRequest,
+  type SendOpcode,
+  type Sge,
 } from '../../rnic/verbs.ts';
 import type { DataOperation } from '../../engine/arena.ts';
 import type { TargetSettings } from '../../../firmware/config.ts';
@@ -53,7 +63,11 @@ export interface WorkerContext {
 
 type State = 'hello' | 'open' | 'draining' | 'closed';
 
-interface MutableSge { lkey: number; offset: number; length: number }
+interface MutableSge {
+  lkey: number;
+  offset: number;
+  length: number;
+}
 
 /**
  * The work requests of one request context, built once and rewritten in place for every request
@@ -123,8 +137,15 @@ export class TargetConnection {
    * `pd` is this connection's own protection domain: the STags granted to the session live in it,
    * so no other session's QP can use them (kbtp-v1 section 11), even on the same RNIC.
    */
-  constructor(private readonly ctx: WorkerContext, private readonly slot: number, private readonly pd: ProtectionDomain,
-    private readonly qp: AnyQueuePair, private readonly cq: CompletionQueue, peer: string, private readonly onClosed: () => void) {
+  constructor(
+    private readonly ctx: WorkerContext,
+    private readonly slot: number,
+    private readonly pd: ProtectionDomain,
+    private readonly qp: AnyQueuePair,
+    private readonly cq: CompletionQueue,
+    peer: string,
+    private readonly onClosed: () => void,
+  ) {
     this.label = `${peer} qp ${qp.qpNumber}`;
     const { rnic, engine, arena } = ctx;
     const buffer = engine.memory.buffer;
@@ -218,7 +239,7 @@ export class TargetConnection {
     } catch (error) {
       // A fault while serving one connection ends that connection only.
       this.ctx.stats.internalError();
-      this.abort(`internal error: ${error instanceof Error ? error.stack ?? error.message : String(error)}`);
+      this.abort(`internal error: ${error instanceof Error ? (error.stack ?? error.message) : String(error)}`);
     }
   }
 
@@ -320,10 +341,14 @@ export class TargetConnection {
     const { arena, tier } = this.ctx;
     const t = arena.tierRequest(request);
     if (tier === undefined) throw new Error(`engine asked for a durable tier (action ${action}) that this target does not have`);
-    const ask = action === S.ACTION_RESERVE ? tier.ask({ op: 'reserve', index: t.index, generation: t.generation })
-      : action === S.ACTION_FETCH ? tier.ask({ op: 'fetch', index: t.index, blockOffset: t.blockOffset })
-      : t.kind === S.TIER_SEAL ? tier.ask({ op: 'seal', index: t.index, generation: t.generation, blockOffset: t.blockOffset, dataLength: t.dataLength })
-      : tier.ask({ op: 'unbind', index: t.index, generation: t.generation, why: t.kind === S.TIER_UNBIND_LOST ? 'lost' : 'free' });
+    const ask =
+      action === S.ACTION_RESERVE
+        ? tier.ask({ op: 'reserve', index: t.index, generation: t.generation })
+        : action === S.ACTION_FETCH
+          ? tier.ask({ op: 'fetch', index: t.index, blockOffset: t.blockOffset })
+          : t.kind === S.TIER_SEAL
+            ? tier.ask({ op: 'seal', index: t.index, generation: t.generation, blockOffset: t.blockOffset, dataLength: t.dataLength })
+            : tier.ask({ op: 'unbind', index: t.index, generation: t.generation, why: t.kind === S.TIER_UNBIND_LOST ? 'lost' : 'free' });
     void ask.then((answer) => {
       try {
         let next: number;
@@ -335,7 +360,9 @@ export class TargetConnection {
         }
         this.settle(request, next);
       } catch (error) {
-        this.ctx.log(`${this.label}: internal error after a tier step, closing the connection: ${error instanceof Error ? error.stack ?? error.message : String(error)}`);
+        this.ctx.log(
+          `${this.label}: internal error after a tier step, closing the connection: ${error instanceof Error ? (error.stack ?? error.message) : String(error)}`,
+        );
         this.ctx.stats.internalError();
         this.qp.disconnect();
       }
@@ -436,8 +463,16 @@ export class TargetConnection {
     const requestId = view.getBigUint64(K.HEADER_REQUEST_ID, false);
     if (bytes[K.HEADER_OPCODE] !== K.OPCODE_HELLO) {
       // kbtp-v1 section 11: INVALID_REQUEST with nothing disclosed, then close.
-      const completion = encodeCompletion({ version: K.KBTP_VERSION, requestOpcode: bytes[K.HEADER_OPCODE] ?? 0, requestId,
-        handle: view.getBigUint64(K.HEADER_HANDLE, false), generation: 0, status: K.STATUS_INVALID_REQUEST, dataLength: 0, blockOffset: 0n });
+      const completion = encodeCompletion({
+        version: K.KBTP_VERSION,
+        requestOpcode: bytes[K.HEADER_OPCODE] ?? 0,
+        requestId,
+        handle: view.getBigUint64(K.HEADER_HANDLE, false),
+        generation: 0,
+        status: K.STATUS_INVALID_REQUEST,
+        dataLength: 0,
+        blockOffset: 0n,
+      });
       this.ctx.log(`${this.label}: opcode 0x${(bytes[K.HEADER_OPCODE] ?? 0).toString(16)} before HELLO; closing`);
       this.ctx.stats.refused('not-hello');
       this.sendControl(completion, true);
@@ -461,8 +496,12 @@ export class TargetConnection {
     }
     if (!this.ctx.slots.enterTenant(admission.tenantIndex, admission.tenant.maxSessions)) {
       // kbtp-v1 has no status of its own for this; TOO_MANY_REQUESTS says "not now, too many" (docs/PROTOCOL.md).
-      this.refuse(requestId, K.STATUS_TOO_MANY_REQUESTS,
-        `tenant '${admission.tenant.name}' has its limit of ${admission.tenant.maxSessions} sessions`, 'tenant-full');
+      this.refuse(
+        requestId,
+        K.STATUS_TOO_MANY_REQUESTS,
+        `tenant '${admission.tenant.name}' has its limit of ${admission.tenant.maxSessions} sessions`,
+        'tenant-full',
+      );
       return;
     }
     this.countedTenant = admission.tenantIndex;
@@ -500,11 +539,21 @@ export class TargetConnection {
       const ring = engine.partitionRing(tenantConfig.partition);
       const firstOffset = ring.firstBlock * config.blockSize;
       // Same tagged-offset base as the pool: a Block Offset read from a slot is the Write's TO.
-      const partitionRegion = this.grant(buffer, layout.pool + firstOffset, ring.blocks * config.blockSize,
-        Access.LocalWrite | Access.RemoteWrite, BigInt(firstOffset));
+      const partitionRegion = this.grant(
+        buffer,
+        layout.pool + firstOffset,
+        ring.blocks * config.blockSize,
+        Access.LocalWrite | Access.RemoteWrite,
+        BigInt(firstOffset),
+      );
       // Verbs require local write with remote atomic (and remote write) access.
-      const ringRegion = this.grant(buffer, ring.head, ring.slots - ring.head + S.SLOT_SIZE * 2 ** ring.order,
-        Access.LocalWrite | Access.RemoteRead | Access.RemoteAtomic, 0n);
+      const ringRegion = this.grant(
+        buffer,
+        ring.head,
+        ring.slots - ring.head + S.SLOT_SIZE * 2 ** ring.order,
+        Access.LocalWrite | Access.RemoteRead | Access.RemoteAtomic,
+        0n,
+      );
       const tickets = new SessionTickets(this.ctx, ring, partitionRegion, this.tenantAddress, this.label);
       this.tickets = tickets;
       ringRegion.onRemoteAtomic = (offset, original) => {
@@ -527,7 +576,10 @@ export class TargetConnection {
       delete this.ctx.fault; // once per worker: the sessions after it show the node recovered
       if (fault.kind === 'connection') this.faultArmed = true;
       // KBTP_TEST_FAULT=worker:<tenant>: a throw nobody catches, as a bug outside any connection would be.
-      else setImmediate(() => { throw new Error('injected worker fault (KBTP_TEST_FAULT)'); });
+      else
+        setImmediate(() => {
+          throw new Error('injected worker fault (KBTP_TEST_FAULT)');
+        });
     }
     this.sendControl(encodeHelloAck(ack), false);
     this.postReceive(request);
@@ -604,8 +656,8 @@ export class TargetConnection {
     for (const request of this.contexts) {
       const state = engine.view.getUint32(request + S.REQUEST_STATE, true);
       if (state === S.REQUEST_STATE_DATA || state === S.REQUEST_STATE_DATA_SENT) arena.complete(request, false);
-      else if ((state === S.REQUEST_STATE_CREDITED || state === S.REQUEST_STATE_WAIT_SLOT || state === S.REQUEST_STATE_FETCH_SLOT) &&
-        !waiting.has(request)) this.retries.push(request);
+      else if ((state === S.REQUEST_STATE_CREDITED || state === S.REQUEST_STATE_WAIT_SLOT || state === S.REQUEST_STATE_FETCH_SLOT) && !waiting.has(request))
+        this.retries.push(request);
       // PERSIST and FETCH belong to the durable tier, which finishes them on its own.
     }
     this.readsOutstanding = 0;

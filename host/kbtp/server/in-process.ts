@@ -21,17 +21,26 @@ export class InProcessTarget {
   readonly context: WorkerContext;
   private readonly connections = new Set<TargetConnection>();
 
-  constructor(readonly settings: TargetSettings, log: (line: string) => void = () => undefined) {
+  constructor(
+    readonly settings: TargetSettings,
+    log: (line: string) => void = () => undefined,
+  ) {
     // The durable tier lives in a target's main thread (tier-host.ts), which this one does not have.
     if (settings.durable !== undefined) throw new Error('the in-process target runs without a durable tier; leave durable unset');
     this.engine = Engine.create(engineConfigFor(settings));
     const arena = new ThreadArena(this.engine, 0);
     const stats = new TargetStats(arena.requestArea.address, this.engine.layout.requestSize, this.engine.config.requestsPerThread);
     this.context = {
-      engine: this.engine, arena, rnic: createRnic({ name: 'target-in-process' }), settings, stats,
+      engine: this.engine,
+      arena,
+      rnic: createRnic({ name: 'target-in-process' }),
+      settings,
+      stats,
       lateReclaims: new LateReclaims(this.engine, () => stats.ticketReclaimed()),
-      slots: SessionSlots.create(settings.session.maxSessions, settings.tenants.length), log,
-      tier: undefined, demoter: new Demoter(this.engine),
+      slots: SessionSlots.create(settings.session.maxSessions, settings.tenants.length),
+      log,
+      tier: undefined,
+      demoter: new Demoter(this.engine),
     };
   }
 

@@ -12,7 +12,11 @@ const FIRST_SLOT = 1;
 export class SessionSlots {
   private readonly words: Int32Array;
 
-  constructor(readonly buffer: SharedArrayBuffer, readonly slots: number, readonly tenants: number) {
+  constructor(
+    readonly buffer: SharedArrayBuffer,
+    readonly slots: number,
+    readonly tenants: number,
+  ) {
     if (buffer.byteLength < SessionSlots.bytes(slots, tenants)) throw new RangeError('session slot buffer is too small');
     this.words = new Int32Array(buffer);
   }

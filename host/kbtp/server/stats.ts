@@ -102,13 +102,24 @@ export class TargetStats {
    * `requestBase`, `requestSize`, `requests`: this thread's request contexts (ThreadArena), so a
    * context's arrival time is kept in a slot of its own without any allocation.
    */
-  constructor(private readonly requestBase = 0, private readonly requestSize = 1, requests = 0) {
+  constructor(
+    private readonly requestBase = 0,
+    private readonly requestSize = 1,
+    requests = 0,
+  ) {
     this.arrivals = new Float64Array(requests);
   }
 
-  sessionOpened(): void { this.sessionsOpen += 1; this.sessionsTotal += 1; }
-  sessionClosed(): void { this.sessionsOpen -= 1; }
-  tenantSessionOpened(tenant: string): void { this.tenantSessions.set(tenant, (this.tenantSessions.get(tenant) ?? 0) + 1); }
+  sessionOpened(): void {
+    this.sessionsOpen += 1;
+    this.sessionsTotal += 1;
+  }
+  sessionClosed(): void {
+    this.sessionsOpen -= 1;
+  }
+  tenantSessionOpened(tenant: string): void {
+    this.tenantSessions.set(tenant, (this.tenantSessions.get(tenant) ?? 0) + 1);
+  }
   tenantSessionClosed(tenant: string): void {
     const left = (this.tenantSessions.get(tenant) ?? 1) - 1;
     if (left > 0) this.tenantSessions.set(tenant, left);
@@ -119,16 +130,36 @@ export class TargetStats {
     bump(this.refusals, reason);
     if (reason === 'auth') this.authFailed += 1;
   }
-  timedOut(stage: TimeoutStage): void { bump(this.timeouts, stage); }
-  setupFailed(kind: SetupFailure): void { bump(this.setupFailures, kind); }
-  bytesIn(octets: number): void { this.received += octets; }
-  dataMoved(octets: number): void { this.moved += octets; }
-  ticketTaken(): void { this.taken += 1; }
-  demoted(): void { this.demotionCount += 1; }
-  promoted(): void { this.promotionCount += 1; }
-  ticketAbandoned(): void { this.abandoned += 1; }
-  ticketReclaimed(): void { this.reclaimed += 1; }
-  internalError(): void { this.faults += 1; }
+  timedOut(stage: TimeoutStage): void {
+    bump(this.timeouts, stage);
+  }
+  setupFailed(kind: SetupFailure): void {
+    bump(this.setupFailures, kind);
+  }
+  bytesIn(octets: number): void {
+    this.received += octets;
+  }
+  dataMoved(octets: number): void {
+    this.moved += octets;
+  }
+  ticketTaken(): void {
+    this.taken += 1;
+  }
+  demoted(): void {
+    this.demotionCount += 1;
+  }
+  promoted(): void {
+    this.promotionCount += 1;
+  }
+  ticketAbandoned(): void {
+    this.abandoned += 1;
+  }
+  ticketReclaimed(): void {
+    this.reclaimed += 1;
+  }
+  internalError(): void {
+    this.faults += 1;
+  }
   /** A request landed in the context at `request` (its address). */
   arrived(request: number): void {
     const index = (request - this.requestBase) / this.requestSize;
@@ -164,18 +195,49 @@ export class TargetStats {
       if (count > 0) latency[OPCODE_NAMES[FIRST_OPCODE + op] ?? String(op)] = { counts, sumSeconds: this.latencySums[op] ?? 0, count };
     }
     return {
-      sessionsOpen: this.sessionsOpen, sessionsTotal: this.sessionsTotal, sessionsRefused: this.sessionsRefused,
-      refusals: { ...this.refusals }, timeouts: { ...this.timeouts }, setupFailures: { ...this.setupFailures }, requests,
-      bytesIn: this.received, dataBytes: this.moved, ticketsReclaimed: this.reclaimed, internalErrors: this.faults,
-      authFailures: this.authFailed, ticketsTaken: this.taken, ticketsAbandoned: this.abandoned,
-      sessionsByTenant: Object.fromEntries(this.tenantSessions), latency, demotions: this.demotionCount, promotions: this.promotionCount,
+      sessionsOpen: this.sessionsOpen,
+      sessionsTotal: this.sessionsTotal,
+      sessionsRefused: this.sessionsRefused,
+      refusals: { ...this.refusals },
+      timeouts: { ...this.timeouts },
+      setupFailures: { ...this.setupFailures },
+      requests,
+      bytesIn: this.received,
+      dataBytes: this.moved,
+      ticketsReclaimed: this.reclaimed,
+      internalErrors: this.faults,
+      authFailures: this.authFailed,
+      ticketsTaken: this.taken,
+      ticketsAbandoned: this.abandoned,
+      sessionsByTenant: Object.fromEntries(this.tenantSessions),
+      latency,
+      demotions: this.demotionCount,
+      promotions: this.promotionCount,
     };
   }
 }
 
 export function mergeStats(parts: readonly StatsSnapshot[]): StatsSnapshot {
-  const total: StatsSnapshot = { sessionsOpen: 0, sessionsTotal: 0, sessionsRefused: 0, refusals: {}, timeouts: {}, setupFailures: {}, requests: {}, bytesIn: 0, dataBytes: 0, ticketsReclaimed: 0,
-    internalErrors: 0, authFailures: 0, ticketsTaken: 0, ticketsAbandoned: 0, sessionsByTenant: {}, latency: {}, demotions: 0, promotions: 0 };
+  const total: StatsSnapshot = {
+    sessionsOpen: 0,
+    sessionsTotal: 0,
+    sessionsRefused: 0,
+    refusals: {},
+    timeouts: {},
+    setupFailures: {},
+    requests: {},
+    bytesIn: 0,
+    dataBytes: 0,
+    ticketsReclaimed: 0,
+    internalErrors: 0,
+    authFailures: 0,
+    ticketsTaken: 0,
+    ticketsAbandoned: 0,
+    sessionsByTenant: {},
+    latency: {},
+    demotions: 0,
+    promotions: 0,
+  };
   for (const part of parts) {
     total.demotions += part.demotions;
     total.promotions += part.promotions;
@@ -186,7 +248,9 @@ export function mergeStats(parts: readonly StatsSnapshot[]): StatsSnapshot {
     for (const [opcode, histogram] of Object.entries(part.latency)) {
       // biome-ignore lint/suspicious/noAssignInExpressions: creates the bucket on first use and names it
       const into = (total.latency[opcode] ??= { counts: histogram.counts.map(() => 0), sumSeconds: 0, count: 0 });
-      histogram.counts.forEach((n, bucket) => { into.counts[bucket] = (into.counts[bucket] ?? 0) + n; });
+      histogram.counts.forEach((n, bucket) => {
+        into.counts[bucket] = (into.counts[bucket] ?? 0) + n;
+      });
       into.sumSeconds += histogram.sumSeconds;
       into.count += histogram.count;
     }

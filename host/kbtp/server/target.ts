@@ -51,8 +51,12 @@ export interface RunningTarget {
 
 const workerUrl = new URL(`./worker${import.meta.url.endsWith('.ts') ? '.ts' : '.js'}`, import.meta.url);
 
-function startWorker(data: TargetWorkerData, log: (line: string) => void, failed: (error: Error) => void,
-  tier: TierHost | undefined): { worker: Worker; first: Promise<WorkerToMain> } {
+function startWorker(
+  data: TargetWorkerData,
+  log: (line: string) => void,
+  failed: (error: Error) => void,
+  tier: TierHost | undefined,
+): { worker: Worker; first: Promise<WorkerToMain> } {
   const worker = spawnWorker(workerUrl, { workerData: data });
   const first = new Promise<WorkerToMain>((resolve, reject) => {
     const onMessage = (message: WorkerToMain): void => {
@@ -89,7 +93,9 @@ export async function startTarget(settings: TargetSettings, options: TargetOptio
   const slots = SessionSlots.create(settings.session.maxSessions, settings.tenants.length);
   let stopping = false;
   let reportFailure: (error: Error) => void = () => undefined;
-  const failure = new Promise<Error>((resolve) => { reportFailure = resolve; });
+  const failure = new Promise<Error>((resolve) => {
+    reportFailure = resolve;
+  });
   let failedAlready = false;
   const failed = (error: Error): void => {
     if (failedAlready) return;
@@ -133,26 +139,27 @@ export async function startTarget(settings: TargetSettings, options: TargetOptio
     });
   }
   // A worker that died or does not answer within a second counts as empty rather than stalling stop().
-  const ask = (worker: Worker): Promise<StatsSnapshot> => new Promise((resolve) => {
-    if (exited.has(worker)) {
-      resolve(mergeStats([]));
-      return;
-    }
-    const id = nextStatsId++;
-    const timer = setTimeout(() => {
-      worker.off('message', onMessage);
-      resolve(mergeStats([]));
-    }, 1000);
-    const onMessage = (message: WorkerToMain): void => {
-      if (message.type === 'stats' && message.id === id) {
-        clearTimeout(timer);
-        worker.off('message', onMessage);
-        resolve(message.stats);
+  const ask = (worker: Worker): Promise<StatsSnapshot> =>
+    new Promise((resolve) => {
+      if (exited.has(worker)) {
+        resolve(mergeStats([]));
+        return;
       }
-    };
-    worker.on('message', onMessage);
-    worker.postMessage({ type: 'stats', id } satisfies MainToWorker);
-  });
+      const id = nextStatsId++;
+      const timer = setTimeout(() => {
+        worker.off('message', onMessage);
+        resolve(mergeStats([]));
+      }, 1000);
+      const onMessage = (message: WorkerToMain): void => {
+        if (message.type === 'stats' && message.id === id) {
+          clearTimeout(timer);
+          worker.off('message', onMessage);
+          resolve(message.stats);
+        }
+      };
+      worker.on('message', onMessage);
+      worker.postMessage({ type: 'stats', id } satisfies MainToWorker);
+    });
 
   const drain = (): void => {
     for (const worker of workers) worker.postMessage({ type: 'drain' } satisfies MainToWorker);

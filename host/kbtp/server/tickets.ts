@@ -26,7 +26,10 @@ export function reclaimTicket(engine: Engine, ring: RingLayout, ticket: number, 
 export class LateReclaims {
   private readonly pending: Array<{ ring: RingLayout; ticket: number; tenant: number }> = [];
   private timer: NodeJS.Timeout | undefined;
-  constructor(private readonly engine: Engine, private readonly onReclaimed: () => void = () => undefined) {}
+  constructor(
+    private readonly engine: Engine,
+    private readonly onReclaimed: () => void = () => undefined,
+  ) {}
 
   add(ring: RingLayout, ticket: number, tenant: number): void {
     this.pending.push({ ring, ticket, tenant });
@@ -71,8 +74,13 @@ export class SessionTickets {
   private readonly taken = new Map<number, number>();
   private timer: NodeJS.Timeout | undefined;
 
-  constructor(private readonly ctx: TicketContext, private readonly ring: RingLayout, private readonly partitionRegion: MemoryRegion,
-    private readonly tenantAddress: number, private readonly label: string) {}
+  constructor(
+    private readonly ctx: TicketContext,
+    private readonly ring: RingLayout,
+    private readonly partitionRegion: MemoryRegion,
+    private readonly tenantAddress: number,
+    private readonly label: string,
+  ) {}
 
   /** The session's FetchAdd on the ring head took `ticket`: it counts against the tenant's quota until bound or reclaimed. */
   take(ticket: number): void {
@@ -105,7 +113,7 @@ export class SessionTickets {
     for (const [ticket, takenAt] of this.taken) {
       const slot = engine.readSlot(ring, ticket & (slotCount - 1));
       const filled = slot.sequence === ticket;
-      const waiting = slot.sequence === ((ticket - slotCount) >>> 0);
+      const waiting = slot.sequence === (ticket - slotCount) >>> 0;
       if ((filled && slot.blockOffset === ALL_ONES) || (!filled && !waiting)) {
         this.taken.delete(ticket); // bound (or reclaimed): its turn is over
         continue;

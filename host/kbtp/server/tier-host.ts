@@ -25,7 +25,10 @@ export class TierHost {
   /** Per handle, the stamp it had when the tier last put it in order (see DropGate 'recent'). */
   private readonly seen: Uint32Array;
 
-  private constructor(readonly tier: DurableTier, private readonly engine: Engine) {
+  private constructor(
+    readonly tier: DurableTier,
+    private readonly engine: Engine,
+  ) {
     this.seen = new Uint32Array(engine.config.handleCount);
   }
 
@@ -39,10 +42,15 @@ export class TierHost {
       settle: (index, generation) => engine.dropSettle(index, generation !== undefined),
     };
     const tier = await DurableTier.open({
-      directory: path.join(durable.dataDir, 'tier'), capacityBytes: durable.capacityBytes, blockSize: config.blockSize,
-      handleBase: config.handleBase, handleCount: config.handleCount, drops: gate,
+      directory: path.join(durable.dataDir, 'tier'),
+      capacityBytes: durable.capacityBytes,
+      blockSize: config.blockSize,
+      handleBase: config.handleBase,
+      handleCount: config.handleCount,
+      drops: gate,
       tenants: settings.tenants.map((tenant) => ({
-        first: Number(tenant.storeRange.first - config.handleBase), count: Number(tenant.storeRange.count),
+        first: Number(tenant.storeRange.first - config.handleBase),
+        count: Number(tenant.storeRange.count),
         durableQuota: tenant.durableQuota ?? Number.MAX_SAFE_INTEGER,
       })),
       ...(files === undefined ? {} : { files }),

@@ -77,10 +77,19 @@ async function main(): Promise<void> {
   const stats = new TargetStats(arena.requestArea.address, engine.layout.requestSize, engine.config.requestsPerThread);
   const fault = faultFromEnvironment();
   const context: WorkerContext = {
-    engine, arena, rnic, settings, stats, lateReclaims: new LateReclaims(engine, () => stats.ticketReclaimed()), slots,
+    engine,
+    arena,
+    rnic,
+    settings,
+    stats,
+    lateReclaims: new LateReclaims(engine, () => stats.ticketReclaimed()),
+    slots,
     ...(fault !== undefined ? { fault } : {}),
-    tier: settings.durable === undefined ? undefined : new TierClient(send), demoter: new Demoter(engine),
-    log: (line) => { if (data.verbose) send({ type: 'log', line: `[w${data.thread}] ${line}` }); },
+    tier: settings.durable === undefined ? undefined : new TierClient(send),
+    demoter: new Demoter(engine),
+    log: (line) => {
+      if (data.verbose) send({ type: 'log', line: `[w${data.thread}] ${line}` });
+    },
   };
   const connections = new Set<TargetConnection>();
   const credits = settings.session.credits;
@@ -90,7 +99,7 @@ async function main(): Promise<void> {
   const fail = (error: unknown): void => {
     if (failing) return;
     failing = true;
-    send({ type: 'fatal', message: error instanceof Error ? error.stack ?? error.message : String(error) });
+    send({ type: 'fatal', message: error instanceof Error ? (error.stack ?? error.message) : String(error) });
     // The thread goes on running only to end its sessions: their engine state must not stay held.
     draining = true;
     for (const connection of connections) connection.abort('the worker failed');
@@ -167,9 +176,20 @@ async function main(): Promise<void> {
   // RoCE: this worker's RNIC has its own UDP port on the listen address; the shared TCP socket
   // only carries each connection's setup exchange (QPN, PSN, GID, UDP port) and its lifetime.
   if (settings.transport === 'roce') await rnic.openRoce({ host: settings.listen.host });
-  const listener = settings.transport === 'roce'
-    ? await rnic.listenRc({ server, timeoutMs: settings.timeouts.mpaRequestMs, onSetupFailure, maxPending: settings.session.maxHandshakesPerWorker }, (request) => { void accept(request); })
-    : await rnic.listen({ server, timeoutMs: settings.timeouts.mpaRequestMs, onSetupFailure, maxPending: settings.session.maxHandshakesPerWorker }, (request) => { void accept(request); });
+  const listener =
+    settings.transport === 'roce'
+      ? await rnic.listenRc(
+          { server, timeoutMs: settings.timeouts.mpaRequestMs, onSetupFailure, maxPending: settings.session.maxHandshakesPerWorker },
+          (request) => {
+            void accept(request);
+          },
+        )
+      : await rnic.listen(
+          { server, timeoutMs: settings.timeouts.mpaRequestMs, onSetupFailure, maxPending: settings.session.maxHandshakesPerWorker },
+          (request) => {
+            void accept(request);
+          },
+        );
 
   const sweep = setInterval(() => {
     const now = Date.now();
@@ -188,8 +208,7 @@ async function main(): Promise<void> {
         snapshot.sramCounters = { hits: report.total.hits, misses: report.total.misses };
       }
       send({ type: 'stats', id: message.id, stats: snapshot });
-    }
-    else if (message.type === 'drain') {
+    } else if (message.type === 'drain') {
       draining = true;
       for (const connection of connections) connection.drain();
       void listener.close().then(() => server.close());
@@ -198,8 +217,7 @@ async function main(): Promise<void> {
 
   if (data.fd === undefined) {
     const address = server.address();
-    send({ type: 'listening', fd: listeningFd(server), port: typeof address === 'object' && address !== null ? address.port : 0,
-      host: settings.listen.host });
+    send({ type: 'listening', fd: listeningFd(server), port: typeof address === 'object' && address !== null ? address.port : 0, host: settings.listen.host });
   } else {
     send({ type: 'ready' });
   }

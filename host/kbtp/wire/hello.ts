@@ -95,8 +95,12 @@ export function decodeHello(bytes: Uint8Array): Hello {
   if (bytes.length < HELLO_FIXED_SIZE) throw new MessageFormatError(`HELLO is at least ${HELLO_FIXED_SIZE} octets, got ${bytes.length}`);
   const view = new DataView(bytes.buffer, bytes.byteOffset, bytes.byteLength);
   if (view.getUint8(K.HEADER_OPCODE) !== K.OPCODE_HELLO) throw new MessageFormatError('not a HELLO');
-  if (view.getUint16(K.HEADER_FLAGS, false) !== 0 || view.getBigUint64(K.HEADER_HANDLE, false) !== 0n || view.getUint16(K.HEADER_GENERATION, false) !== 0 ||
-    view.getUint16(K.HEADER_STATUS, false) !== 0) {
+  if (
+    view.getUint16(K.HEADER_FLAGS, false) !== 0 ||
+    view.getBigUint64(K.HEADER_HANDLE, false) !== 0n ||
+    view.getUint16(K.HEADER_GENERATION, false) !== 0 ||
+    view.getUint16(K.HEADER_STATUS, false) !== 0
+  ) {
     throw new MessageFormatError('HELLO must have Flags, Block Handle, Generation and Status zero');
   }
   const tenantLength = view.getUint8(HELLO_TENANT_LENGTH);
@@ -126,9 +130,29 @@ export function decodeHello(bytes: Uint8Array): Hello {
 /** A HELLO_ACK that refuses: every body field zero (kbtp-v1 section 5). */
 export function refusal(requestId: bigint, status: number): HelloAck {
   return {
-    version: K.KBTP_VERSION, requestId, status, capabilities: 0, blockSize: 0, blockCount: 0, targetCredits: 0, sharedRingOrder: 0,
-    partitionRingOrder: 0, maxInline: 0, quota: 0, ticketTimeoutMs: 0, tableStag: 0, tableOffset: 0n, tableBaseHandle: 0n,
-    tableHandleCount: 0n, storeFirst: 0n, storeCount: 0n, poolStag: 0, partitionStag: 0, ringStag: 0, ringOffset: 0n, headOffset: 0n,
+    version: K.KBTP_VERSION,
+    requestId,
+    status,
+    capabilities: 0,
+    blockSize: 0,
+    blockCount: 0,
+    targetCredits: 0,
+    sharedRingOrder: 0,
+    partitionRingOrder: 0,
+    maxInline: 0,
+    quota: 0,
+    ticketTimeoutMs: 0,
+    tableStag: 0,
+    tableOffset: 0n,
+    tableBaseHandle: 0n,
+    tableHandleCount: 0n,
+    storeFirst: 0n,
+    storeCount: 0n,
+    poolStag: 0,
+    partitionStag: 0,
+    ringStag: 0,
+    ringOffset: 0n,
+    headOffset: 0n,
   };
 }
 

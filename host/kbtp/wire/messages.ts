@@ -58,7 +58,7 @@ export function encodeRequest(fields: RequestFields): Uint8Array {
   const flags = fields.flags ?? 0;
   const hasDescriptor = fields.opcode === K.OPCODE_LOAD || fields.opcode === K.OPCODE_STORE || fields.opcode === K.OPCODE_ALLOC_STORE;
   const record = (flags & K.FLAG_RECORD) !== 0;
-  const inline = (flags & K.FLAG_INLINE) !== 0 ? fields.inline ?? new Uint8Array(0) : undefined;
+  const inline = (flags & K.FLAG_INLINE) !== 0 ? (fields.inline ?? new Uint8Array(0)) : undefined;
   let length = K.HEADER_SIZE;
   if (hasDescriptor) length += K.DESCRIPTOR_SIZE;
   if (fields.opcode === K.OPCODE_BIND) length = K.BIND_SIZE;

@@ -28,7 +28,8 @@ export function encodePingpong(destination: PingpongDestination): Uint8Array {
 
 /** Parses one 52-octet message the way rc_pingpong's sscanf("%x:%x:%x:%s") does, strictly. */
 export function decodePingpong(bytes: Uint8Array): PingpongDestination {
-  if (bytes.length !== PINGPONG_MESSAGE_LENGTH) throw new RnicError('EPROTO', `rc_pingpong message of ${bytes.length} octets, expected ${PINGPONG_MESSAGE_LENGTH}`);
+  if (bytes.length !== PINGPONG_MESSAGE_LENGTH)
+    throw new RnicError('EPROTO', `rc_pingpong message of ${bytes.length} octets, expected ${PINGPONG_MESSAGE_LENGTH}`);
   const end = bytes.indexOf(0);
   const text = new TextDecoder().decode(bytes.subarray(0, end < 0 ? bytes.length : end));
   const match = /^([0-9a-f]{1,4}):([0-9a-f]{1,6}):([0-9a-f]{1,6}):([0-9a-f]{32})$/i.exec(text);

@@ -180,7 +180,14 @@ export class RcQueuePair extends EventEmitter<RcQueuePairEvents> {
     }
     if (this.state === 'error') {
       // Verbs semantics: work posted to a QP in the error state completes flushed.
-      this.pushCompletion(this.sendCq, { wrId: wr.wrId, status: WcStatus.WrFlushError, opcode: wcOpcodeFor(wr.opcode), qpNumber: this.qpNumber, byteLength: 0, error: 'QP is in the error state' });
+      this.pushCompletion(this.sendCq, {
+        wrId: wr.wrId,
+        status: WcStatus.WrFlushError,
+        opcode: wcOpcodeFor(wr.opcode),
+        qpNumber: this.qpNumber,
+        byteLength: 0,
+        error: 'QP is in the error state',
+      });
       return;
     }
     if (this.requester.outstanding >= this.maxSendWr) {
@@ -201,7 +208,14 @@ export class RcQueuePair extends EventEmitter<RcQueuePairEvents> {
       capacity += sge.length;
     }
     if (this.state === 'error') {
-      this.pushCompletion(this.recvCq, { wrId: wr.wrId, status: WcStatus.WrFlushError, opcode: 'RECV', qpNumber: this.qpNumber, byteLength: 0, error: 'QP is in the error state' });
+      this.pushCompletion(this.recvCq, {
+        wrId: wr.wrId,
+        status: WcStatus.WrFlushError,
+        opcode: 'RECV',
+        qpNumber: this.qpNumber,
+        byteLength: 0,
+        error: 'QP is in the error state',
+      });
       return;
     }
     this.recvQueue.push({ wr, capacity });
@@ -275,7 +289,14 @@ export class RcQueuePair extends EventEmitter<RcQueuePairEvents> {
     this.requester.flush();
     while (this.recvHead < this.recvQueue.length) {
       const wqe = this.recvQueue[this.recvHead++]!;
-      this.pushCompletion(this.recvCq, { wrId: wqe.wr.wrId, status: WcStatus.WrFlushError, opcode: 'RECV', qpNumber: this.qpNumber, byteLength: 0, error: 'flushed: QP entered the error state' });
+      this.pushCompletion(this.recvCq, {
+        wrId: wqe.wr.wrId,
+        status: WcStatus.WrFlushError,
+        opcode: 'RECV',
+        qpNumber: this.qpNumber,
+        byteLength: 0,
+        error: 'flushed: QP entered the error state',
+      });
     }
     this.recvQueue.length = 0;
     this.recvHead = 0;

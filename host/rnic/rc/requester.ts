@@ -390,10 +390,13 @@ export class Requester {
       if (this.timer !== undefined) clearTimeout(this.timer);
       this.timer = undefined;
       if (this.rnrTimer !== undefined) clearTimeout(this.rnrTimer);
-      this.rnrTimer = setTimeout(() => {
-        this.rnrTimer = undefined;
-        this.pump();
-      }, RNR_TIMER_MICROS[h.syndrome & 0x1f]! / 1000);
+      this.rnrTimer = setTimeout(
+        () => {
+          this.rnrTimer = undefined;
+          this.pump();
+        },
+        RNR_TIMER_MICROS[h.syndrome & 0x1f]! / 1000,
+      );
       return;
     }
     if (h.syndrome === Syndrome.NakPsnSequenceError) {
@@ -464,7 +467,11 @@ export class Requester {
     const expectedLength = Math.min(mtu, wqe.length - index * mtu);
     const endsRun = h.opcode === IbOpcode.RdmaReadResponseLast || h.opcode === IbOpcode.RdmaReadResponseOnly;
     if (payload.length !== expectedLength || (final && !endsRun)) {
-      this.failWqe(wqe, WcStatus.BadResponseError, `Read Response PSN 0x${psn.toString(16)}: opcode 0x${h.opcode.toString(16)} with ${payload.length} octets, expected ${expectedLength}${final ? ' ending the Read' : ''}`);
+      this.failWqe(
+        wqe,
+        WcStatus.BadResponseError,
+        `Read Response PSN 0x${psn.toString(16)}: opcode 0x${h.opcode.toString(16)} with ${payload.length} octets, expected ${expectedLength}${final ? ' ending the Read' : ''}`,
+      );
       return;
     }
     if (h.opcode !== IbOpcode.RdmaReadResponseMiddle && (h.syndrome & Syndrome.TypeMask) !== Syndrome.TypeAck) {
@@ -570,7 +577,12 @@ export class Requester {
     if (!this.running || psnCompare(this.sentEnd, psnAdd(this.lastAcked, 1)) <= 0) return;
     this.qp.stats.timeouts++;
     if (this.retryCount !== UNLIMITED_RETRIES && this.retriesLeft-- <= 0) {
-      this.failAt(psnAdd(this.lastAcked, 1), WcStatus.RetryExceededError, `no acknowledgement from the peer after ${this.retryCount} retransmissions (${Math.round(this.timeoutMs)} ms timeout)`, 'connection-lost');
+      this.failAt(
+        psnAdd(this.lastAcked, 1),
+        WcStatus.RetryExceededError,
+        `no acknowledgement from the peer after ${this.retryCount} retransmissions (${Math.round(this.timeoutMs)} ms timeout)`,
+        'connection-lost',
+      );
       return;
     }
     this.rewind(psnAdd(this.lastAcked, 1));

@@ -89,7 +89,8 @@ export class Responder {
     const continuing = position === Position.Middle || position === Position.Last;
     if (this.inProgress !== InProgress.None) {
       const same = (this.inProgress === InProgress.Send && kind === Kind.Send) || (this.inProgress === InProgress.Write && kind === Kind.Write);
-      if (!same || !continuing) return this.fatal(Syndrome.NakInvalidRequest, h.psn, `${info.name} while a ${this.inProgress === InProgress.Send ? 'Send' : 'Write'} is in progress`);
+      if (!same || !continuing)
+        return this.fatal(Syndrome.NakInvalidRequest, h.psn, `${info.name} while a ${this.inProgress === InProgress.Send ? 'Send' : 'Write'} is in progress`);
     } else if (continuing) {
       return this.fatal(Syndrome.NakInvalidRequest, h.psn, `${info.name} without a FIRST packet`);
     }
@@ -150,8 +151,18 @@ export class Responder {
       if (h.opcode === IbOpcode.SendLastWithInvalidate || h.opcode === IbOpcode.SendOnlyWithInvalidate) {
         const status = qp.memory.invalidate(h.invalidateRkey, qp.pd);
         if (status !== AccessStatus.Ok) {
-          this.completeRecv(recv, 'RECV', this.placed, WcStatus.RemoteInvalidRequestError, `Send with Invalidate of rkey 0x${h.invalidateRkey.toString(16)}: ${accessStatusText(status)}`);
-          return this.fatal(Syndrome.NakRemoteOperationalError, h.psn, `cannot invalidate rkey 0x${h.invalidateRkey.toString(16)}: ${accessStatusText(status)}`);
+          this.completeRecv(
+            recv,
+            'RECV',
+            this.placed,
+            WcStatus.RemoteInvalidRequestError,
+            `Send with Invalidate of rkey 0x${h.invalidateRkey.toString(16)}: ${accessStatusText(status)}`,
+          );
+          return this.fatal(
+            Syndrome.NakRemoteOperationalError,
+            h.psn,
+            `cannot invalidate rkey 0x${h.invalidateRkey.toString(16)}: ${accessStatusText(status)}`,
+          );
         }
         invalidated = h.invalidateRkey;
       }
@@ -237,7 +248,8 @@ export class Responder {
 
   private atomic(h: IbHeaders): void {
     const qp = this.qp;
-    if (h.virtualAddress % 8n !== 0n) return this.fatal(Syndrome.NakInvalidRequest, h.psn, `atomic target 0x${h.virtualAddress.toString(16)} is not 8-octet aligned`);
+    if (h.virtualAddress % 8n !== 0n)
+      return this.fatal(Syndrome.NakInvalidRequest, h.psn, `atomic target 0x${h.virtualAddress.toString(16)} is not 8-octet aligned`);
     if (this.remote(h, Access.RemoteAtomic, 8, 'atomic') === undefined) return;
     const region = qp.memory.resolvedRegion!;
     const offset = qp.memory.resolvedOffset;
@@ -367,7 +379,11 @@ export class Responder {
     const memory = this.qp.memory;
     const status = memory.checkRemote(h.rkey, this.qp.pd, right, h.virtualAddress, length);
     if (status !== AccessStatus.Ok) {
-      this.fatal(Syndrome.NakRemoteAccessError, h.psn, `${what} rkey 0x${h.rkey.toString(16)} VA 0x${h.virtualAddress.toString(16)} length ${length}: ${accessStatusText(status)}`);
+      this.fatal(
+        Syndrome.NakRemoteAccessError,
+        h.psn,
+        `${what} rkey 0x${h.rkey.toString(16)} VA 0x${h.virtualAddress.toString(16)} length ${length}: ${accessStatusText(status)}`,
+      );
       return undefined;
     }
     return memory.resolvedRegion!.bytes.subarray(memory.resolvedOffset, memory.resolvedOffset + length);
@@ -403,6 +419,9 @@ export class Responder {
   /** A request this side cannot execute: NAK it, and the QP enters the error state. */
   private fatal(syndrome: number, psn: number, text: string): void {
     this.sendAck(syndrome, psn);
-    this.qp.enterError({ reason: 'terminate-sent', message: `${text} (sent ${syndrome === Syndrome.NakRemoteAccessError ? 'NAK remote access error' : syndrome === Syndrome.NakInvalidRequest ? 'NAK invalid request' : 'NAK remote operational error'})` });
+    this.qp.enterError({
+      reason: 'terminate-sent',
+      message: `${text} (sent ${syndrome === Syndrome.NakRemoteAccessError ? 'NAK remote access error' : syndrome === Syndrome.NakInvalidRequest ? 'NAK invalid request' : 'NAK remote operational error'})`,
+    });
   }
 }

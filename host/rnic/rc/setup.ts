@@ -316,9 +316,7 @@ export class RcConnectionRequest {
     if (this.settled) return;
     this.settled = true;
     checkPrivateData(privateData);
-    this.socket.end(
-      encode({ type: TYPE_REJECT, pathMtu: 4096, qpNumber: 0, psn: 0, udpPort: 0, ird: 0, ord: 0, gid: new Uint8Array(16), privateData }),
-    );
+    this.socket.end(encode({ type: TYPE_REJECT, pathMtu: 4096, qpNumber: 0, psn: 0, udpPort: 0, ird: 0, ord: 0, gid: new Uint8Array(16), privateData }));
   }
 }
 

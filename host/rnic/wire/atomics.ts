@@ -93,13 +93,7 @@ export function maskedFetchAdd(original: bigint, addData: bigint, addMask: bigin
  * RFC 7306 §6 masked CmpSwap: compares only the `compareMask` bits; on a match replaces only the
  * `swapMask` bits. Returns the new memory value, or `original` when the comparison fails.
  */
-export function maskedCompareSwap(
-  original: bigint,
-  compareData: bigint,
-  compareMask: bigint,
-  swapData: bigint,
-  swapMask: bigint,
-): bigint {
+export function maskedCompareSwap(original: bigint, compareData: bigint, compareMask: bigint, swapData: bigint, swapMask: bigint): bigint {
   if (((compareData ^ original) & compareMask) !== 0n) return original;
   return ((original & ~swapMask) | (swapData & swapMask)) & ALL_ONES_64;
 }

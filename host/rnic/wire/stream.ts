@@ -54,4 +54,3 @@ export function decodeMpaStream(bytes: Uint8Array, options: StreamDecodeOptions 
   }
   return { frame, frameLength, fpdus, trailing: body.length - offset };
 }
-

@@ -63,14 +63,18 @@ export const blockTier: Experiment = {
   summary: 'hit rate of a BLOCK SRAM tier against its capacity, replaying the Mooncake trace',
   description: [
     'Replays the Mooncake conversation trace (one block per hash id) through an LRU BLOCK tier of each',
-    'capacity. The prefix-hit rate counts a request\'s blocks as hits only up to its first miss, the rule',
-    'of the trace README\'s reference figures (4.4% / 11.0% / 28.7% / 35.5% / 36.6% at 1k / 5k / 20k /',
+    "capacity. The prefix-hit rate counts a request's blocks as hits only up to its first miss, the rule",
+    "of the trace README's reference figures (4.4% / 11.0% / 28.7% / 35.5% / 36.6% at 1k / 5k / 20k /",
     '50k / unlimited), shown beside them; the all-hit rate counts every hit. With --ways the tier is',
     'also replayed set-associative (capacity rounded up to a multiple of the ways).',
   ].join('\n'),
   options: {
-    trace: { type: 'string', value: '<file>', help: 'Mooncake-format trace (default: the repository\'s test/fixtures/traces/mooncake-conversation.jsonl)' },
-    capacities: { type: 'string', value: '<list>', help: 'tier capacities in blocks, comma-separated; "unlimited" allowed (default 1000,2000,5000,10000,20000,50000,100000,unlimited)' },
+    trace: { type: 'string', value: '<file>', help: "Mooncake-format trace (default: the repository's test/fixtures/traces/mooncake-conversation.jsonl)" },
+    capacities: {
+      type: 'string',
+      value: '<list>',
+      help: 'tier capacities in blocks, comma-separated; "unlimited" allowed (default 1000,2000,5000,10000,20000,50000,100000,unlimited)',
+    },
     ways: { type: 'string', value: '<n>', help: 'also replay an n-way set-associative tier' },
     requests: { type: 'string', value: '<n>', help: 'replay only the first n requests (default all)' },
   },
@@ -134,7 +138,9 @@ export const blockTier: Experiment = {
     ];
     const withSets = points.filter((p) => p.setAssociativePrefixHitRate !== null);
     if (withSets.length > 0) {
-      const loss = withSets.reduce((max, p) => (p.prefixHitRate - p.setAssociativePrefixHitRate! > max.prefixHitRate - max.setAssociativePrefixHitRate! ? p : max));
+      const loss = withSets.reduce((max, p) =>
+        p.prefixHitRate - p.setAssociativePrefixHitRate! > max.prefixHitRate - max.setAssociativePrefixHitRate! ? p : max,
+      );
       notes.push(
         `${ways}-way sets cost up to ${((loss.prefixHitRate - loss.setAssociativePrefixHitRate!) * 100).toFixed(2)} points (at ${loss.capacity} blocks): ` +
           'one conflict eviction anywhere in a prefix ends the prefix, so set conflicts hurt prefix hits far more than plain hits.',

@@ -120,7 +120,7 @@ export const dereg: Experiment = {
   ].join('\n'),
   options: {
     'victim-pages': { type: 'string', value: '<n>', help: "victim's working set in 4 KiB pages (default 1.5 x the cache's lines)" },
-    interval: { type: 'string', value: '<n>', help: "victim operations per neighbour (de)registration (default 100)" },
+    interval: { type: 'string', value: '<n>', help: 'victim operations per neighbour (de)registration (default 100)' },
     operations: { type: 'string', value: '<n>', help: 'victim operations measured per case (default 400000)' },
     warmup: { type: 'string', value: '<n>', help: 'victim operations before measuring (default 100000)' },
     'message-bytes': { type: 'string', value: '<n>', help: 'bytes per victim RDMA Write (default 4096)' },
@@ -149,7 +149,17 @@ export const dereg: Experiment = {
       title:
         `victim: ${params.victimPages} pages (${(params.victimPages / config.lines).toFixed(2)} x ${config.lines} lines, ${config.policy}), ` +
         `${params.messageBytes}-byte writes, neighbour acts every ${params.interval} victim ops`,
-      columns: ['neighbour', 'translation miss rate', 'x alone', 'throughput Gbit/s', 'x alone', 'NIC ns/op', 'PCIe reads/op', 'lines evicted by neighbour', 'lines invalidated'],
+      columns: [
+        'neighbour',
+        'translation miss rate',
+        'x alone',
+        'throughput Gbit/s',
+        'x alone',
+        'NIC ns/op',
+        'PCIe reads/op',
+        'lines evicted by neighbour',
+        'lines invalidated',
+      ],
       rows: MODES.map((mode) => {
         const c = result.cases[mode];
         return [
@@ -184,10 +194,7 @@ export const dereg: Experiment = {
           groups: ['translation miss rate', 'throughput'],
           series: MODES.map((mode) => ({
             name: mode,
-            values: [
-              ratio(result.cases[mode].translationMissRate, alone.translationMissRate),
-              ratio(result.cases[mode].throughputGbps, alone.throughputGbps),
-            ],
+            values: [ratio(result.cases[mode].translationMissRate, alone.translationMissRate), ratio(result.cases[mode].throughputGbps, alone.throughputGbps)],
           })),
           formatY: (value) => `${value.toFixed(2)}x`,
         }),
@@ -231,7 +238,11 @@ export const dereg: Experiment = {
       });
       json.sweep = result.sweep.map(({ victimPages, cases }) => ({
         victim_pages: victimPages,
-        victim_translation_miss_rate: { alone: cases.alone.translationMissRate, register: cases.register.translationMissRate, dereg: cases.dereg.translationMissRate },
+        victim_translation_miss_rate: {
+          alone: cases.alone.translationMissRate,
+          register: cases.register.translationMissRate,
+          dereg: cases.dereg.translationMissRate,
+        },
         victim_throughput: { alone: cases.alone.throughputGbps, register: cases.register.throughputGbps, dereg: cases.dereg.throughputGbps },
       }));
     }

@@ -73,7 +73,10 @@ export function integerListOption(
 ): number[] {
   const raw = values[name];
   if (raw === undefined) return [...fallback];
-  const items = String(raw).split(',').map((item) => item.trim()).filter((item) => item !== '');
+  const items = String(raw)
+    .split(',')
+    .map((item) => item.trim())
+    .filter((item) => item !== '');
   const parsed = items.map((item) => (Object.hasOwn(words, item) ? words[item]! : /^\d+$/.test(item) ? Number(item) : Number.NaN));
   const bad = items.find((item, index) => !Object.hasOwn(words, item) && (!Number.isSafeInteger(parsed[index]) || parsed[index]! < min));
   if (bad !== undefined || items.length === 0) {

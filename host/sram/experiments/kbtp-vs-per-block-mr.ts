@@ -95,7 +95,16 @@ export function runScheme(trace: BlockTrace, scheme: Scheme, params: BlockTraffi
         }
       }
       const ring = sequence[session]!++ % RING_SLOTS;
-      let nicNs = modelMessage(cache, session, session, RECEIVE_STAG_BASE + session, ring * RECEIVE_SLOT_BYTES, params.requestBytes, BUFFER_PAGE_BYTES, session);
+      let nicNs = modelMessage(
+        cache,
+        session,
+        session,
+        RECEIVE_STAG_BASE + session,
+        ring * RECEIVE_SLOT_BYTES,
+        params.requestBytes,
+        BUFFER_PAGE_BYTES,
+        session,
+      );
       nicNs += scheme.perBlockRegions
         ? modelMessage(cache, session, session, stagOfSlot[slot]!, 0, params.blockBytes, scheme.pageBytes, -1)
         : modelMessage(cache, session, session, POOL_STAG, slot * params.blockBytes, params.blockBytes, scheme.pageBytes, -1);
@@ -150,12 +159,12 @@ export const kbtpVsPerBlockMr: Experiment = {
   description: [
     'Replays the Mooncake conversation trace against a pool of --pool-blocks blocks (LRU): a block',
     'the pool holds is a LOAD, any other a STORE that may evict the oldest block. KBTP resolves every',
-    'block through the one Pool STag; the per-block scheme (the draft\'s patterns 2 and 3) registers a',
+    "block through the one Pool STag; the per-block scheme (the draft's patterns 2 and 3) registers a",
     'region per stored block and deregisters it on eviction. Rows: KBTP on small and on huge pages;',
     'per-block MRs on small pages and on one page per block; the latter again on a hw-assisted NIC.',
   ].join('\n'),
   options: {
-    trace: { type: 'string', value: '<file>', help: 'Mooncake-format trace (default: the repository\'s test/fixtures/traces/mooncake-conversation.jsonl)' },
+    trace: { type: 'string', value: '<file>', help: "Mooncake-format trace (default: the repository's test/fixtures/traces/mooncake-conversation.jsonl)" },
     requests: { type: 'string', value: '<n>', help: 'replay only the first n requests (default all)' },
     'block-bytes': { type: 'string', value: '<n>', help: 'bytes per KV block (default 65536)' },
     'pool-blocks': { type: 'string', value: '<n>', help: 'blocks the pool holds (default 20000)' },
@@ -194,7 +203,20 @@ export const kbtpVsPerBlockMr: Experiment = {
       title:
         `${trace.requests} requests, ${operations} block operations (${results[0]!.loads} loads, ${results[0]!.stores} stores), ` +
         `${bytesLabel(params.blockBytes)} blocks, pool of ${params.poolBlocks} blocks, ${params.sessions} sessions, ${context.config.lines} lines`,
-      columns: ['scheme', 'policy', 'regs', 'deregs', 'translation lookups', 'misses', 'miss rate', 'lines invalidated', 'PCIe reads', 'PCIe writes', 'NIC ns/block op', 'Gbit/s'],
+      columns: [
+        'scheme',
+        'policy',
+        'regs',
+        'deregs',
+        'translation lookups',
+        'misses',
+        'miss rate',
+        'lines invalidated',
+        'PCIe reads',
+        'PCIe writes',
+        'NIC ns/block op',
+        'Gbit/s',
+      ],
       rows: results.map((r) => [
         r.scheme,
         r.policy,

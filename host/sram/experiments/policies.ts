@@ -123,12 +123,12 @@ export const policies: Experiment = {
   name: 'policies',
   summary: 'shared-lru vs partitioned vs hw-assisted under QP-heavy and MR-heavy mixes',
   description: [
-    'Four mixes sized against the cache\'s line count L: qp-heavy (0.85 L QPs), mr-heavy (0.85 L pages),',
+    "Four mixes sized against the cache's line count L: qp-heavy (0.85 L QPs), mr-heavy (0.85 L pages),",
     'noisy-qps (tenant A with 0.3 L pages beside tenant B cycling 2 L QPs) and dereg-churn (tenant A',
     'beside a neighbour registering and deregistering every 50 operations). Each operation is one',
-    'message: QPC (dirty), MPT, one MTT per page, CQC. The partitioned policy uses the config\'s',
+    "message: QPC (dirty), MPT, one MTT per page, CQC. The partitioned policy uses the config's",
     '"partition" or its default split (QPC 1/2, MTT 3/8, MPT 1/16, CQC 1/32, EQC 1/32). The winner of a',
-    "mix is the policy giving tenant A the least NIC time per operation.",
+    'mix is the policy giving tenant A the least NIC time per operation.',
   ].join('\n'),
   options: {
     operations: { type: 'string', value: '<n>', help: 'operations measured per mix and policy (default 200000)' },
