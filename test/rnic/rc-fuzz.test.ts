@@ -7,7 +7,7 @@ import { Random } from '../../host/util/random.ts';
 import { encodeHeaders, headersFrom } from '../../host/rnic/wire/ib-headers.ts';
 import { headerLength, OPCODES } from '../../host/rnic/wire/ib-opcodes.ts';
 import { Access, WcStatus, type UdpLink } from '../../host/rnic/verbs.ts';
-import { completions, expectSuccess, rcPair } from './rc-harness.ts';
+import { completions, expectSuccess, rcPair } from '../support/rc.ts';
 
 test('fuzz: 100,000 packets at one QP; it errors cleanly, the other QP on the port is unharmed', async () => {
   const pair = await rcPair({ pathMtu: 1024 });

@@ -6,7 +6,7 @@ import { test } from 'uvu';
 import * as assert from 'uvu/assert';
 import { Random } from '../../host/util/random.ts';
 import { WcStatus, type SendWorkRequest } from '../../host/rnic/verbs.ts';
-import { completions, expectSuccess, rcPair, type RcPair, type RcPairOptions } from './rc-harness.ts';
+import { completions, expectSuccess, rcPair, type RcPair, type RcPairOptions } from '../support/rc.ts';
 
 const MiB = 1024 * 1024;
 
