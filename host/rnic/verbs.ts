@@ -18,7 +18,7 @@
 // Terminate and flushed completions; they never throw out of the event loop and never touch
 // another connection. See docs/RNIC.md for the architecture and the error table.
 
-import net from 'node:net';
+import type net from 'node:net';
 import { SocketChannel, type StreamChannel } from './channel.ts';
 import { type ConnectionRequest, DEFAULT_SETUP_TIMEOUT_MS, initiate, receiveRequest, type ConnectionSummary, type InitiatorOptions } from './connection.ts';
 import { CompletionQueue, type CompletionQueueOptions } from './cq.ts';
@@ -31,7 +31,7 @@ import { UdpLink, type PacketLink, type UdpLinkOptions } from './rc/link.ts';
 import { RcListener, type RcListenOptions } from './rc/listener.ts';
 import { SetupListener, type SetupListenOptions } from './setup-listener.ts';
 import { RcQueuePair, type RcQueuePairOptions } from './rc/queue-pair.ts';
-import { connectRc, receiveRcRequest, RcConnectionRequest, type RcConnectionSummary, type RcConnectOptions, type RcSetupOptions } from './rc/setup.ts';
+import { connectRc, receiveRcRequest, type RcConnectionRequest, type RcConnectionSummary, type RcConnectOptions, type RcSetupOptions } from './rc/setup.ts';
 
 export { Access, ACCESS_ALL, MemoryRegion, ProtectionDomain, type RegisterMemoryOptions } from './memory.ts';
 export { CompletionQueue, type CompletionQueueOptions } from './cq.ts';

@@ -147,10 +147,10 @@ test('rxe-atomic.pcap: FetchAdd requests and Atomic Acknowledges byte for byte',
   const responderRnic = createRnic();
   const responderLink = new RecordingLink(acks);
   const responder = rcQp(responderRnic, responderLink, 0, fetches[0]!.headers.psn);
-  // biome-ignore lint/complexity/useMathMinMax: bigints, which Math.min/max do not take
-  const base = fetches.reduce((low, packet) => (packet.headers.virtualAddress < low ? packet.headers.virtualAddress : low), fetches[0]!.headers.virtualAddress);
-  // biome-ignore lint/complexity/useMathMinMax: bigints, which Math.min/max do not take
-  const top = fetches.reduce((high, packet) => (packet.headers.virtualAddress > high ? packet.headers.virtualAddress : high), 0n);
+  const addresses = fetches.map((packet) => packet.headers.virtualAddress);
+  const sorted = [...addresses].sort((a, b) => (a < b ? -1 : a > b ? 1 : 0));
+  const base = sorted[0]!;
+  const top = sorted[sorted.length - 1]!;
   const memory = new Uint8Array(new SharedArrayBuffer(Number(top - base) + 8));
   responderRnic.registerMemory(responder.pd, memory, {
     access: Access.LocalWrite | Access.RemoteAtomic,

@@ -50,21 +50,35 @@ export class RoceEndpoint {
     this.stats.packets++;
     const h = this.scratch;
     const problem = decodeHeaders(packet, h);
-    if (problem !== undefined) return this.drop('malformed', problem);
-    if (computeIcrc(ip, udp, packet.subarray(0, packet.length - ICRC_LENGTH)) !== h.icrc) return this.drop('icrcErrors', 'ICRC mismatch');
-    if (h.transportVersion !== 0) return this.drop('badVersionOrKey', `TVer ${h.transportVersion}`);
+    if (problem !== undefined) {
+      this.drop('malformed', problem);
+      return;
+    }
+    if (computeIcrc(ip, udp, packet.subarray(0, packet.length - ICRC_LENGTH)) !== h.icrc) {
+      this.drop('icrcErrors', 'ICRC mismatch');
+      return;
+    }
+    if (h.transportVersion !== 0) {
+      this.drop('badVersionOrKey', `TVer ${h.transportVersion}`);
+      return;
+    }
     const qp = this.queuePairs.get(h.destQp);
-    if (qp === undefined) return this.drop('unknownQp', `no QP 0x${h.destQp.toString(16)}`);
+    if (qp === undefined) {
+      this.drop('unknownQp', `no QP 0x${h.destQp.toString(16)}`);
+      return;
+    }
     const path = qp.path;
     // The source address must be the peer's; the source port is free (RoCEv2 uses it for ECMP
     // entropy: rxe derives it from the QP numbers, so it is not the port we send to).
     if (path === undefined || path.peer.address !== from.address) {
-      return this.drop('wrongSource', `QP 0x${h.destQp.toString(16)} is not connected to ${from.address}`);
+      this.drop('wrongSource', `QP 0x${h.destQp.toString(16)} is not connected to ${from.address}`);
+      return;
     }
     // rxe pkey_match: the low 15 bits equal, and at least one side a full member.
     const own = path.pkey ?? 0xffff;
     if ((h.pkey & 0x7fff) !== (own & 0x7fff) || (h.pkey & 0x7fff) === 0 || ((h.pkey | own) & 0x8000) === 0) {
-      return this.drop('badVersionOrKey', `P_Key 0x${h.pkey.toString(16)}`);
+      this.drop('badVersionOrKey', `P_Key 0x${h.pkey.toString(16)}`);
+      return;
     }
     qp.receive(h, packet);
   }

@@ -158,26 +158,56 @@ export class EthernetLink implements PacketLink {
 
   private incoming(frame: Uint8Array): void {
     this.stats.framesIn++;
-    if (frame.length < ETHERNET_HEADER_LENGTH) return this.ignore();
+    if (frame.length < ETHERNET_HEADER_LENGTH) {
+      this.ignore();
+      return;
+    }
     const etherType = (frame[12]! << 8) | frame[13]!;
-    if (etherType === ETHERTYPE_ARP) return this.arp(frame.subarray(ETHERNET_HEADER_LENGTH));
-    if (etherType !== ETHERTYPE_IPV4) return this.ignore();
+    if (etherType === ETHERTYPE_ARP) {
+      this.arp(frame.subarray(ETHERNET_HEADER_LENGTH));
+      return;
+    }
+    if (etherType !== ETHERTYPE_IPV4) {
+      this.ignore();
+      return;
+    }
     const ip = frame.subarray(ETHERNET_HEADER_LENGTH);
-    if (ip.length < IPV4_HEADER_LENGTH || ip[0]! >> 4 !== 4) return this.ignore();
+    if (ip.length < IPV4_HEADER_LENGTH || ip[0]! >> 4 !== 4) {
+      this.ignore();
+      return;
+    }
     const headerLength = (ip[0]! & 0x0f) * 4;
     const totalLength = (ip[2]! << 8) | ip[3]!;
-    if (headerLength < IPV4_HEADER_LENGTH || totalLength > ip.length || totalLength < headerLength) return this.ignore();
-    if (!sameAddress(ip.subarray(16, 20), this.ownAddress)) return this.ignore();
-    if ((((ip[6]! << 8) | ip[7]!) & 0x3fff) !== 0) return this.ignore(); // fragments: RoCE sets DF
+    if (headerLength < IPV4_HEADER_LENGTH || totalLength > ip.length || totalLength < headerLength) {
+      this.ignore();
+      return;
+    }
+    if (!sameAddress(ip.subarray(16, 20), this.ownAddress)) {
+      this.ignore();
+      return;
+    }
+    if ((((ip[6]! << 8) | ip[7]!) & 0x3fff) !== 0) { // fragments: RoCE sets DF
+      this.ignore();
+      return;
+    }
     const source = Array.from(ip.subarray(12, 16)).join('.');
     // Whoever talks to us from this address is reachable at this MAC.
     this.learn(source, frame.subarray(6, 12));
     const body = ip.subarray(headerLength, totalLength);
-    if (ip[9] === IP_PROTOCOL_ICMP) return this.icmp(ip.subarray(0, headerLength), body, source);
-    if (ip[9] !== IP_PROTOCOL_UDP || body.length < UDP_HEADER_LENGTH) return this.ignore();
+    if (ip[9] === IP_PROTOCOL_ICMP) {
+      this.icmp(ip.subarray(0, headerLength), body, source);
+      return;
+    }
+    if (ip[9] !== IP_PROTOCOL_UDP || body.length < UDP_HEADER_LENGTH) {
+      this.ignore();
+      return;
+    }
     const destinationPort = (body[2]! << 8) | body[3]!;
     const udpLength = (body[4]! << 8) | body[5]!;
-    if (destinationPort !== ROCE_UDP_PORT || udpLength < UDP_HEADER_LENGTH || udpLength > body.length) return this.ignore();
+    if (destinationPort !== ROCE_UDP_PORT || udpLength < UDP_HEADER_LENGTH || udpLength > body.length) {
+      this.ignore();
+      return;
+    }
     this.receiver?.(body.subarray(UDP_HEADER_LENGTH, udpLength), ip.subarray(0, headerLength), body.subarray(0, UDP_HEADER_LENGTH), {
       address: source,
       port: (body[0]! << 8) | body[1]!,
@@ -185,7 +215,10 @@ export class EthernetLink implements PacketLink {
   }
 
   private arp(arp: Uint8Array): void {
-    if (arp.length < ARP_LENGTH || arp[0] !== 0 || arp[1] !== 1 || arp[2] !== 0x08 || arp[3] !== 0x00 || arp[4] !== 6 || arp[5] !== 4) return this.ignore();
+    if (arp.length < ARP_LENGTH || arp[0] !== 0 || arp[1] !== 1 || arp[2] !== 0x08 || arp[3] !== 0x00 || arp[4] !== 6 || arp[5] !== 4) {
+      this.ignore();
+      return;
+    }
     const operation = (arp[6]! << 8) | arp[7]!;
     const senderMac = arp.subarray(8, 14);
     const senderAddress = arp.subarray(14, 18);
@@ -196,7 +229,10 @@ export class EthernetLink implements PacketLink {
   }
 
   private icmp(ipHeader: Uint8Array, body: Uint8Array, source: string): void {
-    if (body.length < 8 || body[0] !== 8 || internetChecksum(body) !== 0) return this.ignore(); // echo request, intact
+    if (body.length < 8 || body[0] !== 8 || internetChecksum(body) !== 0) { // echo request, intact
+      this.ignore();
+      return;
+    }
     const reply = new Uint8Array(ETHERNET_HEADER_LENGTH + IPV4_HEADER_LENGTH + body.length);
     encodeIpv4Header(reply, ETHERNET_HEADER_LENGTH, {
       source: this.ownAddress,

@@ -89,10 +89,13 @@ export class Responder {
     const continuing = position === Position.Middle || position === Position.Last;
     if (this.inProgress !== InProgress.None) {
       const same = (this.inProgress === InProgress.Send && kind === Kind.Send) || (this.inProgress === InProgress.Write && kind === Kind.Write);
-      if (!same || !continuing)
-        return this.fatal(Syndrome.NakInvalidRequest, h.psn, `${info.name} while a ${this.inProgress === InProgress.Send ? 'Send' : 'Write'} is in progress`);
+      if (!same || !continuing) {
+        this.fatal(Syndrome.NakInvalidRequest, h.psn, `${info.name} while a ${this.inProgress === InProgress.Send ? 'Send' : 'Write'} is in progress`);
+        return;
+      }
     } else if (continuing) {
-      return this.fatal(Syndrome.NakInvalidRequest, h.psn, `${info.name} without a FIRST packet`);
+      this.fatal(Syndrome.NakInvalidRequest, h.psn, `${info.name} without a FIRST packet`);
+      return;
     }
     if (kind === Kind.Send || kind === Kind.Write) {
       const length = payload.length;
@@ -102,17 +105,24 @@ export class Responder {
           : position === Position.Last
             ? length < 1 || length > this.mtu
             : length > this.mtu;
-      if (wrong) return this.fatal(Syndrome.NakInvalidRequest, h.psn, `${info.name} carries ${length} octets at path MTU ${this.mtu}`);
+      if (wrong) {
+        this.fatal(Syndrome.NakInvalidRequest, h.psn, `${info.name} carries ${length} octets at path MTU ${this.mtu}`);
+        return;
+      }
     }
     switch (kind) {
       case Kind.Send:
-        return this.send(h, payload, position);
+        this.send(h, payload, position);
+        return;
       case Kind.Write:
-        return this.write(h, payload, position);
+        this.write(h, payload, position);
+        return;
       case Kind.ReadRequest:
-        return this.readRequest(h);
+        this.readRequest(h);
+        return;
       case Kind.Atomic:
-        return this.atomic(h);
+        this.atomic(h);
+        return;
       default:
         return; // responses are the requester's; nothing else reaches here
     }
@@ -121,14 +131,18 @@ export class Responder {
   private send(h: IbHeaders, payload: Uint8Array, position: Position): void {
     const qp = this.qp;
     if (position === Position.First || position === Position.Only) {
-      if (qp.postedReceives === 0) return this.rnr(h.psn);
+      if (qp.postedReceives === 0) {
+        this.rnr(h.psn);
+        return;
+      }
       const recv = qp.takeReceive()!;
       const views: Uint8Array[] = [];
       for (const sge of recv.wr.sgList) {
         const status = qp.memory.checkLocal(sge.lkey, qp.pd, Access.LocalWrite, sge.offset, sge.length);
         if (status !== AccessStatus.Ok) {
           this.completeRecv(recv, 'RECV', 0, WcStatus.LocalProtectionError, localAccessText(status, sge));
-          return this.fatal(Syndrome.NakRemoteOperationalError, h.psn, `receive WR ${String(recv.wr.wrId)}: ${localAccessText(status, sge)}`);
+          this.fatal(Syndrome.NakRemoteOperationalError, h.psn, `receive WR ${String(recv.wr.wrId)}: ${localAccessText(status, sge)}`);
+          return;
         }
         views.push(qp.memory.resolvedRegion!.bytes.subarray(qp.memory.resolvedOffset, qp.memory.resolvedOffset + sge.length));
       }
@@ -141,7 +155,8 @@ export class Responder {
     if (this.placed + payload.length > recv.capacity) {
       this.inProgress = InProgress.None;
       this.completeRecv(recv, 'RECV', this.placed, WcStatus.LocalLengthError, `Send longer than the ${recv.capacity}-octet receive`);
-      return this.fatal(Syndrome.NakInvalidRequest, h.psn, `Send longer than the posted ${recv.capacity}-octet receive`);
+      this.fatal(Syndrome.NakInvalidRequest, h.psn, `Send longer than the posted ${recv.capacity}-octet receive`);
+      return;
     }
     this.place(payload);
     this.qp.stats.payloadBytesReceived += payload.length;
@@ -151,18 +166,9 @@ export class Responder {
       if (h.opcode === IbOpcode.SendLastWithInvalidate || h.opcode === IbOpcode.SendOnlyWithInvalidate) {
         const status = qp.memory.invalidate(h.invalidateRkey, qp.pd);
         if (status !== AccessStatus.Ok) {
-          this.completeRecv(
-            recv,
-            'RECV',
-            this.placed,
-            WcStatus.RemoteInvalidRequestError,
-            `Send with Invalidate of rkey 0x${h.invalidateRkey.toString(16)}: ${accessStatusText(status)}`,
-          );
-          return this.fatal(
-            Syndrome.NakRemoteOperationalError,
-            h.psn,
-            `cannot invalidate rkey 0x${h.invalidateRkey.toString(16)}: ${accessStatusText(status)}`,
-          );
+          this.completeRecv(recv, 'RECV', this.placed, WcStatus.RemoteInvalidRequestError, `Send with Invalidate of rkey 0x${h.invalidateRkey.toString(16)}: ${accessStatusText(status)}`);
+          this.fatal(Syndrome.NakRemoteOperationalError, h.psn, `cannot invalidate rkey 0x${h.invalidateRkey.toString(16)}: ${accessStatusText(status)}`);
+          return;
         }
         invalidated = h.invalidateRkey;
       }
@@ -191,9 +197,15 @@ export class Responder {
     const last = position === Position.Last || position === Position.Only;
     const immediate = h.opcode === IbOpcode.RdmaWriteOnlyWithImmediate || h.opcode === IbOpcode.RdmaWriteLastWithImmediate;
     // A Write with Immediate consumes a receive: without one the peer retries this packet later.
-    if (immediate && qp.postedReceives === 0) return this.rnr(h.psn);
+    if (immediate && qp.postedReceives === 0) {
+      this.rnr(h.psn);
+      return;
+    }
     if (first) {
-      if (h.dmaLength > MAX_DMA_LENGTH) return this.fatal(Syndrome.NakInvalidRequest, h.psn, `RDMA Write DMA length ${h.dmaLength} exceeds 2^31`);
+      if (h.dmaLength > MAX_DMA_LENGTH) {
+        this.fatal(Syndrome.NakInvalidRequest, h.psn, `RDMA Write DMA length ${h.dmaLength} exceeds 2^31`);
+        return;
+      }
       this.writeTarget = EMPTY;
       // A zero-length Write names no memory and is not checked (IBA C9-88, as rxe).
       if (h.dmaLength > 0) {
@@ -206,7 +218,8 @@ export class Responder {
       this.inProgress = InProgress.Write;
     }
     if (this.placed + payload.length > this.writeLength) {
-      return this.fatal(Syndrome.NakInvalidRequest, h.psn, `RDMA Write data exceeds its DMA length ${this.writeLength}`);
+      this.fatal(Syndrome.NakInvalidRequest, h.psn, `RDMA Write data exceeds its DMA length ${this.writeLength}`);
+      return;
     }
     this.writeTarget.set(payload, this.placed);
     this.placed += payload.length;
@@ -214,7 +227,8 @@ export class Responder {
     if (last) {
       this.inProgress = InProgress.None;
       if (this.placed !== this.writeLength) {
-        return this.fatal(Syndrome.NakInvalidRequest, h.psn, `RDMA Write carried ${this.placed} of its ${this.writeLength} octets`);
+        this.fatal(Syndrome.NakInvalidRequest, h.psn, `RDMA Write carried ${this.placed} of its ${this.writeLength} octets`);
+        return;
       }
       this.msn = (this.msn + 1) & 0xffffff;
       this.qp.stats.messagesReceived++;
@@ -236,7 +250,10 @@ export class Responder {
 
   private readRequest(h: IbHeaders): void {
     const length = h.dmaLength;
-    if (length > MAX_DMA_LENGTH) return this.fatal(Syndrome.NakInvalidRequest, h.psn, `RDMA Read DMA length ${length} exceeds 2^31`);
+    if (length > MAX_DMA_LENGTH) {
+      this.fatal(Syndrome.NakInvalidRequest, h.psn, `RDMA Read DMA length ${length} exceeds 2^31`);
+      return;
+    }
     if (length > 0 && this.remote(h, Access.RemoteRead, length, 'RDMA Read') === undefined) return;
     const packets = Math.max(1, Math.ceil(length / this.mtu));
     this.remember({ kind: 'read', psn: h.psn, packets, virtualAddress: h.virtualAddress, rkey: h.rkey, length, original: 0n });
@@ -248,12 +265,17 @@ export class Responder {
 
   private atomic(h: IbHeaders): void {
     const qp = this.qp;
-    if (h.virtualAddress % 8n !== 0n)
-      return this.fatal(Syndrome.NakInvalidRequest, h.psn, `atomic target 0x${h.virtualAddress.toString(16)} is not 8-octet aligned`);
+    if (h.virtualAddress % 8n !== 0n) {
+      this.fatal(Syndrome.NakInvalidRequest, h.psn, `atomic target 0x${h.virtualAddress.toString(16)} is not 8-octet aligned`);
+      return;
+    }
     if (this.remote(h, Access.RemoteAtomic, 8, 'atomic') === undefined) return;
     const region = qp.memory.resolvedRegion!;
     const offset = qp.memory.resolvedOffset;
-    if (!isAtomicAligned(region, offset)) return this.fatal(Syndrome.NakInvalidRequest, h.psn, 'atomic target is not 8-octet aligned in memory');
+    if (!isAtomicAligned(region, offset)) {
+      this.fatal(Syndrome.NakInvalidRequest, h.psn, 'atomic target is not 8-octet aligned in memory');
+      return;
+    }
     const fetchAdd = h.opcode === IbOpcode.FetchAdd;
     // IB atomics are unmasked (roce.md §6.1): an add over all 64 bits, a compare of all of them.
     const original = executeAtomic(region, offset, {

@@ -102,16 +102,24 @@ function readMessage(socket: net.Socket, timeoutMs: number): Promise<SetupMessag
       if (buffered.length < HEADER_LENGTH) return;
       const view = new DataView(buffered.buffer, buffered.byteOffset, buffered.length);
       if (view.getUint32(0) !== MAGIC || buffered[4] !== VERSION) {
-        return finish(new RnicError('EPROTO', 'the peer did not answer with a kbtp RC setup message (wrong magic or version)'));
+        finish(new RnicError('EPROTO', 'the peer did not answer with a kbtp RC setup message (wrong magic or version)'));
+        return;
       }
       const length = view.getUint16(22);
-      if (length > MAX_RC_PRIVATE_DATA) return finish(new RnicError('EPROTO', `RC setup private data of ${length} octets exceeds ${MAX_RC_PRIVATE_DATA}`));
+      if (length > MAX_RC_PRIVATE_DATA) {
+        finish(new RnicError('EPROTO', `RC setup private data of ${length} octets exceeds ${MAX_RC_PRIVATE_DATA}`));
+        return;
+      }
       if (buffered.length < HEADER_LENGTH + length) return;
-      if (buffered.length > HEADER_LENGTH + length) return finish(new RnicError('EPROTO', 'the peer sent more than one setup message'));
+      if (buffered.length > HEADER_LENGTH + length) {
+        finish(new RnicError('EPROTO', 'the peer sent more than one setup message'));
+        return;
+      }
       const pathMtu = PATH_MTUS[buffered[6]! - 1];
       const type = buffered[5]!;
       if (pathMtu === undefined || type < TYPE_REQUEST || type > TYPE_REJECT) {
-        return finish(new RnicError('EPROTO', `RC setup message with type ${type} and path MTU code ${buffered[6]}`));
+        finish(new RnicError('EPROTO', `RC setup message with type ${type} and path MTU code ${buffered[6]}`));
+        return;
       }
       finish(undefined, {
         type,
