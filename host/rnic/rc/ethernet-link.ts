@@ -186,7 +186,8 @@ export class EthernetLink implements PacketLink {
       this.ignore();
       return;
     }
-    if ((((ip[6]! << 8) | ip[7]!) & 0x3fff) !== 0) { // fragments: RoCE sets DF
+    if ((((ip[6]! << 8) | ip[7]!) & 0x3fff) !== 0) {
+      // fragments: RoCE sets DF
       this.ignore();
       return;
     }
@@ -229,7 +230,8 @@ export class EthernetLink implements PacketLink {
   }
 
   private icmp(ipHeader: Uint8Array, body: Uint8Array, source: string): void {
-    if (body.length < 8 || body[0] !== 8 || internetChecksum(body) !== 0) { // echo request, intact
+    if (body.length < 8 || body[0] !== 8 || internetChecksum(body) !== 0) {
+      // echo request, intact
       this.ignore();
       return;
     }

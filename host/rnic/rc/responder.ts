@@ -166,7 +166,13 @@ export class Responder {
       if (h.opcode === IbOpcode.SendLastWithInvalidate || h.opcode === IbOpcode.SendOnlyWithInvalidate) {
         const status = qp.memory.invalidate(h.invalidateRkey, qp.pd);
         if (status !== AccessStatus.Ok) {
-          this.completeRecv(recv, 'RECV', this.placed, WcStatus.RemoteInvalidRequestError, `Send with Invalidate of rkey 0x${h.invalidateRkey.toString(16)}: ${accessStatusText(status)}`);
+          this.completeRecv(
+            recv,
+            'RECV',
+            this.placed,
+            WcStatus.RemoteInvalidRequestError,
+            `Send with Invalidate of rkey 0x${h.invalidateRkey.toString(16)}: ${accessStatusText(status)}`,
+          );
           this.fatal(Syndrome.NakRemoteOperationalError, h.psn, `cannot invalidate rkey 0x${h.invalidateRkey.toString(16)}: ${accessStatusText(status)}`);
           return;
         }
