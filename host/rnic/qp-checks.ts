@@ -47,17 +47,22 @@ export function checkSge(sge: Sge): void {
 
 const U64_LIMIT = 1n << 64n;
 
+/** RDMA and atomic operations name the peer's STag and a 64-bit tagged offset. */
+function checkRemote(wr: SendWorkRequest): void {
+  const remote = wr.remote;
+  if (remote === undefined || !Number.isInteger(remote.stag)) throw new RnicError('EINVAL', `${wr.opcode} needs remote.stag and remote.taggedOffset`);
+  const offset = remote.taggedOffset;
+  const valid = typeof offset === 'bigint' ? offset >= 0n && offset < U64_LIMIT : Number.isSafeInteger(offset) && offset >= 0;
+  if (!valid) throw new RnicError('EINVAL', `remote.taggedOffset ${String(offset)} is not a 64-bit unsigned integer`);
+}
+
+const NO_SGES: readonly Sge[] = [];
+
 export function checkSendRequest(wr: SendWorkRequest, maxSge: number): void {
-  const sgList = wr.sgList ?? [];
+  const sgList = wr.sgList ?? NO_SGES;
   if (!Array.isArray(sgList)) throw new RnicError('EINVAL', 'sgList must be an array');
   if (sgList.length > maxSge) throw new RnicError('EINVAL', `${sgList.length} SGEs exceed maxSge ${maxSge}`);
-  for (const sge of sgList) checkSge(sge);
-  const needsRemote = (): void => {
-    const remote = wr.remote;
-    if (remote === undefined || !Number.isInteger(remote.stag)) throw new RnicError('EINVAL', `${wr.opcode} needs remote.stag and remote.taggedOffset`);
-    const to = typeof remote.taggedOffset === 'bigint' ? remote.taggedOffset : Number.isSafeInteger(remote.taggedOffset) ? BigInt(remote.taggedOffset) : -1n;
-    if (to < 0n || to >= U64_LIMIT) throw new RnicError('EINVAL', `remote.taggedOffset ${String(remote.taggedOffset)} is not a 64-bit unsigned integer`);
-  };
+  for (let i = 0; i < sgList.length; i++) checkSge(sgList[i]!);
   switch (wr.opcode) {
     case 'SEND':
     case 'SEND_WITH_SE':
@@ -68,21 +73,21 @@ export function checkSendRequest(wr: SendWorkRequest, maxSge: number): void {
       if (!Number.isInteger(wr.invalidateStag)) throw new RnicError('EINVAL', `${wr.opcode} needs invalidateStag`);
       return;
     case 'RDMA_WRITE':
-      needsRemote();
+      checkRemote(wr);
       return;
     case 'RDMA_WRITE_WITH_IMM':
-      needsRemote();
+      checkRemote(wr);
       if (wr.immediate !== undefined && (typeof wr.immediate !== 'bigint' || wr.immediate < 0n || wr.immediate >= U64_LIMIT)) {
         throw new RnicError('EINVAL', 'immediate must be a bigint in 0..2^64-1');
       }
       return;
     case 'RDMA_READ':
-      needsRemote();
+      checkRemote(wr);
       if (sgList.length > 1) throw new RnicError('EINVAL', 'RDMA_READ takes one sink SGE (iWARP names one sink STag)');
       return;
     case 'ATOMIC_FETCH_ADD':
     case 'ATOMIC_CMP_SWAP':
-      needsRemote();
+      checkRemote(wr);
       if (sgList.length > 1 || (sgList.length === 1 && sgList[0]!.length !== 8)) {
         throw new RnicError('EINVAL', `${wr.opcode} takes at most one 8-octet SGE for the result`);
       }

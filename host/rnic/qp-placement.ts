@@ -33,9 +33,20 @@ import {
   RdmapOpcode,
   TerminateLayer,
 } from './wire/rdmap.ts';
-import { WcStatus, type ReceiveWorkRequest, type WcOpcode } from './work.ts';
+import { WcStatus, type ReceiveWorkRequest, type WcOpcode, type WorkCompletion } from './work.ts';
 
 const EMPTY = new Uint8Array(0);
+
+interface ReceiveExtra {
+  solicited?: boolean;
+  invalidatedStag?: number;
+  immediate?: bigint;
+  opcode?: WcOpcode;
+}
+
+type Mutable<T> = { -readonly [K in keyof T]: T[K] };
+
+const SOLICITED: ReceiveExtra = { solicited: true };
 
 interface RecvWqe {
   readonly wr: ReceiveWorkRequest;
@@ -169,7 +180,7 @@ export class Placement implements ReceiveSink {
         if (status !== AccessStatus.Ok) {
           wqe.status = WcStatus.LocalProtectionError;
           wqe.error = `receive buffer: ${localAccessText(status, sge)}`;
-          this.completeReceive(wqe, 0, {});
+          this.completeReceive(wqe, 0);
           this.currentRecv = undefined;
           receiver.fail(TerminateLayer.Ddp, DDP_ETYPE_CATASTROPHIC, DDP_ECODE_CATASTROPHIC, wqe.error);
           return undefined;
@@ -184,7 +195,7 @@ export class Placement implements ReceiveSink {
     if (messageOffset + length > wqe.capacity) {
       wqe.status = WcStatus.LocalLengthError;
       wqe.error = `Send of at least ${messageOffset + length} octets exceeds the ${wqe.capacity}-octet receive buffer`;
-      this.completeReceive(wqe, messageOffset, {});
+      this.completeReceive(wqe, messageOffset);
       this.currentRecv = undefined;
       receiver.fail(TerminateLayer.Ddp, DDP_ETYPE_UNTAGGED, DDP_ECODE_UNTAGGED_TOO_LONG, wqe.error);
       return undefined;
@@ -238,7 +249,7 @@ export class Placement implements ReceiveSink {
     this.currentRecv = undefined;
     if (wqe === undefined) return;
     if (qp.awaitingRtr !== undefined) {
-      this.completeReceive(wqe, 0, {});
+      this.completeReceive(wqe, 0);
       qp.readyToReceiveArrived();
       return;
     }
@@ -248,7 +259,7 @@ export class Placement implements ReceiveSink {
       if (status !== AccessStatus.Ok) {
         wqe.status = WcStatus.RemoteInvalidRequestError;
         wqe.error = `cannot invalidate STag 0x${hex(invalidateStag)}: ${accessStatusText(status)}`;
-        this.completeReceive(wqe, messageLength, { solicited: this.currentSolicited });
+        this.completeReceive(wqe, messageLength, this.currentSolicited ? SOLICITED : undefined);
         qp.receiver!.failMessage({
           layer: TerminateLayer.Rdmap,
           // siw: an STag of another PD is a protection error, an unknown one an operation error.
@@ -261,7 +272,7 @@ export class Placement implements ReceiveSink {
       this.completeReceive(wqe, messageLength, { solicited: this.currentSolicited, invalidatedStag: invalidateStag });
       return;
     }
-    this.completeReceive(wqe, messageLength, { solicited: this.currentSolicited });
+    this.completeReceive(wqe, messageLength, this.currentSolicited ? SOLICITED : undefined);
   }
 
   controlMessage(opcode: number, fpdu: Uint8Array): void {
@@ -358,23 +369,15 @@ export class Placement implements ReceiveSink {
     return wqe;
   }
 
-  private completeReceive(
-    wqe: RecvWqe,
-    byteLength: number,
-    extra: { solicited?: boolean; invalidatedStag?: number; immediate?: bigint; opcode?: WcOpcode },
-  ): void {
+  /** One object per completion, with only the fields that apply (no spreads, no option bag). */
+  private completeReceive(wqe: RecvWqe, byteLength: number, extra?: ReceiveExtra): void {
     const qp = this.qp;
-    qp.pushCompletion(qp.recvCq, {
-      wrId: wqe.wr.wrId,
-      status: wqe.status,
-      opcode: extra.opcode ?? 'RECV',
-      qpNumber: qp.qpNumber,
-      byteLength,
-      ...(extra.solicited === true ? { solicited: true } : {}),
-      ...(extra.invalidatedStag !== undefined ? { invalidatedStag: extra.invalidatedStag } : {}),
-      ...(extra.immediate !== undefined ? { immediate: extra.immediate } : {}),
-      ...(wqe.error !== undefined ? { error: wqe.error } : {}),
-    });
+    const completion: Mutable<WorkCompletion> = { wrId: wqe.wr.wrId, status: wqe.status, opcode: extra?.opcode ?? 'RECV', qpNumber: qp.qpNumber, byteLength };
+    if (extra?.solicited === true) completion.solicited = true;
+    if (extra?.invalidatedStag !== undefined) completion.invalidatedStag = extra.invalidatedStag;
+    if (extra?.immediate !== undefined) completion.immediate = extra.immediate;
+    if (wqe.error !== undefined) completion.error = wqe.error;
+    qp.pushCompletion(qp.recvCq, completion);
   }
 
   private rtrMismatch(receiver: FpduReceiver, what: string, fpdu?: Uint8Array): void {
@@ -396,13 +399,13 @@ export class Placement implements ReceiveSink {
     if (current !== undefined) {
       current.status = WcStatus.WrFlushError;
       current.error = reason;
-      this.completeReceive(current, 0, {});
+      this.completeReceive(current, 0);
     }
     while (this.rqHead < this.rq.length) {
       const wqe = this.rq[this.rqHead++]!;
       wqe.status = WcStatus.WrFlushError;
       wqe.error = reason;
-      this.completeReceive(wqe, 0, {});
+      this.completeReceive(wqe, 0);
     }
     this.rq.length = 0;
     this.rqHead = 0;

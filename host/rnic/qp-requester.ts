@@ -4,6 +4,7 @@
 import { RnicError, type TerminateInfo } from './errors.ts';
 import { Access, AccessStatus } from './memory.ts';
 import type { QueuePair } from './qp.ts';
+import type { WriteDone } from './transmit.ts';
 import { accessStatusText, checkSendRequest, hex, localAccessText } from './qp-checks.ts';
 import {
   ALL_ONES_64,
@@ -25,7 +26,7 @@ import {
   READ_REQUEST_HEADER_LENGTH,
   TerminateLayer,
 } from './wire/rdmap.ts';
-import { wcOpcodeFor, WcStatus, type SendWorkRequest, type Sge } from './work.ts';
+import { wcOpcodeFor, WcStatus, type SendWorkRequest, type Sge, type WorkCompletion } from './work.ts';
 
 const HOST_LITTLE_ENDIAN = new Uint8Array(new Uint16Array([1]).buffer)[0] === 1;
 const MAX_MESSAGE = 0xffffffff;
@@ -33,16 +34,33 @@ const MAX_MESSAGE = 0xffffffff;
 const SendWqeState = { Queued: 0, InFlight: 1, Done: 2 } as const;
 type SendWqeState = (typeof SendWqeState)[keyof typeof SendWqeState];
 
-interface SendWqe {
-  readonly wr: SendWorkRequest;
-  readonly signaled: boolean;
-  state: SendWqeState;
-  status: WcStatus;
-  error?: string;
-  byteLength: number;
-  atomicResult?: bigint;
+const NO_WR: SendWorkRequest = { wrId: 0, opcode: 'SEND' };
+
+/**
+ * A send queue entry. Entries are pooled and reused: one is retired when it has completed in
+ * order and the transport has reported every write it was handed (a late write callback must
+ * never reach the entry's next work request), so a steady stream of requests allocates none.
+ */
+class SendWqe {
+  wr: SendWorkRequest = NO_WR;
+  signaled = true;
+  state: SendWqeState = SendWqeState.Queued;
+  status: WcStatus = WcStatus.Success;
+  error: string | undefined = undefined;
+  byteLength = 0;
+  atomicResult: bigint | undefined = undefined;
   /** MSN of the request message on queue 1 (reads and atomics), for Terminate attribution. */
-  requestMsn?: number;
+  requestMsn: number | undefined = undefined;
+  /** Writes handed to the transmitter whose done callback has not run yet. */
+  writesPending = 0;
+  /** Left the send queue; back to the pool once `writesPending` is 0. */
+  dequeued = false;
+  /** The done callback of this entry's writes, bound once. */
+  readonly sentBound: WriteDone;
+
+  constructor(requester: Requester) {
+    this.sentBound = (error) => requester.sent(this, error);
+  }
 }
 
 /** An outbound RDMA Read or Atomic (or the RTR read) waiting for its response. */
@@ -70,6 +88,10 @@ export class Requester {
   /** Reads and atomics in `orq` (the RTR read does not count against ORD). */
   private outstandingRequests = 0;
   private nextRequestId = 1;
+  /** The gather list of the WR being started, as views (see gather()). */
+  private readonly gathered: Uint8Array[] = [];
+  /** Retired entries, for reuse. */
+  private readonly pool: SendWqe[] = [];
 
   constructor(private readonly qp: QueuePair) {}
 
@@ -87,13 +109,17 @@ export class Requester {
     if (this.sq.length - this.sqHead >= qp.maxSendWr) {
       throw new RnicError('ENOMEM', `send queue of QP ${qp.qpNumber} is full (${qp.maxSendWr} outstanding)`);
     }
-    const wqe: SendWqe = {
-      wr,
-      signaled: wr.signaled ?? qp.signalAll,
-      state: SendWqeState.Queued,
-      status: WcStatus.Success,
-      byteLength: 0,
-    };
+    const wqe = this.pool.pop() ?? new SendWqe(this);
+    wqe.wr = wr;
+    wqe.signaled = wr.signaled ?? qp.signalAll;
+    wqe.state = SendWqeState.Queued;
+    wqe.status = WcStatus.Success;
+    wqe.error = undefined;
+    wqe.byteLength = 0;
+    wqe.atomicResult = undefined;
+    wqe.requestMsn = undefined;
+    wqe.writesPending = 0;
+    wqe.dequeued = false;
     this.sq.push(wqe);
     if (qp.state === 'error') {
       this.finishWqe(wqe, WcStatus.WrFlushError, 'QP is in the error state');
@@ -139,8 +165,8 @@ export class Requester {
       case 'SEND_WITH_INV':
       case 'SEND_WITH_SE':
       case 'SEND_WITH_SE_INV': {
-        const gathered = this.gather(wqe);
-        if (gathered === undefined) return;
+        const length = this.gather(wqe);
+        if (length < 0) return;
         const invalidate = wr.opcode === 'SEND_WITH_INV' || wr.opcode === 'SEND_WITH_SE_INV';
         const solicited = wr.opcode === 'SEND_WITH_SE' || wr.opcode === 'SEND_WITH_SE_INV' || wr.solicited === true;
         const opcode = invalidate
@@ -150,33 +176,34 @@ export class Requester {
           : solicited
             ? RdmapOpcode.SendWithSolicitedEvent
             : RdmapOpcode.Send;
-        wqe.byteLength = gathered.length;
-        transmitter.sendUntagged(opcode, QN_SEND, invalidate ? wr.invalidateStag! >>> 0 : 0, undefined, gathered.views, gathered.length, (error) =>
-          this.sent(wqe, error),
-        );
+        wqe.byteLength = length;
+        wqe.writesPending++;
+        transmitter.sendUntagged(opcode, QN_SEND, invalidate ? wr.invalidateStag! >>> 0 : 0, undefined, this.gathered, length, wqe.sentBound);
         return;
       }
       case 'RDMA_WRITE':
       case 'RDMA_WRITE_WITH_IMM': {
-        const gathered = this.gather(wqe);
-        if (gathered === undefined) return;
-        wqe.byteLength = gathered.length;
+        const length = this.gather(wqe);
+        if (length < 0) return;
+        wqe.byteLength = length;
         const remote = wr.remote!;
         const withImmediate = wr.opcode === 'RDMA_WRITE_WITH_IMM';
+        if (!withImmediate) wqe.writesPending++;
         transmitter.sendTagged(
           RdmapOpcode.RdmaWrite,
           remote.stag >>> 0,
-          BigInt(remote.taggedOffset),
-          gathered.views,
-          gathered.length,
-          withImmediate ? undefined : (error) => this.sent(wqe, error),
+          remote.taggedOffset,
+          this.gathered,
+          length,
+          withImmediate ? undefined : wqe.sentBound,
         );
         if (withImmediate) {
           // RFC 7306: Write with Immediate is an RDMA Write followed by an Immediate Data message.
           const immediate = new Uint8Array(IMMEDIATE_DATA_HEADER_LENGTH);
           encodeImmediateData(immediate, 0, wr.immediate ?? 0n);
           const opcode = wr.solicited === true ? RdmapOpcode.ImmediateDataWithSolicitedEvent : RdmapOpcode.ImmediateData;
-          transmitter.sendUntagged(opcode, QN_SEND, 0, immediate, undefined, 0, (error) => this.sent(wqe, error));
+          wqe.writesPending++;
+          transmitter.sendUntagged(opcode, QN_SEND, 0, immediate, undefined, 0, wqe.sentBound);
         }
         return;
       }
@@ -271,36 +298,52 @@ export class Requester {
     }
   }
 
-  /** Resolves a WR's gather list to views of registered memory. */
-  private gather(wqe: SendWqe): { views: Uint8Array[]; length: number } | undefined {
+  /**
+   * Resolves a WR's gather list to views of registered memory, in `this.gathered` (one array,
+   * reused: the transmitter reads it only while framing); returns the length, or -1 after a failure.
+   */
+  private gather(wqe: SendWqe): number {
     const qp = this.qp;
-    const views: Uint8Array[] = [];
+    const views = this.gathered;
+    views.length = 0;
     let length = 0;
-    for (const sge of wqe.wr.sgList ?? []) {
+    const sgList = wqe.wr.sgList;
+    const count = sgList === undefined ? 0 : sgList.length;
+    for (let i = 0; i < count; i++) {
+      const sge = sgList![i]!;
       if (sge.length === 0) continue;
       const status = qp.memory.checkLocal(sge.lkey >>> 0, qp.pd, 0, sge.offset, sge.length);
       if (status !== AccessStatus.Ok) {
         this.localFailure(wqe, WcStatus.LocalProtectionError, `gather element: ${localAccessText(status, sge)}`);
-        return undefined;
+        return -1;
       }
       views.push(qp.memory.resolvedRegion!.bytes.subarray(sge.offset, sge.offset + sge.length));
       length += sge.length;
     }
     if (length > MAX_MESSAGE) {
       this.localFailure(wqe, WcStatus.LocalLengthError, `message of ${length} octets exceeds 2^32-1`);
-      return undefined;
+      return -1;
     }
-    return { views, length };
+    return length;
   }
 
   /** A Send or Write was taken by TCP: it completes locally (RFC 5040 §5.5 rule 14). */
-  private sent(wqe: SendWqe, error: Error | null | undefined): void {
+  sent(wqe: SendWqe, error: Error | null | undefined): void {
+    wqe.writesPending--;
     if (wqe.state !== SendWqeState.Done) {
       if (error !== undefined && error !== null) this.finishWqe(wqe, WcStatus.WrFlushError, `not sent: ${error.message}`);
       else this.finishWqe(wqe, WcStatus.Success);
       this.completeInOrder();
     }
+    if (wqe.dequeued && wqe.writesPending === 0) this.retire(wqe);
     this.qp.writeDone();
+  }
+
+  private retire(wqe: SendWqe): void {
+    wqe.wr = NO_WR;
+    wqe.error = undefined;
+    wqe.dequeued = false;
+    if (this.pool.length < this.qp.maxSendWr) this.pool.push(wqe);
   }
 
   /**
@@ -327,16 +370,16 @@ export class Requester {
       if (wqe.state !== SendWqeState.Done) break;
       this.sqHead++;
       if (wqe.signaled || wqe.status !== WcStatus.Success) {
-        qp.pushCompletion(qp.sendCq, {
-          wrId: wqe.wr.wrId,
-          status: wqe.status,
-          opcode: wcOpcodeFor(wqe.wr.opcode),
-          qpNumber: qp.qpNumber,
-          byteLength: wqe.byteLength,
-          ...(wqe.atomicResult !== undefined ? { atomicResult: wqe.atomicResult } : {}),
-          ...(wqe.error !== undefined ? { error: wqe.error } : {}),
-        });
+        // One object, with only the fields that apply: no spreads of option objects per completion.
+        const completion: { -readonly [K in keyof WorkCompletion]: WorkCompletion[K] } = {
+          wrId: wqe.wr.wrId, status: wqe.status, opcode: wcOpcodeFor(wqe.wr.opcode), qpNumber: qp.qpNumber, byteLength: wqe.byteLength,
+        };
+        if (wqe.atomicResult !== undefined) completion.atomicResult = wqe.atomicResult;
+        if (wqe.error !== undefined) completion.error = wqe.error;
+        qp.pushCompletion(qp.sendCq, completion);
       }
+      wqe.dequeued = true;
+      if (wqe.writesPending === 0) this.retire(wqe);
     }
     if (this.sqHead > 1024 && this.sqHead * 2 > this.sq.length) {
       this.sq.splice(0, this.sqHead);

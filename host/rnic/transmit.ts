@@ -14,7 +14,10 @@ export type WriteDone = (error?: Error | null) => void;
 
 /** Where framed bytes go: a TCP socket in production, a byte collector in tests. */
 export interface ByteSink {
-  /** Queues `chunks` in order; `done` runs once all of them reached the kernel (or failed). */
+  /**
+   * Queues `chunks` in order; `done` runs once all of them reached the kernel (or failed). The
+   * array is the transmitter's and valid during the call only; the chunks stay valid until `done`.
+   */
   write(chunks: Uint8Array[], done: WriteDone | undefined): void;
   /** Octets queued in user space that the kernel has not taken yet. */
   readonly pendingBytes: number;
@@ -40,6 +43,8 @@ export class Transmitter {
   private streamOffset = 0;
   messagesSent = 0;
   bytesSent = 0;
+  /** Lays out one message at a time (messages are framed one after another, never nested). */
+  private readonly framer = new MessageFramer(this);
 
   constructor(
     private readonly sink: ByteSink,
@@ -63,28 +68,37 @@ export class Transmitter {
   }
 
   /** Sends an RDMA Write or Read Response of `length` octets gathered from `payload`. */
-  sendTagged(opcode: number, stag: number, taggedOffset: bigint, payload: readonly Uint8Array[], length: number, done?: WriteDone): void {
+  sendTagged(
+    opcode: number,
+    stag: number,
+    taggedOffset: bigint | number,
+    payload: readonly Uint8Array[],
+    length: number,
+    done?: WriteDone,
+  ): void {
     const headerSize = MPA_LENGTH_FIELD + DDP_TAGGED_HEADER_LENGTH;
     const perSegment = this.mulpdu - DDP_TAGGED_HEADER_LENGTH;
     const segments = Math.max(1, Math.ceil(length / perSegment));
-    const framer = new MessageFramer(this, segments, headerSize, payload);
+    const framer = this.framer.begin(segments, headerSize, payload, length);
+    const arena = framer.arena;
     const control = rdmapControl(opcode);
-    const toHigh = Number((taggedOffset >> 32n) & 0xffffffffn);
-    const toLow = Number(taggedOffset & 0xffffffffn);
+    // A number TO (below 2^53) is split without BigInt arithmetic, which allocates.
+    const toHigh = typeof taggedOffset === 'number' ? Math.floor(taggedOffset / 0x1_0000_0000) : Number((taggedOffset >> 32n) & 0xffffffffn);
+    const toLow = typeof taggedOffset === 'number' ? taggedOffset % 0x1_0000_0000 : Number(taggedOffset & 0xffffffffn);
     let sent = 0;
     for (let segment = 0; segment < segments; segment++) {
       const bytes = Math.min(perSegment, length - sent);
       const ulpduLength = DDP_TAGGED_HEADER_LENGTH + bytes;
-      const header = framer.header();
-      header[0] = ulpduLength >> 8;
-      header[1] = ulpduLength & 0xff;
-      header[2] = DDP_FLAG_TAGGED | (segment === segments - 1 ? DDP_FLAG_LAST : 0) | DDP_VERSION;
-      header[3] = control;
-      writeUint32(header, 4, stag);
+      const at = framer.header();
+      arena[at] = ulpduLength >> 8;
+      arena[at + 1] = ulpduLength & 0xff;
+      arena[at + 2] = DDP_FLAG_TAGGED | (segment === segments - 1 ? DDP_FLAG_LAST : 0) | DDP_VERSION;
+      arena[at + 3] = control;
+      writeUint32(arena, at + 4, stag);
       // TO + sent, carried across the 32-bit halves without a BigInt per segment.
       const low = toLow + sent;
-      writeUint32(header, 8, (toHigh + Math.floor(low / 0x1_0000_0000)) >>> 0);
-      writeUint32(header, 12, low >>> 0);
+      writeUint32(arena, at + 8, (toHigh + Math.floor(low / 0x1_0000_0000)) >>> 0);
+      writeUint32(arena, at + 12, low >>> 0);
       framer.finishSegment(bytes, ulpduLength);
       sent += bytes;
     }
@@ -111,22 +125,23 @@ export class Transmitter {
     const headerSize = MPA_LENGTH_FIELD + DDP_UNTAGGED_HEADER_LENGTH + extra;
     const perSegment = this.mulpdu - DDP_UNTAGGED_HEADER_LENGTH - extra;
     const segments = Math.max(1, Math.ceil(length / perSegment));
-    const framer = new MessageFramer(this, segments, headerSize, payload);
+    const framer = this.framer.begin(segments, headerSize, payload, length);
+    const arena = framer.arena;
     const control = rdmapControl(opcode);
     let sent = 0;
     for (let segment = 0; segment < segments; segment++) {
       const bytes = Math.min(perSegment, length - sent);
       const ulpduLength = DDP_UNTAGGED_HEADER_LENGTH + extra + bytes;
-      const header = framer.header();
-      header[0] = ulpduLength >> 8;
-      header[1] = ulpduLength & 0xff;
-      header[2] = (segment === segments - 1 ? DDP_FLAG_LAST : 0) | DDP_VERSION;
-      header[3] = control;
-      writeUint32(header, 4, reserved);
-      writeUint32(header, 8, queue);
-      writeUint32(header, 12, msn);
-      writeUint32(header, 16, sent);
-      if (rdmapHeader !== undefined) header.set(rdmapHeader, 20);
+      const at = framer.header();
+      arena[at] = ulpduLength >> 8;
+      arena[at + 1] = ulpduLength & 0xff;
+      arena[at + 2] = (segment === segments - 1 ? DDP_FLAG_LAST : 0) | DDP_VERSION;
+      arena[at + 3] = control;
+      writeUint32(arena, at + 4, reserved);
+      writeUint32(arena, at + 8, queue);
+      writeUint32(arena, at + 12, msn);
+      writeUint32(arena, at + 16, sent);
+      if (rdmapHeader !== undefined) arena.set(rdmapHeader, at + 20);
       framer.finishSegment(bytes, ulpduLength);
       sent += bytes;
     }
@@ -136,11 +151,11 @@ export class Transmitter {
 
   /** Sends an already built ULPDU as one FPDU (used for Terminate). */
   sendUlpdu(ulpdu: Uint8Array, done?: WriteDone): void {
-    const framer = new MessageFramer(this, 1, MPA_LENGTH_FIELD + ulpdu.length, NO_PAYLOAD);
-    const header = framer.header();
-    header[0] = ulpdu.length >> 8;
-    header[1] = ulpdu.length & 0xff;
-    header.set(ulpdu, MPA_LENGTH_FIELD);
+    const framer = this.framer.begin(1, MPA_LENGTH_FIELD + ulpdu.length, NO_PAYLOAD, 0);
+    const at = framer.header();
+    framer.arena[at] = ulpdu.length >> 8;
+    framer.arena[at + 1] = ulpdu.length & 0xff;
+    framer.arena.set(ulpdu, at + MPA_LENGTH_FIELD);
     framer.finishSegment(0, ulpdu.length);
     this.emit(framer.chunks(), 0, done);
   }
@@ -155,50 +170,79 @@ export class Transmitter {
   private emit(chunks: Uint8Array[], payloadLength: number, done: WriteDone | undefined): void {
     this.messagesSent++;
     this.bytesSent += payloadLength;
-    this.sink.write(chunks, done);
+    this.framer.emitting = true;
+    try {
+      this.sink.write(chunks, done);
+    } finally {
+      this.framer.emitting = false;
+    }
   }
 }
 
+/** Payloads up to this long, in one segment, are copied behind their header: one chunk, no views. */
+const INLINE_PAYLOAD = 4096;
+
 /**
  * Lays out one message's FPDUs: headers and trailers share one allocation, and a trailer and
- * the next header are adjacent so they leave as one chunk between the payload views. With
- * markers the FPDU is built contiguously instead (markers may split any part of it).
+ * the next header are adjacent so they leave as one chunk between the payload views. A short
+ * single-segment message is built whole in that allocation instead (a COMPLETION, a request:
+ * one chunk, nothing else allocated). With markers the FPDU is built contiguously (markers may
+ * split any part of it). One framer serves its transmitter's messages one after another; the
+ * chunk array it hands the sink is valid during the write call only.
  */
 class MessageFramer {
-  private readonly arena: Uint8Array;
-  private readonly out: Uint8Array[] = [];
-  private readonly cursor: GatherCursor;
+  arena: Uint8Array = new Uint8Array(0);
+  /** Set while the sink's write runs: a message framed from inside it gets an array of its own. */
+  emitting = false;
+  private out: Uint8Array[] = [];
+  private readonly reusable: Uint8Array[] = [];
+  private headerSize = 0;
+  private inline = false;
   private offset = 0;
   private spanStart = 0;
   private headerStart = 0;
+  // The gather cursor: element index and offset into it.
+  private views: readonly Uint8Array[] = NO_PAYLOAD;
+  private index = 0;
+  private viewOffset = 0;
 
-  constructor(
-    private readonly transmitter: Transmitter,
-    segments: number,
-    private readonly headerSize: number,
-    payload: readonly Uint8Array[],
-  ) {
-    this.arena = new Uint8Array(segments * (headerSize + 3 + CRC_LENGTH));
-    this.cursor = new GatherCursor(payload);
+  constructor(private readonly transmitter: Transmitter) {}
+
+  begin(segments: number, headerSize: number, payload: readonly Uint8Array[], length: number): this {
+    this.inline = segments === 1 && length <= INLINE_PAYLOAD && !this.transmitter.markers;
+    this.arena = new Uint8Array(segments * (headerSize + 3 + CRC_LENGTH) + (this.inline ? length : 0));
+    if (this.emitting) {
+      this.out = [];
+    } else {
+      this.out = this.reusable;
+      this.out.length = 0;
+    }
+    this.headerSize = headerSize;
+    this.offset = 0;
+    this.spanStart = 0;
+    this.headerStart = 0;
+    this.views = payload;
+    this.index = 0;
+    this.viewOffset = 0;
+    return this;
   }
 
-  /** Space for the next segment's length field and headers. */
-  header(): Uint8Array {
+  /** Index in `arena` of the next segment's length field and headers. */
+  header(): number {
     this.headerStart = this.offset;
     this.offset += this.headerSize;
-    return this.arena.subarray(this.headerStart, this.offset);
+    return this.headerStart;
   }
 
-  /** Appends the segment's payload views, PAD and CRC. */
+  /** Appends the segment's payload (views, or a copy when inline), PAD and CRC. */
   finishSegment(payloadBytes: number, ulpduLength: number): void {
-    const header = this.arena.subarray(this.headerStart, this.headerStart + this.headerSize);
-    const views = this.cursor.take(payloadBytes);
+    const arena = this.arena;
     const padding = fpduPadding(ulpduLength);
     if (this.transmitter.markers) {
       const ulpdu = new Uint8Array(ulpduLength);
-      ulpdu.set(header.subarray(MPA_LENGTH_FIELD), 0);
-      let position = header.length - MPA_LENGTH_FIELD;
-      for (const view of views) {
+      ulpdu.set(arena.subarray(this.headerStart + MPA_LENGTH_FIELD, this.headerStart + this.headerSize), 0);
+      let position = this.headerSize - MPA_LENGTH_FIELD;
+      for (const view of this.take(payloadBytes)) {
         ulpdu.set(view, position);
         position += view.length;
       }
@@ -208,52 +252,76 @@ class MessageFramer {
       return;
     }
     const crcOn = this.transmitter.crc;
-    let crc = crcOn ? crc32cUpdate(0, header) : 0;
-    if (views.length > 0) {
-      this.out.push(this.arena.subarray(this.spanStart, this.offset));
-      for (const view of views) {
-        this.out.push(view);
-        if (crcOn) crc = crc32cUpdate(crc, view);
+    let crc = crcOn ? crc32cUpdate(0, arena.subarray(this.headerStart, this.headerStart + this.headerSize)) : 0;
+    if (payloadBytes > 0) {
+      if (this.inline) {
+        const start = this.offset;
+        this.copyPayload(payloadBytes);
+        if (crcOn) crc = crc32cUpdate(crc, arena.subarray(start, this.offset));
+      } else {
+        this.out.push(arena.subarray(this.spanStart, this.offset));
+        let remaining = payloadBytes;
+        while (remaining > 0) {
+          const view = this.nextView(remaining);
+          this.out.push(view);
+          if (crcOn) crc = crc32cUpdate(crc, view);
+          remaining -= view.length;
+        }
+        this.spanStart = this.offset;
       }
-      this.spanStart = this.offset;
     }
     // The arena is zero-filled, so the PAD octets are already zero.
     if (crcOn) {
-      if (padding > 0) crc = crc32cUpdate(crc, this.arena.subarray(this.offset, this.offset + padding));
-      writeCrc(this.arena, this.offset + padding, crc);
+      if (padding > 0) crc = crc32cUpdate(crc, arena.subarray(this.offset, this.offset + padding));
+      writeCrc(arena, this.offset + padding, crc);
     }
     this.offset += padding + CRC_LENGTH;
   }
 
   chunks(): Uint8Array[] {
-    if (this.offset > this.spanStart) this.out.push(this.arena.subarray(this.spanStart, this.offset));
+    if (this.offset > this.spanStart) {
+      const whole = this.spanStart === 0 && this.offset === this.arena.length;
+      this.out.push(whole ? this.arena : this.arena.subarray(this.spanStart, this.offset));
+    }
     return this.out;
   }
-}
 
-/** Walks a gather list, handing out views of the requested sizes across element boundaries. */
-class GatherCursor {
-  private index = 0;
-  private offset = 0;
+  /** The next piece of the gather list, at most `limit` octets: the element itself when it fits whole. */
+  private nextView(limit: number): Uint8Array {
+    for (;;) {
+      const view = this.views[this.index];
+      if (view === undefined) throw new RangeError('gather list shorter than the message length');
+      const available = view.length - this.viewOffset;
+      if (available === 0) {
+        this.index++;
+        this.viewOffset = 0;
+        continue;
+      }
+      const bytes = Math.min(available, limit);
+      const piece = this.viewOffset === 0 && bytes === view.length ? view : view.subarray(this.viewOffset, this.viewOffset + bytes);
+      this.viewOffset += bytes;
+      return piece;
+    }
+  }
 
-  constructor(private readonly views: readonly Uint8Array[]) {}
+  /** Copies `length` payload octets behind the header in the arena. */
+  private copyPayload(length: number): void {
+    let remaining = length;
+    while (remaining > 0) {
+      const view = this.nextView(remaining);
+      this.arena.set(view, this.offset);
+      this.offset += view.length;
+      remaining -= view.length;
+    }
+  }
 
-  take(length: number): Uint8Array[] {
+  private take(length: number): Uint8Array[] {
     const out: Uint8Array[] = [];
     let remaining = length;
     while (remaining > 0) {
-      const view = this.views[this.index];
-      if (view === undefined) throw new RangeError('gather list shorter than the message length');
-      const available = view.length - this.offset;
-      if (available === 0) {
-        this.index++;
-        this.offset = 0;
-        continue;
-      }
-      const bytes = Math.min(available, remaining);
-      out.push(view.subarray(this.offset, this.offset + bytes));
-      this.offset += bytes;
-      remaining -= bytes;
+      const view = this.nextView(remaining);
+      out.push(view);
+      remaining -= view.length;
     }
     return out;
   }
