@@ -27,6 +27,7 @@ import {
   type StreamChannel,
 } from '../rnic/verbs.ts';
 import { encodeRequest, decodeCompletion, type Completion, type RequestFields } from './wire/messages.ts';
+import { Batch, BATCH_ID_MARK, type BatchHost } from './batch.ts';
 import { encodeHello, decodeHelloAck, type HelloAck } from './wire/hello.ts';
 import { DEFAULT_PORT, parseHostPort } from './address.ts';
 import { AbortedError, type KbtpError, KbtpStatusError, ProtocolError, SessionClosedError, TimeoutError, TransportError, UsageError } from './errors.ts';
@@ -237,6 +238,13 @@ export class KbtpSession {
   private dataRegion: MemoryRegion | undefined;
   private slotSize = 0;
   private messageSize = 0;
+  private sendView = new DataView(new ArrayBuffer(0));
+  private readonly receiveView: DataView;
+  /** Batched requests: the batch each slot's request belongs to, the slot's request sequence, its staging view. */
+  private readonly batchOfSlot: Array<Batch | undefined> = [];
+  private slotSequence = new Uint16Array(0);
+  private readonly stagingViews: Uint8Array[] = [];
+  private readonly batchHost: BatchHost;
   private readonly freeSlots: number[] = [];
   private readonly slotWaiters: Array<() => void> = [];
   private readonly pending = new Map<bigint, { resolve(c: Completion): void; reject(e: Error): void }>();
@@ -265,6 +273,17 @@ export class KbtpSession {
     const queues = { pd: this.pd, sendCq: this.cq, recvCq: this.cq, maxRecvWr: this.receiveDepth, maxSendWr: 4 * this.receiveDepth + 16 };
     this.qp = this.transport === 'roce' ? rnic.createRcQp(queues) : rnic.createQp(queues);
     this.receiveBuffer = new Uint8Array(RECV_SLOT * this.receiveDepth);
+    this.receiveView = new DataView(this.receiveBuffer.buffer);
+    const session = this;
+    this.batchHost = {
+      get blockSize() { return session.hello.blockSize; },
+      get failure() { return session.failure; },
+      claimSlot: () => this.freeSlots.pop() ?? -1,
+      releaseSlot: (slot) => this.giveSlot(slot),
+      waitForSlot: (resume) => { this.slotWaiters.push(resume); },
+      post: (slot, batch, opcode, flags, handle, length) => this.postBatched(slot, batch, opcode, flags, handle, length),
+      staging: (slot) => this.stagingViews[slot]!,
+    };
     this.receiveRegion = rnic.registerMemory(this.pd, this.receiveBuffer, { access: Access.LocalWrite });
     this.controlRegion = rnic.registerMemory(this.pd, this.control, { access: Access.LocalWrite });
   }
@@ -320,14 +339,13 @@ export class KbtpSession {
     this.sendRegion = this.rnic.registerMemory(this.pd, this.sendBuffer, { access: Access.LocalWrite });
     this.dataBuffer = new Uint8Array(this.slotSize * depth + 64 * depth);
     this.dataRegion = this.rnic.registerMemory(this.pd, this.dataBuffer, { access: Access.LocalWrite | Access.RemoteWrite | Access.RemoteRead });
+    this.sendView = new DataView(this.sendBuffer.buffer);
+    this.slotSequence = new Uint16Array(depth);
     for (let slot = 0; slot < depth; slot++) {
       this.freeSlots.push(slot);
-      this.slotSends.push({
-        wrId: SLOT_SEND_BASE + slot,
-        opcode: 'SEND',
-        signaled: false,
-        sgList: [{ lkey: this.sendRegion.stag, offset: slot * this.messageSize, length: 0 }],
-      });
+      this.batchOfSlot.push(undefined);
+      this.stagingViews.push(this.dataBuffer.subarray(this.stagingOffset(slot), this.stagingOffset(slot) + answer.blockSize));
+      this.slotSends.push({ wrId: SLOT_SEND_BASE + slot, opcode: 'SEND', signaled: false, sgList: [{ lkey: this.sendRegion.stag, offset: slot * this.messageSize, length: 0 }] });
     }
   }
 
@@ -351,6 +369,7 @@ export class KbtpSession {
     if (id >= RECV_BASE) {
       if (completion.status !== WcStatus.Success) return;
       const index = id - RECV_BASE;
+      if (this.batchAnswer(index, completion.byteLength)) return;
       const bytes = this.receiveBuffer.slice(index * RECV_SLOT, index * RECV_SLOT + completion.byteLength);
       this.postReceive(index);
       this.deliver(bytes);
@@ -364,6 +383,46 @@ export class KbtpSession {
       waiter.reject(
         new TransportError(`${completion.opcode} failed: ${wcStatusName(completion.status)}${completion.error === undefined ? '' : ` (${completion.error})`}`),
       );
+  }
+
+  /** Routes a COMPLETION of a batched request to its batch, read in place; false for any other message. */
+  private batchAnswer(index: number, length: number): boolean {
+    const offset = index * RECV_SLOT;
+    const view = this.receiveView;
+    if (length !== K.COMPLETION_SIZE || view.getUint8(offset + 1) !== K.OPCODE_COMPLETION || view.getUint32(offset + 4, false) !== BATCH_ID_MARK) return false;
+    const low = view.getUint32(offset + 8, false);
+    const slot = low & 0xffff;
+    const batch = this.batchOfSlot[slot];
+    if (batch === undefined || low >>> 16 !== this.slotSequence[slot]) return false; // not ours: the general path ignores it
+    const status = view.getUint16(offset + 22, false);
+    const dataLength = view.getUint32(offset + 24, false);
+    this.postReceive(index);
+    this.batchOfSlot[slot] = undefined;
+    batch.answered(slot, status, dataLength);
+    return true;
+  }
+
+  /** Writes a batched LOAD or STORE into its slot (kbtp-v1 section 1 layout) and posts it. */
+  private postBatched(slot: number, batch: Batch, opcode: number, flags: number, handle: bigint, length: number): void {
+    const view = this.sendView;
+    const at = slot * this.messageSize;
+    const sequence = (this.slotSequence[slot]! + 1) & 0xffff;
+    this.slotSequence[slot] = sequence;
+    view.setUint8(at, K.KBTP_VERSION);
+    view.setUint8(at + 1, opcode);
+    view.setUint16(at + 2, flags, false);
+    view.setUint32(at + 4, BATCH_ID_MARK, false);
+    view.setUint32(at + 8, sequence * 0x10000 + slot, false);
+    view.setBigUint64(at + 12, handle, false);
+    view.setUint32(at + 20, 0, false); // generation 0 (any), reserved
+    view.setUint32(at + K.HEADER_SIZE, this.dataRegion?.stag ?? 0, false);
+    view.setUint32(at + K.HEADER_SIZE + 4, 0, false);
+    view.setUint32(at + K.HEADER_SIZE + 8, this.stagingOffset(slot), false);
+    view.setUint32(at + K.HEADER_SIZE + 12, length, false);
+    this.batchOfSlot[slot] = batch;
+    const send = this.slotSends[slot]!;
+    send.sgList[0]!.length = K.HEADER_SIZE + K.DESCRIPTOR_SIZE;
+    this.qp.postSend(send);
   }
 
   private deliver(bytes: Uint8Array): void {
@@ -398,6 +457,11 @@ export class KbtpSession {
     for (const waiter of this.sendWaiters.values()) waiter.reject(this.failure);
     this.sendWaiters.clear();
     for (const wake of this.slotWaiters.splice(0)) wake();
+    for (let slot = 0; slot < this.batchOfSlot.length; slot++) {
+      const batch = this.batchOfSlot[slot];
+      this.batchOfSlot[slot] = undefined;
+      batch?.abort(this.failure);
+    }
   }
 
   /** A free slot (staging buffer and request message); waits for one until `signal` fires. */
@@ -578,6 +642,31 @@ export class KbtpSession {
   /** Block Mapped Store (draft 6.2) into a bound, unsealed handle. */
   store(handle: bigint, data: Uint8Array, options: StoreOptions = {}): Promise<BlockInfo> {
     return this.call(`STORE of handle ${handle}`, options, (signal) => this.storeRequest(K.OPCODE_STORE, handle, data, options, signal));
+  }
+
+  /**
+   * LOADs `handles[i]` into `into[i]` for every i. The requests are posted together (one system
+   * call while credits last; the rest follow as answers free slots) and settle one promise: no
+   * promise or message object per request. `lengths[i]` receives each block's data length.
+   * Rejects with BatchError naming every request whose status was not SUCCESS (the others did
+   * complete), or with the session's failure.
+   */
+  loadMany(handles: readonly bigint[], into: readonly Uint8Array[], options: { allowUnsealed?: boolean; lengths?: Uint32Array } = {}): Promise<void> {
+    if (into.length !== handles.length) throw new RangeError(`${handles.length} handles but ${into.length} buffers`);
+    if (options.lengths !== undefined && options.lengths.length < handles.length) throw new RangeError('lengths is shorter than handles');
+    const batch = new Batch(this.batchHost, K.OPCODE_LOAD, options.allowUnsealed === true ? K.FLAG_ALLOW_UNSEALED : 0, handles, into,
+      options.lengths, this.batchOfSlot.length);
+    batch.issue();
+    return batch.done;
+  }
+
+  /** STOREs `data[i]` into bound, unsealed `handles[i]` for every i, posted together as loadMany does. */
+  storeMany(handles: readonly bigint[], data: readonly Uint8Array[], options: { seal?: boolean } = {}): Promise<void> {
+    if (data.length !== handles.length) throw new RangeError(`${handles.length} handles but ${data.length} buffers`);
+    for (const block of data) this.checkLength(block);
+    const batch = new Batch(this.batchHost, K.OPCODE_STORE, options.seal === true ? K.FLAG_SEAL : 0, handles, data, undefined, this.batchOfSlot.length);
+    batch.issue();
+    return batch.done;
   }
 
   /** Block Unmapped Store (draft 6.3): allocate, write and bind in one round trip. */

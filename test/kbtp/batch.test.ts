@@ -1,0 +1,75 @@
+// loadMany / storeMany: a batch posted together, answered per slot, one promise for the batch.
+import { test } from 'uvu';
+import * as assert from 'uvu/assert';
+import { resolveTargetSettings } from '../../firmware/config.ts';
+import { BatchError } from '../../host/kbtp/batch.ts';
+import { connectChannel, type KbtpSession } from '../../host/kbtp/initiator.ts';
+import { InProcessTarget } from '../../host/kbtp/server/in-process.ts';
+import { LinkedChannel } from '../../host/rnic/linked-channel.ts';
+
+async function pair(): Promise<{ session: KbtpSession; target: InProcessTarget; channel: LinkedChannel }> {
+  const settings = resolveTargetSettings({ listen: '127.0.0.1:0', workers: 1,
+    pool: { blockSize: 512, blockCount: 32, handleCount: 64, maxInline: 64 }, session: { credits: 4 },
+    tenants: [{ name: 'batch', open: true, quota: 32 }] } as never);
+  const target = new InProcessTarget(settings);
+  const [a, b] = LinkedChannel.pair();
+  const served = target.serve(a);
+  const session = await connectChannel(b, { tenant: 'batch', pipeline: 4 });
+  await served;
+  return { session, target, channel: b };
+}
+
+test('storeMany then loadMany move every block, more blocks than credits', async () => {
+  const { session, target } = await pair();
+  try {
+    const handles = Array.from({ length: 10 }, (_, i) => BigInt(i));
+    for (const handle of handles) await session.allocStore(handle, new Uint8Array(512));
+    const blocks = handles.map((_, i) => new Uint8Array(300 + i).map((__, j) => (i * 7 + j) & 0xff));
+    await session.storeMany(handles, blocks);
+    const into = handles.map(() => new Uint8Array(512));
+    const lengths = new Uint32Array(handles.length);
+    await session.loadMany(handles, into, { allowUnsealed: true, lengths });
+    for (let i = 0; i < handles.length; i++) {
+      assert.is(lengths[i], 300 + i, `length of block ${i}`);
+      assert.equal([...into[i]!.subarray(0, 300 + i)], [...blocks[i]!], `block ${i}`);
+    }
+  } finally {
+    await session.close(500);
+    await target.stop();
+  }
+});
+
+test('a batch names the requests that failed; the others complete', async () => {
+  const { session, target } = await pair();
+  try {
+    await session.allocStore(1n, new Uint8Array(512).fill(9));
+    const into = [new Uint8Array(512), new Uint8Array(512), new Uint8Array(512)];
+    const error = await session.loadMany([1n, 40n, 1n], into, { allowUnsealed: true }).then(() => undefined, (e: unknown) => e);
+    assert.instance(error, BatchError);
+    const failures = (error as BatchError).failures;
+    assert.equal(failures.map((f) => [f.index, f.handle]), [[1, 40n]]);
+    assert.match((error as BatchError).message, /NOT_VALID/);
+    assert.is(into[0]![0], 9);
+    assert.is(into[2]![511], 9);
+    // The session is still good.
+    await session.loadMany([1n], [into[1]!], { allowUnsealed: true });
+    assert.is(into[1]![100], 9);
+  } finally {
+    await session.close(500);
+    await target.stop();
+  }
+});
+
+test('a batch whose session fails rejects', async () => {
+  const { session, target, channel } = await pair();
+  await session.allocStore(2n, new Uint8Array(512));
+  const pending = session.loadMany([2n, 2n, 2n, 2n, 2n, 2n], Array.from({ length: 6 }, () => new Uint8Array(512)), { allowUnsealed: true });
+  channel.destroy(); // the connection drops before the batch's requests are delivered
+  const error = await pending.then(() => undefined, (e: unknown) => e);
+  assert.instance(error, Error);
+  assert.not.instance(error, BatchError, 'a transport failure, not KBTP statuses');
+  await session.close(200).catch(() => undefined);
+  await target.stop();
+});
+
+test.run();

@@ -1,0 +1,120 @@
+// The request hot path keeps nothing per request (issue 16). A million requests through a target
+// served in this process leave the heap, after a full collection, less than one octet per request
+// larger than before them: once driven by a bare initiator QP (the target's connection, RNIC
+// transmit and receive and engine calls, and the RNIC's on the initiator side), once through the
+// initiator library's batched loadMany/storeMany with caller buffers. Both run without sockets
+// (LinkedChannel), so they measure kbtp's code, not the kernel's or libuv's. How much is still
+// allocated and collected per request is measured too and printed; docs/BENCH.md keeps the profile.
+import { PerformanceObserver } from 'node:perf_hooks';
+import v8 from 'node:v8';
+import vm from 'node:vm';
+import { test } from 'uvu';
+import * as assert from 'uvu/assert';
+import { resolveTargetSettings } from '../../firmware/config.ts';
+import { connectChannel } from '../../host/kbtp/initiator.ts';
+import { InProcessTarget } from '../../host/kbtp/server/in-process.ts';
+import { LinkedChannel } from '../../host/rnic/linked-channel.ts';
+import { HotPathDriver } from './hot-path-driver.ts';
+
+v8.setFlagsFromString('--expose-gc');
+const collect = vm.runInNewContext('gc') as () => void;
+
+const REQUESTS = 1_000_000;
+
+function heapAfterFullCollection(): number {
+  collect();
+  collect();
+  const usage = process.memoryUsage();
+  return usage.heapUsed + usage.external;
+}
+
+/**
+ * Octets allocated per request: heap growth over short runs in which no collection ran (a run
+ * with one is discarded); the smallest of several samples.
+ */
+async function allocatedPerRequest(requests: number, run: () => Promise<void>): Promise<number> {
+  const collections: number[] = [];
+  const observer = new PerformanceObserver((list) => {
+    for (const entry of list.getEntries()) collections.push(entry.startTime);
+  });
+  observer.observe({ entryTypes: ['gc'] });
+  let best = Number.NaN;
+  try {
+    for (let attempt = 0; attempt < 12; attempt++) {
+      const started = performance.now();
+      const before = v8.getHeapStatistics().used_heap_size;
+      await run();
+      const after = v8.getHeapStatistics().used_heap_size;
+      const ended = performance.now();
+      await new Promise((resolve) => setImmediate(resolve)); // gc entries arrive asynchronously
+      if (collections.some((at) => at >= started && at <= ended) || after < before) continue;
+      const perRequest = (after - before) / requests;
+      if (Number.isNaN(best) || perRequest < best) best = perRequest;
+    }
+  } finally {
+    observer.disconnect();
+  }
+  return best;
+}
+
+test('target: a million LOADs and STOREs from a bare QP keep nothing', async () => {
+  const driver = await HotPathDriver.open(1024, 8);
+  try {
+    await driver.run(100_000, 4); // warm-up: compile, grow the queues to their working size
+    const sampled = await allocatedPerRequest(1000, () => driver.run(1000, 4));
+    const before = heapAfterFullCollection();
+    const started = performance.now();
+    await driver.run(REQUESTS, 4);
+    const seconds = (performance.now() - started) / 1000;
+    const after = heapAfterFullCollection();
+    assert.is(driver.failures, 0, driver.firstFailure);
+    assert.ok(driver.counts.stores > REQUESTS / 5, 'STOREs ran (RDMA Reads by the target)');
+    assert.ok(driver.counts.loads > REQUESTS / 2, 'LOADs ran (RDMA Writes by the target)');
+    const growth = (after - before) / REQUESTS;
+    console.log(`  target: ${REQUESTS} requests in ${seconds.toFixed(1)} s; heap growth ${growth.toFixed(3)} octets/request; ` +
+      `${sampled.toFixed(0)} octets allocated and collected per request (both RNICs and the target)`);
+    assert.ok(growth < 1, `heap grew ${growth.toFixed(2)} octets per request`);
+  } finally {
+    await driver.close();
+  }
+});
+
+test('initiator: a million loadMany/storeMany requests with caller buffers keep nothing', async () => {
+  const settings = resolveTargetSettings({ listen: '127.0.0.1:0', workers: 1,
+    pool: { blockSize: 1024, blockCount: 16, handleCount: 64, maxInline: 64 }, session: { credits: 8 },
+    tenants: [{ name: 'bench', open: true, quota: 16 }] } as never);
+  const target = new InProcessTarget(settings);
+  const [targetEnd, initiatorEnd] = LinkedChannel.pair();
+  const served = target.serve(targetEnd);
+  const session = await connectChannel(initiatorEnd, { tenant: 'bench', pipeline: 8 });
+  await served;
+  try {
+    const handles = Array.from({ length: 8 }, (_, i) => BigInt(i));
+    for (const handle of handles) await session.allocStore(handle, new Uint8Array(1024));
+    const into = handles.map(() => new Uint8Array(1024));
+    const blocks = handles.map((_, i) => new Uint8Array(1024).fill(i + 1));
+    const run = async (batches: number): Promise<void> => {
+      for (let i = 0; i < batches; i++) {
+        if (i % 4 === 0) await session.storeMany(handles, blocks);
+        else await session.loadMany(handles, into, { allowUnsealed: true });
+      }
+    };
+    await run(10_000);
+    const sampled = await allocatedPerRequest(800, () => run(100));
+    const before = heapAfterFullCollection();
+    const started = performance.now();
+    await run(REQUESTS / handles.length);
+    const seconds = (performance.now() - started) / 1000;
+    const after = heapAfterFullCollection();
+    for (let i = 0; i < handles.length; i++) assert.ok(into[i]!.every((octet) => octet === i + 1), `block ${i} holds what was stored`);
+    const growth = (after - before) / REQUESTS;
+    console.log(`  initiator: ${REQUESTS} requests in ${seconds.toFixed(1)} s; heap growth ${growth.toFixed(3)} octets/request; ` +
+      `${sampled.toFixed(0)} octets allocated and collected per request (initiator, target and both RNICs)`);
+    assert.ok(growth < 1, `heap grew ${growth.toFixed(2)} octets per request`);
+  } finally {
+    await session.close(500);
+    await target.stop();
+  }
+});
+
+test.run();
