@@ -1,23 +1,10 @@
 // loadMany / storeMany: a batch posted together, answered per slot, one promise for the batch.
 import { test } from 'uvu';
 import * as assert from 'uvu/assert';
-import { resolveTargetSettings } from '../../firmware/config.ts';
 import { BatchError } from '../../host/kbtp/batch.ts';
-import { connectChannel, type KbtpSession } from '../../host/kbtp/initiator.ts';
-import { InProcessTarget } from '../../host/kbtp/server/in-process.ts';
-import { LinkedChannel } from '../../host/rnic/linked-channel.ts';
+import { openInProcessSession } from './in-process-session.ts';
 
-async function pair(): Promise<{ session: KbtpSession; target: InProcessTarget; channel: LinkedChannel }> {
-  const settings = resolveTargetSettings({ listen: '127.0.0.1:0', workers: 1,
-    pool: { blockSize: 512, blockCount: 32, handleCount: 64, maxInline: 64 }, session: { credits: 4 },
-    tenants: [{ name: 'batch', open: true, quota: 32 }] } as never);
-  const target = new InProcessTarget(settings);
-  const [a, b] = LinkedChannel.pair();
-  const served = target.serve(a);
-  const session = await connectChannel(b, { tenant: 'batch', pipeline: 4 });
-  await served;
-  return { session, target, channel: b };
-}
+const pair = () => openInProcessSession(512, 32, 4);
 
 test('storeMany then loadMany move every block, more blocks than credits', async () => {
   const { session, target } = await pair();

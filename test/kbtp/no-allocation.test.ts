@@ -10,11 +10,8 @@ import v8 from 'node:v8';
 import vm from 'node:vm';
 import { test } from 'uvu';
 import * as assert from 'uvu/assert';
-import { resolveTargetSettings } from '../../firmware/config.ts';
-import { connectChannel } from '../../host/kbtp/initiator.ts';
-import { InProcessTarget } from '../../host/kbtp/server/in-process.ts';
-import { LinkedChannel } from '../../host/rnic/linked-channel.ts';
 import { HotPathDriver } from './hot-path-driver.ts';
+import { openInProcessSession } from './in-process-session.ts';
 
 v8.setFlagsFromString('--expose-gc');
 const collect = vm.runInNewContext('gc') as () => void;
@@ -80,14 +77,7 @@ test('target: a million LOADs and STOREs from a bare QP keep nothing', async () 
 });
 
 test('initiator: a million loadMany/storeMany requests with caller buffers keep nothing', async () => {
-  const settings = resolveTargetSettings({ listen: '127.0.0.1:0', workers: 1,
-    pool: { blockSize: 1024, blockCount: 16, handleCount: 64, maxInline: 64 }, session: { credits: 8 },
-    tenants: [{ name: 'bench', open: true, quota: 16 }] } as never);
-  const target = new InProcessTarget(settings);
-  const [targetEnd, initiatorEnd] = LinkedChannel.pair();
-  const served = target.serve(targetEnd);
-  const session = await connectChannel(initiatorEnd, { tenant: 'bench', pipeline: 8 });
-  await served;
+  const { session, target } = await openInProcessSession(1024, 16, 8);
   try {
     const handles = Array.from({ length: 8 }, (_, i) => BigInt(i));
     for (const handle of handles) await session.allocStore(handle, new Uint8Array(1024));

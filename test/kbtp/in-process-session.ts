@@ -1,0 +1,25 @@
+// A KBTP session to a target served in this process over an in-memory LinkedChannel pair: no
+// sockets, no worker threads (the batch and allocation tests).
+import { resolveTargetSettings } from '../../firmware/config.ts';
+import { connectChannel, type KbtpSession } from '../../host/kbtp/initiator.ts';
+import { InProcessTarget } from '../../host/kbtp/server/in-process.ts';
+import { LinkedChannel } from '../../host/rnic/linked-channel.ts';
+
+export interface InProcessSession {
+  session: KbtpSession;
+  target: InProcessTarget;
+  /** The initiator's end of the stream. */
+  channel: LinkedChannel;
+}
+
+export async function openInProcessSession(blockSize: number, blocks: number, credits: number): Promise<InProcessSession> {
+  const settings = resolveTargetSettings({ listen: '127.0.0.1:0', workers: 1,
+    pool: { blockSize, blockCount: blocks, handleCount: 4 * blocks, maxInline: 64 }, session: { credits },
+    tenants: [{ name: 'local', open: true, quota: blocks }] } as never);
+  const target = new InProcessTarget(settings);
+  const [targetEnd, initiatorEnd] = LinkedChannel.pair();
+  const served = target.serve(targetEnd);
+  const session = await connectChannel(initiatorEnd, { tenant: 'local', pipeline: credits });
+  await served;
+  return { session, target, channel: initiatorEnd };
+}
