@@ -17,8 +17,13 @@ interface ProfileNode {
 
 const loads = Number(process.argv[2] ?? 20_000);
 const rows = Number(process.argv[3] ?? 30);
-const settings = resolveTargetSettings({ listen: '127.0.0.1:0', workers: 1, pool: { blockSize: 1024, blockCount: 64, handleCount: 256, maxInline: 1024 },
-  session: { credits: 8 }, tenants: [{ name: 'default', open: true, quota: 64 }] } as never);
+const settings = resolveTargetSettings({
+  listen: '127.0.0.1:0',
+  workers: 1,
+  pool: { blockSize: 1024, blockCount: 64, handleCount: 256, maxInline: 1024 },
+  session: { credits: 8 },
+  tenants: [{ name: 'default', open: true, quota: 64 }],
+} as never);
 const target = new InProcessTarget(settings);
 const [targetEnd, initiatorEnd] = LinkedChannel.pair();
 const served = target.serve(targetEnd);
@@ -29,7 +34,11 @@ const into = new Uint8Array(1024);
 for (let i = 0; i < 20_000; i++) await session.load(1n, { into }); // warm-up
 const inspector = new Session();
 inspector.connect();
-await inspector.post('HeapProfiler.startSampling', { samplingInterval: 256, includeObjectsCollectedByMajorGC: true, includeObjectsCollectedByMinorGC: true } as never);
+await inspector.post('HeapProfiler.startSampling', {
+  samplingInterval: 256,
+  includeObjectsCollectedByMajorGC: true,
+  includeObjectsCollectedByMinorGC: true,
+} as never);
 for (let i = 0; i < loads; i++) await session.load(1n, { into });
 const { profile } = (await inspector.post('HeapProfiler.stopSampling')) as unknown as { profile: { head: ProfileNode } };
 const bySite = new Map<string, number>();
@@ -37,8 +46,10 @@ let total = 0;
 const walk = (node: ProfileNode, parent: string): void => {
   const frame = node.callFrame;
   // Built-ins (subarray, slice...) are charged to their caller.
-  const site = frame.url === '' && parent !== '' ? `${parent} > ${frame.functionName}` :
-    `${frame.functionName || '(anonymous)'} ${frame.url.replace(/.*\/(host|bench|node:)/, '$1')}:${frame.lineNumber + 1}`;
+  const site =
+    frame.url === '' && parent !== ''
+      ? `${parent} > ${frame.functionName}`
+      : `${frame.functionName || '(anonymous)'} ${frame.url.replace(/.*\/(host|bench|node:)/, '$1')}:${frame.lineNumber + 1}`;
   if (node.selfSize > 0) {
     bySite.set(site, (bySite.get(site) ?? 0) + node.selfSize);
     total += node.selfSize;

@@ -27,7 +27,10 @@ export interface BatchHost {
 
 /** The statuses of a batch's requests that were not SUCCESS, with the handle each named. */
 export class BatchError extends Error {
-  constructor(readonly failures: ReadonlyArray<{ index: number; handle: bigint; status: number }>, first: string) {
+  constructor(
+    readonly failures: ReadonlyArray<{ index: number; handle: bigint; status: number }>,
+    first: string,
+  ) {
     super(`${failures.length} request(s) of the batch failed; the first: ${first}`);
     this.name = 'BatchError';
   }

@@ -276,11 +276,17 @@ export class KbtpSession {
     this.receiveView = new DataView(this.receiveBuffer.buffer);
     const session = this;
     this.batchHost = {
-      get blockSize() { return session.hello.blockSize; },
-      get failure() { return session.failure; },
+      get blockSize() {
+        return session.hello.blockSize;
+      },
+      get failure() {
+        return session.failure;
+      },
       claimSlot: () => this.freeSlots.pop() ?? -1,
       releaseSlot: (slot) => this.giveSlot(slot),
-      waitForSlot: (resume) => { this.slotWaiters.push(resume); },
+      waitForSlot: (resume) => {
+        this.slotWaiters.push(resume);
+      },
       post: (slot, batch, opcode, flags, handle, length) => this.postBatched(slot, batch, opcode, flags, handle, length),
       staging: (slot) => this.stagingViews[slot]!,
     };
@@ -345,7 +351,12 @@ export class KbtpSession {
       this.freeSlots.push(slot);
       this.batchOfSlot.push(undefined);
       this.stagingViews.push(this.dataBuffer.subarray(this.stagingOffset(slot), this.stagingOffset(slot) + answer.blockSize));
-      this.slotSends.push({ wrId: SLOT_SEND_BASE + slot, opcode: 'SEND', signaled: false, sgList: [{ lkey: this.sendRegion.stag, offset: slot * this.messageSize, length: 0 }] });
+      this.slotSends.push({
+        wrId: SLOT_SEND_BASE + slot,
+        opcode: 'SEND',
+        signaled: false,
+        sgList: [{ lkey: this.sendRegion.stag, offset: slot * this.messageSize, length: 0 }],
+      });
     }
   }
 
@@ -654,8 +665,15 @@ export class KbtpSession {
   loadMany(handles: readonly bigint[], into: readonly Uint8Array[], options: { allowUnsealed?: boolean; lengths?: Uint32Array } = {}): Promise<void> {
     if (into.length !== handles.length) throw new RangeError(`${handles.length} handles but ${into.length} buffers`);
     if (options.lengths !== undefined && options.lengths.length < handles.length) throw new RangeError('lengths is shorter than handles');
-    const batch = new Batch(this.batchHost, K.OPCODE_LOAD, options.allowUnsealed === true ? K.FLAG_ALLOW_UNSEALED : 0, handles, into,
-      options.lengths, this.batchOfSlot.length);
+    const batch = new Batch(
+      this.batchHost,
+      K.OPCODE_LOAD,
+      options.allowUnsealed === true ? K.FLAG_ALLOW_UNSEALED : 0,
+      handles,
+      into,
+      options.lengths,
+      this.batchOfSlot.length,
+    );
     batch.issue();
     return batch.done;
   }

@@ -189,14 +189,7 @@ export class Requester {
         const remote = wr.remote!;
         const withImmediate = wr.opcode === 'RDMA_WRITE_WITH_IMM';
         if (!withImmediate) wqe.writesPending++;
-        transmitter.sendTagged(
-          RdmapOpcode.RdmaWrite,
-          remote.stag >>> 0,
-          remote.taggedOffset,
-          this.gathered,
-          length,
-          withImmediate ? undefined : wqe.sentBound,
-        );
+        transmitter.sendTagged(RdmapOpcode.RdmaWrite, remote.stag >>> 0, remote.taggedOffset, this.gathered, length, withImmediate ? undefined : wqe.sentBound);
         if (withImmediate) {
           // RFC 7306: Write with Immediate is an RDMA Write followed by an Immediate Data message.
           const immediate = new Uint8Array(IMMEDIATE_DATA_HEADER_LENGTH);
@@ -372,7 +365,11 @@ export class Requester {
       if (wqe.signaled || wqe.status !== WcStatus.Success) {
         // One object, with only the fields that apply: no spreads of option objects per completion.
         const completion: { -readonly [K in keyof WorkCompletion]: WorkCompletion[K] } = {
-          wrId: wqe.wr.wrId, status: wqe.status, opcode: wcOpcodeFor(wqe.wr.opcode), qpNumber: qp.qpNumber, byteLength: wqe.byteLength,
+          wrId: wqe.wr.wrId,
+          status: wqe.status,
+          opcode: wcOpcodeFor(wqe.wr.opcode),
+          qpNumber: qp.qpNumber,
+          byteLength: wqe.byteLength,
         };
         if (wqe.atomicResult !== undefined) completion.atomicResult = wqe.atomicResult;
         if (wqe.error !== undefined) completion.error = wqe.error;

@@ -68,14 +68,7 @@ export class Transmitter {
   }
 
   /** Sends an RDMA Write or Read Response of `length` octets gathered from `payload`. */
-  sendTagged(
-    opcode: number,
-    stag: number,
-    taggedOffset: bigint | number,
-    payload: readonly Uint8Array[],
-    length: number,
-    done?: WriteDone,
-  ): void {
+  sendTagged(opcode: number, stag: number, taggedOffset: bigint | number, payload: readonly Uint8Array[], length: number, done?: WriteDone): void {
     const headerSize = MPA_LENGTH_FIELD + DDP_TAGGED_HEADER_LENGTH;
     const perSegment = this.mulpdu - DDP_TAGGED_HEADER_LENGTH;
     const segments = Math.max(1, Math.ceil(length / perSegment));

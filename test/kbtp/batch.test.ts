@@ -31,10 +31,16 @@ test('a batch names the requests that failed; the others complete', async () => 
   try {
     await session.allocStore(1n, new Uint8Array(512).fill(9));
     const into = [new Uint8Array(512), new Uint8Array(512), new Uint8Array(512)];
-    const error = await session.loadMany([1n, 40n, 1n], into, { allowUnsealed: true }).then(() => undefined, (e: unknown) => e);
+    const error = await session.loadMany([1n, 40n, 1n], into, { allowUnsealed: true }).then(
+      () => undefined,
+      (e: unknown) => e,
+    );
     assert.instance(error, BatchError);
     const failures = (error as BatchError).failures;
-    assert.equal(failures.map((f) => [f.index, f.handle]), [[1, 40n]]);
+    assert.equal(
+      failures.map((f) => [f.index, f.handle]),
+      [[1, 40n]],
+    );
     assert.match((error as BatchError).message, /NOT_VALID/);
     assert.is(into[0]![0], 9);
     assert.is(into[2]![511], 9);
@@ -50,9 +56,16 @@ test('a batch names the requests that failed; the others complete', async () => 
 test('a batch whose session fails rejects', async () => {
   const { session, target, channel } = await pair();
   await session.allocStore(2n, new Uint8Array(512));
-  const pending = session.loadMany([2n, 2n, 2n, 2n, 2n, 2n], Array.from({ length: 6 }, () => new Uint8Array(512)), { allowUnsealed: true });
+  const pending = session.loadMany(
+    [2n, 2n, 2n, 2n, 2n, 2n],
+    Array.from({ length: 6 }, () => new Uint8Array(512)),
+    { allowUnsealed: true },
+  );
   channel.destroy(); // the connection drops before the batch's requests are delivered
-  const error = await pending.then(() => undefined, (e: unknown) => e);
+  const error = await pending.then(
+    () => undefined,
+    (e: unknown) => e,
+  );
   assert.instance(error, Error);
   assert.not.instance(error, BatchError, 'a transport failure, not KBTP statuses');
   await session.close(200).catch(() => undefined);

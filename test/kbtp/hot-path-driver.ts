@@ -44,9 +44,14 @@ export class HotPathDriver {
   firstFailure = '';
   readonly counts: DriveCounts = { loads: 0, stores: 0 };
 
-  private constructor(readonly blockSize: number, readonly depth: number, private readonly channels: [LinkedChannel, LinkedChannel]) {
+  private constructor(
+    readonly blockSize: number,
+    readonly depth: number,
+    private readonly channels: [LinkedChannel, LinkedChannel],
+  ) {
     const settings = resolveTargetSettings({
-      listen: '127.0.0.1:0', workers: 1,
+      listen: '127.0.0.1:0',
+      workers: 1,
       pool: { blockSize, blockCount: depth + 8, handleCount: 64, maxInline: 64 },
       session: { credits: depth },
       tenants: [{ name: 'bench', open: true, quota: depth + 8 }],
@@ -94,7 +99,14 @@ export class HotPathDriver {
     const served = this.target.serve(targetEnd);
     await this.rnic.connectChannel(this.qp, initiatorEnd, { crc: false });
     await served;
-    const hello = encodeHello({ version: K.KBTP_VERSION, requestId: 0n, capabilities: 0, initiatorCredits: this.depth + 2, tenant: 'bench', credential: new Uint8Array(0) });
+    const hello = encodeHello({
+      version: K.KBTP_VERSION,
+      requestId: 0n,
+      capabilities: 0,
+      initiatorCredits: this.depth + 2,
+      tenant: 'bench',
+      credential: new Uint8Array(0),
+    });
     const ack = new Promise<Uint8Array>((resolve) => (this.helloAck = resolve));
     this.sendBuffer.set(hello, 0);
     this.sends[0]!.sgList[0]!.length = hello.length;
@@ -112,7 +124,9 @@ export class HotPathDriver {
   /** Writes slot `slot`'s request message: `opcode` on handle `slot`, descriptor naming the slot's block. */
   private encode(slot: number, opcode: number): void {
     const message = encodeRequest({
-      opcode, requestId: 0n, handle: BigInt(slot),
+      opcode,
+      requestId: 0n,
+      handle: BigInt(slot),
       descriptor: { stag: this.dataStag, taggedOffset: BigInt(slot * this.blockSize), length: this.blockSize },
     });
     this.sendBuffer.set(message, slot * SLOT);

@@ -13,9 +13,13 @@ export interface InProcessSession {
 }
 
 export async function openInProcessSession(blockSize: number, blocks: number, credits: number): Promise<InProcessSession> {
-  const settings = resolveTargetSettings({ listen: '127.0.0.1:0', workers: 1,
-    pool: { blockSize, blockCount: blocks, handleCount: 4 * blocks, maxInline: 64 }, session: { credits },
-    tenants: [{ name: 'local', open: true, quota: blocks }] } as never);
+  const settings = resolveTargetSettings({
+    listen: '127.0.0.1:0',
+    workers: 1,
+    pool: { blockSize, blockCount: blocks, handleCount: 4 * blocks, maxInline: 64 },
+    session: { credits },
+    tenants: [{ name: 'local', open: true, quota: blocks }],
+  } as never);
   const target = new InProcessTarget(settings);
   const [targetEnd, initiatorEnd] = LinkedChannel.pair();
   const served = target.serve(targetEnd);

@@ -71,8 +71,10 @@ test('target: a million LOADs and STOREs from a bare QP keep nothing', async () 
     assert.ok(driver.counts.stores > REQUESTS / 5, 'STOREs ran (RDMA Reads by the target)');
     assert.ok(driver.counts.loads > REQUESTS / 2, 'LOADs ran (RDMA Writes by the target)');
     const growth = (after - before) / REQUESTS;
-    console.log(`  target: ${REQUESTS} requests in ${seconds.toFixed(1)} s (${cpuUs.toFixed(1)} us CPU each); heap growth ${growth.toFixed(3)} octets/request; ` +
-      `${sampled.toFixed(0)} octets allocated and collected per request (both RNICs and the target)`);
+    console.log(
+      `  target: ${REQUESTS} requests in ${seconds.toFixed(1)} s (${cpuUs.toFixed(1)} us CPU each); heap growth ${growth.toFixed(3)} octets/request; ` +
+        `${sampled.toFixed(0)} octets allocated and collected per request (both RNICs and the target)`,
+    );
     assert.ok(growth < 1, `heap grew ${growth.toFixed(2)} octets per request`);
   } finally {
     await driver.close();
@@ -102,10 +104,16 @@ test('initiator: a million loadMany/storeMany requests with caller buffers keep 
     const cpuUs = (used.user + used.system) / REQUESTS;
     const seconds = (performance.now() - started) / 1000;
     const after = heapAfterFullCollection();
-    for (let i = 0; i < handles.length; i++) assert.ok(into[i]!.every((octet) => octet === i + 1), `block ${i} holds what was stored`);
+    for (let i = 0; i < handles.length; i++)
+      assert.ok(
+        into[i]!.every((octet) => octet === i + 1),
+        `block ${i} holds what was stored`,
+      );
     const growth = (after - before) / REQUESTS;
-    console.log(`  initiator: ${REQUESTS} requests in ${seconds.toFixed(1)} s (${cpuUs.toFixed(1)} us CPU each); heap growth ${growth.toFixed(3)} octets/request; ` +
-      `${sampled.toFixed(0)} octets allocated and collected per request (initiator, target and both RNICs)`);
+    console.log(
+      `  initiator: ${REQUESTS} requests in ${seconds.toFixed(1)} s (${cpuUs.toFixed(1)} us CPU each); heap growth ${growth.toFixed(3)} octets/request; ` +
+        `${sampled.toFixed(0)} octets allocated and collected per request (initiator, target and both RNICs)`,
+    );
     assert.ok(growth < 1, `heap grew ${growth.toFixed(2)} octets per request`);
   } finally {
     await session.close(500);
