@@ -5,6 +5,7 @@ import { mergeStats, type StatsSnapshot } from '../host/kbtp/server/stats.ts';
 import type { ApplianceSettings } from './appliance-config.ts';
 import type { Logger } from './logger.ts';
 import { startManagementServer, sendJson, sendText, type ManagementServer, type RouteHandler } from './management-server.ts';
+import { applianceImageUpdateOptions, updateRoutes } from './update-api.ts';
 import { ApplianceMetrics } from './metrics.ts';
 import { statusPageRoutes } from './status-page.ts';
 import { poolOccupancy, type PoolOccupancy } from './pool-occupancy.ts';
@@ -136,6 +137,9 @@ export class Appliance {
         },
       ],
     ]);
+    // On the appliance image, A/B updates through this API (firmware/update-api.ts).
+    const update = applianceImageUpdateOptions((level, message) => this.log[level](message), this.settings.dataDir);
+    if (update !== undefined) for (const [key, handler] of updateRoutes(update)) routes.set(key, handler);
     const { listen, token } = this.settings.management;
     this.management = await startManagementServer({
       host: listen.host,

@@ -8,7 +8,11 @@ import type { AddressInfo } from 'node:net';
 /** Management requests carry no payload; anything bigger than this is refused unread. */
 export const MAX_BODY_BYTES = 16 * 1024;
 
-export type RouteHandler = (request: http.IncomingMessage, response: http.ServerResponse) => void | Promise<void>;
+/**
+ * Routes are keyed by path for GET (and HEAD), or by "METHOD /path" for any other method; such a
+ * handler gets the request's body (bounded by MAX_BODY_BYTES) as its third argument.
+ */
+export type RouteHandler = (request: http.IncomingMessage, response: http.ServerResponse, body: Buffer) => void | Promise<void>;
 
 export interface ManagementServerOptions {
   host: string;
@@ -91,19 +95,27 @@ export async function startManagementServer(options: ManagementServerOptions): P
         return;
       }
     }
-    request.resume(); // a small body is read and ignored so keep-alive keeps working
     const path = new URL(request.url ?? '/', 'http://management').pathname;
-    const handler = options.routes.get(path);
+    const bodyMethod = request.method !== 'GET' && request.method !== 'HEAD';
+    const handler = options.routes.get(bodyMethod ? `${request.method ?? ''} ${path}` : path);
     if (handler === undefined) {
-      sendJson(response, 404, { error: 'no such route', routes: [...options.routes.keys()] });
+      request.resume(); // a small body is read and ignored so keep-alive keeps working
+      const methods = [...options.routes.keys()].flatMap((key) => (key === path ? ['GET', 'HEAD'] : key.endsWith(` ${path}`) ? [key.split(' ')[0] ?? ''] : []));
+      if (methods.length === 0) sendJson(response, 404, { error: 'no such route', routes: [...options.routes.keys()] });
+      else sendJson(response, 405, { error: `method not allowed; ${path} answers ${methods.join(', ')}` }, { allow: methods.join(', ') });
       return;
     }
-    if (request.method !== 'GET' && request.method !== 'HEAD') {
-      sendJson(response, 405, { error: `method not allowed; ${path} answers GET` }, { allow: 'GET, HEAD' });
-      return;
-    }
-    Promise.resolve()
-      .then(() => handler(request, response))
+    const chunks: Buffer[] = [];
+    if (bodyMethod) request.on('data', (chunk: Buffer) => chunks.push(chunk));
+    else request.resume();
+    const body = bodyMethod
+      ? new Promise<Buffer>((resolveBody, rejectBody) => {
+          request.once('end', () => resolveBody(Buffer.concat(chunks)));
+          request.once('error', rejectBody);
+        })
+      : Promise.resolve(Buffer.alloc(0));
+    body
+      .then((bytes) => handler(request, response, bytes))
       .catch((error: unknown) => {
         options.onError(`management ${path}: ${error instanceof Error ? error.message : String(error)}`);
         if (!response.headersSent) sendJson(response, 500, { error: 'internal error; see the appliance log' });

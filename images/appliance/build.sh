@@ -235,6 +235,8 @@ log "root: $root ($(du -m "$root/root.squashfs" | cut -f1) MiB squashfs, $((SECO
 # --- update bundle: what kbtp-update writes into the inactive slot --------------------------------
 mkdir -p "$out_dir"
 name="kbtp-appliance-$arch"
+# A full build replaces the bundles of earlier builds (test bundles are rebuilt when asked for).
+[[ $bundle_only -eq 1 || $broken -eq 1 ]] || rm -f "$out_dir/$name"-*.kbtpupdate "$out_dir/$name.version"
 suffix=""
 [[ $broken -eq 1 ]] && suffix="-broken"
 bundle="$out_dir/$name$suffix-$version.kbtpupdate"

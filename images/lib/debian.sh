@@ -216,7 +216,9 @@ module_path() { # name -> path of its .ko
   echo "$f"
 }
 module_depends() {
-  objcopy -O binary --only-section=.modinfo "$1" /dev/stdout 2>/dev/null | tr '\0' '\n' \
+  local objcopy=objcopy
+  [[ "$deb_arch" == "$host_arch" ]] || objcopy=aarch64-linux-gnu-objcopy
+  "$objcopy" -O binary --only-section=.modinfo "$1" /dev/stdout 2>/dev/null | tr '\0' '\n' \
     | sed -n 's/^depends=//p' | tr ',' ' '
 }
 declare -A module_seen=()

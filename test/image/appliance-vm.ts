@@ -24,9 +24,29 @@ export interface ApplianceBuild {
   readonly service: 'appliance' | 'target';
 }
 
+/** The architecture under test: ARCH=arm64 (make image-test ARCH=arm64) or x86_64. */
+export const ARCH = process.env.ARCH === 'arm64' || process.env.ARCH === 'aarch64' ? 'arm64' : 'x86_64';
+
+/** How each architecture's node is powered on: the machine, and its UEFI firmware from Debian. */
+const MACHINES = {
+  // pauth-impdef=on: the architected pointer-authentication algorithm is very slow under TCG.
+  arm64: {
+    qemu: 'qemu-system-aarch64',
+    machine: ['-machine', 'virt', '-cpu', 'max,pauth-impdef=on'],
+    code: '/usr/share/AAVMF/AAVMF_CODE.fd',
+    vars: '/usr/share/AAVMF/AAVMF_VARS.fd',
+  },
+  x86_64: {
+    qemu: 'qemu-system-x86_64',
+    machine: ['-machine', 'q35', '-cpu', 'max'],
+    code: '/usr/share/OVMF/OVMF_CODE_4M.fd',
+    vars: '/usr/share/OVMF/OVMF_VARS_4M.fd',
+  },
+} as const;
+
 /** The built image (`make image` made it; $KBTP_APPLIANCE_IMAGE names another raw image). */
 export function applianceBuild(): ApplianceBuild {
-  const img = process.env.KBTP_APPLIANCE_IMAGE ?? join(repoRoot, 'images/out/kbtp-appliance-x86_64.img');
+  const img = process.env.KBTP_APPLIANCE_IMAGE ?? join(repoRoot, `images/out/kbtp-appliance-${ARCH}.img`);
   if (!existsSync(img)) throw new Error(`${img} does not exist: run 'make image' first`);
   const manifest = JSON.parse(readFileSync(img.replace(/\.img$/, '.json'), 'utf8')) as { version: string; service: 'appliance' | 'target' };
   return { img, version: manifest.version, service: manifest.service };
@@ -72,7 +92,7 @@ export class ApplianceNode {
     rmSync(node.logPath, { force: true });
     execFileSync('cp', ['--sparse=always', build.img, node.disk]);
     execFileSync('truncate', ['-s', `${options.diskGiB ?? 2}G`, node.disk]);
-    copyFileSync('/usr/share/OVMF/OVMF_VARS_4M.fd', node.vars);
+    copyFileSync(MACHINES[ARCH].vars, node.vars);
     const configPath = join(artefactDir(), `${options.name}.kbtp.json`);
     writeFileSync(configPath, JSON.stringify(options.config, null, 2));
     execFileSync(
@@ -95,13 +115,11 @@ export class ApplianceNode {
     const pcap = join(artefactDir(), `${this.name}-boot${this.boots}.pcap`);
     const monitor = join(artefactDir(), `${this.name}.monitor`);
     rmSync(monitor, { force: true });
+    const machine = MACHINES[ARCH];
     const args = [
       '-accel',
       'tcg',
-      '-cpu',
-      'max',
-      '-machine',
-      'q35',
+      ...machine.machine,
       '-smp',
       '2',
       '-m',
@@ -115,7 +133,7 @@ export class ApplianceNode {
       '-monitor',
       `unix:${monitor},server=on,wait=off`,
       '-drive',
-      'if=pflash,format=raw,readonly=on,file=/usr/share/OVMF/OVMF_CODE_4M.fd',
+      `if=pflash,format=raw,readonly=on,file=${machine.code}`,
       '-drive',
       `if=pflash,format=raw,file=${this.vars}`,
       // writethrough: every write the guest completes has reached the host file, so killing QEMU
@@ -131,7 +149,7 @@ export class ApplianceNode {
       '-device',
       'i6300esb',
     ];
-    this.current = new QemuConsole('qemu-system-x86_64', args, this.logPath, this.boots > 1);
+    this.current = new QemuConsole(machine.qemu, args, this.logPath, this.boots > 1);
     this.current.note(`boot ${this.boots}`);
     this.monitorPath = monitor;
     return this.current;

@@ -1,15 +1,20 @@
 // `make image-test`: the appliance image booted under QEMU TCG from its own disk (UEFI, no -kernel),
 // reached from the host only through 127.0.0.1 port forwards. One node goes through the steps in
-// order: first boot to ready, kbtp info and byte-exact put/get, then the watchdog (a stopped
-// supervisor resets the node, which serves again). Console logs and pcaps: .cache/image-test/.
+// order: first boot to ready, kbtp info and byte-exact put/get, /metrics, the watchdog (a stopped
+// supervisor resets the node, which serves again), an A/B update through the API, and an update
+// whose daemon cannot start (rolled back by the boot loader). Logs and pcaps: .cache/image-test/.
 import { suite } from 'uvu';
 import * as assert from 'uvu/assert';
-import { execFile } from 'node:child_process';
+import { execFile, execFileSync } from 'node:child_process';
+import { createReadStream, statSync } from 'node:fs';
+import { createServer } from 'node:http';
+import type { AddressInfo } from 'node:net';
 import { randomBytes } from 'node:crypto';
 import { join } from 'node:path';
 import { promisify } from 'node:util';
 import { connect, type KbtpSession } from '../../host/kbtp/initiator.ts';
 import { ApplianceNode, applianceBuild } from './appliance-vm.ts';
+import { HOST_ADDRESS_FROM_GUEST } from '../interop/guest.ts';
 
 const run = promisify(execFile);
 const cli = join(import.meta.dirname, '../../dist/host/cli.js');
@@ -34,6 +39,8 @@ const stored = new Map<bigint, Buffer>();
 function sleep(ms: number): Promise<void> {
   return new Promise((resolveSleep) => setTimeout(resolveSleep, ms));
 }
+
+const escapeRegExp = (text: string): string => text.replace(/[.+*?^$()[\]{}|\\]/g, '\\$&');
 
 async function session(): Promise<KbtpSession> {
   return connect(`127.0.0.1:${node.kbtpPort}`, { tenant: 'fleet', secret, timeoutMs: 60_000 });
@@ -112,7 +119,7 @@ test('first boot from the disk alone reaches ready; the data partition grows to 
   const data = await node.console.waitForLine(/kbtp-boot\[[0-9.]+s\]: data: (\d+) MiB on/, 10_000);
   assert.ok(Number(data[1]) > 1024, `the data partition holds ${data[1]} MiB of a 2 GiB disk: it did not grow`);
   assert.match(node.console.log, /kbtp-supervise\[[0-9.]+s\]: watchdog armed \(i6300ESB/);
-  assert.match(node.console.log, new RegExp(`stage 2: kbtp ${build.version.replace(/[.+]/g, '\\$&')} `));
+  assert.match(node.console.log, new RegExp(`stage 2: kbtp ${escapeRegExp(build.version)} `));
   assert.not.match(node.console.log, /KBTP-BOOT-FAILED/);
 });
 
@@ -165,6 +172,134 @@ test('watchdog: a stopped supervisor resets the node, which boots and serves aga
   stored.clear();
   await storeBlocks(2, 200n);
   await checkBlocks(stored.keys());
+});
+
+/** An update bundle of this build under another version (built by images/appliance/build.sh). */
+function buildBundle(version: string, brokenDaemon: boolean): string {
+  const output = execFileSync(
+    join(import.meta.dirname, '../../images/appliance/build.sh'),
+    ['--bundle-only', '--version', version, ...(brokenDaemon ? ['--broken-daemon'] : [])],
+    { encoding: 'utf8', stdio: ['ignore', 'pipe', 'inherit'], timeout: 1_200_000 },
+  );
+  return output.trim().split('\n').pop() ?? '';
+}
+
+/** Serves files to the guest, which reaches 127.0.0.1:PORT on the host as 10.0.2.2:PORT. */
+async function serveFiles(files: Map<string, string>): Promise<{ url(name: string): string; close(): void }> {
+  const server = createServer((request, response) => {
+    const path = files.get((request.url ?? '').slice(1));
+    if (path === undefined) {
+      response.statusCode = 404;
+      response.end();
+      return;
+    }
+    response.setHeader('content-length', statSync(path).size);
+    createReadStream(path).pipe(response);
+  });
+  await new Promise<void>((resolveListen) => server.listen(0, '127.0.0.1', () => resolveListen()));
+  const port = (server.address() as AddressInfo).port;
+  return { url: (name) => `http://${HOST_ADDRESS_FROM_GUEST}:${port}/${name}`, close: () => server.close() };
+}
+
+interface UpdateStatus {
+  running: { slot: string; version: string };
+  operation: { state: string; detail: string };
+  last: { state: string; slot?: string; version?: string; reason?: string };
+}
+
+async function api(path: string, init: RequestInit = {}): Promise<Response> {
+  return fetch(`http://127.0.0.1:${node.managementPort}${path}`, {
+    ...init,
+    headers: { authorization: `Bearer ${token}`, 'content-type': 'application/json' },
+    signal: AbortSignal.timeout(120_000),
+  });
+}
+
+/** GET /api/update; a guest busy downloading 100 MB under TCG may answer late, so this retries. */
+async function updateStatus(): Promise<UpdateStatus> {
+  const deadline = Date.now() + BOOT_TIMEOUT_MS;
+  for (;;) {
+    try {
+      return (await (await api('/api/update')).json()) as UpdateStatus;
+    } catch (error) {
+      if (Date.now() > deadline) throw error;
+      await sleep(2000);
+    }
+  }
+}
+
+/** POST /api/update, then follows GET /api/update until the node reboots into the new slot. */
+async function startUpdate(url: string): Promise<void> {
+  const since = node.console.log.length;
+  const accepted = await api('/api/update', { method: 'POST', body: JSON.stringify({ url }) });
+  assert.is(accepted.status, 202, await accepted.text());
+  // The node may reboot between two polls: its console saying so ends the wait as well.
+  let rebooting = false;
+  node.console.waitForLine(/update: written .*rebooting into the new slot/, BOOT_TIMEOUT_MS, since).then(
+    () => {
+      rebooting = true;
+    },
+    () => undefined,
+  );
+  const deadline = Date.now() + BOOT_TIMEOUT_MS;
+  for (;;) {
+    if (rebooting) return;
+    const status = await updateStatus();
+    if (status.operation.state === 'rebooting') return;
+    if (status.operation.state === 'failed') throw new Error(`the update failed on the node: ${status.operation.detail}`);
+    if (Date.now() > deadline) throw new Error(`the update is still ${status.operation.state} after ${BOOT_TIMEOUT_MS} ms`);
+    await sleep(3000);
+  }
+}
+
+test('update through the API: the node boots the other slot once, passes its self-test, marks it good', async () => {
+  if (build.service !== 'appliance') throw new Error('updates go through the management API of kbtp appliance');
+  const version = `${build.version}-u2`;
+  const files = await serveFiles(new Map([['u2.kbtpupdate', buildBundle(version, false)]]));
+  try {
+    const since = node.console.log.length;
+    await startUpdate(files.url('u2.kbtpupdate'));
+    await node.console.waitForLine(/kbtp-boot\[initramfs [0-9.]+s\]: slot b/, BOOT_TIMEOUT_MS, since);
+    await node.console.waitForLine(new RegExp(`stage 2: kbtp ${escapeRegExp(version)} `), BOOT_TIMEOUT_MS, since);
+    await node.console.waitForLine(/kbtp-bless\[[0-9.]+s\]: slot b marked good/, BOOT_TIMEOUT_MS, since);
+    await waitReady(since);
+    const status = await updateStatus();
+    assert.equal(status.running, { slot: 'b', version });
+    assert.is(status.last.state, 'good');
+    // The config partition survived the update: the same tenant secret and token still work.
+    stored.clear();
+    await storeBlocks(2, 300n);
+    await checkBlocks(stored.keys());
+  } finally {
+    files.close();
+  }
+});
+
+test('an update whose daemon cannot start: the node returns to the previous slot by itself and reports it', async () => {
+  const good = await updateStatus();
+  const version = `${build.version}-broken`;
+  const files = await serveFiles(new Map([['broken.kbtpupdate', buildBundle(version, true)]]));
+  try {
+    const since = node.console.log.length;
+    await startUpdate(files.url('broken.kbtpupdate'));
+    await node.console.waitForLine(/kbtp-boot\[initramfs [0-9.]+s\]: slot a/, BOOT_TIMEOUT_MS, since);
+    await node.console.waitForLine(/kbtp-bless\[[0-9.]+s\]: TRIAL FAILED: /, BOOT_TIMEOUT_MS, since);
+    // No one intervenes: the loader sees slot a's tries used up and boots slot b again.
+    await node.console.waitForLine(/kbtp-boot\[initramfs [0-9.]+s\]: slot b/, BOOT_TIMEOUT_MS, since);
+    await node.console.waitForLine(/kbtp-bless\[[0-9.]+s\]: UPDATE ROLLED BACK: slot a/, BOOT_TIMEOUT_MS, since);
+    await waitReady(since);
+    const status = await updateStatus();
+    assert.equal(status.running, good.running);
+    assert.is(status.last.state, 'rolled-back');
+    assert.is(status.last.slot, 'a');
+    assert.is(status.last.version, version);
+    assert.match(status.last.reason ?? '', /daemon exited|did not listen/);
+    stored.clear();
+    await storeBlocks(2, 400n);
+    await checkBlocks(stored.keys());
+  } finally {
+    files.close();
+  }
 });
 
 test.run();

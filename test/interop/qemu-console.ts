@@ -5,9 +5,17 @@ import { spawn, type ChildProcess } from 'node:child_process';
 import { createWriteStream, type WriteStream } from 'node:fs';
 
 const running = new Set<ChildProcess>();
-process.once('exit', () => {
+const killAll = (): void => {
   for (const child of running) child.kill('SIGKILL');
-});
+};
+process.once('exit', killAll);
+// A test run stopped by a signal would otherwise leave its guests running ('exit' does not fire).
+for (const signal of ['SIGINT', 'SIGTERM'] as const) {
+  process.once(signal, () => {
+    killAll();
+    process.kill(process.pid, signal);
+  });
+}
 
 export interface ConsoleExit {
   readonly code: number | null;
