@@ -39,7 +39,7 @@ export type JobName = keyof typeof JOB_DEFAULTS;
 export const JOB_NAMES = Object.keys(JOB_DEFAULTS) as JobName[];
 
 /** The top-level keys this file adds to the target's. */
-export const APPLIANCE_SECTIONS = ['management', 'dataDir', 'log', 'drainTimeoutMs', 'listenWaitMs', 'jobs'] as const;
+export const APPLIANCE_SECTIONS = ['management', 'dataDir', 'log', 'drainTimeoutMs', 'listenWaitMs', 'jobs', 'maxTenants'] as const;
 
 export const MIN_TOKEN_LENGTH = 16;
 const MANAGEMENT_KEYS = ['listen', 'token'] as const;
@@ -72,6 +72,7 @@ export function checkManagementExposure(management: ManagementSettings, field = 
 }
 
 const MAX_BOUND_MS = 3_600_000;
+const DEFAULT_MAX_TENANTS = 32;
 
 function resolveJobs(top: ObjectReader<(typeof APPLIANCE_SECTIONS)[number]>): Record<JobName, string | null> {
   const section = top.object('jobs', JOB_NAMES);
@@ -115,6 +116,8 @@ export function resolveApplianceSettings(input: Json): ApplianceSettings {
   const sessions = logIn.boolean('sessions', false);
   const drainTimeoutMs = top.integer('drainTimeoutMs', { min: 0, max: MAX_BOUND_MS, fallback: 10_000 });
   const listenWaitMs = top.integer('listenWaitMs', { min: 0, max: MAX_BOUND_MS, fallback: 10_000 });
+  // Engine tenant slots, so SIGHUP can add tenants without a restart.
+  target.tenantSlots = Math.max(target.tenants.length, top.integer('maxTenants', { min: 1, max: 1024, fallback: DEFAULT_MAX_TENANTS }));
   return { target, management, dataDir, log: { level: level as LogLevel, format, sessions }, drainTimeoutMs, listenWaitMs, jobs: resolveJobs(top) };
 }
 

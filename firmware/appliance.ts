@@ -11,6 +11,8 @@ import { statusPageRoutes } from './status-page.ts';
 import { poolOccupancy, type PoolOccupancy } from './pool-occupancy.ts';
 import { Scheduler, type JobDefinition, type JobStatus } from './scheduler.ts';
 import { poolAuditJob, statsSnapshotJob } from './jobs.ts';
+import { planTenantReload } from './tenant-reload.ts';
+import { writeTenantRecord, clearOnFree } from '../host/engine/tenant-record.ts';
 import { TrafficHistory, totalRequests, type TrafficSample } from './traffic-history.ts';
 import { summarizeLatency, type LatencySummary } from './percentiles.ts';
 import type { WarningLog, WarningEntry } from './warnings.ts';
@@ -67,7 +69,7 @@ export class Appliance {
   ) {
     this.metrics = new ApplianceMetrics({
       engine: () => this.target?.engine,
-      tenants: () => this.settings.target.tenants.map((tenant) => tenant.name),
+      tenants: () => this.settings.target.tenants.map((tenant, index) => ({ name: tenant.name, slot: tenant.slot ?? index, quota: tenant.quota })),
       ready: () => this.stateValue === 'ready',
     });
     this.scheduler = new Scheduler(log, this.metrics);
@@ -111,6 +113,11 @@ export class Appliance {
   get managementAddress(): { host: string; port: number } {
     if (this.management === undefined) throw new Error('the management server is not running');
     return { host: this.management.host, port: this.management.port };
+  }
+
+  /** Resolves when the target failed (a worker died): the node must exit and be restarted. */
+  get failure(): Promise<Error> {
+    return this.target?.failure ?? new Promise(() => undefined);
   }
 
   get kbtpAddress(): { host: string; port: number } | null {
@@ -214,7 +221,7 @@ export class Appliance {
       tenants: this.settings.target.tenants.map((tenant, index) => ({
         name: tenant.name,
         sessions: stats?.sessionsByTenant[tenant.name] ?? 0,
-        blocks: engine === undefined ? 0 : engine.tenantUsage(index),
+        blocks: engine === undefined ? 0 : engine.tenantUsage(tenant.slot ?? index),
         quota: tenant.quota,
       })),
       requests: { total: stats === null ? 0 : totalRequests(stats), byOpcode: stats?.requests ?? {} },
@@ -224,6 +231,48 @@ export class Appliance {
       warnings: this.warnings.recent(),
       stats,
     };
+  }
+
+  /**
+   * SIGHUP: applies what can change while serving (tenants, their secrets, quotas and ranges; job
+   * schedules; log level and session logging; the drain bound) and says what needs a restart.
+   * A configuration that does not validate changes nothing. Sessions of tenants that stay, with
+   * the same credential and trust, go on; those of removed or re-keyed tenants end.
+   */
+  reload(next: ApplianceSettings): void {
+    const restartOnly: string[] = [];
+    const json = (value: unknown): string => JSON.stringify(value, (_key, v: unknown) => (typeof v === 'bigint' ? v.toString() : v));
+    const running = this.settings;
+    const compare = (field: string, a: unknown, b: unknown): void => { if (json(a) !== json(b)) restartOnly.push(field); };
+    compare('listen', running.target.listen, next.target.listen);
+    compare('transport', running.target.transport, next.target.transport);
+    compare('workers', running.target.workers, next.target.workers);
+    compare('pool', running.target.pool, next.target.pool);
+    compare('session', running.target.session, next.target.session);
+    compare('timeouts', running.target.timeouts, next.target.timeouts);
+    compare('sramModel', running.target.sramModel, next.target.sramModel);
+    compare('maxTenants', running.target.tenantSlots, next.target.tenantSlots);
+    compare('management', running.management, next.management);
+    compare('dataDir', running.dataDir, next.dataDir);
+    compare('log.format', running.log.format, next.log.format);
+    const engine = this.target?.engine;
+    if (engine !== undefined && this.target !== undefined) {
+      const plan = planTenantReload(running.target, next.target.tenants, engine);
+      for (const { slot, record } of plan.writes) writeTenantRecord(engine, slot, record);
+      if (plan.clearSharedRing) clearOnFree(engine, 0);
+      running.target.tenants = plan.tenants;
+      this.target.updateTenants(plan.tenants);
+      const changes = [...plan.added.map((n) => `+${n}`), ...plan.removed.map((n) => `-${n}`), ...plan.changed.map((n) => `~${n}`)];
+      if (changes.length > 0) this.log.info(`tenants reloaded: ${changes.join(' ')}`, { tenants: plan.tenants.length });
+    }
+    running.jobs = next.jobs;
+    this.scheduler.setJobs(this.jobDefinitions());
+    compare('log.sessions', running.log.sessions, next.log.sessions); // the workers were started with it
+    running.log.level = next.log.level;
+    this.log.setLevel(next.log.level);
+    running.drainTimeoutMs = next.drainTimeoutMs;
+    if (restartOnly.length > 0) this.log.warn(`reloaded; these change only with a restart and keep their running values: ${restartOnly.join(', ')}`);
+    else this.log.info('configuration reloaded');
   }
 
   /**
@@ -246,7 +295,11 @@ export class Appliance {
       open = (await target.stats()).sessionsOpen;
     }
     if (open > 0) this.log.warn('drain bound reached; cutting the sessions still open', { sessionsOpen: open });
-    await target.stop(0);
+    const final = await target.stop(0);
+    // What the node answered, for whoever reconciles it with what clients saw acknowledged.
+    this.log.info(`final statistics: requests ${JSON.stringify(final.requests)}`, {
+      sessionsTotal: final.sessionsTotal, dataBytes: final.dataBytes, internalErrors: final.internalErrors,
+    });
     return open === 0;
   }
 

@@ -6,11 +6,14 @@ import { DEFAULT_PORT, parseHostPort, type HostPort } from '../host/kbtp/address
 
 export { DEFAULT_PORT };
 import { ConfigError, ObjectReader, isJsonObject, type Json } from './config-reader.ts';
+import { parseSecretHash } from '../host/kbtp/server/secret-hash.ts';
 
 export interface TenantSettings {
   name: string;
-  /** Shared secret the HELLO credential must equal; null for an open tenant (loopback only). */
+  /** Shared secret the HELLO credential must equal, written in the clear; null when hashed or open. */
   secret: string | null;
+  /** The secret as a salted scrypt hash (`kbtp tenant add` writes these); null when in the clear or open. */
+  secretHash: string | null;
   /** Said explicitly in the file ("open": true): anyone may use the tenant without a secret. */
   open: boolean;
   quota: number;
@@ -24,6 +27,8 @@ export interface TenantSettings {
   eviction: 'none' | 'demote';
   /** Blocks the tenant may keep on the durable tier (default: the whole tier). */
   durableQuota: number | undefined;
+  /** Its engine tenant slot when that is not its position in the list (after a reload). */
+  slot?: number;
 }
 
 /** The durable tier (kbtp-v1 section 12, docs/TIER.md): sealed blocks survive restarts and power loss. */
@@ -66,6 +71,11 @@ export interface TargetSettings {
   };
   timeouts: TimeoutSettings;
   tenants: TenantSettings[];
+  /**
+   * Tenant slots of the engine: tenants.length unless a daemon that adds tenants at run time
+   * (the appliance's SIGHUP) reserves more. A tenant's slot is its `slot`, or its position.
+   */
+  tenantSlots: number;
   sramModel: string | undefined;
   /** Absent: DRAM only (PERSISTENT is never granted). */
   durable: DurableSettings | undefined;
@@ -85,7 +95,7 @@ const DURABLE_KEYS = ['enabled', 'dataDir', 'capacity'] as const;
 const POOL_KEYS = ['blockSize', 'blockCount', 'handleBase', 'handleCount', 'maxInline', 'ringOrder'] as const;
 const SESSION_KEYS = ['credits', 'ticketTimeoutMs', 'maxSessions', 'maxSessionsPerWorker', 'maxHandshakesPerWorker'] as const;
 const TIMEOUT_KEYS = ['mpaRequestMs', 'rtrMs', 'helloMs', 'idleSessionMs', 'rdmaReadMs'] as const;
-const TENANT_KEYS = ['name', 'secret', 'open', 'quota', 'maxSessions', 'storeRange', 'loadScope', 'trust', 'trustDomain', 'eviction', 'durableQuota'] as const;
+const TENANT_KEYS = ['name', 'secret', 'secretHash', 'open', 'quota', 'maxSessions', 'storeRange', 'loadScope', 'trust', 'trustDomain', 'eviction', 'durableQuota'] as const;
 const RANGE_KEYS = ['first', 'count'] as const;
 const TRUST_KEYS = ['directLoad', 'directAlloc'] as const;
 
@@ -182,15 +192,24 @@ function tenantAt(
     }
     secret = secretValue;
   }
-  if (secret !== null && open) {
+  const hashValue = tenant.raw('secretHash');
+  let secretHash: string | null = null;
+  if (hashValue !== undefined && hashValue !== null) {
+    // The value is not echoed: it is derived from a secret.
+    if (typeof hashValue !== 'string' || parseSecretHash(hashValue) === undefined) {
+      throw new ConfigError(tenant.field('secretHash'), 'is not a scrypt hash (scrypt$N$r$p$salt$key)', 'write it with kbtp tenant add');
+    }
+    secretHash = hashValue;
+  }
+  if (secret !== null && secretHash !== null) {
+    throw new ConfigError(tenant.field('secret'), `tenant '${name}' has both a secret and a secretHash`, 'keep only the secretHash');
+  }
+  if ((secret !== null || secretHash !== null) && open) {
     throw new ConfigError(tenant.field('open'), `tenant '${name}' has a secret and "open": true`, 'drop one of them: an open tenant has no secret');
   }
-  if (secret === null && !open) {
-    throw new ConfigError(
-      tenant.field('secret'),
-      `tenant '${name}' has no secret`,
-      'give it a "secret", or say "open": true for a tenant anyone may use without one (loopback only)',
-    );
+  if (secret === null && secretHash === null && !open) {
+    throw new ConfigError(tenant.field('secret'), `tenant '${name}' has no secret`,
+      'give it a "secretHash" (kbtp tenant add writes one) or a "secret", or say "open": true for a tenant anyone may use without one (loopback only)');
   }
   if (open && !isLoopback(context.listen.host)) {
     throw new ConfigError(
@@ -203,15 +222,9 @@ function tenantAt(
   const trustDomain = tenant.string('trustDomain', 64, 'name the trust domain') ?? name;
   const rangeWhy = 'give the handles the tenant may store, e.g. { "first": 0, "count": 1024 } (ranges of tenants never overlap)';
   return {
-    name,
-    secret,
-    open,
-    quota: tenant.integer('quota', {
-      min: 0,
-      max: context.blockCount,
-      ...(context.single ? { fallback: context.blockCount } : {}),
-      why: `give the tenant's allocation quota in blocks (quotas on the shared ring add up to at most pool.blockCount, ${context.blockCount}); 0 makes a tenant that cannot allocate`,
-    }),
+    name, secret, secretHash, open,
+    quota: tenant.integer('quota', { min: 0, max: context.blockCount, ...(context.single ? { fallback: context.blockCount } : {}),
+      why: `give the tenant's allocation quota in blocks (quotas on the shared ring add up to at most pool.blockCount, ${context.blockCount}); 0 makes a tenant that cannot allocate` }),
     maxSessions: tenant.integer('maxSessions', { min: 1, max: context.maxSessions, fallback: context.maxSessions }),
     storeRange: rangeAt(tenant, 'storeRange', context.single ? context.allHandles : undefined, rangeWhy),
     loadScope: rangeAt(tenant, 'loadScope', context.allHandles, 'give the handles the tenant may load'),
@@ -297,15 +310,8 @@ export function resolveTargetSettings(input: Json, otherSections: readonly strin
     throw new ConfigError('sramModel', 'must be the path of an SRAM model config file', 'e.g. "sram.json"');
   }
   return {
-    listen,
-    transport,
-    workers,
-    session,
-    timeouts,
-    tenants,
-    sramModel: sramModel ?? undefined,
-    pool: { blockSize, blockCount, handleBase, handleCount, maxInline, ringOrder },
-    durable,
+    listen, transport, workers, session, timeouts, tenants, tenantSlots: tenants.length, sramModel: sramModel ?? undefined,
+    pool: { blockSize, blockCount, handleBase, handleCount, maxInline, ringOrder }, durable,
   };
 }
 
@@ -333,32 +339,23 @@ export function describeSettings(settings: TargetSettings): string {
   const handle = (value: bigint): number | string => (value <= BigInt(Number.MAX_SAFE_INTEGER) ? Number(value) : value.toString());
   const range = (r: { first: bigint; count: bigint }) => ({ first: handle(r.first), count: handle(r.count) });
   const { listen, pool } = settings;
-  return JSON.stringify(
-    {
-      listen: `${listen.host.includes(':') ? `[${listen.host}]` : listen.host}:${listen.port}`,
-      transport: settings.transport,
-      workers: settings.workers,
-      pool: { ...pool, handleBase: handle(pool.handleBase), ringOrder: pool.ringOrder ?? 'smallest that fits' },
-      session: settings.session,
-      timeouts: settings.timeouts,
-      tenants: settings.tenants.map((tenant) => ({
-        name: tenant.name,
-        ...(tenant.open ? { open: true } : { secret: '(set, not shown)' }),
-        quota: tenant.quota,
-        maxSessions: tenant.maxSessions,
-        storeRange: range(tenant.storeRange),
-        loadScope: range(tenant.loadScope),
-        trust: tenant.trust,
-        trustDomain: tenant.trustDomain,
-        eviction: tenant.eviction,
-        ...(tenant.durableQuota !== undefined ? { durableQuota: tenant.durableQuota } : {}),
-      })),
-      durable: settings.durable === undefined ? { enabled: false } : { dataDir: settings.durable.dataDir, capacity: settings.durable.capacityBytes },
-      ...(settings.sramModel !== undefined ? { sramModel: settings.sramModel } : {}),
-    },
-    null,
-    2,
-  );
+  return JSON.stringify({
+    listen: `${listen.host.includes(':') ? `[${listen.host}]` : listen.host}:${listen.port}`,
+    transport: settings.transport,
+    workers: settings.workers,
+    pool: { ...pool, handleBase: handle(pool.handleBase), ringOrder: pool.ringOrder ?? 'smallest that fits' },
+    session: settings.session,
+    timeouts: settings.timeouts,
+    tenants: settings.tenants.map((tenant) => ({
+      name: tenant.name,
+      ...(tenant.open ? { open: true } : tenant.secretHash !== null ? { secretHash: '(scrypt, not shown)' } : { secret: '(set, not shown)' }),
+      quota: tenant.quota, maxSessions: tenant.maxSessions,
+      storeRange: range(tenant.storeRange), loadScope: range(tenant.loadScope), trust: tenant.trust, trustDomain: tenant.trustDomain,
+      eviction: tenant.eviction, ...(tenant.durableQuota !== undefined ? { durableQuota: tenant.durableQuota } : {}),
+    })),
+    durable: settings.durable === undefined ? { enabled: false } : { dataDir: settings.durable.dataDir, capacity: settings.durable.capacityBytes },
+    ...(settings.sramModel !== undefined ? { sramModel: settings.sramModel } : {}),
+  }, null, 2);
 }
 
 /** Reads and parses a JSON configuration file; errors name the file and what is wrong with it. */
@@ -386,7 +383,16 @@ export function loadTargetSettings(path: string | undefined): TargetSettings {
  */
 export function engineConfigFor(settings: TargetSettings): EngineConfig {
   const partitions: Array<{ blocks: number }> = [];
-  const tenants: TenantConfig[] = settings.tenants.map((tenant) => {
+  const bySlot = new Map(settings.tenants.map((tenant, index) => [tenant.slot ?? index, tenant]));
+  const slots = Math.max(settings.tenantSlots, ...[...bySlot.keys()].map((slot) => slot + 1));
+  const tenants: TenantConfig[] = Array.from({ length: slots }, (_, slot): TenantConfig => {
+    const tenant = bySlot.get(slot);
+    if (tenant === undefined) {
+      // A free slot: no handles, no quota, in the first tenant's trust domain so that it does not
+      // make the shared ring clear blocks on free by itself. The name cannot come from a config.
+      return { name: `\u0000free slot ${slot}`, storeRange: { first: 0n, count: 0n }, loadScope: { first: 0n, count: 0n }, quota: 0,
+        trustDomain: settings.tenants[0]?.trustDomain ?? '' };
+    }
     const config: TenantConfig = {
       name: tenant.name,
       storeRange: tenant.storeRange,

@@ -8,10 +8,13 @@ import { Appliance, KbtpListenError } from './appliance.ts';
 import type { Logger } from './logger.ts';
 import type { WarningLog } from './warnings.ts';
 import { ManagementListenError } from './management-server.ts';
+import { ConfigError } from './config.ts';
 
 export interface DaemonOptions {
   /** Printed lines for a person starting it by hand (`make run`): where to reach the node. */
   announce(line: string): void;
+  /** Reads the configuration again (file and flags) for SIGHUP; throws ConfigError when it is wrong. */
+  reread(): ApplianceSettings;
 }
 
 /** Beyond the drain bound, how long closing may take before the process exits 1 regardless. */
@@ -26,6 +29,21 @@ export async function runAppliance(settings: ApplianceSettings, log: Logger, war
   const onStop = (signal: NodeJS.Signals): void => stopRequested?.(signal);
   process.on('SIGTERM', onStop);
   process.on('SIGINT', onStop);
+  const onReload = (): void => {
+    if (appliance.state !== 'ready') {
+      log.warn(`SIGHUP while ${appliance.state}: nothing reloaded`);
+      return;
+    }
+    try {
+      appliance.reload(options.reread());
+      appliance.metrics.reloads.inc({ result: 'success' });
+    } catch (error) {
+      appliance.metrics.reloads.inc({ result: 'failure' });
+      const known = error instanceof ConfigError || error instanceof EngineConfigError;
+      log.error(`reload refused, the running configuration stays: ${known ? error.message : error instanceof Error ? error.stack ?? error.message : String(error)}`);
+    }
+  };
+  process.on('SIGHUP', onReload);
   try {
     try {
       await appliance.startManagement();
@@ -57,8 +75,13 @@ export async function runAppliance(settings: ApplianceSettings, log: Logger, war
     options.announce(`KBTP listening on ${kbtp?.host}:${kbtp?.port} (RDMAP/MPA over TCP, ${settings.target.workers} workers)`);
     log.info('ready', { kbtp: `${kbtp?.host}:${kbtp?.port}`, management: `${management.host}:${management.port}` });
 
-    const signal = await stopSignal;
-    log.info(`${signal}: draining`);
+    const ended = await Promise.race([stopSignal, appliance.failure]);
+    if (ended instanceof Error) {
+      log.error(`the target failed: ${ended.message}; exiting 1 for the supervisor to restart the node`);
+      await appliance.close().catch(() => undefined);
+      return 1;
+    }
+    log.info(`${ended}: draining`);
     const watchdog = setTimeout(() => {
       log.error('shutdown did not finish in time; exiting 1');
       process.exit(1);
@@ -72,5 +95,6 @@ export async function runAppliance(settings: ApplianceSettings, log: Logger, war
   } finally {
     process.off('SIGTERM', onStop);
     process.off('SIGINT', onStop);
+    process.off('SIGHUP', onReload);
   }
 }

@@ -85,8 +85,8 @@ export function workerMetrics(stats: StatsSnapshot): MetricJson[] {
 export interface MetricsSources {
   /** The running target's engine; undefined while starting. */
   engine(): Engine | undefined;
-  /** Tenant names by engine tenant index. */
-  tenants(): readonly string[];
+  /** The tenants with their engine slots. */
+  tenants(): ReadonlyArray<{ name: string; slot: number; quota: number }>;
   ready(): boolean;
 }
 
@@ -97,6 +97,7 @@ export class ApplianceMetrics {
   readonly jobDuration: Histogram<'job'>;
   readonly jobLastSuccess: Gauge<'job'>;
   readonly jobSkipped: Counter<'job'>;
+  readonly reloads: Counter<'result'>;
 
   constructor(sources: MetricsSources) {
     const registers = [this.registry];
@@ -161,40 +162,22 @@ export class ApplianceMetrics {
       collect() {
         const engine = sources.engine();
         if (engine === undefined) return;
-        for (const [index, tenant] of sources.tenants().entries()) this.set({ tenant }, engine.tenantUsage(index));
-      },
-    });
-    new Gauge({
-      name: 'kbtp_tenant_quota_blocks',
-      help: "Each tenant's Allocation Quota",
-      labelNames: ['tenant'],
-      registers,
+        this.reset(); // a removed tenant leaves the metrics
+        for (const tenant of sources.tenants()) this.set({ tenant: tenant.name }, engine.tenantUsage(tenant.slot));
+      } });
+    new Gauge({ name: 'kbtp_tenant_quota_blocks', help: 'Each tenant\'s Allocation Quota', labelNames: ['tenant'], registers,
       collect() {
-        const engine = sources.engine();
-        if (engine === undefined) return;
-        for (const [index, tenant] of sources.tenants().entries()) this.set({ tenant }, engine.config.tenants[index]?.quota ?? 0);
-      },
-    });
+        this.reset();
+        for (const tenant of sources.tenants()) this.set({ tenant: tenant.name }, tenant.quota);
+      } });
     this.jobRuns = new Counter({ name: 'kbtp_job_runs_total', help: 'Scheduled job runs, by job and result', labelNames: ['job', 'result'], registers });
-    this.jobSkipped = new Counter({
-      name: 'kbtp_job_skipped_total',
-      help: 'Scheduled runs skipped because the previous run of the job was still going',
-      labelNames: ['job'],
-      registers,
-    });
-    this.jobDuration = new Histogram({
-      name: 'kbtp_job_duration_seconds',
-      help: 'Duration of scheduled job runs',
-      labelNames: ['job'],
-      registers,
-      buckets: [0.001, 0.01, 0.1, 0.5, 1, 5, 30, 120],
-    });
-    this.jobLastSuccess = new Gauge({
-      name: 'kbtp_job_last_success_timestamp_seconds',
-      help: 'When each job last succeeded (Unix time)',
-      labelNames: ['job'],
-      registers,
-    });
+    this.jobSkipped = new Counter({ name: 'kbtp_job_skipped_total', help: 'Scheduled runs skipped because the previous run of the job was still going',
+      labelNames: ['job'], registers });
+    this.jobDuration = new Histogram({ name: 'kbtp_job_duration_seconds', help: 'Duration of scheduled job runs', labelNames: ['job'], registers,
+      buckets: [0.001, 0.01, 0.1, 0.5, 1, 5, 30, 120] });
+    this.reloads = new Counter({ name: 'kbtp_config_reloads_total', help: 'Configuration reloads (SIGHUP), by result', labelNames: ['result'], registers });
+    this.jobLastSuccess = new Gauge({ name: 'kbtp_job_last_success_timestamp_seconds', help: 'When each job last succeeded (Unix time)',
+      labelNames: ['job'], registers });
   }
 
   /** The exposition text: every worker's counters summed, plus the main thread's metrics. */

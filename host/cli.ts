@@ -15,6 +15,7 @@ export interface Command {
 const commands: Record<string, () => Promise<{ command: Command }>> = {
   target: () => import('./commands/target.ts'),
   appliance: () => import('./commands/appliance.ts'),
+  tenant: () => import('./commands/tenant.ts'),
   info: () => import('./commands/info.ts'),
   put: () => import('./commands/put.ts'),
   get: () => import('./commands/get.ts'),

@@ -93,6 +93,11 @@ export const command: Command = {
     }
     const warnings = new WarningLog();
     const log = createLogger({ level: settings.log.level, format: settings.log.format, onWarning: (level, message) => warnings.add(level, message) });
-    return runAppliance(settings, log, warnings, { announce: (line) => console.log(line) });
+    const reread = (): ApplianceSettings => {
+      const next = loadApplianceSettings(values.config);
+      applyFlags(next, values);
+      return next;
+    };
+    return runAppliance(settings, log, warnings, { announce: (line) => console.log(line), reread });
   },
 };

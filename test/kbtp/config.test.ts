@@ -1,4 +1,5 @@
 import { test } from 'uvu';
+import { hashSecret } from '../../host/kbtp/server/secret-hash.ts';
 import * as assert from 'uvu/assert';
 import { resolveTargetSettings, engineConfigFor, describeSettings, ConfigError } from '../../firmware/config.ts';
 import { resolveEngineConfig, EngineConfigError } from '../../host/engine/config.ts';
@@ -71,7 +72,9 @@ test('the typos of the issue, and one in every nested object, name their path an
 });
 
 test('a tenant without a secret says so, and only on loopback; no silent zero quota', () => {
-  rejects({ tenants: [{ name: 'a', quota: 1 }] }, 'tenants[0].secret', /has no secret; give it a "secret", or say "open": true/);
+  rejects({ tenants: [{ name: 'a', quota: 1 }] }, 'tenants[0].secret', /has no secret; give it a "secretHash" \(kbtp tenant add writes one\) or a "secret", or say "open": true/);
+  rejects({ tenants: [{ name: 'a', quota: 1, secretHash: 'md5$abc' }] }, 'tenants[0].secretHash', /is not a scrypt hash/);
+  rejects({ tenants: [{ name: 'a', quota: 1, secret: 's', secretHash: hashSecret('s') }] }, 'tenants[0].secret', /both a secret and a secretHash/);
   rejects({ tenants: [{ name: 'a', secret: null, quota: 1 }] }, 'tenants[0].secret', /has no secret/);
   rejects({ tenants: [{ name: 'a', secret: 's', open: true }] }, 'tenants[0].open', /has a secret and "open": true/);
   rejects({ listen: '10.0.0.1:7117', tenants: [{ name: 'a', open: true }] }, 'tenants[0].open', /open but the target listens on 10\.0\.0\.1/);

@@ -25,10 +25,11 @@ import {
   type Sge,
 } from '../../rnic/verbs.ts';
 import type { DataOperation } from '../../engine/arena.ts';
-import type { TargetSettings } from '../../../firmware/config.ts';
+import type { TargetSettings, TenantSettings } from '../../../firmware/config.ts';
 import { decodeHello, encodeHelloAck, refusal, type HelloAck } from '../wire/hello.ts';
 import { MessageFormatError, encodeCompletion } from '../wire/messages.ts';
-import { admit } from './auth.ts';
+import { admit, type Admission } from './auth.ts';
+import type { SecretVerifier } from './secret-hash.ts';
 import type { RefusalReason, TargetStats, TimeoutStage } from './stats.ts';
 import { SessionTickets, type LateReclaims } from './tickets.ts';
 import type { SessionSlots } from './slots.ts';
@@ -53,6 +54,8 @@ export interface WorkerContext {
   lateReclaims: LateReclaims;
   /** The node's session slots and per-tenant session counts, shared by all workers. */
   slots: SessionSlots;
+  /** Checks credentials against scrypt hashes on libuv's pool; remembers the ones that passed. */
+  verifier: SecretVerifier;
   /** For the tests of the failure paths only (KBTP_TEST_FAULT): where to throw. */
   fault?: { kind: 'connection' | 'worker'; tenant: string };
   /** The durable tier in the main thread, when the target has one. */
@@ -61,7 +64,8 @@ export interface WorkerContext {
   log(line: string): void;
 }
 
-type State = 'hello' | 'open' | 'draining' | 'closed';
+/** 'admitting': HELLO received, its credential being verified (off the event loop). */
+type State = 'hello' | 'admitting' | 'open' | 'draining' | 'closed';
 
 interface MutableSge {
   lkey: number;
@@ -103,6 +107,8 @@ export class TargetConnection {
   private session = 0;
   /** The admitted tenant's name, for the per-tenant session count. */
   private tenantName: string | undefined;
+  /** The tenant's settings the session was admitted under, to tell after a reload whether it still is. */
+  private admittedAs: TenantSettings | undefined;
   private tenantAddress = 0;
   private readonly grantedRegions: MemoryRegion[] = [];
   /** One-sided tickets this session took (DIRECT_ALLOC sessions only). */
@@ -489,7 +495,20 @@ export class TargetConnection {
       this.refuse(requestId, K.STATUS_VERSION_MISMATCH, 'HELLO version 0', 'version');
       return;
     }
-    const admission = admit(settings.tenants, hello.tenant, hello.credential, hello.capabilities, settings.durable !== undefined);
+    this.state = 'admitting';
+    admit(settings.tenants, hello.tenant, hello.credential, hello.capabilities, this.ctx.verifier,
+      settings.durable !== undefined).then(
+      (admission) => { if (this.state === 'admitting') this.admitted(request, requestId, admission); },
+      (error: unknown) => {
+        this.ctx.log(`${this.label}: admission failed: ${error instanceof Error ? error.message : String(error)}`);
+        this.ctx.stats.internalError();
+        this.qp.disconnect();
+      });
+  }
+
+  /** The credential was checked: refuse, or open the session and send HELLO_ACK. */
+  private admitted(request: number, requestId: bigint, admission: Admission): void {
+    const { engine, arena, settings } = this.ctx;
     if (!admission.ok) {
       this.refuse(requestId, admission.status, admission.reason, 'auth');
       return;
@@ -568,6 +587,7 @@ export class TargetConnection {
     }
     this.state = 'open';
     this.tenantName = admission.tenant.name;
+    this.admittedAs = admission.tenant;
     this.ctx.stats.tenantSessionOpened(admission.tenant.name);
     this.lastActivity = Date.now();
     this.ctx.log(`${this.label}: session of tenant '${admission.tenant.name}' open (capabilities 0x${admission.capabilities.toString(16)})`);
@@ -596,6 +616,25 @@ export class TargetConnection {
   /** Starts draining: requests in flight finish, new ones get SHUTTING_DOWN. */
   drain(): void {
     if (this.session !== 0) this.ctx.arena.setDraining(this.session, true);
+  }
+
+  /**
+   * After a configuration reload: the session goes on only if its tenant is still there with the
+   * same credential, trust and engine slot (quota and ranges live in the engine and apply as they are).
+   */
+  reconsiderTenant(tenants: readonly TenantSettings[]): void {
+    const was = this.admittedAs;
+    if (was === undefined || this.state === 'closed') return;
+    const now = tenants.find((tenant) => tenant.name === was.name);
+    const same = now !== undefined && now.secret === was.secret && now.secretHash === was.secretHash && now.open === was.open &&
+      now.trust.directLoad === was.trust.directLoad && now.trust.directAlloc === was.trust.directAlloc &&
+      (now.slot ?? tenants.indexOf(now)) === this.countedTenant;
+    if (same) {
+      this.admittedAs = now;
+      return;
+    }
+    this.ctx.log(`${this.label}: tenant '${was.name}' ${now === undefined ? 'was removed' : 'changed its credential or trust'}; ending the session`);
+    this.qp.disconnect();
   }
 
   get open(): boolean {

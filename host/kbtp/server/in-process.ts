@@ -12,6 +12,7 @@ import { SessionSlots } from './slots.ts';
 import { TargetStats } from './stats.ts';
 import { LateReclaims } from './tickets.ts';
 import { Demoter } from '../../engine/demotion.ts';
+import { SecretVerifier } from './secret-hash.ts';
 
 /** The thread number this target's slots are claimed for (worker threads count from 1). */
 const THREAD = 1;
@@ -37,10 +38,8 @@ export class InProcessTarget {
       settings,
       stats,
       lateReclaims: new LateReclaims(this.engine, () => stats.ticketReclaimed()),
-      slots: SessionSlots.create(settings.session.maxSessions, settings.tenants.length),
-      log,
-      tier: undefined,
-      demoter: new Demoter(this.engine),
+      slots: SessionSlots.create(settings.session.maxSessions, this.engine.config.tenants.length), verifier: new SecretVerifier(), log,
+      tier: undefined, demoter: new Demoter(this.engine),
     };
   }
 

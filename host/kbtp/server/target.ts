@@ -9,7 +9,7 @@ import type { Worker } from 'node:worker_threads';
 import { Engine } from '../../engine/engine.ts';
 import { auditPool, type AuditReport } from '../../engine/audit.ts';
 import { spawnWorker } from '../../util/spawn-worker.ts';
-import { engineConfigFor, type TargetSettings } from '../../../firmware/config.ts';
+import { engineConfigFor, type TargetSettings, type TenantSettings } from '../../../firmware/config.ts';
 import { loadSramConfig } from '../../sram/index.ts';
 import { mergeStats, type StatsSnapshot } from './stats.ts';
 import { SessionSlots } from './slots.ts';
@@ -47,6 +47,11 @@ export interface RunningTarget {
   readonly failure: Promise<Error>;
   /** Session slots in use now, all workers together. */
   slotsInUse(): number;
+  /**
+   * Replaces the tenant list (the engine's tenant records are the caller's to write first):
+   * new sessions are admitted by it, sessions of tenants it drops or changes end.
+   */
+  updateTenants(tenants: TenantSettings[]): void;
 }
 
 const workerUrl = new URL(`./worker${import.meta.url.endsWith('.ts') ? '.ts' : '.js'}`, import.meta.url);
@@ -90,7 +95,7 @@ export async function startTarget(settings: TargetSettings, options: TargetOptio
   const tier = settings.durable === undefined ? undefined : await TierHost.open(engine, settings, options.tierFiles);
   const verbose = options.verbose ?? false;
   const workers: Worker[] = [];
-  const slots = SessionSlots.create(settings.session.maxSessions, settings.tenants.length);
+  const slots = SessionSlots.create(settings.session.maxSessions, engine.config.tenants.length);
   let stopping = false;
   let reportFailure: (error: Error) => void = () => undefined;
   const failure = new Promise<Error>((resolve) => {
@@ -180,6 +185,10 @@ export async function startTarget(settings: TargetSettings, options: TargetOptio
     drain,
     failure,
     slotsInUse: () => slots.inUse,
+    updateTenants: (tenants) => {
+      settings.tenants = tenants;
+      for (const worker of workers) worker.postMessage({ type: 'tenants', tenants } satisfies MainToWorker);
+    },
     stop: async (graceMs = 2000) => {
       drain();
       const deadline = Date.now() + graceMs;

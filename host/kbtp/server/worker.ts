@@ -9,7 +9,7 @@ import { Engine, type EngineHandoff } from '../../engine/engine.ts';
 import { ThreadArena } from '../../engine/arena.ts';
 import { createRnic, RnicError, RcConnectionRequest, RcQueuePair, type AnyConnectionRequest, type AnyQueuePair } from '../../rnic/verbs.ts';
 import { openSramModel, formatSramNicReport, type SramNicObserver } from '../../sram/index.ts';
-import type { TargetSettings } from '../../../firmware/config.ts';
+import type { TargetSettings, TenantSettings } from '../../../firmware/config.ts';
 import { TargetConnection, type WorkerContext } from './connection.ts';
 import { LateReclaims } from './tickets.ts';
 import { TargetStats, type RefusalReason } from './stats.ts';
@@ -17,6 +17,7 @@ import { SessionSlots } from './slots.ts';
 import { TierClient } from './tier-client.ts';
 import { Demoter } from '../../engine/demotion.ts';
 import type { TierToMain, TierToWorker } from './tier-messages.ts';
+import { SecretVerifier } from './secret-hash.ts';
 
 export interface TargetWorkerData {
   handoff: EngineHandoff;
@@ -39,7 +40,7 @@ export type WorkerToMain =
   | { type: 'fatal'; message: string }
   | TierToMain;
 
-export type MainToWorker = { type: 'stats'; id: number } | { type: 'drain' } | TierToWorker;
+export type MainToWorker = { type: 'stats'; id: number } | { type: 'drain' } | TierToWorker | { type: 'tenants'; tenants: TenantSettings[] };
 
 function send(message: WorkerToMain): void {
   parentPort?.postMessage(message);
@@ -70,20 +71,15 @@ async function main(): Promise<void> {
   const engine = Engine.attach(data.handoff);
   // All workers share the one arena slice; the session slots say which part is whose.
   const arena = new ThreadArena(engine, 0);
-  const slots = new SessionSlots(data.slots, settings.session.maxSessions, settings.tenants.length);
+  const slots = new SessionSlots(data.slots, settings.session.maxSessions, engine.config.tenants.length);
   // One model per RNIC: an observer is not shared across threads (docs/SRAM.md).
   const observer: SramNicObserver | undefined = settings.sramModel === undefined ? undefined : openSramModel(settings.sramModel);
   const rnic = createRnic({ name: `target-w${data.thread}`, ...(observer === undefined ? {} : { observer }) });
   const stats = new TargetStats(arena.requestArea.address, engine.layout.requestSize, engine.config.requestsPerThread);
   const fault = faultFromEnvironment();
   const context: WorkerContext = {
-    engine,
-    arena,
-    rnic,
-    settings,
-    stats,
-    lateReclaims: new LateReclaims(engine, () => stats.ticketReclaimed()),
-    slots,
+    engine, arena, rnic, settings, stats, lateReclaims: new LateReclaims(engine, () => stats.ticketReclaimed()), slots,
+    verifier: new SecretVerifier(),
     ...(fault !== undefined ? { fault } : {}),
     tier: settings.durable === undefined ? undefined : new TierClient(send),
     demoter: new Demoter(engine),
@@ -208,7 +204,13 @@ async function main(): Promise<void> {
         snapshot.sramCounters = { hits: report.total.hits, misses: report.total.misses };
       }
       send({ type: 'stats', id: message.id, stats: snapshot });
-    } else if (message.type === 'drain') {
+    }
+    else if (message.type === 'tenants') {
+      // A reload: new HELLOs see the new list at once; sessions it no longer allows end.
+      settings.tenants = message.tenants;
+      for (const connection of connections) connection.reconsiderTenant(message.tenants);
+    }
+    else if (message.type === 'drain') {
       draining = true;
       for (const connection of connections) connection.drain();
       void listener.close().then(() => server.close());

@@ -1,0 +1,82 @@
+// `kbtp tenant add|list|remove`: the appliance's tenants in its configuration file
+// (firmware/tenant-file.ts). A new tenant's secret is printed once and stored only as a hash.
+import { parseArgs } from 'node:util';
+import type { Command } from '../cli.ts';
+import { ConfigError } from '../../firmware/config.ts';
+import { addTenant, listTenants, removeTenant } from '../../firmware/tenant-file.ts';
+
+const HELP = `usage: kbtp tenant add NAME [--quota N] [--handles N] [--trusted-direct-load] [--config FILE]
+       kbtp tenant list [--config FILE]
+       kbtp tenant remove NAME [--config FILE]
+
+Edits the tenants of the appliance's configuration file (default $KBTP_CONFIG, else
+/etc/kbtp/kbtp.json). The file is validated before it is replaced. Then reload the running
+appliance: systemctl reload kbtp-appliance (or kill -HUP its pid); sessions of a removed
+tenant end, all others go on.
+
+add: creates the tenant with a new random secret, printed once on stdout; the file keeps only
+     its salted scrypt hash. --quota: blocks it may hold (default: the pool's blocks no other
+     tenant is promised); --handles: size of its store range (default 4 x quota), placed in
+     the first free gap; --trusted-direct-load: it may read blocks one-sidedly (DIRECT_LOAD).
+
+exit codes: 0 done, 2 usage or configuration error.`;
+
+export const command: Command = {
+  summary: 'add, list or remove tenants of the appliance configuration (secrets stored hashed)',
+  async run(argv) {
+    let parsed;
+    try {
+      parsed = parseArgs({ args: argv, allowPositionals: true, options: {
+        config: { type: 'string' }, quota: { type: 'string' }, handles: { type: 'string' },
+        'trusted-direct-load': { type: 'boolean' }, help: { type: 'boolean', short: 'h' },
+      } });
+    } catch (error) {
+      console.error(`kbtp tenant: ${(error as Error).message}\n\n${HELP}`);
+      return 2;
+    }
+    const { values, positionals } = parsed;
+    if (values.help === true) {
+      console.log(HELP);
+      return 0;
+    }
+    const [action, name, ...extra] = positionals;
+    const path = values.config ?? process.env.KBTP_CONFIG ?? '/etc/kbtp/kbtp.json';
+    const count = (flag: string, value: string | undefined): number | undefined => {
+      if (value === undefined) return undefined;
+      const n = Number(value);
+      if (!Number.isSafeInteger(n) || n < 1) throw new ConfigError(`--${flag}`, `"${value}" is not a positive integer`, `e.g. --${flag} 1024`);
+      return n;
+    };
+    try {
+      if (action === 'list' && name === undefined) {
+        const rows = listTenants(path);
+        const widths = [4, 14, 5, 11].map((w, i) => Math.max(w, ...rows.map((r) => String([r.name, r.authentication, r.quota, r.storeRange][i]).length)));
+        const line = (cells: Array<string | number>): string => cells.map((c, i) => String(c).padEnd(widths[i] ?? 0)).join('  ');
+        console.log(line(['name', 'authentication', 'quota', 'store range']) + '  trust');
+        for (const r of rows) console.log(line([r.name, r.authentication, r.quota, r.storeRange]) + `  ${r.trust}`);
+        return 0;
+      }
+      if (action === 'add' && name !== undefined && extra.length === 0) {
+        const added = addTenant(path, { name, quota: count('quota', values.quota), handles: count('handles', values.handles),
+          directLoad: values['trusted-direct-load'] === true });
+        console.error(`tenant '${name}' added to ${path}: quota ${added.quota} blocks, handles ${added.storeRange.first}..${added.storeRange.first + added.storeRange.count - 1n}`);
+        console.error('its secret follows, shown this once (the file keeps only a hash); then reload the appliance:');
+        console.log(added.secret);
+        return 0;
+      }
+      if (action === 'remove' && name !== undefined && extra.length === 0) {
+        removeTenant(path, name);
+        console.error(`tenant '${name}' removed from ${path}; reload the appliance to end its sessions`);
+        return 0;
+      }
+    } catch (error) {
+      if (error instanceof ConfigError) {
+        console.error(`kbtp tenant: ${error.message}`);
+        return 2;
+      }
+      throw error;
+    }
+    console.error(`kbtp tenant: expected add NAME, list or remove NAME\n\n${HELP}`);
+    return 2;
+  },
+};

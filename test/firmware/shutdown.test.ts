@@ -1,0 +1,76 @@
+// SIGTERM under load on a real `kbtp appliance`: every request gets an answer (SUCCESS before
+// the drain, SHUTTING_DOWN after it), none is dropped or left hanging, what the node reports it
+// acknowledged is exactly what the clients saw acknowledged, and the process exits 0.
+import { test } from 'uvu';
+import * as assert from 'uvu/assert';
+import { connect, type KbtpSession } from '../../host/kbtp/initiator.ts';
+import { KbtpStatusError } from '../../host/kbtp/errors.ts';
+import { startDaemon } from './daemon.ts';
+
+test('SIGTERM under load: no acknowledged request lost, every request answered, exit 0', async () => {
+  const daemon = await startDaemon({ workers: 2, drainTimeoutMs: 60_000, session: { credits: 8 } });
+  const sessions: KbtpSession[] = [];
+  try {
+    const kbtp = await daemon.kbtp;
+    for (let i = 0; i < 4; i++) sessions.push(await connect(kbtp, { tenant: 'default', pipeline: 8 }));
+    const acknowledged = { stores: 0, loads: 0 };
+    const refused: string[] = [];
+    let signalled = false;
+    // Each session keeps 4 requests in flight: stores of its own handles, then loads of them.
+    let running = sessions.length;
+    const clients = sessions.map(async (session, client) => {
+      let next = 0;
+      const worker = async (lane: number): Promise<void> => {
+        for (;;) {
+          const handle = BigInt(client * 40 + lane * 10 + (next++ % 10)); // 160 handles: the pool holds them all
+          try {
+            const stored = await session.allocStore(handle, new Uint8Array(512).fill(client + 1), { seal: true }).then(() => true, async (error: unknown) => {
+              if (error instanceof KbtpStatusError && error.statusName === 'ALREADY_VALID') { await session.free(handle); return false; }
+              throw error;
+            });
+            if (stored) acknowledged.stores += 1;
+            const loaded = await session.load(handle).catch((error: unknown) => {
+              if (error instanceof KbtpStatusError && error.statusName === 'NOT_VALID') return undefined; // freed by the ALREADY_VALID path
+              throw error;
+            });
+            if (loaded !== undefined) {
+              assert.is(loaded.data[0], client + 1, 'a load returns what its session stored');
+              acknowledged.loads += 1;
+            }
+          } catch (error) {
+            if (error instanceof KbtpStatusError && error.statusName === 'SHUTTING_DOWN' && signalled) return;
+            refused.push(error instanceof Error ? error.message : String(error));
+            return;
+          }
+        }
+      };
+      await Promise.all([0, 1, 2, 3].map(worker));
+      running -= 1;
+    });
+    // Load first, then the signal in the middle of it (bounded: a client that failed ends its loop).
+    const deadline = Date.now() + 60_000;
+    while (acknowledged.stores < 300 && running === sessions.length && Date.now() < deadline) await new Promise((resolve) => setTimeout(resolve, 20));
+    assert.equal(refused, [], 'no failure before the signal');
+    assert.ok(acknowledged.stores >= 300, `only ${acknowledged.stores} stores before the deadline`);
+    daemon.child.kill('SIGTERM');
+    signalled = true;
+    await Promise.all(clients);
+    assert.ok(signalled);
+    assert.equal(refused, [], 'every request was answered SUCCESS or SHUTTING_DOWN');
+    await Promise.all(sessions.splice(0).map((session) => session.close()));
+    assert.is(await daemon.exited, 0, daemon.stderr());
+    const final = /final statistics: requests (\{.*\}) sessionsTotal=/.exec(daemon.stderr());
+    assert.ok(final?.[1] !== undefined, daemon.stderr());
+    const requests = JSON.parse(final[1]) as Record<string, Record<string, number>>;
+    assert.is(requests.ALLOC_STORE?.SUCCESS, acknowledged.stores, 'the node acknowledged exactly the stores the clients saw acknowledged');
+    assert.is(requests.LOAD?.SUCCESS, acknowledged.loads);
+    assert.ok((requests.ALLOC_STORE?.SHUTTING_DOWN ?? 0) + (requests.LOAD?.SHUTTING_DOWN ?? 0) > 0, 'the drain answered SHUTTING_DOWN');
+    assert.match(daemon.stderr(), /SIGTERM: draining/);
+    assert.match(daemon.stderr(), /stopped cleanly/);
+  } finally {
+    await Promise.all(sessions.map((session) => session.close().catch(() => undefined)));
+    await daemon.stop();
+  }
+});
+
+test.run();
