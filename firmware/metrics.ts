@@ -51,13 +51,14 @@ export function workerMetrics(stats: StatsSnapshot): MetricJson[] {
     metric('kbtp_data_bytes_total', 'counter', "Block data moved by the target's RDMA Reads and Writes", [{ value: stats.dataBytes, labels: {} }]),
     metric('kbtp_sessions_open', 'gauge', 'Sessions open now (HELLO accepted or pending)', [{ value: stats.sessionsOpen, labels: {} }]),
     metric('kbtp_sessions_total', 'counter', 'Connections served since start', [{ value: stats.sessionsTotal, labels: {} }]),
-    metric('kbtp_sessions_refused_total', 'counter', 'HELLOs refused (bad version, authentication, malformed)', [{ value: stats.sessionsRefused, labels: {} }]),
-    metric('kbtp_auth_failures_total', 'counter', 'HELLOs refused with AUTH_FAILED (unknown tenant or wrong credential)', [
-      { value: stats.authFailures, labels: {} },
-    ]),
-    metric('kbtp_credits_exhausted_total', 'counter', 'Requests answered TOO_MANY_REQUESTS (the session had no credit left)', [
-      { value: creditsExhausted, labels: {} },
-    ]),
+    metric('kbtp_sessions_refused_total', 'counter', 'Connections and HELLOs refused, by reason (node/worker/tenant full, draining, auth, bad HELLO, version, not HELLO)',
+      Object.entries(stats.refusals).map(([reason, count]) => ({ value: count, labels: { reason } }))),
+    metric('kbtp_connection_timeouts_total', 'counter', 'Connections ended by a stage\'s timeout, by stage',
+      Object.entries(stats.timeouts).map(([stage, count]) => ({ value: count, labels: { stage } }))),
+    metric('kbtp_connection_setup_failures_total', 'counter', 'Connections that failed before their session existed, by kind',
+      Object.entries(stats.setupFailures).map(([kind, count]) => ({ value: count, labels: { kind } }))),
+    metric('kbtp_auth_failures_total', 'counter', 'HELLOs refused with AUTH_FAILED (unknown tenant or wrong credential)', [{ value: stats.authFailures, labels: {} }]),
+    metric('kbtp_credits_exhausted_total', 'counter', 'Requests answered TOO_MANY_REQUESTS (the session had no credit left)', [{ value: creditsExhausted, labels: {} }]),
     metric('kbtp_tickets_taken_total', 'counter', 'One-sided tickets taken by FetchAdd on a partition ring', [{ value: stats.ticketsTaken, labels: {} }]),
     metric('kbtp_tickets_abandoned_total', 'counter', 'Tickets given up: past the Ticket Timeout or held by an ended session', [
       { value: stats.ticketsAbandoned, labels: {} },

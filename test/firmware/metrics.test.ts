@@ -71,6 +71,7 @@ test('metrics: valid exposition, Prometheus naming, and counters that move with 
     assert.ok(delta('kbtp_received_bytes_total') > 0);
     assert.is(delta('kbtp_auth_failures_total'), 1);
     assert.is(delta('kbtp_sessions_refused_total'), 1);
+    assert.is(after.value('kbtp_sessions_refused_total', { reason: 'auth' }), 1);
     assert.is(after.value('kbtp_sessions_open'), 3);
     assert.is(after.value('kbtp_tenant_sessions_open', { tenant: 'default' }), 3);
     assert.is(after.value('kbtp_pool_blocks', { state: 'in_use' }), 30);
