@@ -2,6 +2,7 @@
 // but not ready while it starts), then the target workers, then ready; draining on request.
 import { startTarget, type RunningTarget } from '../host/kbtp/server/target.ts';
 import { mergeStats, type StatsSnapshot } from '../host/kbtp/server/stats.ts';
+import type { DurableStats } from '../host/kbtp/server/tier-host.ts';
 import type { ApplianceSettings } from './appliance-config.ts';
 import type { Logger } from './logger.ts';
 import { startManagementServer, sendJson, sendText, type ManagementServer, type RouteHandler } from './management-server.ts';
@@ -100,6 +101,12 @@ export class Appliance {
     ];
   }
 
+  /** The durable tier's figures; undefined on a memory-only node. */
+  private async durableStats(): Promise<DurableStats | undefined> {
+    if (this.target === undefined || this.stateValue === 'stopped' || this.settings.target.durable === undefined) return undefined;
+    return (await this.target.stats()).durable;
+  }
+
   /** Each worker's counters (none while starting or after the workers stopped). */
   private async workerStats(): Promise<StatsSnapshot[]> {
     if (this.target === undefined || this.stateValue === 'stopped') return [];
@@ -137,12 +144,10 @@ export class Appliance {
       ],
       ['/api/status', async (_request, response) => sendJson(response, 200, await this.status())],
       ...statusPageRoutes(),
-      [
-        '/metrics',
-        async (_request, response) => {
-          sendText(response, 200, this.metrics.contentType, await this.metrics.render(await this.workerStats()));
-        },
-      ],
+      ['/metrics', async (_request, response) => {
+        const workers = await this.workerStats();
+        sendText(response, 200, this.metrics.contentType, await this.metrics.render(workers, await this.durableStats()));
+      }],
     ]);
     // On the appliance image, A/B updates through this API (firmware/update-api.ts).
     const update = applianceImageUpdateOptions((level, message) => this.log[level](message), this.settings.dataDir);
@@ -217,7 +222,8 @@ export class Appliance {
       management: this.managementAddress,
       workers: this.settings.target.workers,
       pool: engine === undefined ? null : poolOccupancy(engine),
-      tier: null,
+      tier: await this.durableStats().then((tier) => tier === undefined ? null
+        : { usedBytes: tier.bytesUsed, capacityBytes: tier.capacityBytes, blocks: tier.blocksDurable }),
       tenants: this.settings.target.tenants.map((tenant, index) => ({
         name: tenant.name,
         sessions: stats?.sessionsByTenant[tenant.name] ?? 0,

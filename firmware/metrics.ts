@@ -7,6 +7,7 @@
 // status, tenant, ring, job), never a handle.
 import { AggregatorRegistry, Registry, Counter, Gauge, Histogram, collectDefaultMetrics } from 'prom-client';
 import { LATENCY_BOUNDS_SECONDS, type StatsSnapshot } from '../host/kbtp/server/stats.ts';
+import type { DurableStats } from '../host/kbtp/server/tier-host.ts';
 import type { Engine } from '../host/engine/engine.ts';
 import { poolOccupancy } from './pool-occupancy.ts';
 
@@ -81,6 +82,29 @@ export function workerMetrics(stats: StatsSnapshot): MetricJson[] {
     );
   }
   return metrics;
+}
+
+/** The durable tier's figures (main thread; h12's TierHost.stats) as metric JSON. */
+export function tierMetrics(tier: DurableStats): MetricJson[] {
+  const one = (name: string, type: MetricJson['type'], help: string, value: number): MetricJson => metric(name, type, help, [{ value, labels: {} }]);
+  return [
+    one('kbtp_tier_used_bytes', 'gauge', 'Octets of the durable tier\'s files (data extent, journals, checkpoints)', tier.bytesUsed),
+    one('kbtp_tier_capacity_bytes', 'gauge', 'Hard cap of the durable tier', tier.capacityBytes),
+    one('kbtp_tier_blocks', 'gauge', 'Sealed blocks durable on the tier', tier.blocksDurable),
+    one('kbtp_tier_demotions_total', 'counter', 'Sealed blocks that left the pool for the tier alone', tier.demotions),
+    one('kbtp_tier_promotions_total', 'counter', 'Tier-only blocks brought back into the pool by a LOAD', tier.promotions),
+    one('kbtp_tier_drops_total', 'counter', 'Blocks dropped from the tier (capacity or Durable Quota)', tier.drops),
+    one('kbtp_tier_fsyncs_total', 'counter', 'fsync/fdatasync calls of the tier', tier.fsyncs),
+    one('kbtp_tier_group_commits_total', 'counter', 'Group commits (one durable batch each)', tier.groupCommits),
+    one('kbtp_tier_group_commit_records_total', 'counter', 'Records made durable by group commits (divide by group commits for the batch size)', tier.batchRecords),
+    one('kbtp_tier_checksum_failures_total', 'counter', 'Tier records or blocks that failed their CRC32C', tier.checksumFailures),
+    metric('kbtp_tier_io_errors_total', 'counter', 'Tier I/O errors, by operation', [
+      { value: tier.writeErrors, labels: { op: 'write' } }, { value: tier.readErrors, labels: { op: 'read' } }]),
+    one('kbtp_tier_errors_total', 'counter', 'Requests answered TIER_ERROR', tier.tierErrors),
+    one('kbtp_tier_recovery_duration_seconds', 'gauge', 'How long recovering the tier took at start', tier.recovery.seconds),
+    one('kbtp_tier_recovered_blocks', 'gauge', 'Sealed blocks recovered at start', tier.recovery.blocksRecovered),
+    one('kbtp_tier_recovery_dropped_records', 'gauge', 'Journal records not replayed at start (torn or unchecked tail)', tier.recovery.recordsDropped),
+  ];
 }
 
 export interface MetricsSources {
@@ -182,9 +206,9 @@ export class ApplianceMetrics {
   }
 
   /** The exposition text: every worker's counters summed, plus the main thread's metrics. */
-  async render(workers: readonly StatsSnapshot[]): Promise<string> {
+  async render(workers: readonly StatsSnapshot[], tier?: DurableStats): Promise<string> {
     const main = await this.registry.getMetricsAsJSON();
-    const merged = AggregatorRegistry.aggregate([...workers.map(workerMetrics), main]);
+    const merged = AggregatorRegistry.aggregate([...workers.map(workerMetrics), ...(tier === undefined ? [] : [tierMetrics(tier)]), main]);
     return merged.metrics();
   }
 

@@ -137,6 +137,12 @@ test('jobs: scheduled runs are counted; a run that throws is logged and counted,
     const last = await scrape(node);
     assert.ok((last.value('kbtp_job_duration_seconds_count', { job: 'poolAudit' }) ?? 0) >= 1);
     assert.ok((last.value('kbtp_job_last_success_timestamp_seconds', { job: 'statsSnapshot' }) ?? 0) > 0);
+    // With a data directory the node has a durable tier (h12): its figures are exported too.
+    assert.ok((last.value('kbtp_tier_capacity_bytes') ?? 0) > 0);
+    assert.is(last.value('kbtp_tier_blocks'), 0);
+    assert.is(last.types.get('kbtp_tier_fsyncs_total'), 'counter');
+    const tier = (JSON.parse((await get(`${node.management}/api/status`)).text) as { tier: { capacityBytes: number } | null }).tier;
+    assert.ok(tier !== null && tier.capacityBytes > 0);
   } finally {
     assert.is(await node.stop(), 0, node.stderr());
     rmSync(dataDir, { recursive: true, force: true });
