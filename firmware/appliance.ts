@@ -144,10 +144,13 @@ export class Appliance {
       ],
       ['/api/status', async (_request, response) => sendJson(response, 200, await this.status())],
       ...statusPageRoutes(),
-      ['/metrics', async (_request, response) => {
-        const workers = await this.workerStats();
-        sendText(response, 200, this.metrics.contentType, await this.metrics.render(workers, await this.durableStats()));
-      }],
+      [
+        '/metrics',
+        async (_request, response) => {
+          const workers = await this.workerStats();
+          sendText(response, 200, this.metrics.contentType, await this.metrics.render(workers, await this.durableStats()));
+        },
+      ],
     ]);
     // On the appliance image, A/B updates through this API (firmware/update-api.ts).
     const update = applianceImageUpdateOptions((level, message) => this.log[level](message), this.settings.dataDir);
@@ -222,8 +225,9 @@ export class Appliance {
       management: this.managementAddress,
       workers: this.settings.target.workers,
       pool: engine === undefined ? null : poolOccupancy(engine),
-      tier: await this.durableStats().then((tier) => tier === undefined ? null
-        : { usedBytes: tier.bytesUsed, capacityBytes: tier.capacityBytes, blocks: tier.blocksDurable }),
+      tier: await this.durableStats().then((tier) =>
+        tier === undefined ? null : { usedBytes: tier.bytesUsed, capacityBytes: tier.capacityBytes, blocks: tier.blocksDurable },
+      ),
       tenants: this.settings.target.tenants.map((tenant, index) => ({
         name: tenant.name,
         sessions: stats?.sessionsByTenant[tenant.name] ?? 0,
@@ -249,7 +253,9 @@ export class Appliance {
     const restartOnly: string[] = [];
     const json = (value: unknown): string => JSON.stringify(value, (_key, v: unknown) => (typeof v === 'bigint' ? v.toString() : v));
     const running = this.settings;
-    const compare = (field: string, a: unknown, b: unknown): void => { if (json(a) !== json(b)) restartOnly.push(field); };
+    const compare = (field: string, a: unknown, b: unknown): void => {
+      if (json(a) !== json(b)) restartOnly.push(field);
+    };
     compare('listen', running.target.listen, next.target.listen);
     compare('transport', running.target.transport, next.target.transport);
     compare('workers', running.target.workers, next.target.workers);
@@ -304,7 +310,9 @@ export class Appliance {
     const final = await target.stop(0);
     // What the node answered, for whoever reconciles it with what clients saw acknowledged.
     this.log.info(`final statistics: requests ${JSON.stringify(final.requests)}`, {
-      sessionsTotal: final.sessionsTotal, dataBytes: final.dataBytes, internalErrors: final.internalErrors,
+      sessionsTotal: final.sessionsTotal,
+      dataBytes: final.dataBytes,
+      internalErrors: final.internalErrors,
     });
     return open === 0;
   }

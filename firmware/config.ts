@@ -95,7 +95,20 @@ const DURABLE_KEYS = ['enabled', 'dataDir', 'capacity'] as const;
 const POOL_KEYS = ['blockSize', 'blockCount', 'handleBase', 'handleCount', 'maxInline', 'ringOrder'] as const;
 const SESSION_KEYS = ['credits', 'ticketTimeoutMs', 'maxSessions', 'maxSessionsPerWorker', 'maxHandshakesPerWorker'] as const;
 const TIMEOUT_KEYS = ['mpaRequestMs', 'rtrMs', 'helloMs', 'idleSessionMs', 'rdmaReadMs'] as const;
-const TENANT_KEYS = ['name', 'secret', 'secretHash', 'open', 'quota', 'maxSessions', 'storeRange', 'loadScope', 'trust', 'trustDomain', 'eviction', 'durableQuota'] as const;
+const TENANT_KEYS = [
+  'name',
+  'secret',
+  'secretHash',
+  'open',
+  'quota',
+  'maxSessions',
+  'storeRange',
+  'loadScope',
+  'trust',
+  'trustDomain',
+  'eviction',
+  'durableQuota',
+] as const;
 const RANGE_KEYS = ['first', 'count'] as const;
 const TRUST_KEYS = ['directLoad', 'directAlloc'] as const;
 
@@ -208,8 +221,11 @@ function tenantAt(
     throw new ConfigError(tenant.field('open'), `tenant '${name}' has a secret and "open": true`, 'drop one of them: an open tenant has no secret');
   }
   if (secret === null && secretHash === null && !open) {
-    throw new ConfigError(tenant.field('secret'), `tenant '${name}' has no secret`,
-      'give it a "secretHash" (kbtp tenant add writes one) or a "secret", or say "open": true for a tenant anyone may use without one (loopback only)');
+    throw new ConfigError(
+      tenant.field('secret'),
+      `tenant '${name}' has no secret`,
+      'give it a "secretHash" (kbtp tenant add writes one) or a "secret", or say "open": true for a tenant anyone may use without one (loopback only)',
+    );
   }
   if (open && !isLoopback(context.listen.host)) {
     throw new ConfigError(
@@ -222,9 +238,16 @@ function tenantAt(
   const trustDomain = tenant.string('trustDomain', 64, 'name the trust domain') ?? name;
   const rangeWhy = 'give the handles the tenant may store, e.g. { "first": 0, "count": 1024 } (ranges of tenants never overlap)';
   return {
-    name, secret, secretHash, open,
-    quota: tenant.integer('quota', { min: 0, max: context.blockCount, ...(context.single ? { fallback: context.blockCount } : {}),
-      why: `give the tenant's allocation quota in blocks (quotas on the shared ring add up to at most pool.blockCount, ${context.blockCount}); 0 makes a tenant that cannot allocate` }),
+    name,
+    secret,
+    secretHash,
+    open,
+    quota: tenant.integer('quota', {
+      min: 0,
+      max: context.blockCount,
+      ...(context.single ? { fallback: context.blockCount } : {}),
+      why: `give the tenant's allocation quota in blocks (quotas on the shared ring add up to at most pool.blockCount, ${context.blockCount}); 0 makes a tenant that cannot allocate`,
+    }),
     maxSessions: tenant.integer('maxSessions', { min: 1, max: context.maxSessions, fallback: context.maxSessions }),
     storeRange: rangeAt(tenant, 'storeRange', context.single ? context.allHandles : undefined, rangeWhy),
     loadScope: rangeAt(tenant, 'loadScope', context.allHandles, 'give the handles the tenant may load'),
@@ -310,8 +333,16 @@ export function resolveTargetSettings(input: Json, otherSections: readonly strin
     throw new ConfigError('sramModel', 'must be the path of an SRAM model config file', 'e.g. "sram.json"');
   }
   return {
-    listen, transport, workers, session, timeouts, tenants, tenantSlots: tenants.length, sramModel: sramModel ?? undefined,
-    pool: { blockSize, blockCount, handleBase, handleCount, maxInline, ringOrder }, durable,
+    listen,
+    transport,
+    workers,
+    session,
+    timeouts,
+    tenants,
+    tenantSlots: tenants.length,
+    sramModel: sramModel ?? undefined,
+    pool: { blockSize, blockCount, handleBase, handleCount, maxInline, ringOrder },
+    durable,
   };
 }
 
@@ -339,23 +370,32 @@ export function describeSettings(settings: TargetSettings): string {
   const handle = (value: bigint): number | string => (value <= BigInt(Number.MAX_SAFE_INTEGER) ? Number(value) : value.toString());
   const range = (r: { first: bigint; count: bigint }) => ({ first: handle(r.first), count: handle(r.count) });
   const { listen, pool } = settings;
-  return JSON.stringify({
-    listen: `${listen.host.includes(':') ? `[${listen.host}]` : listen.host}:${listen.port}`,
-    transport: settings.transport,
-    workers: settings.workers,
-    pool: { ...pool, handleBase: handle(pool.handleBase), ringOrder: pool.ringOrder ?? 'smallest that fits' },
-    session: settings.session,
-    timeouts: settings.timeouts,
-    tenants: settings.tenants.map((tenant) => ({
-      name: tenant.name,
-      ...(tenant.open ? { open: true } : tenant.secretHash !== null ? { secretHash: '(scrypt, not shown)' } : { secret: '(set, not shown)' }),
-      quota: tenant.quota, maxSessions: tenant.maxSessions,
-      storeRange: range(tenant.storeRange), loadScope: range(tenant.loadScope), trust: tenant.trust, trustDomain: tenant.trustDomain,
-      eviction: tenant.eviction, ...(tenant.durableQuota !== undefined ? { durableQuota: tenant.durableQuota } : {}),
-    })),
-    durable: settings.durable === undefined ? { enabled: false } : { dataDir: settings.durable.dataDir, capacity: settings.durable.capacityBytes },
-    ...(settings.sramModel !== undefined ? { sramModel: settings.sramModel } : {}),
-  }, null, 2);
+  return JSON.stringify(
+    {
+      listen: `${listen.host.includes(':') ? `[${listen.host}]` : listen.host}:${listen.port}`,
+      transport: settings.transport,
+      workers: settings.workers,
+      pool: { ...pool, handleBase: handle(pool.handleBase), ringOrder: pool.ringOrder ?? 'smallest that fits' },
+      session: settings.session,
+      timeouts: settings.timeouts,
+      tenants: settings.tenants.map((tenant) => ({
+        name: tenant.name,
+        ...(tenant.open ? { open: true } : tenant.secretHash !== null ? { secretHash: '(scrypt, not shown)' } : { secret: '(set, not shown)' }),
+        quota: tenant.quota,
+        maxSessions: tenant.maxSessions,
+        storeRange: range(tenant.storeRange),
+        loadScope: range(tenant.loadScope),
+        trust: tenant.trust,
+        trustDomain: tenant.trustDomain,
+        eviction: tenant.eviction,
+        ...(tenant.durableQuota !== undefined ? { durableQuota: tenant.durableQuota } : {}),
+      })),
+      durable: settings.durable === undefined ? { enabled: false } : { dataDir: settings.durable.dataDir, capacity: settings.durable.capacityBytes },
+      ...(settings.sramModel !== undefined ? { sramModel: settings.sramModel } : {}),
+    },
+    null,
+    2,
+  );
 }
 
 /** Reads and parses a JSON configuration file; errors name the file and what is wrong with it. */
@@ -390,8 +430,13 @@ export function engineConfigFor(settings: TargetSettings): EngineConfig {
     if (tenant === undefined) {
       // A free slot: no handles, no quota, in the first tenant's trust domain so that it does not
       // make the shared ring clear blocks on free by itself. The name cannot come from a config.
-      return { name: `\u0000free slot ${slot}`, storeRange: { first: 0n, count: 0n }, loadScope: { first: 0n, count: 0n }, quota: 0,
-        trustDomain: settings.tenants[0]?.trustDomain ?? '' };
+      return {
+        name: `\u0000free slot ${slot}`,
+        storeRange: { first: 0n, count: 0n },
+        loadScope: { first: 0n, count: 0n },
+        quota: 0,
+        trustDomain: settings.tenants[0]?.trustDomain ?? '',
+      };
     }
     const config: TenantConfig = {
       name: tenant.name,

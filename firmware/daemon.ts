@@ -40,7 +40,9 @@ export async function runAppliance(settings: ApplianceSettings, log: Logger, war
     } catch (error) {
       appliance.metrics.reloads.inc({ result: 'failure' });
       const known = error instanceof ConfigError || error instanceof EngineConfigError;
-      log.error(`reload refused, the running configuration stays: ${known ? error.message : error instanceof Error ? error.stack ?? error.message : String(error)}`);
+      log.error(
+        `reload refused, the running configuration stays: ${known ? error.message : error instanceof Error ? (error.stack ?? error.message) : String(error)}`,
+      );
     }
   };
   process.on('SIGHUP', onReload);

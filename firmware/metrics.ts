@@ -52,14 +52,30 @@ export function workerMetrics(stats: StatsSnapshot): MetricJson[] {
     metric('kbtp_data_bytes_total', 'counter', "Block data moved by the target's RDMA Reads and Writes", [{ value: stats.dataBytes, labels: {} }]),
     metric('kbtp_sessions_open', 'gauge', 'Sessions open now (HELLO accepted or pending)', [{ value: stats.sessionsOpen, labels: {} }]),
     metric('kbtp_sessions_total', 'counter', 'Connections served since start', [{ value: stats.sessionsTotal, labels: {} }]),
-    metric('kbtp_sessions_refused_total', 'counter', 'Connections and HELLOs refused, by reason (node/worker/tenant full, draining, auth, bad HELLO, version, not HELLO)',
-      Object.entries(stats.refusals).map(([reason, count]) => ({ value: count, labels: { reason } }))),
-    metric('kbtp_connection_timeouts_total', 'counter', 'Connections ended by a stage\'s timeout, by stage',
-      Object.entries(stats.timeouts).map(([stage, count]) => ({ value: count, labels: { stage } }))),
-    metric('kbtp_connection_setup_failures_total', 'counter', 'Connections that failed before their session existed, by kind',
-      Object.entries(stats.setupFailures).map(([kind, count]) => ({ value: count, labels: { kind } }))),
-    metric('kbtp_auth_failures_total', 'counter', 'HELLOs refused with AUTH_FAILED (unknown tenant or wrong credential)', [{ value: stats.authFailures, labels: {} }]),
-    metric('kbtp_credits_exhausted_total', 'counter', 'Requests answered TOO_MANY_REQUESTS (the session had no credit left)', [{ value: creditsExhausted, labels: {} }]),
+    metric(
+      'kbtp_sessions_refused_total',
+      'counter',
+      'Connections and HELLOs refused, by reason (node/worker/tenant full, draining, auth, bad HELLO, version, not HELLO)',
+      Object.entries(stats.refusals).map(([reason, count]) => ({ value: count, labels: { reason } })),
+    ),
+    metric(
+      'kbtp_connection_timeouts_total',
+      'counter',
+      "Connections ended by a stage's timeout, by stage",
+      Object.entries(stats.timeouts).map(([stage, count]) => ({ value: count, labels: { stage } })),
+    ),
+    metric(
+      'kbtp_connection_setup_failures_total',
+      'counter',
+      'Connections that failed before their session existed, by kind',
+      Object.entries(stats.setupFailures).map(([kind, count]) => ({ value: count, labels: { kind } })),
+    ),
+    metric('kbtp_auth_failures_total', 'counter', 'HELLOs refused with AUTH_FAILED (unknown tenant or wrong credential)', [
+      { value: stats.authFailures, labels: {} },
+    ]),
+    metric('kbtp_credits_exhausted_total', 'counter', 'Requests answered TOO_MANY_REQUESTS (the session had no credit left)', [
+      { value: creditsExhausted, labels: {} },
+    ]),
     metric('kbtp_tickets_taken_total', 'counter', 'One-sided tickets taken by FetchAdd on a partition ring', [{ value: stats.ticketsTaken, labels: {} }]),
     metric('kbtp_tickets_abandoned_total', 'counter', 'Tickets given up: past the Ticket Timeout or held by an ended session', [
       { value: stats.ticketsAbandoned, labels: {} },
@@ -88,7 +104,7 @@ export function workerMetrics(stats: StatsSnapshot): MetricJson[] {
 export function tierMetrics(tier: DurableStats): MetricJson[] {
   const one = (name: string, type: MetricJson['type'], help: string, value: number): MetricJson => metric(name, type, help, [{ value, labels: {} }]);
   return [
-    one('kbtp_tier_used_bytes', 'gauge', 'Octets of the durable tier\'s files (data extent, journals, checkpoints)', tier.bytesUsed),
+    one('kbtp_tier_used_bytes', 'gauge', "Octets of the durable tier's files (data extent, journals, checkpoints)", tier.bytesUsed),
     one('kbtp_tier_capacity_bytes', 'gauge', 'Hard cap of the durable tier', tier.capacityBytes),
     one('kbtp_tier_blocks', 'gauge', 'Sealed blocks durable on the tier', tier.blocksDurable),
     one('kbtp_tier_demotions_total', 'counter', 'Sealed blocks that left the pool for the tier alone', tier.demotions),
@@ -96,10 +112,17 @@ export function tierMetrics(tier: DurableStats): MetricJson[] {
     one('kbtp_tier_drops_total', 'counter', 'Blocks dropped from the tier (capacity or Durable Quota)', tier.drops),
     one('kbtp_tier_fsyncs_total', 'counter', 'fsync/fdatasync calls of the tier', tier.fsyncs),
     one('kbtp_tier_group_commits_total', 'counter', 'Group commits (one durable batch each)', tier.groupCommits),
-    one('kbtp_tier_group_commit_records_total', 'counter', 'Records made durable by group commits (divide by group commits for the batch size)', tier.batchRecords),
+    one(
+      'kbtp_tier_group_commit_records_total',
+      'counter',
+      'Records made durable by group commits (divide by group commits for the batch size)',
+      tier.batchRecords,
+    ),
     one('kbtp_tier_checksum_failures_total', 'counter', 'Tier records or blocks that failed their CRC32C', tier.checksumFailures),
     metric('kbtp_tier_io_errors_total', 'counter', 'Tier I/O errors, by operation', [
-      { value: tier.writeErrors, labels: { op: 'write' } }, { value: tier.readErrors, labels: { op: 'read' } }]),
+      { value: tier.writeErrors, labels: { op: 'write' } },
+      { value: tier.readErrors, labels: { op: 'read' } },
+    ]),
     one('kbtp_tier_errors_total', 'counter', 'Requests answered TIER_ERROR', tier.tierErrors),
     one('kbtp_tier_recovery_duration_seconds', 'gauge', 'How long recovering the tier took at start', tier.recovery.seconds),
     one('kbtp_tier_recovered_blocks', 'gauge', 'Sealed blocks recovered at start', tier.recovery.blocksRecovered),
@@ -189,20 +212,39 @@ export class ApplianceMetrics {
         if (engine === undefined) return;
         this.reset(); // a removed tenant leaves the metrics
         for (const tenant of sources.tenants()) this.set({ tenant: tenant.name }, engine.tenantUsage(tenant.slot));
-      } });
-    new Gauge({ name: 'kbtp_tenant_quota_blocks', help: 'Each tenant\'s Allocation Quota', labelNames: ['tenant'], registers,
+      },
+    });
+    new Gauge({
+      name: 'kbtp_tenant_quota_blocks',
+      help: "Each tenant's Allocation Quota",
+      labelNames: ['tenant'],
+      registers,
       collect() {
         this.reset();
         for (const tenant of sources.tenants()) this.set({ tenant: tenant.name }, tenant.quota);
-      } });
+      },
+    });
     this.jobRuns = new Counter({ name: 'kbtp_job_runs_total', help: 'Scheduled job runs, by job and result', labelNames: ['job', 'result'], registers });
-    this.jobSkipped = new Counter({ name: 'kbtp_job_skipped_total', help: 'Scheduled runs skipped because the previous run of the job was still going',
-      labelNames: ['job'], registers });
-    this.jobDuration = new Histogram({ name: 'kbtp_job_duration_seconds', help: 'Duration of scheduled job runs', labelNames: ['job'], registers,
-      buckets: [0.001, 0.01, 0.1, 0.5, 1, 5, 30, 120] });
+    this.jobSkipped = new Counter({
+      name: 'kbtp_job_skipped_total',
+      help: 'Scheduled runs skipped because the previous run of the job was still going',
+      labelNames: ['job'],
+      registers,
+    });
+    this.jobDuration = new Histogram({
+      name: 'kbtp_job_duration_seconds',
+      help: 'Duration of scheduled job runs',
+      labelNames: ['job'],
+      registers,
+      buckets: [0.001, 0.01, 0.1, 0.5, 1, 5, 30, 120],
+    });
     this.reloads = new Counter({ name: 'kbtp_config_reloads_total', help: 'Configuration reloads (SIGHUP), by result', labelNames: ['result'], registers });
-    this.jobLastSuccess = new Gauge({ name: 'kbtp_job_last_success_timestamp_seconds', help: 'When each job last succeeded (Unix time)',
-      labelNames: ['job'], registers });
+    this.jobLastSuccess = new Gauge({
+      name: 'kbtp_job_last_success_timestamp_seconds',
+      help: 'When each job last succeeded (Unix time)',
+      labelNames: ['job'],
+      registers,
+    });
   }
 
   /** The exposition text: every worker's counters summed, plus the main thread's metrics. */

@@ -34,8 +34,10 @@ function save(path: string, file: JsonObject): void {
 }
 
 function handleRanges(settings: ApplianceSettings): Array<{ first: bigint; end: bigint }> {
-  return settings.target.tenants.map((t) => ({ first: t.storeRange.first, end: t.storeRange.first + t.storeRange.count }))
-    .filter((range) => range.end > range.first).sort((a, b) => (a.first < b.first ? -1 : a.first > b.first ? 1 : 0));
+  return settings.target.tenants
+    .map((t) => ({ first: t.storeRange.first, end: t.storeRange.first + t.storeRange.count }))
+    .filter((range) => range.end > range.first)
+    .sort((a, b) => (a.first < b.first ? -1 : a.first > b.first ? 1 : 0));
 }
 
 /** Adds a tenant; returns the secret, which exists nowhere else (print it once). */
@@ -51,7 +53,11 @@ export function addTenant(path: string, tenant: NewTenant): { secret: string; qu
   const promised = existing.reduce((sum, t) => sum + t.quota, 0);
   const quota = tenant.quota ?? pool.blockCount - promised;
   if (quota <= 0) {
-    throw new ConfigError('--quota', `the pool's ${pool.blockCount} blocks are all promised to other tenants`, 'give --quota N and lower another tenant\'s quota');
+    throw new ConfigError(
+      '--quota',
+      `the pool's ${pool.blockCount} blocks are all promised to other tenants`,
+      "give --quota N and lower another tenant's quota",
+    );
   }
   const count = BigInt(tenant.handles ?? quota * 4);
   // The first gap of the handle table that holds `count` handles.
@@ -66,7 +72,9 @@ export function addTenant(path: string, tenant: NewTenant): { secret: string; qu
   }
   const secret = newSecret();
   const entry: JsonObject = {
-    name: tenant.name, secretHash: hashSecret(secret), quota,
+    name: tenant.name,
+    secretHash: hashSecret(secret),
+    quota,
     storeRange: { first: Number(first), count: Number(count) },
   };
   if (tenant.directLoad) entry.trust = { directLoad: true };

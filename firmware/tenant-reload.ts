@@ -29,8 +29,13 @@ function recordOf(tenant: TenantSettings): TenantRecord {
 const CLOSED: TenantRecord = { storeRange: { first: 0n, count: 0n }, loadScope: { first: 0n, count: 0n }, quota: 0 };
 
 function sameRecord(a: TenantRecord, b: TenantRecord): boolean {
-  return a.quota === b.quota && a.storeRange.first === b.storeRange.first && a.storeRange.count === b.storeRange.count &&
-    a.loadScope.first === b.loadScope.first && a.loadScope.count === b.loadScope.count;
+  return (
+    a.quota === b.quota &&
+    a.storeRange.first === b.storeRange.first &&
+    a.storeRange.count === b.storeRange.count &&
+    a.loadScope.first === b.loadScope.first &&
+    a.loadScope.count === b.loadScope.count
+  );
 }
 
 export function planTenantReload(running: TargetSettings, next: readonly TenantSettings[], engine: Engine): TenantReloadPlan {
@@ -42,8 +47,11 @@ export function planTenantReload(running: TargetSettings, next: readonly TenantS
   next.forEach((tenant, index) => {
     const before = runningByName.get(tenant.name);
     if (tenant.trust.directAlloc !== (before?.tenant.trust.directAlloc ?? false) || (tenant.trust.directAlloc && before?.tenant.quota !== tenant.quota)) {
-      throw new ConfigError(`tenants[${index}]`, `tenant '${tenant.name}': DIRECT_ALLOC partitions are carved out of the pool at start`,
-        'restart the appliance for this change');
+      throw new ConfigError(
+        `tenants[${index}]`,
+        `tenant '${tenant.name}': DIRECT_ALLOC partitions are carved out of the pool at start`,
+        'restart the appliance for this change',
+      );
     }
     if (before === undefined) {
       pending.push({ tenant, index });
@@ -61,8 +69,11 @@ export function planTenantReload(running: TargetSettings, next: readonly TenantS
       if (!taken.has(candidate) && !runningSlots.has(candidate) && engine.tenantUsage(candidate) === 0) slot = candidate;
     }
     if (slot < 0) {
-      throw new ConfigError(`tenants[${index}]`, `no free tenant slot for '${tenant.name}' (the engine has ${slotCount}; removed tenants keep theirs while they hold blocks)`,
-        'raise maxTenants and restart the appliance');
+      throw new ConfigError(
+        `tenants[${index}]`,
+        `no free tenant slot for '${tenant.name}' (the engine has ${slotCount}; removed tenants keep theirs while they hold blocks)`,
+        'raise maxTenants and restart the appliance',
+      );
     }
     taken.add(slot);
     placed[index] = { ...tenant, slot };
@@ -86,14 +97,24 @@ export function planTenantReload(running: TargetSettings, next: readonly TenantS
   const runningNames = names(running.tenants);
   const nextNames = names(tenants);
   return {
-    tenants, writes,
+    tenants,
+    writes,
     clearSharedRing: sharedDomains(tenants) > 1 && sharedDomains(running.tenants) <= 1,
     added: [...nextNames].filter((name) => !runningNames.has(name)),
     removed: [...runningNames].filter((name) => !nextNames.has(name)),
-    changed: tenants.filter((t) => {
-      const before = runningByName.get(t.name)?.tenant;
-      return before !== undefined && (before.secret !== t.secret || before.secretHash !== t.secretHash || before.quota !== t.quota ||
-        !sameRecord(recordOf(before), recordOf(t)) || before.trust.directLoad !== t.trust.directLoad || before.open !== t.open);
-    }).map((t) => t.name),
+    changed: tenants
+      .filter((t) => {
+        const before = runningByName.get(t.name)?.tenant;
+        return (
+          before !== undefined &&
+          (before.secret !== t.secret ||
+            before.secretHash !== t.secretHash ||
+            before.quota !== t.quota ||
+            !sameRecord(recordOf(before), recordOf(t)) ||
+            before.trust.directLoad !== t.trust.directLoad ||
+            before.open !== t.open)
+        );
+      })
+      .map((t) => t.name),
   };
 }

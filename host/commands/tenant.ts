@@ -26,10 +26,17 @@ export const command: Command = {
   async run(argv) {
     let parsed;
     try {
-      parsed = parseArgs({ args: argv, allowPositionals: true, options: {
-        config: { type: 'string' }, quota: { type: 'string' }, handles: { type: 'string' },
-        'trusted-direct-load': { type: 'boolean' }, help: { type: 'boolean', short: 'h' },
-      } });
+      parsed = parseArgs({
+        args: argv,
+        allowPositionals: true,
+        options: {
+          config: { type: 'string' },
+          quota: { type: 'string' },
+          handles: { type: 'string' },
+          'trusted-direct-load': { type: 'boolean' },
+          help: { type: 'boolean', short: 'h' },
+        },
+      });
     } catch (error) {
       console.error(`kbtp tenant: ${(error as Error).message}\n\n${HELP}`);
       return 2;
@@ -57,9 +64,15 @@ export const command: Command = {
         return 0;
       }
       if (action === 'add' && name !== undefined && extra.length === 0) {
-        const added = addTenant(path, { name, quota: count('quota', values.quota), handles: count('handles', values.handles),
-          directLoad: values['trusted-direct-load'] === true });
-        console.error(`tenant '${name}' added to ${path}: quota ${added.quota} blocks, handles ${added.storeRange.first}..${added.storeRange.first + added.storeRange.count - 1n}`);
+        const added = addTenant(path, {
+          name,
+          quota: count('quota', values.quota),
+          handles: count('handles', values.handles),
+          directLoad: values['trusted-direct-load'] === true,
+        });
+        console.error(
+          `tenant '${name}' added to ${path}: quota ${added.quota} blocks, handles ${added.storeRange.first}..${added.storeRange.first + added.storeRange.count - 1n}`,
+        );
         console.error('its secret follows, shown this once (the file keeps only a hash); then reload the appliance:');
         console.log(added.secret);
         return 0;

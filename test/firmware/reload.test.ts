@@ -29,7 +29,10 @@ test('SIGHUP: tenants added and removed with live sessions; quotas in place; a b
     sessions.push(alpha, beta);
     await alpha.allocStore(1n, bytes('alpha one'), { seal: true });
     await beta.allocStore(101n, bytes('beta one'), { seal: true });
-    const wrongHash = await connect(kbtp, { tenant: 'alpha', secret: 'not-it' }).then(() => 'admitted', (e: unknown) => e);
+    const wrongHash = await connect(kbtp, { tenant: 'alpha', secret: 'not-it' }).then(
+      () => 'admitted',
+      (e: unknown) => e,
+    );
     assert.ok(wrongHash instanceof Error && /AUTH_FAILED/.test(wrongHash.message), 'a wrong secret against the scrypt hash is refused');
 
     const added = await runCli(['tenant', 'add', 'gamma', '--quota', '10', '--handles', '50', '--config', daemon.configPath]);
@@ -49,17 +52,26 @@ test('SIGHUP: tenants added and removed with live sessions; quotas in place; a b
     daemon.child.kill('SIGHUP');
     await daemon.waitForLog(/tenants reloaded: \+gamma -beta/);
     // beta's session ends; alpha's goes on untouched.
-    const betaAfter = await beta.allocStore(102n, bytes('too late')).then(() => 'stored', (e: unknown) => e);
+    const betaAfter = await beta.allocStore(102n, bytes('too late')).then(
+      () => 'stored',
+      (e: unknown) => e,
+    );
     assert.ok(betaAfter instanceof Error, `beta's session should have ended, got ${String(betaAfter)}`);
     assert.equal(new TextDecoder().decode((await alpha.load(1n)).data), 'alpha one');
     await alpha.allocStore(2n, bytes('alpha two'), { seal: true });
-    const betaAgain = await connect(kbtp, { tenant: 'beta', secret: 'beta-secret' }).then(() => 'admitted', (e: unknown) => e);
+    const betaAgain = await connect(kbtp, { tenant: 'beta', secret: 'beta-secret' }).then(
+      () => 'admitted',
+      (e: unknown) => e,
+    );
     assert.ok(betaAgain instanceof Error && /AUTH_FAILED/.test(betaAgain.message), String(betaAgain));
     const gamma = await connect(kbtp, { tenant: 'gamma', secret: gammaSecret });
     sessions.push(gamma);
     assert.is(gamma.hello.quota, 10);
     await gamma.allocStore(200n, bytes('gamma one'), { seal: true });
-    const outside = await gamma.allocStore(1n, bytes('not mine')).then(() => 'stored', (e: unknown) => e);
+    const outside = await gamma.allocStore(1n, bytes('not mine')).then(
+      () => 'stored',
+      (e: unknown) => e,
+    );
     assert.ok(outside instanceof KbtpStatusError && outside.statusName === 'ACCESS_DENIED', String(outside));
 
     // Quota down to what alpha holds: its next allocation is refused, its data stays.
@@ -68,7 +80,10 @@ test('SIGHUP: tenants added and removed with live sessions; quotas in place; a b
     writeFileSync(daemon.configPath, JSON.stringify(config));
     daemon.child.kill('SIGHUP');
     await daemon.waitForLog(/tenants reloaded: ~alpha/);
-    const full = await alpha.allocStore(3n, bytes('over quota')).then(() => 'stored', (e: unknown) => e);
+    const full = await alpha.allocStore(3n, bytes('over quota')).then(
+      () => 'stored',
+      (e: unknown) => e,
+    );
     assert.ok(full instanceof KbtpStatusError && full.statusName === 'NO_SPACE', String(full));
     assert.equal(new TextDecoder().decode((await alpha.load(2n)).data), 'alpha two');
 
@@ -83,9 +98,12 @@ test('SIGHUP: tenants added and removed with live sessions; quotas in place; a b
     assert.is(metrics.value('kbtp_tenant_quota_blocks', { tenant: 'gamma' }), 10);
     assert.is(metrics.value('kbtp_tenant_blocks', { tenant: 'gamma' }), 2);
     assert.is(metrics.value('kbtp_tenant_quota_blocks', { tenant: 'beta' }), undefined, 'a removed tenant leaves the metrics');
-    assert.is(metrics.sum('kbtp_pool_blocks', { state: 'in_use' }), 5, 'beta\'s block stays bound: its data waits for it');
-    await eventually('beta session gone', async () => parseExposition((await get(`${daemon.management}/metrics`)).text),
-      (m) => m.value('kbtp_tenant_sessions_open', { tenant: 'beta' }) === undefined);
+    assert.is(metrics.sum('kbtp_pool_blocks', { state: 'in_use' }), 5, "beta's block stays bound: its data waits for it");
+    await eventually(
+      'beta session gone',
+      async () => parseExposition((await get(`${daemon.management}/metrics`)).text),
+      (m) => m.value('kbtp_tenant_sessions_open', { tenant: 'beta' }) === undefined,
+    );
     assert.not.match(daemon.stderr() + daemon.stdout(), new RegExp(`${gammaSecret}|alpha-secret|beta-secret`), 'no secret in the log');
   } finally {
     await Promise.all(sessions.map((session) => session.close().catch(() => undefined)));

@@ -24,10 +24,16 @@ test('SIGTERM under load: no acknowledged request lost, every request answered, 
         for (;;) {
           const handle = BigInt(client * 40 + lane * 10 + (next++ % 10)); // 160 handles: the pool holds them all
           try {
-            const stored = await session.allocStore(handle, new Uint8Array(512).fill(client + 1), { seal: true }).then(() => true, async (error: unknown) => {
-              if (error instanceof KbtpStatusError && error.statusName === 'ALREADY_VALID') { await session.free(handle); return false; }
-              throw error;
-            });
+            const stored = await session.allocStore(handle, new Uint8Array(512).fill(client + 1), { seal: true }).then(
+              () => true,
+              async (error: unknown) => {
+                if (error instanceof KbtpStatusError && error.statusName === 'ALREADY_VALID') {
+                  await session.free(handle);
+                  return false;
+                }
+                throw error;
+              },
+            );
             if (stored) acknowledged.stores += 1;
             const loaded = await session.load(handle).catch((error: unknown) => {
               if (error instanceof KbtpStatusError && error.statusName === 'NOT_VALID') return undefined; // freed by the ALREADY_VALID path

@@ -72,7 +72,11 @@ test('the typos of the issue, and one in every nested object, name their path an
 });
 
 test('a tenant without a secret says so, and only on loopback; no silent zero quota', () => {
-  rejects({ tenants: [{ name: 'a', quota: 1 }] }, 'tenants[0].secret', /has no secret; give it a "secretHash" \(kbtp tenant add writes one\) or a "secret", or say "open": true/);
+  rejects(
+    { tenants: [{ name: 'a', quota: 1 }] },
+    'tenants[0].secret',
+    /has no secret; give it a "secretHash" \(kbtp tenant add writes one\) or a "secret", or say "open": true/,
+  );
   rejects({ tenants: [{ name: 'a', quota: 1, secretHash: 'md5$abc' }] }, 'tenants[0].secretHash', /is not a scrypt hash/);
   rejects({ tenants: [{ name: 'a', quota: 1, secret: 's', secretHash: hashSecret('s') }] }, 'tenants[0].secret', /both a secret and a secretHash/);
   rejects({ tenants: [{ name: 'a', secret: null, quota: 1 }] }, 'tenants[0].secret', /has no secret/);

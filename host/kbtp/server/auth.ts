@@ -15,8 +15,14 @@ function sameSecret(credential: Uint8Array, secret: string): boolean {
   return timingSafeEqual(a, b);
 }
 
-export async function admit(tenants: readonly TenantSettings[], name: string, credential: Uint8Array, requested: number,
-  verifier: SecretVerifier, durable = false): Promise<Admission> {
+export async function admit(
+  tenants: readonly TenantSettings[],
+  name: string,
+  credential: Uint8Array,
+  requested: number,
+  verifier: SecretVerifier,
+  durable = false,
+): Promise<Admission> {
   const tenantIndex = tenants.findIndex((tenant) => tenant.name === name);
   const tenant = tenants[tenantIndex];
   if (tenant === undefined) {
@@ -24,8 +30,8 @@ export async function admit(tenants: readonly TenantSettings[], name: string, cr
     await verifier.verify(credential, null);
     return { ok: false, status: K.STATUS_AUTH_FAILED, reason: `unknown tenant '${name}'` };
   }
-  const wrong = tenant.secretHash !== null ? !(await verifier.verify(credential, tenant.secretHash))
-    : tenant.secret !== null && !sameSecret(credential, tenant.secret);
+  const wrong =
+    tenant.secretHash !== null ? !(await verifier.verify(credential, tenant.secretHash)) : tenant.secret !== null && !sameSecret(credential, tenant.secret);
   if (wrong) return { ok: false, status: K.STATUS_AUTH_FAILED, reason: `wrong credential for tenant '${name}'` };
   // RECORD_COMPLETION is never offered on the RDMAP binding (draft 6.5, 9.1); PERSISTENT needs a durable tier.
   let capabilities = 0;

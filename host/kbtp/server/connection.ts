@@ -496,14 +496,16 @@ export class TargetConnection {
       return;
     }
     this.state = 'admitting';
-    admit(settings.tenants, hello.tenant, hello.credential, hello.capabilities, this.ctx.verifier,
-      settings.durable !== undefined).then(
-      (admission) => { if (this.state === 'admitting') this.admitted(request, requestId, admission); },
+    admit(settings.tenants, hello.tenant, hello.credential, hello.capabilities, this.ctx.verifier, settings.durable !== undefined).then(
+      (admission) => {
+        if (this.state === 'admitting') this.admitted(request, requestId, admission);
+      },
       (error: unknown) => {
         this.ctx.log(`${this.label}: admission failed: ${error instanceof Error ? error.message : String(error)}`);
         this.ctx.stats.internalError();
         this.qp.disconnect();
-      });
+      },
+    );
   }
 
   /** The credential was checked: refuse, or open the session and send HELLO_ACK. */
@@ -626,8 +628,13 @@ export class TargetConnection {
     const was = this.admittedAs;
     if (was === undefined || this.state === 'closed') return;
     const now = tenants.find((tenant) => tenant.name === was.name);
-    const same = now !== undefined && now.secret === was.secret && now.secretHash === was.secretHash && now.open === was.open &&
-      now.trust.directLoad === was.trust.directLoad && now.trust.directAlloc === was.trust.directAlloc &&
+    const same =
+      now !== undefined &&
+      now.secret === was.secret &&
+      now.secretHash === was.secretHash &&
+      now.open === was.open &&
+      now.trust.directLoad === was.trust.directLoad &&
+      now.trust.directAlloc === was.trust.directAlloc &&
       (now.slot ?? tenants.indexOf(now)) === this.countedTenant;
     if (same) {
       this.admittedAs = now;

@@ -38,8 +38,11 @@ export class InProcessTarget {
       settings,
       stats,
       lateReclaims: new LateReclaims(this.engine, () => stats.ticketReclaimed()),
-      slots: SessionSlots.create(settings.session.maxSessions, this.engine.config.tenants.length), verifier: new SecretVerifier(), log,
-      tier: undefined, demoter: new Demoter(this.engine),
+      slots: SessionSlots.create(settings.session.maxSessions, this.engine.config.tenants.length),
+      verifier: new SecretVerifier(),
+      log,
+      tier: undefined,
+      demoter: new Demoter(this.engine),
     };
   }
 

@@ -49,8 +49,9 @@ export function newSecret(): string {
 
 function derive(credential: Uint8Array, hash: SecretHash): Promise<Buffer> {
   return new Promise((resolve, reject) => {
-    scrypt(credential, hash.salt, KEY_LENGTH, { N: hash.N, r: hash.r, p: hash.p, maxmem: maxmem(hash) },
-      (error, key) => (error === null ? resolve(key) : reject(error)));
+    scrypt(credential, hash.salt, KEY_LENGTH, { N: hash.N, r: hash.r, p: hash.p, maxmem: maxmem(hash) }, (error, key) =>
+      error === null ? resolve(key) : reject(error),
+    );
   });
 }
 

@@ -78,7 +78,13 @@ async function main(): Promise<void> {
   const stats = new TargetStats(arena.requestArea.address, engine.layout.requestSize, engine.config.requestsPerThread);
   const fault = faultFromEnvironment();
   const context: WorkerContext = {
-    engine, arena, rnic, settings, stats, lateReclaims: new LateReclaims(engine, () => stats.ticketReclaimed()), slots,
+    engine,
+    arena,
+    rnic,
+    settings,
+    stats,
+    lateReclaims: new LateReclaims(engine, () => stats.ticketReclaimed()),
+    slots,
     verifier: new SecretVerifier(),
     ...(fault !== undefined ? { fault } : {}),
     tier: settings.durable === undefined ? undefined : new TierClient(send),
@@ -204,13 +210,11 @@ async function main(): Promise<void> {
         snapshot.sramCounters = { hits: report.total.hits, misses: report.total.misses };
       }
       send({ type: 'stats', id: message.id, stats: snapshot });
-    }
-    else if (message.type === 'tenants') {
+    } else if (message.type === 'tenants') {
       // A reload: new HELLOs see the new list at once; sessions it no longer allows end.
       settings.tenants = message.tenants;
       for (const connection of connections) connection.reconsiderTenant(message.tenants);
-    }
-    else if (message.type === 'drain') {
+    } else if (message.type === 'drain') {
       draining = true;
       for (const connection of connections) connection.drain();
       void listener.close().then(() => server.close());
