@@ -455,7 +455,7 @@ export class TargetConnection {
   }
 
   private hello(request: number, length: number): void {
-    const { engine, arena, settings } = this.ctx;
+    const { engine, settings } = this.ctx;
     const bytes = engine.bytes.subarray(request + S.REQUEST_MESSAGE, request + S.REQUEST_MESSAGE + length);
     clearTimeout(this.helloTimer);
     if (length < K.HEADER_SIZE) {
