@@ -7,7 +7,7 @@ import * as assert from 'uvu/assert';
 import { startRig, testSettings, SECRETS } from '../support/rig.ts';
 import { connect, TargetRefusedError } from '../../host/kbtp/initiator.ts';
 import { resolveTargetSettings } from '../../firmware/config.ts';
-import { TargetProcess, connectPatiently, sleep } from './hostile-peers.ts';
+import { TargetProcess, LegitimateClient, RawPeer, connectPatiently, sleep } from './hostile-peers.ts';
 
 test('an internal error on one connection releases its handle lock, credit, block and quota; other sessions go on', async () => {
   process.env.KBTP_TEST_FAULT = 'connection:beta';
@@ -43,11 +43,11 @@ test('an internal error on one connection releases its handle lock, credit, bloc
   }
 });
 
-test('a worker at its session limit refuses with a reason the client prints', async () => {
+test('a worker at its session limit refuses, with and without completed handshakes, while a legitimate client works on', async () => {
   const settings = testSettings({ workers: 1, session: { credits: 4, ticketTimeoutMs: 300, maxSessions: 4, maxSessionsPerWorker: 2 } });
   const rig = await startRig(settings);
   try {
-    await rig.session('alpha');
+    const legit = new LegitimateClient(await rig.session('alpha'), [0n, 1n], 3000);
     await rig.session('beta');
     const refused = await connect(rig.address, { tenant: 'alpha', secret: SECRETS.alpha }).then(
       () => undefined,
@@ -55,8 +55,16 @@ test('a worker at its session limit refuses with a reason the client prints', as
     );
     assert.instance(refused, TargetRefusedError);
     assert.match((refused as Error).message, /kbtp: this worker holds its limit of 2 sessions; try again later/);
+    // An MPA Request alone is refused the same way, before it takes anything.
+    const raw = await RawPeer.open(rig.target.port).then(() => undefined, (error: unknown) => error);
+    assert.match((raw as Error).message, /rejected/);
     const stats = await rig.target.stats();
-    assert.equal(stats.refusals, { 'worker-full': 1 });
+    assert.equal(stats.refusals, { 'worker-full': 2 });
+    assert.is(rig.target.slotsInUse(), 2, 'the refused connections hold no slot');
+    const rounds = legit.rounds;
+    while (legit.rounds < rounds + 3) await sleep(10);
+    await legit.stop();
+    assert.equal(legit.failures, []);
   } finally {
     await rig.stop();
   }
