@@ -56,7 +56,10 @@ test('a worker at its session limit refuses, with and without completed handshak
     assert.instance(refused, TargetRefusedError);
     assert.match((refused as Error).message, /kbtp: this worker holds its limit of 2 sessions; try again later/);
     // An MPA Request alone is refused the same way, before it takes anything.
-    const raw = await RawPeer.open(rig.target.port).then(() => undefined, (error: unknown) => error);
+    const raw = await RawPeer.open(rig.target.port).then(
+      () => undefined,
+      (error: unknown) => error,
+    );
     assert.match((raw as Error).message, /rejected/);
     const stats = await rig.target.stats();
     assert.equal(stats.refusals, { 'worker-full': 2 });

@@ -135,6 +135,8 @@ export class TargetConnection {
   private readsOutstanding = 0;
   private readProgressAt = 0;
   private faultArmed = false;
+  /** Requests whose tier step is out with the main thread: its answer settles them, whatever happened meanwhile. */
+  private readonly awaitingTier = new Set<number>();
   /** MPA setup finished (the RTR arrived); failures before that are the worker's to count. */
   private handshakeDone = false;
   readonly label: string;
@@ -347,6 +349,7 @@ export class TargetConnection {
     const { arena, tier } = this.ctx;
     const t = arena.tierRequest(request);
     if (tier === undefined) throw new Error(`engine asked for a durable tier (action ${action}) that this target does not have`);
+    this.awaitingTier.add(request);
     const ask =
       action === S.ACTION_RESERVE
         ? tier.ask({ op: 'reserve', index: t.index, generation: t.generation })
@@ -356,6 +359,7 @@ export class TargetConnection {
             ? tier.ask({ op: 'seal', index: t.index, generation: t.generation, blockOffset: t.blockOffset, dataLength: t.dataLength })
             : tier.ask({ op: 'unbind', index: t.index, generation: t.generation, why: t.kind === S.TIER_UNBIND_LOST ? 'lost' : 'free' });
     void ask.then((answer) => {
+      this.awaitingTier.delete(request);
       try {
         let next: number;
         if (action === S.ACTION_PERSIST) next = arena.persisted(request, answer.ok);
@@ -366,11 +370,8 @@ export class TargetConnection {
         }
         this.settle(request, next);
       } catch (error) {
-        this.ctx.log(
-          `${this.label}: internal error after a tier step, closing the connection: ${error instanceof Error ? (error.stack ?? error.message) : String(error)}`,
-        );
         this.ctx.stats.internalError();
-        this.qp.disconnect();
+        this.abort(`internal error after a tier step: ${error instanceof Error ? (error.stack ?? error.message) : String(error)}`);
       }
       this.maybeFinish();
     });
@@ -700,14 +701,14 @@ export class TargetConnection {
     const { arena, engine } = this.ctx;
     const waiting = new Set(this.retries);
     for (const request of this.contexts) {
+      if (this.awaitingTier.has(request)) continue; // counted below; the tier's answer settles it
       const state = engine.view.getUint32(request + S.REQUEST_STATE, true);
       if (state === S.REQUEST_STATE_DATA || state === S.REQUEST_STATE_DATA_SENT) arena.complete(request, false);
       else if ((state === S.REQUEST_STATE_CREDITED || state === S.REQUEST_STATE_WAIT_SLOT || state === S.REQUEST_STATE_FETCH_SLOT) && !waiting.has(request))
         this.retries.push(request);
-      // PERSIST and FETCH belong to the durable tier, which finishes them on its own.
     }
     this.readsOutstanding = 0;
-    this.busy = this.retries.length; // each retried request settles once more
+    this.busy = this.retries.length + this.awaitingTier.size; // each settles once more
     if (this.retries.length > 0 && !this.retryScheduled) {
       this.retryScheduled = true;
       setImmediate(() => this.runRetries());
