@@ -5,7 +5,8 @@
 import { test } from 'uvu';
 import * as assert from 'uvu/assert';
 import { Random } from '../../host/util/random.ts';
-import { WcStatus, type SendWorkRequest } from '../../host/rnic/verbs.ts';
+import { WcStatus, type SendWorkRequest, type UdpLink } from '../../host/rnic/verbs.ts';
+import { IbOpcode } from '../../host/rnic/wire/ib-opcodes.ts';
 import { completions, expectSuccess, rcPair, type RcPair, type RcPairOptions } from '../support/rc.ts';
 
 const MiB = 1024 * 1024;
@@ -199,6 +200,52 @@ for (const [name, impairments] of [
     }
   });
 }
+
+test('a lost Atomic Acknowledge overtaken by a later Read Response is recovered by the ACK timer', async () => {
+  // The Read Response implicitly acknowledges the Write before the atomic (the Write completes);
+  // the acknowledged PSN must move with it, or the timer retransmits from a PSN no WQE holds and
+  // the atomic waits forever (the stall CI saw at 2 % loss).
+  const pair = await rcPair({ pathMtu: 1024, ackTimeoutMs: 30 });
+  try {
+    const { client, server } = pair;
+    const link = server.link as UdpLink;
+    const send = link.send.bind(link);
+    let droppedAtomicAcks = 0;
+    link.send = (to, header, payload, trailer) => {
+      if (header[0] === IbOpcode.AtomicAcknowledge && droppedAtomicAcks === 0) {
+        droppedAtomicAcks++;
+        return;
+      }
+      send(to, header, payload, trailer);
+    };
+    new DataView(server.memory.buffer).setBigUint64(3 * MiB, 40n, true);
+    client.qp.postSend({
+      wrId: 1,
+      opcode: 'RDMA_WRITE',
+      sgList: [{ lkey: client.mr.lkey, offset: 0, length: 1024 }],
+      remote: { stag: server.mr.rkey, taggedOffset: 2 * MiB },
+    });
+    client.qp.postSend({ wrId: 2, opcode: 'ATOMIC_FETCH_ADD', remote: { stag: server.mr.rkey, taggedOffset: 3 * MiB }, atomic: { add: 2n } });
+    client.qp.postSend({
+      wrId: 3,
+      opcode: 'RDMA_READ',
+      sgList: [{ lkey: client.mr.lkey, offset: MiB, length: 1024 }],
+      remote: { stag: server.mr.rkey, taggedOffset: 2 * MiB },
+    });
+    const done = await completions(client.cq, 3, 20_000);
+    expectSuccess(done);
+    assert.is(droppedAtomicAcks, 1, 'the Atomic Acknowledge was dropped once');
+    assert.equal(
+      done.map((wc) => wc.wrId),
+      [1, 2, 3],
+    );
+    assert.is(done[1]!.atomicResult, 40n, 'the retried atomic is answered from the responder resource');
+    assert.is(new DataView(server.memory.buffer).getBigUint64(3 * MiB, true), 42n, 'the atomic ran once');
+    assert.ok(client.qp.statistics.timeouts >= 1);
+  } finally {
+    await pair.close();
+  }
+});
 
 test('RNR: a Send before its receive is posted is retried until the receive appears', async () => {
   const pair = await rcPair({ pathMtu: 1024, minRnrTimer: 1 });

@@ -369,6 +369,10 @@ export class Requester {
     } else {
       this.readResponse(h, psn, payload);
     }
+    // A response may complete older Writes implicitly even when it answers nothing itself (a
+    // Read Response overtaking a lost Atomic Acknowledge): the acknowledged PSN follows, or the
+    // ACK timer would go back to a PSN no queued WQE holds and retransmit nothing.
+    this.advanced();
     this.completeInOrder();
     this.schedulePump();
   }
