@@ -62,7 +62,8 @@ typecheck: deps
 # Biome (biome.json): one dependency for both the linter and the formatter. `check` = lint rules
 # + the formatting check (the whole tree was formatted once with `make format`).
 # The paths are explicit: images/ holds root-file-system trees (absolute symlinks) Biome must not walk.
-BIOME_CHECK ?= check
+# Warnings fail it too, so that none pile up unseen.
+BIOME_CHECK ?= check --error-on-warnings
 BIOME_PATHS := host firmware bench test assembly biome.json package.json tsconfig.json tsconfig.build.json tsconfig.bench.json asconfig.json
 lint: deps
 	npx biome $(BIOME_CHECK) $(BIOME_PATHS)

@@ -10,7 +10,8 @@ export interface JobDefinition {
   name: string;
   /** Cron expression; null: the job is off. */
   schedule: string | null;
-  run(): Promise<string | void> | string | void;
+  /** What the run found, for the log (undefined: logged as 'ok'). */
+  run(): Promise<string | undefined> | string | undefined;
   /** Where a successful run's result is logged (default debug; the statistics snapshot logs at info). */
   resultLevel?: 'info' | 'debug';
 }

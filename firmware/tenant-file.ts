@@ -29,7 +29,7 @@ function save(path: string, file: JsonObject): void {
   } catch {
     // a new file: owner only, it holds hashes
   }
-  writeFileSync(temporary, JSON.stringify(file, null, 2) + '\n', { mode });
+  writeFileSync(temporary, `${JSON.stringify(file, null, 2)}\n`, { mode });
   renameSync(temporary, path);
 }
 

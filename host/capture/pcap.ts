@@ -46,7 +46,7 @@ export function parsePcap(bytes: Uint8Array): PcapFile {
     const magicLittleEndian = view.getUint32(0, true);
     if (magicLittleEndian !== MAGIC_MICRO && magicLittleEndian !== MAGIC_NANO) {
       throw new PcapFormatError(
-        `not a classic pcap file: magic 0x${magicBigEndian.toString(16).padStart(8, '0')} ` + '(pcapng and other formats are not supported)',
+        `not a classic pcap file: magic 0x${magicBigEndian.toString(16).padStart(8, '0')} (pcapng and other formats are not supported)`,
       );
     }
     littleEndian = true;

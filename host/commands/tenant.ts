@@ -59,8 +59,8 @@ export const command: Command = {
         const rows = listTenants(path);
         const widths = [4, 14, 5, 11].map((w, i) => Math.max(w, ...rows.map((r) => String([r.name, r.authentication, r.quota, r.storeRange][i]).length)));
         const line = (cells: Array<string | number>): string => cells.map((c, i) => String(c).padEnd(widths[i] ?? 0)).join('  ');
-        console.log(line(['name', 'authentication', 'quota', 'store range']) + '  trust');
-        for (const r of rows) console.log(line([r.name, r.authentication, r.quota, r.storeRange]) + `  ${r.trust}`);
+        console.log(`${line(['name', 'authentication', 'quota', 'store range'])}  trust`);
+        for (const r of rows) console.log(`${line([r.name, r.authentication, r.quota, r.storeRange])}  ${r.trust}`);
         return 0;
       }
       if (action === 'add' && name !== undefined && extra.length === 0) {

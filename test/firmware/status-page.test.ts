@@ -41,6 +41,7 @@ test.after(async () => {
   await daemon?.stop();
 });
 
+// biome-ignore lint/performance/useDomNodeTextContent: Playwright's Locator.innerText is the rendered text (table cells apart), which the assertions match; not the DOM property the rule means
 const textOf = (id: string): Promise<string> => page.locator(`#${id}`).innerText();
 
 test('the page loads and shows the state, the pool and the chart', async () => {
