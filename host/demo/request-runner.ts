@@ -15,14 +15,26 @@ export class RetryLimitError extends Error {
 
 export type RunOutcome = { kind: 'completion'; completion: Completion; invalidateStag: number } | { kind: 'goodbye' } | { kind: 'failed' };
 
-export function runToCompletion(arena: ThreadArena, mover: LoopbackMover, message: Uint8Array, session: number, maxRetries = 10_000_000): RunOutcome {
+/**
+ * `maxRetries` bounds the retries; with `minWaitMs` the request is given up only once it has also
+ * waited that long, since the thread it waits for may just be descheduled on a loaded machine.
+ */
+export function runToCompletion(
+  arena: ThreadArena,
+  mover: LoopbackMover,
+  message: Uint8Array,
+  session: number,
+  maxRetries = 10_000_000,
+  minWaitMs = 0,
+): RunOutcome {
   const request = arena.acquireRequest(session);
+  const started = minWaitMs > 0 ? Date.now() : 0;
   try {
     arena.place(request, message);
     let action = arena.run(request);
     let retries = 0;
     while (action === ACTION_RETRY) {
-      if (++retries > maxRetries) throw new RetryLimitError(maxRetries);
+      if (++retries > maxRetries && (minWaitMs === 0 || Date.now() - started >= minWaitMs)) throw new RetryLimitError(retries);
       action = arena.run(request);
     }
     if (action === ACTION_DATA || action === ACTION_DATA_AND_SEND) {

@@ -40,7 +40,12 @@ function config(ringMode: 'masked' | 'unmasked'): EngineConfig {
   };
 }
 
-async function stress(engine: Engine, operationsPerWorker: number, maxRetries: number): Promise<{ reports: StressReport[]; audit: AuditReport }> {
+async function stress(
+  engine: Engine,
+  operationsPerWorker: number,
+  maxRetries: number,
+  minStuckMs: number,
+): Promise<{ reports: StressReport[]; audit: AuditReport }> {
   const initiatorUsage = new SharedArrayBuffer(4);
   const reports = await Promise.all(
     [1, 2].map(
@@ -52,6 +57,7 @@ async function stress(engine: Engine, operationsPerWorker: number, maxRetries: n
             operations: operationsPerWorker,
             seed: 0x1234 * thread + 7,
             maxRetries,
+            minStuckMs,
             initiatorUsage,
             shared: SHARED,
             direct: DIRECT,
@@ -77,7 +83,7 @@ function boundBy(engine: Engine, first: bigint, count: number): number {
 for (const mode of ['masked', 'unmasked'] as const) {
   test(`${mode} counters: 2 workers x 250,000 random operations leave every block exactly once`, async () => {
     const engine = Engine.create(config(mode));
-    const { reports, audit } = await stress(engine, 250_000, 5_000_000);
+    const { reports, audit } = await stress(engine, 250_000, 5_000_000, 30_000);
     for (const report of reports) {
       assert.is(report.stuck, undefined, `thread ${report.thread} stuck`);
       assert.equal(report.unexpected, [], `thread ${report.thread}: unexpected answers`);
@@ -133,7 +139,7 @@ test('the same stress catches an engine whose FetchAdd is not atomic', async () 
     assert.is(error, null, String(stderr));
     const broken = Engine.create(config('masked'), new WebAssembly.Module(readFileSync(outFile)));
     assert.is.not(broken.module, engineModule());
-    const { reports, audit } = await stress(broken, 250_000, 200_000);
+    const { reports, audit } = await stress(broken, 250_000, 200_000, 0);
     const caught = !audit.ok || reports.some((r) => r.stuck !== undefined || r.wrongData > 0 || r.unexpected.length > 0);
     assert.ok(caught, 'a non-atomic FetchAdd went unnoticed');
     console.log(

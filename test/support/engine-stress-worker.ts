@@ -16,6 +16,8 @@ export interface StressJob {
   operations: number;
   seed: number;
   maxRetries: number;
+  /** A wait past maxRetries counts as stuck only after this long too (0: at once). */
+  minStuckMs: number;
   /** Int32Array over a SharedArrayBuffer: [0] = tenant B's initiator-side usage (bound + tickets held). */
   initiatorUsage: SharedArrayBuffer;
   shared: { first: bigint; count: number };
@@ -59,7 +61,7 @@ const payload = new Uint8Array(8);
 const payloadView = new DataView(payload.buffer);
 
 function send(session: number, message: Uint8Array): number {
-  const outcome = runToCompletion(arena, mover, message, session, job.maxRetries);
+  const outcome = runToCompletion(arena, mover, message, session, job.maxRetries, job.minStuckMs);
   if (outcome.kind !== 'completion') throw new Error(`request ended without a completion (${outcome.kind})`);
   const name = statusName(outcome.completion.status);
   report.statuses[name] = (report.statuses[name] ?? 0) + 1;
@@ -82,6 +84,7 @@ function directAllocate(handle: bigint): void {
   const ticket = Number(counter >> 32n);
   const slot = partition.slots + Number(counter & 0xffffffffn);
   let blockOffset = ALL_ONES;
+  const started = Date.now();
   for (let spins = 0; ; spins++) {
     // Sequence, then Block Offset, then Sequence again: a 16-octet read is not atomic (draft 6.6).
     const sequence = engine.view.getUint32(slot, false);
@@ -90,7 +93,7 @@ function directAllocate(handle: bigint): void {
       blockOffset = offset;
       break;
     }
-    if (spins > job.maxRetries) throw new RetryLimitError(spins);
+    if (spins > job.maxRetries && Date.now() - started >= job.minStuckMs) throw new RetryLimitError(spins);
   }
   payloadView.setBigUint64(0, handle, false);
   engine.block(blockOffset, 8).set(payload);
