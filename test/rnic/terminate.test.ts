@@ -276,10 +276,13 @@ test('too many outstanding reads (IRD 2, responses not read) -> DDP / untagged /
   const result = await expectTerminate(
     'ird',
     { layer: 1, type: 2, code: 2, flags: M_D },
-    async (peer) => {
+    async (peer, qp) => {
       peer.socket.pause();
       for (let msn = 1; msn <= 8; msn++) peer.sendUlpdu(read(msn));
-      await new Promise((resolve) => setTimeout(resolve, 50));
+      // Stay paused until the target has decided (a fixed 50 ms was too short at load 13: the
+      // responses drained before the requests piled up); bounded so a miss fails, not hangs.
+      const deadline = Date.now() + 30_000;
+      while (qp.terminate === undefined && qp.state !== 'error' && Date.now() < deadline) await new Promise((resolve) => setTimeout(resolve, 5));
       peer.socket.resume();
     },
     { ord: 2 },
