@@ -186,8 +186,13 @@ test('REMOTE_ACCESS on RDMAP: a bad initiator buffer terminates the stream; the 
   await raw.close();
   const alpha = await rig.session('alpha');
   await expectStatus('NOT_VALID', alpha.load(30n));
-  await new Promise((resolve) => setTimeout(resolve, 50));
-  const after = rig.target.audit();
+  // The failed session's release runs on its worker: wait for it, bounded, not a fixed time.
+  const deadline = Date.now() + 20_000;
+  let after = rig.target.audit();
+  while ((!after.ok || after.bound !== before.bound) && Date.now() < deadline) {
+    await new Promise((resolve) => setTimeout(resolve, 20));
+    after = rig.target.audit();
+  }
   assert.ok(after.ok);
   assert.is(after.bound, before.bound);
 });
@@ -216,7 +221,22 @@ test('SHUTTING_DOWN: requests after the target starts draining', async () => {
   const alpha = await target.session('alpha');
   await alpha.allocStore(40n, bytes('x'), { seal: true });
   target.target.drain();
-  await new Promise((resolve) => setTimeout(resolve, 50));
+  // drain() reaches the workers by message: a load may still be served until it lands (a fixed
+  // 50 ms was not enough on a loaded machine), after which every request is refused.
+  const deadline = Date.now() + 20_000;
+  let served = 0;
+  for (;;) {
+    try {
+      await alpha.load(40n);
+      served++;
+    } catch (error) {
+      assert.instance(error, KbtpStatusError, String(error));
+      assert.is((error as KbtpStatusError).statusName, 'SHUTTING_DOWN');
+      break;
+    }
+    if (Date.now() > deadline) assert.unreachable(`still served ${served} loads 20 s after drain()`);
+    await new Promise((resolve) => setTimeout(resolve, 10));
+  }
   await expectStatus('SHUTTING_DOWN', alpha.load(40n));
   await target.stop();
 });
