@@ -24,6 +24,8 @@ export interface Checkpoint {
   journal: number;
   /** Slots of the data file ever used (the file's extent). */
   highSlot: number;
+  /** Number of the first group commit in that journal (undefined in checkpoints written before it was kept). */
+  group?: number | undefined;
   marks: Uint16Array;
   blocks: CheckpointBlocks;
 }
@@ -40,6 +42,7 @@ export function encodeCheckpoint(checkpoint: Checkpoint): Buffer {
     handleCount: checkpoint.handleCount,
     journal: checkpoint.journal,
     highSlot: checkpoint.highSlot,
+    group: checkpoint.group,
     marks: bytesOf(checkpoint.marks),
     index: bytesOf(blocks.index),
     generation: bytesOf(blocks.generation),
@@ -66,6 +69,7 @@ export function decodeCheckpoint(bytes: Uint8Array): Checkpoint | string {
   if (typeof p !== 'object' || p === null || p.v !== CHECKPOINT_VERSION) return 'unknown checkpoint version';
   const ints = ['blockSize', 'slotSize', 'handleCount', 'journal', 'highSlot'] as const;
   for (const key of ints) if (!Number.isSafeInteger(p[key]) || (p[key] as number) < 0) return `bad field ${key}`;
+  if (p.group !== undefined && (!Number.isSafeInteger(p.group) || (p.group as number) < 0)) return 'bad field group';
   if (typeof p.handleBase !== 'string' || !/^\d+$/.test(p.handleBase)) return 'bad field handleBase';
   const handleCount = p.handleCount as number;
   const marks = column(p.marks, (n) => new Uint16Array(n), handleCount);
@@ -86,6 +90,7 @@ export function decodeCheckpoint(bytes: Uint8Array): Checkpoint | string {
     handleCount,
     journal: p.journal as number,
     highSlot: p.highSlot as number,
+    group: p.group as number | undefined,
     marks,
     blocks: { index, generation, dataLength, slot, crc },
   };

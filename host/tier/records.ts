@@ -14,8 +14,18 @@ const MAX_PAYLOAD = 1 << 30;
 
 const packr = new Packr({ useRecords: false, variableMapSize: true });
 
+/**
+ * Where a record sits: group commit `q`, position `i` of `n` records. Recovery uses them to tell
+ * which records of a group it did not get (a frame that failed its checksum). Journals written
+ * before these fields existed have none; their records are replayed as they are.
+ */
+export interface GroupPlace {
+  q?: number;
+  i?: number;
+  n?: number;
+}
 /** A block's data and entry are on the tier (STORE/ALLOC_STORE/BIND with SEAL). */
-export interface SealRecord {
+export interface SealRecord extends GroupPlace {
   k: 's';
   h: number;
   g: number;
@@ -24,22 +34,30 @@ export interface SealRecord {
   c: number;
 }
 /** The handle is not VALID any more with Generation g (FREE, drop, or a block found lost). */
-export interface UnbindRecord {
+export interface UnbindRecord extends GroupPlace {
   k: 'u';
   h: number;
   g: number;
   why: 'free' | 'drop' | 'lost';
 }
 /** Generations of handle h up to m may be shown before another record about it. */
-export interface ReserveRecord {
+export interface ReserveRecord extends GroupPlace {
   k: 'r';
   h: number;
   m: number;
 }
-/** First record of a group commit: every record before it was synced. */
+/**
+ * First record of group commit q: every record before it was synced. It also lists, per record
+ * of the group, its kind (t: one of 's', 'u', 'r'), handle (h) and Generation or mark (g), so a
+ * record that fails its checksum still names the handle it was about (kbtp-v1 section 12: that
+ * entry is not recovered, and resumes above the Generation it may have shown).
+ */
 export interface BatchRecord {
   k: 'b';
   q: number;
+  t?: string;
+  h?: number[];
+  g?: number[];
 }
 export type JournalRecord = SealRecord | UnbindRecord | ReserveRecord | BatchRecord;
 
@@ -79,6 +97,8 @@ function isRecord(value: unknown): value is JournalRecord {
   if (typeof value !== 'object' || value === null) return false;
   const record = value as Record<string, unknown>;
   const int = (key: string): boolean => Number.isSafeInteger(record[key]) && (record[key] as number) >= 0;
+  const optional = (key: string): boolean => record[key] === undefined || int(key);
+  if (record.k !== 'b' && !(optional('q') && optional('i') && optional('n'))) return false;
   switch (record.k) {
     case 's':
       return int('h') && int('g') && int('l') && int('s') && int('c');
@@ -86,24 +106,26 @@ function isRecord(value: unknown): value is JournalRecord {
       return int('h') && int('g') && (record.why === 'free' || record.why === 'drop' || record.why === 'lost');
     case 'r':
       return int('h') && int('m');
-    case 'b':
-      return int('q');
+    case 'b': {
+      if (!int('q')) return false;
+      if (record.t === undefined && record.h === undefined && record.g === undefined) return true;
+      const { t, h, g } = record;
+      const ints = (list: unknown): list is number[] => Array.isArray(list) && list.every((x) => Number.isSafeInteger(x) && x >= 0);
+      return typeof t === 'string' && /^[sur]*$/.test(t) && ints(h) && ints(g) && h.length === t.length && g.length === t.length;
+    }
   }
   return false;
 }
 
 export interface ParsedJournal {
+  /** The valid records, batch markers included, in file order. */
   records: JournalRecord[];
-  /** Index in `records` of the first record after the last batch marker (its batch may not have been synced). */
-  lastBatchStart: number;
   /** Offset just past the last good frame. */
   end: number;
   /** Octets after the last good frame that were not a valid frame (a torn tail). */
   tornBytes: number;
-  /** Frames that failed their check and had valid frames after them (corruption, not a tear). */
+  /** Stretches of bad frames with valid frames after them (corruption, not a tear). */
   badFrames: number;
-  /** Index in `records` of the first record after the first bad frame (records.length when none). */
-  firstAfterCorruption: number;
 }
 
 /** Finds the next offset after `from` where a valid frame starts, or -1. */
@@ -117,21 +139,19 @@ function resync(bytes: Uint8Array, from: number, magic: number): number {
 }
 
 /**
- * Reads a journal's records. A bad frame with nothing valid after it is a torn tail: replay
- * stops there (point in time). A bad frame followed by valid ones is counted and skipped.
+ * Reads a journal's records. A bad frame with nothing valid after it is a torn tail: reading
+ * stops there (point in time). A bad frame followed by valid ones is counted and skipped; the
+ * group places in the records let recovery tell what it was about.
  */
 export function parseJournal(bytes: Uint8Array): ParsedJournal {
   const records: JournalRecord[] = [];
   let offset = 0;
   let end = 0;
-  let lastBatchStart = 0;
   let badFrames = 0;
-  let firstAfterCorruption = -1;
   while (offset < bytes.length) {
     const frame = decodeFrame(bytes, offset, JOURNAL_MAGIC);
     if (frame.ok && isRecord(frame.payload)) {
-      if (frame.payload.k === 'b') lastBatchStart = records.length;
-      else records.push(frame.payload);
+      records.push(frame.payload);
       offset = frame.next;
       end = offset;
       continue;
@@ -141,16 +161,8 @@ export function parseJournal(bytes: Uint8Array): ParsedJournal {
     const next = resync(bytes, offset + 1, JOURNAL_MAGIC);
     if (next < 0) break;
     badFrames += 1;
-    if (firstAfterCorruption < 0) firstAfterCorruption = records.length;
     offset = next;
   }
   const tail = bytes.subarray(end);
-  return {
-    records,
-    lastBatchStart,
-    end,
-    badFrames,
-    tornBytes: tail.every((octet) => octet === 0) ? 0 : tail.length,
-    firstAfterCorruption: firstAfterCorruption < 0 ? records.length : firstAfterCorruption,
-  };
+  return { records, end, badFrames, tornBytes: tail.every((octet) => octet === 0) ? 0 : tail.length };
 }

@@ -7,7 +7,7 @@ import { crc32c } from '@node-rs/crc32';
 import path from 'node:path';
 import type { FileLayer, TierFile } from './files.ts';
 import { decodeCheckpoint, type Checkpoint } from './checkpoint.ts';
-import { parseJournal, type JournalRecord, type SealRecord } from './records.ts';
+import { parseJournal, type BatchRecord, type JournalRecord, type ReserveRecord, type SealRecord, type UnbindRecord } from './records.ts';
 import { generationLater, generationPlus, GENERATION_RESERVE_BATCH } from './generations.ts';
 
 export interface BlockRecord {
@@ -29,6 +29,11 @@ export interface RecoveryReport {
   tornBytes: number;
   /** Journal frames or checkpoints that failed their checksum. */
   checksumFailures: number;
+  /**
+   * Sealed blocks not recovered because a journal record that could have been about them failed
+   * its checksum (a corrupt free must not bring a freed block back).
+   */
+  blocksDiscarded: number;
   /** Blocks left out because the tier is now smaller or a tenant's Durable Quota lower than when they were written. */
   blocksOverCapacity: number;
   /** The checkpoint used, or 'none' for a new tier. */
@@ -60,6 +65,8 @@ export interface RecoveredState {
   highSlot: number;
   /** Number for the journal (and checkpoint) written next. */
   nextSequence: number;
+  /** Number of the next group commit. */
+  nextGroup: number;
   /** Number of the checkpoint recovery started from (-1: none); it is kept as the fallback of the next. */
   usedCheckpoint: number;
   report: Omit<RecoveryReport, 'seconds'>;
@@ -154,8 +161,8 @@ export async function recoverTier(input: RecoveryInput): Promise<RecoveredState>
     marks.fill(1);
   }
 
-  const apply = (record: JournalRecord): void => {
-    if (record.k === 'b' || record.h >= handleCount) return;
+  const apply = (record: SealRecord | UnbindRecord | ReserveRecord): void => {
+    if (record.h >= handleCount) return;
     const mark = marks[record.h] ?? 1;
     if (record.k === 'r') {
       marks[record.h] = generationLater(mark, record.m);
@@ -168,11 +175,31 @@ export async function recoverTier(input: RecoveryInput): Promise<RecoveredState>
       highSlot = Math.max(highSlot, record.s + 1);
     }
   };
+  let blocksDiscarded = 0;
+  /** A record that failed its checksum, known from its group's marker: its handle is not recovered. */
+  const lost = (kind: string, index: number, generation: number, unsynced: boolean): void => {
+    if (index >= handleCount) return;
+    marks[index] = generationLater(marks[index] ?? 1, generation);
+    if (kind === 'r' || !blocks.has(index)) return;
+    blocks.delete(index);
+    if (!unsynced) blocksDiscarded += 1;
+  };
+  /**
+   * Records were lost and nothing says which handles they were about: no block whose last record
+   * came before them can be trusted (one of them may have been freed), and every handle may have
+   * shown one Generation past its mark (a lost seal or free moves a Generation by one).
+   */
+  const unknownLoss = (): void => {
+    blocksDiscarded += blocks.size;
+    blocks.clear();
+    for (let h = 0; h < handleCount; h++) marks[h] = generationPlus(marks[h] ?? 1, 1);
+  };
 
   const replayFrom = checkpoint?.journal ?? journals[0] ?? 0;
   const replayed = journals.filter((sequence) => sequence >= replayFrom);
   let tornBytes = 0;
   let recordsDropped = 0;
+  let nextGroup = checkpoint?.group;
   const scratch = new Uint8Array(input.slotSize);
   const dataChecks = async (record: SealRecord): Promise<boolean> => {
     if (record.l > input.blockSize || record.s >= input.maxSlots) return false;
@@ -184,14 +211,41 @@ export async function recoverTier(input: RecoveryInput): Promise<RecoveredState>
     const parsed = parseJournal(await readWhole(files, path.join(directory, sequenceName('journal', sequence))));
     checksumFailures += parsed.badFrames;
     tornBytes += parsed.tornBytes;
-    const last = position === replayed.length - 1;
-    for (const [i, record] of parsed.records.entries()) {
-      const unsure = (last && i >= parsed.lastBatchStart) || i >= parsed.firstAfterCorruption;
-      if (record.k === 's' && unsure && !(await dataChecks(record))) {
-        recordsDropped += 1;
+    const groups = groupsOf(parsed.records);
+    for (const [g, group] of groups.entries()) {
+      if (group.q === undefined) {
+        // A journal from before group places: its records as they are.
+        for (const record of group.records.values()) apply(record);
         continue;
       }
-      apply(record);
+      if (nextGroup !== undefined) {
+        // A journal after a failed group starts one group later: that group was never acknowledged.
+        const allowed = g === 0 && position > 0 ? 1 : 0;
+        if (group.q - nextGroup > allowed) unknownLoss();
+      }
+      nextGroup = group.q + 1;
+      // The last group of a journal may never have been synced (a crash, or the failed group that
+      // made the tier start a new journal): nothing in it was acknowledged, and its seals count
+      // only if their data is on disk.
+      const unsynced = g === groups.length - 1;
+      const count = group.marker?.t?.length ?? group.count;
+      const complete = count !== undefined && group.records.size === count;
+      if (group.marker?.t === undefined && !complete && !unsynced) unknownLoss();
+      const places = count ?? Math.max(-1, ...group.records.keys()) + 1;
+      for (let i = 0; i < places; i++) {
+        const record = group.records.get(i);
+        if (record === undefined) {
+          const { t, h, g: generations } = group.marker ?? {};
+          if (t !== undefined && h !== undefined && generations !== undefined) lost(t[i] ?? 's', h[i] ?? handleCount, generations[i] ?? 1, unsynced);
+          continue;
+        }
+        if (record.k === 's' && unsynced && !(await dataChecks(record))) {
+          recordsDropped += 1;
+          lost('s', record.h, record.g, true);
+          continue;
+        }
+        apply(record);
+      }
     }
   }
 
@@ -235,16 +289,59 @@ export async function recoverTier(input: RecoveryInput): Promise<RecoveredState>
     marks,
     highSlot,
     nextSequence: used + 1,
+    nextGroup: nextGroup ?? 0,
     usedCheckpoint,
     report: {
       blocksRecovered: blocks.size,
       recordsDropped,
       tornBytes,
       checksumFailures,
+      blocksDiscarded,
       blocksOverCapacity,
       checkpoint: checkpointName,
       journalsReplayed: replayed.length,
       fresh,
     },
   };
+}
+
+interface Group {
+  /** Undefined for records written before group places existed. */
+  q: number | undefined;
+  marker: BatchRecord | undefined;
+  /** Records by position in the group. */
+  records: Map<number, SealRecord | UnbindRecord | ReserveRecord>;
+  /** Records in the group, as the records say (when the marker is lost). */
+  count: number | undefined;
+}
+
+/** The journal's records by group commit, in file order. */
+function groupsOf(records: JournalRecord[]): Group[] {
+  const groups: Group[] = [];
+  let current: Group | undefined;
+  let legacy = 0;
+  for (const record of records) {
+    if (record.k === 'b') {
+      if (record.t === undefined) continue; // a marker from before group places
+      current = { q: record.q, marker: record, records: new Map(), count: undefined };
+      groups.push(current);
+      continue;
+    }
+    if (record.q === undefined || record.i === undefined) {
+      if (current?.q !== undefined || current === undefined) {
+        current = { q: undefined, marker: undefined, records: new Map(), count: undefined };
+        groups.push(current);
+      }
+      current.records.set(legacy++, record);
+      continue;
+    }
+    if (current?.q !== record.q) {
+      // Its marker failed its checksum.
+      current = { q: record.q, marker: undefined, records: new Map(), count: undefined };
+      groups.push(current);
+    }
+    current.records.set(record.i, record);
+    if (record.n !== undefined) current.count = record.n;
+  }
+  return groups;
 }

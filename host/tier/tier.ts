@@ -8,7 +8,7 @@
 import { crc32c } from '@node-rs/crc32';
 import path from 'node:path';
 import { nodeFiles, errorCode, type FileLayer, type TierFile } from './files.ts';
-import { encodeFrame, JOURNAL_MAGIC, type JournalRecord } from './records.ts';
+import { encodeFrame, JOURNAL_MAGIC, type BatchRecord, type GroupPlace, type JournalRecord } from './records.ts';
 import { encodeCheckpoint, type Checkpoint } from './checkpoint.ts';
 import { sizeTier, type TierSizing } from './capacity.ts';
 import { generationLater } from './generations.ts';
@@ -105,6 +105,8 @@ export class DurableTier {
   private readonly tenantHeld: number[];
   private journal!: TierFile;
   private journalSequence: number;
+  /** Number of the next group commit; every attempt takes one, so a journal's groups are consecutive. */
+  private groupSequence: number;
   private journalSize = 0;
   private checkpointBytes = 0;
   /** Octets of the previous checkpoint and the journal after it, kept for a fallback. */
@@ -147,6 +149,7 @@ export class DurableTier {
     this.resumeGenerations = state.resume;
     this.highSlot = state.highSlot;
     this.journalSequence = state.nextSequence;
+    this.groupSequence = state.nextGroup;
     this.previousCheckpoint = state.usedCheckpoint;
     this.recovery = { ...state.report, seconds };
     this.maxBatch = options.maxBatch ?? 256;
@@ -383,22 +386,35 @@ export class DurableTier {
     return false;
   }
 
-  private recordOf(op: Op): JournalRecord {
+  private recordOf(op: Op, place: GroupPlace): JournalRecord {
     switch (op.kind) {
       case 'seal':
-        return { k: 's', h: op.index, g: op.generation, l: op.data.length, s: op.slot, c: op.crc };
+        return { k: 's', h: op.index, g: op.generation, l: op.data.length, s: op.slot, c: op.crc, ...place };
       case 'unbind':
-        return { k: 'u', h: op.index, g: op.generation, why: op.why };
+        return { k: 'u', h: op.index, g: op.generation, why: op.why, ...place };
       case 'drop':
-        return { k: 'u', h: op.index, g: op.generation, why: 'drop' };
+        return { k: 'u', h: op.index, g: op.generation, why: 'drop', ...place };
       case 'reserve':
-        return { k: 'r', h: op.index, m: op.mark };
+        return { k: 'r', h: op.index, m: op.mark, ...place };
     }
   }
 
+  /** The group's frames: its marker (naming every record's handle) and one frame per record. */
+  private groupFrames(batch: Op[]): Buffer {
+    const q = this.groupSequence++;
+    const n = batch.length;
+    const marker: BatchRecord = {
+      k: 'b',
+      q,
+      t: batch.map((op) => (op.kind === 'seal' ? 's' : op.kind === 'reserve' ? 'r' : 'u')).join(''),
+      h: batch.map((op) => op.index),
+      g: batch.map((op) => (op.kind === 'reserve' ? op.mark : op.generation)),
+    };
+    return Buffer.concat([encodeFrame(JOURNAL_MAGIC, marker), ...batch.map((op, i) => encodeFrame(JOURNAL_MAGIC, this.recordOf(op, { q, i, n })))]);
+  }
+
   private async commit(batch: Op[]): Promise<void> {
-    const frames = [encodeFrame(JOURNAL_MAGIC, { k: 'b', q: this.counters.groupCommits }), ...batch.map((op) => encodeFrame(JOURNAL_MAGIC, this.recordOf(op)))];
-    const journalBytes = Buffer.concat(frames);
+    const journalBytes = this.groupFrames(batch);
     const seals = batch.filter((op): op is Extract<Op, { kind: 'seal' }> => op.kind === 'seal').sort((a, b) => a.slot - b.slot);
     try {
       const writes: Array<Promise<void>> = [this.journal.write(journalBytes, this.journalSize)];
@@ -533,6 +549,7 @@ export class DurableTier {
       handleCount: this.options.handleCount,
       journal: sequence,
       highSlot: this.highSlot,
+      group: this.groupSequence,
       marks: this.marks,
       blocks: columns,
     };

@@ -6,6 +6,7 @@ import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { DurableTier } from '../../host/tier/tier.ts';
+import { journalFrames, corrupt } from './journal-frames.ts';
 
 test('blocks written to a real directory come back after reopening, within the cap', async () => {
   const directory = fs.mkdtempSync(path.join(os.tmpdir(), 'kbtp-tier-'));
@@ -27,6 +28,43 @@ test('blocks written to a real directory come back after reopening, within the c
     const into = new Uint8Array(65536);
     await again.read(count - 1, into);
     assert.equal(into, data(count - 1));
+    await again.close();
+  } finally {
+    fs.rmSync(directory, { recursive: true, force: true });
+  }
+});
+
+test('a FREE whose journal record rots on a real disk stays freed after a restart', async () => {
+  const directory = fs.mkdtempSync(path.join(os.tmpdir(), 'kbtp-tier-'));
+  try {
+    const options = { directory, capacityBytes: 4 << 20, blockSize: 4096, handleBase: 0n, handleCount: 64, tenants: [] };
+    const data = (i: number): Uint8Array => new Uint8Array(4096).fill(i + 1);
+    const tier = await DurableTier.open(options);
+    for (const i of [1, 2, 3]) await tier.seal(i, 4, data(i));
+    await tier.unbind(2, 5);
+    await tier.seal(4, 4, data(4));
+    await tier.close();
+    const journal = fs
+      .readdirSync(directory)
+      .filter((name) => name.startsWith('journal-'))
+      .sort()
+      .at(-1);
+    assert.ok(journal !== undefined);
+    const file = path.join(directory, journal);
+    const bytes = new Uint8Array(fs.readFileSync(file));
+    const free = journalFrames(bytes).find((frame) => frame.record.k === 'u');
+    assert.ok(free !== undefined, 'the FREE is in the journal');
+    corrupt(bytes, free);
+    fs.writeFileSync(file, bytes);
+    const again = await DurableTier.open(options);
+    assert.ok(again.recovery.checksumFailures >= 1);
+    assert.not.ok(again.holds(2), 'the freed block came back');
+    assert.ok(again.resumeGeneration(2) > 5, `handle 2 resumes at ${again.resumeGeneration(2)}, its FREE showed 5`);
+    const into = new Uint8Array(4096);
+    for (const i of [1, 3, 4]) {
+      await again.read(i, into);
+      assert.equal(into, data(i));
+    }
     await again.close();
   } finally {
     fs.rmSync(directory, { recursive: true, force: true });
