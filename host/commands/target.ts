@@ -237,7 +237,8 @@ export const command: Command = {
             ? 'new, empty'
             : `recovered ${recovery.blocksRecovered} sealed blocks in ${recovery.seconds.toFixed(3)} s ` +
               `(records dropped ${recovery.recordsDropped}, torn tail ${recovery.tornBytes} octets, checksum failures ${recovery.checksumFailures}` +
-              `${recovery.blocksOverCapacity > 0 ? `, ${recovery.blocksOverCapacity} over the capacity or a Durable Quota, left out` : ''})`),
+              `${recovery.blocksOverCapacity > 0 ? `, ${recovery.blocksOverCapacity} over the capacity or a Durable Quota, left out` : ''}` +
+              `${recovery.blocksDiscarded > 0 ? `, ${recovery.blocksDiscarded} not recovered after a bad journal record` : ''})`),
       );
     }
     console.log(`try: kbtp info --target ${target.host}:${target.port}   (Ctrl-C to stop)`);
