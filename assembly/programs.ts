@@ -274,6 +274,34 @@ function askPersist(request: usize, kind: u32, generation: u32, blockOffset: u64
   return S.ACTION_PERSIST;
 }
 
+/**
+ * Takes a free staging block (kbtp-v1 section 12: a sealing request's data waits there until it
+ * is durable), recording it in the request; false when all are in use (the request runs again).
+ */
+function takeStaging(engine: usize, request: usize): bool {
+  const count = load<u32>(engine + S.ENGINE_STAGING_COUNT);
+  const flags = <usize>load<u32>(engine + S.ENGINE_STAGING_FLAGS);
+  const start = atomic.add<u32>(engine + S.ENGINE_STAGING_HINT, 1);
+  for (let k: u32 = 0; k < count; k++) {
+    const index = (start + k) % count;
+    if (atomic.cmpxchg<u32>(flags + <usize>index * 4, 0, 1) == 0) {
+      const address = <usize>load<u32>(engine + S.ENGINE_STAGING) + <usize>index * <usize>load<u32>(engine + S.ENGINE_BLOCK_SIZE);
+      store<u32>(request + S.REQUEST_STAGING, <u32>address);
+      return true;
+    }
+  }
+  return false;
+}
+
+/** Gives back the request's staging block, if it holds one. */
+function releaseStaging(engine: usize, request: usize): void {
+  const address = <usize>load<u32>(request + S.REQUEST_STAGING);
+  if (address == 0) return;
+  store<u32>(request + S.REQUEST_STAGING, 0);
+  const index = (address - <usize>load<u32>(engine + S.ENGINE_STAGING)) / <usize>load<u32>(engine + S.ENGINE_BLOCK_SIZE);
+  atomic.store<u32>(<usize>load<u32>(engine + S.ENGINE_STAGING_FLAGS) + index * 4, 0);
+}
+
 /** Describes the RDMA operation the host carries out before complete(). */
 function emitData(request: usize, kind: u32, localAddress: usize, length: u32): u32 {
   store<u32>(request + S.REQUEST_OP_KIND, kind);
@@ -295,6 +323,7 @@ export function run(engine: usize, request: usize): u32 {
   if (state == S.REQUEST_STATE_CREDITED) return proceed(engine, request);
   if (state == S.REQUEST_STATE_WAIT_SLOT) return continueAllocation(engine, request);
   if (state == S.REQUEST_STATE_FETCH_SLOT) return continueFetch(engine, request);
+  if (state == S.REQUEST_STATE_PLACE_SLOT) return continuePlacement(engine, request);
   return S.ACTION_NONE;
 }
 
@@ -303,6 +332,7 @@ function start(engine: usize, request: usize): u32 {
   store<u32>(request + S.REQUEST_INVALIDATE_STAG, 0);
   store<u32>(request + S.REQUEST_NO_EVICT, 0);
   store<u32>(request + S.REQUEST_TIER, 0);
+  store<u32>(request + S.REQUEST_STAGING, 0);
   const length = load<u32>(request + S.REQUEST_LENGTH);
   const handle = length >= <u32>K.HEADER_HANDLE + 8 ? loadU64(message(request) + K.HEADER_HANDLE) : 0;
   store<u32>(request + S.REQUEST_ENTRY, length >= 20 ? <u32>entryAddress(engine, handle) : 0);
@@ -361,12 +391,20 @@ function proceed(engine: usize, request: usize): u32 {
     return S.ACTION_DATA_AND_SEND;
   }
   if (opcode == K.OPCODE_STORE) {
+    if (durable(engine) && (flags & K.FLAG_SEAL) != 0) {
+      // Staged: the block keeps its octets unless the seal becomes durable.
+      if (!takeStaging(engine, request)) {
+        dropLock(engine, request);
+        return S.ACTION_RETRY;
+      }
+      const staging = <usize>load<u32>(request + S.REQUEST_STAGING);
+      if ((flags & K.FLAG_INLINE) == 0 && length != 0) return emitData(request, S.OP_READ_FROM_INITIATOR, staging, length);
+      memory.copy(staging, inlineData(request), length);
+      return askPersist(request, S.TIER_SEAL, entryFlagsGeneration(entry) & 0xffff, entryBlockOffset(entry));
+    }
     const block = blockAddress(engine, entryBlockOffset(entry));
     if ((flags & K.FLAG_INLINE) == 0 && length != 0) return emitData(request, S.OP_READ_FROM_INITIATOR, block, length);
     memory.copy(block, inlineData(request), length);
-    if (durable(engine) && (flags & K.FLAG_SEAL) != 0) {
-      return askPersist(request, S.TIER_SEAL, entryFlagsGeneration(entry) & 0xffff, entryBlockOffset(entry));
-    }
     entryUpdateStore(entry, length, (flags & K.FLAG_SEAL) != 0);
     return finish(engine, request, K.STATUS_SUCCESS);
   }
@@ -398,12 +436,16 @@ function proceed(engine: usize, request: usize): u32 {
     if (atomic.load<u32>(tenant + S.TENANT_USAGE) > load<u32>(tenant + S.TENANT_QUOTA)) {
       return demotes(tenant) ? askEvict(engine, request, tenant) : finish(engine, request, K.STATUS_NO_SPACE);
     }
+    if (durable(engine) && sealing) {
+      // The ticket is claimed only once the seal is durable, so a seal the tier fails leaves the
+      // ticket unbound, as it was (kbtp-v1 section 6).
+      store<u32>(request + S.REQUEST_RING, <u32>ring);
+      store<u32>(request + S.REQUEST_TICKET, ticket);
+      return askPersist(request, S.TIER_SEAL, nextGeneration(entryFlagsGeneration(entry) & 0xffff), blockOffset);
+    }
     if (!ringClaimTicket(ring, ticket, blockOffset)) {
       // A reclaim took the slot between the check and the claim.
       return finish(engine, request, ringTicketAbandoned(ring, ticket) ? K.STATUS_TICKET_ABANDONED : K.STATUS_BAD_TICKET);
-    }
-    if (durable(engine) && sealing) {
-      return askPersist(request, S.TIER_SEAL, nextGeneration(entryFlagsGeneration(entry) & 0xffff), blockOffset);
     }
     entryBind(entry, blockOffset, length, sealing);
     return finish(engine, request, K.STATUS_SUCCESS);
@@ -412,6 +454,19 @@ function proceed(engine: usize, request: usize): u32 {
   // transport or the tier fails, and the ticket it takes is always bound or returned.
   if (!reserveQuota(tenant)) {
     return demotes(tenant) ? askEvict(engine, request, tenant) : finish(engine, request, K.STATUS_NO_SPACE);
+  }
+  if (durable(engine) && sealing) {
+    // Staged: the ticket is taken only once the seal is durable, so a seal the tier fails
+    // leaves the ring as it was (kbtp-v1 section 6).
+    if (!takeStaging(engine, request)) {
+      releaseQuota(tenant);
+      dropLock(engine, request);
+      return S.ACTION_RETRY;
+    }
+    const staging = <usize>load<u32>(request + S.REQUEST_STAGING);
+    if ((flags & K.FLAG_INLINE) == 0 && length != 0) return emitData(request, S.OP_READ_FROM_INITIATOR, staging, length);
+    memory.copy(staging, inlineData(request), length);
+    return askPersist(request, S.TIER_SEAL, nextGeneration(entryFlagsGeneration(entry) & 0xffff), CONSUMED);
   }
   takeTicketFor(request, ring, S.REQUEST_STATE_WAIT_SLOT);
   return continueAllocation(engine, request);
@@ -443,10 +498,18 @@ function continueAllocation(engine: usize, request: usize): u32 {
   if ((flags & K.FLAG_INLINE) == 0 && length != 0) return emitData(request, S.OP_READ_FROM_INITIATOR, block, length);
   memory.copy(block, inlineData(request), length);
   const entry = <usize>load<u32>(request + S.REQUEST_ENTRY);
-  if (durable(engine) && (flags & K.FLAG_SEAL) != 0) {
-    return askPersist(request, S.TIER_SEAL, nextGeneration(entryFlagsGeneration(entry) & 0xffff), blockOffset);
-  }
   entryBind(entry, blockOffset, length, (flags & K.FLAG_SEAL) != 0);
+  return finish(engine, request, K.STATUS_SUCCESS);
+}
+
+/** A durable ALLOC_STORE's seal is durable: its ticket's block gets the staged data and the entry. */
+function continuePlacement(engine: usize, request: usize): u32 {
+  const blockOffset = blockOfTicket(request);
+  if (blockOffset == CONSUMED) return S.ACTION_RETRY;
+  const length = load<u32>(request + S.REQUEST_DATA_LENGTH);
+  memory.copy(blockAddress(engine, blockOffset), <usize>load<u32>(request + S.REQUEST_STAGING), length);
+  releaseStaging(engine, request);
+  entryBind(<usize>load<u32>(request + S.REQUEST_ENTRY), blockOffset, length, true);
   return finish(engine, request, K.STATUS_SUCCESS);
 }
 
@@ -542,19 +605,40 @@ export function persisted(engine: usize, request: usize, ok: bool): u32 {
     unbindAndRelease(engine, tenant, entry);
     return finish(engine, request, K.STATUS_SUCCESS);
   }
+  if (kind == S.TIER_UNBIND_UNDO) {
+    // Answered either way; when the undo itself failed, the tier knows (it starts its next group
+    // from a new checkpoint) and the entry stays not VALID here.
+    return finish(engine, request, load<u32>(request + S.REQUEST_UNDO_STATUS));
+  }
   const blockOffset = load<u64>(request + S.REQUEST_BLOCK_OFFSET);
   const length = load<u32>(request + S.REQUEST_DATA_LENGTH);
-  if (ok) {
-    if (opcode == K.OPCODE_STORE) entryUpdateStore(entry, length, true);
-    else entryBind(entry, blockOffset, length, true);
+  if (!ok) {
+    // Nothing changed: the staged data is dropped, the pool block, the ring and the ticket are
+    // untouched, and an ALLOC_STORE gives back the unit of quota it reserved.
+    releaseStaging(engine, request);
+    if (opcode == K.OPCODE_ALLOC_STORE) releaseQuota(tenant);
+    return finish(engine, request, K.STATUS_TIER_ERROR);
+  }
+  if (opcode == K.OPCODE_STORE) {
+    memory.copy(blockAddress(engine, blockOffset), <usize>load<u32>(request + S.REQUEST_STAGING), length);
+    releaseStaging(engine, request);
+    entryUpdateStore(entry, length, true);
     return finish(engine, request, K.STATUS_SUCCESS);
   }
-  if (opcode == K.OPCODE_ALLOC_STORE || opcode == K.OPCODE_BIND) {
-    // The block goes back to its ring and its unit of usage with it (a BIND's ticket is used up).
-    releaseBlock(engine, blockOffset);
-    releaseQuota(tenant);
+  if (opcode == K.OPCODE_ALLOC_STORE) {
+    takeTicketFor(request, <usize>load<u32>(tenant + S.TENANT_RING), S.REQUEST_STATE_PLACE_SLOT);
+    return continuePlacement(engine, request);
   }
-  return finish(engine, request, K.STATUS_TIER_ERROR);
+  // BIND: the ticket is claimed now. Another BIND of the same ticket or a reclaim may have taken
+  // it meanwhile: then the durable seal is undone before the request fails.
+  const ring = <usize>load<u32>(request + S.REQUEST_RING);
+  const ticket = load<u32>(request + S.REQUEST_TICKET);
+  if (ringClaimTicket(ring, ticket, blockOffset)) {
+    entryBind(entry, blockOffset, length, true);
+    return finish(engine, request, K.STATUS_SUCCESS);
+  }
+  store<u32>(request + S.REQUEST_UNDO_STATUS, ringTicketAbandoned(ring, ticket) ? K.STATUS_TICKET_ABANDONED : K.STATUS_BAD_TICKET);
+  return askPersist(request, S.TIER_UNBIND_UNDO, load<u32>(request + S.REQUEST_TIER_GENERATION), blockOffset);
 }
 
 /**
@@ -630,11 +714,12 @@ export function complete(engine: usize, request: usize, ok: bool): u32 {
   const flags = flagsOf(request);
   const entry = <usize>load<u32>(request + S.REQUEST_ENTRY);
   const length = load<u32>(request + S.REQUEST_DATA_LENGTH);
+  const staged = load<u32>(request + S.REQUEST_STAGING) != 0;
   if (ok) {
-    if (durable(engine) && (flags & K.FLAG_SEAL) != 0) {
-      const blockOffset = opcode == K.OPCODE_STORE ? entryBlockOffset(entry) : load<u64>(request + S.REQUEST_BLOCK_OFFSET);
+    if (staged) {
       const current = entryFlagsGeneration(entry) & 0xffff;
-      return askPersist(request, S.TIER_SEAL, opcode == K.OPCODE_STORE ? current : nextGeneration(current), blockOffset);
+      if (opcode == K.OPCODE_STORE) return askPersist(request, S.TIER_SEAL, current, entryBlockOffset(entry));
+      return askPersist(request, S.TIER_SEAL, nextGeneration(current), CONSUMED);
     }
     if (opcode == K.OPCODE_STORE) entryUpdateStore(entry, length, (flags & K.FLAG_SEAL) != 0);
     if (opcode == K.OPCODE_ALLOC_STORE) {
@@ -642,7 +727,11 @@ export function complete(engine: usize, request: usize, ok: bool): u32 {
     }
     return finish(engine, request, K.STATUS_SUCCESS);
   }
-  if (opcode == K.OPCODE_ALLOC_STORE) {
+  if (staged) {
+    // A staged ALLOC_STORE took no ticket yet: only its unit of quota goes back.
+    releaseStaging(engine, request);
+    if (opcode == K.OPCODE_ALLOC_STORE) releaseQuota(tenantOf(request));
+  } else if (opcode == K.OPCODE_ALLOC_STORE) {
     releaseBlock(engine, load<u64>(request + S.REQUEST_BLOCK_OFFSET));
     releaseQuota(tenantOf(request));
   }

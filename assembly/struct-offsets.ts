@@ -18,7 +18,14 @@ export const ENGINE_DURABLE = 44; // u32 1 when a durable tier keeps sealed bloc
 export const ENGINE_GENERATION_MARKS = 48; // u32 address of one u32 per handle: highest Generation that may be shown
 export const ENGINE_TENANTS = 52; // u32 address of the first tenant
 export const ENGINE_TENANT_COUNT = 56; // u32
-export const ENGINE_SIZE = 64;
+// Staging blocks (durable tier only): a sealing STORE or ALLOC_STORE lands its data in one and
+// the tier writes it from there, so a request the tier fails leaves the pool block and the ring
+// as they were (kbtp-v1 sections 6 and 12). The data enters the pool only once it is durable.
+export const ENGINE_STAGING = 60; // u32 address of staging block 0 (right after the pool)
+export const ENGINE_STAGING_COUNT = 64; // u32
+export const ENGINE_STAGING_FLAGS = 68; // u32 address of one u32 per staging block (1: in use)
+export const ENGINE_STAGING_HINT = 72; // u32 where the next search starts (atomic)
+export const ENGINE_SIZE = 128;
 
 // Ring descriptor, three cache lines: fields written once (read by every operation), then Tail
 // alone, then the parked-free bookkeeping, so that frees moving Tail do not evict what every
@@ -85,6 +92,7 @@ export const REQUEST_ENTRY = 28; // u32 address of the handle's table entry (0: 
 export const REQUEST_BLOCK_OFFSET = 32; // u64 block chosen for the request
 export const REQUEST_DATA_LENGTH = 40; // u32 data length the request will leave in the entry
 export const REQUEST_TIER = 44; // u32 TIER_* the host carries out for ACTION_PERSIST / ACTION_RESERVE / ACTION_FETCH / ACTION_EVICT
+// (TIER_SEAL's data: the staging block at REQUEST_STAGING when it is not 0, else the pool block at REQUEST_BLOCK_OFFSET)
 export const REQUEST_OP_KIND = 48; // u32 OP_* the host carries out for ACTION_DATA
 export const REQUEST_OP_LENGTH = 52; // u32 octets to move
 export const REQUEST_OP_LOCAL = 56; // u32 address in this memory (inside the pool)
@@ -97,6 +105,8 @@ export const REQUEST_TIER_GENERATION = 128; // u32 Generation the tier record ca
 export const REQUEST_NO_EVICT = 132; // u32 1: the host found nothing to demote, answer NO_SPACE
 export const REQUEST_EVICT_TENANT = 136; // u32 tenant address whose quota is full (ACTION_EVICT)
 export const REQUEST_OWNER = 140; // u32 tenant address that owns the handle (promotion)
+export const REQUEST_STAGING = 144; // u32 staging block the request holds (0: none)
+export const REQUEST_UNDO_STATUS = 148; // u32 status a BIND answers once its durable seal is undone (TIER_UNBIND_UNDO)
 export const REQUEST_MESSAGE = 192; // the request as received
 export const REQUEST_HEADER_SIZE = 192;
 
@@ -109,6 +119,7 @@ export const REQUEST_STATE_DATA_SENT = 5; // LOAD: Write and COMPLETION are out,
 export const REQUEST_STATE_PERSIST = 6; // the tier is making the request's change durable
 export const REQUEST_STATE_FETCH_SLOT = 7; // LOAD of a tier-only block holds a ticket of the owner's ring whose slot is not filled yet
 export const REQUEST_STATE_FETCH = 8; // the host is reading the block from the tier into the pool
+export const REQUEST_STATE_PLACE_SLOT = 9; // a durable ALLOC_STORE holds a ticket whose slot is not filled yet; its data is staged
 
 export const LOCK_NONE = 0;
 export const LOCK_SHARED = 1;
@@ -139,6 +150,9 @@ export const TIER_UNBIND = 2; // the handle is not VALID with Generation REQUEST
 export const TIER_UNBIND_LOST = 3; // the same, for a block whose data failed its checksum
 export const TIER_RESERVE = 4; // raise the Generation mark above REQUEST_TIER_GENERATION
 export const TIER_FETCH = 5;
+// A sealing BIND lost its ticket to a reclaim or another BIND while its seal was made durable:
+// the seal is undone durably (not VALID with REQUEST_TIER_GENERATION), then REQUEST_UNDO_STATUS.
+export const TIER_UNBIND_UNDO = 6;
 
 export const FETCH_OK = 0;
 export const FETCH_FAILED = 1; // I/O error: nothing changed, TIER_ERROR

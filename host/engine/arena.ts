@@ -19,6 +19,8 @@ export interface TierRequest {
   dataLength: number;
   /** Tenant address whose quota is full (ACTION_EVICT). */
   evictTenant: number;
+  /** Address of the staging block holding a seal's data (0: the data is in the pool block). */
+  staging: number;
 }
 
 /** An RDMA Write or Read a program asked for (ACTION_DATA); `remoteOffset` is a number when it fits 2^53. */
@@ -203,6 +205,7 @@ export class ThreadArena {
       blockOffset: view.getBigUint64(request + S.REQUEST_BLOCK_OFFSET, true),
       dataLength: view.getUint32(request + S.REQUEST_DATA_LENGTH, true),
       evictTenant: view.getUint32(request + S.REQUEST_EVICT_TENANT, true),
+      staging: view.getUint32(request + S.REQUEST_STAGING, true),
     };
   }
 

@@ -51,6 +51,8 @@ export interface EngineConfig {
   requestsPerThread?: number;
   /** A durable tier keeps sealed blocks (kbtp-v1 section 12): sealing and freeing wait for it. */
   durable?: boolean;
+  /** Staging blocks for sealing requests (durable only); default: 64 MiB of them, 4 to 256. */
+  stagingBlocks?: number;
 }
 
 export interface ResolvedPartition {
@@ -84,6 +86,8 @@ export interface ResolvedEngineConfig {
   sessionsPerThread: number;
   requestsPerThread: number;
   durable: boolean;
+  /** 0 without a durable tier. */
+  stagingBlocks: number;
 }
 
 export class EngineConfigError extends KbtpError {
@@ -300,6 +304,9 @@ export function resolveEngineConfig(config: EngineConfig): ResolvedEngineConfig 
   positiveInteger('sessionsPerThread', sessionsPerThread, 'give the sessions one thread may hold');
   positiveInteger('requestsPerThread', requestsPerThread, 'give the request contexts (posted receives) of one thread');
 
+  const stagingBlocks = durable ? (config.stagingBlocks ?? Math.min(256, Math.max(4, Math.floor((64 << 20) / config.blockSize)))) : 0;
+  if (durable) positiveInteger('stagingBlocks', stagingBlocks, 'give how many sealing requests may stage their data at once');
+
   return {
     blockSize: config.blockSize,
     blockCount: config.blockCount,
@@ -315,5 +322,6 @@ export function resolveEngineConfig(config: EngineConfig): ResolvedEngineConfig 
     sessionsPerThread,
     requestsPerThread,
     durable,
+    stagingBlocks,
   };
 }

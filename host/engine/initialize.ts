@@ -30,6 +30,9 @@ export function initializeEngine(memory: WebAssembly.Memory, config: ResolvedEng
   view.setUint32(engine + S.ENGINE_GENERATION_MARKS, layout.generationMarks, true);
   view.setUint32(engine + S.ENGINE_TENANTS, layout.tenants, true);
   view.setUint32(engine + S.ENGINE_TENANT_COUNT, config.tenants.length, true);
+  view.setUint32(engine + S.ENGINE_STAGING, layout.staging, true);
+  view.setUint32(engine + S.ENGINE_STAGING_COUNT, config.stagingBlocks, true);
+  view.setUint32(engine + S.ENGINE_STAGING_FLAGS, layout.stagingFlags, true);
 
   // A ring shared by tenants of different trust domains zeroes blocks on free (draft 6.4).
   const domainsOfRing = layout.rings.map(() => new Set<string>());

@@ -43,6 +43,11 @@ export interface EngineLayout {
   handleStamps: number;
   /** u32 counter the stamps are taken from. */
   lruClock: number;
+  /** One u32 per staging block: 1 while a request holds it. */
+  stagingFlags: number;
+  /** Staging blocks, right after the pool so that one local registration covers both. */
+  staging: number;
+  stagingBytes: number;
   blockRings: number;
   table: number;
   pool: number;
@@ -78,6 +83,7 @@ export function computeLayout(config: ResolvedEngineConfig, heapBase: number): E
   const generationMarks = take(4 * config.handleCount, 64);
   const handleStamps = take(4 * config.handleCount, 64);
   const lruClock = take(64, 64);
+  const stagingFlags = take(4 * Math.max(1, config.stagingBlocks), 64);
   const blockRings = take(4 * config.blockCount, 64);
   const rings: RingLayout[] = ringSpecs.map((spec, index) => {
     const slotCount = 2 ** spec.order;
@@ -97,6 +103,8 @@ export function computeLayout(config: ResolvedEngineConfig, heapBase: number): E
   const table = take(ENTRY_SIZE * config.handleCount, 64);
   const poolBytes = config.blockSize * config.blockCount;
   const pool = take(poolBytes, 4096);
+  const stagingBytes = config.blockSize * config.stagingBlocks;
+  const staging = take(stagingBytes, 1);
   const totalBytes = cursor;
   const pages = Math.ceil(totalBytes / WASM_PAGE);
   if (pages > MAX_PAGES) {
@@ -119,6 +127,9 @@ export function computeLayout(config: ResolvedEngineConfig, heapBase: number): E
     generationMarks,
     handleStamps,
     lruClock,
+    stagingFlags,
+    staging,
+    stagingBytes,
     blockRings,
     table,
     pool,

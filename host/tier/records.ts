@@ -33,12 +33,15 @@ export interface SealRecord extends GroupPlace {
   s: number;
   c: number;
 }
-/** The handle is not VALID any more with Generation g (FREE, drop, or a block found lost). */
+/**
+ * The handle is not VALID any more with Generation g: FREE, drop, a block found lost, or the
+ * undoing of a BIND's seal whose ticket was taken by another BIND or a reclaim meanwhile.
+ */
 export interface UnbindRecord extends GroupPlace {
   k: 'u';
   h: number;
   g: number;
-  why: 'free' | 'drop' | 'lost';
+  why: 'free' | 'drop' | 'lost' | 'undo';
 }
 /** Generations of handle h up to m may be shown before another record about it. */
 export interface ReserveRecord extends GroupPlace {
@@ -103,7 +106,7 @@ function isRecord(value: unknown): value is JournalRecord {
     case 's':
       return int('h') && int('g') && int('l') && int('s') && int('c');
     case 'u':
-      return int('h') && int('g') && (record.why === 'free' || record.why === 'drop' || record.why === 'lost');
+      return int('h') && int('g') && (record.why === 'free' || record.why === 'drop' || record.why === 'lost' || record.why === 'undo');
     case 'r':
       return int('h') && int('m');
     case 'b': {

@@ -83,7 +83,7 @@ export interface TierStats {
 
 type Op =
   | { kind: 'seal'; index: number; generation: number; data: Uint8Array; crc: number; tenant: number; slot: number; done: Settle }
-  | { kind: 'unbind'; index: number; generation: number; why: 'free' | 'lost'; done: Settle }
+  | { kind: 'unbind'; index: number; generation: number; why: 'free' | 'lost' | 'undo'; done: Settle }
   | { kind: 'drop'; index: number; generation: number; tenant: number }
   | { kind: 'reserve'; index: number; mark: number; done: Settle };
 
@@ -238,7 +238,7 @@ export class DurableTier {
   }
 
   /** Makes the handle's unbinding durable (FREE of a sealed block, or a block found lost). */
-  unbind(index: number, generation: number, why: 'free' | 'lost' = 'free'): Promise<void> {
+  unbind(index: number, generation: number, why: 'free' | 'lost' | 'undo' = 'free'): Promise<void> {
     return this.enqueue((done) => ({ kind: 'unbind', index, generation, why, done }));
   }
 

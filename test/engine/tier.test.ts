@@ -23,14 +23,17 @@ interface TierDouble {
   persists: number;
   reserves: number;
   evictions: number;
+  /** Runs while a persist is out with the tier (another request's work in the meantime). */
+  duringPersist: (() => void) | undefined;
 }
 
 function setup(options: { quota?: number; eviction?: 'none' | 'demote' } = {}) {
   const engine = Engine.create({
     blockSize: BLOCK,
-    blockCount: 8,
+    blockCount: 10,
+    partitions: [{ blocks: 2 }],
     handleBase: 1000n,
-    handleCount: 32,
+    handleCount: 48,
     maxInline: 200,
     threads: 1,
     durable: true,
@@ -43,15 +46,25 @@ function setup(options: { quota?: number; eviction?: 'none' | 'demote' } = {}) {
         eviction: options.eviction ?? 'demote',
       },
       { name: 'beta', storeRange: { first: 1016n, count: 16n }, loadScope: { first: 1000n, count: 32n }, quota: 4 },
+      { name: 'gamma', storeRange: { first: 1032n, count: 16n }, loadScope: { first: 1000n, count: 48n }, quota: 2, partition: 0 },
     ],
   });
   for (let i = 0; i < 32; i++) engine.setGenerationMark(i, 100);
   const arena = new ThreadArena(engine, 0);
   const mover = new LoopbackMover(engine);
   const demoter = new Demoter(engine);
-  const tier: TierDouble = { blocks: new Map(), failPersist: false, fetchOutcome: S.FETCH_OK, persists: 0, reserves: 0, evictions: 0 };
+  const tier: TierDouble = {
+    blocks: new Map(),
+    failPersist: false,
+    fetchOutcome: S.FETCH_OK,
+    persists: 0,
+    reserves: 0,
+    evictions: 0,
+    duringPersist: undefined,
+  };
   const alpha = arena.openSession({ tenant: 0, capabilities: 0, credits: 8 });
   const beta = arena.openSession({ tenant: 1, capabilities: 0, credits: 8 });
+  const gamma = arena.openSession({ tenant: 2, capabilities: K.CAP_DIRECT_ALLOC, credits: 8 });
   let requestId = 0n;
 
   /** Runs a request to its COMPLETION, carrying out data and tier actions as the target would. */
@@ -72,9 +85,15 @@ function setup(options: { quota?: number; eviction?: 'none' | 'demote' } = {}) {
         } else if (action === S.ACTION_PERSIST) {
           const t = arena.tierRequest(request);
           tier.persists += 1;
+          const during = tier.duringPersist;
+          tier.duringPersist = undefined;
+          during?.();
           const ok = !tier.failPersist;
-          if (ok && t.kind === S.TIER_SEAL) tier.blocks.set(t.index, engine.block(t.blockOffset, t.dataLength).slice());
-          if (ok && (t.kind === S.TIER_UNBIND || t.kind === S.TIER_UNBIND_LOST)) tier.blocks.delete(t.index);
+          if (ok && t.kind === S.TIER_SEAL) {
+            const data = t.staging !== 0 ? engine.bytes.subarray(t.staging, t.staging + t.dataLength) : engine.block(t.blockOffset, t.dataLength);
+            tier.blocks.set(t.index, data.slice());
+          }
+          if (ok && (t.kind === S.TIER_UNBIND || t.kind === S.TIER_UNBIND_LOST || t.kind === S.TIER_UNBIND_UNDO)) tier.blocks.delete(t.index);
           action = arena.persisted(request, ok);
         } else if (action === S.ACTION_RESERVE) {
           const t = arena.tierRequest(request);
@@ -120,9 +139,10 @@ function setup(options: { quota?: number; eviction?: 'none' | 'demote' } = {}) {
     Buffer.concat([
       engine.bytes.slice(engine.layout.rings[0]?.descriptor ?? 0, engine.layout.sessions),
       engine.bytes.slice(engine.layout.handleLocks, engine.layout.generationMarks),
-      engine.bytes.slice(engine.layout.blockRings, engine.layout.totalBytes),
+      // Everything up to the staging blocks, whose contents are scratch.
+      engine.bytes.slice(engine.layout.blockRings, engine.layout.staging),
     ]);
-  return { engine, arena, tier, demoter, alpha, beta, send, store, loadText, snapshot };
+  return { engine, arena, tier, demoter, mover, alpha, beta, gamma, send, store, loadText, snapshot };
 }
 
 const expectStatus = (name: string, completion: Completion): void => assert.is(statusName(completion.status), name);
@@ -133,11 +153,12 @@ test('a sealing ALLOC_STORE is answered only after the tier has it; TIER_ERROR c
   r.tier.failPersist = true;
   const entry = r.engine.readEntry(1000n);
   const held = r.engine.readCounters(r.engine.sharedRing);
+  const before = r.snapshot();
   expectStatus('TIER_ERROR', r.store(r.alpha, 1000n, 'lost'));
-  // The block taken went back to the ring (one ring turn later, as after a failed transfer).
+  // No ticket was taken: the ring, its slots, the pool and the quota are as they were.
   assert.equal(r.engine.readEntry(1000n), entry);
-  const after = r.engine.readCounters(r.engine.sharedRing);
-  assert.is(after.tailTicket - after.headTicket, held.tailTicket - held.headTicket);
+  assert.equal(r.engine.readCounters(r.engine.sharedRing), held);
+  assert.ok(r.snapshot().equals(before), 'a failed ALLOC_STORE changed engine state');
   assert.is(r.engine.tenantUsage(0), 0);
   assert.ok(auditPool(r.engine).ok);
   r.tier.failPersist = false;
@@ -262,6 +283,96 @@ test('drops: only blocks on the tier alone, as if freed', () => {
   r.engine.dropSettle(7, true);
   assert.is((r.engine.readEntry(1007n)?.flags ?? 1) & 3, 0);
   assert.is(r.engine.readEntry(1007n)?.generation, generation + 1);
+  assert.ok(auditPool(r.engine).ok);
+});
+
+test("a sealing STORE the tier fails leaves the unsealed block's octets and entry as they were (inline and mapped)", () => {
+  const r = setup();
+  expectStatus('SUCCESS', r.store(r.alpha, 1008n, 'first draft', false));
+  const entry = r.engine.readEntry(1008n);
+  const block = r.engine.block(entry?.blockOffset ?? 0n, BLOCK).slice();
+  r.tier.failPersist = true;
+  const before = r.snapshot();
+  const inlineStore = r.send(r.alpha, {
+    opcode: K.OPCODE_STORE,
+    flags: K.FLAG_INLINE | K.FLAG_SEAL,
+    handle: 1008n,
+    inline: new TextEncoder().encode('overwritten?'),
+  });
+  expectStatus('TIER_ERROR', inlineStore);
+  const source = new TextEncoder().encode('mapped overwrite');
+  const mapped = r.send(r.alpha, {
+    opcode: K.OPCODE_STORE,
+    flags: K.FLAG_SEAL,
+    handle: 1008n,
+    descriptor: { stag: r.mover.register(source), taggedOffset: 0n, length: source.length },
+  });
+  expectStatus('TIER_ERROR', mapped);
+  assert.ok(r.snapshot().equals(before), 'a failed sealing STORE changed the pool or the table');
+  assert.equal(r.engine.block(entry?.blockOffset ?? 0n, BLOCK), block);
+  r.tier.failPersist = false;
+  expectStatus(
+    'SUCCESS',
+    r.send(r.alpha, {
+      opcode: K.OPCODE_STORE,
+      flags: K.FLAG_SEAL,
+      handle: 1008n,
+      descriptor: { stag: r.mover.register(source), taggedOffset: 0n, length: source.length },
+    }),
+  );
+  assert.is(r.loadText(r.beta, 1008n).text, 'mapped overwrite');
+  assert.is(new TextDecoder().decode(r.tier.blocks.get(8)), 'mapped overwrite');
+  assert.ok(auditPool(r.engine).ok);
+});
+
+/** Takes a ticket of gamma's partition one-sidedly, as a DIRECT_ALLOC initiator does, and writes `text` into its block. */
+function directTicket(r: ReturnType<typeof setup>, text: string): { ticket: number; blockOffset: bigint } {
+  const ring = r.engine.partitionRing(0);
+  const x = r.engine.exports;
+  const counter = BigInt.asUintN(64, x.maskedFetchAdd(ring.head, BigInt(K.RING_ADD_DATA_MASKED), x.ringAddMask(ring.order)));
+  x.quotaAdjust(r.engine.tenantAddress(2), 1); // the target saw the ticket taken
+  const seen = r.engine.readSlot(ring, Number(counter & 0xffffffffn) / 16);
+  r.engine.block(seen.blockOffset).set(new TextEncoder().encode(text));
+  return { ticket: Number(counter >> 32n), blockOffset: seen.blockOffset };
+}
+
+test('a sealing BIND the tier fails keeps its ticket unbound; the same BIND succeeds later', () => {
+  const r = setup();
+  const t = directTicket(r, 'direct');
+  const bind = (handle: bigint) =>
+    r.send(r.gamma, { opcode: K.OPCODE_BIND, flags: K.FLAG_SEAL, handle, bind: { ticket: t.ticket, dataLength: 6, blockOffset: t.blockOffset } });
+  r.tier.failPersist = true;
+  const before = r.snapshot();
+  expectStatus('TIER_ERROR', bind(1032n));
+  assert.ok(r.snapshot().equals(before), 'a failed BIND used up its ticket or changed the table');
+  r.tier.failPersist = false;
+  const bound = bind(1032n);
+  expectStatus('SUCCESS', bound);
+  assert.is(bound.blockOffset, t.blockOffset);
+  assert.is(r.loadText(r.gamma, 1032n).text, 'direct');
+  assert.is(new TextDecoder().decode(r.tier.blocks.get(32)), 'direct');
+  assert.ok(auditPool(r.engine).ok);
+});
+
+test('a sealing BIND whose ticket is reclaimed while the tier works undoes its durable seal: TICKET_ABANDONED', () => {
+  const r = setup();
+  const t = directTicket(r, 'late');
+  const ring = r.engine.partitionRing(0);
+  const entry = r.engine.readEntry(1033n);
+  r.tier.duringPersist = () => {
+    // The Ticket Timeout fires meanwhile: the host reclaims the ticket.
+    assert.is(BigInt.asUintN(64, r.engine.exports.ringAbandon(ring.descriptor, t.ticket)), t.blockOffset);
+    r.engine.exports.quotaAdjust(r.engine.tenantAddress(2), -1);
+  };
+  const persistsBefore = r.tier.persists;
+  expectStatus(
+    'TICKET_ABANDONED',
+    r.send(r.gamma, { opcode: K.OPCODE_BIND, flags: K.FLAG_SEAL, handle: 1033n, bind: { ticket: t.ticket, dataLength: 4, blockOffset: t.blockOffset } }),
+  );
+  assert.is(r.tier.persists - persistsBefore, 2, 'the seal, then its undo');
+  assert.not.ok(r.tier.blocks.has(33), 'the tier still holds the undone seal');
+  assert.equal(r.engine.readEntry(1033n), entry);
+  assert.is(r.engine.tenantUsage(2), 0);
   assert.ok(auditPool(r.engine).ok);
 });
 

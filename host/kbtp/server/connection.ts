@@ -158,7 +158,12 @@ export class TargetConnection {
     const { rnic, engine, arena } = ctx;
     const buffer = engine.memory.buffer;
     this.controlRegion = rnic.registerMemory(pd, this.control, { access: Access.LocalWrite });
-    this.poolRegion = rnic.registerMemory(pd, buffer, { access: Access.LocalWrite, offset: engine.layout.pool, length: engine.layout.poolBytes });
+    // The staging blocks follow the pool: sealing requests of a durable target read into them.
+    this.poolRegion = rnic.registerMemory(pd, buffer, {
+      access: Access.LocalWrite,
+      offset: engine.layout.pool,
+      length: engine.layout.poolBytes + engine.layout.stagingBytes,
+    });
     this.requestRegion = rnic.registerMemory(pd, buffer, { access: Access.LocalWrite, offset: arena.requestArea.address, length: arena.requestArea.bytes });
   }
 
@@ -356,8 +361,13 @@ export class TargetConnection {
         : action === S.ACTION_FETCH
           ? tier.ask({ op: 'fetch', index: t.index, blockOffset: t.blockOffset })
           : t.kind === S.TIER_SEAL
-            ? tier.ask({ op: 'seal', index: t.index, generation: t.generation, blockOffset: t.blockOffset, dataLength: t.dataLength })
-            : tier.ask({ op: 'unbind', index: t.index, generation: t.generation, why: t.kind === S.TIER_UNBIND_LOST ? 'lost' : 'free' });
+            ? tier.ask({ op: 'seal', index: t.index, generation: t.generation, blockOffset: t.blockOffset, dataLength: t.dataLength, staging: t.staging })
+            : tier.ask({
+                op: 'unbind',
+                index: t.index,
+                generation: t.generation,
+                why: t.kind === S.TIER_UNBIND_LOST ? 'lost' : t.kind === S.TIER_UNBIND_UNDO ? 'undo' : 'free',
+              });
     void ask.then((answer) => {
       this.awaitingTier.delete(request);
       try {
@@ -704,7 +714,13 @@ export class TargetConnection {
       if (this.awaitingTier.has(request)) continue; // counted below; the tier's answer settles it
       const state = engine.view.getUint32(request + S.REQUEST_STATE, true);
       if (state === S.REQUEST_STATE_DATA || state === S.REQUEST_STATE_DATA_SENT) arena.complete(request, false);
-      else if ((state === S.REQUEST_STATE_CREDITED || state === S.REQUEST_STATE_WAIT_SLOT || state === S.REQUEST_STATE_FETCH_SLOT) && !waiting.has(request))
+      else if (
+        (state === S.REQUEST_STATE_CREDITED ||
+          state === S.REQUEST_STATE_WAIT_SLOT ||
+          state === S.REQUEST_STATE_FETCH_SLOT ||
+          state === S.REQUEST_STATE_PLACE_SLOT) &&
+        !waiting.has(request)
+      )
         this.retries.push(request);
     }
     this.readsOutstanding = 0;

@@ -97,8 +97,13 @@ export class TierHost {
     try {
       switch (ask.op) {
         case 'seal':
-          // The pool block itself: the request holds its handle until this is answered.
-          await tier.seal(ask.index, ask.generation, engine.block(ask.blockOffset, ask.dataLength));
+          // The staging block (or, for BIND, the pool block): the request holds both it and its
+          // handle until this is answered.
+          await tier.seal(
+            ask.index,
+            ask.generation,
+            ask.staging !== 0 ? engine.bytes.subarray(ask.staging, ask.staging + ask.dataLength) : engine.block(ask.blockOffset, ask.dataLength),
+          );
           this.seen[ask.index] = engine.stampOf(ask.index);
           return { ok: true, outcome: S.FETCH_OK };
         case 'unbind':

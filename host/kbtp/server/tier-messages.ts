@@ -3,8 +3,8 @@
 // messages: the tier reads and writes the pool in the shared memory directly.
 
 export type TierAsk =
-  | { op: 'seal'; index: number; generation: number; blockOffset: bigint; dataLength: number }
-  | { op: 'unbind'; index: number; generation: number; why: 'free' | 'lost' }
+  | { op: 'seal'; index: number; generation: number; blockOffset: bigint; dataLength: number; staging: number }
+  | { op: 'unbind'; index: number; generation: number; why: 'free' | 'lost' | 'undo' }
   | { op: 'reserve'; index: number; generation: number }
   | { op: 'fetch'; index: number; blockOffset: bigint };
 
