@@ -422,15 +422,16 @@ test('rejection with private data, setup timeout, refused TCP, posting before co
   await new Promise<void>((resolve) => silent.listen(0, '127.0.0.1', resolve));
   const port = (silent.address() as { port: number }).port;
   const qp2 = client.createQp({ pd, sendCq: cq, recvCq: cq });
-  const started = Date.now();
   try {
     await client.connect(qp2, { host: '127.0.0.1', port, timeoutMs: 200 });
     assert.unreachable('connect should time out');
   } catch (error) {
     assert.is((error as RnicError).code, 'ETIMEDOUT');
     assert.match((error as Error).message, /Reply/);
+    // The caller's bound, not the default one, ended the wait (named in the message: no clock
+    // comparison, which a loaded machine could break).
+    assert.match((error as Error).message, /within [0-9]{1,3} ms/);
   }
-  assert.ok(Date.now() - started < 2000);
   silent.close();
   await new Promise((resolve) => setTimeout(resolve, 10));
   const qp3 = client.createQp({ pd, sendCq: cq, recvCq: cq });
