@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# Builds the soft-iWARP peer guest: Debian's kernel (vmlinux extracted for PVH boot), siw.ko built
-# out of tree from Debian's own kernel sources (Debian does not ship siw), and an initramfs holding
-# busybox, the RDMA modules, rdma-core's rping and iproute2's rdma. Everything comes from Debian
+# Builds the RDMA peer guest: Debian's kernel (vmlinux extracted for PVH boot), siw.ko built out of
+# tree from Debian's own kernel sources (Debian does not ship siw), Debian's own rdma_rxe
+# (Soft-RoCE), and an initramfs holding busybox, the RDMA modules, rdma-core's rping,
+# ibv_rc_pingpong and ibv_devinfo, perftest's ib_*_bw, and iproute2's rdma. Everything comes from Debian
 # packages fetched with `apt-get download` and unpacked with `dpkg-deb -x`; nothing is installed
 # into the host except the build tools (host-deps.sh).
 #
@@ -23,11 +24,12 @@ die() { echo "[guest-image] error: $*" >&2; exit 1; }
 
 # User-space packages copied into the guest. Libraries are picked from them by ELF NEEDED closure,
 # so a missing one is reported by name instead of failing at guest run time.
-userspace_packages=(busybox-static rdmacm-utils libibverbs1 librdmacm1 ibverbs-providers iproute2
-  libc6 libgcc-s1 libnl-3-200 libnl-route-3-200 libmnl0 libbsd0 libmd0 libcap2)
+userspace_packages=(busybox-static rdmacm-utils ibverbs-utils perftest libibverbs1 librdmacm1 ibverbs-providers
+  iproute2 libc6 libgcc-s1 libnl-3-200 libnl-route-3-200 libmnl0 libbsd0 libmd0 libcap2 libibumad3 libpci3 libudev1 zlib1g)
 # Modules loaded in the guest, in this order after their dependencies. crc32c_generic comes before
-# libcrc32c because libcrc32c only soft-depends on a crc32c provider, which modinfo does not list.
-guest_modules=(virtio_pci virtio_net crc32c_generic libcrc32c ib_uverbs rdma_ucm iw_cm siw)
+# libcrc32c because libcrc32c only soft-depends on a crc32c provider, which modinfo does not list;
+# likewise crc32_generic before rdma_rxe (its ICRC asks the crypto API for "crc32" at run time).
+guest_modules=(virtio_pci virtio_net crc32c_generic libcrc32c crc32_generic ib_uverbs rdma_ucm iw_cm siw rdma_rxe)
 
 "$here/host-deps.sh" build
 deb_arch=amd64
@@ -78,11 +80,15 @@ copy_with_libs /bin/busybox
 copy_with_libs /usr/bin/rping
 copy_with_libs /usr/bin/rdma
 copy_with_libs /usr/lib/x86_64-linux-gnu/libibverbs/libsiw-rdmav34.so
+copy_with_libs /usr/lib/x86_64-linux-gnu/libibverbs/librxe-rdmav34.so
+for tool in ibv_rc_pingpong ibv_devinfo ib_write_bw ib_read_bw ib_atomic_bw ib_send_bw; do
+  copy_with_libs "/usr/bin/$tool"
+done
 copy_with_libs /lib64/ld-linux-x86-64.so.2
 # rping cancels its CQ thread; glibc then dlopens libgcc_s and aborts at exit without it.
 copy_with_libs "$(find_in_pkgroot libgcc_s.so.1)"
 mkdir -p "$rootfs/etc/libibverbs.d"
-cp "$pkgroot/etc/libibverbs.d/siw.driver" "$rootfs/etc/libibverbs.d/"
+cp "$pkgroot/etc/libibverbs.d/siw.driver" "$pkgroot/etc/libibverbs.d/rxe.driver" "$rootfs/etc/libibverbs.d/"
 
 for m in "${guest_modules[@]}"; do add_module "$m"; done
 for m in "${module_order[@]}"; do cp "$(module_path "$m")" "$rootfs/modules/$m.ko"; done

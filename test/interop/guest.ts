@@ -5,6 +5,7 @@
 // link (QEMU filter-dump) under the artefact folder, also when the guest had to be killed.
 import { execFileSync } from 'node:child_process';
 import { mkdirSync, readFileSync } from 'node:fs';
+import { createSocket } from 'node:dgram';
 import { createServer } from 'node:net';
 import { dirname, join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -15,6 +16,9 @@ const repoRoot = resolve(dirname(fileURLToPath(import.meta.url)), '../..');
 /** The guest's address on QEMU user networking, and the host as the guest sees it. */
 export const GUEST_ADDRESS = '10.0.2.15';
 export const HOST_ADDRESS_FROM_GUEST = '10.0.2.2';
+/** The guest's eth1 (rxe0) on the layer-2 tunnel, and the address a host program takes there. */
+export const GUEST_TUNNEL_ADDRESS = '10.0.4.15';
+export const HOST_TUNNEL_ADDRESS = '10.0.4.2';
 
 export interface GuestImage {
   readonly dir: string;
@@ -59,6 +63,28 @@ export function freeLoopbackPort(): Promise<number> {
   });
 }
 
+/** A UDP port on 127.0.0.1 that nothing is bound to right now (for QEMU's end of a tunnel). */
+export function freeLoopbackUdpPort(): Promise<number> {
+  return new Promise((resolvePort, reject) => {
+    const socket = createSocket('udp4');
+    socket.once('error', reject);
+    socket.bind(0, '127.0.0.1', () => {
+      const { port } = socket.address();
+      socket.close(() => resolvePort(port));
+    });
+  });
+}
+
+/**
+ * The guest's second NIC (eth1, with rxe0 on it): each Ethernet frame is one UDP datagram between
+ * QEMU's end (127.0.0.1:qemuPort) and a host program's end (127.0.0.1:hostPort), so the host
+ * program is the guest's layer-2 neighbour (qemu-peers.md).
+ */
+export interface FrameTunnelPorts {
+  readonly hostPort: number;
+  readonly qemuPort: number;
+}
+
 export interface GuestOptions {
   /** Artefact base name: <artefacts>/<name>.log and <name>.pcap. */
   readonly name: string;
@@ -66,6 +92,8 @@ export interface GuestOptions {
   readonly peerScript: string;
   /** Guest TCP ports to reach from the host (each gets a free 127.0.0.1 port). */
   readonly forwardGuestPorts?: readonly number[];
+  /** Gives the guest eth1 on this tunnel; its frames are also dumped to <name>-tunnel.pcap. */
+  readonly frameTunnel?: FrameTunnelPorts;
   /** The guest is killed after this long (its log is kept). Default 180 s: TCG is slow. */
   readonly timeoutMs?: number;
   readonly memoryMiB?: number;
@@ -81,6 +109,8 @@ export interface GuestResult {
   readonly log: string;
   readonly logPath: string;
   readonly pcapPath: string;
+  /** The tunnel NIC's capture, when the guest had one. */
+  readonly tunnelPcapPath: string | undefined;
   readonly durationMs: number;
 }
 
@@ -90,6 +120,7 @@ const MAX_PEER_SCRIPT_BASE64 = 1700;
 export class Guest {
   readonly logPath: string;
   readonly pcapPath: string;
+  readonly tunnelPcapPath: string | undefined;
   readonly exited: Promise<GuestResult>;
   private readonly console: QemuConsole;
   private readonly hostPorts: ReadonlyMap<number, number>;
@@ -98,6 +129,8 @@ export class Guest {
     const artefacts = artefactDir();
     this.logPath = join(artefacts, `${options.name}.log`);
     this.pcapPath = join(artefacts, `${options.name}.pcap`);
+    const tunnel = options.frameTunnel;
+    this.tunnelPcapPath = tunnel ? join(artefacts, `${options.name}-tunnel.pcap`) : undefined;
     this.hostPorts = hostPorts;
     const script = Buffer.from(options.peerScript).toString('base64');
     if (script.length > MAX_PEER_SCRIPT_BASE64) {
@@ -135,6 +168,16 @@ export class Guest {
       'virtio-net-pci,netdev=n0',
       '-object',
       `filter-dump,id=f0,netdev=n0,file=${this.pcapPath}`,
+      ...(tunnel
+        ? [
+            '-netdev',
+            `socket,id=n1,udp=127.0.0.1:${tunnel.hostPort},localaddr=127.0.0.1:${tunnel.qemuPort}`,
+            '-device',
+            'virtio-net-pci,netdev=n1,mac=52:54:00:4b:42:0f',
+            '-object',
+            `filter-dump,id=f1,netdev=n1,file=${this.tunnelPcapPath}`,
+          ]
+        : []),
     ];
     const started = Date.now();
     this.console = new QemuConsole('qemu-system-x86_64', args, this.logPath);
@@ -158,6 +201,7 @@ export class Guest {
         log,
         logPath: this.logPath,
         pcapPath: this.pcapPath,
+        tunnelPcapPath: this.tunnelPcapPath,
         durationMs: Date.now() - started,
       };
     });
