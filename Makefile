@@ -19,7 +19,7 @@ help:
 	@echo "make test   install, build and run every test (uvu)"
 	@echo "make bench  install, build and run the benchmarks (results in bench/results/)"
 	@echo "make compare  kbtp LOAD/STORE vs Redis GET/SET vs iperf3 on loopback (docs/BENCH.md; installs redis, iperf3)"
-	@echo "make interop  build/boot the soft-iWARP (siw) QEMU guest and run the interop tests (docs/INTEROP.md)"
+	@echo "make interop  build/boot the siw/rxe QEMU guest and run the interop tests (docs/INTEROP.md)"
 	@echo "make image  build the bootable appliance disk images/out/kbtp-appliance-$$(ARCH).img/.qcow2 + update bundle (docs/IMAGE.md; ARCH=x86_64|arm64)"
 	@echo "make image-test  boot the appliance image in QEMU (TCG) and test it from the host (docs/IMAGE.md)"
 	@echo "make soak-tier  crash torture of the durable tier: ROUNDS (default 200) SIGKILLs of a target under load"
@@ -82,7 +82,7 @@ test: build typecheck lint
 	KBTP_TEST_TRANSPORT=roce $(UVU) test/kbtp '(statuses|property|direct)\.test\.ts$$' --no-color 2>&1 | tee .cache/test-roce.log
 	@awk '/^  Total:/{t+=$$2; n++} /^  Passed:/{p+=$$2} /^  Skipped:/{s+=$$2} END{ if (n<2) {print "0 passed, 1 failed"; exit 1} printf "%d passed, %d failed, %d skipped\n", p, t-p, s }' .cache/test.log .cache/test-roce.log
 
-# Interop with the Linux kernel's soft-iWARP in a QEMU guest: images/guest/build.sh fetches and
+# Interop with the Linux kernel's soft-iWARP and Soft-RoCE in a QEMU guest: images/guest/build.sh fetches and
 # builds the guest from Debian packages (cached in .cache/images/), logs and pcaps go to .cache/interop/.
 interop: deps
 	images/guest/host-deps.sh run

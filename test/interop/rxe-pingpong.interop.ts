@@ -12,6 +12,7 @@ import { test } from 'uvu';
 import * as assert from 'uvu/assert';
 import { decodeRoceCapture, type RoceCapture } from '../../host/capture/roce.ts';
 import { IbOpcode } from '../../host/rnic/wire/ib-opcodes.ts';
+import { rxeSourcePort } from '../../host/rnic/wire/roce-frame.ts';
 import { GUEST_TUNNEL_ADDRESS, Guest, HOST_ADDRESS_FROM_GUEST, HOST_TUNNEL_ADDRESS, type GuestResult } from './guest.ts';
 import { runPingpongClient, runPingpongServer, type PingpongReport } from './rc-pingpong-peer.ts';
 import { openRxeNeighbour } from './rxe-tunnel.ts';
@@ -30,7 +31,7 @@ function listen(): Promise<Server> {
   });
 }
 
-function checkCapture(result: GuestResult): RoceCapture {
+function checkCapture(result: GuestResult, report: PingpongReport): RoceCapture {
   assert.ok(result.tunnelPcapPath, 'the tunnel was captured');
   const capture = decodeRoceCapture(new Uint8Array(readFileSync(result.tunnelPcapPath)));
   const problems = capture.packets.filter((packet) => packet.problem !== undefined).map((packet) => `record ${packet.recordIndex}: ${packet.problem}`);
@@ -40,6 +41,10 @@ function checkCapture(result: GuestResult): RoceCapture {
   // Retransmissions add packets under TCG; every message's LAST is there at least once.
   assert.ok(sends(HOST_TUNNEL_ADDRESS) >= ITERATIONS, `kbtp's ${ITERATIONS} Sends on the wire`);
   assert.ok(sends(GUEST_TUNNEL_ADDRESS) >= ITERATIONS, `rxe's ${ITERATIONS} Sends on the wire`);
+  // rxe derives its UDP source port from both QP numbers (docs/INTEROP.md), live as in the captures.
+  const guestQp = report.connection.remote.qpNumber;
+  const rxePorts = new Set(capture.packets.filter((packet) => packet.udp.ip.sourceAddress === GUEST_TUNNEL_ADDRESS).map((packet) => packet.udp.sourcePort));
+  assert.equal([...rxePorts], [rxeSourcePort(guestQp, report.qp.qpNumber)]);
   return capture;
 }
 
@@ -80,7 +85,7 @@ test('kbtp as rc_pingpong server, rxe guest as client: 100 echoed Sends of 4500 
     checkGuest(result);
     checkReport(report);
     assert.match(result.log, new RegExp(`remote address: LID 0x0000, QPN 0x${report.qp.qpNumber.toString(16).padStart(6, '0')}`));
-    checkCapture(result);
+    checkCapture(result, report);
   } finally {
     report?.close();
     server.close();
@@ -104,7 +109,7 @@ test('kbtp as rc_pingpong client, rxe guest as server: 100 echoed Sends of 4500 
     const result = await guest.exited;
     checkGuest(result);
     checkReport(report);
-    checkCapture(result);
+    checkCapture(result, report);
   } finally {
     report?.close();
     await neighbour.close();
