@@ -1,6 +1,7 @@
 // The appliance daemon's lifecycle: management server first (so a supervisor sees the node alive
 // but not ready while it starts), then the target workers, then ready; draining on request.
 import { startTarget, type RunningTarget } from '../host/kbtp/server/target.ts';
+import { InternalError, ListenError } from '../host/errors.ts';
 import { mergeStats, type StatsSnapshot } from '../host/kbtp/server/stats.ts';
 import type { DurableStats } from '../host/kbtp/server/tier-host.ts';
 import type { ApplianceSettings } from './appliance-config.ts';
@@ -46,12 +47,8 @@ const SAMPLE_PERIOD_MS = 1000;
 /** How long to keep trying when the KBTP address is still held (a previous instance draining). */
 const LISTEN_RETRY_PERIOD_MS = 500;
 
-export class KbtpListenError extends Error {
-  constructor(message: string) {
-    super(message);
-    this.name = 'KbtpListenError';
-  }
-}
+/** The KBTP address cannot be listened on (code KBTP_LISTEN, exit 2). */
+export class KbtpListenError extends ListenError {}
 
 export class Appliance {
   private stateValue: ApplianceState = 'starting';
@@ -118,7 +115,7 @@ export class Appliance {
   }
 
   get managementAddress(): { host: string; port: number } {
-    if (this.management === undefined) throw new Error('the management server is not running');
+    if (this.management === undefined) throw new InternalError('the management server is not running');
     return { host: this.management.host, port: this.management.port };
   }
 

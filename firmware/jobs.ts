@@ -7,6 +7,7 @@
 import { mkdir, rename, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { auditPool, type AuditReport } from '../host/engine/audit.ts';
+import { CheckFailedError } from '../host/errors.ts';
 import type { Engine } from '../host/engine/engine.ts';
 import type { StatsSnapshot } from '../host/kbtp/server/stats.ts';
 import { poolOccupancy } from './pool-occupancy.ts';
@@ -43,7 +44,7 @@ export async function poolAuditJob(engine: Engine): Promise<string> {
     `${doubled.length} doubled${doubled.length > 0 ? ` (blocks ${doubled.slice(0, 5).join(', ')})` : ''}`,
   ];
   if (problems.length > 0) parts.push(`${problems.length} other problems (${problems.slice(0, 3).join('; ')})`);
-  throw new Error(`pool audit: ${parts.join(', ')}`);
+  throw new CheckFailedError(`pool audit: ${parts.join(', ')}`);
 }
 
 export interface SnapshotSources {

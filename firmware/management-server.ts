@@ -4,6 +4,7 @@
 import http from 'node:http';
 import { createHash, timingSafeEqual } from 'node:crypto';
 import type { AddressInfo } from 'node:net';
+import { ListenError } from '../host/errors.ts';
 
 /** Management requests carry no payload; anything bigger than this is refused unread. */
 export const MAX_BODY_BYTES = 16 * 1024;
@@ -28,12 +29,8 @@ export interface ManagementServer {
   close(): Promise<void>;
 }
 
-export class ManagementListenError extends Error {
-  constructor(message: string) {
-    super(message);
-    this.name = 'ManagementListenError';
-  }
-}
+/** The management address cannot be listened on (code KBTP_LISTEN, exit 2). */
+export class ManagementListenError extends ListenError {}
 
 const digest = (value: string): Buffer => createHash('sha256').update(value, 'utf8').digest();
 

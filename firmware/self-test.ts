@@ -9,6 +9,7 @@ import { pathToFileURL } from 'node:url';
 import { connect } from '../host/kbtp/initiator.ts';
 import { KbtpStatusError } from '../host/kbtp/errors.ts';
 import { DEFAULT_PORT, parseHostPort } from '../host/kbtp/address.ts';
+import { CheckFailedError, UsageError } from '../host/errors.ts';
 
 export interface SelfTestTarget {
   port: number;
@@ -28,12 +29,12 @@ const asHandle = (value: unknown, fallback: bigint): bigint =>
 /** Reads what the self-test needs from a node's configuration file (the target's keys only). */
 export function selfTestTarget(configText: string, tenantName?: string): SelfTestTarget {
   const config: unknown = JSON.parse(configText);
-  if (!isRecord(config)) throw new Error('the configuration is not a JSON object');
+  if (!isRecord(config)) throw new UsageError('the configuration is not a JSON object');
   const listen = typeof config.listen === 'string' ? parseHostPort(config.listen, { allowPortZero: false }) : undefined;
   const tenants = Array.isArray(config.tenants) ? config.tenants.filter(isRecord) : [];
   const tenant = tenantName === undefined ? tenants[0] : tenants.find((t) => t.name === tenantName);
   if (tenant === undefined || typeof tenant.name !== 'string') {
-    throw new Error(tenantName === undefined ? 'the configuration has no tenant' : `the configuration has no tenant named ${tenantName}`);
+    throw new UsageError(tenantName === undefined ? 'the configuration has no tenant' : `the configuration has no tenant named ${tenantName}`);
   }
   const pool = isRecord(config.pool) ? config.pool : {};
   const blockCount = typeof pool.blockCount === 'number' ? pool.blockCount : 4096;
@@ -42,7 +43,7 @@ export function selfTestTarget(configText: string, tenantName?: string): SelfTes
   const range = isRecord(tenant.storeRange) ? tenant.storeRange : {};
   const first = asHandle(range.first, handleBase);
   const count = asHandle(range.count, handleCount);
-  if (count === 0n) throw new Error(`tenant ${tenant.name} may not store anywhere`);
+  if (count === 0n) throw new UsageError(`tenant ${tenant.name} may not store anywhere`);
   const handles: bigint[] = [];
   for (let i = 1n; i <= BigInt(HANDLES_TRIED) && i <= count; i++) handles.push(first + count - i);
   return { port: listen?.port ?? DEFAULT_PORT, tenant: tenant.name, secret: typeof tenant.secret === 'string' ? tenant.secret : '', handles };
@@ -63,10 +64,10 @@ export async function selfTest(target: SelfTestTarget, blockBytes = 4096): Promi
       }
       const loaded = await session.load(handle);
       await session.free(handle);
-      if (!Buffer.from(loaded.data).equals(data)) throw new Error(`handle ${handle}: the block loaded back differs from the one stored`);
+      if (!Buffer.from(loaded.data).equals(data)) throw new CheckFailedError(`handle ${handle}: the block loaded back differs from the one stored`);
       return `self-test passed: ${data.length} octets stored, loaded back byte-exact and freed at handle ${handle} as tenant ${target.tenant}`;
     }
-    throw new Error('no handle to test with');
+    throw new CheckFailedError('no handle to test with');
   } finally {
     await session.close().catch(() => undefined);
   }

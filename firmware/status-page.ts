@@ -3,6 +3,7 @@
 // form by `make build`, so the page ships with the package and is read once at start.
 import { readFileSync } from 'node:fs';
 import type { RouteHandler } from './management-server.ts';
+import { FileError } from '../host/errors.ts';
 
 const FILES: ReadonlyArray<[route: string, file: string, contentType: string]> = [
   ['/', 'index.html', 'text/html; charset=utf-8'],
@@ -24,7 +25,9 @@ export function statusPageRoutes(): Array<[string, RouteHandler]> {
     try {
       body = readFileSync(new URL(file, directory));
     } catch (error) {
-      throw new Error(`the status page file ${new URL(file, directory).pathname} is missing (${(error as NodeJS.ErrnoException).code}); run make build`);
+      throw new FileError(`the status page file ${new URL(file, directory).pathname} is missing (${(error as NodeJS.ErrnoException).code}); run make build`, {
+        cause: error,
+      });
     }
     const handler: RouteHandler = (_request, response) => {
       response.writeHead(200, { 'content-type': contentType, 'content-length': body.length, 'content-security-policy': CONTENT_SECURITY_POLICY });

@@ -14,6 +14,7 @@ import { pipeline } from 'node:stream/promises';
 import { join } from 'node:path';
 import type { ReadableStream as WebReadableStream } from 'node:stream/web';
 import { sendJson, type RouteHandler } from './management-server.ts';
+import { EXIT_FAILURE, KbtpError } from '../host/errors.ts';
 
 export const KBTP_UPDATE = '/usr/bin/kbtp-update';
 /** A bundle bigger than a root slot cannot be written anyway. */
@@ -83,6 +84,13 @@ export function parseUpdateRequest(body: Buffer): { url: URL } | { error: string
   return { url: parsedUrl };
 }
 
+/** An update bundle that could not be fetched or written (code KBTP_UPDATE); the running slot is untouched. */
+export class UpdateError extends KbtpError {
+  constructor(message: string) {
+    super('KBTP_UPDATE', message, EXIT_FAILURE);
+  }
+}
+
 export function updateRoutes(options: UpdateApiOptions): Map<string, RouteHandler> {
   let state: OperationState = 'idle';
   let detail = '';
@@ -90,14 +98,14 @@ export function updateRoutes(options: UpdateApiOptions): Map<string, RouteHandle
 
   const download = async (url: URL): Promise<void> => {
     const response = await fetch(url, { signal: AbortSignal.timeout(30 * 60_000) });
-    if (!response.ok || response.body === null) throw new Error(`fetching the bundle answered HTTP ${response.status}`);
+    if (!response.ok || response.body === null) throw new UpdateError(`fetching the bundle answered HTTP ${response.status}`);
     const declared = Number(response.headers.get('content-length') ?? 0);
-    if (declared > MAX_BUNDLE_BYTES) throw new Error(`the bundle is ${declared} octets; at most ${MAX_BUNDLE_BYTES} fit a slot`);
+    if (declared > MAX_BUNDLE_BYTES) throw new UpdateError(`the bundle is ${declared} octets; at most ${MAX_BUNDLE_BYTES} fit a slot`);
     let received = 0;
     const bounded = new Transform({
       transform(chunk: Buffer, _encoding, done) {
         received += chunk.length;
-        done(received > MAX_BUNDLE_BYTES ? new Error(`the bundle is over ${MAX_BUNDLE_BYTES} octets`) : null, chunk);
+        done(received > MAX_BUNDLE_BYTES ? new UpdateError(`the bundle is over ${MAX_BUNDLE_BYTES} octets`) : null, chunk);
       },
     });
     await pipeline(Readable.fromWeb(response.body as WebReadableStream<Uint8Array>), bounded, createWriteStream(bundlePath));
@@ -107,7 +115,7 @@ export function updateRoutes(options: UpdateApiOptions): Map<string, RouteHandle
     new Promise((resolveApply, reject) => {
       execFile(options.command, [bundlePath], { timeout: 30 * 60_000, maxBuffer: 1 << 20 }, (error, stdout, stderr) => {
         const output = `${stdout}${stderr}`.trim().split('\n').pop() ?? '';
-        if (error) reject(new Error(output || error.message));
+        if (error) reject(new UpdateError(output || error.message));
         else resolveApply(output);
       });
     });

@@ -4,6 +4,7 @@
 // one-line summaries.
 import { realpathSync } from 'node:fs';
 import { pathToFileURL } from 'node:url';
+import { exitCodeOf } from './errors.ts';
 
 export interface Command {
   /** One line for `kbtp --help`. */
@@ -57,8 +58,9 @@ if (process.argv[1] !== undefined && import.meta.url === pathToFileURL(realpathS
       process.exitCode = code;
     },
     (error: unknown) => {
+      // A command that did not handle an error itself: its KbtpError exit code (1 for anything else).
       console.error(`kbtp: ${error instanceof Error ? error.message : String(error)}`);
-      process.exitCode = 1;
+      process.exitCode = exitCodeOf(error);
     },
   );
 }

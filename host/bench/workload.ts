@@ -6,6 +6,7 @@
 import { performance } from 'node:perf_hooks';
 import type { KbtpSession } from '../kbtp/initiator.ts';
 import { KbtpStatusError } from '../kbtp/errors.ts';
+import { InternalError, withContext } from '../errors.ts';
 import { BlockMaker, checkBlock, type ExpectedBlock } from './blocks.ts';
 import { LatencyHistogram } from './histogram.ts';
 import { OpPicker, sealingFor, type OpName, type Phase } from './mix.ts';
@@ -141,7 +142,7 @@ async function prefill(blocks: SessionBlocks, maker: BlockMaker, sealed: boolean
       try {
         await blocks.session.allocStore(handle, buffer, { seal: sealed });
       } catch (error) {
-        if (!isStatus(error, 'ALREADY_VALID')) throw new Error(`preparing handle ${handle}: ${describe(error)}`);
+        if (!isStatus(error, 'ALREADY_VALID')) throw withContext(`preparing handle ${handle}`, error);
         await blocks.session.free(handle);
         await blocks.session.allocStore(handle, buffer, { seal: sealed });
       }
@@ -224,7 +225,7 @@ export async function runPhase(options: PhaseOptions): Promise<PhaseResult> {
       const op = feasible(picker.next(), blocks, phase);
       const fromFree = op === 'alloc-store' || op === 'direct-alloc';
       const index = fromFree ? blocks.idleFree.shift() : blocks.idleBound.shift();
-      if (index === undefined) throw new Error('internal: no idle handle although keys >= requests in flight');
+      if (index === undefined) throw new InternalError('internal: no idle handle although keys >= requests in flight');
       const handle = blocks.handle(index);
       const expected = blocks.expected[index];
       let made: ExpectedBlock | undefined;
@@ -268,7 +269,7 @@ export async function runPhase(options: PhaseOptions): Promise<PhaseResult> {
           entry.problem(error.statusName, `${op} handle ${handle}: ${error.message}`);
         } else {
           entry.problem('TRANSPORT', `${op} handle ${handle}: ${describe(error)}`);
-          blocks.failed = error instanceof Error ? error : new Error(String(error));
+          blocks.failed = error instanceof Error ? error : new InternalError(String(error));
         }
       }
       const ended = performance.now();

@@ -2,6 +2,8 @@
 // both byte orders and both timestamp resolutions and reports truncated files precisely
 // instead of returning a partial list silently.
 
+import { FormatError } from '../errors.ts';
+
 export const LINKTYPE_ETHERNET = 1;
 export const LINKTYPE_RAW = 101;
 
@@ -22,9 +24,7 @@ export interface PcapFile {
   readonly records: PcapRecord[];
 }
 
-export class PcapFormatError extends Error {
-  override readonly name = 'PcapFormatError';
-}
+export class PcapFormatError extends FormatError {}
 
 const MAGIC_MICRO = 0xa1b2c3d4;
 const MAGIC_NANO = 0xa1b23c4d;

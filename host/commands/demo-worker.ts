@@ -8,6 +8,7 @@ import { runToCompletion } from '../demo/request-runner.ts';
 import { encodeRequest, statusName } from '../kbtp/wire/messages.ts';
 import * as K from '../../assembly/kbtp-constants.ts';
 import { createHash } from 'node:crypto';
+import { InternalError } from '../errors.ts';
 
 export type DemoTask =
   | { op: 'store'; handle: bigint; text: string; viaRead: boolean }
@@ -62,7 +63,7 @@ parentPort?.on('message', (tasks: DemoTask[]) => {
       message = encodeRequest({ opcode: K.OPCODE_FREE, requestId, handle: task.handle });
     }
     const outcome = runToCompletion(arena, mover, message, session);
-    if (outcome.kind !== 'completion') throw new Error(`demo request ended without a completion (${outcome.kind})`);
+    if (outcome.kind !== 'completion') throw new InternalError(`demo request ended without a completion (${outcome.kind})`);
     const { completion } = outcome;
     const result: DemoResult = {
       thread,

@@ -5,11 +5,12 @@ import { ACTION_SEND, ACTION_DATA, ACTION_DATA_AND_SEND, ACTION_RETRY, ACTION_GO
 import { decodeCompletion, type Completion } from '../kbtp/wire/messages.ts';
 import type { ThreadArena } from '../engine/arena.ts';
 import type { LoopbackMover } from './loopback-mover.ts';
+import { InternalError } from '../errors.ts';
 
-export class RetryLimitError extends Error {
+/** A request that kept being retried: another thread held its handle or ring slot for too long. */
+export class RetryLimitError extends InternalError {
   constructor(retries: number) {
     super(`request still waiting after ${retries} retries (handle busy or ring slot never filled)`);
-    this.name = 'RetryLimitError';
   }
 }
 
@@ -49,7 +50,7 @@ export function runToCompletion(
     }
     if (action === ACTION_GOODBYE) return { kind: 'goodbye' };
     if (action === ACTION_NONE) return { kind: 'failed' };
-    throw new Error(`engine returned unknown action ${action}`);
+    throw new InternalError(`engine returned unknown action ${action}`);
   } finally {
     arena.releaseRequest(request);
   }

@@ -3,6 +3,7 @@
 import * as S from '../../assembly/struct-offsets.ts';
 import { maxRequestSize } from './layout.ts';
 import type { Engine } from './engine.ts';
+import { EXIT_FAILURE, KbtpError } from '../errors.ts';
 
 export interface SessionOptions {
   tenant: number;
@@ -32,10 +33,10 @@ export interface DataOperation {
   remoteOffset: number | bigint;
 }
 
-export class ArenaExhaustedError extends Error {
+/** A thread's fixed table of sessions or request contexts is full (code KBTP_CONFIG: the engine config sizes it). */
+export class ArenaExhaustedError extends KbtpError {
   constructor(what: string, capacity: number, setting: string) {
-    super(`all ${capacity} ${what} of this thread are in use; raise ${setting} in the engine config`);
-    this.name = 'ArenaExhaustedError';
+    super('KBTP_CONFIG', `all ${capacity} ${what} of this thread are in use; raise ${setting} in the engine config`, EXIT_FAILURE);
   }
 }
 

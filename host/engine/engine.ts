@@ -7,6 +7,7 @@ import { resolveEngineConfig, type EngineConfig, type ResolvedEngineConfig } fro
 import { computeLayout, type EngineLayout, type RingLayout } from './layout.ts';
 import { engineModule, instantiateEngine, type EngineExports } from './wasm.ts';
 import { initializeEngine } from './initialize.ts';
+import { InternalError } from '../errors.ts';
 
 /** Everything a worker thread needs to run the same engine (structured-cloneable). */
 export interface EngineHandoff {
@@ -66,7 +67,7 @@ export class Engine {
 
   get sharedRing(): RingLayout {
     const ring = this.layout.rings[0];
-    if (ring === undefined) throw new Error('engine has no shared ring');
+    if (ring === undefined) throw new InternalError('engine has no shared ring');
     return ring;
   }
 

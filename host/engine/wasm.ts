@@ -2,6 +2,7 @@
 import { readFileSync, existsSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
 import { dirname, join } from 'node:path';
+import { FileError } from '../errors.ts';
 
 /** The engine's exports (assembly/index.ts). Addresses are numbers; u64 values are bigints. */
 export interface EngineExports {
@@ -47,7 +48,7 @@ export function engineWasmPath(): string {
   for (const candidate of [join(here, '../../build/engine.wasm'), join(here, '../../../build/engine.wasm')]) {
     if (existsSync(candidate)) return candidate;
   }
-  throw new Error("build/engine.wasm not found: run 'make build' first");
+  throw new FileError("build/engine.wasm not found: run 'make build' first");
 }
 
 let compiled: WebAssembly.Module | undefined;

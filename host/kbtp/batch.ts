@@ -5,6 +5,7 @@
 // promise, closure or message object per request: what a request costs is its slot.
 import * as K from '../../assembly/kbtp-constants.ts';
 import { statusName } from './wire/messages.ts';
+import { EXIT_STATUS, KbtpError } from '../errors.ts';
 
 /** Request ids of batched requests carry this in their high 32 bits (ids of other requests stay below 2^32). */
 export const BATCH_ID_MARK = 0x4b425450; // "KBTP"
@@ -25,14 +26,16 @@ export interface BatchHost {
   readonly failure: Error | undefined;
 }
 
-/** The statuses of a batch's requests that were not SUCCESS, with the handle each named. */
-export class BatchError extends Error {
+/**
+ * The statuses of a batch's requests that were not SUCCESS, with the handle each named (code
+ * KBTP_STATUS like a single request's KbtpStatusError; the other requests of the batch completed).
+ */
+export class BatchError extends KbtpError {
   constructor(
     readonly failures: ReadonlyArray<{ index: number; handle: bigint; status: number }>,
     first: string,
   ) {
-    super(`${failures.length} request(s) of the batch failed; the first: ${first}`);
-    this.name = 'BatchError';
+    super('KBTP_STATUS', `${failures.length} request(s) of the batch failed; the first: ${first}`, EXIT_STATUS);
   }
 }
 

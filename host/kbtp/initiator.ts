@@ -306,7 +306,7 @@ export class KbtpSession {
     } catch (error) {
       // A target that refuses says why in the MPA Reject's private data (its session limits, a drain).
       const reason = this.qp.peerPrivateData;
-      if (error instanceof RnicError && error.code === 'ECONNREFUSED' && reason !== undefined && reason.length > 0) {
+      if (error instanceof RnicError && error.errno === 'ECONNREFUSED' && reason !== undefined && reason.length > 0) {
         throw new TargetRefusedError(`${where} refused the connection: ${printable(reason)}`, { cause: error });
       }
       throw new TransportError(`cannot connect to ${where}: ${error instanceof Error ? error.message : String(error)}`, { cause: error });

@@ -1,5 +1,6 @@
 // A small SVG chart writer (line charts and grouped bar charts) for reports: the SRAM experiments
 // and the benchmarks. Output is a self-contained SVG document with no scripts or external references.
+import { UsageError } from '../errors.ts';
 
 export interface Series {
   readonly name: string;
@@ -113,7 +114,7 @@ export function lineChart(spec: LineChartSpec): string {
   const ys = points.map(([, y]) => y);
   const formatX = spec.formatX ?? defaultFormat;
   const formatY = spec.formatY ?? defaultFormat;
-  if (spec.logX && xs.some((x) => !(x > 0))) throw new Error('a logarithmic x axis needs positive x values');
+  if (spec.logX && xs.some((x) => !(x > 0))) throw new UsageError('a logarithmic x axis needs positive x values');
   const transform = spec.logX ? Math.log10 : (x: number) => x;
   const xMin = Math.min(...xs.map(transform));
   const xMax = Math.max(...xs.map(transform));

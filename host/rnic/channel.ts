@@ -7,6 +7,7 @@
 import net from 'node:net';
 import type { ByteSink, WriteDone } from './transmit.ts';
 import { turn, type TurnParticipant } from './turn.ts';
+import { RnicError } from './errors.ts';
 
 /** Something that takes bytes from the stream. */
 export interface StreamConsumer {
@@ -40,6 +41,11 @@ export interface StreamChannel extends ByteSink {
 }
 
 const DEFAULT_LINGER_MS = 2000;
+
+/** What a write into a channel that is already closed completes with. */
+export const closedError = (): RnicError => new RnicError('ECONNRESET', 'connection closed');
+/** Socket failures are Errors; anything else thrown on the way is said as a reset with its text. */
+const asError = (value: unknown): Error => (value instanceof Error ? value : new RnicError('ECONNRESET', String(value)));
 const EMPTY_CHUNK = new Uint8Array(0);
 
 /** A consumer used before anyone owns the stream: bytes that arrive then are held, bounded. */
@@ -156,7 +162,7 @@ export class SocketChannel implements StreamChannel, TurnParticipant {
       const socket = net.connect({ host, port });
       const timer = setTimeout(() => {
         socket.destroy();
-        reject(Object.assign(new Error(`TCP connect to ${host}:${port} timed out after ${timeoutMs} ms`), { code: 'ETIMEDOUT' }));
+        reject(new RnicError('ETIMEDOUT', `TCP connect to ${host}:${port} timed out after ${timeoutMs} ms`));
       }, timeoutMs);
       socket.once('error', (error) => {
         clearTimeout(timer);
@@ -196,7 +202,7 @@ export class SocketChannel implements StreamChannel, TurnParticipant {
         feed(() => this.consumer, late);
       }
     } catch (error) {
-      this.closeError ??= error instanceof Error ? error : new Error(String(error));
+      this.closeError ??= asError(error);
       this.destroy();
     } finally {
       turn.leave();
@@ -211,7 +217,7 @@ export class SocketChannel implements StreamChannel, TurnParticipant {
     try {
       body();
     } catch (error) {
-      this.closeError ??= error instanceof Error ? error : new Error(String(error));
+      this.closeError ??= asError(error);
       this.destroy();
     }
   }
@@ -230,7 +236,7 @@ export class SocketChannel implements StreamChannel, TurnParticipant {
 
   write(chunks: Uint8Array[], done: WriteDone | undefined): void {
     if (this.isClosed || this.socket.destroyed || this.socket.writableEnded) {
-      if (done !== undefined) queueMicrotask(() => done(new Error('connection closed')));
+      if (done !== undefined) queueMicrotask(() => done(closedError()));
       return;
     }
     for (let i = 0; i < chunks.length; i++) {
@@ -259,7 +265,7 @@ export class SocketChannel implements StreamChannel, TurnParticipant {
     if (socket.destroyed || socket.writableEnded) {
       for (let i = 0; i < count; i++) this.queued[i] = EMPTY_CHUNK;
       this.batchSizes.push(batch);
-      queueMicrotask(() => this.completeBatch(new Error('connection closed')));
+      queueMicrotask(() => this.completeBatch(closedError()));
       return;
     }
     this.batchSizes.push(batch);
@@ -273,7 +279,7 @@ export class SocketChannel implements StreamChannel, TurnParticipant {
         socket.uncork();
       }
     } catch (error) {
-      this.closeError ??= error instanceof Error ? error : new Error(String(error));
+      this.closeError ??= asError(error);
       this.destroy();
     }
     // The socket holds its own references now; drop ours so the chunks can be collected.
@@ -295,7 +301,7 @@ export class SocketChannel implements StreamChannel, TurnParticipant {
         this.donesHead = 0;
       }
     } catch (failure) {
-      this.closeError ??= failure instanceof Error ? failure : new Error(String(failure));
+      this.closeError ??= asError(failure);
       this.destroy();
     } finally {
       turn.leave();
@@ -375,7 +381,7 @@ export class MemoryChannel implements StreamChannel {
   }
   write(chunks: Uint8Array[], done: WriteDone | undefined): void {
     if (this.isClosed) {
-      if (done !== undefined) queueMicrotask(() => done(new Error('connection closed')));
+      if (done !== undefined) queueMicrotask(() => done(closedError()));
       return;
     }
     for (const chunk of chunks) {

@@ -280,7 +280,7 @@ export async function initiate(qp: QueuePair, channel: StreamChannel, options: I
   if (!Number.isFinite(firstFpduDelayMs) || firstFpduDelayMs < 0)
     throw new RnicError('EINVAL', `firstFpduDelayMs ${firstFpduDelayMs} must be a non-negative number`);
   qp.beginConnecting();
-  const fail = (code: RnicError['code'], message: string, terminate?: TerminateInfo): RnicError => {
+  const fail = (code: RnicError['errno'], message: string, terminate?: TerminateInfo): RnicError => {
     const error = new RnicError(code, message, terminate);
     qp.connectFailed({ reason: terminate !== undefined ? 'terminate-sent' : 'connection-lost', message, ...(terminate !== undefined ? { terminate } : {}) });
     channel.end();
@@ -383,7 +383,7 @@ export async function initiate(qp: QueuePair, channel: StreamChannel, options: I
     if (error instanceof RnicError) {
       qp.connectFailed({ reason: 'connection-lost', message: error.message });
       // A Terminate or a rejection already closed the channel gracefully; do not cut it short.
-      if (error.terminate === undefined && error.code !== 'ECONNREFUSED') channel.destroy();
+      if (error.terminate === undefined && error.errno !== 'ECONNREFUSED') channel.destroy();
       throw error;
     }
     throw fail('EPROTO', `MPA setup failed: ${error instanceof Error ? error.message : String(error)}`);

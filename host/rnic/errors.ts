@@ -1,5 +1,7 @@
 // Error values the RNIC surfaces to its users. API misuse throws RnicError synchronously (like a
 // verbs call returning an errno); failures on the wire end a connection with a TerminateInfo.
+// RnicError is a KbtpError (code KBTP_TRANSPORT); `errno` says what exactly, as verbs would.
+import { EXIT_FAILURE, KbtpError } from '../errors.ts';
 
 export type RnicErrorCode =
   | 'EINVAL' // bad argument
@@ -11,15 +13,15 @@ export type RnicErrorCode =
   | 'ECONNRESET' // the connection ended (Terminate, close or reset)
   | 'EPROTO'; // the peer broke the protocol during setup
 
-export class RnicError extends Error {
-  override readonly name = 'RnicError';
+export class RnicError extends KbtpError {
   constructor(
-    readonly code: RnicErrorCode,
+    /** What went wrong, as the errno a verbs call would return. */
+    readonly errno: RnicErrorCode,
     message: string,
     /** The Terminate that ended the connection, sent or received, when there was one. */
     readonly terminate?: TerminateInfo,
   ) {
-    super(message);
+    super('KBTP_TRANSPORT', message, EXIT_FAILURE);
   }
 }
 

@@ -4,7 +4,7 @@
 // target and an initiator in one process (the allocation tests, in-process benchmarks) without
 // the kernel: after warm-up a delivery allocates nothing.
 
-import type { ChannelEvents, StreamChannel, StreamConsumer } from './channel.ts';
+import { closedError, type ChannelEvents, type StreamChannel, type StreamConsumer } from './channel.ts';
 import type { WriteDone } from './transmit.ts';
 import { turn, type TurnParticipant } from './turn.ts';
 
@@ -74,7 +74,7 @@ export class LinkedChannel implements StreamChannel, TurnParticipant {
 
   write(chunks: Uint8Array[], done: WriteDone | undefined): void {
     if (this.isClosed || this.ended) {
-      if (done !== undefined) queueMicrotask(() => done(new Error('connection closed')));
+      if (done !== undefined) queueMicrotask(() => done(closedError()));
       return;
     }
     for (let i = 0; i < chunks.length; i++) {

@@ -145,7 +145,7 @@ export class SetupListener<Request extends PendingRequest> {
           ? new RnicError('ENOMEM', `closed to make room: ${limit} connections were waiting for their ${this.firstMessage}`)
           : caught instanceof Error
             ? caught
-            : new Error(String(caught));
+            : new RnicError('EPROTO', String(caught));
         this.recordFailure(error.message);
         this.options.onSetupFailure?.(error, peer);
       });

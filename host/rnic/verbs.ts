@@ -223,7 +223,8 @@ export class Rnic {
     try {
       channel = await SocketChannel.connect(options.host, options.port, timeoutMs);
     } catch (error) {
-      const code = (error as { code?: string }).code;
+      // A timeout is the channel's own RnicError; a refusal or unreachable host is Node's errno error.
+      const code = error instanceof RnicError ? error.errno : (error as NodeJS.ErrnoException).code;
       throw new RnicError(
         code === 'ETIMEDOUT' ? 'ETIMEDOUT' : 'ECONNREFUSED',
         `TCP connection to ${options.host}:${options.port} failed: ${error instanceof Error ? error.message : String(error)}`,

@@ -29,6 +29,7 @@ import {
 } from './counters.ts';
 import { EntryKind, KIND_COUNT, KIND_NAMES, WRITABLE_KINDS, kindName } from './kinds.ts';
 import { createPolicy, type InvalidationTarget, type SramPolicy } from './policy.ts';
+import { InternalError, UsageError } from '../errors.ts';
 
 export interface SramCacheOptions {
   /** Number of lines (entries) the SRAM holds. */
@@ -153,11 +154,11 @@ export class SramCache implements InvalidationTarget {
   constructor(options: SramCacheOptions) {
     const { lines } = options;
     if (!Number.isInteger(lines) || lines < 1 || lines > MAX_LINES) {
-      throw new Error(`lines must be a whole number from 1 to ${MAX_LINES} (got ${lines})`);
+      throw new UsageError(`lines must be a whole number from 1 to ${MAX_LINES} (got ${lines})`);
     }
     const associativity = options.associativity ?? 0;
     if (!Number.isInteger(associativity) || associativity < 0) {
-      throw new Error(`associativity must be 0 (fully associative) or a positive integer (got ${associativity})`);
+      throw new UsageError(`associativity must be 0 (fully associative) or a positive integer (got ${associativity})`);
     }
     this.lineCount = lines;
     this.associativity = associativity;
@@ -165,7 +166,7 @@ export class SramCache implements InvalidationTarget {
     this.costs = { ...DEFAULT_COSTS, ...options.costs };
     for (const [name, value] of Object.entries(this.costs)) {
       if (typeof value !== 'number' || !Number.isFinite(value) || value < 0) {
-        throw new Error(`costs.${name} must be a non-negative number of nanoseconds (got ${String(value)})`);
+        throw new UsageError(`costs.${name} must be a non-negative number of nanoseconds (got ${String(value)})`);
       }
     }
     this.controlInsertsLines = options.controlInsertsLines ?? true;
@@ -190,12 +191,12 @@ export class SramCache implements InvalidationTarget {
     let firstLine = 0;
     for (const pool of pools) {
       if (!Number.isInteger(pool.lines) || pool.lines < 0) {
-        throw new Error(`policy ${this.policy.name} gave a pool of ${pool.lines} lines; pools need a whole, non-negative number`);
+        throw new InternalError(`policy ${this.policy.name} gave a pool of ${pool.lines} lines; pools need a whole, non-negative number`);
       }
       const ways = associativity === 0 ? pool.lines : associativity;
       if (pool.lines > 0 && pool.lines % ways !== 0) {
         const names = pool.kinds.map(kindName).join('+');
-        throw new Error(
+        throw new UsageError(
           `the ${names} pool has ${pool.lines} lines, not a multiple of associativity ${associativity}; ` +
             'choose line counts that are multiples of the associativity',
         );
@@ -203,7 +204,7 @@ export class SramCache implements InvalidationTarget {
       const sets = pool.lines === 0 ? 0 : pool.lines / ways;
       for (const kind of pool.kinds) {
         if (this.setCountOfKind[kind] !== -1) {
-          throw new Error(`policy ${this.policy.name} put ${kindName(kind)} in two pools`);
+          throw new InternalError(`policy ${this.policy.name} put ${kindName(kind)} in two pools`);
         }
         this.setBaseOfKind[kind] = setTotal;
         this.setCountOfKind[kind] = sets;
@@ -213,10 +214,10 @@ export class SramCache implements InvalidationTarget {
       firstLine += pool.lines;
     }
     if (firstLine !== lines) {
-      throw new Error(`policy ${this.policy.name} laid out ${firstLine} lines for a cache of ${lines}`);
+      throw new InternalError(`policy ${this.policy.name} laid out ${firstLine} lines for a cache of ${lines}`);
     }
     for (let kind = 0; kind < KIND_COUNT; kind++) {
-      if (this.setCountOfKind[kind] === -1) throw new Error(`policy ${this.policy.name} left ${kindName(kind)} out of every pool`);
+      if (this.setCountOfKind[kind] === -1) throw new InternalError(`policy ${this.policy.name} left ${kindName(kind)} out of every pool`);
     }
 
     this.head = new Int32Array(setTotal).fill(NONE);
@@ -252,7 +253,7 @@ export class SramCache implements InvalidationTarget {
     a |= 0;
     b |= 0;
     if (write && this.writable[kind] === 0) {
-      throw new Error(`${kindName(kind)} entries are never modified on-chip; access them with write = false`);
+      throw new UsageError(`${kindName(kind)} entries are never modified on-chip; access them with write = false`);
     }
     if (owner >>> 0 >= this.ownerCapacity) this.growOwners(owner);
     const h = hashKey(kind, a, b);
@@ -662,7 +663,7 @@ export class SramCache implements InvalidationTarget {
   }
 
   private growOwners(owner: number): void {
-    if (!Number.isInteger(owner) || owner < 0) throw new Error(`owner must be a non-negative integer index (got ${owner})`);
+    if (!Number.isInteger(owner) || owner < 0) throw new UsageError(`owner must be a non-negative integer index (got ${owner})`);
     let capacity = this.ownerCapacity;
     while (capacity <= owner) capacity *= 2;
     const grown = new Float64Array(capacity * OWNER_FIELDS);

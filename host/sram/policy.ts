@@ -3,6 +3,7 @@
 // Victims inside a pool are always picked by recency (LRU per set). New policies plug in with
 // registerPolicy(); the model only sees the SramPolicy interface.
 import { EntryKind, KIND_COUNT, KIND_NAMES, TRANSLATION_MASK } from './kinds.ts';
+import { UsageError } from '../errors.ts';
 
 /** A group of lines shared by some kinds. A pool of 0 lines caches nothing: its kinds always miss. */
 export interface PoolSpec {
@@ -106,13 +107,13 @@ export const partitioned: PolicyFactory = (options) => ({
     const split = options.partition ?? defaultPartition(geometry);
     for (const name of Object.keys(split)) {
       if (!KIND_NAMES.includes(name)) {
-        throw new Error(`partition names unknown kind '${name}'; use ${KIND_NAMES.join(', ')}`);
+        throw new UsageError(`partition names unknown kind '${name}'; use ${KIND_NAMES.join(', ')}`);
       }
     }
     const pools = ALL_KINDS.map((kind) => ({ kinds: [kind], lines: split[KIND_NAMES[kind]!] ?? 0 }));
     const total = pools.reduce((sum, pool) => sum + pool.lines, 0);
     if (total !== geometry.lines) {
-      throw new Error(`partition gives ${total} lines but the cache has ${geometry.lines}; make the per-kind counts add up to lines`);
+      throw new UsageError(`partition gives ${total} lines but the cache has ${geometry.lines}; make the per-kind counts add up to lines`);
     }
     return pools;
   },
@@ -138,7 +139,7 @@ export function policyNames(): string[] {
 export function createPolicy(name: string, options: PolicyOptions = {}): SramPolicy {
   const factory = factories.get(name);
   if (factory === undefined) {
-    throw new Error(`unknown policy '${name}'; use one of ${policyNames().join(', ')}`);
+    throw new UsageError(`unknown policy '${name}'; use one of ${policyNames().join(', ')}`);
   }
   return factory(options);
 }

@@ -4,6 +4,7 @@
 import { existsSync, readFileSync } from 'node:fs';
 import { dirname, join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
+import { FileError, FormatError } from '../errors.ts';
 
 export interface BlockTrace {
   readonly requests: number;
@@ -34,13 +35,13 @@ export function parseBlockTrace(text: string, source: string, maxRequests = Infi
     try {
       record = JSON.parse(line);
     } catch {
-      throw new Error(`${source}:${index + 1}: not a JSON object; each line must be {"hash_ids": [...], ...}`);
+      throw new FormatError(`${source}:${index + 1}: not a JSON object; each line must be {"hash_ids": [...], ...}`);
     }
     const hashIds = (record as { hash_ids?: unknown } | null)?.hash_ids;
-    if (!Array.isArray(hashIds)) throw new Error(`${source}:${index + 1}: missing "hash_ids" array`);
+    if (!Array.isArray(hashIds)) throw new FormatError(`${source}:${index + 1}: missing "hash_ids" array`);
     for (const id of hashIds) {
       if (typeof id !== 'number' || !Number.isInteger(id) || id < 0 || id > 0xffffffff) {
-        throw new Error(`${source}:${index + 1}: hash id ${JSON.stringify(id)} is not an integer in 0..2^32-1`);
+        throw new FormatError(`${source}:${index + 1}: hash id ${JSON.stringify(id)} is not an integer in 0..2^32-1`);
       }
       ids.push(id);
     }
@@ -55,7 +56,9 @@ export function loadBlockTrace(path: string, maxRequests = Infinity): BlockTrace
   try {
     text = readFileSync(path, 'utf8');
   } catch (error) {
-    throw new Error(`cannot read trace ${path} (${(error as NodeJS.ErrnoException).code ?? (error as Error).message}); pass --trace <file.jsonl>`);
+    throw new FileError(`cannot read trace ${path} (${(error as NodeJS.ErrnoException).code ?? (error as Error).message}); pass --trace <file.jsonl>`, {
+      cause: error,
+    });
   }
   return parseBlockTrace(text, path, maxRequests);
 }

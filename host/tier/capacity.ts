@@ -1,6 +1,7 @@
 // How a configured capacity in octets splits into data slots and room for metadata, so that the
 // data directory never grows past the capacity: data file <= slots x slot size, two journals of
 // at most the journal limit each, two checkpoints of at most their bound each.
+import { EXIT_USAGE, KbtpError } from '../errors.ts';
 
 /** Data slots are whole pages, so a block's write never shares a page with another block. */
 export const PAGE = 4096;
@@ -14,10 +15,10 @@ export interface TierSizing {
   checkpointBound: number;
 }
 
-export class TierCapacityError extends Error {
+/** A durable capacity that cannot hold the tier (a configuration error, code KBTP_CONFIG). */
+export class TierCapacityError extends KbtpError {
   constructor(message: string) {
-    super(message);
-    this.name = 'TierCapacityError';
+    super('KBTP_CONFIG', message, EXIT_USAGE);
   }
 }
 

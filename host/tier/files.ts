@@ -4,6 +4,7 @@
 // (test/tier/power-loss-files.ts), and replay recovery against what is left.
 import fs from 'node:fs/promises';
 import path from 'node:path';
+import { FileError } from '../errors.ts';
 
 export interface TierFile {
   readonly path: string;
@@ -49,7 +50,7 @@ class NodeFile implements TierFile {
     let done = 0;
     while (done < data.length) {
       const { bytesWritten } = await this.handle.write(data, done, data.length - done, position + done);
-      if (bytesWritten === 0) throw Object.assign(new Error(`${this.path}: short write`), { code: 'EIO' });
+      if (bytesWritten === 0) throw new FileError(`${this.path}: short write`); // errorCode() reads it as EIO
       done += bytesWritten;
     }
   }

@@ -6,6 +6,7 @@
 import { crc32c } from '@node-rs/crc32';
 import path from 'node:path';
 import type { FileLayer, TierFile } from './files.ts';
+import { EXIT_USAGE, KbtpError } from '../errors.ts';
 import { decodeCheckpoint, type Checkpoint } from './checkpoint.ts';
 import { parseJournal, type BatchRecord, type JournalRecord, type ReserveRecord, type SealRecord, type UnbindRecord } from './records.ts';
 import { generationLater, generationPlus, GENERATION_RESERVE_BATCH } from './generations.ts';
@@ -72,10 +73,10 @@ export interface RecoveredState {
   report: Omit<RecoveryReport, 'seconds'>;
 }
 
-export class TierConfigMismatchError extends Error {
+/** The data directory was written with another block size or handle space (a configuration error, code KBTP_CONFIG). */
+export class TierConfigMismatchError extends KbtpError {
   constructor(message: string) {
-    super(message);
-    this.name = 'TierConfigMismatchError';
+    super('KBTP_CONFIG', message, EXIT_USAGE);
   }
 }
 

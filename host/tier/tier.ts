@@ -7,6 +7,7 @@
 // docs/TIER.md gives the format and the reasoning.
 import { crc32c } from '@node-rs/crc32';
 import path from 'node:path';
+import { EXIT_FAILURE, KbtpError } from '../errors.ts';
 import { nodeFiles, errorCode, type FileLayer, type TierFile } from './files.ts';
 import { encodeFrame, JOURNAL_MAGIC, type BatchRecord, type GroupPlace, type JournalRecord } from './records.ts';
 import { encodeCheckpoint, type Checkpoint } from './checkpoint.ts';
@@ -50,14 +51,14 @@ export interface TierOptions {
 
 export type TierErrorCode = 'ENOSPC' | 'EIO' | 'CHECKSUM' | 'NOT_HELD' | 'CLOSED';
 
-/** A request the tier could not make durable or serve; the request changed nothing. */
-export class TierError extends Error {
+/** A request the tier could not make durable or serve; the request changed nothing (code KBTP_TIER). */
+export class TierError extends KbtpError {
   constructor(
-    readonly code: TierErrorCode,
+    /** Why: no space, an I/O error, a block failing its checksum, a block not held, the tier closed. */
+    readonly reason: TierErrorCode,
     message: string,
   ) {
-    super(message);
-    this.name = 'TierError';
+    super('KBTP_TIER', message, EXIT_FAILURE);
   }
 }
 
@@ -322,7 +323,7 @@ export class DurableTier {
         const batch = this.admit(candidates);
         if (batch.length === 0) {
           // Only seals waiting for drops of another group, which cannot come: let them fail.
-          if (this.dropsInFlight === 0) this.fail(this.waiting.splice(0), new Error('no block can be dropped'));
+          if (this.dropsInFlight === 0) this.fail(this.waiting.splice(0), new TierError('EIO', 'no block can be dropped'));
           continue;
         }
         await this.commit(batch);

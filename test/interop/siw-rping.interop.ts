@@ -102,7 +102,7 @@ test('kbtp client asking for markers: siw rejects and kbtp reports ECONNREFUSED 
   const started = Date.now();
   const error = await failure(runRpingClient({ host: '127.0.0.1', port: guest.hostPort(RPING_PORT), mpa: { markers: true, timeoutMs: 20_000 } }));
   assert.instance(error, RnicError);
-  assert.is((error as RnicError).code, 'ECONNREFUSED', error.message);
+  assert.is((error as RnicError).errno, 'ECONNREFUSED', error.message);
   assert.ok(Date.now() - started < 20_000, 'no wait for the setup timeout');
 });
 
@@ -113,7 +113,7 @@ test('kbtp client offering only the Send RTR: siw proposes Write, kbtp terminate
     runRpingClient({ host: '127.0.0.1', port: guest.hostPort(RPING_PORT), mpa: { peerToPeer: true, rtr: ['send'], timeoutMs: 20_000 } }),
   );
   assert.instance(error, RnicError);
-  assert.is((error as RnicError).code, 'EPROTO', error.message);
+  assert.is((error as RnicError).errno, 'EPROTO', error.message);
   assert.is((error as RnicError).terminate?.errorCode, 0x07, 'Terminate code: no matching RTR option');
   guest.send('done');
   clientSide.result = await guest.exited;

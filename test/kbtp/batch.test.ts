@@ -2,6 +2,7 @@
 import { test } from 'uvu';
 import * as assert from 'uvu/assert';
 import { BatchError } from '../../host/kbtp/batch.ts';
+import { EXIT_STATUS, KbtpError } from '../../host/kbtp/index.ts';
 import { openInProcessSession } from './in-process-session.ts';
 
 const pair = () => openInProcessSession(512, 32, 4);
@@ -42,6 +43,9 @@ test('a batch names the requests that failed; the others complete', async () => 
       [[1, 40n]],
     );
     assert.match((error as BatchError).message, /NOT_VALID/);
+    // A KbtpError like a single request's status: the CLI's exit code 3.
+    assert.is((error as BatchError).code, 'KBTP_STATUS');
+    assert.is((error as BatchError).exitCode, EXIT_STATUS);
     assert.is(into[0]![0], 9);
     assert.is(into[2]![511], 9);
     // The session is still good.
@@ -66,8 +70,9 @@ test('a batch whose session fails rejects', async () => {
     () => undefined,
     (e: unknown) => e,
   );
-  assert.instance(error, Error);
+  assert.instance(error, KbtpError);
   assert.not.instance(error, BatchError, 'a transport failure, not KBTP statuses');
+  assert.is((error as KbtpError).code, 'KBTP_TRANSPORT');
   await session.close(200).catch(() => undefined);
   await target.stop();
 });

@@ -46,7 +46,7 @@ test('registration rejects bad arguments with clear errors, and explicit STags',
   const table = new MemoryTable(1, undefined);
   const pd = table.allocatePd();
   const expect = (fn: () => unknown, pattern: RegExp) =>
-    assert.throws(fn, (error: unknown) => error instanceof RnicError && error.code === 'EINVAL' && pattern.test(error.message));
+    assert.throws(fn, (error: unknown) => error instanceof RnicError && error.errno === 'EINVAL' && pattern.test(error.message));
   expect(() => table.register(pd, new ArrayBuffer(16), { access: Access.RemoteWrite }), /require LocalWrite/);
   expect(() => table.register(pd, new ArrayBuffer(16), { access: 0x10 }), /not a mask/);
   expect(() => table.register(pd, new ArrayBuffer(16), { access: 0, offset: 8, length: 9 }), /does not fit/);

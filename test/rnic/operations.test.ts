@@ -400,7 +400,7 @@ test('rejection with private data, setup timeout, refused TCP, posting before co
   const qp = client.createQp({ pd, sendCq: cq, recvCq: cq });
   assert.throws(
     () => qp.postSend({ wrId: 1, opcode: 'SEND' }),
-    (error: unknown) => error instanceof RnicError && error.code === 'ENOTCONN',
+    (error: unknown) => error instanceof RnicError && error.errno === 'ENOTCONN',
   );
   qp.postRecv({ wrId: 1, sgList: [] });
   try {
@@ -408,7 +408,7 @@ test('rejection with private data, setup timeout, refused TCP, posting before co
     assert.unreachable('connect should be refused');
   } catch (error) {
     assert.instance(error, RnicError);
-    assert.is((error as RnicError).code, 'ECONNREFUSED');
+    assert.is((error as RnicError).errno, 'ECONNREFUSED');
     assert.is(new TextDecoder().decode(qp.peerPrivateData), 'no room');
   }
   assert.is(qp.state, 'error');
@@ -426,7 +426,7 @@ test('rejection with private data, setup timeout, refused TCP, posting before co
     await client.connect(qp2, { host: '127.0.0.1', port, timeoutMs: 200 });
     assert.unreachable('connect should time out');
   } catch (error) {
-    assert.is((error as RnicError).code, 'ETIMEDOUT');
+    assert.is((error as RnicError).errno, 'ETIMEDOUT');
     assert.match((error as Error).message, /Reply/);
     // The caller's bound, not the default one, ended the wait (named in the message: no clock
     // comparison, which a loaded machine could break).
@@ -439,7 +439,7 @@ test('rejection with private data, setup timeout, refused TCP, posting before co
     await client.connect(qp3, { host: '127.0.0.1', port });
     assert.unreachable('connect should be refused');
   } catch (error) {
-    assert.is((error as RnicError).code, 'ECONNREFUSED');
+    assert.is((error as RnicError).errno, 'ECONNREFUSED');
   }
 });
 

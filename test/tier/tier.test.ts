@@ -32,7 +32,8 @@ async function rejectsWith(work: Promise<unknown>, code: string): Promise<void> 
     await work;
   } catch (error) {
     assert.instance(error, TierError);
-    assert.is((error as TierError).code, code);
+    assert.is((error as TierError).reason, code);
+    assert.is((error as TierError).code, 'KBTP_TIER');
     return;
   }
   assert.unreachable(`expected a TierError ${code}`);

@@ -35,6 +35,7 @@ import { SessionTickets, type LateReclaims } from './tickets.ts';
 import type { SessionSlots } from './slots.ts';
 import type { TierClient } from './tier-client.ts';
 import type { Demoter } from '../../engine/demotion.ts';
+import { InternalError } from '../../errors.ts';
 
 // Work request ids: a request context address (64-aligned) plus what the work request is for.
 const WR_RECV = 0;
@@ -353,7 +354,7 @@ export class TargetConnection {
   private askTier(request: number, action: number): void {
     const { arena, tier } = this.ctx;
     const t = arena.tierRequest(request);
-    if (tier === undefined) throw new Error(`engine asked for a durable tier (action ${action}) that this target does not have`);
+    if (tier === undefined) throw new InternalError(`engine asked for a durable tier (action ${action}) that this target does not have`);
     this.awaitingTier.add(request);
     const ask =
       action === S.ACTION_RESERVE
@@ -435,7 +436,7 @@ export class TargetConnection {
     if (this.faultArmed) {
       // KBTP_TEST_FAULT=connection:<tenant>: fail with the request's handle locked and its credit taken.
       this.faultArmed = false;
-      throw new Error('injected connection fault (KBTP_TEST_FAULT)');
+      throw new InternalError('injected connection fault (KBTP_TEST_FAULT)');
     }
     // A LOAD's COMPLETION went out with its Write: completing it only releases the handle.
     const completionSent = view.getUint32(request + S.REQUEST_STATE, true) === S.REQUEST_STATE_DATA_SENT;
@@ -611,7 +612,7 @@ export class TargetConnection {
       // KBTP_TEST_FAULT=worker:<tenant>: a throw nobody catches, as a bug outside any connection would be.
       else
         setImmediate(() => {
-          throw new Error('injected worker fault (KBTP_TEST_FAULT)');
+          throw new InternalError('injected worker fault (KBTP_TEST_FAULT)');
         });
     }
     this.sendControl(encodeHelloAck(ack), false);

@@ -13,6 +13,7 @@ import { TargetStats } from './stats.ts';
 import { LateReclaims } from './tickets.ts';
 import { Demoter } from '../../engine/demotion.ts';
 import { SecretVerifier } from './secret-hash.ts';
+import { TransportError, UsageError } from '../errors.ts';
 
 /** The thread number this target's slots are claimed for (worker threads count from 1). */
 const THREAD = 1;
@@ -27,7 +28,7 @@ export class InProcessTarget {
     log: (line: string) => void = () => undefined,
   ) {
     // The durable tier lives in a target's main thread (tier-host.ts), which this one does not have.
-    if (settings.durable !== undefined) throw new Error('the in-process target runs without a durable tier; leave durable unset');
+    if (settings.durable !== undefined) throw new UsageError('the in-process target runs without a durable tier; leave durable unset');
     this.engine = Engine.create(engineConfigFor(settings));
     const arena = new ThreadArena(this.engine, 0);
     const stats = new TargetStats(arena.requestArea.address, this.engine.layout.requestSize, this.engine.config.requestsPerThread);
@@ -53,7 +54,7 @@ export class InProcessTarget {
     const slot = slots.claim(THREAD);
     if (slot < 0) {
       request.reject(new TextEncoder().encode('kbtp: the node holds its limit of sessions'));
-      throw new Error('the in-process target holds its limit of sessions');
+      throw new TransportError('the in-process target holds its limit of sessions');
     }
     const credits = this.settings.session.credits;
     const pd = rnic.allocPd();

@@ -9,6 +9,7 @@ import type { Worker } from 'node:worker_threads';
 import { Engine } from '../../engine/engine.ts';
 import { auditPool, type AuditReport } from '../../engine/audit.ts';
 import { spawnWorker } from '../../util/spawn-worker.ts';
+import { InternalError, ListenError } from '../../errors.ts';
 import { engineConfigFor, type TargetSettings, type TenantSettings } from '../../../firmware/config.ts';
 import { loadSramConfig } from '../../sram/index.ts';
 import { mergeStats, type StatsSnapshot } from './stats.ts';
@@ -56,6 +57,11 @@ export interface RunningTarget {
 
 const workerUrl = new URL(`./worker${import.meta.url.endsWith('.ts') ? '.ts' : '.js'}`, import.meta.url);
 
+/** A worker's startup failure crosses the thread as text: a socket it could not listen on is a ListenError again. */
+function startError(message: string): InternalError | ListenError {
+  return /\b(EADDRINUSE|EADDRNOTAVAIL|EACCES)\b/.test(message) ? new ListenError(message) : new InternalError(message);
+}
+
 function startWorker(
   data: TargetWorkerData,
   log: (line: string) => void,
@@ -67,17 +73,17 @@ function startWorker(
     const onMessage = (message: WorkerToMain): void => {
       if (message.type === 'log') return;
       worker.off('message', onMessage);
-      if (message.type === 'error') reject(new Error(`target worker ${data.thread}: ${message.message}`));
+      if (message.type === 'error') reject(startError(`target worker ${data.thread}: ${message.message}`));
       else resolve(message);
     };
     worker.on('message', onMessage);
     worker.once('error', reject);
   });
-  worker.on('error', (error) => failed(new Error(`worker ${data.thread} failed: ${error.stack ?? error.message}`)));
+  worker.on('error', (error) => failed(new InternalError(`worker ${data.thread} failed: ${error.stack ?? error.message}`, { cause: error })));
   worker.on('message', (message: WorkerToMain) => {
     if (message.type === 'log') log(message.line);
     else if (message.type === 'error') log(`worker ${data.thread}: ${message.message}`);
-    else if (message.type === 'fatal') failed(new Error(`worker ${data.thread} failed: ${message.message}`));
+    else if (message.type === 'fatal') failed(new InternalError(`worker ${data.thread} failed: ${message.message}`));
     else if (message.type === 'tier') {
       if (tier === undefined) return;
       void tier.answer(message.ask).then((answer) => worker.postMessage({ type: 'tier', id: message.id, answer } satisfies MainToWorker));
@@ -119,7 +125,7 @@ export async function startTarget(settings: TargetSettings, options: TargetOptio
     await tier?.close();
     throw error;
   }
-  if (listening.type !== 'listening') throw new Error('target worker 1 did not report its listening socket');
+  if (listening.type !== 'listening') throw new InternalError('target worker 1 did not report its listening socket');
   try {
     const rest = [];
     for (let thread = 2; thread <= settings.workers; thread++) {
@@ -140,7 +146,7 @@ export async function startTarget(settings: TargetSettings, options: TargetOptio
     worker.once('exit', (code) => {
       exited.add(worker);
       // Outside stop(), a worker that ends took the shared listening socket with it.
-      if (!stopping) failed(new Error(`worker ${index + 1} ended unexpectedly (exit code ${code})`));
+      if (!stopping) failed(new InternalError(`worker ${index + 1} ended unexpectedly (exit code ${code})`));
     });
   }
   // A worker that died or does not answer within a second counts as empty rather than stalling stop().

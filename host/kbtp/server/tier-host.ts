@@ -9,6 +9,7 @@ import { generationPlus, GENERATION_RESERVE_BATCH } from '../../tier/generations
 import type { FileLayer } from '../../tier/files.ts';
 import type { TargetSettings } from '../../../firmware/config.ts';
 import type { TierAsk, TierAnswer } from './tier-messages.ts';
+import { InternalError } from '../../errors.ts';
 
 export interface DurableStats extends TierStats {
   /** Sealed blocks that left the pool for the tier alone, all workers. */
@@ -35,7 +36,7 @@ export class TierHost {
   /** Opens or recovers the tier and restores the engine's table from it, before anything is served. */
   static async open(engine: Engine, settings: TargetSettings, files?: FileLayer): Promise<TierHost> {
     const durable = settings.durable;
-    if (durable === undefined) throw new Error('no durable tier configured');
+    if (durable === undefined) throw new InternalError('no durable tier configured');
     const { config } = engine;
     const gate: DropGate = {
       claim: (index) => host.claim(index),
@@ -124,7 +125,7 @@ export class TierHost {
       }
     } catch (error) {
       this.tierErrors += 1;
-      const lost = error instanceof TierError && (error.code === 'CHECKSUM' || error.code === 'NOT_HELD');
+      const lost = error instanceof TierError && (error.reason === 'CHECKSUM' || error.reason === 'NOT_HELD');
       return { ok: false, outcome: lost ? S.FETCH_LOST : S.FETCH_FAILED };
     }
   }

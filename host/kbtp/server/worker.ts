@@ -18,6 +18,7 @@ import { TierClient } from './tier-client.ts';
 import { Demoter } from '../../engine/demotion.ts';
 import type { TierToMain, TierToWorker } from './tier-messages.ts';
 import { SecretVerifier } from './secret-hash.ts';
+import { InternalError } from '../../errors.ts';
 
 export interface TargetWorkerData {
   handoff: EngineHandoff;
@@ -48,7 +49,7 @@ function send(message: WorkerToMain): void {
 
 function listeningFd(server: net.Server): number {
   const fd = (server as unknown as { _handle?: { fd?: number } })._handle?.fd;
-  if (typeof fd !== 'number' || fd < 0) throw new Error('cannot share the listening socket: no file descriptor');
+  if (typeof fd !== 'number' || fd < 0) throw new InternalError('cannot share the listening socket: no file descriptor');
   return fd;
 }
 
@@ -150,16 +151,16 @@ async function main(): Promise<void> {
     connection.start(); // receives are posted before the initiator can send HELLO
     try {
       if (request instanceof RcConnectionRequest) {
-        if (!(qp instanceof RcQueuePair)) throw new Error('a RoCE connection request needs an RC queue pair');
+        if (!(qp instanceof RcQueuePair)) throw new InternalError('a RoCE connection request needs an RC queue pair');
         await request.accept(qp);
       } else {
-        if (qp instanceof RcQueuePair) throw new Error('an MPA connection request needs an iWARP queue pair');
+        if (qp instanceof RcQueuePair) throw new InternalError('an MPA connection request needs an iWARP queue pair');
         // MPA CRC only when the initiator asks for it (RFC 5044: used unless both sides decline).
         await request.accept(qp, { crc: false, timeoutMs: settings.timeouts.rtrMs });
       }
       connection.established();
     } catch (error) {
-      const timedOut = error instanceof RnicError && error.code === 'ETIMEDOUT';
+      const timedOut = error instanceof RnicError && error.errno === 'ETIMEDOUT';
       if (timedOut) stats.timedOut('rtr');
       else stats.setupFailed('setup-error');
       context.log(`${peer}: connection setup failed: ${error instanceof Error ? error.message : String(error)}`);
@@ -167,7 +168,7 @@ async function main(): Promise<void> {
     }
   };
   const onSetupFailure = (error: Error, peer: string): void => {
-    const code = error instanceof RnicError ? error.code : undefined;
+    const code = error instanceof RnicError ? error.errno : undefined;
     if (code === 'ETIMEDOUT') stats.timedOut('mpa-request');
     else if (code === 'EPROTO') stats.setupFailed('bad-mpa');
     else if (code === 'ECONNRESET') stats.setupFailed('closed-during-setup');

@@ -1,5 +1,6 @@
 // KBTP request and COMPLETION messages (draft 5.1-5.2, kbtp-v1 sections 1-3): encode and decode.
 import * as K from '../../../assembly/kbtp-constants.ts';
+import { EXIT_FAILURE, KbtpError } from '../../errors.ts';
 
 export interface DataDescriptor {
   stag: number;
@@ -36,10 +37,13 @@ export interface Completion {
   blockOffset: bigint;
 }
 
-export class MessageFormatError extends Error {
+/**
+ * A KBTP message that does not decode (code KBTP_PROTOCOL, like the client's ProtocolError, which
+ * cannot be its base: ../errors.ts imports this module).
+ */
+export class MessageFormatError extends KbtpError {
   constructor(message: string) {
-    super(message);
-    this.name = 'MessageFormatError';
+    super('KBTP_PROTOCOL', message, EXIT_FAILURE);
   }
 }
 

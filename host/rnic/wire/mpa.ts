@@ -3,6 +3,7 @@
 // negotiation that uses these lives in ../connection.ts.
 
 import { CRC_LENGTH, crc32cUpdate, writeCrc } from './crc.ts';
+import { EXIT_FAILURE, KbtpError } from '../../errors.ts';
 
 const ascii = (text: string): Uint8Array => new Uint8Array(Array.from(text, (c) => c.charCodeAt(0)));
 
@@ -81,8 +82,11 @@ export interface MpaFrame {
   readonly reservedFlags?: number;
 }
 
-export class MpaFrameError extends Error {
-  override readonly name = 'MpaFrameError';
+/** A malformed MPA frame or handshake message (the peer broke MPA). */
+export class MpaFrameError extends KbtpError {
+  constructor(message: string) {
+    super('KBTP_PROTOCOL', message, EXIT_FAILURE);
+  }
 }
 
 export function encodeEnhancedData(data: MpaEnhancedData): Uint8Array {
