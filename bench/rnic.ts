@@ -11,7 +11,7 @@ import { mkdirSync, writeFileSync } from 'node:fs';
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import net from 'node:net';
-import { parseArgs } from 'node:util';
+import { parseCommandLine } from '../host/commands/command-line.ts';
 import { Access, createRnic, ImpairedLink, UdpLink, type AnyQueuePair, type CompletionQueue, type MemoryRegion } from '../host/rnic/verbs.ts';
 
 interface Row {
@@ -35,20 +35,19 @@ interface Row {
   cpuMsPerGiB: number;
 }
 
-const { values } = parseArgs({
-  options: {
+const parsed = parseCommandLine(
+  'bench/rnic',
+  'usage: node --import tsx bench/rnic.ts [--mib-per-run 128] [--trials 3] [--sizes 16384,262144,1048576] [--output path]',
+  process.argv.slice(2),
+  {
     'mib-per-run': { type: 'string', default: '128' },
     trials: { type: 'string', default: '3' },
     sizes: { type: 'string', default: `${16 * 1024},${256 * 1024},${1024 * 1024}` },
     output: { type: 'string', default: defaultOutput() },
-    help: { type: 'boolean', default: false },
   },
-});
-
-if (values.help) {
-  console.log('usage: node --import tsx bench/rnic.ts [--mib-per-run 128] [--trials 3] [--sizes 16384,262144,1048576] [--output path]');
-  process.exit(0);
-}
+);
+if (typeof parsed === 'number') process.exit(parsed);
+const { values } = parsed;
 
 /** bench/results/rnic.json of the source tree, whether this runs from bench/ or dist/bench/. */
 function defaultOutput(): string {

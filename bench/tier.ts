@@ -13,13 +13,20 @@ import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { parseArgs } from 'node:util';
+import { parseCommandLine } from '../host/commands/command-line.ts';
 import { resolveTargetSettings, type TargetSettings } from '../firmware/config.ts';
 import { startTarget } from '../host/kbtp/server/target.ts';
 import { connect } from '../host/kbtp/initiator.ts';
 import { DurableTier } from '../host/tier/tier.ts';
 
-const { values } = parseArgs({ options: { mib: { type: 'string', default: '256' }, dir: { type: 'string' }, output: { type: 'string' } } });
+const parsed = parseCommandLine(
+  'bench/tier',
+  'usage: node dist/bench/tier.js [--mib 256 (MiB stored per row)] [--dir PATH (default .cache/bench-tier)] [--output FILE (default bench/results/tier.json)]',
+  process.argv.slice(2),
+  { mib: { type: 'string', default: '256' }, dir: { type: 'string' }, output: { type: 'string' } },
+);
+if (typeof parsed === 'number') process.exit(parsed);
+const { values } = parsed;
 const here = path.dirname(fileURLToPath(import.meta.url));
 const root = here.endsWith(path.join('dist', 'bench')) ? path.join(here, '..', '..') : path.join(here, '..');
 const output = values.output ?? path.join(root, 'bench', 'results', 'tier.json');

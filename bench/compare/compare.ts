@@ -15,7 +15,7 @@
 import { mkdirSync, writeFileSync } from 'node:fs';
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { parseArgs } from 'node:util';
+import { parseCommandLine } from '../../host/commands/command-line.ts';
 import { runBench } from '../../host/bench/run.ts';
 import { parseMix } from '../../host/bench/mix.ts';
 import { parseInteger, parseNumber, parseSizes } from '../../host/bench/options.ts';
@@ -221,8 +221,11 @@ function chart(rows: readonly CompareRow[], iperfGbps: number, inFlight: number)
 }
 
 async function main(): Promise<number> {
-  const { values } = parseArgs({
-    options: {
+  const parsed = parseCommandLine(
+    'bench/compare',
+    'usage: node --import tsx bench/compare/compare.ts [--seconds 3] [--sizes 16K,256K,1M] [--sessions 1,16] [--in-flight 1] [--pipelined 8|0] [--workers 1] [--cpu-requests 10000] [--out DIR]',
+    process.argv.slice(2),
+    {
       seconds: { type: 'string' },
       sizes: { type: 'string' },
       sessions: { type: 'string' },
@@ -231,15 +234,10 @@ async function main(): Promise<number> {
       workers: { type: 'string' },
       'cpu-requests': { type: 'string' },
       out: { type: 'string' },
-      help: { type: 'boolean', short: 'h' },
     },
-  });
-  if (values.help === true) {
-    console.log(
-      'usage: node --import tsx bench/compare/compare.ts [--seconds 3] [--sizes 16K,256K,1M] [--sessions 1,16] [--in-flight 1] [--pipelined 8|0] [--workers 1] [--cpu-requests 10000] [--out DIR]',
-    );
-    return 0;
-  }
+  );
+  if (typeof parsed === 'number') return parsed;
+  const { values } = parsed;
   const seconds = parseNumber(values.seconds, '--seconds', 3, 0.1);
   const sizes = parseSizes(values.sizes ?? '16K,256K,1M', '--sizes');
   const sessionCounts = (values.sessions ?? '1,16').split(',').map((text) => parseInteger(text.trim(), '--sessions', 1));

@@ -1,7 +1,7 @@
 // `kbtp appliance`: the cache node as a daemon (firmware/). This file only turns flags into
 // settings; the daemon itself lives in firmware/ (the CLI is the one layer that may import it).
-import { parseArgs } from 'node:util';
 import type { Command } from '../cli.ts';
+import { parseCommandLine } from './command-line.ts';
 import { ConfigError, parseListen, setDurable } from '../../firmware/config.ts';
 import { loadApplianceSettings, checkManagementExposure, LOG_LEVELS, type ApplianceSettings, type LogLevel } from '../../firmware/appliance-config.ts';
 import { createLogger } from '../../firmware/logger.ts';
@@ -57,29 +57,17 @@ function applyFlags(settings: ApplianceSettings, values: Record<string, string |
 export const command: Command = {
   summary: 'run the cache node as an appliance daemon (KBTP 127.0.0.1:7117, management 127.0.0.1:7118)',
   async run(argv) {
-    let values;
-    try {
-      ({ values } = parseArgs({
-        args: argv,
-        options: {
-          config: { type: 'string' },
-          listen: { type: 'string' },
-          http: { type: 'string' },
-          'data-dir': { type: 'string' },
-          'log-format': { type: 'string' },
-          'log-level': { type: 'string' },
-          verbose: { type: 'boolean', short: 'v' },
-          help: { type: 'boolean', short: 'h' },
-        },
-      }));
-    } catch (error) {
-      console.error(`kbtp appliance: ${(error as Error).message}\n\n${HELP}`);
-      return 2;
-    }
-    if (values.help === true) {
-      console.log(HELP);
-      return 0;
-    }
+    const parsed = parseCommandLine('kbtp appliance', HELP, argv, {
+      config: { type: 'string' },
+      listen: { type: 'string' },
+      http: { type: 'string' },
+      'data-dir': { type: 'string' },
+      'log-format': { type: 'string' },
+      'log-level': { type: 'string' },
+      verbose: { type: 'boolean', short: 'v' },
+    });
+    if (typeof parsed === 'number') return parsed;
+    const { values } = parsed;
     let settings: ApplianceSettings;
     try {
       settings = loadApplianceSettings(values.config);

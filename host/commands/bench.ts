@@ -1,8 +1,8 @@
 // `kbtp bench`: measures a target with a mix of KBTP operations at several block sizes, or
 // replays a Mooncake trace against it; prints a table (or JSON) and optionally an SVG chart.
 import { writeFileSync } from 'node:fs';
-import { parseArgs } from 'node:util';
 import type { Command } from '../cli.ts';
+import { parseCommandLine } from './command-line.ts';
 import { DEFAULT_PORT } from '../kbtp/address.ts';
 import { parseTarget } from '../kbtp/initiator.ts';
 import { KbtpStatusError } from '../kbtp/errors.ts';
@@ -82,45 +82,33 @@ function endProgress(quiet: boolean): void {
 export const command: Command = {
   summary: 'benchmark a target (ops/s, GB/s, latency percentiles) or replay a KV-cache trace',
   async run(argv) {
-    let values;
-    try {
-      ({ values } = parseArgs({
-        args: argv,
-        options: {
-          spawn: { type: 'boolean' },
-          workers: { type: 'string' },
-          target: { type: 'string' },
-          tenant: { type: 'string' },
-          secret: { type: 'string' },
-          'handle-base': { type: 'string' },
-          mix: { type: 'string' },
-          sizes: { type: 'string' },
-          sessions: { type: 'string' },
-          'in-flight': { type: 'string' },
-          keys: { type: 'string' },
-          duration: { type: 'string' },
-          count: { type: 'string' },
-          warmup: { type: 'string' },
-          trace: { type: 'string' },
-          'block-size': { type: 'string' },
-          'time-scale': { type: 'string' },
-          capacity: { type: 'string' },
-          requests: { type: 'string' },
-          concurrency: { type: 'string' },
-          json: { type: 'boolean' },
-          svg: { type: 'string' },
-          quiet: { type: 'boolean', short: 'q' },
-          help: { type: 'boolean', short: 'h' },
-        },
-      }));
-    } catch (error) {
-      console.error(`kbtp bench: ${(error as Error).message}\n\n${HELP}`);
-      return 2;
-    }
-    if (values.help === true) {
-      console.log(HELP);
-      return 0;
-    }
+    const parsed = parseCommandLine('kbtp bench', HELP, argv, {
+      spawn: { type: 'boolean' },
+      workers: { type: 'string' },
+      target: { type: 'string' },
+      tenant: { type: 'string' },
+      secret: { type: 'string' },
+      'handle-base': { type: 'string' },
+      mix: { type: 'string' },
+      sizes: { type: 'string' },
+      sessions: { type: 'string' },
+      'in-flight': { type: 'string' },
+      keys: { type: 'string' },
+      duration: { type: 'string' },
+      count: { type: 'string' },
+      warmup: { type: 'string' },
+      trace: { type: 'string' },
+      'block-size': { type: 'string' },
+      'time-scale': { type: 'string' },
+      capacity: { type: 'string' },
+      requests: { type: 'string' },
+      concurrency: { type: 'string' },
+      json: { type: 'boolean' },
+      svg: { type: 'string' },
+      quiet: { type: 'boolean', short: 'q' },
+    });
+    if (typeof parsed === 'number') return parsed;
+    const { values } = parsed;
     const quiet = values.quiet === true;
     const log = (line: string): void => {
       if (!quiet) console.error(line);

@@ -1,11 +1,14 @@
 // What the client commands (info, put, get, free) share: target options, handle parsing, exit
 // codes, and turning failures into one clear line.
-import { parseArgs, type ParseArgsConfig } from 'node:util';
+import type { ParseArgsConfig } from 'node:util';
+import { parseCommandLine, type CommandLine } from './command-line.ts';
 import { connect, TargetAddressError, type KbtpSession } from '../kbtp/initiator.ts';
 import { DEFAULT_PORT } from '../kbtp/address.ts';
 import { EXIT_FAILURE, EXIT_USAGE, KbtpError, UsageError } from '../kbtp/errors.ts';
 
 export { EXIT_OK, EXIT_FAILURE, EXIT_USAGE, EXIT_STATUS, UsageError } from '../kbtp/errors.ts';
+/** A local file that cannot be read or written: which file and why (exit 1). */
+export { LocalFileError } from '../errors.ts';
 
 export const TARGET_HELP = `target options:
   --target HOST:PORT  the target (default 127.0.0.1:${DEFAULT_PORT}, or $KBTP_TARGET)
@@ -24,28 +27,10 @@ export const TARGET_OPTIONS = {
   secret: { type: 'string' },
   direct: { type: 'boolean' },
   transport: { type: 'string' },
-  help: { type: 'boolean', short: 'h' },
 } as const satisfies ParseArgsConfig['options'];
 
 /** Input the command cannot use, e.g. data larger than a block: the message alone (exit 2). */
 export class InputError extends UsageError {}
-
-/** A local file that cannot be read or written: which file and why (exit 1). */
-export class LocalFileError extends Error {
-  constructor(action: 'read' | 'write', file: string, error: unknown) {
-    const code = (error as NodeJS.ErrnoException).code;
-    const why: Record<string, string> = {
-      ENOENT: 'no such file or directory',
-      EACCES: 'permission denied',
-      EISDIR: 'it is a directory',
-      ENOTDIR: 'a part of the path is not a directory',
-      ENOSPC: 'no space left on the device',
-      EROFS: 'read-only file system',
-    };
-    super(`cannot ${action} ${file}: ${(code !== undefined ? why[code] : undefined) ?? (error as Error).message}${code !== undefined ? ` (${code})` : ''}`);
-    this.name = 'LocalFileError';
-  }
-}
 
 export function parseHandle(text: string | undefined): bigint {
   if (text === undefined) throw new UsageError('a handle is required (a decimal or 0x-hex number)');
@@ -55,12 +40,20 @@ export function parseHandle(text: string | undefined): bigint {
   return handle;
 }
 
-type Parsed<T extends ParseArgsConfig['options']> = ReturnType<
-  typeof parseArgs<{ args: string[]; options: typeof TARGET_OPTIONS & T; allowPositionals: true }>
->;
-
-export function parse<T extends ParseArgsConfig['options']>(argv: string[], options: T): Parsed<T> {
-  return parseArgs({ args: argv, options: { ...TARGET_OPTIONS, ...options }, allowPositionals: true });
+/**
+ * A client command's run(): its options and the target options parsed (--help and option errors
+ * answered as every command does), then `body` under guarded().
+ */
+export function clientCommand<T extends NonNullable<ParseArgsConfig['options']>>(
+  name: string,
+  help: string,
+  options: T,
+  body: (parsed: CommandLine<typeof TARGET_OPTIONS & T>) => Promise<number>,
+): (argv: string[]) => Promise<number> {
+  return async (argv) => {
+    const parsed = parseCommandLine(`kbtp ${name}`, help, argv, { ...TARGET_OPTIONS, ...options }, { allowPositionals: true });
+    return typeof parsed === 'number' ? parsed : guarded(name, help, () => body(parsed));
+  };
 }
 
 export async function openSession(
@@ -89,8 +82,8 @@ export async function guarded(name: string, help: string, body: () => Promise<nu
       console.error(`kbtp ${name}: ${error.message}`);
       return EXIT_USAGE;
     }
-    if (error instanceof UsageError || (error as { code?: string }).code?.startsWith('ERR_PARSE_ARGS') === true) {
-      console.error(`kbtp ${name}: ${(error as Error).message}\n\n${help}`);
+    if (error instanceof UsageError) {
+      console.error(`kbtp ${name}: ${error.message}\n\n${help}`);
       return EXIT_USAGE;
     }
     if (error instanceof KbtpError) {

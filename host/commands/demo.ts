@@ -1,9 +1,9 @@
 // `kbtp demo`: an engine over one shared memory, driven by two worker threads. Thread 0 stores
 // blocks (inline and through the read path), thread 1 loads them back, then frees them; the
 // pool audit at the end shows that every block is accounted for.
-import { parseArgs } from 'node:util';
 import type { Worker } from 'node:worker_threads';
 import type { Command } from '../cli.ts';
+import { parseCommandLine } from './command-line.ts';
 import { Engine } from '../engine/engine.ts';
 import { auditPool } from '../engine/audit.ts';
 import { spawnWorker } from '../util/spawn-worker.ts';
@@ -41,24 +41,12 @@ function show(results: DemoResult[]): void {
 export const command: Command = {
   summary: 'run the block engine with two worker threads and show what happens',
   async run(argv) {
-    let values;
-    try {
-      ({ values } = parseArgs({
-        args: argv,
-        options: {
-          blocks: { type: 'string', default: '64' },
-          'block-size': { type: 'string', default: '4096' },
-          help: { type: 'boolean', short: 'h' },
-        },
-      }));
-    } catch (error) {
-      console.error(`kbtp demo: ${(error as Error).message}\n\n${HELP}`);
-      return 2;
-    }
-    if (values.help === true) {
-      console.log(HELP);
-      return 0;
-    }
+    const parsed = parseCommandLine('kbtp demo', HELP, argv, {
+      blocks: { type: 'string', default: '64' },
+      'block-size': { type: 'string', default: '4096' },
+    });
+    if (typeof parsed === 'number') return parsed;
+    const { values } = parsed;
     const blockCount = Number(values.blocks);
     const blockSize = Number(values['block-size']);
     const engine = Engine.create({ blockSize, blockCount, threads: 2 });

@@ -1,7 +1,7 @@
 // `kbtp info`: connects, prints the target's HELLO_ACK, and says GOODBYE.
 import type { Command } from '../cli.ts';
 import * as K from '../../assembly/kbtp-constants.ts';
-import { parse, guarded, openSession, TARGET_HELP, EXIT_OK } from './client-common.ts';
+import { clientCommand, openSession, TARGET_HELP, EXIT_OK } from './client-common.ts';
 import type { HelloAck } from '../kbtp/wire/hello.ts';
 
 const HELP = `usage: kbtp info [--json] [target options]
@@ -44,22 +44,16 @@ export function describeHelloAck(ack: HelloAck): string {
 
 export const command: Command = {
   summary: "print a target's HELLO_ACK (what a session is granted)",
-  run: (argv) =>
-    guarded('info', HELP, async () => {
-      const { values } = parse(argv, { json: { type: 'boolean' } });
-      if (values.help === true) {
-        console.log(HELP);
-        return EXIT_OK;
-      }
-      const session = await openSession({ ...values, direct: true }, K.CAP_DIRECT_LOAD | K.CAP_DIRECT_ALLOC | K.CAP_PERSISTENT);
-      try {
-        const ack = session.hello;
-        console.log(
-          values.json === true ? JSON.stringify(ack, (_, value: unknown) => (typeof value === 'bigint' ? value.toString() : value)) : describeHelloAck(ack),
-        );
-      } finally {
-        await session.close();
-      }
-      return EXIT_OK;
-    }),
+  run: clientCommand('info', HELP, { json: { type: 'boolean' } }, async ({ values }) => {
+    const session = await openSession({ ...values, direct: true }, K.CAP_DIRECT_LOAD | K.CAP_DIRECT_ALLOC | K.CAP_PERSISTENT);
+    try {
+      const ack = session.hello;
+      console.log(
+        values.json === true ? JSON.stringify(ack, (_, value: unknown) => (typeof value === 'bigint' ? value.toString() : value)) : describeHelloAck(ack),
+      );
+    } finally {
+      await session.close();
+    }
+    return EXIT_OK;
+  }),
 };

@@ -2,7 +2,7 @@
 import { readFileSync } from 'node:fs';
 import type { Command } from '../cli.ts';
 import * as K from '../../assembly/kbtp-constants.ts';
-import { parse, guarded, openSession, parseHandle, TARGET_HELP, EXIT_OK, UsageError, InputError, LocalFileError } from './client-common.ts';
+import { clientCommand, openSession, parseHandle, TARGET_HELP, EXIT_OK, UsageError, InputError, LocalFileError } from './client-common.ts';
 
 const HELP = `usage: kbtp put <handle> [file] [options]
 
@@ -28,34 +28,28 @@ async function readInput(file: string | undefined): Promise<Uint8Array> {
 
 export const command: Command = {
   summary: 'store a file or standard input as the block of a handle',
-  run: (argv) =>
-    guarded('put', HELP, async () => {
-      const { values, positionals } = parse(argv, { mapped: { type: 'boolean' }, 'no-seal': { type: 'boolean' } });
-      if (values.help === true) {
-        console.log(HELP);
-        return EXIT_OK;
+  run: clientCommand('put', HELP, { mapped: { type: 'boolean' }, 'no-seal': { type: 'boolean' } }, async ({ values, positionals }) => {
+    if (positionals.length > 2) throw new UsageError(`unexpected argument "${positionals[2]}"`);
+    const handle = parseHandle(positionals[0]);
+    const data = await readInput(positionals[1]);
+    const session = await openSession(values, K.CAP_DIRECT_ALLOC);
+    try {
+      if (data.length > session.hello.blockSize) {
+        throw new InputError(
+          `${data.length} octets do not fit the target's ${session.hello.blockSize}-octet blocks; store at most ${session.hello.blockSize} octets per handle`,
+        );
       }
-      if (positionals.length > 2) throw new UsageError(`unexpected argument "${positionals[2]}"`);
-      const handle = parseHandle(positionals[0]);
-      const data = await readInput(positionals[1]);
-      const session = await openSession(values, K.CAP_DIRECT_ALLOC);
-      try {
-        if (data.length > session.hello.blockSize) {
-          throw new InputError(
-            `${data.length} octets do not fit the target's ${session.hello.blockSize}-octet blocks; store at most ${session.hello.blockSize} octets per handle`,
-          );
-        }
-        const seal = values['no-seal'] !== true;
-        const info =
-          values.mapped === true
-            ? await session.store(handle, data, { seal })
-            : values.direct === true
-              ? await session.directAllocStore(handle, data, { seal })
-              : await session.allocStore(handle, data, { seal });
-        console.error(`stored ${data.length} octets at handle ${handle} (generation ${info.generation}, block 0x${info.blockOffset.toString(16)})`);
-      } finally {
-        await session.close();
-      }
-      return EXIT_OK;
-    }),
+      const seal = values['no-seal'] !== true;
+      const info =
+        values.mapped === true
+          ? await session.store(handle, data, { seal })
+          : values.direct === true
+            ? await session.directAllocStore(handle, data, { seal })
+            : await session.allocStore(handle, data, { seal });
+      console.error(`stored ${data.length} octets at handle ${handle} (generation ${info.generation}, block 0x${info.blockOffset.toString(16)})`);
+    } finally {
+      await session.close();
+    }
+    return EXIT_OK;
+  }),
 };

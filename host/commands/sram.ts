@@ -2,8 +2,9 @@
 // (or one JSON object with --json) and writes its SVG chart(s) to --out.
 import { mkdirSync, writeFileSync } from 'node:fs';
 import { join, resolve } from 'node:path';
-import { parseArgs, type ParseArgsConfig } from 'node:util';
+import type { ParseArgsConfig } from 'node:util';
 import type { Command } from '../cli.ts';
+import { parseCommandLine } from './command-line.ts';
 import { DEFAULT_SRAM_CONFIG, SramConfigError, loadSramConfig, withOverrides, type SramModelConfig } from '../sram/config.ts';
 import { EXPERIMENTS, experimentByName } from '../sram/experiments/index.ts';
 import { Progress, UsageError, integerOption, type Experiment, type OptionValues } from '../sram/experiments/experiment.ts';
@@ -18,7 +19,7 @@ const COMMON_OPTIONS = {
   lines: { type: 'string', value: '<n>', help: `SRAM lines, overriding the config (default ${DEFAULT_SRAM_CONFIG.lines})` },
   seed: { type: 'string', value: '<n>', help: 'seed of the random access streams (default 1)' },
   quiet: { type: 'boolean', help: 'no progress lines on stderr' },
-  help: { type: 'boolean', help: 'show this help' },
+  help: { type: 'boolean', help: 'show this help (also -h)' },
 } as const;
 
 function topUsage(): string {
@@ -72,18 +73,9 @@ export const command: Command = {
     }
     const options: ParseArgsConfig['options'] = {};
     for (const [option, spec] of Object.entries({ ...experiment.options, ...COMMON_OPTIONS })) options[option] = { type: spec.type };
-    let values: OptionValues;
-    try {
-      const parsed = parseArgs({ args: rest, options, strict: true, allowPositionals: false });
-      values = parsed.values as OptionValues;
-    } catch (error) {
-      console.error(`kbtp sram ${name}: ${(error as Error).message}\n\n${experimentUsage(experiment)}`);
-      return 2;
-    }
-    if (values.help === true) {
-      console.log(experimentUsage(experiment));
-      return 0;
-    }
+    const parsed = parseCommandLine(`kbtp sram ${name}`, experimentUsage(experiment), rest, options);
+    if (typeof parsed === 'number') return parsed;
+    const values = parsed.values as OptionValues;
     try {
       const config = modelConfig(values);
       const seed = integerOption(values, 'seed', 1, 0, 0xffffffff);

@@ -1,7 +1,7 @@
 // `kbtp target`: the cache node. Reads the config file (if any), applies flags over it, starts
 // the engine and the worker threads, and reports statistics until SIGINT/SIGTERM, then drains.
-import { parseArgs } from 'node:util';
 import type { Command } from '../cli.ts';
+import { parseCommandLine } from './command-line.ts';
 import {
   loadTargetSettings,
   parseListen,
@@ -111,36 +111,24 @@ async function statusLine(target: RunningTarget): Promise<string> {
 export const command: Command = {
   summary: 'run a KBTP target (the cache node) on 127.0.0.1:7117 by default',
   async run(argv) {
-    let values;
-    try {
-      ({ values } = parseArgs({
-        args: argv,
-        options: {
-          config: { type: 'string' },
-          'check-config': { type: 'string' },
-          listen: { type: 'string' },
-          transport: { type: 'string' },
-          workers: { type: 'string' },
-          'block-size': { type: 'string' },
-          blocks: { type: 'string' },
-          credits: { type: 'string' },
-          'sram-model': { type: 'string' },
-          'stats-interval': { type: 'string' },
-          'data-dir': { type: 'string' },
-          'durable-capacity': { type: 'string' },
-          'no-durable': { type: 'boolean' },
-          verbose: { type: 'boolean', short: 'v' },
-          help: { type: 'boolean', short: 'h' },
-        },
-      }));
-    } catch (error) {
-      console.error(`kbtp target: ${(error as Error).message}\n\n${HELP}`);
-      return 2;
-    }
-    if (values.help === true) {
-      console.log(HELP);
-      return 0;
-    }
+    const parsed = parseCommandLine('kbtp target', HELP, argv, {
+      config: { type: 'string' },
+      'check-config': { type: 'string' },
+      listen: { type: 'string' },
+      transport: { type: 'string' },
+      workers: { type: 'string' },
+      'block-size': { type: 'string' },
+      blocks: { type: 'string' },
+      credits: { type: 'string' },
+      'sram-model': { type: 'string' },
+      'stats-interval': { type: 'string' },
+      'data-dir': { type: 'string' },
+      'durable-capacity': { type: 'string' },
+      'no-durable': { type: 'boolean' },
+      verbose: { type: 'boolean', short: 'v' },
+    });
+    if (typeof parsed === 'number') return parsed;
+    const { values } = parsed;
     if (values.config !== undefined && values['check-config'] !== undefined) {
       console.error(`kbtp target: give either --config or --check-config, not both\n\n${HELP}`);
       return 2;

@@ -1,7 +1,7 @@
 // `kbtp tenant add|list|remove`: the appliance's tenants in its configuration file
 // (firmware/tenant-file.ts). A new tenant's secret is printed once and stored only as a hash.
-import { parseArgs } from 'node:util';
 import type { Command } from '../cli.ts';
+import { parseCommandLine } from './command-line.ts';
 import { ConfigError } from '../../firmware/config.ts';
 import { addTenant, listTenants, removeTenant } from '../../firmware/tenant-file.ts';
 
@@ -24,28 +24,20 @@ exit codes: 0 done, 2 usage or configuration error.`;
 export const command: Command = {
   summary: 'add, list or remove tenants of the appliance configuration (secrets stored hashed)',
   async run(argv) {
-    let parsed;
-    try {
-      parsed = parseArgs({
-        args: argv,
-        allowPositionals: true,
-        options: {
-          config: { type: 'string' },
-          quota: { type: 'string' },
-          handles: { type: 'string' },
-          'trusted-direct-load': { type: 'boolean' },
-          help: { type: 'boolean', short: 'h' },
-        },
-      });
-    } catch (error) {
-      console.error(`kbtp tenant: ${(error as Error).message}\n\n${HELP}`);
-      return 2;
-    }
+    const parsed = parseCommandLine(
+      'kbtp tenant',
+      HELP,
+      argv,
+      {
+        config: { type: 'string' },
+        quota: { type: 'string' },
+        handles: { type: 'string' },
+        'trusted-direct-load': { type: 'boolean' },
+      },
+      { allowPositionals: true },
+    );
+    if (typeof parsed === 'number') return parsed;
     const { values, positionals } = parsed;
-    if (values.help === true) {
-      console.log(HELP);
-      return 0;
-    }
     const [action, name, ...extra] = positionals;
     const path = values.config ?? process.env.KBTP_CONFIG ?? '/etc/kbtp/kbtp.json';
     const count = (flag: string, value: string | undefined): number | undefined => {
