@@ -4,10 +4,11 @@
 import path from 'node:path';
 import * as S from '../../../assembly/struct-offsets.ts';
 import type { Engine } from '../../engine/engine.ts';
-import { DurableTier, TierError, type TierStats, type DropGate } from '../../tier/tier.ts';
+import { DurableTier, TierError, type TierStats, type DropGate, type TierTenant, type CheckpointResult } from '../../tier/tier.ts';
 import { generationPlus, GENERATION_RESERVE_BATCH } from '../../tier/generations.ts';
 import type { FileLayer } from '../../tier/files.ts';
-import type { TargetSettings } from '../../../firmware/config.ts';
+import type { TargetSettings, TenantSettings } from '../../../firmware/config.ts';
+import { ENTRY_VALID, ENTRY_SEALED } from '../../../assembly/kbtp-constants.ts';
 import type { TierAsk, TierAnswer } from './tier-messages.ts';
 import { InternalError } from '../../errors.ts';
 
@@ -49,11 +50,7 @@ export class TierHost {
       handleBase: config.handleBase,
       handleCount: config.handleCount,
       drops: gate,
-      tenants: settings.tenants.map((tenant) => ({
-        first: Number(tenant.storeRange.first - config.handleBase),
-        count: Number(tenant.storeRange.count),
-        durableQuota: tenant.durableQuota ?? Number.MAX_SAFE_INTEGER,
-      })),
+      tenants: tierTenants(settings.tenants, config.handleBase),
       ...(files === undefined ? {} : { files }),
     });
     const host = new TierHost(tier, engine);
@@ -137,4 +134,83 @@ export class TierHost {
   close(): Promise<void> {
     return this.tier.close();
   }
+
+  // --- maintenance (the appliance's scheduled jobs and SIGHUP) ---------------------------------
+
+  /**
+   * Scrubs a slice of the tier (DurableTier.scrub) and deals with what failed: a block that lives
+   * on the tier alone is given up durably, exactly as a LOAD that finds it corrupt does (not VALID
+   * with the next Generation); a resident block's copy on the tier is rewritten from the pool.
+   * A block whose handle is busy is left for the next pass.
+   */
+  async scrub(fromSlot: number, maxBlocks: number): Promise<TierScrubReport> {
+    const result = await this.tier.scrub(fromSlot, maxBlocks);
+    const report: TierScrubReport = { ...result, repaired: 0, unbound: 0, deferred: 0 };
+    for (const { index, generation } of result.corrupt) {
+      const outcome = await this.settleCorrupt(index, generation);
+      report[outcome] += 1;
+    }
+    return report;
+  }
+
+  private async settleCorrupt(index: number, generation: number): Promise<'repaired' | 'unbound' | 'deferred'> {
+    const { engine, tier } = this;
+    if (engine.dropClaim(index)) {
+      // Held now: VALID, sealed, on the tier alone.
+      let ok = false;
+      try {
+        if (engine.readEntry(engine.config.handleBase + BigInt(index))?.generation === generation) {
+          await tier.unbind(index, generationPlus(generation, 1), 'lost');
+          ok = true;
+        }
+      } catch {
+        // TIER_ERROR-like: nothing changed; the next pass finds the block again.
+      } finally {
+        engine.dropSettle(index, ok);
+      }
+      return ok ? 'unbound' : 'deferred';
+    }
+    const entry = engine.readEntry(engine.config.handleBase + BigInt(index));
+    const bound = ENTRY_VALID | ENTRY_SEALED;
+    if (entry === undefined || (entry.flags & bound) !== bound || entry.generation !== generation || entry.blockOffset === ALL_ONES) return 'deferred';
+    // A private copy: the pool block may be demoted and reused meanwhile; repair() checks the copy
+    // against the CRC the block was sealed with, so a copy taken mid-change is refused.
+    const copy = engine.block(entry.blockOffset, entry.dataLength).slice();
+    return (await tier.repair(index, generation, copy)) ? 'repaired' : 'deferred';
+  }
+
+  /** A checkpoint now, and the data file's free tail given back (DurableTier.checkpoint). */
+  checkpoint(): Promise<CheckpointResult> {
+    return this.tier.checkpoint();
+  }
+
+  /** SIGHUP changed the tenants: their store ranges and Durable Quotas apply to the tier at once. */
+  updateTenants(tenants: readonly TenantSettings[]): Promise<{ dropped: number; overQuota: number }> {
+    return this.tier.setTenants(tierTenants(tenants, this.engine.config.handleBase));
+  }
+}
+
+const ALL_ONES = 0xffffffffffffffffn;
+
+export interface TierScrubReport {
+  checked: number;
+  corrupt: Array<{ index: number; generation: number }>;
+  unreadable: Array<{ index: number; generation: number }>;
+  nextSlot: number;
+  highSlot: number;
+  /** Corrupt copies on the tier rewritten from the pool. */
+  repaired: number;
+  /** Corrupt blocks on the tier alone, given up (their handles not VALID any more). */
+  unbound: number;
+  /** Corrupt blocks left for the next pass (handle busy, or changed meanwhile). */
+  deferred: number;
+}
+
+/** The tenants as the tier sees them: store ranges in handle-index space and Durable Quotas. */
+function tierTenants(tenants: readonly TenantSettings[], handleBase: bigint): TierTenant[] {
+  return tenants.map((tenant) => ({
+    first: Number(tenant.storeRange.first - handleBase),
+    count: Number(tenant.storeRange.count),
+    durableQuota: tenant.durableQuota ?? Number.MAX_SAFE_INTEGER,
+  }));
 }
