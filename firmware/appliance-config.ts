@@ -28,18 +28,23 @@ export interface ApplianceSettings {
   listenWaitMs: number;
   /** Cron expression of each scheduled job; null turns the job off. */
   jobs: Record<JobName, string | null>;
+  /** Blocks the tier scrub re-reads per run (a slice; the next run goes on from there). */
+  scrubBlocksPerRun: number;
 }
 
 /** The scheduled maintenance jobs (firmware/jobs.ts) and their default schedules (cron, 5 or 6 fields). */
 export const JOB_DEFAULTS = {
   poolAudit: '*/5 * * * *',
   statsSnapshot: '* * * * *',
+  // Durable-tier jobs (firmware/tier-jobs.ts); they run only on a node with a tier.
+  tierScrub: '*/10 * * * *',
+  tierCheckpoint: '*/15 * * * *',
 } as const;
 export type JobName = keyof typeof JOB_DEFAULTS;
 export const JOB_NAMES = Object.keys(JOB_DEFAULTS) as JobName[];
 
 /** The top-level keys this file adds to the target's. */
-export const APPLIANCE_SECTIONS = ['management', 'dataDir', 'log', 'drainTimeoutMs', 'listenWaitMs', 'jobs', 'maxTenants'] as const;
+export const APPLIANCE_SECTIONS = ['management', 'dataDir', 'log', 'drainTimeoutMs', 'listenWaitMs', 'jobs', 'scrubBlocksPerRun', 'maxTenants'] as const;
 
 export const MIN_TOKEN_LENGTH = 16;
 const MANAGEMENT_KEYS = ['listen', 'token'] as const;
@@ -73,6 +78,8 @@ export function checkManagementExposure(management: ManagementSettings, field = 
 
 const MAX_BOUND_MS = 3_600_000;
 const DEFAULT_MAX_TENANTS = 32;
+/** 4096 blocks every 10 minutes: a 64 GiB tier of 256 KiB blocks is read through in about 11 hours. */
+const DEFAULT_SCRUB_BLOCKS = 4096;
 
 function resolveJobs(top: ObjectReader<(typeof APPLIANCE_SECTIONS)[number]>): Record<JobName, string | null> {
   const section = top.object('jobs', JOB_NAMES);
@@ -118,7 +125,17 @@ export function resolveApplianceSettings(input: Json): ApplianceSettings {
   const listenWaitMs = top.integer('listenWaitMs', { min: 0, max: MAX_BOUND_MS, fallback: 10_000 });
   // Engine tenant slots, so SIGHUP can add tenants without a restart.
   target.tenantSlots = Math.max(target.tenants.length, top.integer('maxTenants', { min: 1, max: 1024, fallback: DEFAULT_MAX_TENANTS }));
-  return { target, management, dataDir, log: { level: level as LogLevel, format, sessions }, drainTimeoutMs, listenWaitMs, jobs: resolveJobs(top) };
+  const scrubBlocksPerRun = top.integer('scrubBlocksPerRun', { min: 1, max: 2 ** 31 - 1, fallback: DEFAULT_SCRUB_BLOCKS });
+  return {
+    target,
+    management,
+    dataDir,
+    log: { level: level as LogLevel, format, sessions },
+    drainTimeoutMs,
+    listenWaitMs,
+    jobs: resolveJobs(top),
+    scrubBlocksPerRun,
+  };
 }
 
 export function loadApplianceSettings(path: string | undefined): ApplianceSettings {

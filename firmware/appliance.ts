@@ -13,13 +13,14 @@ import { statusPageRoutes } from './status-page.ts';
 import { poolOccupancy, type PoolOccupancy } from './pool-occupancy.ts';
 import { Scheduler, type JobDefinition, type JobStatus } from './scheduler.ts';
 import { poolAuditJob, statsSnapshotJob } from './jobs.ts';
+import { TierMaintenance } from './tier-jobs.ts';
 import { planTenantReload } from './tenant-reload.ts';
 import { writeTenantRecord, clearOnFree } from '../host/engine/tenant-record.ts';
 import { TrafficHistory, totalRequests, type TrafficSample } from './traffic-history.ts';
 import { summarizeLatency, type LatencySummary } from './percentiles.ts';
 import type { WarningLog, WarningEntry } from './warnings.ts';
 
-export type ApplianceState = 'starting' | 'ready' | 'draining' | 'stopped';
+export type ApplianceState = 'starting' | 'recovering' | 'ready' | 'draining' | 'stopped';
 
 export interface ApplianceStatus {
   state: ApplianceState;
@@ -30,8 +31,19 @@ export interface ApplianceStatus {
   management: { host: string; port: number };
   workers: number;
   pool: PoolOccupancy | null;
-  /** The durable tier's usage; null on a memory-only node. */
-  tier: { usedBytes: number; capacityBytes: number; blocks: number } | null;
+  /** The durable tier's usage, movements, recovery and scrub; null on a memory-only node. */
+  tier: {
+    usedBytes: number;
+    capacityBytes: number;
+    blocks: number;
+    demotions: number;
+    promotions: number;
+    drops: number;
+    checksumFailures: number;
+    recoveredBlocks: number;
+    recoverySeconds: number;
+    scrub: { pass: number; progress: number };
+  } | null;
   tenants: Array<{ name: string; sessions: number; blocks: number; quota: number }>;
   requests: { total: number; byOpcode: Record<string, Record<string, number>> };
   latency: Record<string, LatencySummary>;
@@ -57,6 +69,7 @@ export class Appliance {
   private readonly startedAt = new Date();
   readonly metrics: ApplianceMetrics;
   private readonly scheduler: Scheduler;
+  private readonly tierMaintenance: TierMaintenance;
   private readonly history = new TrafficHistory();
   private sampler: NodeJS.Timeout | undefined;
 
@@ -71,6 +84,7 @@ export class Appliance {
       ready: () => this.stateValue === 'ready',
     });
     this.scheduler = new Scheduler(log, this.metrics);
+    this.tierMaintenance = new TierMaintenance(this.metrics, settings.scrubBlocksPerRun);
   }
 
   private jobDefinitions(): JobDefinition[] {
@@ -94,6 +108,23 @@ export class Appliance {
             engine: () => this.target?.engine,
             dataDir: this.settings.dataDir,
           }),
+      },
+      // The tier's jobs are off on a memory-only node.
+      {
+        name: 'tierScrub',
+        schedule: this.target?.tier === undefined ? null : jobs.tierScrub,
+        run: () => {
+          const tier = this.target?.tier;
+          return tier === undefined ? 'skipped: no durable tier' : this.tierMaintenance.scrub(tier);
+        },
+      },
+      {
+        name: 'tierCheckpoint',
+        schedule: this.target?.tier === undefined ? null : jobs.tierCheckpoint,
+        run: () => {
+          const tier = this.target?.tier;
+          return tier === undefined ? 'skipped: no durable tier' : this.tierMaintenance.checkpoint(tier, this.settings.target.pool.blockSize);
+        },
       },
     ];
   }
@@ -172,6 +203,11 @@ export class Appliance {
         this.target = await startTarget(this.settings.target, {
           verbose: this.settings.log.sessions,
           log: (line) => this.log.info(line),
+          // /readyz says "recovering" while the durable tier is recovered (it can take a while).
+          phase: (phase) => {
+            if (this.stateValue === 'starting' || this.stateValue === 'recovering') this.stateValue = phase;
+            if (phase === 'recovering') this.log.info('recovering the durable tier', { directory: this.settings.target.durable?.dataDir });
+          },
         });
         break;
       } catch (error) {
@@ -223,7 +259,20 @@ export class Appliance {
       workers: this.settings.target.workers,
       pool: engine === undefined ? null : poolOccupancy(engine),
       tier: await this.durableStats().then((tier) =>
-        tier === undefined ? null : { usedBytes: tier.bytesUsed, capacityBytes: tier.capacityBytes, blocks: tier.blocksDurable },
+        tier === undefined
+          ? null
+          : {
+              usedBytes: tier.bytesUsed,
+              capacityBytes: tier.capacityBytes,
+              blocks: tier.blocksDurable,
+              demotions: tier.demotions,
+              promotions: tier.promotions,
+              drops: tier.drops,
+              checksumFailures: tier.checksumFailures,
+              recoveredBlocks: tier.recovery.blocksRecovered,
+              recoverySeconds: tier.recovery.seconds,
+              scrub: this.tierMaintenance.progress(),
+            },
       ),
       tenants: this.settings.target.tenants.map((tenant, index) => ({
         name: tenant.name,

@@ -2,8 +2,8 @@
 // page, or throws what an operator must look at (the scheduler logs and counts it).
 //
 // The engine needs no ticket reclaim sweep from here: each worker already sweeps the tickets of
-// ended sessions on its own timer (host/kbtp/server/tickets.ts, LateReclaims). The durable-tier
-// jobs (scrub, compaction, checkpoint) join this list when the tier exists.
+// ended sessions on its own timer (host/kbtp/server/tickets.ts, LateReclaims). The durable
+// tier's jobs (scrub, checkpoint) are in tier-jobs.ts.
 import { mkdir, rename, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { auditPool, type AuditReport } from '../host/engine/audit.ts';

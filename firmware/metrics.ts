@@ -146,6 +146,11 @@ export class ApplianceMetrics {
   readonly jobLastSuccess: Gauge<'job'>;
   readonly jobSkipped: Counter<'job'>;
   readonly reloads: Counter<'result'>;
+  readonly scrubbedBlocks: Counter;
+  readonly scrubCorrupt: Counter<'outcome'>;
+  readonly scrubPasses: Counter;
+  readonly scrubProgress: Gauge;
+  readonly trimmedBytes: Counter;
 
   constructor(sources: MetricsSources) {
     const registers = [this.registry];
@@ -239,6 +244,24 @@ export class ApplianceMetrics {
       buckets: [0.001, 0.01, 0.1, 0.5, 1, 5, 30, 120],
     });
     this.reloads = new Counter({ name: 'kbtp_config_reloads_total', help: 'Configuration reloads (SIGHUP), by result', labelNames: ['result'], registers });
+    this.scrubbedBlocks = new Counter({ name: 'kbtp_tier_scrubbed_blocks_total', help: 'Blocks re-read and checked by the tier scrub', registers });
+    this.scrubCorrupt = new Counter({
+      name: 'kbtp_tier_scrub_corrupt_blocks_total',
+      help: 'Blocks the scrub found bad, by outcome (repaired from the pool, unbound as lost, deferred to the next pass, unreadable)',
+      labelNames: ['outcome'],
+      registers,
+    });
+    this.scrubPasses = new Counter({ name: 'kbtp_tier_scrub_passes_total', help: 'Complete passes of the scrub over the tier', registers });
+    this.scrubProgress = new Gauge({
+      name: 'kbtp_tier_scrub_progress_ratio',
+      help: "How far the scrub's current pass is through the tier (0 to 1)",
+      registers,
+    });
+    this.trimmedBytes = new Counter({
+      name: 'kbtp_tier_trimmed_bytes_total',
+      help: "Octets of the tier's data file given back to the file system by checkpoints",
+      registers,
+    });
     this.jobLastSuccess = new Gauge({
       name: 'kbtp_job_last_success_timestamp_seconds',
       help: 'When each job last succeeded (Unix time)',

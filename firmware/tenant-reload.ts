@@ -53,6 +53,13 @@ export function planTenantReload(running: TargetSettings, next: readonly TenantS
         'restart the appliance for this change',
       );
     }
+    if (before !== undefined && before.tenant.eviction !== tenant.eviction) {
+      throw new ConfigError(
+        `tenants[${index}].eviction`,
+        `tenant '${tenant.name}': what its quota counts changes with the eviction policy, and it holds blocks counted the old way`,
+        'restart the appliance for this change',
+      );
+    }
     if (before === undefined) {
       pending.push({ tenant, index });
     } else {
@@ -90,7 +97,9 @@ export function planTenantReload(running: TargetSettings, next: readonly TenantS
     const before = runningBySlot.get(slot);
     const record = now === undefined ? CLOSED : recordOf(now);
     const previous = before === undefined ? CLOSED : recordOf(before);
-    if (!sameRecord(record, previous) || (now !== undefined && before === undefined)) writes.push({ slot, record });
+    // A new tenant's slot counts nothing (usage 0): its eviction policy can be set.
+    if (now !== undefined && before === undefined) writes.push({ slot, record: { ...record, eviction: now.eviction } });
+    else if (!sameRecord(record, previous)) writes.push({ slot, record });
   }
   const sharedDomains = (list: readonly TenantSettings[]): number => new Set(list.filter((t) => !t.trust.directAlloc).map((t) => t.trustDomain)).size;
   const names = (list: readonly TenantSettings[]): Set<string> => new Set(list.map((t) => t.name));

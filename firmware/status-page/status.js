@@ -119,7 +119,11 @@ function render(status) {
     rows('rings', pool.rings, (ring) => [ring.name, ring.free, ring.blocks]);
   }
   const tier = status.tier;
-  text('tier', tier ? `${bytes(tier.usedBytes)} of ${bytes(tier.capacityBytes)} used · ${tier.blocks} blocks durable` : 'no durable tier on this node (memory only)');
+  text('tier', tier
+    ? `${bytes(tier.usedBytes)} of ${bytes(tier.capacityBytes)} used · ${tier.blocks} blocks durable · ` +
+      `${tier.demotions} demoted, ${tier.promotions} promoted, ${tier.drops} dropped · ${tier.checksumFailures} checksum failures · ` +
+      `recovered ${tier.recoveredBlocks} blocks in ${tier.recoverySeconds.toFixed(2)} s · scrub pass ${tier.scrub.pass} at ${(100 * tier.scrub.progress).toFixed(0)} %`
+    : status.state === 'recovering' ? 'recovering…' : 'no durable tier on this node (memory only)');
   const last = status.traffic[status.traffic.length - 1];
   text('ops-rate', last ? rate(last.opsPerSecond) : '0');
   text('bytes-rate', last && last.bytesPerSecond > 0 ? (last.bytesPerSecond / 1e9).toPrecision(3) : '0');

@@ -5,6 +5,7 @@
 import * as S from '../../assembly/struct-offsets.ts';
 import { ENTRY_VALID, ENTRY_SEALED } from '../../assembly/kbtp-constants.ts';
 import type { Engine } from './engine.ts';
+import { readStoreRange } from './tenant-record.ts';
 
 const ALL_ONES = 0xffffffffffffffffn;
 /** Candidates gathered per scan. */
@@ -38,8 +39,9 @@ export class Demoter {
 
   private scan(tenant: number): Array<{ index: number; stamp: number }> {
     const { engine } = this;
-    const range = engine.config.tenants[tenant]?.storeRange;
-    if (range === undefined) return [];
+    if (tenant < 0 || tenant >= engine.config.tenants.length) return [];
+    // The live record, not the start-up configuration: a reload (SIGHUP) may have added the tenant or moved its range.
+    const range = readStoreRange(engine, tenant);
     const first = Number(range.first - engine.config.handleBase);
     const end = Math.min(engine.config.handleCount, first + Number(range.count));
     const found: Array<{ index: number; stamp: number }> = [];

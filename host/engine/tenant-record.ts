@@ -4,12 +4,17 @@
 // The usage counter is left alone: it counts what the tenant holds, whatever its limits.
 import * as S from '../../assembly/struct-offsets.ts';
 import type { Engine } from './engine.ts';
-import type { HandleRange } from './config.ts';
+import type { EvictionPolicy, HandleRange } from './config.ts';
 
 export interface TenantRecord {
   storeRange: HandleRange;
   loadScope: HandleRange;
   quota: number;
+  /**
+   * What the quota counts and what happens at it. Written only for a slot that counts nothing yet
+   * (a new tenant): changing it under a tenant's usage would miscount that usage.
+   */
+  eviction?: EvictionPolicy;
 }
 
 export function writeTenantRecord(engine: Engine, index: number, record: TenantRecord): void {
@@ -20,10 +25,20 @@ export function writeTenantRecord(engine: Engine, index: number, record: TenantR
   Atomics.store(words, at(S.TENANT_STORE_COUNT), 0n);
   Atomics.store(words, at(S.TENANT_LOAD_COUNT), 0n);
   Atomics.store(u32, (address + S.TENANT_QUOTA) / 4, record.quota);
+  if (record.eviction !== undefined) {
+    Atomics.store(u32, (address + S.TENANT_POLICY) / 4, record.eviction === 'demote' ? S.EVICTION_DEMOTE : S.EVICTION_NONE);
+  }
   Atomics.store(words, at(S.TENANT_STORE_FIRST), record.storeRange.first);
   Atomics.store(words, at(S.TENANT_LOAD_FIRST), record.loadScope.first);
   Atomics.store(words, at(S.TENANT_STORE_COUNT), record.storeRange.count);
   Atomics.store(words, at(S.TENANT_LOAD_COUNT), record.loadScope.count);
+}
+
+/** The tenant's store range as the engine serves it now (a reload may have moved it since start). */
+export function readStoreRange(engine: Engine, index: number): HandleRange {
+  const address = engine.tenantAddress(index);
+  const words = new BigUint64Array(engine.memory.buffer);
+  return { first: Atomics.load(words, (address + S.TENANT_STORE_FIRST) / 8), count: Atomics.load(words, (address + S.TENANT_STORE_COUNT) / 8) };
 }
 
 /** From now on blocks freed to `ring` are cleared (draft 6.4): it now serves several trust domains. */

@@ -5,6 +5,9 @@ import { test } from 'uvu';
 import * as assert from 'uvu/assert';
 import { connect, type KbtpSession } from '../../host/kbtp/initiator.ts';
 import { KbtpStatusError } from '../../host/kbtp/errors.ts';
+import { mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 import { startDaemon } from './daemon.ts';
 
 test('SIGTERM under load: no acknowledged request lost, every request answered, exit 0', async () => {
@@ -76,6 +79,82 @@ test('SIGTERM under load: no acknowledged request lost, every request answered, 
   } finally {
     await Promise.all(sessions.map((session) => session.close().catch(() => undefined)));
     await daemon.stop();
+  }
+});
+
+/** A block that says which handle it belongs to, so a mix-up cannot pass. */
+function blockFor(handle: number): Uint8Array {
+  const data = new Uint8Array(512).fill((handle * 7) & 0xff);
+  new DataView(data.buffer).setUint32(0, handle);
+  return data;
+}
+
+test('SIGTERM with a durable tier: drained, checkpointed and closed; after a restart every acknowledged block is back, nothing refused is', async () => {
+  const dataDir = mkdtempSync(join(tmpdir(), 'kbtp-durable-'));
+  const config = { workers: 2, dataDir, drainTimeoutMs: 60_000, session: { credits: 8 } };
+  const daemon = await startDaemon(config);
+  const sessions: KbtpSession[] = [];
+  const acknowledged: number[] = [];
+  const refused: number[] = [];
+  const failures: string[] = [];
+  try {
+    const kbtp = await daemon.kbtp;
+    for (let i = 0; i < 4; i++) sessions.push(await connect(kbtp, { tenant: 'default', pipeline: 8 }));
+    let signalled = false;
+    // 4 sessions x 4 lanes, each lane sealing its own 64 handles one after another.
+    const lanes = sessions.flatMap((session, client) =>
+      [0, 1, 2, 3].map(async (lane) => {
+        for (let k = 0; k < 64; k++) {
+          const handle = client * 256 + lane * 64 + k;
+          try {
+            await session.allocStore(BigInt(handle), blockFor(handle), { seal: true });
+            acknowledged.push(handle);
+          } catch (error) {
+            if (error instanceof KbtpStatusError && error.statusName === 'SHUTTING_DOWN' && signalled) refused.push(handle);
+            else failures.push(`${handle}: ${error instanceof Error ? error.message : String(error)}`);
+            return;
+          }
+        }
+      }),
+    );
+    const deadline = Date.now() + 60_000;
+    while (acknowledged.length < 200 && failures.length === 0 && Date.now() < deadline) await new Promise((resolve) => setTimeout(resolve, 20));
+    assert.equal(failures, [], 'no failure before the signal');
+    assert.ok(acknowledged.length >= 200, `only ${acknowledged.length} sealed stores before the deadline`);
+    daemon.child.kill('SIGTERM');
+    signalled = true;
+    await Promise.all(lanes);
+    assert.equal(failures, [], 'every store was answered SUCCESS or SHUTTING_DOWN');
+    assert.ok(refused.length > 0, 'the drain refused stores in flight');
+    await Promise.all(sessions.splice(0).map((session) => session.close()));
+    assert.is(await daemon.exited, 0, daemon.stderr());
+    const closed = /durable tier: checkpoint written, files closed; (\d+) blocks durable/.exec(daemon.stderr());
+    assert.ok(closed !== null, daemon.stderr());
+    assert.is(Number(closed[1]), acknowledged.length, 'the tier holds exactly the acknowledged blocks');
+  } finally {
+    await Promise.all(sessions.splice(0).map((session) => session.close().catch(() => undefined)));
+    await daemon.stop();
+  }
+
+  const again = await startDaemon(config);
+  try {
+    const recovered = await again.waitForLog(/durable tier recovered/);
+    assert.match(recovered, new RegExp(`blocksRecovered=${acknowledged.length}\\b`));
+    assert.match(recovered, /recordsDropped=0\b/);
+    const session = await connect(await again.kbtp, { tenant: 'default', pipeline: 8 });
+    sessions.push(session);
+    for (const handle of acknowledged) assert.equal((await session.load(BigInt(handle))).data, blockFor(handle), `handle ${handle}`);
+    for (const handle of refused) {
+      const outcome = await session.load(BigInt(handle)).then(
+        () => 'SUCCESS',
+        (error: unknown) => (error instanceof KbtpStatusError ? error.statusName : String(error)),
+      );
+      assert.is(outcome, 'NOT_VALID', `handle ${handle} was refused with SHUTTING_DOWN and must not exist`);
+    }
+  } finally {
+    await Promise.all(sessions.map((session) => session.close().catch(() => undefined)));
+    assert.is(await again.stop(), 0, again.stderr());
+    rmSync(dataDir, { recursive: true, force: true });
   }
 });
 

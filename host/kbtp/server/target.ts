@@ -25,6 +25,8 @@ export interface TargetOptions {
   log?: (line: string) => void;
   /** The durable tier's file layer (tests inject faults); the real file system by default. */
   tierFiles?: FileLayer;
+  /** Called as start-up moves on: 'recovering' before the durable tier is recovered, 'starting' after. */
+  phase?: (phase: 'recovering' | 'starting') => void;
 }
 
 export type { DurableStats } from './tier-host.ts';
@@ -35,6 +37,8 @@ export interface RunningTarget {
   readonly engine: Engine;
   /** What the durable tier recovered before the target listened; undefined without a tier. */
   readonly recovery: RecoveryReport | undefined;
+  /** The durable tier, for maintenance (scrub, checkpoint); undefined without one. */
+  readonly tier: TierHost | undefined;
   /** Totals of all workers, with the durable tier's figures in `durable` when the target has one. */
   stats(): Promise<StatsSnapshot>;
   /** The same, one entry per worker thread. */
@@ -98,7 +102,9 @@ export async function startTarget(settings: TargetSettings, options: TargetOptio
   if (settings.sramModel !== undefined) loadSramConfig(settings.sramModel);
   const engine = Engine.create(engineConfigFor(settings));
   // kbtp-v1 section 12: the tier is recovered and the table rebuilt before anyone can connect.
+  if (settings.durable !== undefined) options.phase?.('recovering');
   const tier = settings.durable === undefined ? undefined : await TierHost.open(engine, settings, options.tierFiles);
+  options.phase?.('starting');
   const verbose = options.verbose ?? false;
   const workers: Worker[] = [];
   const slots = SessionSlots.create(settings.session.maxSessions, engine.config.tenants.length);
@@ -185,6 +191,7 @@ export async function startTarget(settings: TargetSettings, options: TargetOptio
     port: listening.port,
     engine,
     recovery: tier?.tier.recovery,
+    tier,
     stats,
     workerStats: () => Promise.all(workers.map(ask)),
     audit: () => auditPool(engine),
@@ -194,6 +201,15 @@ export async function startTarget(settings: TargetSettings, options: TargetOptio
     updateTenants: (tenants) => {
       settings.tenants = tenants;
       for (const worker of workers) worker.postMessage({ type: 'tenants', tenants } satisfies MainToWorker);
+      // The tier's store ranges and Durable Quotas follow at once (dropping what is now over a quota).
+      void tier?.updateTenants(tenants).then(
+        ({ dropped, overQuota }) =>
+          log(
+            `durable tier: tenant ranges and Durable Quotas updated; ${dropped} blocks dropped to fit them` +
+              (overQuota > 0 ? `, ${overQuota} still over (resident in the pool: they go when demoted and the tenant seals again)` : ''),
+          ),
+        (error: unknown) => log(`durable tier: tenants changed, but the tier could not follow: ${error instanceof Error ? error.message : String(error)}`),
+      );
     },
     stop: async (graceMs = 2000) => {
       drain();
@@ -205,9 +221,21 @@ export async function startTarget(settings: TargetSettings, options: TargetOptio
       }
       stopping = true;
       await Promise.all(workers.map((worker) => worker.terminate()));
-      // Acknowledged requests are durable already; this waits for a group in flight and closes the files.
+      // A clean stop leaves a checkpoint, so the next start replays no journal. Acknowledged
+      // requests are durable either way: a failure here costs the next start time, not data.
+      const checkpointed = await tier?.checkpoint().then(
+        () => true,
+        (error: unknown) => {
+          log(`durable tier: checkpoint at stop failed (${error instanceof Error ? error.message : String(error)}); the journal has everything`);
+          return false;
+        },
+      );
+      // Waits for a group in flight and closes the files.
       await tier?.close();
-      if (tier !== undefined) stats.durable = tier.stats(stats.demotions);
+      if (tier !== undefined) {
+        stats.durable = tier.stats(stats.demotions);
+        log(`durable tier: ${checkpointed === true ? 'checkpoint written, ' : ''}files closed; ${stats.durable.blocksDurable} blocks durable`);
+      }
       return stats;
     },
   };

@@ -1,0 +1,187 @@
+// `kbtp appliance` with a durable tier, as a real process: the tier's scheduled jobs (scrub finds
+// flipped bits on disk, repairs a resident block's copy from the pool and gives up a block that
+// lives on the tier alone; checkpoint), /readyz during a long recovery, and a tenant added by
+// SIGHUP whose Durable Quota holds at once.
+import { test } from 'uvu';
+import * as assert from 'uvu/assert';
+import { mkdtempSync, mkdirSync, openSync, readSync, writeSync, closeSync, writeFileSync, rmSync, readFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { connect, type KbtpSession } from '../../host/kbtp/initiator.ts';
+import { KbtpStatusError } from '../../host/kbtp/errors.ts';
+import { encodeFrame, JOURNAL_MAGIC } from '../../host/tier/records.ts';
+import { startDaemon, get, eventually, type Daemon } from './daemon.ts';
+import { parseExposition, type Exposition } from './exposition.ts';
+
+const SLOT = 4096; // SMALL_POOL's 4096-octet blocks fill one page-aligned slot each
+
+const blockOf = (handle: number): Uint8Array => new Uint8Array(3000).fill(0x40 + handle);
+
+async function scrape(daemon: Daemon): Promise<Exposition> {
+  return parseExposition((await get(`${daemon.management}/metrics`)).text);
+}
+
+interface JobView {
+  name: string;
+  runs: number;
+  failures: number;
+  lastRun: { ok: boolean; result: string } | null;
+}
+async function jobs(daemon: Daemon): Promise<Record<string, JobView>> {
+  const status = JSON.parse((await get(`${daemon.management}/api/status`)).text) as { jobs: JobView[] };
+  return Object.fromEntries(status.jobs.map((job) => [job.name, job]));
+}
+
+/** Flips one octet of a block's slot in the tier's data file, as a failing disk would. */
+function flipOnDisk(dataDir: string, slot: number): void {
+  const fd = openSync(join(dataDir, 'tier', 'blocks'), 'r+');
+  try {
+    const octet = Buffer.alloc(1);
+    readSync(fd, octet, 0, 1, slot * SLOT + 100);
+    octet[0] = (octet[0] ?? 0) ^ 0x5a;
+    writeSync(fd, octet, 0, 1, slot * SLOT + 100);
+  } finally {
+    closeSync(fd);
+  }
+}
+
+async function statusName(work: Promise<unknown>): Promise<string> {
+  try {
+    await work;
+    return 'SUCCESS';
+  } catch (error) {
+    if (error instanceof KbtpStatusError) return error.statusName;
+    throw error;
+  }
+}
+
+test('tier jobs: the scrub finds flipped bits, repairs from the pool or gives the block up, and goes on; checkpoints run', async () => {
+  const dataDir = mkdtempSync(join(tmpdir(), 'kbtp-durable-'));
+  const daemon = await startDaemon({
+    dataDir,
+    scrubBlocksPerRun: 4,
+    jobs: { poolAudit: null, statsSnapshot: null, tierScrub: '* * * * * *', tierCheckpoint: '*/2 * * * * *' },
+    tenants: [{ name: 'alpha', secret: 'alpha-secret', quota: 4, storeRange: { first: 0, count: 100 }, eviction: 'demote' }],
+  });
+  let session: KbtpSession | undefined;
+  try {
+    session = await connect(await daemon.kbtp, { tenant: 'alpha', secret: 'alpha-secret' });
+    // One at a time, so handle h takes slot h. The quota of 4 demotes 0-3 to the tier alone.
+    for (let h = 0; h < 8; h++) await session.allocStore(BigInt(h), blockOf(h), { seal: true });
+    await eventually(
+      'a clean scrub pass over the 8 blocks',
+      () => jobs(daemon),
+      (all) => /pass \d+: .*pass complete .*all good/.test(all.tierScrub?.lastRun?.result ?? ''),
+    );
+    await eventually(
+      'a checkpoint',
+      () => jobs(daemon),
+      (all) => all.tierCheckpoint?.lastRun?.ok === true && all.tierCheckpoint.runs > 0,
+    );
+    assert.ok(((await scrape(daemon)).value('kbtp_tier_scrubbed_blocks_total') ?? 0) >= 8);
+
+    flipOnDisk(dataDir, 1); // handle 1: on the tier alone
+    flipOnDisk(dataDir, 5); // handle 5: resident in the pool too
+    const found = await eventually(
+      'the scrub finding both',
+      () => scrape(daemon),
+      (m) =>
+        m.value('kbtp_tier_scrub_corrupt_blocks_total', { outcome: 'repaired' }) === 1 &&
+        m.value('kbtp_tier_scrub_corrupt_blocks_total', { outcome: 'unbound' }) === 1,
+    );
+    assert.ok((found.value('kbtp_tier_checksum_failures_total') ?? 0) >= 2);
+    assert.ok((found.value('kbtp_job_runs_total', { job: 'tierScrub', result: 'failure' }) ?? 0) >= 1, 'a run that found corruption counts as failed');
+    await daemon.waitForLog(/job tierScrub failed: .*failed their checksum .*check the disk/);
+
+    assert.is(await statusName(session.load(1n)), 'NOT_VALID', 'the corrupt block on the tier alone was given up, not served');
+    // Demote 4-7 by storing four more, then load 5 back from the tier: the repaired copy.
+    for (let h = 8; h < 12; h++) await session.allocStore(BigInt(h), blockOf(h), { seal: true });
+    const five = await session.load(5n);
+    assert.equal(five.data, blockOf(5));
+    for (const h of [0, 2, 3, 4, 6, 7]) assert.equal((await session.load(BigInt(h))).data, blockOf(h), `handle ${h}`);
+
+    // The job goes on after the failed run, and succeeds again.
+    const failedRuns = (await jobs(daemon)).tierScrub?.runs ?? 0;
+    await eventually(
+      'a clean scrub run after the failed ones',
+      () => jobs(daemon),
+      (all) => (all.tierScrub?.runs ?? 0) > failedRuns + 1 && all.tierScrub?.lastRun?.ok === true,
+    );
+    const page = JSON.parse((await get(`${daemon.management}/api/status`)).text) as { tier: { scrub: { pass: number }; checksumFailures: number } };
+    assert.ok(page.tier.scrub.pass >= 2 && page.tier.checksumFailures >= 2, JSON.stringify(page.tier));
+  } finally {
+    await session?.close().catch(() => undefined);
+    assert.is(await daemon.stop(), 0, daemon.stderr());
+    rmSync(dataDir, { recursive: true, force: true });
+  }
+});
+
+test('/readyz says "recovering" (503) while a long journal is replayed, and turns ready only after', async () => {
+  const dataDir = mkdtempSync(join(tmpdir(), 'kbtp-durable-'));
+  // Journals of many small records, as a node that crashed after long uptime leaves them: replay
+  // takes its time on any machine, and the event loop turns between the files.
+  const tierDir = join(dataDir, 'tier');
+  mkdirSync(tierDir);
+  const frames = Buffer.concat(Array.from({ length: 20_000 }, (_, i) => encodeFrame(JOURNAL_MAGIC, { k: 'r', h: i % 1024, m: 3 })));
+  for (let file = 1; file <= 6; file++) writeFileSync(join(tierDir, `journal-${String(file).padStart(8, '0')}`), frames);
+  const daemon = await startDaemon({ dataDir });
+  try {
+    const seen: string[] = [];
+    let ready = false;
+    const deadline = Date.now() + 120_000;
+    while (!ready && Date.now() < deadline) {
+      const response = await get(`${daemon.management}/readyz`);
+      const body = JSON.parse(response.text) as { ready: boolean; state: string };
+      assert.is(response.status === 200, body.ready);
+      if (body.ready) {
+        assert.match(daemon.stderr(), /durable tier recovered/, 'ready only after the recovery');
+        ready = true;
+      } else {
+        seen.push(body.state);
+        if (body.state === 'recovering') assert.is((await get(`${daemon.management}/healthz`)).status, 200, 'alive while recovering');
+      }
+      await new Promise((resolve) => setTimeout(resolve, 10));
+    }
+    assert.ok(ready, `never ready; states ${seen.join(',')}`);
+    assert.ok(seen.includes('recovering'), `/readyz answered during the recovery; states seen: ${[...new Set(seen)].join(', ')}`);
+    assert.ok(
+      seen.every((state) => state === 'starting' || state === 'recovering'),
+      seen.join(','),
+    );
+    assert.match(daemon.stderr(), /recovering the durable tier/);
+    const metrics = await scrape(daemon);
+    assert.ok((metrics.value('kbtp_tier_recovery_duration_seconds') ?? 0) > 0);
+  } finally {
+    assert.is(await daemon.stop(), 0, daemon.stderr());
+    rmSync(dataDir, { recursive: true, force: true });
+  }
+});
+
+test("SIGHUP: a new tenant's Durable Quota holds at once, without a restart", async () => {
+  const dataDir = mkdtempSync(join(tmpdir(), 'kbtp-durable-'));
+  const alpha = { name: 'alpha', secret: 'alpha-secret', quota: 8, storeRange: { first: 0, count: 100 } };
+  const daemon = await startDaemon({ dataDir, tenants: [alpha] });
+  let session: KbtpSession | undefined;
+  try {
+    await daemon.kbtp;
+    const config = JSON.parse(readFileSync(daemon.configPath, 'utf8')) as Record<string, unknown>;
+    // gamma: 2 blocks in the pool, 3 on the tier; the oldest of what it seals beyond that is dropped.
+    const gamma = { name: 'gamma', secret: 'gamma-secret', quota: 2, durableQuota: 3, eviction: 'demote', storeRange: { first: 200, count: 50 } };
+    daemon.writeConfig({ ...config, tenants: [alpha, gamma] });
+    daemon.child.kill('SIGHUP');
+    await daemon.waitForLog(/tenants reloaded: \+gamma/);
+    await daemon.waitForLog(/durable tier: tenant ranges and Durable Quotas updated/);
+    session = await connect(await daemon.kbtp, { tenant: 'gamma', secret: 'gamma-secret' });
+    for (let h = 200; h < 206; h++) await session.allocStore(BigInt(h), blockOf(h - 200), { seal: true });
+    const outcomes: string[] = [];
+    for (let h = 200; h < 206; h++) outcomes.push(await statusName(session.load(BigInt(h))));
+    assert.equal(outcomes, ['NOT_VALID', 'NOT_VALID', 'NOT_VALID', 'SUCCESS', 'SUCCESS', 'SUCCESS'], 'only the 3 most recent stay');
+    assert.is((await scrape(daemon)).value('kbtp_tier_drops_total'), 3);
+  } finally {
+    await session?.close().catch(() => undefined);
+    assert.is(await daemon.stop(), 0, daemon.stderr());
+    rmSync(dataDir, { recursive: true, force: true });
+  }
+});
+
+test.run();
