@@ -1,0 +1,140 @@
+// kbtp's RC QP as the server end of perftest's bandwidth tests over its TCP side channel (without
+// -R), so ib_write_bw, ib_read_bw and ib_atomic_bw can run against kbtp memory. The client writes
+// first in every exchange and the server answers (perftest src/perftest_communication.c:
+// ctx_xchg_data, ctx_hand_shake); in order:
+//   1. versions, 16 octets each (a client older than 5.70 refuses, so kbtp states the client's own);
+//   2. cycle-buffer size and cache-line size, 4-octet big-endian each (check_sys_data: both sides
+//      take the larger, so kbtp answers with the client's);
+//   3. the MTU as ASCII decimal of the ibv_mtu code, 2 octets (check_mtu: the smaller wins);
+//   4. the key messages (perftest-format.ts), after which kbtp's QP is at RTS; then the same
+//      exchange again as the barrier after the client's RTR;
+// and, after the client's run, two more key exchanges, the bandwidth report items (8 octets each:
+// size, iterations, peak, average, message rate), the closing key exchange and "done\0" (perftest
+// 6.06 as Debian 12 ships it), which kbtp answers in lock step until the client closes.
+
+import type net from 'node:net';
+import { randomInt } from 'node:crypto';
+import { RnicError } from '../errors.ts';
+import type { MemoryRegion } from '../memory.ts';
+import { ipv4MappedGid, parseIpv4 } from '../wire/roce-frame.ts';
+import type { RoceEndpoint } from './endpoint.ts';
+import {
+  decodePerftestKeys,
+  decodePerftestVersion,
+  encodePerftestKeys,
+  PERFTEST_KEY_MESSAGE_LENGTH,
+  PERFTEST_OLDEST_COMPATIBLE_VERSION,
+  PERFTEST_VERSION_LENGTH,
+  type PerftestDestination,
+} from './perftest-format.ts';
+import { PATH_MTUS, type PathMtu, type RcQueuePair } from './queue-pair.ts';
+import { activateTowards, ExactReader } from './tool-side-channel.ts';
+
+const DEFAULT_STEP_TIMEOUT_MS = 30_000;
+const DEFAULT_RUN_TIMEOUT_MS = 300_000;
+
+export interface PerftestServerOptions {
+  /** The memory the client's Writes, Reads and atomics address (its rkey and start are advertised). */
+  region: MemoryRegion;
+  /** kbtp's responder resources, advertised as out_reads (the client's max_rd_atomic). Default 16. */
+  outReads?: number;
+  /** Largest path MTU kbtp offers (default 4096; the smaller of the two ends wins). */
+  pathMtu?: PathMtu;
+  /** Each setup exchange gives up after this long (default 30 s). */
+  stepTimeoutMs?: number;
+}
+
+export interface PerftestServerSession {
+  readonly clientVersion: string;
+  readonly client: PerftestDestination;
+  readonly local: PerftestDestination;
+  readonly pathMtu: PathMtu;
+  /**
+   * Waits for the client's run to end and answers its closing exchanges until it closes the side
+   * channel; resolves with the size of each item the client sent after its run.
+   */
+  finish(runTimeoutMs?: number): Promise<number[]>;
+}
+
+export async function acceptPerftest(
+  endpoint: RoceEndpoint,
+  qp: RcQueuePair,
+  socket: net.Socket,
+  options: PerftestServerOptions,
+): Promise<PerftestServerSession> {
+  const timeoutMs = options.stepTimeoutMs ?? DEFAULT_STEP_TIMEOUT_MS;
+  const reader = new ExactReader(socket);
+  socket.setNoDelay(true);
+  qp.beginConnecting();
+  try {
+    const versionField = await reader.read(PERFTEST_VERSION_LENGTH, timeoutMs, 'the client did not send its version');
+    const clientVersion = decodePerftestVersion(versionField);
+    if (!(Number.parseFloat(clientVersion) >= PERFTEST_OLDEST_COMPATIBLE_VERSION)) {
+      throw new RnicError('EPROTO', `perftest client version "${clientVersion}" is older than ${PERFTEST_OLDEST_COMPATIBLE_VERSION} (or not a version)`);
+    }
+    socket.write(versionField);
+    for (const what of ['cycle-buffer size', 'cache-line size']) socket.write(await reader.read(4, timeoutMs, `the client did not send its ${what}`));
+    const mtuField = await reader.read(2, timeoutMs, 'the client did not send its MTU');
+    const clientMtu = PATH_MTUS[Number.parseInt(new TextDecoder().decode(mtuField.subarray(0, mtuField.indexOf(0) < 0 ? 2 : mtuField.indexOf(0))), 10) - 1];
+    if (clientMtu === undefined) throw new RnicError('EPROTO', `perftest client MTU field "${Buffer.from(mtuField).toString('hex')}" is no ibv_mtu code`);
+    const pathMtu = Math.min(clientMtu, options.pathMtu ?? 4096) as PathMtu;
+    socket.write(new TextEncoder().encode(`${PATH_MTUS.indexOf(pathMtu) + 1}\0`));
+    const client = decodePerftestKeys(await reader.read(PERFTEST_KEY_MESSAGE_LENGTH, timeoutMs, 'the client did not send its keys'));
+    const outReads = options.outReads ?? 16;
+    const local: PerftestDestination = {
+      lid: 0,
+      outReads,
+      qpNumber: qp.qpNumber,
+      psn: randomInt(0x1000000),
+      rkey: options.region.stag,
+      virtualAddress: options.region.taggedOffsetBase,
+      gid: ipv4MappedGid(parseIpv4(endpoint.local.address)),
+      srqNumber: 0,
+    };
+    // perftest's QP attributes: timeout 14, retry count 7, RNR retry 7 (DEF_QP_TIME, DEF_RETRY_COUNT).
+    activateTowards(
+      endpoint,
+      qp,
+      client,
+      { sendPsn: local.psn, pathMtu, ird: outReads, ord: Math.min(client.outReads, outReads), timeout: 14, retryCount: 7, rnrRetry: 7, minRnrTimer: 12 },
+      'run perftest with -x <RoCEv2 GID index>',
+    );
+    const keys = encodePerftestKeys(local);
+    socket.write(keys);
+    await reader.read(PERFTEST_KEY_MESSAGE_LENGTH, timeoutMs, 'the client did not send its keys again after RTR');
+    socket.write(keys);
+    return {
+      clientVersion,
+      client,
+      local,
+      pathMtu,
+      finish: async (runTimeoutMs = DEFAULT_RUN_TIMEOUT_MS) => {
+        const items: number[] = [];
+        // The first item comes when the client's run is over; the rest follow in lock step.
+        for (let wait = runTimeoutMs; ; wait = timeoutMs) {
+          const item = await reader.readItem(wait, 'the client did not finish its run');
+          if (item === undefined) return items;
+          items.push(item.length);
+          socket.write(answerAfterRun(item, keys));
+        }
+      },
+    };
+  } catch (error) {
+    socket.destroy();
+    if (qp.state === 'connecting') qp.connectFailed({ reason: 'connection-lost', message: (error as Error).message });
+    else qp.enterError({ reason: 'connection-lost', message: (error as Error).message });
+    throw error;
+  }
+}
+
+const DONE = new TextEncoder().encode('done\0');
+
+/**
+ * kbtp's answer to one item the client sends after its run: its keys to a key message, "done" to
+ * "done", and zeros to a report item (kbtp measured nothing; a half-duplex client ignores them).
+ */
+function answerAfterRun(item: Uint8Array, keys: Uint8Array): Uint8Array {
+  if (item.length === PERFTEST_KEY_MESSAGE_LENGTH) return keys;
+  if (Buffer.compare(item, DONE) === 0) return DONE;
+  return new Uint8Array(item.length);
+}
