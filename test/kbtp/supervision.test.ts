@@ -91,7 +91,7 @@ test('a worker that fails: its cause is reported, its sessions end, the pool sta
   const faulty = await connect(target.address, { tenant: 'faulty', secret: 'faulty-secret' }).catch(() => undefined);
   const code = await target.exited;
   assert.is(code, 1, `exit code; stderr: ${target.stderr}`);
-  assert.match(target.stderr, /worker 1 failed: Error: injected worker fault \(KBTP_TEST_FAULT\)/);
+  assert.match(target.stderr, /worker 1 failed: InternalError: injected worker fault \(KBTP_TEST_FAULT\)/);
   assert.match(target.stderr, /draining and exiting so that the supervisor restarts the node/);
   assert.match(target.output, /pool audit: 2 bound, 14 free, lost 0, doubled 0/, "the failed worker's sessions released what they held");
   await legit.close(500).catch(() => undefined);
