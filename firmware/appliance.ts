@@ -231,6 +231,7 @@ export class Appliance {
         tornBytes: recovery.tornBytes,
         checksumFailures: recovery.checksumFailures,
         blocksOverCapacity: recovery.blocksOverCapacity,
+        blocksDiscarded: recovery.blocksDiscarded,
       });
     }
     this.stateValue = 'ready';

@@ -7,6 +7,7 @@ import { DEFAULT_PORT, parseHostPort, type HostPort } from '../host/kbtp/address
 export { DEFAULT_PORT };
 import { ConfigError, ObjectReader, isJsonObject, type Json } from './config-reader.ts';
 import { parseSecretHash } from '../host/kbtp/server/secret-hash.ts';
+import { jsonSyntaxProblem } from './json-syntax.ts';
 
 export interface TenantSettings {
   name: string;
@@ -409,7 +410,7 @@ export function readConfigFile(path: string): Json {
   try {
     return JSON.parse(text) as Json;
   } catch (error) {
-    throw new ConfigError(path, `is not valid JSON (${(error as Error).message})`, 'fix the syntax');
+    throw new ConfigError(path, `is not valid JSON (${jsonSyntaxProblem(error, text)})`, 'fix the syntax');
   }
 }
 

@@ -127,6 +127,12 @@ export function tierMetrics(tier: DurableStats): MetricJson[] {
     one('kbtp_tier_recovery_duration_seconds', 'gauge', 'How long recovering the tier took at start', tier.recovery.seconds),
     one('kbtp_tier_recovered_blocks', 'gauge', 'Sealed blocks recovered at start', tier.recovery.blocksRecovered),
     one('kbtp_tier_recovery_dropped_records', 'gauge', 'Journal records not replayed at start (torn or unchecked tail)', tier.recovery.recordsDropped),
+    one(
+      'kbtp_tier_recovery_discarded_blocks',
+      'gauge',
+      'Blocks not recovered at start because a journal record about them, or a whole group, was lost',
+      tier.recovery.blocksDiscarded,
+    ),
   ];
 }
 

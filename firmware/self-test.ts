@@ -10,6 +10,7 @@ import { connect } from '../host/kbtp/initiator.ts';
 import { KbtpStatusError } from '../host/kbtp/errors.ts';
 import { DEFAULT_PORT, parseHostPort } from '../host/kbtp/address.ts';
 import { CheckFailedError, UsageError } from '../host/errors.ts';
+import { jsonSyntaxProblem } from './json-syntax.ts';
 
 export interface SelfTestTarget {
   port: number;
@@ -28,7 +29,12 @@ const asHandle = (value: unknown, fallback: bigint): bigint =>
 
 /** Reads what the self-test needs from a node's configuration file (the target's keys only). */
 export function selfTestTarget(configText: string, tenantName?: string): SelfTestTarget {
-  const config: unknown = JSON.parse(configText);
+  let config: unknown;
+  try {
+    config = JSON.parse(configText);
+  } catch (error) {
+    throw new UsageError(`the configuration is not valid JSON (${jsonSyntaxProblem(error, configText)})`);
+  }
   if (!isRecord(config)) throw new UsageError('the configuration is not a JSON object');
   const listen = typeof config.listen === 'string' ? parseHostPort(config.listen, { allowPortZero: false }) : undefined;
   const tenants = Array.isArray(config.tenants) ? config.tenants.filter(isRecord) : [];

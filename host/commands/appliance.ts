@@ -19,14 +19,15 @@ options:
   --listen HOST:PORT   KBTP address (default 127.0.0.1:7117)
   --http HOST:PORT     management address (default 127.0.0.1:7118; beyond loopback it needs
                        management.token in the configuration)
-  --data-dir DIR       where the durable tier and job outputs live
+  --data-dir DIR       where the durable tier and job outputs live (recovered before the node
+                       turns ready; scrubbed and checkpointed on a schedule)
   --log-format F       text (default) or json (one JSON object per line)
   --log-level L        error, warn, info (default) or debug
   -v, --verbose        also log every session open and close
   -h, --help           show this help
 
-signals: SIGTERM/SIGINT drain (new requests get SHUTTING_DOWN, outstanding ones finish) and exit;
-SIGHUP reloads the configuration file.
+signals: SIGTERM/SIGINT drain (new requests get SHUTTING_DOWN, outstanding ones finish, the
+durable tier is checkpointed and closed) and exit; SIGHUP reloads the configuration file.
 exit codes: 0 after a clean shutdown, 2 for a configuration error or an address in use,
 1 otherwise (including a drain that had to cut sessions).`;
 

@@ -2,10 +2,23 @@
 // first), a configuration file in a temporary directory, ephemeral ports, the announced
 // addresses parsed from stdout, and the log kept for assertions and for failure messages.
 import { spawn, type ChildProcess } from 'node:child_process';
-import { mkdtempSync, writeFileSync, rmSync, existsSync } from 'node:fs';
+import { mkdtempSync, mkdirSync, writeFileSync, rmSync, existsSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
+import { encodeFrame, JOURNAL_MAGIC } from '../../host/tier/records.ts';
+
+/**
+ * Journals of many small records in DATADIR/tier, as a node that crashed after a long uptime
+ * leaves them: their replay takes a while on any machine (20,000 records a file), and the
+ * daemon's event loop turns between the files, so /readyz answers during the recovery.
+ */
+export function longJournals(dataDir: string, files: number): void {
+  const tierDir = join(dataDir, 'tier');
+  mkdirSync(tierDir, { recursive: true });
+  const frames = Buffer.concat(Array.from({ length: 20_000 }, (_, i) => encodeFrame(JOURNAL_MAGIC, { k: 'r', h: i % 1024, m: 3 })));
+  for (let file = 1; file <= files; file++) writeFileSync(join(tierDir, `journal-${String(file).padStart(8, '0')}`), frames);
+}
 
 export const CLI = fileURLToPath(new URL('../../dist/host/cli.js', import.meta.url));
 

@@ -4,13 +4,12 @@
 // SIGHUP whose Durable Quota holds at once.
 import { test } from 'uvu';
 import * as assert from 'uvu/assert';
-import { mkdtempSync, mkdirSync, openSync, readSync, writeSync, closeSync, writeFileSync, rmSync, readFileSync } from 'node:fs';
+import { mkdtempSync, openSync, readSync, writeSync, closeSync, rmSync, readFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { connect, type KbtpSession } from '../../host/kbtp/initiator.ts';
 import { KbtpStatusError } from '../../host/kbtp/errors.ts';
-import { encodeFrame, JOURNAL_MAGIC } from '../../host/tier/records.ts';
-import { startDaemon, get, eventually, type Daemon } from './daemon.ts';
+import { startDaemon, get, eventually, longJournals, type Daemon } from './daemon.ts';
 import { parseExposition, type Exposition } from './exposition.ts';
 
 const SLOT = 4096; // SMALL_POOL's 4096-octet blocks fill one page-aligned slot each
@@ -118,12 +117,7 @@ test('tier jobs: the scrub finds flipped bits, repairs from the pool or gives th
 
 test('/readyz says "recovering" (503) while a long journal is replayed, and turns ready only after', async () => {
   const dataDir = mkdtempSync(join(tmpdir(), 'kbtp-durable-'));
-  // Journals of many small records, as a node that crashed after long uptime leaves them: replay
-  // takes its time on any machine, and the event loop turns between the files.
-  const tierDir = join(dataDir, 'tier');
-  mkdirSync(tierDir);
-  const frames = Buffer.concat(Array.from({ length: 20_000 }, (_, i) => encodeFrame(JOURNAL_MAGIC, { k: 'r', h: i % 1024, m: 3 })));
-  for (let file = 1; file <= 6; file++) writeFileSync(join(tierDir, `journal-${String(file).padStart(8, '0')}`), frames);
+  longJournals(dataDir, 6);
   const daemon = await startDaemon({ dataDir });
   try {
     const seen: string[] = [];

@@ -180,6 +180,16 @@ test('a malformed configuration names the field and the fix, and exits 2', async
     const broken = await runCli(['appliance', '--config', join(dir, 'broken.json')]);
     assert.is(broken.code, 2);
     assert.match(broken.stderr, /broken\.json: is not valid JSON/);
+    // V8 quotes the text around a bad token; a token or secret written without quotes must not reach the log.
+    writeFileSync(join(dir, 'unquoted.json'), '{\n  "management": {\n    "token": hunter2-never-shown-0123\n  }\n}\n');
+    const unquoted = await runCli(['appliance', '--config', join(dir, 'unquoted.json')]);
+    assert.is(unquoted.code, 2);
+    assert.match(unquoted.stderr, /unquoted\.json: is not valid JSON \(Unexpected token near line 3\)/);
+    assert.not.match(unquoted.stderr + unquoted.stdout, /hunter|never-shown/);
+    writeFileSync(join(dir, 'comma.json'), '{\n  "tenants": [{ "name": "a", "secret": "s3cr3t-value" }],\n}');
+    const comma = await runCli(['appliance', '--config', join(dir, 'comma.json')]);
+    assert.match(comma.stderr, /comma\.json: is not valid JSON \(Expected double-quoted property name at line 3, column 1\)/);
+    assert.not.match(comma.stderr, /s3cr3t/);
   } finally {
     rmSync(dir, { recursive: true, force: true });
   }

@@ -2,11 +2,12 @@
 // is scored by `systemd-analyze security` (offline; --threshold counts in tenths), which must rate it OK.
 import { test } from 'uvu';
 import * as assert from 'uvu/assert';
-import { execFile } from 'node:child_process';
+import { execFile, spawn } from 'node:child_process';
 import { copyFileSync, mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
+import { startDaemon, get, longJournals } from './daemon.ts';
 
 const UNIT = fileURLToPath(new URL('../../firmware/kbtp-appliance.service', import.meta.url));
 
@@ -49,6 +50,31 @@ test('the unit restarts on failure but not on configuration errors, and checks r
   }
   assert.match(unit, /^ExecStartPost=.*\/readyz/m);
   assert.match(unit, /^ExecStart=\/usr\/bin\/node \/usr\/lib\/kbtp\/dist\/host\/cli\.js appliance --config \/etc\/kbtp\/kbtp\.json/m);
+});
+
+test("the unit's readiness probe waits while the node recovers its tier and exits 0 once it is ready", async () => {
+  const unit = readFileSync(UNIT, 'utf8');
+  const script = /^ExecStartPost=\/usr\/bin\/node -e "(.*)"$/m.exec(unit)?.[1];
+  assert.ok(script !== undefined && !script.includes('"') && !script.includes('%') && !script.includes('$'), 'one double-quoted argument systemd passes as is');
+  // A journal that takes a while to replay, so the probe starts against a node that is not ready.
+  const dataDir = mkdtempSync(join(tmpdir(), 'kbtp-unit-'));
+  longJournals(dataDir, 3);
+  const daemon = await startDaemon({ dataDir });
+  try {
+    const probe = await new Promise<{ code: number | null; readyAfter: boolean }>((resolve) => {
+      const child = spawn(process.execPath, ['-e', script], { env: { ...process.env, KBTP_READYZ: `${daemon.management}/readyz` }, stdio: 'ignore' });
+      const timer = setTimeout(() => child.kill('SIGKILL'), 120_000);
+      child.on('close', (code) => {
+        clearTimeout(timer);
+        resolve({ code, readyAfter: /durable tier recovered/.test(daemon.stderr()) });
+      });
+    });
+    assert.equal(probe, { code: 0, readyAfter: true }, daemon.stderr());
+    assert.is((await get(`${daemon.management}/readyz`)).status, 200);
+  } finally {
+    assert.is(await daemon.stop(), 0, daemon.stderr());
+    rmSync(dataDir, { recursive: true, force: true });
+  }
 });
 
 test.run();
