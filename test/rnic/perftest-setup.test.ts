@@ -7,6 +7,7 @@ import { connect, createServer, type Server, type Socket } from 'node:net';
 import { test } from 'uvu';
 import * as assert from 'uvu/assert';
 import { EthernetLink, type FramePort } from '../../host/rnic/rc/ethernet-link.ts';
+import { connectPerftest } from '../../host/rnic/rc/perftest-client.ts';
 import { acceptPerftest } from '../../host/rnic/rc/perftest-setup.ts';
 import { decodePerftestKeys, encodePerftestKeys, PERFTEST_KEY_MESSAGE_LENGTH } from '../../host/rnic/rc/perftest-format.ts';
 import { Access, createRnic, RnicError } from '../../host/rnic/verbs.ts';
@@ -136,6 +137,84 @@ test('an old perftest client is refused; its QP does not stay half set up', asyn
   assert.instance(result.error, RnicError);
   assert.match(String(result.error), /older than 5.7/);
   assert.is(result.qp.state, 'error');
+});
+
+class Wire implements FramePort {
+  peer: Wire | undefined;
+  private handler: ((frame: Uint8Array) => void) | undefined;
+  send(frame: Uint8Array): void {
+    const peer = this.peer;
+    const copy = frame.slice();
+    if (peer !== undefined) setImmediate(() => peer.handler?.(copy));
+  }
+  onFrame(handler: (frame: Uint8Array) => void): void {
+    this.handler = handler;
+  }
+  async close(): Promise<void> {}
+}
+
+test('kbtp perftest client against kbtp perftest server: the two sequences mirror each other; a Write and a FetchAdd land', async () => {
+  const [wireA, wireB] = [new Wire(), new Wire()];
+  wireA.peer = wireB;
+  wireB.peer = wireA;
+  const side = async (wire: Wire, address: string, mac: number) => {
+    const rnic = createRnic({ name: address });
+    await rnic.openRoce({ link: new EthernetLink(wire, { mac: new Uint8Array([2, 0, 0, 0, 0, mac]), address }) });
+    const pd = rnic.allocPd();
+    const cq = rnic.createCq();
+    const qp = rnic.createRcQp({ pd, sendCq: cq, recvCq: cq });
+    const region = rnic.registerMemory(pd, new SharedArrayBuffer(65536), {
+      access: Access.LocalWrite | Access.RemoteWrite | Access.RemoteAtomic,
+      taggedOffsetBase: 0x5000_0000n,
+    });
+    return { rnic, cq, qp, region };
+  };
+  const client = await side(wireA, '10.0.4.2', 1);
+  const server = await side(wireB, '10.0.4.15', 2);
+  const listener = await listen();
+  try {
+    const accepted = new Promise<Socket>((resolve) => listener.once('connection', resolve));
+    const connecting = connectPerftest(client.rnic.roceEndpoint!, client.qp, {
+      host: '127.0.0.1',
+      port: (listener.address() as { port: number }).port,
+      region: client.region,
+      pathMtu: 1024,
+    });
+    const serverSession = await acceptPerftest(server.rnic.roceEndpoint!, server.qp, await accepted, { region: server.region });
+    const clientSession = await connecting;
+    assert.is(clientSession.serverVersion, '6.06');
+    assert.is(clientSession.pathMtu, 1024);
+    assert.is(serverSession.pathMtu, 1024);
+    assert.is(clientSession.server.rkey, server.region.stag);
+    client.region.bytes.fill(0x5a, 0, 3000);
+    const remote = { stag: clientSession.server.rkey, taggedOffset: clientSession.server.virtualAddress };
+    client.qp.postSend({ wrId: 1, opcode: 'RDMA_WRITE', sgList: [{ lkey: client.region.lkey, offset: 0, length: 3000 }], remote });
+    client.qp.postSend({
+      wrId: 2,
+      opcode: 'ATOMIC_FETCH_ADD',
+      sgList: [{ lkey: client.region.lkey, offset: 4096, length: 8 }],
+      remote: { ...remote, taggedOffset: remote.taggedOffset + 4096n },
+      atomic: { add: 5n },
+    });
+    const done = [];
+    const deadline = Date.now() + 20_000;
+    while (done.length < 2 && Date.now() < deadline) {
+      done.push(...client.cq.poll(2));
+      await new Promise((resolve) => setTimeout(resolve, 5));
+    }
+    assert.equal(
+      done.map((wc) => wc.status),
+      [0, 0],
+    );
+    assert.ok(server.region.bytes.subarray(0, 3000).every((octet) => octet === 0x5a));
+    assert.is(new DataView(server.region.bytes.buffer).getBigUint64(4096, true), 5n);
+    const [items] = await Promise.all([serverSession.finish(5000), clientSession.finish()]);
+    assert.equal(items, [108, 108, 8, 8, 8, 8, 8, 108, 5]);
+  } finally {
+    listener.close();
+    await client.rnic.close();
+    await server.rnic.close();
+  }
 });
 
 test.run();

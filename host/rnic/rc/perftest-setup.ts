@@ -81,24 +81,8 @@ export async function acceptPerftest(
     socket.write(new TextEncoder().encode(`${PATH_MTUS.indexOf(pathMtu) + 1}\0`));
     const client = decodePerftestKeys(await reader.read(PERFTEST_KEY_MESSAGE_LENGTH, timeoutMs, 'the client did not send its keys'));
     const outReads = options.outReads ?? 16;
-    const local: PerftestDestination = {
-      lid: 0,
-      outReads,
-      qpNumber: qp.qpNumber,
-      psn: randomInt(0x1000000),
-      rkey: options.region.stag,
-      virtualAddress: options.region.taggedOffsetBase,
-      gid: ipv4MappedGid(parseIpv4(endpoint.local.address)),
-      srqNumber: 0,
-    };
-    // perftest's QP attributes: timeout 14, retry count 7, RNR retry 7 (DEF_QP_TIME, DEF_RETRY_COUNT).
-    activateTowards(
-      endpoint,
-      qp,
-      client,
-      { sendPsn: local.psn, pathMtu, ird: outReads, ord: Math.min(client.outReads, outReads), timeout: 14, retryCount: 7, rnrRetry: 7, minRnrTimer: 12 },
-      'run perftest with -x <RoCEv2 GID index>',
-    );
+    const local = perftestDestination(endpoint, qp, options.region, outReads);
+    activatePerftest(endpoint, qp, client, local, pathMtu);
     const keys = encodePerftestKeys(local);
     socket.write(keys);
     await reader.read(PERFTEST_KEY_MESSAGE_LENGTH, timeoutMs, 'the client did not send its keys again after RTR');
@@ -127,7 +111,45 @@ export async function acceptPerftest(
   }
 }
 
-const DONE = new TextEncoder().encode('done\0');
+export const PERFTEST_DONE = new TextEncoder().encode('done\0');
+
+/** This side's key message: kbtp's QP, a random first PSN, the region's rkey and start, its GID. */
+export function perftestDestination(endpoint: RoceEndpoint, qp: RcQueuePair, region: MemoryRegion, outReads: number): PerftestDestination {
+  return {
+    lid: 0,
+    outReads,
+    qpNumber: qp.qpNumber,
+    psn: randomInt(0x1000000),
+    rkey: region.stag,
+    virtualAddress: region.taggedOffsetBase,
+    gid: ipv4MappedGid(parseIpv4(endpoint.local.address)),
+    srqNumber: 0,
+  };
+}
+
+/**
+ * RTR + RTS towards the peer's keys with perftest's attributes (timeout 14, retry count 7, RNR
+ * retry 7: DEF_QP_TIME, DEF_RETRY_COUNT); kbtp's outstanding Reads/atomics are bounded by the
+ * peer's out_reads, its responder resources by its own.
+ */
+export function activatePerftest(endpoint: RoceEndpoint, qp: RcQueuePair, peer: PerftestDestination, local: PerftestDestination, pathMtu: PathMtu): void {
+  activateTowards(
+    endpoint,
+    qp,
+    peer,
+    {
+      sendPsn: local.psn,
+      pathMtu,
+      ird: local.outReads,
+      ord: Math.max(1, Math.min(peer.outReads, 16)),
+      timeout: 14,
+      retryCount: 7,
+      rnrRetry: 7,
+      minRnrTimer: 12,
+    },
+    'run perftest with -x <RoCEv2 GID index>',
+  );
+}
 
 /**
  * kbtp's answer to one item the client sends after its run: its keys to a key message, "done" to
@@ -135,6 +157,6 @@ const DONE = new TextEncoder().encode('done\0');
  */
 function answerAfterRun(item: Uint8Array, keys: Uint8Array): Uint8Array {
   if (item.length === PERFTEST_KEY_MESSAGE_LENGTH) return keys;
-  if (Buffer.compare(item, DONE) === 0) return DONE;
+  if (Buffer.compare(item, PERFTEST_DONE) === 0) return PERFTEST_DONE;
   return new Uint8Array(item.length);
 }
