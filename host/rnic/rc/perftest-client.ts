@@ -12,7 +12,6 @@ import {
   decodePerftestKeys,
   decodePerftestVersion,
   encodePerftestKeys,
-  PERFTEST_KEY_MESSAGE_LENGTH,
   PERFTEST_VERSION_LENGTH,
   type PerftestDestination,
 } from './perftest-format.ts';
