@@ -8,13 +8,7 @@
 import { RnicError } from '../errors.ts';
 import type { MemoryRegion } from '../memory.ts';
 import type { RoceEndpoint } from './endpoint.ts';
-import {
-  decodePerftestKeys,
-  decodePerftestVersion,
-  encodePerftestKeys,
-  PERFTEST_VERSION_LENGTH,
-  type PerftestDestination,
-} from './perftest-format.ts';
+import { decodePerftestKeys, decodePerftestVersion, encodePerftestKeys, PERFTEST_VERSION_LENGTH, type PerftestDestination } from './perftest-format.ts';
 import { activatePerftest, PERFTEST_DONE, perftestDestination } from './perftest-setup.ts';
 import { PATH_MTUS, type PathMtu, type RcQueuePair } from './queue-pair.ts';
 import { connectSideChannel, ExactReader } from './tool-side-channel.ts';
