@@ -1,13 +1,19 @@
 // Where the request path allocates: the V8 sampling heap profiler (collected objects included)
-// over N LOADs of 1 KiB through KbtpSession.load(h, { into }) against a target served in this
-// process over an in-memory stream pair, octets per LOAD by allocating function (both sides).
+// over N requests of 1 KiB against a target served in this process over an in-memory stream
+// pair, octets per request by allocating function (both sides: the initiator, the target and
+// both RNICs). Three drives:
+//   load    KbtpSession.load(h, { into }) / store(h, data), one awaited request at a time (3:1)
+//   many    loadMany/storeMany with caller buffers, batches of 8 (3:1)
+//   target  a bare initiator QP (bench/hot-path-driver.ts), 8 in flight, LOAD:STORE 3:1: what
+//           remains is the target's (connection, RNIC transmit and receive, engine calls)
 //
-//   make build && node dist/bench/alloc-profile.js [loads 20000] [rows 30]
+//   make bench-build && node dist/bench/alloc-profile.js [load|many|target] [requests 20000] [rows 30]
 import { Session } from 'node:inspector/promises';
 import { resolveTargetSettings } from '../firmware/config.ts';
 import { connectChannel } from '../host/kbtp/initiator.ts';
 import { InProcessTarget } from '../host/kbtp/server/in-process.ts';
 import { LinkedChannel } from '../host/rnic/linked-channel.ts';
+import { HotPathDriver } from './hot-path-driver.ts';
 
 interface ProfileNode {
   callFrame: { functionName: string; url: string; lineNumber: number };
@@ -15,23 +21,69 @@ interface ProfileNode {
   children: ProfileNode[];
 }
 
-const loads = Number(process.argv[2] ?? 20_000);
-const rows = Number(process.argv[3] ?? 30);
-const settings = resolveTargetSettings({
-  listen: '127.0.0.1:0',
-  workers: 1,
-  pool: { blockSize: 1024, blockCount: 64, handleCount: 256, maxInline: 1024 },
-  session: { credits: 8 },
-  tenants: [{ name: 'default', open: true, quota: 64 }],
-} as never);
-const target = new InProcessTarget(settings);
-const [targetEnd, initiatorEnd] = LinkedChannel.pair();
-const served = target.serve(targetEnd);
-const session = await connectChannel(initiatorEnd, {});
-await served;
-await session.allocStore(1n, new Uint8Array(1024).fill(7), { seal: true });
-const into = new Uint8Array(1024);
-for (let i = 0; i < 20_000; i++) await session.load(1n, { into }); // warm-up
+const mode = process.argv[2] ?? 'load';
+const requests = Number(process.argv[3] ?? 20_000);
+const rows = Number(process.argv[4] ?? 30);
+const BATCH = 8;
+
+/** Runs `count` requests of the chosen drive; resolves when all are answered. */
+type Drive = (count: number) => Promise<void>;
+
+async function sessionDrive(batched: boolean): Promise<{ drive: Drive; close: () => Promise<void> }> {
+  const settings = resolveTargetSettings({
+    listen: '127.0.0.1:0',
+    workers: 1,
+    pool: { blockSize: 1024, blockCount: 64, handleCount: 256, maxInline: 64 },
+    session: { credits: BATCH },
+    tenants: [{ name: 'default', open: true, quota: 64 }],
+  } as never);
+  const target = new InProcessTarget(settings);
+  const [targetEnd, initiatorEnd] = LinkedChannel.pair();
+  const served = target.serve(targetEnd);
+  const session = await connectChannel(initiatorEnd, { pipeline: BATCH });
+  await served;
+  const handles = Array.from({ length: BATCH }, (_, i) => BigInt(i + 1));
+  const blocks = handles.map((_, i) => new Uint8Array(1024).fill(i + 1));
+  const into = handles.map(() => new Uint8Array(1024));
+  for (let i = 0; i < BATCH; i++) await session.allocStore(handles[i]!, blocks[i]!);
+  const options = { allowUnsealed: true };
+  const drive: Drive = batched
+    ? async (count) => {
+        for (let i = 0; i < count / BATCH; i++) {
+          if (i % 4 === 3) await session.storeMany(handles, blocks);
+          else await session.loadMany(handles, into, options);
+        }
+      }
+    : async (count) => {
+        const loadOptions = { into: into[0]!, allowUnsealed: true };
+        for (let i = 0; i < count; i++) {
+          if (i % 4 === 3) await session.store(handles[0]!, blocks[0]!);
+          else await session.load(handles[0]!, loadOptions);
+        }
+      };
+  return {
+    drive,
+    close: async () => {
+      await session.close(500);
+      await target.stop();
+    },
+  };
+}
+
+async function targetDrive(): Promise<{ drive: Drive; close: () => Promise<void> }> {
+  const driver = await HotPathDriver.open(1024, BATCH);
+  return {
+    drive: async (count) => {
+      await driver.run(count, 4);
+      if (driver.failures > 0) throw new Error(`the drive failed: ${driver.firstFailure}`);
+    },
+    close: () => driver.close(),
+  };
+}
+
+const chosen = mode === 'target' ? await targetDrive() : mode === 'many' || mode === 'load' ? await sessionDrive(mode === 'many') : undefined;
+if (chosen === undefined) throw new Error(`unknown drive '${mode}': load, many or target`);
+await chosen.drive(20_000); // warm-up: compile, grow queues to their working size
 const inspector = new Session();
 inspector.connect();
 await inspector.post('HeapProfiler.startSampling', {
@@ -39,7 +91,7 @@ await inspector.post('HeapProfiler.startSampling', {
   includeObjectsCollectedByMajorGC: true,
   includeObjectsCollectedByMinorGC: true,
 } as never);
-for (let i = 0; i < loads; i++) await session.load(1n, { into });
+await chosen.drive(requests);
 const { profile } = (await inspector.post('HeapProfiler.stopSampling')) as unknown as { profile: { head: ProfileNode } };
 const bySite = new Map<string, number>();
 let total = 0;
@@ -57,7 +109,6 @@ const walk = (node: ProfileNode, parent: string): void => {
   for (const child of node.children) walk(child, site);
 };
 walk(profile.head, '');
-console.log(`${(total / loads).toFixed(0)} octets allocated per 1 KiB LOAD (initiator and target, sampled)`);
-for (const [site, size] of [...bySite].sort((a, b) => b[1] - a[1]).slice(0, rows)) console.log(`${(size / loads).toFixed(1).padStart(8)}  ${site}`);
-await session.close(500);
-await target.stop();
+console.log(`${mode}: ${(total / requests).toFixed(0)} octets allocated per 1 KiB request, LOAD:STORE 3:1 (every side, sampled)`);
+for (const [site, size] of [...bySite].sort((a, b) => b[1] - a[1]).slice(0, rows)) console.log(`${(size / requests).toFixed(1).padStart(8)}  ${site}`);
+await chosen.close();

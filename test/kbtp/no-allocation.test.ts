@@ -10,7 +10,7 @@ import v8 from 'node:v8';
 import vm from 'node:vm';
 import { test } from 'uvu';
 import * as assert from 'uvu/assert';
-import { HotPathDriver } from './hot-path-driver.ts';
+import { HotPathDriver } from '../../bench/hot-path-driver.ts';
 import { openInProcessSession } from './in-process-session.ts';
 
 v8.setFlagsFromString('--expose-gc');

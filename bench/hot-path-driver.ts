@@ -4,13 +4,13 @@
 // COMPLETION posts the next one from inside the turn that delivered it, so a run of a million
 // requests needs no timer, promise or event-loop turn per request: whatever the run allocates
 // is the target's (connection, RNIC transmit and receive, engine calls) and the RNIC's.
-import * as K from '../../assembly/kbtp-constants.ts';
-import { resolveTargetSettings } from '../../firmware/config.ts';
-import { InProcessTarget } from '../../host/kbtp/server/in-process.ts';
-import { encodeHello, decodeHelloAck } from '../../host/kbtp/wire/hello.ts';
-import { encodeRequest } from '../../host/kbtp/wire/messages.ts';
-import { LinkedChannel } from '../../host/rnic/linked-channel.ts';
-import { Access, createRnic, WcStatus, type CompletionQueue, type QueuePair, type Rnic, type WorkCompletion } from '../../host/rnic/verbs.ts';
+import * as K from '../assembly/kbtp-constants.ts';
+import { resolveTargetSettings } from '../firmware/config.ts';
+import { InProcessTarget } from '../host/kbtp/server/in-process.ts';
+import { encodeHello, decodeHelloAck } from '../host/kbtp/wire/hello.ts';
+import { encodeRequest } from '../host/kbtp/wire/messages.ts';
+import { LinkedChannel } from '../host/rnic/linked-channel.ts';
+import { Access, createRnic, WcStatus, type CompletionQueue, type QueuePair, type Rnic, type WorkCompletion } from '../host/rnic/verbs.ts';
 
 const SLOT = 128;
 const RECV_BASE = 1_000_000;
