@@ -4,8 +4,10 @@
 // the slot its request id names, and the batch settles one promise when all are answered. No
 // promise, closure or message object per request: what a request costs is its slot.
 import * as K from '../../assembly/kbtp-constants.ts';
+import { BatchError, type BatchFailure } from './errors.ts';
 import { statusName } from './wire/messages.ts';
-import { EXIT_STATUS, KbtpError } from '../errors.ts';
+
+export { BatchError };
 
 /** Request ids of batched requests carry this in their high 32 bits (ids of other requests stay below 2^32). */
 export const BATCH_ID_MARK = 0x4b425450; // "KBTP"
@@ -26,19 +28,6 @@ export interface BatchHost {
   readonly failure: Error | undefined;
 }
 
-/**
- * The statuses of a batch's requests that were not SUCCESS, with the handle each named (code
- * KBTP_STATUS like a single request's KbtpStatusError; the other requests of the batch completed).
- */
-export class BatchError extends KbtpError {
-  constructor(
-    readonly failures: ReadonlyArray<{ index: number; handle: bigint; status: number }>,
-    first: string,
-  ) {
-    super('KBTP_STATUS', `${failures.length} request(s) of the batch failed; the first: ${first}`, EXIT_STATUS);
-  }
-}
-
 export class Batch {
   private next = 0;
   private answers = 0;
@@ -46,7 +35,7 @@ export class Batch {
   private resolve!: () => void;
   private reject!: (error: Error) => void;
   readonly done: Promise<void>;
-  private failures: Array<{ index: number; handle: bigint; status: number }> | undefined;
+  private failures: BatchFailure[] | undefined;
   private firstFailure = '';
   private readonly resumeBound = (): void => this.issue();
 

@@ -19,6 +19,27 @@ export class KbtpStatusError extends KbtpError {
   }
 }
 
+/** One failed request of a batch: its place in the batch, its handle and the status it got. */
+export interface BatchFailure {
+  readonly index: number;
+  readonly handle: bigint;
+  readonly status: number;
+}
+
+/**
+ * Some requests of a loadMany/storeMany were answered with a status other than SUCCESS (the
+ * others completed). A KbtpStatusError whose `status` is the first failure's, so a caller that
+ * handles statuses handles batches too; `failures` names every failed request.
+ */
+export class BatchError extends KbtpStatusError {
+  constructor(
+    readonly failures: readonly BatchFailure[],
+    first: string,
+  ) {
+    super(failures[0]?.status ?? 0, `${failures.length} request(s) of the batch failed; the first: ${first}`);
+  }
+}
+
 /** The connection could not be made, failed, or was lost. */
 export class TransportError extends KbtpError {
   constructor(message: string, options?: { cause?: unknown }) {

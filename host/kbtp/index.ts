@@ -15,12 +15,13 @@ export {
   type TableEntry,
 } from './initiator.ts';
 export type { HelloAck } from './wire/hello.ts';
-export { BatchError } from './batch.ts';
 export { statusName } from './wire/messages.ts';
 export { DEFAULT_PORT } from './address.ts';
 export {
   KbtpError,
   KbtpStatusError,
+  BatchError,
+  type BatchFailure,
   TransportError,
   ProtocolError,
   TimeoutError,

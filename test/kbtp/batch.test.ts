@@ -1,8 +1,7 @@
 // loadMany / storeMany: a batch posted together, answered per slot, one promise for the batch.
 import { test } from 'uvu';
 import * as assert from 'uvu/assert';
-import { BatchError } from '../../host/kbtp/batch.ts';
-import { EXIT_STATUS, KbtpError } from '../../host/kbtp/index.ts';
+import { BatchError, EXIT_STATUS, KbtpError, KbtpStatusError } from '../../host/kbtp/index.ts';
 import { openInProcessSession } from './in-process-session.ts';
 
 const pair = () => openInProcessSession(512, 32, 4);
@@ -43,9 +42,13 @@ test('a batch names the requests that failed; the others complete', async () => 
       [[1, 40n]],
     );
     assert.match((error as BatchError).message, /NOT_VALID/);
-    // A KbtpError like a single request's status: the CLI's exit code 3.
+    // A status error like any other: callers that handle KbtpStatusError handle batches too.
+    assert.instance(error, KbtpStatusError);
+    assert.instance(error, KbtpError);
     assert.is((error as BatchError).code, 'KBTP_STATUS');
     assert.is((error as BatchError).exitCode, EXIT_STATUS);
+    assert.is((error as BatchError).status, failures[0]!.status);
+    assert.is((error as BatchError).name, 'BatchError');
     assert.is(into[0]![0], 9);
     assert.is(into[2]![511], 9);
     // The session is still good.
