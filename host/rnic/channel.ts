@@ -234,12 +234,12 @@ export class SocketChannel implements StreamChannel, TurnParticipant {
     if (this.isClosed) queueMicrotask(() => events.onClose(this.closeError));
   }
 
-  write(chunks: Uint8Array[], done: WriteDone | undefined): void {
+  write(chunks: readonly Uint8Array[], count: number, done: WriteDone | undefined): void {
     if (this.isClosed || this.socket.destroyed || this.socket.writableEnded) {
       if (done !== undefined) queueMicrotask(() => done(closedError()));
       return;
     }
-    for (let i = 0; i < chunks.length; i++) {
+    for (let i = 0; i < count; i++) {
       const chunk = chunks[i]!;
       this.queued[this.queuedCount++] = chunk;
       this.queuedBytes += chunk.length;
@@ -379,17 +379,18 @@ export class MemoryChannel implements StreamChannel {
   receiveEnd(): void {
     this.events?.onEnd();
   }
-  write(chunks: Uint8Array[], done: WriteDone | undefined): void {
+  write(chunks: readonly Uint8Array[], count: number, done: WriteDone | undefined): void {
     if (this.isClosed) {
       if (done !== undefined) queueMicrotask(() => done(closedError()));
       return;
     }
-    for (const chunk of chunks) {
-      this.written.push(chunk.slice());
-      this.writtenBytes += chunk.length;
+    const copies = chunks.slice(0, count).map((chunk) => chunk.slice());
+    for (const copy of copies) {
+      this.written.push(copy);
+      this.writtenBytes += copy.length;
     }
     while (this.writtenBytes > this.retain && this.written.length > 1) this.writtenBytes -= this.written.shift()!.length;
-    this.onWrite?.(chunks);
+    this.onWrite?.(copies);
     if (done !== undefined) queueMicrotask(() => done());
   }
   get pendingBytes(): number {

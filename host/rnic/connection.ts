@@ -160,7 +160,7 @@ class NoInputExpected implements StreamConsumer {
  */
 export function terminateSetup(channel: StreamChannel, errorCode: number, reason: string): TerminateInfo {
   const header = terminateHeaderFor({ layer: TerminateLayer.Llp, errorType: LLP_ETYPE_MPA, errorCode, reason });
-  channel.write([encodeFpdu(encodeTerminateUlpdu(header), true)], undefined);
+  channel.write([encodeFpdu(encodeTerminateUlpdu(header), true)], 1, undefined);
   channel.end();
   return terminateInfo(header, reason);
 }
@@ -311,7 +311,7 @@ export async function initiate(qp: QueuePair, channel: StreamChannel, options: I
             : {}),
           privateData,
         };
-        channel.write([encodeMpaFrame(request)], undefined);
+        channel.write([encodeMpaFrame(request)], 1, undefined);
         let reply: MpaFrame;
         try {
           reply = await readFrame(channel);
@@ -507,7 +507,7 @@ export class ConnectionRequest {
     qp.peerPrivateData = request.privateData;
     // The QP must own the stream before the Reply leaves: the RTR can follow at once.
     qp.enterRdmaMode(channel, parameters);
-    channel.write([encodeMpaFrame(reply)], undefined);
+    channel.write([encodeMpaFrame(reply)], 1, undefined);
     // The wait for the RTR: its own bound when the ULP gives one, else what is left of the setup's.
     const remaining = options.timeoutMs ?? Math.max(1, this.startedAt + this.timeoutMs - Date.now());
     await withTimeout(
@@ -545,7 +545,7 @@ export class ConnectionRequest {
       revision: enhanced ? MPA_REVISION_2 : Math.min(request.revision, MPA_REVISION_2),
       privateData,
     };
-    this.channel.write([encodeMpaFrame(reply)], undefined);
+    this.channel.write([encodeMpaFrame(reply)], 1, undefined);
     this.channel.end();
   }
 

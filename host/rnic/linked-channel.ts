@@ -72,12 +72,12 @@ export class LinkedChannel implements StreamChannel, TurnParticipant {
     if (this.isClosed) queueMicrotask(() => events.onClose(undefined));
   }
 
-  write(chunks: Uint8Array[], done: WriteDone | undefined): void {
+  write(chunks: readonly Uint8Array[], count: number, done: WriteDone | undefined): void {
     if (this.isClosed || this.ended) {
       if (done !== undefined) queueMicrotask(() => done(closedError()));
       return;
     }
-    for (let i = 0; i < chunks.length; i++) {
+    for (let i = 0; i < count; i++) {
       const chunk = chunks[i]!;
       this.chunks[this.chunkCount++] = chunk;
       this.queuedBytes += chunk.length;

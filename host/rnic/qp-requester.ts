@@ -35,6 +35,7 @@ const SendWqeState = { Queued: 0, InFlight: 1, Done: 2 } as const;
 type SendWqeState = (typeof SendWqeState)[keyof typeof SendWqeState];
 
 const NO_WR: SendWorkRequest = { wrId: 0, opcode: 'SEND' };
+const NO_BYTES = new Uint8Array(0);
 
 /**
  * A send queue entry. Entries are pooled and reused: one is retired when it has completed in
@@ -298,7 +299,9 @@ export class Requester {
   private gather(wqe: SendWqe): number {
     const qp = this.qp;
     const views = this.gathered;
-    views.length = 0;
+    // Overwritten in place, never truncated (`length = 0` frees the array's storage, and the
+    // next WR would allocate it again); entries past this WR's are emptied.
+    let used = 0;
     let length = 0;
     const sgList = wqe.wr.sgList;
     const count = sgList === undefined ? 0 : sgList.length;
@@ -310,9 +313,10 @@ export class Requester {
         this.localFailure(wqe, WcStatus.LocalProtectionError, `gather element: ${localAccessText(status, sge)}`);
         return -1;
       }
-      views.push(qp.memory.resolvedRegion!.bytes.subarray(sge.offset, sge.offset + sge.length));
+      views[used++] = qp.memory.resolvedRegion!.bytes.subarray(sge.offset, sge.offset + sge.length);
       length += sge.length;
     }
+    for (let i = used; i < views.length; i++) views[i] = NO_BYTES;
     if (length > MAX_MESSAGE) {
       this.localFailure(wqe, WcStatus.LocalLengthError, `message of ${length} octets exceeds 2^32-1`);
       return -1;

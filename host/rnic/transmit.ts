@@ -6,6 +6,7 @@
 
 import { CRC_LENGTH, crc32cUpdate, writeCrc } from './wire/crc.ts';
 import { DDP_FLAG_LAST, DDP_FLAG_TAGGED, DDP_TAGGED_HEADER_LENGTH, DDP_UNTAGGED_HEADER_LENGTH, DDP_VERSION, QUEUE_COUNT, writeUint32 } from './wire/ddp.ts';
+import { FrameRing } from './frame-ring.ts';
 import { encodeFpduWithMarkers } from './wire/markers.ts';
 import { fpduPadding, MPA_LENGTH_FIELD, MPA_MAX_ULPDU, MPA_MIN_MULPDU } from './wire/mpa.ts';
 import { rdmapControl } from './wire/rdmap.ts';
@@ -15,10 +16,12 @@ export type WriteDone = (error?: Error | null) => void;
 /** Where framed bytes go: a TCP socket in production, a byte collector in tests. */
 export interface ByteSink {
   /**
-   * Queues `chunks` in order; `done` runs once all of them reached the kernel (or failed). The
-   * array is the transmitter's and valid during the call only; the chunks stay valid until `done`.
+   * Queues `chunks[0..count)` in order; `done` runs once all of them reached the kernel (or
+   * failed), and the writes' dones run in the order of the writes. The array is the
+   * transmitter's, reused, and valid during the call only (entries past `count` are stale); the
+   * chunks stay valid until `done`.
    */
-  write(chunks: Uint8Array[], done: WriteDone | undefined): void;
+  write(chunks: readonly Uint8Array[], count: number, done: WriteDone | undefined): void;
   /** Octets queued in user space that the kernel has not taken yet. */
   readonly pendingBytes: number;
 }
@@ -32,6 +35,7 @@ export interface TransmitOptions {
 }
 
 const NO_PAYLOAD: readonly Uint8Array[] = [];
+const EMPTY = new Uint8Array(0);
 
 export class Transmitter {
   readonly crc: boolean;
@@ -72,7 +76,7 @@ export class Transmitter {
     const headerSize = MPA_LENGTH_FIELD + DDP_TAGGED_HEADER_LENGTH;
     const perSegment = this.mulpdu - DDP_TAGGED_HEADER_LENGTH;
     const segments = Math.max(1, Math.ceil(length / perSegment));
-    const framer = this.framer.begin(segments, headerSize, payload, length);
+    const framer = this.framer.begin(segments, headerSize, payload, length, done);
     const arena = framer.arena;
     const control = rdmapControl(opcode);
     // A number TO (below 2^53) is split without BigInt arithmetic, which allocates.
@@ -95,7 +99,7 @@ export class Transmitter {
       framer.finishSegment(bytes, ulpduLength);
       sent += bytes;
     }
-    this.emit(framer.chunks(), length, done);
+    this.emit(framer.chunks(), framer.count, length);
   }
 
   /**
@@ -118,7 +122,7 @@ export class Transmitter {
     const headerSize = MPA_LENGTH_FIELD + DDP_UNTAGGED_HEADER_LENGTH + extra;
     const perSegment = this.mulpdu - DDP_UNTAGGED_HEADER_LENGTH - extra;
     const segments = Math.max(1, Math.ceil(length / perSegment));
-    const framer = this.framer.begin(segments, headerSize, payload, length);
+    const framer = this.framer.begin(segments, headerSize, payload, length, done);
     const arena = framer.arena;
     const control = rdmapControl(opcode);
     let sent = 0;
@@ -138,19 +142,19 @@ export class Transmitter {
       framer.finishSegment(bytes, ulpduLength);
       sent += bytes;
     }
-    this.emit(framer.chunks(), length, done);
+    this.emit(framer.chunks(), framer.count, length);
     return msn;
   }
 
   /** Sends an already built ULPDU as one FPDU (used for Terminate). */
   sendUlpdu(ulpdu: Uint8Array, done?: WriteDone): void {
-    const framer = this.framer.begin(1, MPA_LENGTH_FIELD + ulpdu.length, NO_PAYLOAD, 0);
+    const framer = this.framer.begin(1, MPA_LENGTH_FIELD + ulpdu.length, NO_PAYLOAD, 0, done);
     const at = framer.header();
     framer.arena[at] = ulpdu.length >> 8;
     framer.arena[at + 1] = ulpdu.length & 0xff;
     framer.arena.set(ulpdu, at + MPA_LENGTH_FIELD);
     framer.finishSegment(0, ulpdu.length);
-    this.emit(framer.chunks(), 0, done);
+    this.emit(framer.chunks(), framer.count, 0);
   }
 
   /** Frames one ULPDU with markers at the current stream position and advances it. */
@@ -160,14 +164,24 @@ export class Transmitter {
     return framed.bytes;
   }
 
-  private emit(chunks: Uint8Array[], payloadLength: number, done: WriteDone | undefined): void {
+  /**
+   * A write the sink completed (sinks complete writes in order): the oldest message's ring space
+   * is free again, and its sender learns it was sent.
+   */
+  private readonly written = (error?: Error | null): void => {
+    const done = this.framer.ring.release();
+    if (done !== undefined) done(error);
+  };
+
+  private emit(chunks: readonly Uint8Array[], count: number, payloadLength: number): void {
     this.messagesSent++;
     this.bytesSent += payloadLength;
     this.framer.emitting = true;
     try {
-      this.sink.write(chunks, done);
+      this.sink.write(chunks, count, this.written);
     } finally {
       this.framer.emitting = false;
+      this.framer.forget();
     }
   }
 }
@@ -175,19 +189,29 @@ export class Transmitter {
 /** Payloads up to this long, in one segment, are copied behind their header: one chunk, no views. */
 const INLINE_PAYLOAD = 4096;
 
+/** Ring space for headers, trailers and short messages: many turns' worth of small messages. */
+const RING_CAPACITY = 256 * 1024;
+
 /**
- * Lays out one message's FPDUs: headers and trailers share one allocation, and a trailer and
- * the next header are adjacent so they leave as one chunk between the payload views. A short
- * single-segment message is built whole in that allocation instead (a COMPLETION, a request:
- * one chunk, nothing else allocated). With markers the FPDU is built contiguously (markers may
+ * Lays out one message's FPDUs: headers and trailers share one reservation in the frame ring,
+ * and a trailer and the next header are adjacent so they leave as one chunk between the payload
+ * views. A short single-segment message is built whole in that reservation instead (a
+ * COMPLETION, a request: one chunk). With markers the FPDU is built contiguously (markers may
  * split any part of it). One framer serves its transmitter's messages one after another; the
  * chunk array it hands the sink is valid during the write call only.
  */
 class MessageFramer {
   arena: Uint8Array = new Uint8Array(0);
+  /** Where `arena` comes from; released as the sink completes each message's write. */
+  readonly ring = new FrameRing(RING_CAPACITY);
+  /** This message's first octet in `arena`, and its end. */
+  private base = 0;
+  private end = 0;
   /** Set while the sink's write runs: a message framed from inside it gets an array of its own. */
   emitting = false;
   private out: Uint8Array[] = [];
+  /** Chunks of the message in `out`. */
+  count = 0;
   private readonly reusable: Uint8Array[] = [];
   private headerSize = 0;
   private inline = false;
@@ -201,19 +225,24 @@ class MessageFramer {
 
   constructor(private readonly transmitter: Transmitter) {}
 
-  begin(segments: number, headerSize: number, payload: readonly Uint8Array[], length: number): this {
+  begin(segments: number, headerSize: number, payload: readonly Uint8Array[], length: number, done: WriteDone | undefined): this {
     this.inline = segments === 1 && length <= INLINE_PAYLOAD && !this.transmitter.markers;
-    this.arena = new Uint8Array(segments * (headerSize + 3 + CRC_LENGTH) + (this.inline ? length : 0));
+    const size = segments * (headerSize + 3 + CRC_LENGTH) + (this.inline ? length : 0);
+    this.arena = this.ring.reserve(size, done);
+    this.base = this.ring.start;
+    this.end = this.base + size;
     if (this.emitting) {
       this.out = [];
     } else {
+      // Entries are overwritten, never truncated: `length = 0` would free the array's storage
+      // and the next message would allocate it again.
       this.out = this.reusable;
-      this.out.length = 0;
     }
+    this.count = 0;
     this.headerSize = headerSize;
-    this.offset = 0;
-    this.spanStart = 0;
-    this.headerStart = 0;
+    this.offset = this.base;
+    this.spanStart = this.base;
+    this.headerStart = this.base;
     this.views = payload;
     this.index = 0;
     this.viewOffset = 0;
@@ -239,7 +268,7 @@ class MessageFramer {
         ulpdu.set(view, position);
         position += view.length;
       }
-      this.out.push(this.transmitter.frameWithMarkers(ulpdu));
+      this.out[this.count++] = this.transmitter.frameWithMarkers(ulpdu);
       this.offset = this.headerStart;
       this.spanStart = this.offset;
       return;
@@ -252,18 +281,19 @@ class MessageFramer {
         this.copyPayload(payloadBytes);
         if (crcOn) crc = crc32cUpdate(crc, arena.subarray(start, this.offset));
       } else {
-        this.out.push(arena.subarray(this.spanStart, this.offset));
+        this.out[this.count++] = arena.subarray(this.spanStart, this.offset);
         let remaining = payloadBytes;
         while (remaining > 0) {
           const view = this.nextView(remaining);
-          this.out.push(view);
+          this.out[this.count++] = view;
           if (crcOn) crc = crc32cUpdate(crc, view);
           remaining -= view.length;
         }
         this.spanStart = this.offset;
       }
     }
-    // The arena is zero-filled, so the PAD octets are already zero.
+    // Ring space is reused: PAD (and the CRC field when CRCs are off) must be zeroed.
+    arena.fill(0, this.offset, this.offset + padding + (crcOn ? 0 : CRC_LENGTH));
     if (crcOn) {
       if (padding > 0) crc = crc32cUpdate(crc, arena.subarray(this.offset, this.offset + padding));
       writeCrc(arena, this.offset + padding, crc);
@@ -273,10 +303,16 @@ class MessageFramer {
 
   chunks(): Uint8Array[] {
     if (this.offset > this.spanStart) {
-      const whole = this.spanStart === 0 && this.offset === this.arena.length;
-      this.out.push(whole ? this.arena : this.arena.subarray(this.spanStart, this.offset));
+      const whole = this.spanStart === 0 && this.offset === this.arena.length && this.arena.length === this.end;
+      this.out[this.count++] = whole ? this.arena : this.arena.subarray(this.spanStart, this.offset);
     }
     return this.out;
+  }
+
+  /** Drops the references to the last message's chunks (the sink holds its own now). */
+  forget(): void {
+    for (let i = 0; i < this.count; i++) this.out[i] = EMPTY;
+    this.views = NO_PAYLOAD;
   }
 
   /** The next piece of the gather list, at most `limit` octets: the element itself when it fits whole. */
