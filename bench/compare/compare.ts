@@ -76,6 +76,9 @@ async function measure(sizes: number[], sessionCounts: number[], inFlight: numbe
       sessions,
       inFlight,
       keysPerSession: inFlight,
+      // Several requests in flight per connection are what loadMany/storeMany are for: a user
+      // pipelining as redis-benchmark -P does would batch them.
+      batched: inFlight > 1,
       durationMs: seconds * 1000,
       warmupMs: 500,
       log: () => undefined,

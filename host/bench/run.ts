@@ -23,6 +23,8 @@ export interface BenchConfig {
   sessions: number;
   inFlight: number;
   keysPerSession: number;
+  /** LOAD-only and STORE-only phases use loadMany/storeMany (see PhaseOptions.batched). */
+  batched?: boolean;
   durationMs?: number;
   count?: number;
   warmupMs: number;
@@ -131,6 +133,7 @@ export async function runBench(config: BenchConfig, rows: BenchRow[] = []): Prom
           inFlight: config.inFlight,
           keysPerSession: config.keysPerSession,
           firstHandle,
+          batched: config.batched === true,
           ...(config.durationMs !== undefined ? { durationMs: config.durationMs } : {}),
           ...(config.count !== undefined ? { count: config.count } : {}),
           warmupMs: config.warmupMs,

@@ -5,8 +5,9 @@
 // completed inside the measured window.
 import { performance } from 'node:perf_hooks';
 import type { KbtpSession } from '../kbtp/initiator.ts';
-import { KbtpStatusError } from '../kbtp/errors.ts';
+import { BatchError, KbtpStatusError } from '../kbtp/errors.ts';
 import { InternalError, withContext } from '../errors.ts';
+import { statusName } from '../kbtp/wire/messages.ts';
 import { BlockMaker, checkBlock, type ExpectedBlock } from './blocks.ts';
 import { LatencyHistogram } from './histogram.ts';
 import { OpPicker, sealingFor, type OpName, type Phase } from './mix.ts';
@@ -73,6 +74,12 @@ export interface PhaseOptions {
   warmupMs?: number;
   onProgress?: (progress: Progress) => void;
   progressIntervalMs?: number;
+  /**
+   * A LOAD-only or STORE-only phase issues each session's `inFlight` requests together through
+   * loadMany/storeMany (one batch at a time per session, as redis-benchmark -P pipelines) instead
+   * of `inFlight` independent load()/store() calls. Each request's latency is its batch's.
+   */
+  batched?: boolean;
 }
 
 /** A FIFO of handle indices; round-robin reuse spreads requests over every handle. */
@@ -302,6 +309,78 @@ export async function runPhase(options: PhaseOptions): Promise<PhaseResult> {
     }
   };
 
+  /** One session's batches: take `inFlight` idle handles, load or store them all at once, check, repeat. */
+  const runBatches = async (blocks: SessionBlocks): Promise<void> => {
+    const op = phase[0]!.op;
+    const entry = statsOf(op);
+    const session = blocks.session;
+    const indices: number[] = [];
+    const handles: bigint[] = [];
+    const buffers = Array.from({ length: inFlight }, () => (op === 'load' ? new Uint8Array(size) : maker.buffer()));
+    const lengths = new Uint32Array(inFlight);
+    const made: Array<ExpectedBlock | undefined> = new Array(inFlight).fill(undefined);
+    while (blocks.failed === undefined && !stopped()) {
+      indices.length = 0;
+      handles.length = 0;
+      for (let i = 0; i < inFlight && issued < countLimit; i++) {
+        const index = blocks.idleBound.shift();
+        if (index === undefined) throw new InternalError('internal: no idle handle although keys >= requests in flight');
+        indices.push(index);
+        handles.push(blocks.handle(index));
+        if (op === 'store') made[i] = maker.make(buffers[i]!, handles[i]!, ++blocks.version);
+        issued += 1;
+      }
+      const failedAt = new Set<number>();
+      // The last batch of a --count run may be short.
+      const given = handles.length === inFlight ? buffers : buffers.slice(0, handles.length);
+      const began = performance.now();
+      try {
+        if (op === 'load') await session.loadMany(handles, given, { allowUnsealed: !sealed, lengths });
+        else await session.storeMany(handles, given);
+      } catch (error) {
+        if (error instanceof BatchError) {
+          for (const failure of error.failures) {
+            failedAt.add(failure.index);
+            entry.problem(statusName(failure.status), `${op} handle ${failure.handle}: ${error.message}`);
+          }
+        } else {
+          for (let i = 0; i < handles.length; i++) failedAt.add(i);
+          entry.problem('TRANSPORT', `${op} of ${handles.length} handles from ${handles[0]}: ${describe(error)}`);
+          blocks.failed = error instanceof Error ? error : new InternalError(String(error));
+        }
+        problems += failedAt.size;
+      }
+      const ended = performance.now();
+      for (let i = 0; i < handles.length; i++) {
+        const index = indices[i]!;
+        blocks.idleBound.push(index);
+        if (failedAt.has(i)) continue;
+        if (op === 'load') {
+          const expected = blocks.expected[index];
+          const data = lengths[i] === size ? buffers[i]! : buffers[i]!.subarray(0, lengths[i]);
+          const wrong = expected === undefined ? `handle ${handles[i]}: loaded a block the benchmark never stored` : checkBlock(data, expected, handles[i]!);
+          if (wrong !== undefined) {
+            problems += 1;
+            entry.corrupt += 1;
+            entry.problem('CORRUPT', wrong);
+            continue;
+          }
+        } else {
+          blocks.expected[index] = made[i];
+        }
+        if (began >= measureFrom && ended <= endAt) {
+          entry.count += 1;
+          entry.histogram.record((ended - began) * 1e6);
+          entry.bytes += size;
+          completed += 1;
+          completedBytes += size;
+          lastCompletion = ended;
+        }
+      }
+    }
+  };
+  const batched = options.batched === true && phase.length === 1 && (phase[0]!.op === 'load' || phase[0]!.op === 'store');
+
   const report = (): void =>
     options.onProgress?.({
       elapsedMs: performance.now() - start,
@@ -313,7 +392,8 @@ export async function runPhase(options: PhaseOptions): Promise<PhaseResult> {
     });
   const timer = options.onProgress === undefined ? undefined : setInterval(report, options.progressIntervalMs ?? 1000);
   try {
-    await Promise.all(all.flatMap((blocks, s) => Array.from({ length: inFlight }, (_, w) => runWorker(blocks, 1 + s * 977 + w * 131))));
+    if (batched) await Promise.all(all.map((blocks) => runBatches(blocks)));
+    else await Promise.all(all.flatMap((blocks, s) => Array.from({ length: inFlight }, (_, w) => runWorker(blocks, 1 + s * 977 + w * 131))));
   } finally {
     if (timer !== undefined) clearInterval(timer);
   }

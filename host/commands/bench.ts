@@ -37,6 +37,9 @@ workload:
   --sessions N           sessions (default 1)
   --in-flight M          requests in flight per session (default 8)
   --keys K               handles per session (default: --in-flight)
+  --batch                LOAD and STORE phases post each session's --in-flight requests
+                         together with loadMany/storeMany (like redis-benchmark -P) instead
+                         of independent load()/store() calls; a request's latency is its batch's
   --duration SECS        measured time per phase (default 3)
   --count N              instead of a duration: requests per phase over all sessions
   --warmup SECS          unmeasured time before each timed phase (default 0.5)
@@ -94,6 +97,7 @@ export const command: Command = {
       sessions: { type: 'string' },
       'in-flight': { type: 'string' },
       keys: { type: 'string' },
+      batch: { type: 'boolean' },
       duration: { type: 'string' },
       count: { type: 'string' },
       warmup: { type: 'string' },
@@ -142,7 +146,7 @@ export const command: Command = {
       if (values.duration !== undefined && values.count !== undefined) throw new UsageError('give either --duration or --count, not both');
 
       if (values.trace !== undefined) {
-        for (const flag of ['mix', 'sizes', 'in-flight', 'keys', 'duration', 'count', 'warmup', 'handle-base'] as const) {
+        for (const flag of ['mix', 'sizes', 'in-flight', 'keys', 'batch', 'duration', 'count', 'warmup', 'handle-base'] as const) {
           if (values[flag] !== undefined) throw new UsageError(`--${flag} does not apply to a trace replay`);
         }
         const result: ReplayResult = await replayTrace({
@@ -188,6 +192,7 @@ export const command: Command = {
         sessions,
         inFlight,
         keysPerSession: keys,
+        batched: values.batch === true,
         ...(values.count !== undefined
           ? { count: parseInteger(values.count, '--count', 1) }
           : { durationMs: parseNumber(values.duration, '--duration', 3, 0.001) * 1000 }),
@@ -198,7 +203,7 @@ export const command: Command = {
       };
       log(
         `kbtp bench: ${target === undefined ? `spawned target (${workers} worker${workers === 1 ? '' : 's'}) per size` : `target ${target}`}, ` +
-          `${sessions} session${sessions === 1 ? '' : 's'} x ${inFlight} in flight, sizes ${config.sizes.length === 0 ? "the target's block size" : config.sizes.map(formatSize).join(', ')}`,
+          `${sessions} session${sessions === 1 ? '' : 's'} x ${inFlight} in flight${values.batch === true ? ' (batched)' : ''}, sizes ${config.sizes.length === 0 ? "the target's block size" : config.sizes.map(formatSize).join(', ')}`,
       );
       title = `kbtp bench (${target === undefined ? `spawned, ${workers} worker${workers === 1 ? '' : 's'}` : target}, ${sessions} session${sessions === 1 ? '' : 's'} x ${inFlight} in flight)`;
       await runBench(config, rows);

@@ -73,6 +73,47 @@ test('a LOAD that returns other data is an error, not a fast answer', async () =
   }
 });
 
+test('batched LOAD and STORE phases (loadMany/storeMany): every request counted and checked', async () => {
+  for (const mix of ['store', 'load']) {
+    const [phase] = parseMix(mix);
+    const result = await runPhase({ sessions, size: 12_000, phase: phase ?? [], inFlight: 4, keysPerSession: 4, firstHandle: 200n, count: 400, batched: true });
+    const [row] = rowsOf(result);
+    assert.is(row?.op, mix);
+    assert.is(row?.ops, 400, `${mix}: every request of every batch counted`);
+    assert.equal(row?.errors, {});
+    assert.is(row?.corrupt, 0);
+  }
+});
+
+test('a batched LOAD that returns other data is an error, not a fast answer', async () => {
+  const session = sessions[0];
+  if (session === undefined) throw new Error('no session');
+  const original = session.loadMany.bind(session);
+  session.loadMany = async (handles, into, options): Promise<void> => {
+    await original(handles, into, options);
+    into[1]![9] = (into[1]![9] ?? 0) ^ 0x01; // one wrong bit in the second block of each batch
+  };
+  try {
+    const [phase] = parseMix('load');
+    const result = await runPhase({
+      sessions: [session],
+      size: 4096,
+      phase: phase ?? [],
+      inFlight: 2,
+      keysPerSession: 2,
+      firstHandle: 120n,
+      count: 40,
+      batched: true,
+    });
+    const [row] = rowsOf(result);
+    assert.is(row?.ops, 20, 'the intact half counts');
+    assert.is(row?.corrupt, 20);
+    assert.match(row?.firstError ?? '', /checksum/);
+  } finally {
+    session.loadMany = original;
+  }
+});
+
 function kbtp(args: string[]): Promise<{ code: number; stdout: string; stderr: string }> {
   return new Promise((resolve, reject) => {
     const child = spawn(process.execPath, ['--import', 'tsx', cli, ...args], { stdio: ['ignore', 'pipe', 'pipe'] });
