@@ -85,7 +85,13 @@ export class MemoryRegion {
     readonly pageSize: number,
   ) {
     this.bytes = new Uint8Array(buffer, byteOffset, length);
+    this.baseHigh = Number(taggedOffsetBase >> 32n);
+    this.baseLow = Number(taggedOffsetBase & 0xffffffffn);
   }
+
+  /** `taggedOffsetBase` as two 32-bit halves: the receive path checks TOs without BigInts. */
+  readonly baseHigh: number;
+  readonly baseLow: number;
 
   /** The registered bytes. */
   readonly bytes: Uint8Array;
@@ -237,19 +243,43 @@ export class MemoryTable {
    * On success sets `resolvedRegion` / `resolvedOffset` (byte offset in the region).
    */
   checkRemote(stag: number, pd: ProtectionDomain, required: number, taggedOffset: bigint, length: number): AccessStatus {
+    const to = BigInt.asUintN(64, taggedOffset);
+    // Outside 0..2^64-1 (no wire TO is): the region checks first, then the bounds, as always.
+    if (to !== taggedOffset) {
+      const region = this.remoteRegion(stag, pd, required);
+      return typeof region === 'number' ? region : taggedOffset < 0n ? AccessStatus.BaseBounds : AccessStatus.ToWrap;
+    }
+    return this.checkRemoteAt(stag, pd, required, Number(to >> 32n), Number(to & 0xffffffffn), length);
+  }
+
+  /**
+   * checkRemote with the tagged offset as two 32-bit halves (`high` * 2^32 + `low`), as it comes
+   * off the wire: the per-segment form, which allocates no BigInt. `length` is below 2^32.
+   */
+  checkRemoteAt(stag: number, pd: ProtectionDomain, required: number, high: number, low: number, length: number): AccessStatus {
+    const region = this.remoteRegion(stag, pd, required);
+    if (typeof region === 'number') return region;
+    // TO + length passes 2^64 only from the top 2^32 octets, since length < 2^32.
+    if (high === 0xffffffff && low + length > 0x1_0000_0000) return AccessStatus.ToWrap;
+    // A region is shorter than 2^53 octets, so an offset whose high halves differ by 2^21 or
+    // more is out of bounds; below that, the difference is exact in a double.
+    const highDelta = high - region.baseHigh;
+    if (highDelta < 0 || highDelta >= 0x20_0000) return AccessStatus.BaseBounds;
+    const offset = highDelta * 0x1_0000_0000 + (low - region.baseLow);
+    if (offset < 0 || offset + length > region.length) return AccessStatus.BaseBounds;
+    this.resolvedRegion = region;
+    this.resolvedOffset = offset;
+    this.observer?.memoryTranslation(stag, offset, length, region.pageSize);
+    return AccessStatus.Ok;
+  }
+
+  /** The region `stag` names if `pd` may access it with `required` rights, else why not. */
+  private remoteRegion(stag: number, pd: ProtectionDomain, required: number): MemoryRegion | AccessStatus {
     const region = this.regions.get(stag >>> 8);
     if (region === undefined || region.stag !== stag || !region.valid) return AccessStatus.InvalidStag;
     if (region.pd !== pd) return AccessStatus.PdMismatch;
     if ((region.access & required) !== required) return AccessStatus.AccessRights;
-    const end = taggedOffset + BigInt(length);
-    if (end > TWO_POW_64) return AccessStatus.ToWrap;
-    if (taggedOffset < region.taggedOffsetBase || end > region.taggedOffsetBase + BigInt(region.length)) {
-      return AccessStatus.BaseBounds;
-    }
-    this.resolvedRegion = region;
-    this.resolvedOffset = Number(taggedOffset - region.taggedOffsetBase);
-    this.observer?.memoryTranslation(stag, this.resolvedOffset, length, region.pageSize);
-    return AccessStatus.Ok;
+    return region;
   }
 
   /**

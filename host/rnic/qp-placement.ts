@@ -7,7 +7,7 @@ import { Access, AccessStatus } from './memory.ts';
 import type { QueuePair } from './qp.ts';
 import { accessStatusText, checkSge, hex, localAccessText, taggedErrorFor } from './qp-checks.ts';
 import { RnicError } from './errors.ts';
-import type { FpduReceiver, ReceiveSink } from './receive.ts';
+import { taggedOffsetText, type FpduReceiver, type ReceiveSink } from './receive.ts';
 import type { TerminateCause } from './terminate.ts';
 import { decodeAtomicRequest, decodeAtomicResponse, decodeImmediateData } from './wire/atomics.ts';
 import {
@@ -98,7 +98,7 @@ export class Placement implements ReceiveSink {
     this.rq.push(wqe);
   }
 
-  placeTagged(opcode: number, stag: number, taggedOffset: bigint, length: number, first: boolean, last: boolean): Uint8Array | undefined {
+  placeTagged(opcode: number, stag: number, toHigh: number, toLow: number, length: number, first: boolean, last: boolean): Uint8Array | undefined {
     const qp = this.qp;
     const receiver = qp.receiver!;
     if (first) qp.observer?.queuePairContext(qp.qpNumber, opcode === RdmapOpcode.RdmaReadResponse);
@@ -110,10 +110,15 @@ export class Placement implements ReceiveSink {
     if (opcode === RdmapOpcode.RdmaWrite) {
       // RFC 5041: a zero-length tagged segment's STag and TO are not checked.
       if (length === 0) return EMPTY;
-      const status = qp.memory.checkRemote(stag, qp.pd, Access.RemoteWrite, taggedOffset, length);
+      const status = qp.memory.checkRemoteAt(stag, qp.pd, Access.RemoteWrite, toHigh, toLow, length);
       if (status !== AccessStatus.Ok) {
         const [layer, errorType, errorCode] = taggedErrorFor(status);
-        receiver.fail(layer, errorType, errorCode, `RDMA Write to STag 0x${hex(stag)} TO ${taggedOffset} length ${length}: ${accessStatusText(status)}`);
+        receiver.fail(
+          layer,
+          errorType,
+          errorCode,
+          `RDMA Write to STag 0x${hex(stag)} TO ${taggedOffsetText(toHigh, toLow)} length ${length}: ${accessStatusText(status)}`,
+        );
         return undefined;
       }
       const offset = qp.memory.resolvedOffset;
@@ -135,13 +140,20 @@ export class Placement implements ReceiveSink {
       );
       return undefined;
     }
-    const expectedOffset = request.sinkTaggedOffset + BigInt(request.received);
-    if (taggedOffset !== expectedOffset || request.received + length > request.length || (last && request.received + length !== request.length)) {
+    // The sink TO plus what arrived so far, in halves (the sink lies inside one region, < 2^53).
+    const expectedLow = request.sinkToLow + request.received;
+    const expectedHigh = request.sinkToHigh + Math.floor(expectedLow / 0x1_0000_0000);
+    if (
+      toHigh !== expectedHigh ||
+      toLow !== expectedLow % 0x1_0000_0000 ||
+      request.received + length > request.length ||
+      (last && request.received + length !== request.length)
+    ) {
       receiver.fail(
         TerminateLayer.Ddp,
         DDP_ETYPE_TAGGED,
         DDP_ECODE_TAGGED_BASE_BOUNDS,
-        `Read Response at TO ${taggedOffset} for ${length} octets does not match the read (TO ${expectedOffset}, ${request.length - request.received} left)`,
+        `Read Response at TO ${taggedOffsetText(toHigh, toLow)} for ${length} octets does not match the read (TO ${taggedOffsetText(expectedHigh, expectedLow % 0x1_0000_0000)}, ${request.length - request.received} left)`,
       );
       return undefined;
     }

@@ -71,7 +71,9 @@ export interface OutstandingRequest {
   readonly msn: number;
   // Reads: where the response lands.
   readonly sinkStag: number;
-  readonly sinkTaggedOffset: bigint;
+  /** The sink's tagged offset as 32-bit halves (the receive path compares without BigInts). */
+  readonly sinkToHigh: number;
+  readonly sinkToLow: number;
   readonly sinkOffset: number;
   readonly length: number;
   received: number;
@@ -133,7 +135,7 @@ export class Requester {
 
   /** The RTR Read Request went out: its zero-length Read Response completes nothing the ULP posted. */
   rtrReadSent(msn: number): void {
-    this.orq.push({ kind: 'rtr', msn, sinkStag: 0, sinkTaggedOffset: 0n, sinkOffset: 0, length: 0, received: 0, requestId: 0 });
+    this.orq.push({ kind: 'rtr', msn, sinkStag: 0, sinkToHigh: 0, sinkToLow: 0, sinkOffset: 0, length: 0, received: 0, requestId: 0 });
   }
 
   /** Starts queued work requests while ORD, fences and the transmit high-water mark allow. */
@@ -205,7 +207,8 @@ export class Requester {
         const sge = wr.sgList?.[0];
         const length = sge?.length ?? 0;
         let sinkStag = 0;
-        let sinkTaggedOffset = 0n;
+        let sinkToHigh = 0;
+        let sinkToLow = 0;
         let sinkOffset = 0;
         if (sge !== undefined && length > 0) {
           const status = qp.memory.checkLocal(sge.lkey >>> 0, qp.pd, Access.LocalWrite, sge.offset, length);
@@ -216,13 +219,15 @@ export class Requester {
           const region = qp.memory.resolvedRegion!;
           sinkStag = region.stag;
           sinkOffset = sge.offset;
-          sinkTaggedOffset = region.taggedOffsetAt(sge.offset);
+          const low = region.baseLow + sge.offset;
+          sinkToHigh = region.baseHigh + Math.floor(low / 0x1_0000_0000);
+          sinkToLow = low % 0x1_0000_0000;
         }
         const remote = wr.remote!;
         const header = new Uint8Array(READ_REQUEST_HEADER_LENGTH);
         encodeReadRequest(header, 0, {
           sinkStag,
-          sinkTaggedOffset,
+          sinkTaggedOffset: (BigInt(sinkToHigh) << 32n) | BigInt(sinkToLow),
           readSize: length,
           sourceStag: remote.stag >>> 0,
           sourceTaggedOffset: BigInt(remote.taggedOffset),
@@ -230,7 +235,7 @@ export class Requester {
         const msn = transmitter.peekMsn(QN_READ_REQUEST);
         wqe.requestMsn = msn;
         wqe.byteLength = length;
-        this.orq.push({ kind: 'read', wqe, msn, sinkStag, sinkTaggedOffset, sinkOffset, length, received: 0, requestId: 0 });
+        this.orq.push({ kind: 'read', wqe, msn, sinkStag, sinkToHigh, sinkToLow, sinkOffset, length, received: 0, requestId: 0 });
         this.outstandingRequests++;
         transmitter.sendUntagged(RdmapOpcode.RdmaReadRequest, QN_READ_REQUEST, 0, header);
         return;
@@ -268,7 +273,8 @@ export class Requester {
           wqe,
           msn,
           sinkStag: 0,
-          sinkTaggedOffset: 0n,
+          sinkToHigh: 0,
+          sinkToLow: 0,
           sinkOffset: 0,
           length: 8,
           received: 0,

@@ -51,11 +51,12 @@ import { rdmapHeaderLength, type TerminateCause } from './terminate.ts';
 /** What the receive path asks of the RDMAP layer above it (implemented by the QP). */
 export interface ReceiveSink {
   /**
-   * A tagged segment (RDMA Write or Read Response) passed the DDP checks. Returns the view its
-   * `length` payload octets go to (exactly that long), or undefined after calling
-   * `receiver.fail()`. Zero-length segments must not have their STag or TO checked.
+   * A tagged segment (RDMA Write or Read Response) passed the DDP checks; its tagged offset is
+   * `toHigh` * 2^32 + `toLow` (halves, so no BigInt per segment). Returns the view its `length`
+   * payload octets go to (exactly that long), or undefined after calling `receiver.fail()`.
+   * Zero-length segments must not have their STag or TO checked.
    */
-  placeTagged(opcode: number, stag: number, taggedOffset: bigint, length: number, first: boolean, last: boolean): Uint8Array | undefined;
+  placeTagged(opcode: number, stag: number, toHigh: number, toLow: number, length: number, first: boolean, last: boolean): Uint8Array | undefined;
   /**
    * A Send-family segment. Returns the first view for its payload (may be shorter than `length`
    * when the receive buffer is scattered; `nextSendView` supplies the rest), or undefined after
@@ -160,7 +161,8 @@ export class FpduReceiver {
   private targetPosition = 0;
   private discard = false;
   private segmentStag = 0;
-  private segmentTaggedOffset = 0n;
+  private segmentToHigh = 0;
+  private segmentToLow = 0;
   private segmentMessageOffset = 0;
   private segmentInvalidateStag = 0;
 
@@ -174,7 +176,9 @@ export class FpduReceiver {
   private taggedInProgress = false;
   private taggedOpcode = 0;
   private taggedStag = 0;
-  private taggedNextOffset = 0n;
+  /** Where the tagged message in progress continues (TO halves). */
+  private taggedNextHigh = 0;
+  private taggedNextLow = 0;
   /**
    * Large FPDUs were seen recently, so reads stop exactly where a payload starts and the kernel
    * places it. Kept for a few small FPDUs (a large message's short last segment, a Send after
@@ -549,7 +553,8 @@ export class FpduReceiver {
     }
     if (this.tagged) {
       const stag = readUint32(header, 4);
-      const taggedOffset = (BigInt(readUint32(header, 6 + 2)) << 32n) | BigInt(readUint32(header, 10 + 2));
+      const toHigh = readUint32(header, 6 + 2);
+      const toLow = readUint32(header, 10 + 2);
       const first = !this.taggedInProgress;
       if (!first) {
         if (this.opcode !== this.taggedOpcode || stag !== this.taggedStag) {
@@ -557,20 +562,21 @@ export class FpduReceiver {
           this.proceedAfterHeader();
           return;
         }
-        if (taggedOffset !== this.taggedNextOffset) {
+        if (toHigh !== this.taggedNextHigh || toLow !== this.taggedNextLow) {
           this.fail(
             TerminateLayer.Ddp,
             DDP_ETYPE_TAGGED,
             DDP_ECODE_TAGGED_BASE_BOUNDS,
-            `tagged offset ${taggedOffset} does not continue at ${this.taggedNextOffset}`,
+            `tagged offset ${taggedOffsetText(toHigh, toLow)} does not continue at ${taggedOffsetText(this.taggedNextHigh, this.taggedNextLow)}`,
           );
           this.proceedAfterHeader();
           return;
         }
       }
       this.segmentStag = stag;
-      this.segmentTaggedOffset = taggedOffset;
-      const target = this.sink.placeTagged(this.opcode, stag, taggedOffset, this.payloadLength, first, this.last);
+      this.segmentToHigh = toHigh;
+      this.segmentToLow = toLow;
+      const target = this.sink.placeTagged(this.opcode, stag, toHigh, toLow, this.payloadLength, first, this.last);
       if (this.state === State.Dead) return;
       if (target === undefined) {
         this.failIfSilent();
@@ -736,7 +742,10 @@ export class FpduReceiver {
         this.taggedInProgress = true;
         this.taggedOpcode = opcode;
         this.taggedStag = this.segmentStag;
-        this.taggedNextOffset = (this.segmentTaggedOffset + BigInt(this.payloadLength)) & 0xffff_ffff_ffff_ffffn;
+        // TO + length, carried across the halves and wrapped at 2^64.
+        const low = this.segmentToLow + this.payloadLength;
+        this.taggedNextLow = low >>> 0;
+        this.taggedNextHigh = (this.segmentToHigh + (low >= 0x1_0000_0000 ? 1 : 0)) >>> 0;
       }
       return;
     }
@@ -769,6 +778,11 @@ export class FpduReceiver {
     this.target = undefined;
     this.markerMismatch = false;
   }
+}
+
+/** A tagged offset given as halves, in decimal (for messages). */
+export function taggedOffsetText(high: number, low: number): string {
+  return ((BigInt(high) << 32n) | BigInt(low)).toString();
 }
 
 function rdmapOpcodeLabel(opcode: number): string {

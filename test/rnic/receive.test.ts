@@ -16,9 +16,10 @@ class RecordingSink implements ReceiveSink {
   readonly events: string[] = [];
   failure: TerminateCause | undefined;
   onControl: ((fpdu: Uint8Array) => void) | undefined;
-  placeTagged(_opcode: number, stag: number, taggedOffset: bigint, length: number): Uint8Array | undefined {
+  placeTagged(_opcode: number, stag: number, toHigh: number, toLow: number, length: number): Uint8Array | undefined {
+    const taggedOffset = toHigh * 2 ** 32 + toLow;
     this.events.push(`tagged ${stag.toString(16)} ${taggedOffset} ${length}`);
-    return this.target.subarray(Number(taggedOffset), Number(taggedOffset) + length);
+    return this.target.subarray(taggedOffset, taggedOffset + length);
   }
   placeSend(_opcode: number, messageOffset: number, length: number): Uint8Array | undefined {
     this.events.push(`send ${messageOffset} ${length}`);
