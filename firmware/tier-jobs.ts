@@ -9,6 +9,7 @@
 // look at the disk), after it has done what it could.
 import type { TierHost } from '../host/kbtp/server/tier-host.ts';
 import type { ApplianceMetrics } from './metrics.ts';
+import { CheckFailedError } from '../host/errors.ts';
 
 export class TierMaintenance {
   private nextSlot = 0;
@@ -64,7 +65,8 @@ export class TierMaintenance {
     }
     if (report.unreadable.length > 0)
       found.push(`${report.unreadable.length} blocks could not be read (I/O error; handle indices ${indices(report.unreadable)})`);
-    throw new TierScrubFinding(`${where}; ${found.join('; ')}: check the disk of the data directory`);
+    // A check kbtp runs on itself found a fault: the run counts as failed, so it is seen.
+    throw new CheckFailedError(`${where}; ${found.join('; ')}: check the disk of the data directory`);
   }
 
   async checkpoint(tier: TierHost, blockSize: number): Promise<string> {
@@ -75,13 +77,5 @@ export class TierMaintenance {
     this.metrics.trimmedBytes.inc(trimmedBytes);
     const trimmed = result.trimmedSlots === 0 ? '' : `; ${result.trimmedSlots} free slots (${(trimmedBytes / 2 ** 20).toFixed(1)} MiB) given back`;
     return `checkpoint written, journal ${result.journal} started${trimmed}`;
-  }
-}
-
-/** What a scrub run found wrong on the tier (the run counts as failed, so it is seen). */
-export class TierScrubFinding extends Error {
-  constructor(message: string) {
-    super(message);
-    this.name = 'TierScrubFinding';
   }
 }

@@ -4,7 +4,9 @@
 // a burst of stores. A screenshot is kept in .cache/status-page.png.
 import { test } from 'uvu';
 import * as assert from 'uvu/assert';
-import { existsSync, mkdirSync } from 'node:fs';
+import { existsSync, mkdirSync, mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { chromium, type Browser, type Page } from 'playwright-core';
 import { connect, type KbtpSession } from '../../host/kbtp/initiator.ts';
@@ -14,13 +16,16 @@ const CHROMIUM = '/usr/bin/chromium';
 const CACHE = fileURLToPath(new URL('../../.cache/', import.meta.url));
 
 let daemon: Daemon;
+let dataDir: string;
 let browser: Browser;
 let page: Page;
 const consoleErrors: string[] = [];
 
 test.before(async () => {
   if (!existsSync(CHROMIUM)) throw new Error(`${CHROMIUM} is missing: run test/firmware/deps.sh (make test does)`);
-  daemon = await startDaemon({ workers: 1 });
+  // With a durable tier, so the page has it to show.
+  dataDir = mkdtempSync(join(tmpdir(), 'kbtp-status-page-'));
+  daemon = await startDaemon({ workers: 1, dataDir });
   await daemon.kbtp;
   browser = await chromium.launch({
     executablePath: CHROMIUM,
@@ -39,6 +44,7 @@ test.before(async () => {
 test.after(async () => {
   await browser?.close();
   await daemon?.stop();
+  rmSync(dataDir, { recursive: true, force: true });
 });
 
 // biome-ignore lint/performance/useDomNodeTextContent: Playwright's Locator.innerText is the rendered text (table cells apart), which the assertions match; not the DOM property the rule means
@@ -51,7 +57,7 @@ test('the page loads and shows the state, the pool and the chart', async () => {
   assert.is(await textOf('pool-free'), String(SMALL_POOL.blockCount));
   assert.is(await textOf('pool-used'), '0');
   assert.match(await textOf('tenants'), /default\s+0\s+0 \/ 256/);
-  assert.match(await textOf('tier'), /no durable tier/);
+  assert.match(await textOf('tier'), /used · 0 blocks durable · .* recovered 0 blocks in [\d.]+ s · scrub pass 1 at 0 %/);
   assert.match(await textOf('jobs'), /poolAudit/);
   assert.ok(await page.locator('#chart').isVisible());
 });
@@ -65,6 +71,7 @@ test('the numbers and the chart follow a burst of stores', async () => {
     assert.is(await textOf('pool-free'), String(SMALL_POOL.blockCount - 40));
     await page.waitForFunction(() => Number(document.getElementById('requests-total')?.textContent) >= 40);
     assert.match(await textOf('tenants'), /default\s+1\s+40 \/ 256/);
+    await page.waitForFunction(() => /· 40 blocks durable/.test(document.getElementById('tier')?.textContent ?? ''));
     // The rate shows the traffic of the last second: keep loading until the page has shown it.
     let loads = 0;
     const deadline = Date.now() + 60_000;
