@@ -26,6 +26,8 @@ export interface TenantSettings {
   trustDomain: string;
   /** kbtp-v1 section 12: 'demote' (default with a durable tier) or 'none'. */
   eviction: 'none' | 'demote';
+  /** The configuration said the policy; otherwise it is the default and follows the tier being turned on or off. */
+  evictionExplicit?: boolean;
   /** Blocks the tenant may keep on the durable tier (default: the whole tier). */
   durableQuota: number | undefined;
   /** Its engine tenant slot when that is not its position in the list (after a reload). */
@@ -255,6 +257,7 @@ function tenantAt(
     trust: { directLoad: trust.boolean('directLoad', false), directAlloc: trust.boolean('directAlloc', false) },
     trustDomain,
     eviction: evictionAt(tenant, context.durable),
+    evictionExplicit: tenant.has('eviction'),
     durableQuota: tenant.has('durableQuota') ? tenant.integer('durableQuota', { min: 0, max: 2 ** 32 - 1 }) : undefined,
   };
 }
@@ -348,9 +351,11 @@ export function resolveTargetSettings(input: Json, otherSections: readonly strin
 }
 
 /**
- * Turns the durable tier on in `dataDir` (command line, appliance) or off (null). Tenants whose
- * eviction policy followed the default follow the change; an explicit "demote" without a tier is
- * refused by the engine's configuration check.
+ * Turns the durable tier on in `dataDir` (command line, appliance) or off (null). The rule for
+ * tenants: a policy the file left to the default follows the change ("demote" with a tier,
+ * "none" without); a policy the file said is kept as it is, so --data-dir never turns an
+ * explicit "none" into "demote", and turning the tier off under an explicit "demote" is a
+ * configuration error that says what to change.
  */
 export function setDurable(settings: TargetSettings, dataDir: string | null, capacityBytes?: number): void {
   const before = settings.durable !== undefined;
@@ -363,7 +368,17 @@ export function setDurable(settings: TargetSettings, dataDir: string | null, cap
         };
   const after = settings.durable !== undefined;
   if (before === after) return;
-  for (const tenant of settings.tenants) if (tenant.eviction === (before ? 'demote' : 'none')) tenant.eviction = after ? 'demote' : 'none';
+  for (const [index, tenant] of settings.tenants.entries()) {
+    if (tenant.evictionExplicit !== true) {
+      tenant.eviction = after ? 'demote' : 'none';
+    } else if (!after && tenant.eviction === 'demote') {
+      throw new ConfigError(
+        `tenants[${index}].eviction`,
+        `is "demote", which needs the durable tier that --no-durable (or durable.enabled false) turns off`,
+        'set "eviction": "none" for this tenant, or keep the durable tier on',
+      );
+    }
+  }
 }
 
 /** The effective configuration as JSON, for `kbtp target --check-config`: secrets masked, handles as strings past 2^53. */

@@ -39,10 +39,12 @@ options:
   --credits N            requests a session may have outstanding (default 64)
   --sram-model FILE      model the RNIC's on-chip SRAM cache with this config (docs/SRAM.md)
   --data-dir DIR         keep sealed blocks on a durable tier in DIR/tier (docs/TIER.md): they survive
-                         restarts, kill -9 and power loss; the target recovers them before it listens
+                         restarts, kill -9 and power loss; the target recovers them before it listens.
+                         Tenants without an "eviction" in the config get "demote"; an explicit one is kept
   --durable-capacity N   hard cap of the durable tier in octets, e.g. 1073741824 or 64GiB
                          (default: four times the pool)
-  --no-durable           DRAM only, even when the config file names a data directory
+  --no-durable           DRAM only, even when the config file names a data directory (refused while a
+                         tenant says "eviction": "demote", which needs the tier)
   --stats-interval SECS  print statistics every SECS seconds (default 0: only at exit)
   -v, --verbose          log every session (open, refused, GOODBYE, disconnect) and every connection
                          that fails before its session exists (bad MPA, timeouts, refusals), with the reason

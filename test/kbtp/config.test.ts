@@ -1,7 +1,7 @@
 import { test } from 'uvu';
 import { hashSecret } from '../../host/kbtp/server/secret-hash.ts';
 import * as assert from 'uvu/assert';
-import { resolveTargetSettings, engineConfigFor, describeSettings, ConfigError } from '../../firmware/config.ts';
+import { resolveTargetSettings, engineConfigFor, describeSettings, ConfigError, setDurable } from '../../firmware/config.ts';
 import { resolveEngineConfig, EngineConfigError } from '../../host/engine/config.ts';
 import { computeLayout } from '../../host/engine/layout.ts';
 
@@ -171,6 +171,30 @@ test('a tenant trusted for DIRECT_ALLOC gets a partition of exactly its quota', 
   assert.equal(engine.partitions, [{ blocks: 40, ringOrder: 6, firstBlock: 60 }]);
   assert.is(engine.sharedBlocks, 60);
   assert.is(engine.tenants[1]?.partition, 0);
+});
+
+test('--data-dir and --no-durable: a default eviction policy follows the tier, an explicit one is kept or refused', () => {
+  const tenant = (eviction?: string) => ({ name: 'a', open: true, ...(eviction === undefined ? {} : { eviction }) });
+  const followed = resolveTargetSettings({ tenants: [tenant()] });
+  setDurable(followed, '/var/lib/kbtp');
+  assert.is(followed.tenants[0]?.eviction, 'demote');
+  setDurable(followed, null);
+  assert.is(followed.tenants[0]?.eviction, 'none');
+
+  const none = resolveTargetSettings({ tenants: [tenant('none')] });
+  setDurable(none, '/var/lib/kbtp');
+  assert.is(none.tenants[0]?.eviction, 'none', '--data-dir overrode an explicit "none"');
+  assert.is(resolveEngineConfig(engineConfigFor(none)).tenants[0]?.eviction, 'none');
+
+  const demote = resolveTargetSettings({ durable: { dataDir: '/var/lib/kbtp' }, tenants: [tenant('demote')] });
+  try {
+    setDurable(demote, null);
+    assert.unreachable('--no-durable under an explicit "demote" was accepted');
+  } catch (error) {
+    assert.instance(error, ConfigError);
+    assert.is((error as ConfigError).field, 'tenants[0].eviction');
+    assert.match((error as Error).message, /set "eviction": "none"/);
+  }
 });
 
 test.run();
