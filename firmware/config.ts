@@ -40,6 +40,11 @@ export interface DurableSettings {
   dataDir: string;
   /** Hard cap of the tier's files, octets. */
   capacityBytes: number;
+  /**
+   * Percent of each ring's blocks kept free: below it, least recently used sealed blocks of
+   * tenants under `demote` leave the pool ahead of need (0: only at a tenant's quota).
+   */
+  lowWatermark?: number;
 }
 
 /** How long each stage of a connection may take; past it the connection is closed and counted. */
@@ -94,7 +99,9 @@ const MAX_TIMEOUT_MS = 2 ** 31 - 1; // setTimeout's limit
 
 // The keys each object of the file may hold; a key read below must be listed here.
 const TOP_KEYS = ['listen', 'workers', 'pool', 'session', 'timeouts', 'tenants', 'sramModel', 'durable', 'transport'] as const;
-const DURABLE_KEYS = ['enabled', 'dataDir', 'capacity'] as const;
+const DURABLE_KEYS = ['enabled', 'dataDir', 'capacity', 'lowWatermark'] as const;
+/** Default percent of each ring kept free by demotion ahead of need. */
+export const DEFAULT_LOW_WATERMARK = 5;
 const POOL_KEYS = ['blockSize', 'blockCount', 'handleBase', 'handleCount', 'maxInline', 'ringOrder'] as const;
 const SESSION_KEYS = ['credits', 'ticketTimeoutMs', 'maxSessions', 'maxSessionsPerWorker', 'maxHandshakesPerWorker'] as const;
 const TIMEOUT_KEYS = ['mpaRequestMs', 'rtrMs', 'helloMs', 'idleSessionMs', 'rdmaReadMs'] as const;
@@ -154,7 +161,13 @@ function durableAt(
     return undefined;
   }
   const capacityBytes = section.has('capacity') ? parseBytes(section.raw('capacity'), 'durable.capacity') : defaultDurableCapacity(pool);
-  return { dataDir, capacityBytes };
+  const lowWatermark = section.integer('lowWatermark', {
+    min: 0,
+    max: 50,
+    fallback: DEFAULT_LOW_WATERMARK,
+    why: 'give the percent of each ring kept free by demoting least recently used sealed blocks early (0: demote only at a quota)',
+  });
+  return { dataDir, capacityBytes, lowWatermark };
 }
 
 export function isLoopback(host: string): boolean {
@@ -365,6 +378,7 @@ export function setDurable(settings: TargetSettings, dataDir: string | null, cap
       : {
           dataDir,
           capacityBytes: capacityBytes ?? settings.durable?.capacityBytes ?? defaultDurableCapacity(settings.pool),
+          lowWatermark: settings.durable?.lowWatermark ?? DEFAULT_LOW_WATERMARK,
         };
   const after = settings.durable !== undefined;
   if (before === after) return;
@@ -406,7 +420,10 @@ export function describeSettings(settings: TargetSettings): string {
         eviction: tenant.eviction,
         ...(tenant.durableQuota !== undefined ? { durableQuota: tenant.durableQuota } : {}),
       })),
-      durable: settings.durable === undefined ? { enabled: false } : { dataDir: settings.durable.dataDir, capacity: settings.durable.capacityBytes },
+      durable:
+        settings.durable === undefined
+          ? { enabled: false }
+          : { dataDir: settings.durable.dataDir, capacity: settings.durable.capacityBytes, lowWatermark: settings.durable.lowWatermark },
       ...(settings.sramModel !== undefined ? { sramModel: settings.sramModel } : {}),
     },
     null,

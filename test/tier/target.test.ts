@@ -178,6 +178,98 @@ test("Durable Quota: past it, the tenant's least recently used blocks on the tie
   }
 });
 
+const ALL_ONES = 0xffffffffffffffffn;
+
+/** Polls `done` every 20 ms for at most 20 s (a loaded machine may be slow to run the timer). */
+async function eventually(done: () => boolean, what: string): Promise<void> {
+  for (let waited = 0; waited < 20000; waited += 20) {
+    if (done()) return;
+    await new Promise((resolve) => setTimeout(resolve, 20));
+  }
+  assert.unreachable(`timed out waiting until ${what}`);
+}
+
+/** alpha fills the shared ring with beta; gamma has a partition of 16 (DIRECT_ALLOC); 10 % low watermark. */
+function watermarkSettings(dir: string) {
+  const tenants = [
+    { name: 'alpha', secret: 'alpha-secret', quota: 40, storeRange: { first: 0, count: 64 }, loadScope: { first: 0, count: 256 } },
+    { name: 'beta', secret: 'beta-secret', quota: 8, storeRange: { first: 64, count: 64 }, loadScope: { first: 64, count: 64 } },
+    {
+      name: 'gamma',
+      secret: 'gamma-secret',
+      quota: 16,
+      storeRange: { first: 128, count: 64 },
+      loadScope: { first: 0, count: 256 },
+      trust: { directLoad: true, directAlloc: true },
+    },
+  ];
+  const settings = durableSettings(dir, {}, tenants);
+  return { ...settings, durable: settings.durable === undefined ? undefined : { ...settings.durable, lowWatermark: 10 } };
+}
+
+test('pool low watermark: the least recently used sealed blocks leave the shared ring before it runs out', async () => {
+  const rig = await startRig(watermarkSettings(dataDir()));
+  try {
+    const { engine } = rig.target;
+    const free = (): number => {
+      const { headTicket, tailTicket } = engine.readCounters(engine.sharedRing);
+      return tailTicket - headTicket;
+    };
+    const alpha = await rig.session('alpha');
+    const beta = await rig.session('beta');
+    for (let i = 0; i < 40; i++) await alpha.allocStore(BigInt(i), content(BigInt(i), 1), { seal: true });
+    // 48 shared blocks, 40 of them alpha's: 8 free, above the watermark of 5. beta takes 6 more.
+    for (let i = 64; i < 70; i++) await beta.allocStore(BigInt(i), content(BigInt(i), 1), { seal: true });
+    await eventually(() => free() >= 10, 'the shared ring is back at twice its watermark');
+    const stats = await rig.target.stats();
+    const early = stats.durable?.watermarkDemotions ?? 0;
+    assert.ok(early >= 8, `${early} demotions at the watermark`);
+    // alpha had the most resident blocks: its least recently used went, in order.
+    const demoted = Array.from({ length: 40 }, (_, i) => engine.readEntry(BigInt(i))?.blockOffset === ALL_ONES);
+    const count = demoted.filter(Boolean).length;
+    assert.ok(count >= 8);
+    assert.equal(demoted, [...Array<boolean>(count).fill(true), ...Array<boolean>(40 - count).fill(false)], 'not the least recently used first');
+    for (let i = 64; i < 70; i++) assert.is.not(engine.readEntry(BigInt(i))?.blockOffset, ALL_ONES, "beta's blocks stay");
+    // Promotion brings them back with the right bytes; the watermark keeps making room.
+    for (let i = 0; i < 40; i++) assert.equal((await alpha.load(BigInt(i))).data, content(BigInt(i), 1));
+    assert.ok(engine.tenantUsage(0) <= 40);
+    assert.ok(rig.target.audit().ok, JSON.stringify(rig.target.audit()));
+  } finally {
+    await rig.stop();
+  }
+});
+
+test('pool low watermark and quota demotion on a DIRECT_ALLOC partition: ALLOC_STORE and one-sided tickets', async () => {
+  const rig = await startRig(watermarkSettings(dataDir()));
+  try {
+    const { engine } = rig.target;
+    const ring = engine.partitionRing(0);
+    const free = (): number => {
+      const { headTicket, tailTicket } = engine.readCounters(ring);
+      return tailTicket - headTicket;
+    };
+    const gamma = await rig.session('gamma', { capabilities: K.CAP_DIRECT_ALLOC | K.CAP_DIRECT_LOAD });
+    for (let i = 128; i < 143; i++) await gamma.allocStore(BigInt(i), content(BigInt(i), 1), { seal: true });
+    // 15 of the partition's 16 blocks in use: below its watermark of 2.
+    await eventually(() => free() >= 4, 'the partition is back at twice its watermark');
+    assert.is(engine.readEntry(128n)?.blockOffset, ALL_ONES, 'the least recently used block left first');
+    // One-sided tickets past what is free: demotion at the watermark, and at the quota when a ticket passes it.
+    for (let i = 143; i < 163; i++) await gamma.directAllocStore(BigInt(i), content(BigInt(i), 1), { seal: true });
+    const stats = await rig.target.stats();
+    assert.ok((stats.durable?.watermarkDemotions ?? 0) >= 3, JSON.stringify(stats.durable));
+    assert.ok(stats.demotions + (stats.durable?.watermarkDemotions ?? 0) >= 20, 'every block past the partition was made room for');
+    for (let i = 128; i < 163; i++) {
+      const handle = BigInt(i);
+      const loaded = i % 2 === 0 ? await gamma.load(handle) : await gamma.directLoad(handle);
+      assert.equal(loaded.data, content(handle, 1), `block ${i}`);
+    }
+    assert.ok(engine.tenantUsage(2) <= 16);
+    assert.ok(rig.target.audit().ok, JSON.stringify(rig.target.audit()));
+  } finally {
+    await rig.stop();
+  }
+});
+
 test.after(() => {
   for (const dir of tempDirs) fs.rmSync(dir, { recursive: true, force: true });
 });

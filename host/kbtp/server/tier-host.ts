@@ -11,10 +11,14 @@ import type { TargetSettings, TenantSettings } from '../../../firmware/config.ts
 import { ENTRY_VALID, ENTRY_SEALED } from '../../../assembly/kbtp-constants.ts';
 import type { TierAsk, TierAnswer } from './tier-messages.ts';
 import { InternalError } from '../../errors.ts';
+import { WatermarkDemoter } from '../../engine/watermark.ts';
+import { DEFAULT_LOW_WATERMARK } from '../../../firmware/config.ts';
 
 export interface DurableStats extends TierStats {
-  /** Sealed blocks that left the pool for the tier alone, all workers. */
+  /** Sealed blocks that left the pool for the tier alone: at a quota (all workers) and at the pool's low watermark. */
   demotions: number;
+  /** Of those, demoted ahead of need because a ring fell below its low watermark. */
+  watermarkDemotions: number;
   /** Blocks brought back into the pool by a LOAD. */
   promotions: number;
   /** Requests answered TIER_ERROR (seal, free, reserve or fetch that failed). */
@@ -26,12 +30,15 @@ export class TierHost {
   private tierErrors = 0;
   /** Per handle, the stamp it had when the tier last put it in order (see DropGate 'recent'). */
   private readonly seen: Uint32Array;
+  private readonly watermark: WatermarkDemoter;
 
   private constructor(
     readonly tier: DurableTier,
     private readonly engine: Engine,
+    lowWatermark: number,
   ) {
     this.seen = new Uint32Array(engine.config.handleCount);
+    this.watermark = new WatermarkDemoter(engine, lowWatermark);
   }
 
   /** Opens or recovers the tier and restores the engine's table from it, before anything is served. */
@@ -53,8 +60,9 @@ export class TierHost {
       tenants: tierTenants(settings.tenants, config.handleBase),
       ...(files === undefined ? {} : { files }),
     });
-    const host = new TierHost(tier, engine);
+    const host = new TierHost(tier, engine, durable.lowWatermark ?? DEFAULT_LOW_WATERMARK);
     host.restore();
+    host.watermark.start();
     return host;
   }
 
@@ -128,10 +136,12 @@ export class TierHost {
   }
 
   stats(demotions: number): DurableStats {
-    return { ...this.tier.stats(), demotions, promotions: this.promotions, tierErrors: this.tierErrors };
+    const early = this.watermark.demotions;
+    return { ...this.tier.stats(), demotions: demotions + early, watermarkDemotions: early, promotions: this.promotions, tierErrors: this.tierErrors };
   }
 
   close(): Promise<void> {
+    this.watermark.stop();
     return this.tier.close();
   }
 
