@@ -6,6 +6,7 @@
 import type { Engine } from './engine.ts';
 import type { RingLayout } from './layout.ts';
 import { Demoter } from './demotion.ts';
+import * as S from '../../assembly/struct-offsets.ts';
 
 /** Demotions one check may make, so a check never holds the thread long. */
 const PER_CHECK = 256;
@@ -14,8 +15,6 @@ interface WatchedRing {
   ring: RingLayout;
   low: number;
   high: number;
-  /** Engine tenant indices under `demote` that allocate from this ring. */
-  tenants: number[];
 }
 
 export class WatermarkDemoter {
@@ -29,15 +28,23 @@ export class WatermarkDemoter {
     percent: number,
   ) {
     this.demoter = new Demoter(engine);
-    const { config } = engine;
-    const ringOf = (tenant: { partition: number | undefined }): RingLayout =>
-      tenant.partition === undefined ? engine.sharedRing : engine.partitionRing(tenant.partition);
     this.rings = engine.layout.rings.flatMap((ring) => {
-      const tenants = config.tenants.flatMap((tenant, index) => (tenant.eviction === 'demote' && ringOf(tenant) === ring ? [index] : []));
-      if (percent <= 0 || tenants.length === 0 || ring.blocks === 0) return [];
+      if (percent <= 0 || ring.blocks === 0) return [];
       const low = Math.max(1, Math.ceil((ring.blocks * percent) / 100));
-      return [{ ring, low, high: Math.min(ring.blocks, 2 * low), tenants }];
+      return [{ ring, low, high: Math.min(ring.blocks, 2 * low) }];
     });
+  }
+
+  /** Tenants under `demote` that allocate from `ring`, from their live engine records (a reload may add some). */
+  private tenantsOf(ring: RingLayout): number[] {
+    const { engine } = this;
+    const found: number[] = [];
+    for (let index = 0; index < engine.config.tenants.length; index++) {
+      const address = engine.tenantAddress(index);
+      if (engine.view.getUint32(address + S.TENANT_POLICY, true) !== S.EVICTION_DEMOTE) continue;
+      if (engine.view.getUint32(address + S.TENANT_RING, true) === ring.descriptor) found.push(index);
+    }
+    return found;
   }
 
   get demotions(): number {
@@ -57,7 +64,7 @@ export class WatermarkDemoter {
     for (const watched of this.rings) {
       if (this.free(watched.ring) >= watched.low) continue;
       // The tenants with the most resident blocks give first; a tenant with nothing to demote drops out.
-      const candidates = [...watched.tenants];
+      const candidates = this.tenantsOf(watched.ring);
       while (made < PER_CHECK && candidates.length > 0 && this.free(watched.ring) < watched.high) {
         candidates.sort((a, b) => this.engine.tenantUsage(b) - this.engine.tenantUsage(a));
         const tenant = candidates[0] ?? -1;

@@ -96,7 +96,10 @@ test('Mooncake trace, 20,000-block pool: a larger durable tier gives a higher hi
         await session.close(1000);
         if (durable) {
           const stats = await target.stats();
-          assert.ok((stats.durable?.demotions ?? 0) > 0 && stats.promotions > 0, 'the replay went through demotion (at the quota or the watermark) and promotion');
+          assert.ok(
+            (stats.durable?.demotions ?? 0) > 0 && stats.promotions > 0,
+            'the replay went through demotion (at the quota or the watermark) and promotion',
+          );
           assert.ok((stats.durable?.bytesUsed ?? Infinity) <= 180 * 2 ** 20, 'the tier stayed within its cap');
         }
         assert.ok(target.audit().ok);
