@@ -11,6 +11,8 @@ export interface NewTenant {
   name: string;
   quota: number | undefined;
   handles: number | undefined;
+  /** Blocks it may keep on the durable tier (kbtp-v1 section 12); undefined: the whole tier. */
+  durableQuota?: number | undefined;
   directLoad: boolean;
 }
 
@@ -77,6 +79,7 @@ export function addTenant(path: string, tenant: NewTenant): { secret: string; qu
     quota,
     storeRange: { first: Number(first), count: Number(count) },
   };
+  if (tenant.durableQuota !== undefined) entry.durableQuota = tenant.durableQuota;
   if (tenant.directLoad) entry.trust = { directLoad: true };
   file.tenants = [...(explicit ? (file.tenants as Json[]) : []), entry];
   save(path, file);
@@ -98,6 +101,8 @@ export interface TenantListing {
   authentication: 'scrypt hash' | 'plain secret' | 'open';
   quota: number;
   storeRange: string;
+  /** Blocks it may keep on the durable tier, or 'tier' when bounded by the tier's capacity alone. */
+  durableQuota: string;
   trust: string;
 }
 
@@ -108,6 +113,7 @@ export function listTenants(path: string): TenantListing[] {
     authentication: t.secretHash !== null ? 'scrypt hash' : t.secret !== null ? 'plain secret' : 'open',
     quota: t.quota,
     storeRange: t.storeRange.count === 0n ? '(none)' : `${t.storeRange.first}..${t.storeRange.first + t.storeRange.count - 1n}`,
+    durableQuota: t.durableQuota === undefined ? 'tier' : String(t.durableQuota),
     trust: [t.trust.directLoad ? 'direct-load' : '', t.trust.directAlloc ? 'direct-alloc' : ''].filter(Boolean).join(', ') || '-',
   }));
 }

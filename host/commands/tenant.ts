@@ -5,7 +5,7 @@ import { parseCommandLine } from './command-line.ts';
 import { ConfigError } from '../../firmware/config.ts';
 import { addTenant, listTenants, removeTenant } from '../../firmware/tenant-file.ts';
 
-const HELP = `usage: kbtp tenant add NAME [--quota N] [--handles N] [--trusted-direct-load] [--config FILE]
+const HELP = `usage: kbtp tenant add NAME [--quota N] [--handles N] [--durable-quota N] [--trusted-direct-load] [--config FILE]
        kbtp tenant list [--config FILE]
        kbtp tenant remove NAME [--config FILE]
 
@@ -17,7 +17,9 @@ tenant end, all others go on.
 add: creates the tenant with a new random secret, printed once on stdout; the file keeps only
      its salted scrypt hash. --quota: blocks it may hold (default: the pool's blocks no other
      tenant is promised); --handles: size of its store range (default 4 x quota), placed in
-     the first free gap; --trusted-direct-load: it may read blocks one-sidedly (DIRECT_LOAD).
+     the first free gap; --durable-quota: blocks it may keep on the durable tier (default:
+     the tier's capacity; past it its least recently used blocks are dropped);
+     --trusted-direct-load: it may read blocks one-sidedly (DIRECT_LOAD).
 
 exit codes: 0 done, 2 usage or configuration error.`;
 
@@ -32,6 +34,7 @@ export const command: Command = {
         config: { type: 'string' },
         quota: { type: 'string' },
         handles: { type: 'string' },
+        'durable-quota': { type: 'string' },
         'trusted-direct-load': { type: 'boolean' },
       },
       { allowPositionals: true },
@@ -49,10 +52,11 @@ export const command: Command = {
     try {
       if (action === 'list' && name === undefined) {
         const rows = listTenants(path);
-        const widths = [4, 14, 5, 11].map((w, i) => Math.max(w, ...rows.map((r) => String([r.name, r.authentication, r.quota, r.storeRange][i]).length)));
+        const cellsOf = (r: (typeof rows)[number]): Array<string | number> => [r.name, r.authentication, r.quota, r.storeRange, r.durableQuota];
+        const widths = [4, 14, 5, 11, 13].map((w, i) => Math.max(w, ...rows.map((r) => String(cellsOf(r)[i]).length)));
         const line = (cells: Array<string | number>): string => cells.map((c, i) => String(c).padEnd(widths[i] ?? 0)).join('  ');
-        console.log(`${line(['name', 'authentication', 'quota', 'store range'])}  trust`);
-        for (const r of rows) console.log(`${line([r.name, r.authentication, r.quota, r.storeRange])}  ${r.trust}`);
+        console.log(`${line(['name', 'authentication', 'quota', 'store range', 'durable quota'])}  trust`);
+        for (const r of rows) console.log(`${line(cellsOf(r))}  ${r.trust}`);
         return 0;
       }
       if (action === 'add' && name !== undefined && extra.length === 0) {
@@ -60,6 +64,7 @@ export const command: Command = {
           name,
           quota: count('quota', values.quota),
           handles: count('handles', values.handles),
+          durableQuota: count('durable-quota', values['durable-quota']),
           directLoad: values['trusted-direct-load'] === true,
         });
         console.error(

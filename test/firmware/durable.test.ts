@@ -4,12 +4,12 @@
 // SIGHUP whose Durable Quota holds at once.
 import { test } from 'uvu';
 import * as assert from 'uvu/assert';
-import { mkdtempSync, openSync, readSync, writeSync, closeSync, rmSync, readFileSync } from 'node:fs';
+import { mkdtempSync, openSync, readSync, writeSync, closeSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { connect, type KbtpSession } from '../../host/kbtp/initiator.ts';
 import { KbtpStatusError } from '../../host/kbtp/errors.ts';
-import { startDaemon, get, eventually, longJournals, type Daemon } from './daemon.ts';
+import { startDaemon, get, eventually, longJournals, runCli, type Daemon } from './daemon.ts';
 import { parseExposition, type Exposition } from './exposition.ts';
 
 const SLOT = 4096; // SMALL_POOL's 4096-octet blocks fill one page-aligned slot each
@@ -152,24 +152,26 @@ test('/readyz says "recovering" (503) while a long journal is replayed, and turn
   }
 });
 
-test("SIGHUP: a new tenant's Durable Quota holds at once, without a restart", async () => {
+test('SIGHUP: a tenant added by kbtp tenant add --durable-quota gets its Durable Quota at once, without a restart', async () => {
   const dataDir = mkdtempSync(join(tmpdir(), 'kbtp-durable-'));
-  const alpha = { name: 'alpha', secret: 'alpha-secret', quota: 8, storeRange: { first: 0, count: 100 } };
-  const daemon = await startDaemon({ dataDir, tenants: [alpha] });
+  const daemon = await startDaemon({ dataDir, tenants: [{ name: 'alpha', secret: 'alpha-secret', quota: 8, storeRange: { first: 0, count: 100 } }] });
   let session: KbtpSession | undefined;
   try {
     await daemon.kbtp;
-    const config = JSON.parse(readFileSync(daemon.configPath, 'utf8')) as Record<string, unknown>;
-    // gamma: 2 blocks in the pool, 3 on the tier; the oldest of what it seals beyond that is dropped.
-    const gamma = { name: 'gamma', secret: 'gamma-secret', quota: 2, durableQuota: 3, eviction: 'demote', storeRange: { first: 200, count: 50 } };
-    daemon.writeConfig({ ...config, tenants: [alpha, gamma] });
+    // gamma: 2 blocks in the pool (demoting beyond), 3 on the tier; the oldest of what it seals beyond that is dropped.
+    const added = await runCli(['tenant', 'add', 'gamma', '--quota', '2', '--handles', '50', '--durable-quota', '3', '--config', daemon.configPath]);
+    assert.is(added.code, 0, added.stderr);
+    assert.match(added.stderr, /handles 100\.\.149/);
+    const listed = await runCli(['tenant', 'list', '--config', daemon.configPath]);
+    assert.match(listed.stdout, /alpha\s+plain secret\s+8\s+0\.\.99\s+tier\s/);
+    assert.match(listed.stdout, /gamma\s+scrypt hash\s+2\s+100\.\.149\s+3\s/);
     daemon.child.kill('SIGHUP');
     await daemon.waitForLog(/tenants reloaded: \+gamma/);
     await daemon.waitForLog(/durable tier: tenant ranges and Durable Quotas updated/);
-    session = await connect(await daemon.kbtp, { tenant: 'gamma', secret: 'gamma-secret' });
-    for (let h = 200; h < 206; h++) await session.allocStore(BigInt(h), blockOf(h - 200), { seal: true });
+    session = await connect(await daemon.kbtp, { tenant: 'gamma', secret: added.stdout.trim() });
+    for (let h = 100; h < 106; h++) await session.allocStore(BigInt(h), blockOf(h - 100), { seal: true });
     const outcomes: string[] = [];
-    for (let h = 200; h < 206; h++) outcomes.push(await statusName(session.load(BigInt(h))));
+    for (let h = 100; h < 106; h++) outcomes.push(await statusName(session.load(BigInt(h))));
     assert.equal(outcomes, ['NOT_VALID', 'NOT_VALID', 'NOT_VALID', 'SUCCESS', 'SUCCESS', 'SUCCESS'], 'only the 3 most recent stay');
     assert.is((await scrape(daemon)).value('kbtp_tier_drops_total'), 3);
   } finally {
