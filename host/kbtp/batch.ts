@@ -117,3 +117,90 @@ export class Batch {
     if (this.failures.length === 1) this.firstFailure = `handle ${this.handles[index]}: ${reason}`;
   }
 }
+
+/**
+ * The session's side of batching: which batch each request slot's request belongs to, the
+ * request id that names the slot (BATCH_ID_MARK, then a per-slot sequence and the slot number,
+ * so a late answer to an earlier use of the slot is not taken for the current one), writing a
+ * batched request into its slot's message, and routing its COMPLETION back, read in place.
+ */
+export class BatchSlots {
+  private readonly batchOfSlot: Array<Batch | undefined> = [];
+  private sequence = new Uint16Array(0);
+
+  /** `repost(index)` gives receive buffer `index` back to the QP once its answer is read. */
+  constructor(private readonly repost: (index: number) => void) {}
+
+  /** The session's request slots (every batch maps them). */
+  get count(): number {
+    return this.batchOfSlot.length;
+  }
+
+  /** Sizes the table for the session's `slots` request slots (known after HELLO). */
+  open(slots: number): void {
+    this.sequence = new Uint16Array(slots);
+    for (let slot = 0; slot < slots; slot++) this.batchOfSlot.push(undefined);
+  }
+
+  /** Writes a batched LOAD or STORE for `slot` at `at` of `view` (kbtp-v1 section 1 layout: header and one descriptor). */
+  write(
+    view: DataView,
+    at: number,
+    slot: number,
+    batch: Batch,
+    opcode: number,
+    flags: number,
+    handle: bigint,
+    stag: number,
+    taggedOffset: number,
+    length: number,
+  ): void {
+    const sequence = (this.sequence[slot]! + 1) & 0xffff;
+    this.sequence[slot] = sequence;
+    view.setUint8(at + K.HEADER_VERSION, K.KBTP_VERSION);
+    view.setUint8(at + K.HEADER_OPCODE, opcode);
+    view.setUint16(at + K.HEADER_FLAGS, flags, false);
+    view.setUint32(at + K.HEADER_REQUEST_ID, BATCH_ID_MARK, false);
+    view.setUint32(at + K.HEADER_REQUEST_ID + 4, sequence * 0x10000 + slot, false);
+    view.setBigUint64(at + K.HEADER_HANDLE, handle, false);
+    view.setUint32(at + K.HEADER_GENERATION, 0, false); // generation 0 (any), reserved
+    const descriptor = at + K.HEADER_SIZE;
+    view.setUint32(descriptor + K.DESCRIPTOR_STAG, stag, false);
+    view.setUint32(descriptor + K.DESCRIPTOR_TAGGED_OFFSET, 0, false);
+    view.setUint32(descriptor + K.DESCRIPTOR_TAGGED_OFFSET + 4, taggedOffset, false);
+    view.setUint32(descriptor + K.DESCRIPTOR_LENGTH, length, false);
+    this.batchOfSlot[slot] = batch;
+  }
+
+  /**
+   * Routes the message of `length` octets in receive buffer `index` (at `offset` of `view`) to its
+   * batch when it is the COMPLETION of a batched request in flight; false for any other message.
+   */
+  route(view: DataView, index: number, offset: number, length: number): boolean {
+    if (
+      length !== K.COMPLETION_SIZE ||
+      view.getUint8(offset + K.HEADER_OPCODE) !== K.OPCODE_COMPLETION ||
+      view.getUint32(offset + K.HEADER_REQUEST_ID, false) !== BATCH_ID_MARK
+    )
+      return false;
+    const low = view.getUint32(offset + K.HEADER_REQUEST_ID + 4, false);
+    const slot = low & 0xffff;
+    const batch = this.batchOfSlot[slot];
+    if (batch === undefined || low >>> 16 !== this.sequence[slot]) return false; // not ours: the general path ignores it
+    const status = view.getUint16(offset + K.HEADER_STATUS, false);
+    const dataLength = view.getUint32(offset + K.COMPLETION_DATA_LENGTH, false);
+    this.repost(index);
+    this.batchOfSlot[slot] = undefined;
+    batch.answered(slot, status, dataLength);
+    return true;
+  }
+
+  /** The session failed: every batch in flight fails with it. */
+  abortAll(error: Error): void {
+    for (let slot = 0; slot < this.batchOfSlot.length; slot++) {
+      const batch = this.batchOfSlot[slot];
+      this.batchOfSlot[slot] = undefined;
+      batch?.abort(error);
+    }
+  }
+}

@@ -47,6 +47,9 @@ export class TransportError extends KbtpError {
   }
 }
 
+/** The target refused the connection before any session (MPA Reject), with the reason it gave. */
+export class TargetRefusedError extends TransportError {}
+
 /** The target broke the protocol (a malformed or unexpected message). */
 export class ProtocolError extends KbtpError {
   constructor(message: string, options?: { cause?: unknown }) {

@@ -1,0 +1,630 @@
+// A KBTP session with a target (host/kbtp/initiator.ts opens one): the HELLO exchange, request
+// slots (a staging block and a request message each, registered once and reused), completions
+// routed to their calls or batches, the two-sided calls (LOAD, STORE, ALLOC_STORE, FREE, BIND),
+// batched calls (batch.ts) and the one-sided direct paths (direct.ts), each call within its
+// { signal, timeoutMs } (call.ts), and GOODBYE. Every failure is a KbtpError (./errors.ts).
+import * as K from '../../assembly/kbtp-constants.ts';
+import {
+  Access,
+  WcStatus,
+  wcStatusName,
+  RnicError,
+  type Rnic,
+  type AnyQueuePair,
+  type CompletionQueue,
+  type MemoryRegion,
+  type WorkCompletion,
+  type SendWorkRequest,
+} from '../rnic/verbs.ts';
+import { encodeRequest, decodeCompletion, type Completion, type RequestFields } from './wire/messages.ts';
+import { Batch, BatchSlots, type BatchHost } from './batch.ts';
+import { encodeHello, decodeHelloAck, type HelloAck } from './wire/hello.ts';
+import { type KbtpError, KbtpStatusError, ProtocolError, SessionClosedError, TargetRefusedError, TransportError } from './errors.ts';
+import { bounded, checkTimeout, DEFAULT_CALL_TIMEOUT_MS, type CallOptions } from './call.ts';
+import type { BlockInfo, ConnectOptions, LoadOptions, LoadResult, StoreOptions } from './session-types.ts';
+import { ALL_ONES, directLoadConsistent, readBlock, readEntry, takeBlock, writeBlock, type DirectHost } from './direct.ts';
+import type { TableEntry } from '../engine/table-entry.ts';
+
+const RECV_SLOT = 128;
+const CONTROL_SIZE = 256;
+const RECV_BASE = 0x10000000;
+/** Work request ids of the slots' request Sends (below RECV_BASE, above any post() id in use). */
+const SLOT_SEND_BASE = 0x0f000000;
+
+/** A peer's text, made safe to print: printable ASCII only, bounded. */
+function printable(bytes: Uint8Array): string {
+  return new TextDecoder().decode(bytes.subarray(0, 200)).replace(/[^\x20-\x7e]/g, '?');
+}
+
+interface Waiter {
+  resolve(completion: WorkCompletion): void;
+  reject(error: Error): void;
+}
+
+/** A session with a target: every KBTP call of the client library (connect() opens one). */
+export class KbtpSession {
+  private readonly pd;
+  private readonly cq: CompletionQueue;
+  private readonly qp: AnyQueuePair;
+  private readonly transport: 'iwarp' | 'roce';
+  private readonly receiveDepth: number;
+  private readonly receiveBuffer: Uint8Array;
+  private readonly receiveRegion: MemoryRegion;
+  private readonly control = new Uint8Array(CONTROL_SIZE);
+  private readonly controlRegion: MemoryRegion;
+  private sendBuffer = new Uint8Array(0);
+  private sendRegion: MemoryRegion | undefined;
+  private dataBuffer = new Uint8Array(0);
+  private dataRegion: MemoryRegion | undefined;
+  private slotSize = 0;
+  private messageSize = 0;
+  private sendView = new DataView(new ArrayBuffer(0));
+  private readonly receiveView: DataView;
+  /** Batched requests: the batch each slot's request belongs to, the slot's request sequence, its staging view. */
+  private readonly batches = new BatchSlots((index) => this.postReceive(index));
+  private readonly stagingViews: Uint8Array[] = [];
+  private readonly batchHost: BatchHost;
+  private readonly directHost: DirectHost;
+  private readonly freeSlots: number[] = [];
+  private readonly slotWaiters: Array<() => void> = [];
+  private readonly pending = new Map<bigint, { resolve(c: Completion): void; reject(e: Error): void }>();
+  private readonly sendWaiters = new Map<number, Waiter>();
+  private readonly onCompletionBound = (completion: WorkCompletion): void => this.onCompletion(completion);
+  /** Each slot's request Send, rewritten in place (unsignaled: the COMPLETION answers it; a failure flushes it). */
+  private slotSends: Array<{ wrId: number; opcode: 'SEND'; signaled: false; sgList: Array<{ lkey: number; offset: number; length: number }> }> = [];
+  private nextRequestId = 1n;
+  private nextWrId = 1;
+  private helloWaiter: ((ack: HelloAck) => void) | undefined;
+  private failure: KbtpError | undefined;
+  private closing = false;
+  private readonly callTimeoutMs: number;
+  /** The target's HELLO_ACK: block size, credits, granted capabilities and STags. */
+  hello!: HelloAck;
+
+  constructor(
+    private readonly rnic: Rnic,
+    options: ConnectOptions,
+  ) {
+    this.callTimeoutMs = options.callTimeoutMs ?? DEFAULT_CALL_TIMEOUT_MS;
+    this.pd = rnic.allocPd();
+    this.receiveDepth = Math.max(2, (options.pipeline ?? 32) + 2);
+    this.cq = rnic.createCq({ depth: 4 * this.receiveDepth + 64 });
+    this.transport = options.transport ?? 'iwarp';
+    const queues = { pd: this.pd, sendCq: this.cq, recvCq: this.cq, maxRecvWr: this.receiveDepth, maxSendWr: 4 * this.receiveDepth + 16 };
+    this.qp = this.transport === 'roce' ? rnic.createRcQp(queues) : rnic.createQp(queues);
+    this.receiveBuffer = new Uint8Array(RECV_SLOT * this.receiveDepth);
+    this.receiveView = new DataView(this.receiveBuffer.buffer);
+    const session = this;
+    this.batchHost = {
+      get blockSize() {
+        return session.hello.blockSize;
+      },
+      get failure() {
+        return session.failure;
+      },
+      claimSlot: () => this.freeSlots.pop() ?? -1,
+      releaseSlot: (slot) => this.giveSlot(slot),
+      waitForSlot: (resume) => {
+        this.slotWaiters.push(resume);
+      },
+      post: (slot, batch, opcode, flags, handle, length) => this.postBatched(slot, batch, opcode, flags, handle, length),
+      staging: (slot) => this.stagingViews[slot]!,
+    };
+    this.directHost = {
+      get hello() {
+        return session.hello;
+      },
+      transport: this.transport,
+      get dataBuffer() {
+        return session.dataBuffer;
+      },
+      get dataStag() {
+        return session.dataRegion?.stag ?? 0;
+      },
+      takeSlot: (signal) => this.takeSlot(signal),
+      giveSlot: (slot) => this.giveSlot(slot),
+      stagingOffset: (slot) => this.stagingOffset(slot),
+      scratchOffset: (slot) => this.scratchOffset(slot),
+      post: (wr) => this.post(wr),
+      checkLength: (data) => this.checkLength(data),
+    };
+    this.receiveRegion = rnic.registerMemory(this.pd, this.receiveBuffer, { access: Access.LocalWrite });
+    this.controlRegion = rnic.registerMemory(this.pd, this.control, { access: Access.LocalWrite });
+  }
+
+  /** Establishes the stream with `establish` and exchanges HELLO (called by connect() and connectChannel()). */
+  async open(establish: (qp: AnyQueuePair) => Promise<unknown>, where: string, options: ConnectOptions): Promise<void> {
+    for (let i = 0; i < this.receiveDepth; i++) this.postReceive(i);
+    // Completions are drained from the CQ's notification at the end of each turn: no promise per wake-up.
+    this.cq.onNotify(() => this.drainCompletions());
+    this.cq.requestNotify();
+    void this.qp.whenDisconnected().then((info) => this.fail(new TransportError(`connection to the target lost (${info.reason}: ${info.message})`)));
+    try {
+      await establish(this.qp);
+    } catch (error) {
+      // A target that refuses says why in the MPA Reject's private data (its session limits, a drain).
+      const reason = this.qp.peerPrivateData;
+      if (error instanceof RnicError && error.errno === 'ECONNREFUSED' && reason !== undefined && reason.length > 0) {
+        throw new TargetRefusedError(`${where} refused the connection: ${printable(reason)}`, { cause: error });
+      }
+      throw new TransportError(`cannot connect to ${where}: ${error instanceof Error ? error.message : String(error)}`, { cause: error });
+    }
+    const secret = new TextEncoder().encode(options.secret ?? '');
+    const hello = encodeHello({
+      version: K.KBTP_VERSION,
+      requestId: 0n,
+      capabilities: options.capabilities ?? 0,
+      initiatorCredits: this.receiveDepth,
+      tenant: options.tenant ?? 'default',
+      credential: secret,
+    });
+    const ack = new Promise<HelloAck>((resolve, reject) => {
+      this.helloWaiter = resolve;
+      this.pending.set(0n, { resolve: () => undefined, reject });
+    });
+    this.control.set(hello);
+    this.qp.postSend({ wrId: 0, opcode: 'SEND', sgList: [{ lkey: this.controlRegion.stag, offset: 0, length: hello.length }] });
+    const answer = await ack;
+    this.pending.delete(0n);
+    if (answer.status !== K.STATUS_SUCCESS) {
+      const tenant = options.tenant ?? 'default';
+      const why: Record<number, string> = {
+        [K.STATUS_AUTH_FAILED]: `the target refused the session of tenant '${tenant}' (unknown tenant or wrong secret)`,
+        [K.STATUS_TOO_MANY_REQUESTS]: `tenant '${tenant}' already has as many sessions as the target allows it; try again later`,
+        [K.STATUS_SHUTTING_DOWN]: 'the target is shutting down',
+      };
+      throw new KbtpStatusError(answer.status, why[answer.status] ?? `the target refused the session of tenant '${tenant}'`);
+    }
+    this.hello = answer;
+    const depth = Math.min(this.receiveDepth - 2, answer.targetCredits);
+    this.messageSize = K.HEADER_SIZE + 2 * K.DESCRIPTOR_SIZE + answer.maxInline;
+    this.slotSize = Math.ceil(answer.blockSize / 64) * 64;
+    this.sendBuffer = new Uint8Array(this.messageSize * depth);
+    this.sendRegion = this.rnic.registerMemory(this.pd, this.sendBuffer, { access: Access.LocalWrite });
+    this.dataBuffer = new Uint8Array(this.slotSize * depth + 64 * depth);
+    this.dataRegion = this.rnic.registerMemory(this.pd, this.dataBuffer, { access: Access.LocalWrite | Access.RemoteWrite | Access.RemoteRead });
+    this.sendView = new DataView(this.sendBuffer.buffer);
+    this.batches.open(depth);
+    for (let slot = 0; slot < depth; slot++) {
+      this.freeSlots.push(slot);
+      this.stagingViews.push(this.dataBuffer.subarray(this.stagingOffset(slot), this.stagingOffset(slot) + answer.blockSize));
+      this.slotSends.push({
+        wrId: SLOT_SEND_BASE + slot,
+        opcode: 'SEND',
+        signaled: false,
+        sgList: [{ lkey: this.sendRegion.stag, offset: slot * this.messageSize, length: 0 }],
+      });
+    }
+  }
+
+  /** Requests that may be in flight at once. */
+  get depth(): number {
+    return this.sendBuffer.length / Math.max(1, this.messageSize);
+  }
+
+  private postReceive(index: number): void {
+    if (this.failure !== undefined) return;
+    this.qp.postRecv({ wrId: RECV_BASE + index, sgList: [{ lkey: this.receiveRegion.stag, offset: index * RECV_SLOT, length: RECV_SLOT }] });
+  }
+
+  private drainCompletions(): void {
+    while (this.cq.drain(this.onCompletionBound) > 0);
+    if (this.failure === undefined) this.cq.requestNotify();
+  }
+
+  private onCompletion(completion: WorkCompletion): void {
+    const id = Number(completion.wrId);
+    if (id >= RECV_BASE) {
+      if (completion.status !== WcStatus.Success) return;
+      const index = id - RECV_BASE;
+      if (this.batches.route(this.receiveView, index, index * RECV_SLOT, completion.byteLength)) return;
+      const bytes = this.receiveBuffer.slice(index * RECV_SLOT, index * RECV_SLOT + completion.byteLength);
+      this.postReceive(index);
+      this.deliver(bytes);
+      return;
+    }
+    const waiter = this.sendWaiters.get(id);
+    if (waiter === undefined) return;
+    this.sendWaiters.delete(id);
+    if (completion.status === WcStatus.Success) waiter.resolve(completion);
+    else
+      waiter.reject(
+        new TransportError(`${completion.opcode} failed: ${wcStatusName(completion.status)}${completion.error === undefined ? '' : ` (${completion.error})`}`),
+      );
+  }
+
+  private postBatched(slot: number, batch: Batch, opcode: number, flags: number, handle: bigint, length: number): void {
+    const at = slot * this.messageSize;
+    this.batches.write(this.sendView, at, slot, batch, opcode, flags, handle, this.dataRegion?.stag ?? 0, this.stagingOffset(slot), length);
+    const send = this.slotSends[slot]!;
+    send.sgList[0]!.length = K.HEADER_SIZE + K.DESCRIPTOR_SIZE;
+    this.qp.postSend(send);
+  }
+
+  private deliver(bytes: Uint8Array): void {
+    if (bytes[1] === K.OPCODE_HELLO_ACK && this.helloWaiter !== undefined) {
+      const waiter = this.helloWaiter;
+      this.helloWaiter = undefined;
+      try {
+        waiter(decodeHelloAck(bytes));
+      } catch (error) {
+        this.fail(new ProtocolError(`the target sent a malformed HELLO_ACK: ${error instanceof Error ? error.message : String(error)}`, { cause: error }));
+      }
+      return;
+    }
+    let completion: Completion;
+    try {
+      completion = decodeCompletion(bytes);
+    } catch (error) {
+      this.fail(new ProtocolError(`the target sent a malformed message: ${(error as Error).message}`, { cause: error }));
+      return;
+    }
+    const pending = this.pending.get(completion.requestId);
+    if (pending === undefined) return;
+    this.pending.delete(completion.requestId);
+    pending.resolve(completion);
+  }
+
+  private fail(error: KbtpError): void {
+    if (this.failure !== undefined) return;
+    this.failure = this.closing ? new SessionClosedError() : error;
+    for (const pending of this.pending.values()) pending.reject(this.failure);
+    this.pending.clear();
+    for (const waiter of this.sendWaiters.values()) waiter.reject(this.failure);
+    this.sendWaiters.clear();
+    for (const wake of this.slotWaiters.splice(0)) wake();
+    this.batches.abortAll(this.failure);
+  }
+
+  /** A free slot (staging buffer and request message); waits for one until `signal` fires. */
+  private async takeSlot(signal: AbortSignal): Promise<number> {
+    for (;;) {
+      if (this.failure !== undefined) throw this.failure;
+      signal.throwIfAborted();
+      const slot = this.freeSlots.pop();
+      if (slot !== undefined) return slot;
+      await new Promise<void>((resolve) => {
+        const wake = (): void => {
+          signal.removeEventListener('abort', onAbort);
+          resolve();
+        };
+        const onAbort = (): void => {
+          const index = this.slotWaiters.indexOf(wake);
+          if (index >= 0) this.slotWaiters.splice(index, 1);
+          resolve();
+        };
+        this.slotWaiters.push(wake);
+        signal.addEventListener('abort', onAbort, { once: true });
+      });
+    }
+  }
+
+  /** Runs one call of this session within its { signal, timeoutMs }. */
+  private call<T>(what: string, options: CallOptions, body: (signal: AbortSignal) => Promise<T>): Promise<T> {
+    if (this.failure !== undefined) return Promise.reject(this.failure);
+    let timeoutMs: number;
+    try {
+      timeoutMs = checkTimeout(options.timeoutMs ?? this.callTimeoutMs, 'timeoutMs');
+    } catch (error) {
+      return Promise.reject(error);
+    }
+    return bounded(what, { timeoutMs, ...(options.signal !== undefined ? { signal: options.signal } : {}) }, body);
+  }
+
+  private giveSlot(slot: number): void {
+    this.freeSlots.push(slot);
+    this.slotWaiters.shift()?.();
+  }
+
+  private stagingOffset(slot: number): number {
+    return slot * this.slotSize;
+  }
+
+  /** Scratch octets of a slot for one-sided reads (entries, slots, FetchAdd results). */
+  private scratchOffset(slot: number): number {
+    return this.depth * this.slotSize + slot * 64;
+  }
+
+  private post(wr: Omit<SendWorkRequest, 'wrId'>): Promise<WorkCompletion> {
+    if (this.failure !== undefined) return Promise.reject(this.failure);
+    const wrId = this.nextWrId;
+    this.nextWrId = this.nextWrId + 1 >= SLOT_SEND_BASE ? 1 : this.nextWrId + 1;
+    return new Promise((resolve, reject) => {
+      this.sendWaiters.set(wrId, { resolve, reject });
+      try {
+        this.qp.postSend({ ...wr, wrId });
+      } catch (error) {
+        // The QP left RTS between the failure check and now (the disconnect event follows).
+        this.sendWaiters.delete(wrId);
+        reject(new TransportError(`cannot send to the target: ${error instanceof Error ? error.message : String(error)}`, { cause: error }));
+      }
+    });
+  }
+
+  /** Sends one request from `slot` and waits for its COMPLETION. */
+  private async request(slot: number, fields: Omit<RequestFields, 'requestId'>, signal: AbortSignal): Promise<Completion> {
+    signal.throwIfAborted(); // a caller that gave up before the request left sends nothing
+    const requestId = this.nextRequestId++;
+    const message = encodeRequest({ ...fields, requestId });
+    const offset = slot * this.messageSize;
+    this.sendBuffer.set(message, offset);
+    if (this.failure !== undefined) throw this.failure;
+    const answer = new Promise<Completion>((resolve, reject) => this.pending.set(requestId, { resolve, reject }));
+    // The COMPLETION implies the Send arrived, so the slot (and its send bytes) is reused only after it.
+    const send = this.slotSends[slot]!;
+    send.sgList[0]!.length = message.length;
+    this.qp.postSend(send);
+    const completion = await answer;
+    if (completion.status !== K.STATUS_SUCCESS) {
+      throw new KbtpStatusError(completion.status, this.describeFailure(fields.handle, completion.status), completion);
+    }
+    return completion;
+  }
+
+  /** What a failed request's status means for its handle, with the numbers that explain it. */
+  private describeFailure(handle: bigint, status: number): string {
+    const { tableBaseHandle: base, tableHandleCount: count, storeFirst, storeCount } = this.hello;
+    if (status === K.STATUS_OUT_OF_RANGE) {
+      return `handle ${handle} is outside the target's table (handles ${base}..${base + count - 1n})`;
+    }
+    if (status === K.STATUS_ACCESS_DENIED) {
+      return `handle ${handle} is outside this tenant's ${storeCount === 0n ? 'store range (it has none)' : `store range ${storeFirst}..${storeFirst + storeCount - 1n}`} or load scope`;
+    }
+    return `handle ${handle}`;
+  }
+
+  private info(completion: Completion): BlockInfo {
+    return { generation: completion.generation, dataLength: completion.dataLength, blockOffset: completion.blockOffset };
+  }
+
+  private checkLength(data: Uint8Array): void {
+    if (data.length > this.hello.blockSize) {
+      throw new KbtpStatusError(K.STATUS_LENGTH_ERROR, `${data.length} octets do not fit a ${this.hello.blockSize}-octet block`);
+    }
+  }
+
+  /**
+   * Block Load (draft 6.1): the target RDMA-writes the block into a registered buffer, then
+   * completes. With `into`, the block is copied into that buffer (it must hold the block) and
+   * `data` is a view of it: a caller that reuses its buffer then allocates nothing per load,
+   * which matters for large blocks, where fresh memory costs more in page faults than the copy.
+   */
+  load(handle: bigint, options: LoadOptions = {}): Promise<LoadResult> {
+    return this.call(`LOAD of handle ${handle}`, options, (signal) => this.loadBlock(handle, options, signal));
+  }
+
+  private async loadBlock(handle: bigint, options: LoadOptions, signal: AbortSignal): Promise<LoadResult> {
+    const slot = await this.takeSlot(signal);
+    try {
+      const completion = await this.request(
+        slot,
+        {
+          opcode: K.OPCODE_LOAD,
+          handle,
+          generation: options.generation ?? 0,
+          flags: options.allowUnsealed === true ? K.FLAG_ALLOW_UNSEALED : 0,
+          descriptor: { stag: this.dataRegion?.stag ?? 0, taggedOffset: BigInt(this.stagingOffset(slot)), length: this.hello.blockSize },
+        },
+        signal,
+      );
+      const start = this.stagingOffset(slot);
+      const block = this.dataBuffer.subarray(start, start + completion.dataLength);
+      if (options.into === undefined) return { ...this.info(completion), data: block.slice() };
+      if (options.into.length < block.length) {
+        throw new KbtpStatusError(
+          K.STATUS_LENGTH_ERROR,
+          `handle ${handle}: the ${block.length}-octet block does not fit the ${options.into.length}-octet buffer given`,
+        );
+      }
+      options.into.set(block);
+      return { ...this.info(completion), data: options.into.subarray(0, block.length) };
+    } finally {
+      this.giveSlot(slot);
+    }
+  }
+
+  private async storeRequest(opcode: number, handle: bigint, data: Uint8Array, options: StoreOptions, signal: AbortSignal): Promise<BlockInfo> {
+    this.checkLength(data);
+    const slot = await this.takeSlot(signal);
+    try {
+      const seal = options.seal === true ? K.FLAG_SEAL : 0;
+      if (data.length <= this.hello.maxInline) {
+        return this.info(await this.request(slot, { opcode, handle, generation: options.generation ?? 0, flags: K.FLAG_INLINE | seal, inline: data }, signal));
+      }
+      // The target pulls the data with RDMA Read from the registered staging slot.
+      this.dataBuffer.set(data, this.stagingOffset(slot));
+      return this.info(
+        await this.request(
+          slot,
+          {
+            opcode,
+            handle,
+            generation: options.generation ?? 0,
+            flags: seal,
+            descriptor: { stag: this.dataRegion?.stag ?? 0, taggedOffset: BigInt(this.stagingOffset(slot)), length: data.length },
+          },
+          signal,
+        ),
+      );
+    } finally {
+      this.giveSlot(slot);
+    }
+  }
+
+  /** Block Mapped Store (draft 6.2) into a bound, unsealed handle. */
+  store(handle: bigint, data: Uint8Array, options: StoreOptions = {}): Promise<BlockInfo> {
+    return this.call(`STORE of handle ${handle}`, options, (signal) => this.storeRequest(K.OPCODE_STORE, handle, data, options, signal));
+  }
+
+  /**
+   * LOADs `handles[i]` into `into[i]` for every i. The requests are posted together (one system
+   * call while credits last; the rest follow as answers free slots) and settle one promise: no
+   * promise or message object per request. `lengths[i]` receives each block's data length.
+   * Rejects with BatchError naming every request whose status was not SUCCESS (the others did
+   * complete), or with the session's failure.
+   */
+  loadMany(handles: readonly bigint[], into: readonly Uint8Array[], options: { allowUnsealed?: boolean; lengths?: Uint32Array } = {}): Promise<void> {
+    if (into.length !== handles.length) throw new RangeError(`${handles.length} handles but ${into.length} buffers`);
+    if (options.lengths !== undefined && options.lengths.length < handles.length) throw new RangeError('lengths is shorter than handles');
+    const batch = new Batch(
+      this.batchHost,
+      K.OPCODE_LOAD,
+      options.allowUnsealed === true ? K.FLAG_ALLOW_UNSEALED : 0,
+      handles,
+      into,
+      options.lengths,
+      this.batches.count,
+    );
+    batch.issue();
+    return batch.done;
+  }
+
+  /** STOREs `data[i]` into bound, unsealed `handles[i]` for every i, posted together as loadMany does. */
+  storeMany(handles: readonly bigint[], data: readonly Uint8Array[], options: { seal?: boolean } = {}): Promise<void> {
+    if (data.length !== handles.length) throw new RangeError(`${handles.length} handles but ${data.length} buffers`);
+    for (const block of data) this.checkLength(block);
+    const batch = new Batch(this.batchHost, K.OPCODE_STORE, options.seal === true ? K.FLAG_SEAL : 0, handles, data, undefined, this.batches.count);
+    batch.issue();
+    return batch.done;
+  }
+
+  /** Block Unmapped Store (draft 6.3): allocate, write and bind in one round trip. */
+  allocStore(handle: bigint, data: Uint8Array, options: StoreOptions = {}): Promise<BlockInfo> {
+    return this.call(`ALLOC_STORE of handle ${handle}`, options, (signal) => this.storeRequest(K.OPCODE_ALLOC_STORE, handle, data, options, signal));
+  }
+
+  /** Block Free (draft 6.4). */
+  free(handle: bigint, options: { generation?: number } & CallOptions = {}): Promise<BlockInfo> {
+    return this.call(`FREE of handle ${handle}`, options, async (signal) => {
+      const slot = await this.takeSlot(signal);
+      try {
+        return this.info(await this.request(slot, { opcode: K.OPCODE_FREE, handle, generation: options.generation ?? 0 }, signal));
+      } finally {
+        this.giveSlot(slot);
+      }
+    });
+  }
+
+  /** One RDMA Read of the table entry of `handle` through the Table STag (DIRECT_LOAD). */
+  directReadEntry(handle: bigint, options: CallOptions = {}): Promise<TableEntry> {
+    return this.call(`direct read of the entry of handle ${handle}`, options, (signal) => readEntry(this.directHost, handle, signal));
+  }
+
+  /** One RDMA Read of `length` octets of a block through the Pool STag (DIRECT_LOAD). */
+  directReadBlock(blockOffset: bigint, length: number, options: CallOptions = {}): Promise<Uint8Array> {
+    return this.call(`direct read of block ${blockOffset}`, options, (signal) => readBlock(this.directHost, blockOffset, length, signal));
+  }
+
+  /**
+   * Direct Load (draft 6.6): the entry, the block, and the entry again, each read after the
+   * previous one completed; the data is valid when both entry reads agree in all 16 octets with
+   * VALID and SEALED and a real Block Offset. A block on the durable tier alone (Block Offset all
+   * ones) or one that kept moving is loaded with LOAD instead, which brings it back into the pool
+   * (kbtp-v1 section 12). A change in between is retried at most `attempts` times.
+   */
+  directLoad(handle: bigint, options: { attempts?: number } & CallOptions = {}): Promise<LoadResult> {
+    return this.call(`direct load of handle ${handle}`, options, async (signal) => {
+      for (let attempt = 0; attempt < (options.attempts ?? 4); attempt++) {
+        const before = await readEntry(this.directHost, handle, signal);
+        if ((before.flags & K.ENTRY_VALID) === 0) throw new KbtpStatusError(K.STATUS_NOT_VALID, `handle ${handle} is not bound`);
+        if ((before.flags & K.ENTRY_SEALED) === 0) throw new KbtpStatusError(K.STATUS_NOT_SEALED, `handle ${handle} is not sealed`);
+        if (before.blockOffset === ALL_ONES) break;
+        const data = await readBlock(this.directHost, before.blockOffset, before.dataLength, signal);
+        const after = await readEntry(this.directHost, handle, signal);
+        if (directLoadConsistent(before, after)) return { generation: before.generation, dataLength: before.dataLength, blockOffset: before.blockOffset, data };
+      }
+      return this.loadBlock(handle, {}, signal);
+    });
+  }
+
+  /**
+   * Direct Allocation (draft 6.6) in one call: take a block one-sidedly, RDMA-write the data into
+   * it, and BIND it to `handle`.
+   */
+  directAllocStore(handle: bigint, data: Uint8Array, options: { seal?: boolean } & CallOptions = {}): Promise<BlockInfo & { ticket: number }> {
+    return this.call(`direct allocation for handle ${handle}`, options, async (signal) => {
+      this.checkLength(data);
+      const taken = await takeBlock(this.directHost, signal);
+      await writeBlock(this.directHost, taken.blockOffset, data, signal);
+      return { ...(await this.bindBlock(handle, taken.ticket, taken.blockOffset, data.length, options, signal)), ticket: taken.ticket };
+    });
+  }
+
+  /** Takes a block one-sidedly (FetchAdd on the session's Head; direct.ts takeBlock). */
+  directTakeBlock(options: CallOptions = {}): Promise<{ ticket: number; blockOffset: bigint }> {
+    return this.call('direct block allocation', options, (signal) => takeBlock(this.directHost, signal));
+  }
+
+  /** RDMA-writes `data` into a block taken with directTakeBlock (through the Partition STag). */
+  directWrite(blockOffset: bigint, data: Uint8Array, options: CallOptions = {}): Promise<void> {
+    return this.call(`direct write of block ${blockOffset}`, options, (signal) => writeBlock(this.directHost, blockOffset, data, signal));
+  }
+
+  /** BIND (kbtp-v1 section 3): binds a one-sidedly taken and written block to `handle`. */
+  bind(handle: bigint, ticket: number, blockOffset: bigint, dataLength: number, options: { seal?: boolean } & CallOptions = {}): Promise<BlockInfo> {
+    return this.call(`BIND of handle ${handle}`, options, (signal) => this.bindBlock(handle, ticket, blockOffset, dataLength, options, signal));
+  }
+
+  private async bindBlock(
+    handle: bigint,
+    ticket: number,
+    blockOffset: bigint,
+    dataLength: number,
+    options: { seal?: boolean },
+    signal: AbortSignal,
+  ): Promise<BlockInfo> {
+    const slot = await this.takeSlot(signal);
+    try {
+      return this.info(
+        await this.request(
+          slot,
+          { opcode: K.OPCODE_BIND, handle, flags: options.seal === true ? K.FLAG_SEAL : 0, bind: { ticket, dataLength, blockOffset } },
+          signal,
+        ),
+      );
+    } finally {
+      this.giveSlot(slot);
+    }
+  }
+
+  /**
+   * GOODBYE, then waits for the target to finish the session and close (at most `timeoutMs`,
+   * default 5 s); calls still running end with SessionClosedError. Safe to call more than once.
+   */
+  async close(timeoutMs = 5000): Promise<void> {
+    if (this.failure === undefined && !this.closing && this.sendRegion !== undefined) {
+      this.closing = true;
+      const goodbye = encodeRequest({ opcode: K.OPCODE_GOODBYE, requestId: this.nextRequestId++, handle: 0n });
+      this.control.set(goodbye);
+      try {
+        this.qp.postSend({ wrId: 0, opcode: 'SEND', sgList: [{ lkey: this.controlRegion.stag, offset: 0, length: goodbye.length }] });
+      } catch {
+        // The connection is already gone: nothing to say goodbye to.
+        await this.abandon();
+        return;
+      }
+      let timer: NodeJS.Timeout | undefined;
+      await Promise.race([
+        this.qp.whenDisconnected(),
+        new Promise((resolve) => {
+          timer = setTimeout(resolve, timeoutMs);
+        }),
+      ]);
+      clearTimeout(timer);
+    }
+    await this.abandon();
+  }
+
+  /** `await using session = await connect(...)` closes the session at the end of the block. */
+  [Symbol.asyncDispose](): Promise<void> {
+    return this.close();
+  }
+
+  /** Drops the connection without GOODBYE (a failed connect, or after close's wait). */
+  async abandon(): Promise<void> {
+    this.closing = true;
+    this.fail(new SessionClosedError());
+    this.qp.disconnect();
+    await this.rnic.close();
+  }
+}
