@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Installs the given Debian packages into the host when any is missing, and nothing otherwise (so a
-# cached run costs one dpkg-query). Used by the image builders' host-deps.sh.
+# cached run costs one dpkg-query). Used by the image builders' host-deps.sh and by the test and
+# benchmark dependency scripts (test/firmware/deps.sh, bench/compare/deps.sh).
 set -euo pipefail
 
 missing=()
