@@ -344,30 +344,59 @@ export class SocketChannel implements StreamChannel, TurnParticipant {
 }
 
 /**
+ * What the in-process channels (MemoryChannel here, LinkedChannel) share: the events they report,
+ * closing once (onClose after the current turn, as a socket's would come) and a fixed name in
+ * place of addresses.
+ */
+export abstract class InProcessChannel {
+  protected events: ChannelEvents | undefined;
+  protected isClosed = false;
+  readonly localAddress: string;
+  readonly remotePort = 0;
+  readonly localPort = 0;
+
+  constructor(readonly remoteAddress: string) {
+    this.localAddress = remoteAddress;
+  }
+
+  setEvents(events: ChannelEvents): void {
+    this.events = events;
+    if (this.isClosed) queueMicrotask(() => events.onClose(undefined));
+  }
+
+  protected close(): void {
+    if (this.isClosed) return;
+    this.isClosed = true;
+    const events = this.events;
+    queueMicrotask(() => events?.onClose(undefined));
+  }
+
+  get closed(): boolean {
+    return this.isClosed;
+  }
+}
+
+/**
  * An in-memory channel: everything written is kept in `written` (and passed to `onWrite`).
  * Tests and the fuzzer drive a QP through it without sockets.
  */
-export class MemoryChannel implements StreamChannel {
+export class MemoryChannel extends InProcessChannel implements StreamChannel {
   private consumer: StreamConsumer | undefined;
-  private events: ChannelEvents | undefined;
   readonly written: Uint8Array[] = [];
   writtenBytes = 0;
   /** Keep at most this many written octets (older ones are dropped) so fuzzing stays bounded. */
   constructor(
     private readonly retain = Infinity,
     private readonly onWrite?: (chunks: Uint8Array[]) => void,
-  ) {}
-  isClosed = false;
+  ) {
+    super('memory');
+  }
   endCalled = false;
 
   setConsumer(consumer: StreamConsumer): void {
     const previous = this.consumer;
     this.consumer = consumer;
     if (previous !== undefined) replayLeftover(previous, () => consumer);
-  }
-  setEvents(events: ChannelEvents): void {
-    this.events = events;
-    if (this.isClosed) queueMicrotask(() => events.onClose(undefined));
   }
   /** Delivers bytes as if read from the network. */
   receive(bytes: Uint8Array): void {
@@ -415,17 +444,4 @@ export class MemoryChannel implements StreamChannel {
   destroy(): void {
     this.close();
   }
-  private close(): void {
-    if (this.isClosed) return;
-    this.isClosed = true;
-    const events = this.events;
-    queueMicrotask(() => events?.onClose(undefined));
-  }
-  get closed(): boolean {
-    return this.isClosed;
-  }
-  readonly remoteAddress = 'memory';
-  readonly remotePort = 0;
-  readonly localAddress = 'memory';
-  readonly localPort = 0;
 }

@@ -4,7 +4,7 @@
 // target and an initiator in one process (the allocation tests, in-process benchmarks) without
 // the kernel: after warm-up a delivery allocates nothing.
 
-import { closedError, type ChannelEvents, type StreamChannel, type StreamConsumer } from './channel.ts';
+import { closedError, InProcessChannel, type StreamChannel, type StreamConsumer } from './channel.ts';
 import type { WriteDone } from './transmit.ts';
 import { turn, type TurnParticipant } from './turn.ts';
 
@@ -32,24 +32,22 @@ class Pending implements StreamConsumer {
   }
 }
 
-export class LinkedChannel implements StreamChannel, TurnParticipant {
+export class LinkedChannel extends InProcessChannel implements StreamChannel, TurnParticipant {
   private peer: LinkedChannel | undefined;
   private consumer: StreamConsumer = new Pending();
-  private events: ChannelEvents | undefined;
   private readonly chunks: Uint8Array[] = [];
   private chunkCount = 0;
   private queuedBytes = 0;
   private readonly dones: Array<WriteDone | undefined> = [];
   private doneCount = 0;
   private flushScheduled = false;
-  private isClosed = false;
   private ended = false;
   /** Octets delivered to the peer, in total. */
   bytesWritten = 0;
-  readonly remoteAddress = 'linked';
-  readonly remotePort = 0;
-  readonly localAddress = 'linked';
-  readonly localPort = 0;
+
+  private constructor() {
+    super('linked');
+  }
 
   /** A connected pair: what `a` writes `b` reads, and the other way round. */
   static pair(): [LinkedChannel, LinkedChannel] {
@@ -65,11 +63,6 @@ export class LinkedChannel implements StreamChannel, TurnParticipant {
     this.consumer = consumer;
     const early = previous.leftover?.();
     if (early !== undefined && early.length > 0) this.receive(early, 0, early.length);
-  }
-
-  setEvents(events: ChannelEvents): void {
-    this.events = events;
-    if (this.isClosed) queueMicrotask(() => events.onClose(undefined));
   }
 
   write(chunks: readonly Uint8Array[], count: number, done: WriteDone | undefined): void {
@@ -164,16 +157,5 @@ export class LinkedChannel implements StreamChannel, TurnParticipant {
   destroy(): void {
     this.close();
     this.peer?.close();
-  }
-
-  private close(): void {
-    if (this.isClosed) return;
-    this.isClosed = true;
-    const events = this.events;
-    queueMicrotask(() => events?.onClose(undefined));
-  }
-
-  get closed(): boolean {
-    return this.isClosed;
   }
 }
