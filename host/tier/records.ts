@@ -53,16 +53,56 @@ export interface ReserveRecord extends GroupPlace {
  * First record of group commit q: every record before it was synced. It also lists, per record
  * of the group, its kind (t: one of 's', 'u', 'r'), handle (h) and Generation or mark (g), so a
  * record that fails its checksum still names the handle it was about (kbtp-v1 section 12: that
- * entry is not recovered, and resumes above the Generation it may have shown).
+ * entry is not recovered, and resumes above the Generation it may have shown). h and g are
+ * little-endian u32 and u16 columns (number arrays in journals written before the columns).
  */
 export interface BatchRecord {
   k: 'b';
   q: number;
   t?: string;
-  h?: number[];
-  g?: number[];
+  h?: number[] | Uint8Array;
+  g?: number[] | Uint8Array;
 }
-export type JournalRecord = SealRecord | UnbindRecord | ReserveRecord | BatchRecord;
+/**
+ * The records of group commit q in one frame, as columns (little-endian u32 except g, u16): kind
+ * t, handle h, Generation or mark g, Data Length l, slot s and data CRC32C c (0 where a kind has
+ * none). One frame and one decode per group keeps both the commit and recovery cheap; the batch
+ * marker before it names the same handles, so a body that fails its checksum loses no handle.
+ */
+export interface GroupBodyRecord {
+  k: 'g';
+  q: number;
+  t: string;
+  h: Uint8Array;
+  g: Uint8Array;
+  l: Uint8Array;
+  s: Uint8Array;
+  c: Uint8Array;
+}
+export type JournalRecord = SealRecord | UnbindRecord | ReserveRecord | BatchRecord | GroupBodyRecord;
+
+/** A little-endian column as numbers (an aligned copy: frames sit at any offset). */
+export function u32Column(bytes: Uint8Array): Uint32Array {
+  const column = new Uint32Array(bytes.byteLength >> 2);
+  new Uint8Array(column.buffer).set(bytes.subarray(0, column.byteLength));
+  return column;
+}
+export function u16Column(bytes: Uint8Array): Uint16Array {
+  const column = new Uint16Array(bytes.byteLength >> 1);
+  new Uint8Array(column.buffer).set(bytes.subarray(0, column.byteLength));
+  return column;
+}
+/** The bytes of a typed array, for a msgpack bin. */
+export const columnBytes = (array: Uint16Array | Uint32Array): Uint8Array => new Uint8Array(array.buffer, array.byteOffset, array.byteLength);
+
+/** A marker's handle and Generation lists, whichever way they were written. */
+export function markerColumns(record: BatchRecord): { h: ArrayLike<number>; g: ArrayLike<number> } | undefined {
+  if (record.h === undefined || record.g === undefined) return undefined;
+  return {
+    h: record.h instanceof Uint8Array ? u32Column(record.h) : record.h,
+    g: record.g instanceof Uint8Array ? u16Column(record.g) : record.g,
+  };
+}
 
 export function encodeFrame(magic: number, payload: unknown): Buffer {
   const body = packr.pack(payload);
@@ -113,8 +153,17 @@ function isRecord(value: unknown): value is JournalRecord {
       if (!int('q')) return false;
       if (record.t === undefined && record.h === undefined && record.g === undefined) return true;
       const { t, h, g } = record;
+      if (typeof t !== 'string' || !/^[sur]*$/.test(t)) return false;
+      if (h instanceof Uint8Array && g instanceof Uint8Array) return h.byteLength === 4 * t.length && g.byteLength === 2 * t.length;
       const ints = (list: unknown): list is number[] => Array.isArray(list) && list.every((x) => Number.isSafeInteger(x) && x >= 0);
-      return typeof t === 'string' && /^[sur]*$/.test(t) && ints(h) && ints(g) && h.length === t.length && g.length === t.length;
+      return ints(h) && ints(g) && h.length === t.length && g.length === t.length;
+    }
+    case 'g': {
+      const { t, h, g, l, s, c } = record;
+      if (!int('q') || typeof t !== 'string' || !/^[sur]*$/.test(t)) return false;
+      const n = t.length;
+      const bin = (value: unknown, width: number): boolean => value instanceof Uint8Array && value.byteLength === width * n;
+      return bin(h, 4) && bin(g, 2) && bin(l, 4) && bin(s, 4) && bin(c, 4);
     }
   }
   return false;

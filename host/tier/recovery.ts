@@ -8,7 +8,18 @@ import path from 'node:path';
 import type { FileLayer, TierFile } from './files.ts';
 import { EXIT_USAGE, KbtpError } from '../errors.ts';
 import { decodeCheckpoint, type Checkpoint } from './checkpoint.ts';
-import { parseJournal, type BatchRecord, type JournalRecord, type ReserveRecord, type SealRecord, type UnbindRecord } from './records.ts';
+import {
+  markerColumns,
+  parseJournal,
+  u16Column,
+  u32Column,
+  type BatchRecord,
+  type GroupBodyRecord,
+  type JournalRecord,
+  type ReserveRecord,
+  type SealRecord,
+  type UnbindRecord,
+} from './records.ts';
 import { generationLater, generationPlus, GENERATION_RESERVE_BATCH } from './generations.ts';
 
 export interface BlockRecord {
@@ -236,8 +247,9 @@ export async function recoverTier(input: RecoveryInput): Promise<RecoveredState>
       for (let i = 0; i < places; i++) {
         const record = group.records.get(i);
         if (record === undefined) {
-          const { t, h, g: generations } = group.marker ?? {};
-          if (t !== undefined && h !== undefined && generations !== undefined) lost(t[i] ?? 's', h[i] ?? handleCount, generations[i] ?? 1, unsynced);
+          const columns = group.marker === undefined ? undefined : markerColumns(group.marker);
+          const kinds = group.marker?.t;
+          if (columns !== undefined && kinds !== undefined) lost(kinds[i] ?? 's', columns.h[i] ?? handleCount, columns.g[i] ?? 1, unsynced);
           continue;
         }
         if (record.k === 's' && unsynced && !(await dataChecks(record))) {
@@ -328,6 +340,16 @@ function groupsOf(records: JournalRecord[]): Group[] {
       groups.push(current);
       continue;
     }
+    if (record.k === 'g') {
+      if (current?.q !== record.q) {
+        // Its marker failed its checksum.
+        current = { q: record.q, marker: undefined, records: new Map(), count: undefined };
+        groups.push(current);
+      }
+      expandBody(record, current.records);
+      current.count = record.t.length;
+      continue;
+    }
     if (record.q === undefined || record.i === undefined) {
       if (current?.q !== undefined || current === undefined) {
         current = { q: undefined, marker: undefined, records: new Map(), count: undefined };
@@ -345,4 +367,21 @@ function groupsOf(records: JournalRecord[]): Group[] {
     if (record.n !== undefined) current.count = record.n;
   }
   return groups;
+}
+
+/** A group's body frame as the records it holds, by position. */
+function expandBody(body: GroupBodyRecord, into: Map<number, SealRecord | UnbindRecord | ReserveRecord>): void {
+  const h = u32Column(body.h);
+  const g = u16Column(body.g);
+  const l = u32Column(body.l);
+  const s = u32Column(body.s);
+  const c = u32Column(body.c);
+  for (let i = 0; i < body.t.length; i++) {
+    const kind = body.t[i];
+    const handle = h[i] ?? 0;
+    const generation = g[i] ?? 1;
+    if (kind === 's') into.set(i, { k: 's', h: handle, g: generation, l: l[i] ?? 0, s: s[i] ?? 0, c: c[i] ?? 0 });
+    else if (kind === 'r') into.set(i, { k: 'r', h: handle, m: generation });
+    else into.set(i, { k: 'u', h: handle, g: generation, why: 'free' });
+  }
 }

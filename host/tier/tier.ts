@@ -9,7 +9,7 @@ import { crc32c } from '@node-rs/crc32';
 import path from 'node:path';
 import { EXIT_FAILURE, KbtpError } from '../errors.ts';
 import { nodeFiles, errorCode, type FileLayer, type TierFile } from './files.ts';
-import { encodeFrame, JOURNAL_MAGIC, type BatchRecord, type GroupPlace, type JournalRecord } from './records.ts';
+import { columnBytes, encodeFrame, JOURNAL_MAGIC, type BatchRecord, type GroupBodyRecord } from './records.ts';
 import { encodeCheckpoint, type Checkpoint } from './checkpoint.ts';
 import { sizeTier, type TierSizing } from './capacity.ts';
 import { generationLater } from './generations.ts';
@@ -412,31 +412,40 @@ export class DurableTier {
     return false;
   }
 
-  private recordOf(op: Op, place: GroupPlace): JournalRecord {
-    switch (op.kind) {
-      case 'seal':
-        return { k: 's', h: op.index, g: op.generation, l: op.data.length, s: op.slot, c: op.crc, ...place };
-      case 'unbind':
-        return { k: 'u', h: op.index, g: op.generation, why: op.why, ...place };
-      case 'drop':
-        return { k: 'u', h: op.index, g: op.generation, why: 'drop', ...place };
-      case 'reserve':
-        return { k: 'r', h: op.index, m: op.mark, ...place };
-    }
-  }
-
-  /** The group's frames: its marker (naming every record's handle) and one frame per record. */
+  /**
+   * The group's two frames: its marker, naming every record's kind, handle and Generation, then
+   * the records themselves as columns. Either frame alone tells recovery which handles the group
+   * was about (docs/TIER.md).
+   */
   private groupFrames(batch: Op[]): Buffer {
     const q = this.groupSequence++;
     const n = batch.length;
-    const marker: BatchRecord = {
-      k: 'b',
-      q,
-      t: batch.map((op) => (op.kind === 'seal' ? 's' : op.kind === 'reserve' ? 'r' : 'u')).join(''),
-      h: batch.map((op) => op.index),
-      g: batch.map((op) => (op.kind === 'reserve' ? op.mark : op.generation)),
-    };
-    return Buffer.concat([encodeFrame(JOURNAL_MAGIC, marker), ...batch.map((op, i) => encodeFrame(JOURNAL_MAGIC, this.recordOf(op, { q, i, n })))]);
+    const h = new Uint32Array(n);
+    const g = new Uint16Array(n);
+    const l = new Uint32Array(n);
+    const s = new Uint32Array(n);
+    const c = new Uint32Array(n);
+    let t = '';
+    for (let i = 0; i < n; i++) {
+      const op = batch[i] as Op;
+      h[i] = op.index;
+      if (op.kind === 'seal') {
+        t += 's';
+        g[i] = op.generation;
+        l[i] = op.data.length;
+        s[i] = op.slot;
+        c[i] = op.crc;
+      } else if (op.kind === 'reserve') {
+        t += 'r';
+        g[i] = op.mark;
+      } else {
+        t += 'u';
+        g[i] = op.generation;
+      }
+    }
+    const marker: BatchRecord = { k: 'b', q, t, h: columnBytes(h), g: columnBytes(g) };
+    const body: GroupBodyRecord = { k: 'g', q, t, h: columnBytes(h), g: columnBytes(g), l: columnBytes(l), s: columnBytes(s), c: columnBytes(c) };
+    return Buffer.concat([encodeFrame(JOURNAL_MAGIC, marker), encodeFrame(JOURNAL_MAGIC, body)]);
   }
 
   private async commit(batch: Op[]): Promise<void> {

@@ -6,7 +6,7 @@ import { DurableTier, TierError, type TierOptions, type DropGate } from '../../h
 import { generationDistance, generationPlus, GENERATION_RESERVE_BATCH } from '../../host/tier/generations.ts';
 import { Random } from '../../host/util/random.ts';
 import { MemoryFiles } from './memory-files.ts';
-import { journalFrames, corrupt, type JournalFrame } from './journal-frames.ts';
+import { journalFrames, corrupt, isGroupWith, type JournalFrame } from './journal-frames.ts';
 
 const DIR = '/tier';
 const BLOCK = 4096;
@@ -281,7 +281,7 @@ async function freeInTheMiddle(damage: (bytes: Uint8Array, frames: JournalFrame[
   return DurableTier.open(options(crashed));
 }
 
-const isFreeOf2 = (frame: JournalFrame): boolean => frame.record.k === 'u' && frame.record.h === 2;
+const isFreeOf2 = isGroupWith('u', 2);
 
 test('a corrupt FREE record in the middle of the journal never brings the freed block back', async () => {
   const again = await freeInTheMiddle((bytes, frames) => {
