@@ -2,7 +2,8 @@
 // free and load random blocks at once; the process is killed with SIGKILL at a random moment and
 // started again on the same directory, round after round. After every restart: each acknowledged
 // sealed block loads byte-exact with its Generation, each acknowledged FREE stays freed, no
-// Generation went backwards; after the last, a clean shutdown with a clean pool audit.
+// Generation went backwards, and the pool audit (SIGUSR2) is clean; after the last, a clean shutdown
+// with a clean pool audit.
 // Used by crash.test.ts (a bounded number of rounds) and as a soak: `make soak-tier`
 // (node --import tsx test/tier/torture.ts --rounds N).
 import { spawn, type ChildProcess } from 'node:child_process';
@@ -161,6 +162,22 @@ export interface TortureReport {
   recoveries: string[];
 }
 
+/** Asks the running target for its status line (SIGUSR2) and checks its pool audit. */
+async function expectCleanAudit(target: { child: ChildProcess; output: () => string }, round: number): Promise<void> {
+  const from = target.output().length;
+  target.child.kill('SIGUSR2');
+  for (let waited = 0; waited < 20000; waited += 20) {
+    const line = /^\{"status".*$/m.exec(target.output().slice(from))?.[0];
+    if (line !== undefined) {
+      const audit = (JSON.parse(line) as { status: { audit: { ok: boolean } } }).status.audit;
+      if (!audit.ok) throw new Error(`round ${round}: pool audit after recovery: ${JSON.stringify(audit)}`);
+      return;
+    }
+    await new Promise((resolve) => setTimeout(resolve, 20));
+  }
+  throw new Error(`round ${round}: no status line within 20 s of SIGUSR2:\n${target.output().slice(from)}`);
+}
+
 export async function runTorture(options: { rounds: number; seed: number; log?: (line: string) => void }): Promise<TortureReport> {
   const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'kbtp-torture-'));
   const random = new Random(options.seed);
@@ -175,6 +192,8 @@ export async function runTorture(options: { rounds: number; seed: number; log?: 
         const sessions = await Promise.all(Array.from({ length: SESSIONS }, () => connect(target.address, { tenant: 'default' })));
         // Everything acknowledged before the last kill, checked through the first session.
         if (round > 0) for (const [handle, state] of known) await expectState(sessions[0] as KbtpSession, handle, state, round);
+        // The recovered pool is consistent every round, not only at the final clean shutdown.
+        if (round > 0) await expectCleanAudit(target, round);
         if (round === options.rounds) {
           await Promise.all(sessions.map((session) => session.close(1000).catch(() => undefined)));
           target.child.kill('SIGTERM');
