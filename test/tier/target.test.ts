@@ -272,6 +272,82 @@ test('pool low watermark and quota demotion on a DIRECT_ALLOC partition: ALLOC_S
   }
 });
 
+test('power loss under the real target: what was acknowledged before the power went comes back (3 seeded rounds)', async () => {
+  for (let round = 0; round < 3; round++) {
+    const random = new Random(500 + round);
+    let files = new MemoryFiles();
+    // Per handle: what the target acknowledged while the power was on (sealed version, or freed).
+    const acked = new Map<bigint, { version: number; generation: number } | 'freed'>();
+    // Requests in flight when the power went: each may or may not have become durable.
+    const uncertain = new Map<bigint, { version: number } | 'free'>();
+    for (let life = 0; life < 2; life++) {
+      const target = await startTarget(durableSettings('/mem'), { tierFiles: files, log: () => undefined });
+      const { connect } = await import('../../host/kbtp/initiator.ts');
+      const sessions = await Promise.all(
+        ['alpha', 'alpha', 'gamma'].map((tenant) => connect(`127.0.0.1:${target.port}`, { tenant, secret: `${tenant}-secret` })),
+      );
+      try {
+        for (const [handle, outcome] of uncertain) {
+          const loaded = await (sessions[0] as KbtpSession).load(handle).catch(() => undefined);
+          if (outcome === 'free' && loaded === undefined) acked.set(handle, 'freed');
+          else if (
+            outcome !== 'free' &&
+            loaded !== undefined &&
+            loaded.data.length > 0 &&
+            Buffer.from(loaded.data).equals(Buffer.from(content(handle, outcome.version)))
+          ) {
+            acked.set(handle, { version: outcome.version, generation: loaded.generation });
+          }
+        }
+        uncertain.clear();
+        for (const [handle, state] of acked) {
+          if (state === 'freed') assert.is(await status((sessions[0] as KbtpSession).load(handle)), 'NOT_VALID', `round ${round}: freed ${handle} came back`);
+          else {
+            const loaded = await (sessions[0] as KbtpSession).load(handle);
+            assert.is(loaded.generation, state.generation, `round ${round}: Generation of ${handle}`);
+            assert.equal(loaded.data, content(handle, state.version), `round ${round}: bytes of ${handle}`);
+          }
+        }
+        assert.ok(target.audit().ok, `round ${round}: audit after the power loss`);
+        let powerOn = true;
+        const work = sessions.map(async (session, s) => {
+          const first = s === 2 ? 128 : s * 24;
+          for (let n = 0; n < 40 && powerOn; n++) {
+            const handle = BigInt(first + random.below(24));
+            const state = acked.get(handle);
+            try {
+              if (state !== undefined && state !== 'freed') {
+                uncertain.set(handle, 'free');
+                await session.free(handle);
+                if (!powerOn) return;
+                acked.set(handle, 'freed');
+              } else {
+                const version = life * 1000 + n + 1;
+                uncertain.set(handle, { version });
+                const stored = await session.allocStore(handle, content(handle, version), { seal: true });
+                if (!powerOn) return;
+                acked.set(handle, { version, generation: stored.generation });
+              }
+              uncertain.delete(handle);
+            } catch (error) {
+              if (!powerOn) return;
+              throw error;
+            }
+          }
+        });
+        await new Promise((resolve) => setTimeout(resolve, 50 + random.below(300)));
+        // The power goes: the files as the next boot finds them; acknowledgements after this never happened.
+        files = files.afterPowerLoss(random);
+        powerOn = false;
+        await Promise.allSettled(work);
+      } finally {
+        for (const session of sessions) await session.close(200).catch(() => undefined);
+        await target.stop(1000).catch(() => undefined);
+      }
+    }
+  }
+});
+
 test.after(() => {
   for (const dir of tempDirs) fs.rmSync(dir, { recursive: true, force: true });
 });
