@@ -107,7 +107,15 @@ export function tierMetrics(tier: DurableStats): MetricJson[] {
     one('kbtp_tier_used_bytes', 'gauge', "Octets of the durable tier's files (data extent, journals, checkpoints)", tier.bytesUsed),
     one('kbtp_tier_capacity_bytes', 'gauge', 'Hard cap of the durable tier', tier.capacityBytes),
     one('kbtp_tier_blocks', 'gauge', 'Sealed blocks durable on the tier', tier.blocksDurable),
-    one('kbtp_tier_demotions_total', 'counter', 'Sealed blocks that left the pool for the tier alone', tier.demotions),
+    metric(
+      'kbtp_tier_demotions_total',
+      'counter',
+      "Sealed blocks that left the pool for the tier alone, by reason (a tenant's quota, the pool's low watermark)",
+      [
+        { value: tier.demotions - tier.watermarkDemotions, labels: { reason: 'quota' } },
+        { value: tier.watermarkDemotions, labels: { reason: 'watermark' } },
+      ],
+    ),
     one('kbtp_tier_promotions_total', 'counter', 'Tier-only blocks brought back into the pool by a LOAD', tier.promotions),
     one('kbtp_tier_drops_total', 'counter', 'Blocks dropped from the tier (capacity or Durable Quota)', tier.drops),
     one('kbtp_tier_fsyncs_total', 'counter', 'fsync/fdatasync calls of the tier', tier.fsyncs),
