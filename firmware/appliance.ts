@@ -72,6 +72,9 @@ export class Appliance {
   private readonly tierMaintenance: TierMaintenance;
   private readonly history = new TrafficHistory();
   private sampler: NodeJS.Timeout | undefined;
+  /** A stop was asked for while starting: the start finishes (or gives up waiting) without going ready. */
+  private startCancelled = false;
+  private targetStopped = false;
 
   constructor(
     readonly settings: ApplianceSettings,
@@ -199,6 +202,7 @@ export class Appliance {
     const { host, port } = this.settings.target.listen;
     let warned = false;
     for (;;) {
+      if (this.startCancelled) return;
       try {
         this.target = await startTarget(this.settings.target, {
           verbose: this.settings.log.sessions,
@@ -222,6 +226,7 @@ export class Appliance {
       }
     }
     const recovery = this.target.recovery;
+    if (this.startCancelled) return; // close() stops the target that started meanwhile
     if (recovery !== undefined) {
       // kbtp-v1 section 12: recovered before the target listened.
       this.log.info(recovery.fresh ? 'durable tier: new, empty' : 'durable tier recovered', {
@@ -242,6 +247,16 @@ export class Appliance {
       });
     }, SAMPLE_PERIOD_MS);
     this.sampler.unref();
+  }
+
+  /**
+   * SIGTERM/SIGINT before the node was ready: nothing is served yet, so nothing drains. A start in
+   * progress (recovering the tier, waiting for the KBTP address) stops at its next step and the
+   * node does not turn ready; close() then stops whatever started.
+   */
+  cancelStart(): void {
+    this.startCancelled = true;
+    this.stateValue = 'draining';
   }
 
   async status(): Promise<ApplianceStatus> {
@@ -355,6 +370,7 @@ export class Appliance {
     }
     if (open > 0) this.log.warn('drain bound reached; cutting the sessions still open', { sessionsOpen: open });
     const final = await target.stop(0);
+    this.targetStopped = true;
     // What the node answered, for whoever reconciles it with what clients saw acknowledged.
     this.log.info(`final statistics: requests ${JSON.stringify(final.requests)}`, {
       sessionsTotal: final.sessionsTotal,
@@ -368,7 +384,7 @@ export class Appliance {
   async close(): Promise<void> {
     clearInterval(this.sampler);
     await this.scheduler.stop(0);
-    if (this.target !== undefined && this.stateValue !== 'draining') await this.target.stop(0);
+    if (this.target !== undefined && !this.targetStopped) await this.target.stop(0);
     this.stateValue = 'stopped';
     await this.management?.close();
   }

@@ -58,13 +58,22 @@ export async function runAppliance(settings: ApplianceSettings, log: Logger, war
     }
     const management = appliance.managementAddress;
     options.announce(`management on http://${management.host}:${management.port}/ (status page, /metrics, /healthz, /readyz, /api/status)`);
-    const started = await Promise.race([appliance.startTarget(settings.listenWaitMs).then(() => 'started' as const), stopSignal]).catch(
-      (error: unknown) => error,
-    );
+    const starting = appliance.startTarget(settings.listenWaitMs);
+    const started = await Promise.race([starting.then(() => 'started' as const), stopSignal]).catch((error: unknown) => error);
     if (started !== 'started') {
       if (typeof started === 'string') {
-        log.info(`${started} while starting; stopping`);
+        // Recovery cannot be cut short safely from here: let it finish (bounded), then stop what started.
+        log.info(`${started} while ${appliance.state}; stopping once the start step in progress ends`);
+        appliance.cancelStart();
+        const watchdog = setTimeout(() => {
+          log.error('the start step in progress did not end in time; exiting 1 (the durable tier is crash-safe)');
+          process.exit(1);
+        }, settings.drainTimeoutMs + EXIT_GRACE_MS);
+        watchdog.unref();
+        await starting.catch(() => undefined);
         await appliance.close();
+        clearTimeout(watchdog);
+        log.info('stopped before serving');
         return 0;
       }
       const message = started instanceof Error ? started.message : String(started);

@@ -152,6 +152,29 @@ test('/readyz says "recovering" (503) while a long journal is replayed, and turn
   }
 });
 
+test('SIGTERM while recovering: the recovery ends, the node never turns ready, the tier is closed, exit 0', async () => {
+  const dataDir = mkdtempSync(join(tmpdir(), 'kbtp-durable-'));
+  longJournals(dataDir, 6);
+  const daemon = await startDaemon({ dataDir });
+  try {
+    await eventually(
+      'the recovery under way',
+      async () => JSON.parse((await get(`${daemon.management}/readyz`)).text) as { state: string },
+      (body) => body.state !== 'starting',
+      60_000,
+    ).then((body) => assert.is(body.state, 'recovering', 'the replay outlasts the first polls'));
+    daemon.child.kill('SIGTERM');
+    assert.is(await daemon.exited, 0, daemon.stderr());
+    assert.match(daemon.stderr(), /SIGTERM while recovering; stopping once the start step in progress ends/);
+    assert.match(daemon.stderr(), /durable tier: checkpoint written, files closed/);
+    assert.match(daemon.stderr(), /stopped before serving/);
+    assert.not.match(daemon.stdout(), /KBTP listening/, 'never announced as serving');
+  } finally {
+    await daemon.stop();
+    rmSync(dataDir, { recursive: true, force: true });
+  }
+});
+
 test('SIGHUP: a tenant added by kbtp tenant add --durable-quota gets its Durable Quota at once, without a restart', async () => {
   const dataDir = mkdtempSync(join(tmpdir(), 'kbtp-durable-'));
   const daemon = await startDaemon({ dataDir, tenants: [{ name: 'alpha', secret: 'alpha-secret', quota: 8, storeRange: { first: 0, count: 100 } }] });
