@@ -1,5 +1,6 @@
 // The durable tier (docs/TIER.md): persistent STORE (sealed, answered after the tier's group
-// commit) against volatile STORE (DRAM only) with 16 sessions at 256 KiB and 1 MiB, fio writing
+// commit) against volatile STORE (DRAM only) with 16 sessions (in a client process of their own,
+// bench/tier-load.ts) at 256 KiB and 1 MiB, fio writing
 // the same sizes to the same file system with an fdatasync every 8 writes in the same run,
 // recovery of a 100,000-block index, and the p99 of a LOAD that promotes a block from the tier.
 // Writes bench/results/tier.json:
@@ -8,7 +9,7 @@
 // fio comes from Debian; the bench installs it when it is missing (apt-get).
 //
 //   node dist/bench/tier.js [--mib N] [--dir PATH] [--output path]
-import { execFileSync, spawnSync } from 'node:child_process';
+import { execFileSync, spawn, spawnSync } from 'node:child_process';
 import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
@@ -85,28 +86,28 @@ function settingsFor(size: number, blocks: number, dataDir: string | undefined):
   });
 }
 
-/** 16 sessions store `bytesPerRow` of sealed blocks of `size` octets; returns Gbit/s. */
+/** Requests in flight per session. */
+const PIPELINE = 4;
+const loadScript = fileURLToPath(new URL(`./tier-load${import.meta.url.endsWith('.ts') ? '.ts' : '.js'}`, import.meta.url));
+
+/** 16 sessions (in a client process of their own, bench/tier-load.ts) store `bytesPerRow` of sealed blocks of `size` octets; returns Gbit/s. */
 async function storeGbps(size: number, dataDir: string | undefined): Promise<number> {
   const blocks = Math.max(SESSIONS, Math.ceil(bytesPerRow / size));
   const target = await startTarget(settingsFor(size, blocks, dataDir), { log: () => undefined });
   try {
-    const sessions = await Promise.all(Array.from({ length: SESSIONS }, () => connect(`127.0.0.1:${target.port}`, { tenant: 'default', pipeline: 4 })));
-    const data = new Uint8Array(size).map((_, i) => i & 0xff);
     const perSession = Math.floor(blocks / SESSIONS);
-    const started = process.hrtime.bigint();
-    await Promise.all(
-      sessions.map(async (session, s) => {
-        const inFlight: Array<Promise<unknown>> = [];
-        for (let i = 0; i < perSession; i++) {
-          inFlight.push(session.allocStore(BigInt(s * perSession + i), data, { seal: true }));
-          if (inFlight.length >= 4) await inFlight.shift();
-        }
-        await Promise.all(inFlight);
-      }),
-    );
-    const seconds = Number(process.hrtime.bigint() - started) / 1e9;
-    await Promise.all(sessions.map((session) => session.close(1000).catch(() => undefined)));
-    return (perSession * SESSIONS * size * 8) / seconds / 1e9;
+    const loader = loadScript.endsWith('.ts') ? ['--import', 'tsx', loadScript] : [loadScript];
+    const child = spawn(process.execPath, [...loader, `127.0.0.1:${target.port}`, String(size), String(perSession), String(SESSIONS), String(PIPELINE)], {
+      stdio: ['ignore', 'pipe', 'inherit'],
+    });
+    let out = '';
+    child.stdout.on('data', (chunk: Buffer) => {
+      out += chunk.toString();
+    });
+    const code = await new Promise<number | null>((resolve) => child.once('exit', resolve));
+    if (code !== 0) throw new Error(`bench/tier-load exited with ${code}: ${out}`);
+    const { seconds, bytes } = JSON.parse(out.trim().split('\n').at(-1) ?? '{}') as { seconds: number; bytes: number };
+    return (bytes * 8) / seconds / 1e9;
   } finally {
     await target.stop(1000);
   }
