@@ -21,6 +21,8 @@ export interface BatchHost {
   releaseSlot(slot: number): void;
   /** Calls `resume` once a slot was given back. */
   waitForSlot(resume: () => void): void;
+  /** Forgets a `resume` given to waitForSlot (the batch's call gave up). */
+  stopWaiting(resume: () => void): void;
   /** Writes and posts slot `slot`'s request; the answer comes back through `answered`. */
   post(slot: number, batch: Batch, opcode: number, flags: number, handle: bigint, length: number): void;
   /** The registered staging area of a slot (the block lands or is read from there). */
@@ -38,6 +40,7 @@ export class Batch {
   private failures: BatchFailure[] | undefined;
   private firstFailure = '';
   private readonly resumeBound = (): void => this.issue();
+  private waiting = false;
 
   constructor(
     private readonly host: BatchHost,
@@ -48,24 +51,37 @@ export class Batch {
     /** LOAD: octets each block held; filled as answers arrive. */
     private readonly lengths: Uint32Array | undefined,
     slots: number,
+    /** The call's signal (its deadline or the caller's abort): requests not yet posted then never are. */
+    private readonly signal: AbortSignal,
   ) {
     this.indexOfSlot = new Int32Array(slots).fill(-1);
     this.done = new Promise<void>((resolve, reject) => {
       this.resolve = resolve;
       this.reject = reject;
     });
+    signal.addEventListener('abort', () => this.stop(), { once: true });
+  }
+
+  /** The call gave up: stop waiting for slots and post nothing more (answers to posted requests still free their slots). */
+  private stop(): void {
+    if (this.waiting) this.host.stopWaiting(this.resumeBound);
+    this.waiting = false;
+    this.reject(this.signal.reason as Error);
   }
 
   /** Posts as many requests as there are free slots; the rest follow as answers free slots. */
   issue(): void {
     const host = this.host;
+    this.waiting = false;
     if (host.failure !== undefined) {
       this.reject(host.failure);
       return;
     }
+    if (this.signal.aborted) return;
     while (this.next < this.handles.length) {
       const slot = host.claimSlot();
       if (slot < 0) {
+        this.waiting = true;
         host.waitForSlot(this.resumeBound);
         return;
       }
@@ -86,6 +102,11 @@ export class Batch {
   answered(slot: number, status: number, dataLength: number): void {
     const index = this.indexOfSlot[slot]!;
     this.indexOfSlot[slot] = -1;
+    if (this.signal.aborted) {
+      // The call already gave up: its caller may be using its buffers again, so nothing lands there.
+      this.host.releaseSlot(slot);
+      return;
+    }
     if (status === K.STATUS_SUCCESS) {
       if (this.opcode === K.OPCODE_LOAD) {
         const into = this.buffers[index]!;

@@ -19,7 +19,7 @@ import {
 import { encodeRequest, decodeCompletion, type Completion, type RequestFields } from './wire/messages.ts';
 import { Batch, BatchSlots, type BatchHost } from './batch.ts';
 import { encodeHello, decodeHelloAck, type HelloAck } from './wire/hello.ts';
-import { type KbtpError, KbtpStatusError, ProtocolError, SessionClosedError, TargetRefusedError, TransportError } from './errors.ts';
+import { type KbtpError, KbtpStatusError, ProtocolError, SessionClosedError, TargetRefusedError, TransportError, UsageError } from './errors.ts';
 import { bounded, checkTimeout, DEFAULT_CALL_TIMEOUT_MS, type CallOptions } from './call.ts';
 import type { BlockInfo, ConnectOptions, LoadOptions, LoadResult, StoreOptions } from './session-types.ts';
 import { ALL_ONES, directLoadConsistent, readBlock, readEntry, takeBlock, writeBlock, type DirectHost } from './direct.ts';
@@ -106,6 +106,10 @@ export class KbtpSession {
       releaseSlot: (slot) => this.giveSlot(slot),
       waitForSlot: (resume) => {
         this.slotWaiters.push(resume);
+      },
+      stopWaiting: (resume) => {
+        const index = this.slotWaiters.indexOf(resume);
+        if (index >= 0) this.slotWaiters.splice(index, 1);
       },
       post: (slot, batch, opcode, flags, handle, length) => this.postBatched(slot, batch, opcode, flags, handle, length),
       staging: (slot) => this.stagingViews[slot]!,
@@ -461,31 +465,35 @@ export class KbtpSession {
    * call while credits last; the rest follow as answers free slots) and settle one promise: no
    * promise or message object per request. `lengths[i]` receives each block's data length.
    * Rejects with BatchError naming every request whose status was not SUCCESS (the others did
-   * complete), or with the session's failure.
+   * complete), or with the session's failure. Within `timeoutMs` or until `signal` fires, like
+   * every call: requests not yet posted then are not posted; those already sent keep their slots
+   * until the target answers them.
    */
-  loadMany(handles: readonly bigint[], into: readonly Uint8Array[], options: { allowUnsealed?: boolean; lengths?: Uint32Array } = {}): Promise<void> {
-    if (into.length !== handles.length) throw new RangeError(`${handles.length} handles but ${into.length} buffers`);
-    if (options.lengths !== undefined && options.lengths.length < handles.length) throw new RangeError('lengths is shorter than handles');
-    const batch = new Batch(
-      this.batchHost,
-      K.OPCODE_LOAD,
-      options.allowUnsealed === true ? K.FLAG_ALLOW_UNSEALED : 0,
-      handles,
-      into,
-      options.lengths,
-      this.batches.count,
-    );
-    batch.issue();
-    return batch.done;
+  loadMany(
+    handles: readonly bigint[],
+    into: readonly Uint8Array[],
+    options: { allowUnsealed?: boolean; lengths?: Uint32Array } & CallOptions = {},
+  ): Promise<void> {
+    return this.call(`LOAD of a batch of ${handles.length}`, options, async (signal) => {
+      if (into.length !== handles.length) throw new UsageError(`${handles.length} handles but ${into.length} buffers`);
+      if (options.lengths !== undefined && options.lengths.length < handles.length) throw new UsageError('lengths is shorter than handles');
+      const flags = options.allowUnsealed === true ? K.FLAG_ALLOW_UNSEALED : 0;
+      const batch = new Batch(this.batchHost, K.OPCODE_LOAD, flags, handles, into, options.lengths, this.batches.count, signal);
+      batch.issue();
+      return batch.done;
+    });
   }
 
   /** STOREs `data[i]` into bound, unsealed `handles[i]` for every i, posted together as loadMany does. */
-  storeMany(handles: readonly bigint[], data: readonly Uint8Array[], options: { seal?: boolean } = {}): Promise<void> {
-    if (data.length !== handles.length) throw new RangeError(`${handles.length} handles but ${data.length} buffers`);
-    for (const block of data) this.checkLength(block);
-    const batch = new Batch(this.batchHost, K.OPCODE_STORE, options.seal === true ? K.FLAG_SEAL : 0, handles, data, undefined, this.batches.count);
-    batch.issue();
-    return batch.done;
+  storeMany(handles: readonly bigint[], data: readonly Uint8Array[], options: { seal?: boolean } & CallOptions = {}): Promise<void> {
+    return this.call(`STORE of a batch of ${handles.length}`, options, async (signal) => {
+      if (data.length !== handles.length) throw new UsageError(`${handles.length} handles but ${data.length} buffers`);
+      for (const block of data) this.checkLength(block);
+      const flags = options.seal === true ? K.FLAG_SEAL : 0;
+      const batch = new Batch(this.batchHost, K.OPCODE_STORE, flags, handles, data, undefined, this.batches.count, signal);
+      batch.issue();
+      return batch.done;
+    });
   }
 
   /** Block Unmapped Store (draft 6.3): allocate, write and bind in one round trip. */

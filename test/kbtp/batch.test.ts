@@ -60,6 +60,42 @@ test('a batch names the requests that failed; the others complete', async () => 
   }
 });
 
+test('a batch keeps to its call options: a bad shape is a usage error; an abort posts nothing more, writes no buffer and frees every slot', async () => {
+  const { session, target } = await pair();
+  try {
+    const handles = Array.from({ length: 12 }, (_, i) => BigInt(i));
+    for (const handle of handles) await session.allocStore(handle, new Uint8Array(512).fill(7));
+    const mismatch = await session.loadMany(handles, [new Uint8Array(512)]).then(
+      () => undefined,
+      (e: unknown) => e,
+    );
+    assert.is((mismatch as KbtpError).code, 'KBTP_USAGE');
+    const controller = new AbortController();
+    const into = handles.map(() => new Uint8Array(512));
+    // The first requests leave at once (as many as there are slots); the rest wait for slots.
+    const pending = session.loadMany(handles, into, { allowUnsealed: true, signal: controller.signal });
+    controller.abort(new Error('the caller moved on'));
+    const aborted = await pending.then(
+      () => undefined,
+      (e: unknown) => e,
+    );
+    assert.is((aborted as KbtpError).code, 'KBTP_ABORTED');
+    // A second batch of all twelve needs every slot back: it completes only once the aborted
+    // batch's requests were answered and gave theirs up, and it posts its own requests only.
+    const again = handles.map(() => new Uint8Array(512));
+    await session.loadMany(handles, again, { allowUnsealed: true, timeoutMs: 30_000 });
+    for (const block of again) assert.is(block[511], 7);
+    for (const block of into)
+      assert.ok(
+        block.every((octet) => octet === 0),
+        "nothing landed in the aborted batch's buffers",
+      );
+  } finally {
+    await session.close(500);
+    await target.stop();
+  }
+});
+
 test('a batch whose session fails rejects', async () => {
   const { session, target, channel } = await pair();
   await session.allocStore(2n, new Uint8Array(512));
