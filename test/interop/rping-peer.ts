@@ -24,6 +24,9 @@ import {
   type WorkCompletion,
 } from '../../host/rnic/verbs.ts';
 
+/** What rping's protocol needs of a QP: iWARP's QueuePair and RoCE's RcQueuePair both qualify. */
+export type RpingQueuePair = Pick<QueuePair, 'postSend' | 'postRecv' | 'whenDisconnected' | 'disconnect'>;
+
 export const RPING_INFO_BYTES = 16;
 /** rping's default `-S`. */
 export const RPING_DEFAULT_SIZE = 64;
@@ -82,7 +85,7 @@ class Completions {
 
   constructor(
     private readonly cq: CompletionQueue,
-    qp: QueuePair,
+    qp: RpingQueuePair,
   ) {
     this.endedPromise = qp.whenDisconnected().then((info) => {
       this.ended = info;
@@ -130,10 +133,14 @@ interface Buffers {
 // 64-bit TO path is exercised rather than small zero-based offsets.
 const TAGGED_BASE = 0x7f3a_5000_0000n;
 
-function setUp(rnic: Rnic, size: number): { qp: QueuePair; cq: CompletionQueue; buffers: Buffers } {
+function setUp<Q extends RpingQueuePair = QueuePair>(
+  rnic: Rnic,
+  size: number,
+  createQp: (options: Parameters<Rnic['createQp']>[0]) => Q = (options) => rnic.createQp(options) as unknown as Q,
+): { qp: Q; cq: CompletionQueue; buffers: Buffers } {
   const pd = rnic.allocPd();
   const cq = rnic.createCq({ depth: 64 });
-  const qp = rnic.createQp({ pd, sendCq: cq, recvCq: cq, ird: RPING_IRD, ord: RPING_ORD, maxSendWr: 16, maxRecvWr: 2 });
+  const qp = createQp({ pd, sendCq: cq, recvCq: cq, ird: RPING_IRD, ord: RPING_ORD, maxSendWr: 16, maxRecvWr: 2 });
   const region = (bytes: number, access: number, slot: number): MemoryRegion =>
     rnic.registerMemory(pd, new ArrayBuffer(bytes), { access, taggedOffsetBase: TAGGED_BASE + BigInt(slot) * 0x10_0000n });
   const remote = Access.LocalWrite | Access.RemoteRead | Access.RemoteWrite;
@@ -147,11 +154,11 @@ function setUp(rnic: Rnic, size: number): { qp: QueuePair; cq: CompletionQueue; 
   return { qp, cq, buffers };
 }
 
-function repostRecv(qp: QueuePair, buffers: Buffers): void {
+function repostRecv(qp: RpingQueuePair, buffers: Buffers): void {
   qp.postRecv({ wrId: 1, sgList: [{ lkey: buffers.recv.lkey, offset: 0, length: RPING_INFO_BYTES }] });
 }
 
-function postSendBuffer(qp: QueuePair, buffers: Buffers): void {
+function postSendBuffer(qp: RpingQueuePair, buffers: Buffers): void {
   qp.postSend({ wrId: 2, opcode: 'SEND', sgList: [{ lkey: buffers.send.lkey, offset: 0, length: RPING_INFO_BYTES }] });
 }
 
@@ -252,51 +259,71 @@ export async function runRpingServer(request: ConnectionRequest, options: RpingS
   const size = options.size ?? RPING_DEFAULT_SIZE;
   const rnic = createRnic({ name: 'rping-server' });
   const { qp, cq, buffers } = setUp(rnic, size);
-  const completions = new Completions(cq, qp);
-  const step = options.stepTimeoutMs ?? DEFAULT_STEP_TIMEOUT_MS;
-  let iterations = 0;
   try {
     const connection = await request.accept(qp, options.mpa);
-    for (;;) {
-      try {
-        await completions.expect('RECV', `iteration ${iterations}: the client's source advertisement`, step);
-      } catch (error) {
-        if (error instanceof PeerDisconnected) return { connection, iterations, disconnect: error.info };
-        throw error;
-      }
-      const source = readRpingInfo(buffers.recv.bytes);
-      repostRecv(qp, buffers);
-      if (source.size > size) throw new RpingError(`client advertises ${source.size} octets, the server buffer holds ${size}`);
-      qp.postSend({
-        wrId: 3,
-        opcode: 'RDMA_READ',
-        sgList: [{ lkey: buffers.rdma.lkey, offset: 0, length: source.size }],
-        remote: { stag: source.rkey, taggedOffset: source.address },
-      });
-      await completions.expect('RDMA_READ', `iteration ${iterations}: RDMA Read of the client's source`, step);
-      options.log?.(`server ping data: ${printable(buffers.rdma.bytes.subarray(0, source.size))}`);
-      buffers.send.bytes.fill(0);
-      postSendBuffer(qp, buffers);
-
-      await completions.expect('RECV', `iteration ${iterations}: the client's sink advertisement`, step);
-      const sink = readRpingInfo(buffers.recv.bytes);
-      repostRecv(qp, buffers);
-      const nul = buffers.rdma.bytes.indexOf(0);
-      const length = nul < 0 ? size : nul + 1; // rping writes strlen(rdma_buf) + 1
-      if (length > sink.size) throw new RpingError(`client's sink holds ${sink.size} octets, the echo is ${length}`);
-      qp.postSend({
-        wrId: 4,
-        opcode: 'RDMA_WRITE',
-        sgList: [{ lkey: buffers.rdma.lkey, offset: 0, length }],
-        remote: { stag: sink.rkey, taggedOffset: sink.address },
-      });
-      await completions.expect('RDMA_WRITE', `iteration ${iterations}: RDMA Write of the echo`, step);
-      postSendBuffer(qp, buffers);
-      iterations++;
-    }
+    const served = await serveRpingIterations(qp, cq, buffers, options);
+    return { connection, ...served };
   } finally {
     qp.disconnect();
     await rnic.close();
+  }
+}
+
+/** Creates the rping server's CQ, buffers and a QP through `createQp` (e.g. an RC QP for RoCE). */
+export function rpingServerResources<Q extends RpingQueuePair>(rnic: Rnic, size: number, createQp: (options: Parameters<Rnic['createQp']>[0]) => Q) {
+  return setUp(rnic, size, createQp);
+}
+
+/**
+ * rping -s's loop on a connected QP: serves iterations until the client disconnects between two
+ * of them (success, as for rping).
+ */
+export async function serveRpingIterations(
+  qp: RpingQueuePair,
+  cq: CompletionQueue,
+  buffers: Buffers,
+  options: Omit<RpingServerOptions, 'mpa'> = {},
+): Promise<{ iterations: number; disconnect: DisconnectInfo }> {
+  const size = options.size ?? RPING_DEFAULT_SIZE;
+  const completions = new Completions(cq, qp);
+  const step = options.stepTimeoutMs ?? DEFAULT_STEP_TIMEOUT_MS;
+  let iterations = 0;
+  for (;;) {
+    try {
+      await completions.expect('RECV', `iteration ${iterations}: the client's source advertisement`, step);
+    } catch (error) {
+      if (error instanceof PeerDisconnected) return { iterations, disconnect: error.info };
+      throw error;
+    }
+    const source = readRpingInfo(buffers.recv.bytes);
+    repostRecv(qp, buffers);
+    if (source.size > size) throw new RpingError(`client advertises ${source.size} octets, the server buffer holds ${size}`);
+    qp.postSend({
+      wrId: 3,
+      opcode: 'RDMA_READ',
+      sgList: [{ lkey: buffers.rdma.lkey, offset: 0, length: source.size }],
+      remote: { stag: source.rkey, taggedOffset: source.address },
+    });
+    await completions.expect('RDMA_READ', `iteration ${iterations}: RDMA Read of the client's source`, step);
+    options.log?.(`server ping data: ${printable(buffers.rdma.bytes.subarray(0, source.size))}`);
+    buffers.send.bytes.fill(0);
+    postSendBuffer(qp, buffers);
+
+    await completions.expect('RECV', `iteration ${iterations}: the client's sink advertisement`, step);
+    const sink = readRpingInfo(buffers.recv.bytes);
+    repostRecv(qp, buffers);
+    const nul = buffers.rdma.bytes.indexOf(0);
+    const length = nul < 0 ? size : nul + 1; // rping writes strlen(rdma_buf) + 1
+    if (length > sink.size) throw new RpingError(`client's sink holds ${sink.size} octets, the echo is ${length}`);
+    qp.postSend({
+      wrId: 4,
+      opcode: 'RDMA_WRITE',
+      sgList: [{ lkey: buffers.rdma.lkey, offset: 0, length }],
+      remote: { stag: sink.rkey, taggedOffset: sink.address },
+    });
+    await completions.expect('RDMA_WRITE', `iteration ${iterations}: RDMA Write of the echo`, step);
+    postSendBuffer(qp, buffers);
+    iterations++;
   }
 }
 

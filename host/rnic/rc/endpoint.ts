@@ -19,8 +19,13 @@ export interface EndpointStatistics {
   wrongSource: number;
 }
 
+/** Receives the UD packets addressed to QP1 (the GSI: connection management MADs). */
+export type GsiReceiver = (h: IbHeaders, payload: Uint8Array, from: PeerAddress) => void;
+
 export class RoceEndpoint {
   private readonly queuePairs = new Map<number, RcQueuePair>();
+  /** Set by a connection manager that serves QP1; without one, packets to QP1 count as unknown QP. */
+  gsi: GsiReceiver | undefined;
   private readonly scratch = new IbHeaders();
   readonly stats: EndpointStatistics = { packets: 0, malformed: 0, icrcErrors: 0, badVersionOrKey: 0, unknownQp: 0, wrongSource: 0 };
   /** Last reason a packet was dropped (diagnostics, tests). */
@@ -60,6 +65,10 @@ export class RoceEndpoint {
     }
     if (h.transportVersion !== 0) {
       this.drop('badVersionOrKey', `TVer ${h.transportVersion}`);
+      return;
+    }
+    if (h.destQp === 1 && this.gsi !== undefined) {
+      this.gsi(h, packet.subarray(h.payloadOffset, h.payloadOffset + h.payloadLength), from);
       return;
     }
     const qp = this.queuePairs.get(h.destQp);

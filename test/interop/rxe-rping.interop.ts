@@ -1,0 +1,77 @@
+// RDMA CM over RoCEv2 against rxe: the guest's `rping -c -V` connects to kbtp through IB CM MADs on
+// QP1 (REQ, REP, RTU, DREQ, DREP as UD Sends; host/rnic/rc/cm-responder.ts) and runs rping's
+// protocol over the resulting RC connection with kbtp as `rping -s` (rping-peer.ts on an RC QP).
+import { readFileSync } from 'node:fs';
+import { test } from 'uvu';
+import * as assert from 'uvu/assert';
+import { decodeRoceCapture } from '../../host/capture/roce.ts';
+import { CmResponder, type CmConnectionRequest } from '../../host/rnic/rc/cm-responder.ts';
+import { decodeMadHeader } from '../../host/rnic/wire/ib-cm.ts';
+import { GUEST_TUNNEL_ADDRESS, Guest, HOST_TUNNEL_ADDRESS } from './guest.ts';
+import { rpingServerResources, serveRpingIterations } from './rping-peer.ts';
+import { openRxeNeighbour } from './rxe-tunnel.ts';
+
+const RPING_PORT = 7174;
+const COUNT = 5;
+
+test('rping -c -V over RDMA CM on rxe against kbtp as rping server: CM REQ/REP/RTU/DREQ/DREP on QP1, 5 validated iterations', async () => {
+  const neighbour = await openRxeNeighbour('rping-server');
+  const lines: string[] = [];
+  let cm: CmResponder | undefined;
+  const served = new Promise<{ iterations: number; request: CmConnectionRequest }>((resolve, reject) => {
+    cm = new CmResponder(neighbour.rnic.roceEndpoint!, (request) => {
+      try {
+        if (request.servicePort !== RPING_PORT) throw new Error(`REQ for port ${request.servicePort}`);
+        const { qp, cq, buffers } = rpingServerResources(neighbour.rnic, 64, (options) => neighbour.rnic.createRcQp(options));
+        request.accept(qp);
+        serveRpingIterations(qp, cq, buffers, { log: (line) => lines.push(line) }).then(({ iterations }) => resolve({ iterations, request }), reject);
+      } catch (error) {
+        reject(error);
+      }
+    });
+  });
+  try {
+    const guest = await Guest.start({
+      name: 'rxe-rping-client',
+      frameTunnel: neighbour.ports,
+      peerScript: `rping -c -a ${HOST_TUNNEL_ADDRESS} -p ${RPING_PORT} -C ${COUNT} -V -v`,
+      timeoutMs: 240_000,
+    });
+    const result = await guest.exited;
+    // rping exits right after its DREQ; kbtp's server ends when the DREQ arrives (bounded wait).
+    let timer: ReturnType<typeof setTimeout> | undefined;
+    const outcome = await Promise.race([
+      served,
+      new Promise<undefined>((resolve) => {
+        timer = setTimeout(() => resolve(undefined), 30_000);
+      }),
+    ]);
+    clearTimeout(timer);
+    if (outcome === undefined) throw new Error(`kbtp's rping server did not finish after the guest ended (log ${result.logPath})`);
+    const { iterations, request } = outcome;
+    assert.is(result.exitStatus, 0, `rping exit status (log ${result.logPath})`);
+    assert.is(iterations, COUNT);
+    assert.is(request.cma?.sourceAddress, GUEST_TUNNEL_ADDRESS);
+    assert.is(request.cma?.destinationAddress, HOST_TUNNEL_ADDRESS);
+    assert.is(lines.length, COUNT);
+    assert.match(lines[0]!, /^server ping data: rdma-ping-0: /);
+    assert.match(result.log, /ping data: rdma-ping-4: /);
+    const capture = decodeRoceCapture(new Uint8Array(readFileSync(result.tunnelPcapPath!)));
+    assert.equal(
+      capture.packets.filter((p) => p.problem !== undefined).map((p) => `${p.recordIndex}: ${p.problem}`),
+      [],
+    );
+    const mads = capture.packets
+      .filter((p) => p.headers.destQp === 1)
+      .map((p) => `${p.udp.ip.sourceAddress === HOST_TUNNEL_ADDRESS ? 'kbtp' : 'rxe'}:${decodeMadHeader(p.payload)?.attributeId.toString(16)}`);
+    assert.equal(mads.slice(0, 3), ['rxe:10', 'kbtp:13', 'rxe:14'], 'REQ, REP, RTU');
+    assert.ok(mads.includes('rxe:15') && mads.includes('kbtp:16'), `DREQ answered by DREP: ${mads.join(' ')}`);
+    assert.is(cm!.stats.rtus, 1);
+    assert.is(cm!.stats.dreqs >= 1, true);
+  } finally {
+    cm?.close();
+    await neighbour.close();
+  }
+});
+
+test.run();
