@@ -204,34 +204,46 @@ export async function runRpingClient(options: RpingClientOptions): Promise<Rping
   const count = options.count ?? 1;
   const rnic = createRnic({ name: 'rping-client' });
   const { qp, cq, buffers } = setUp(rnic, size);
-  const completions = new Completions(cq, qp);
-  const step = options.stepTimeoutMs ?? DEFAULT_STEP_TIMEOUT_MS;
   try {
     // siw as responder can miss an FPDU sent right after its Reply (docs/INTEROP.md): the RNIC holds the first one.
     const connection = await rnic.connect(qp, { ...options.mpa, host: options.host, port: options.port, firstFpduDelayMs: options.settleMs ?? 0 });
-    for (let ping = 0; ping < count; ping++) {
-      buffers.start.bytes.set(rpingPattern(ping, size));
-      writeRpingInfo(buffers.send.bytes, { address: buffers.start.taggedOffsetAt(0), rkey: buffers.start.rkey, size });
-      postSendBuffer(qp, buffers);
-      await completions.expect('RECV', `ping ${ping}: go-ahead after the server's RDMA Read`, step);
-      repostRecv(qp, buffers);
-
-      buffers.rdma.bytes.fill(0);
-      writeRpingInfo(buffers.send.bytes, { address: buffers.rdma.taggedOffsetAt(0), rkey: buffers.rdma.rkey, size });
-      postSendBuffer(qp, buffers);
-      await completions.expect('RECV', `ping ${ping}: go-ahead after the server's RDMA Write`, step);
-      repostRecv(qp, buffers);
-
-      if ((options.validate ?? true) && !equalBytes(buffers.start.bytes, buffers.rdma.bytes)) {
-        throw new RpingError(`ping ${ping}: data mismatch: sent "${printable(buffers.start.bytes)}", got back "${printable(buffers.rdma.bytes)}"`);
-      }
-      options.log?.(`ping data: ${printable(buffers.rdma.bytes)}`);
-    }
+    await runRpingClientIterations(qp, cq, buffers, { ...options, size, count });
     const disconnect = await closeQp(qp);
     return { connection, iterations: count, disconnect };
   } finally {
     qp.disconnect();
     await rnic.close();
+  }
+}
+
+/** rping -c's iterations on a connected QP: `count` pings, each validated when `validate` (default true). */
+export async function runRpingClientIterations(
+  qp: RpingQueuePair,
+  cq: CompletionQueue,
+  buffers: Buffers,
+  options: { size?: number; count?: number; validate?: boolean; stepTimeoutMs?: number; log?: (line: string) => void },
+): Promise<void> {
+  const size = options.size ?? RPING_DEFAULT_SIZE;
+  const count = options.count ?? 1;
+  const completions = new Completions(cq, qp);
+  const step = options.stepTimeoutMs ?? DEFAULT_STEP_TIMEOUT_MS;
+  for (let ping = 0; ping < count; ping++) {
+    buffers.start.bytes.set(rpingPattern(ping, size));
+    writeRpingInfo(buffers.send.bytes, { address: buffers.start.taggedOffsetAt(0), rkey: buffers.start.rkey, size });
+    postSendBuffer(qp, buffers);
+    await completions.expect('RECV', `ping ${ping}: go-ahead after the server's RDMA Read`, step);
+    repostRecv(qp, buffers);
+
+    buffers.rdma.bytes.fill(0);
+    writeRpingInfo(buffers.send.bytes, { address: buffers.rdma.taggedOffsetAt(0), rkey: buffers.rdma.rkey, size });
+    postSendBuffer(qp, buffers);
+    await completions.expect('RECV', `ping ${ping}: go-ahead after the server's RDMA Write`, step);
+    repostRecv(qp, buffers);
+
+    if ((options.validate ?? true) && !equalBytes(buffers.start.bytes, buffers.rdma.bytes)) {
+      throw new RpingError(`ping ${ping}: data mismatch: sent "${printable(buffers.start.bytes)}", got back "${printable(buffers.rdma.bytes)}"`);
+    }
+    options.log?.(`ping data: ${printable(buffers.rdma.bytes)}`);
   }
 }
 
@@ -269,8 +281,8 @@ export async function runRpingServer(request: ConnectionRequest, options: RpingS
   }
 }
 
-/** Creates the rping server's CQ, buffers and a QP through `createQp` (e.g. an RC QP for RoCE). */
-export function rpingServerResources<Q extends RpingQueuePair>(rnic: Rnic, size: number, createQp: (options: Parameters<Rnic['createQp']>[0]) => Q) {
+/** rping's CQ, buffers (either side) and a QP made by `createQp` (e.g. an RC QP for RoCE). */
+export function rpingResources<Q extends RpingQueuePair>(rnic: Rnic, size: number, createQp: (options: Parameters<Rnic['createQp']>[0]) => Q) {
   return setUp(rnic, size, createQp);
 }
 

@@ -5,10 +5,11 @@ import { readFileSync } from 'node:fs';
 import { test } from 'uvu';
 import * as assert from 'uvu/assert';
 import { decodeRoceCapture } from '../../host/capture/roce.ts';
+import { connectRdmaCm } from '../../host/rnic/rc/cm-initiator.ts';
 import { CmResponder, type CmConnectionRequest } from '../../host/rnic/rc/cm-responder.ts';
 import { decodeMadHeader } from '../../host/rnic/wire/ib-cm.ts';
 import { GUEST_TUNNEL_ADDRESS, Guest, HOST_TUNNEL_ADDRESS } from './guest.ts';
-import { rpingServerResources, serveRpingIterations } from './rping-peer.ts';
+import { rpingResources, runRpingClientIterations, serveRpingIterations } from './rping-peer.ts';
 import { openRxeNeighbour } from './rxe-tunnel.ts';
 
 const RPING_PORT = 7174;
@@ -22,7 +23,7 @@ test('rping -c -V over RDMA CM on rxe against kbtp as rping server: CM REQ/REP/R
     cm = new CmResponder(neighbour.rnic.roceEndpoint!, (request) => {
       try {
         if (request.servicePort !== RPING_PORT) throw new Error(`REQ for port ${request.servicePort}`);
-        const { qp, cq, buffers } = rpingServerResources(neighbour.rnic, 64, (options) => neighbour.rnic.createRcQp(options));
+        const { qp, cq, buffers } = rpingResources(neighbour.rnic, 64, (options) => neighbour.rnic.createRcQp(options));
         request.accept(qp);
         serveRpingIterations(qp, cq, buffers, { log: (line) => lines.push(line) }).then(({ iterations }) => resolve({ iterations, request }), reject);
       } catch (error) {
@@ -70,6 +71,41 @@ test('rping -c -V over RDMA CM on rxe against kbtp as rping server: CM REQ/REP/R
     assert.is(cm!.stats.dreqs >= 1, true);
   } finally {
     cm?.close();
+    await neighbour.close();
+  }
+});
+
+test('kbtp as rping client over RDMA CM against rping -s -V on rxe: REQ/REP/RTU, 5 validated iterations, DREQ/DREP', async () => {
+  const neighbour = await openRxeNeighbour('rping-client');
+  try {
+    const guest = await Guest.start({
+      name: 'rxe-rping-server',
+      frameTunnel: neighbour.ports,
+      peerScript: `rping -s -a ${GUEST_TUNNEL_ADDRESS} -p ${RPING_PORT} -V -v & pid=$!\nsleep 1\necho KBTP-READY\nwait $pid`,
+      timeoutMs: 240_000,
+    });
+    await guest.waitForLine(/KBTP-READY/, 180_000);
+    const lines: string[] = [];
+    const { qp, cq, buffers } = rpingResources(neighbour.rnic, 64, (options) => neighbour.rnic.createRcQp(options));
+    await connectRdmaCm(neighbour.rnic.roceEndpoint!, qp, { address: GUEST_TUNNEL_ADDRESS, port: RPING_PORT });
+    await runRpingClientIterations(qp, cq, buffers, { count: COUNT, log: (line) => lines.push(line) });
+    qp.disconnect(); // sends DREQ: rping -s sees DISCONNECTED and exits 0
+    const result = await guest.exited;
+    assert.is(result.exitStatus, 0, `rping -s exit status (log ${result.logPath})`);
+    assert.is(lines.length, COUNT);
+    assert.match(result.log, /server ping data: rdma-ping-4: /);
+    const capture = decodeRoceCapture(new Uint8Array(readFileSync(result.tunnelPcapPath!)));
+    assert.equal(
+      capture.packets.filter((p) => p.problem !== undefined).map((p) => `${p.recordIndex}: ${p.problem}`),
+      [],
+    );
+    const mads = capture.packets
+      .filter((p) => p.headers.destQp === 1)
+      .map((p) => `${p.udp.ip.sourceAddress === HOST_TUNNEL_ADDRESS ? 'kbtp' : 'rxe'}:${decodeMadHeader(p.payload)?.attributeId.toString(16)}`);
+    assert.ok(mads.includes('kbtp:10') && mads.includes('rxe:13') && mads.includes('kbtp:14'), `REQ, REP, RTU: ${mads.join(' ')}`);
+    assert.ok(mads.includes('kbtp:15') && mads.includes('rxe:16'), `DREQ answered by DREP: ${mads.join(' ')}`);
+    qp.destroy();
+  } finally {
     await neighbour.close();
   }
 });

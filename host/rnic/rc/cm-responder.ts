@@ -21,10 +21,10 @@ import {
   CM_MANAGEMENT_CLASS,
   MAD_LENGTH,
 } from '../wire/ib-cm.ts';
-import { encodeHeaders, IbHeaders } from '../wire/ib-headers.ts';
-import { headerLength, ICRC_LENGTH, OPCODES, UD_SEND_ONLY } from '../wire/ib-opcodes.ts';
-import { ROCE_UDP_PORT } from '../wire/roce-frame.ts';
+import type { IbHeaders } from '../wire/ib-headers.ts';
+import { UD_SEND_ONLY } from '../wire/ib-opcodes.ts';
 import type { RoceEndpoint } from './endpoint.ts';
+import { sendGsiMad } from './gsi.ts';
 import type { PeerAddress } from './link.ts';
 import { PATH_MTUS, type RcQueuePair } from './queue-pair.ts';
 import { activateTowards } from './tool-side-channel.ts';
@@ -166,18 +166,8 @@ export class CmResponder {
   }
 
   private send(address: string, mad: Uint8Array): void {
-    const h = new IbHeaders();
-    h.opcode = UD_SEND_ONLY;
-    h.destQp = 1;
-    h.psn = this.psn;
-    this.psn = (this.psn + 1) & 0xffffff;
-    h.pkey = 0xffff;
-    h.qkey = GSI_QKEY;
-    h.sourceQp = 1;
-    const length = headerLength(OPCODES[UD_SEND_ONLY]!.headers);
-    const buffer = new Uint8Array(length + ICRC_LENGTH);
-    encodeHeaders(buffer, 0, h);
     this.stats.madsOut++;
-    this.endpoint.link.send({ address, port: ROCE_UDP_PORT }, buffer.subarray(0, length), mad, buffer.subarray(length));
+    sendGsiMad(this.endpoint, address, mad, this.psn);
+    this.psn = (this.psn + 1) & 0xffffff;
   }
 }
