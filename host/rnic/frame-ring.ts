@@ -7,6 +7,7 @@
 // allocation of its own, as before, and releases nothing.
 
 import type { WriteDone } from './transmit.ts';
+import { ViewCache } from './view-cache.ts';
 
 export class FrameRing {
   /** The ring; `reserve()` hands out this array or a fresh one for a message that did not fit. */
@@ -24,8 +25,17 @@ export class FrameRing {
   /** Offset of the last reservation in the array `reserve()` returned. */
   start = 0;
 
+  /** Views of the ring: it starts over at 0 whenever it empties, so the same ranges recur. */
+  private readonly views: ViewCache;
+
   constructor(capacity: number) {
     this.ring = new Uint8Array(capacity);
+    this.views = new ViewCache(this.ring, 1024);
+  }
+
+  /** `length` octets at `start` of what `reserve()` returned, as a view (cached for the ring). */
+  view(bytes: Uint8Array, start: number, length: number): Uint8Array {
+    return bytes === this.ring ? this.views.view(start, length) : bytes.subarray(start, start + length);
   }
 
   /**

@@ -5,6 +5,7 @@
 
 import type { NicObserver } from './nic-observer.ts';
 import { RnicError } from './errors.ts';
+import { ViewCache } from './view-cache.ts';
 
 /** Access rights of a memory region (bit mask). Any region may be read locally. */
 export const Access = {
@@ -28,6 +29,8 @@ export type AccessStatus = (typeof AccessStatus)[keyof typeof AccessStatus];
 
 const STAG_INDEX_LIMIT = 0x00ffffff;
 const TWO_POW_64 = 1n << 64n;
+/** Views a region keeps (MemoryRegion.view): a pool's blocks and a session's slots, not a byte map. */
+const VIEW_CACHE_LIMIT = 4096;
 export const DEFAULT_PAGE_SIZE = 4096;
 
 export class ProtectionDomain {
@@ -115,6 +118,17 @@ export class MemoryRegion {
     this.atomicView ??= new BigUint64Array(this.buffer, 0, Math.floor(this.buffer.byteLength / 8));
     return this.atomicView;
   }
+
+  /**
+   * `length` octets at `offset` of the region as a view, the same view each time the same range
+   * is asked for (see ViewCache): what the RNIC gathers from and places into.
+   */
+  view(offset: number, length: number): Uint8Array {
+    this.views ??= new ViewCache(this.bytes, VIEW_CACHE_LIMIT);
+    return this.views.view(offset, length);
+  }
+
+  private views: ViewCache | undefined;
 
   /** Tagged offset of byte `offset` of the region. */
   taggedOffsetAt(offset: number): bigint {

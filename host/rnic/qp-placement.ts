@@ -121,8 +121,7 @@ export class Placement implements ReceiveSink {
         );
         return undefined;
       }
-      const offset = qp.memory.resolvedOffset;
-      return qp.memory.resolvedRegion!.bytes.subarray(offset, offset + length);
+      return qp.memory.resolvedRegion!.view(qp.memory.resolvedOffset, length);
     }
     // Read Response: must continue the oldest outstanding RDMA Read exactly.
     const request = qp.requester.orq[0];
@@ -167,7 +166,7 @@ export class Placement implements ReceiveSink {
     }
     const offset = qp.memory.resolvedOffset;
     request.received += length;
-    return qp.memory.resolvedRegion!.bytes.subarray(offset, offset + length);
+    return qp.memory.resolvedRegion!.view(offset, length);
   }
 
   placeSend(opcode: number, messageOffset: number, length: number, first: boolean): Uint8Array | undefined {
@@ -240,7 +239,7 @@ export class Placement implements ReceiveSink {
     if (sge === undefined) return undefined;
     const region = this.qp.memory.lookup(sge.lkey >>> 0);
     if (region === undefined || !region.valid) return undefined;
-    return region.bytes.subarray(sge.offset + this.scatterOffset, sge.offset + sge.length);
+    return region.view(sge.offset + this.scatterOffset, sge.length - this.scatterOffset);
   }
 
   taggedMessageDone(opcode: number): void {

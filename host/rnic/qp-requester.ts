@@ -319,7 +319,7 @@ export class Requester {
         this.localFailure(wqe, WcStatus.LocalProtectionError, `gather element: ${localAccessText(status, sge)}`);
         return -1;
       }
-      views[used++] = qp.memory.resolvedRegion!.bytes.subarray(sge.offset, sge.offset + sge.length);
+      views[used++] = qp.memory.resolvedRegion!.view(sge.offset, sge.length);
       length += sge.length;
     }
     for (let i = used; i < views.length; i++) views[i] = NO_BYTES;

@@ -17,6 +17,8 @@ import {
   type ReadRequestHeader,
 } from './wire/rdmap.ts';
 
+const EMPTY = new Uint8Array(0);
+
 interface InboundRequest {
   readonly kind: 'read' | 'atomic';
   /** Copy of the request FPDU (length field + ULPDU) for a Terminate that must echo it. */
@@ -30,7 +32,15 @@ export class Responder {
   private pendingReadResponses = 0;
   private atomicWaitsForReads = false;
 
+  /** The one-element gather list of a Read Response (the transmitter reads it during the call only). */
+  private readonly source: Uint8Array[] = [EMPTY];
+
   constructor(private readonly qp: QueuePair) {}
+
+  private gatherOne(view: Uint8Array): readonly Uint8Array[] {
+    this.source[0] = view;
+    return this.source;
+  }
 
   /** Queues an inbound RDMA Read Request (already admitted, or the RTR read). */
   queueRead(fpdu: Uint8Array, read: ReadRequestHeader): void {
@@ -103,7 +113,7 @@ export class Responder {
         RdmapOpcode.RdmaReadResponse,
         read.sinkStag,
         read.sinkTaggedOffset,
-        [region.bytes.subarray(offset, offset + read.readSize)],
+        this.gatherOne(region.view(offset, read.readSize)),
         read.readSize,
         this.readResponseWritten,
       );

@@ -274,14 +274,14 @@ class MessageFramer {
       return;
     }
     const crcOn = this.transmitter.crc;
-    let crc = crcOn ? crc32cUpdate(0, arena.subarray(this.headerStart, this.headerStart + this.headerSize)) : 0;
+    let crc = crcOn ? crc32cUpdate(0, this.span(this.headerStart, this.headerStart + this.headerSize)) : 0;
     if (payloadBytes > 0) {
       if (this.inline) {
         const start = this.offset;
         this.copyPayload(payloadBytes);
-        if (crcOn) crc = crc32cUpdate(crc, arena.subarray(start, this.offset));
+        if (crcOn) crc = crc32cUpdate(crc, this.span(start, this.offset));
       } else {
-        this.out[this.count++] = arena.subarray(this.spanStart, this.offset);
+        this.out[this.count++] = this.span(this.spanStart, this.offset);
         let remaining = payloadBytes;
         while (remaining > 0) {
           const view = this.nextView(remaining);
@@ -295,7 +295,7 @@ class MessageFramer {
     // Ring space is reused: PAD (and the CRC field when CRCs are off) must be zeroed.
     arena.fill(0, this.offset, this.offset + padding + (crcOn ? 0 : CRC_LENGTH));
     if (crcOn) {
-      if (padding > 0) crc = crc32cUpdate(crc, arena.subarray(this.offset, this.offset + padding));
+      if (padding > 0) crc = crc32cUpdate(crc, this.span(this.offset, this.offset + padding));
       writeCrc(arena, this.offset + padding, crc);
     }
     this.offset += padding + CRC_LENGTH;
@@ -304,9 +304,14 @@ class MessageFramer {
   chunks(): Uint8Array[] {
     if (this.offset > this.spanStart) {
       const whole = this.spanStart === 0 && this.offset === this.arena.length && this.arena.length === this.end;
-      this.out[this.count++] = whole ? this.arena : this.arena.subarray(this.spanStart, this.offset);
+      this.out[this.count++] = whole ? this.arena : this.span(this.spanStart, this.offset);
     }
     return this.out;
+  }
+
+  /** `arena[start, end)` as a view; the ring's views are reused (FrameRing.view). */
+  private span(start: number, end: number): Uint8Array {
+    return this.ring.view(this.arena, start, end - start);
   }
 
   /** Drops the references to the last message's chunks (the sink holds its own now). */
