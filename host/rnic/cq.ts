@@ -2,11 +2,12 @@
 // (optionally for solicited completions only) and awaits the next notification, or drains it
 // from a notification listener. Notifications are raised at the end of the event-loop turn
 // (./turn.ts), never from inside the receive path, so a handler that posts new work cannot
-// re-enter a half-processed FPDU. Completions sit in a fixed ring: holding and handing them out
-// allocates nothing.
+// re-enter a half-processed FPDU. Completions sit in a fixed ring of records that are rewritten
+// in place: adding, holding and draining them allocates nothing. drain() hands its handler the
+// ring's record (valid during the call); poll() returns copies a caller may keep.
 
 import type { NicObserver } from './nic-observer.ts';
-import type { WorkCompletion } from './work.ts';
+import type { WcOpcode, WcStatus, WorkCompletion } from './work.ts';
 import { RnicError } from './errors.ts';
 import { turn, type TurnParticipant } from './turn.ts';
 
@@ -17,14 +18,48 @@ export interface CompletionQueueOptions {
   eventQueue?: number;
 }
 
+/** A completion as the ring holds it: every field present (unused ones undefined), reused. */
+class CompletionRecord implements WorkCompletion {
+  wrId: bigint | number = 0;
+  status: WcStatus = 0;
+  opcode: WcOpcode = 'RECV';
+  qpNumber = 0;
+  byteLength = 0;
+  immediate: bigint | undefined = undefined;
+  invalidatedStag: number | undefined = undefined;
+  solicited: boolean | undefined = undefined;
+  atomicResult: bigint | undefined = undefined;
+  error: string | undefined = undefined;
+}
+
+/** A completion a caller may keep: a plain object with only the fields that apply. */
+export function copyCompletion(completion: WorkCompletion): WorkCompletion {
+  const copy: { -readonly [K in keyof WorkCompletion]: WorkCompletion[K] } = {
+    wrId: completion.wrId,
+    status: completion.status,
+    opcode: completion.opcode,
+    qpNumber: completion.qpNumber,
+    byteLength: completion.byteLength,
+  };
+  if (completion.immediate !== undefined) copy.immediate = completion.immediate;
+  if (completion.invalidatedStag !== undefined) copy.invalidatedStag = completion.invalidatedStag;
+  if (completion.solicited !== undefined) copy.solicited = completion.solicited;
+  if (completion.atomicResult !== undefined) copy.atomicResult = completion.atomicResult;
+  if (completion.error !== undefined) copy.error = completion.error;
+  return copy;
+}
+
 /** Who waits for which completions: any, or solicited (and failed) ones added after `since`. */
 type Waiter = { solicitedOnly: boolean; since: number; resolve: () => void };
 
 export class CompletionQueue implements TurnParticipant {
   readonly depth: number;
   readonly eventQueue: number;
-  /** Ring of `depth` completions; `head` is the oldest, `count` are held. */
-  private readonly ring: Array<WorkCompletion | undefined>;
+  /**
+   * Ring of records, `head` the oldest, `count` held. One more record than `depth`: the record
+   * drain() is handing out is never rewritten by a completion its handler causes.
+   */
+  private readonly ring: CompletionRecord[];
   private head = 0;
   private count = 0;
   private waiters: Waiter[] = [];
@@ -47,29 +82,68 @@ export class CompletionQueue implements TurnParticipant {
     this.depth = options.depth ?? 4096;
     this.eventQueue = options.eventQueue ?? 0;
     if (!Number.isInteger(this.depth) || this.depth < 1) throw new RnicError('EINVAL', `CQ depth ${this.depth} must be a positive integer`);
-    this.ring = new Array<WorkCompletion | undefined>(this.depth).fill(undefined);
+    this.ring = Array.from({ length: this.depth + 1 }, () => new CompletionRecord());
   }
 
   get size(): number {
     return this.count;
   }
 
-  /** Adds a completion; false when the CQ overran (the completion is dropped). */
+  /** Adds a completion (its fields are copied); false when the CQ overran (it is dropped). */
   push(completion: WorkCompletion): boolean {
-    if (this.size >= this.depth) {
+    const record = this.add(
+      completion.wrId,
+      completion.status,
+      completion.opcode,
+      completion.qpNumber,
+      completion.byteLength,
+      completion.solicited,
+      completion.error,
+    );
+    if (record === undefined) return false;
+    record.immediate = completion.immediate;
+    record.invalidatedStag = completion.invalidatedStag;
+    record.atomicResult = completion.atomicResult;
+    return true;
+  }
+
+  /**
+   * Adds a completion from its fields, allocating nothing; returns its record (for the rare
+   * fields: immediate, invalidated STag, atomic result), or undefined when the CQ overran.
+   */
+  add(
+    wrId: bigint | number,
+    status: WcStatus,
+    opcode: WcOpcode,
+    qpNumber: number,
+    byteLength: number,
+    solicited: boolean | undefined,
+    error: string | undefined,
+  ): CompletionRecord | undefined {
+    if (this.count >= this.depth) {
       this.overrun = true;
-      return false;
+      return undefined;
     }
-    this.ring[(this.head + this.count) % this.depth] = completion;
+    const record = this.ring[(this.head + this.count) % this.ring.length]!;
+    record.wrId = wrId;
+    record.status = status;
+    record.opcode = opcode;
+    record.qpNumber = qpNumber;
+    record.byteLength = byteLength;
+    record.solicited = solicited;
+    record.error = error;
+    record.immediate = undefined;
+    record.invalidatedStag = undefined;
+    record.atomicResult = undefined;
     this.count++;
     this.observer?.completionQueue(this.number);
     this.added++;
-    if (completion.solicited === true || completion.status !== 0) this.solicitedAdded++;
+    if (solicited === true || status !== 0) this.solicitedAdded++;
     if (!this.notifyScheduled && (this.waiters.length > 0 || this.armed !== 'none')) {
       this.notifyScheduled = true;
       turn.notifyLater(this);
     }
-    return true;
+    return record;
   }
 
   /** Removes and returns up to `max` completions, oldest first. */
@@ -78,14 +152,15 @@ export class CompletionQueue implements TurnParticipant {
     while (out.length < max) {
       const completion = this.take();
       if (completion === undefined) break;
-      out.push(completion);
+      out.push(copyCompletion(completion));
     }
     return out;
   }
 
   /**
    * Hands up to `max` completions, oldest first, to `handler`; returns how many. The polling
-   * form for a hot path: no array is built.
+   * form for a hot path: no array is built, and the handler gets the ring's record, valid until
+   * it returns (copyCompletion() keeps one).
    */
   drain(handler: (completion: WorkCompletion) => void, max = this.depth): number {
     let handled = 0;
@@ -98,11 +173,10 @@ export class CompletionQueue implements TurnParticipant {
     return handled;
   }
 
-  private take(): WorkCompletion | undefined {
+  private take(): CompletionRecord | undefined {
     if (this.count === 0) return undefined;
-    const completion = this.ring[this.head];
-    this.ring[this.head] = undefined;
-    this.head = (this.head + 1) % this.depth;
+    const completion = this.ring[this.head]!;
+    this.head = (this.head + 1) % this.ring.length;
     this.count--;
     return completion;
   }

@@ -33,7 +33,7 @@ import {
   RdmapOpcode,
   TerminateLayer,
 } from './wire/rdmap.ts';
-import { WcStatus, type ReceiveWorkRequest, type WcOpcode, type WorkCompletion } from './work.ts';
+import { WcStatus, type ReceiveWorkRequest, type WcOpcode } from './work.ts';
 
 const EMPTY = new Uint8Array(0);
 
@@ -44,19 +44,20 @@ interface ReceiveExtra {
   opcode?: WcOpcode;
 }
 
-type Mutable<T> = { -readonly [K in keyof T]: T[K] };
-
 const SOLICITED: ReceiveExtra = { solicited: true };
 
+/** A posted receive; reused once it completed (a steady stream of receives allocates none). */
 interface RecvWqe {
-  readonly wr: ReceiveWorkRequest;
-  readonly capacity: number;
+  wr: ReceiveWorkRequest;
+  capacity: number;
   status: WcStatus;
-  error?: string;
+  error: string | undefined;
 }
 
 export class Placement implements ReceiveSink {
   private readonly rq: RecvWqe[] = [];
+  /** Completed receive entries, for reuse. */
+  private readonly pool: RecvWqe[] = [];
   private rqHead = 0;
   // The inbound Send being placed.
   private currentRecv: RecvWqe | undefined;
@@ -83,7 +84,6 @@ export class Placement implements ReceiveSink {
     if (this.rq.length - this.rqHead >= qp.maxRecvWr) {
       throw new RnicError('ENOMEM', `receive queue of QP ${qp.qpNumber} is full (${qp.maxRecvWr} posted)`);
     }
-    const wqe: RecvWqe = { wr, capacity, status: WcStatus.Success };
     if (qp.state === 'error') {
       qp.pushCompletion(qp.recvCq, {
         wrId: wr.wrId,
@@ -95,6 +95,11 @@ export class Placement implements ReceiveSink {
       });
       return;
     }
+    const wqe = this.pool.pop() ?? { wr, capacity, status: WcStatus.Success, error: undefined };
+    wqe.wr = wr;
+    wqe.capacity = capacity;
+    wqe.status = WcStatus.Success;
+    wqe.error = undefined;
     this.rq.push(wqe);
   }
 
@@ -284,6 +289,9 @@ export class Placement implements ReceiveSink {
       return;
     }
     this.completeReceive(wqe, messageLength, this.currentSolicited ? SOLICITED : undefined);
+    // Nothing refers to a successfully completed entry any more (failed ones are left alone:
+    // their error text is still read after the completion).
+    if (this.pool.length < qp.maxRecvWr) this.pool.push(wqe);
   }
 
   controlMessage(opcode: number, fpdu: Uint8Array): void {
@@ -374,21 +382,23 @@ export class Placement implements ReceiveSink {
     if (this.rqHead >= this.rq.length) return undefined;
     const wqe = this.rq[this.rqHead++]!;
     if (this.rqHead > 1024 && this.rqHead * 2 > this.rq.length) {
-      this.rq.splice(0, this.rqHead);
+      // Compacted in place: splice would allocate an array of the removed entries.
+      const kept = this.rq.length - this.rqHead;
+      for (let i = 0; i < kept; i++) this.rq[i] = this.rq[this.rqHead + i]!;
+      this.rq.length = kept;
       this.rqHead = 0;
     }
     return wqe;
   }
 
-  /** One object per completion, with only the fields that apply (no spreads, no option bag). */
+  /** Written straight into the CQ's record: no object per completion. */
   private completeReceive(wqe: RecvWqe, byteLength: number, extra?: ReceiveExtra): void {
     const qp = this.qp;
-    const completion: Mutable<WorkCompletion> = { wrId: wqe.wr.wrId, status: wqe.status, opcode: extra?.opcode ?? 'RECV', qpNumber: qp.qpNumber, byteLength };
-    if (extra?.solicited === true) completion.solicited = true;
-    if (extra?.invalidatedStag !== undefined) completion.invalidatedStag = extra.invalidatedStag;
-    if (extra?.immediate !== undefined) completion.immediate = extra.immediate;
-    if (wqe.error !== undefined) completion.error = wqe.error;
-    qp.pushCompletion(qp.recvCq, completion);
+    const solicited = extra?.solicited === true ? true : undefined;
+    const record = qp.addCompletion(qp.recvCq, wqe.wr.wrId, wqe.status, extra?.opcode ?? 'RECV', byteLength, solicited, wqe.error);
+    if (record === undefined || extra === undefined) return;
+    record.invalidatedStag = extra.invalidatedStag;
+    record.immediate = extra.immediate;
   }
 
   private rtrMismatch(receiver: FpduReceiver, what: string, fpdu?: Uint8Array): void {

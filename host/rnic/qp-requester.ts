@@ -26,7 +26,7 @@ import {
   READ_REQUEST_HEADER_LENGTH,
   TerminateLayer,
 } from './wire/rdmap.ts';
-import { wcOpcodeFor, WcStatus, type SendWorkRequest, type Sge, type WorkCompletion } from './work.ts';
+import { wcOpcodeFor, WcStatus, type SendWorkRequest, type Sge } from './work.ts';
 
 const HOST_LITTLE_ENDIAN = new Uint8Array(new Uint16Array([1]).buffer)[0] === 1;
 const MAX_MESSAGE = 0xffffffff;
@@ -373,23 +373,18 @@ export class Requester {
       if (wqe.state !== SendWqeState.Done) break;
       this.sqHead++;
       if (wqe.signaled || wqe.status !== WcStatus.Success) {
-        // One object, with only the fields that apply: no spreads of option objects per completion.
-        const completion: { -readonly [K in keyof WorkCompletion]: WorkCompletion[K] } = {
-          wrId: wqe.wr.wrId,
-          status: wqe.status,
-          opcode: wcOpcodeFor(wqe.wr.opcode),
-          qpNumber: qp.qpNumber,
-          byteLength: wqe.byteLength,
-        };
-        if (wqe.atomicResult !== undefined) completion.atomicResult = wqe.atomicResult;
-        if (wqe.error !== undefined) completion.error = wqe.error;
-        qp.pushCompletion(qp.sendCq, completion);
+        // Written straight into the CQ's record: no object per completion.
+        const record = qp.addCompletion(qp.sendCq, wqe.wr.wrId, wqe.status, wcOpcodeFor(wqe.wr.opcode), wqe.byteLength, undefined, wqe.error);
+        if (record !== undefined) record.atomicResult = wqe.atomicResult;
       }
       wqe.dequeued = true;
       if (wqe.writesPending === 0) this.retire(wqe);
     }
     if (this.sqHead > 1024 && this.sqHead * 2 > this.sq.length) {
-      this.sq.splice(0, this.sqHead);
+      // Compacted in place: splice would allocate an array of the removed entries.
+      const kept = this.sq.length - this.sqHead;
+      for (let i = 0; i < kept; i++) this.sq[i] = this.sq[this.sqHead + i]!;
+      this.sq.length = kept;
       this.sqNext -= this.sqHead;
       this.sqHead = 0;
     }

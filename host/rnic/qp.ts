@@ -22,7 +22,7 @@ import { Transmitter } from './transmit.ts';
 import { DDP_UNTAGGED_HEADER_LENGTH, QN_READ_REQUEST, QN_SEND } from './wire/ddp.ts';
 import { MPA_LENGTH_FIELD } from './wire/mpa.ts';
 import { decodeTerminate, describeTerminate, RDMAP_ETYPE_LOCAL_CATASTROPHIC, RdmapOpcode, READ_REQUEST_HEADER_LENGTH, TerminateLayer } from './wire/rdmap.ts';
-import type { ReceiveWorkRequest, SendWorkRequest, WorkCompletion } from './work.ts';
+import type { ReceiveWorkRequest, SendWorkRequest, WcOpcode, WcStatus, WorkCompletion } from './work.ts';
 
 export type QpState = 'idle' | 'connecting' | 'rts' | 'error';
 
@@ -342,7 +342,18 @@ export class QueuePair extends EventEmitter<QueuePairEvents> {
 
   /** @internal */
   pushCompletion(cq: CompletionQueue, completion: WorkCompletion): void {
-    if (!cq.push(completion) && this.state === 'rts') {
+    if (!cq.push(completion)) this.overran(cq);
+  }
+
+  /** @internal Adds a completion from its fields (no object per completion); returns its CQ record. */
+  addCompletion(cq: CompletionQueue, wrId: bigint | number, status: WcStatus, opcode: WcOpcode, byteLength: number, solicited?: boolean, error?: string) {
+    const record = cq.add(wrId, status, opcode, this.qpNumber, byteLength, solicited, error);
+    if (record === undefined) this.overran(cq);
+    return record;
+  }
+
+  private overran(cq: CompletionQueue): void {
+    if (this.state === 'rts') {
       this.fail({
         layer: TerminateLayer.Rdmap,
         errorType: RDMAP_ETYPE_LOCAL_CATASTROPHIC,

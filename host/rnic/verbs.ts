@@ -34,7 +34,7 @@ import { RcQueuePair, type RcQueuePairOptions } from './rc/queue-pair.ts';
 import { connectRc, receiveRcRequest, type RcConnectionRequest, type RcConnectionSummary, type RcConnectOptions, type RcSetupOptions } from './rc/setup.ts';
 
 export { Access, ACCESS_ALL, MemoryRegion, ProtectionDomain, type RegisterMemoryOptions } from './memory.ts';
-export { CompletionQueue, type CompletionQueueOptions } from './cq.ts';
+export { CompletionQueue, copyCompletion, type CompletionQueueOptions } from './cq.ts';
 export { QueuePair, type QueuePairOptions, type QpState, type DisconnectInfo, type RtrType } from './qp.ts';
 export { ConnectionRequest, type ConnectionSummary, type InitiatorOptions, type ResponderOptions } from './connection.ts';
 export { RnicError, type RnicErrorCode, type TerminateInfo } from './errors.ts';
