@@ -20,10 +20,11 @@ import {
   DDP_ETYPE_TAGGED,
   DDP_ETYPE_UNTAGGED,
   DDP_UNTAGGED_HEADER_LENGTH,
+  readUint32,
 } from './wire/ddp.ts';
 import { MPA_ERROR_NO_MATCHING_RTR, MPA_LENGTH_FIELD } from './wire/mpa.ts';
 import {
-  decodeReadRequest,
+  READ_REQUEST_SIZE_AT,
   isSolicitedEvent,
   LLP_ETYPE_MPA,
   RDMAP_ECODE_CANNOT_INVALIDATE,
@@ -301,18 +302,19 @@ export class Placement implements ReceiveSink {
     qp.observer?.queuePairContext(qp.qpNumber, true);
     switch (opcode) {
       case RdmapOpcode.RdmaReadRequest: {
-        const read = decodeReadRequest(fpdu, body);
+        // The responder reads the header's fields itself (no decoded object per request).
+        const readSize = readUint32(fpdu, body + READ_REQUEST_SIZE_AT);
         if (qp.awaitingRtr !== undefined) {
-          if (read.readSize === 0 && qp.awaitingRtr.has('read')) {
-            qp.responder.queueRead(fpdu, read);
+          if (readSize === 0 && qp.awaitingRtr.has('read')) {
+            qp.responder.queueRead(fpdu, body);
             qp.readyToReceiveArrived();
             return;
           }
-          this.rtrMismatch(receiver, `RDMA Read Request of ${read.readSize} octets`, fpdu);
+          this.rtrMismatch(receiver, `RDMA Read Request of ${readSize} octets`, fpdu);
           return;
         }
         if (!qp.responder.accept(fpdu, 'RDMA Read Request')) return;
-        qp.responder.queueRead(fpdu, read);
+        qp.responder.queueRead(fpdu, body);
         qp.peerSpoke();
         qp.transmitQueued();
         return;

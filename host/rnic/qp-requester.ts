@@ -17,7 +17,7 @@ import {
 } from './wire/atomics.ts';
 import { DDP_UNTAGGED_HEADER_LENGTH, QN_READ_REQUEST, QN_SEND, readUint32 } from './wire/ddp.ts';
 import {
-  encodeReadRequest,
+  encodeReadRequestAt,
   RDMAP_ECODE_UNEXPECTED_OPCODE,
   RDMAP_ETYPE_LOCAL_CATASTROPHIC,
   RDMAP_ETYPE_REMOTE_OPERATION,
@@ -64,22 +64,47 @@ class SendWqe {
   }
 }
 
-/** An outbound RDMA Read or Atomic (or the RTR read) waiting for its response. */
-export interface OutstandingRequest {
-  readonly kind: 'read' | 'atomic' | 'rtr';
-  readonly wqe?: SendWqe;
-  readonly msn: number;
+/** An outbound RDMA Read or Atomic (or the RTR read) waiting for its response; pooled. */
+export class OutstandingRequest {
+  kind: 'read' | 'atomic' | 'rtr' = 'read';
+  wqe: SendWqe | undefined = undefined;
+  msn = 0;
   // Reads: where the response lands.
-  readonly sinkStag: number;
+  sinkStag = 0;
   /** The sink's tagged offset as 32-bit halves (the receive path compares without BigInts). */
-  readonly sinkToHigh: number;
-  readonly sinkToLow: number;
-  readonly sinkOffset: number;
-  readonly length: number;
-  received: number;
+  sinkToHigh = 0;
+  sinkToLow = 0;
+  sinkOffset = 0;
+  length = 0;
+  received = 0;
   // Atomics.
-  readonly requestId: number;
-  readonly resultSge?: Sge;
+  requestId = 0;
+  resultSge: Sge | undefined = undefined;
+
+  set(
+    kind: 'read' | 'atomic' | 'rtr',
+    wqe: SendWqe | undefined,
+    msn: number,
+    sinkStag: number,
+    sinkToHigh: number,
+    sinkToLow: number,
+    sinkOffset: number,
+    length: number,
+    requestId: number,
+    resultSge: Sge | undefined,
+  ): void {
+    this.kind = kind;
+    this.wqe = wqe;
+    this.msn = msn;
+    this.sinkStag = sinkStag;
+    this.sinkToHigh = sinkToHigh;
+    this.sinkToLow = sinkToLow;
+    this.sinkOffset = sinkOffset;
+    this.length = length;
+    this.received = 0;
+    this.requestId = requestId;
+    this.resultSge = resultSge;
+  }
 }
 
 export class Requester {
@@ -95,6 +120,10 @@ export class Requester {
   private readonly gathered: Uint8Array[] = [];
   /** Retired entries, for reuse. */
   private readonly pool: SendWqe[] = [];
+  /** Answered RDMA Read entries of `orq`, for reuse. */
+  private readonly requestPool: OutstandingRequest[] = [];
+  /** The Read Request header being sent (the transmitter copies it while framing). */
+  private readonly readRequestHeader = new Uint8Array(READ_REQUEST_HEADER_LENGTH);
 
   constructor(private readonly qp: QueuePair) {}
 
@@ -135,7 +164,9 @@ export class Requester {
 
   /** The RTR Read Request went out: its zero-length Read Response completes nothing the ULP posted. */
   rtrReadSent(msn: number): void {
-    this.orq.push({ kind: 'rtr', msn, sinkStag: 0, sinkToHigh: 0, sinkToLow: 0, sinkOffset: 0, length: 0, received: 0, requestId: 0 });
+    const request = new OutstandingRequest();
+    request.set('rtr', undefined, msn, 0, 0, 0, 0, 0, 0, undefined);
+    this.orq.push(request);
   }
 
   /** Starts queued work requests while ORD, fences and the transmit high-water mark allow. */
@@ -224,18 +255,19 @@ export class Requester {
           sinkToLow = low % 0x1_0000_0000;
         }
         const remote = wr.remote!;
-        const header = new Uint8Array(READ_REQUEST_HEADER_LENGTH);
-        encodeReadRequest(header, 0, {
-          sinkStag,
-          sinkTaggedOffset: (BigInt(sinkToHigh) << 32n) | BigInt(sinkToLow),
-          readSize: length,
-          sourceStag: remote.stag >>> 0,
-          sourceTaggedOffset: BigInt(remote.taggedOffset),
-        });
+        const to = remote.taggedOffset;
+        // A number TO (below 2^53, as checked at posting) is split without a BigInt.
+        const sourceHigh = typeof to === 'number' ? Math.floor(to / 0x1_0000_0000) : Number(BigInt.asUintN(64, to) >> 32n);
+        const sourceLow = typeof to === 'number' ? to % 0x1_0000_0000 : Number(BigInt.asUintN(64, to) & 0xffffffffn);
+        // One header for every Read Request: the transmitter copies it while framing.
+        const header = this.readRequestHeader;
+        encodeReadRequestAt(header, 0, sinkStag, sinkToHigh, sinkToLow, length, remote.stag >>> 0, sourceHigh, sourceLow);
         const msn = transmitter.peekMsn(QN_READ_REQUEST);
         wqe.requestMsn = msn;
         wqe.byteLength = length;
-        this.orq.push({ kind: 'read', wqe, msn, sinkStag, sinkToHigh, sinkToLow, sinkOffset, length, received: 0, requestId: 0 });
+        const request = this.requestPool.pop() ?? new OutstandingRequest();
+        request.set('read', wqe, msn, sinkStag, sinkToHigh, sinkToLow, sinkOffset, length, 0, undefined);
+        this.orq.push(request);
         this.outstandingRequests++;
         transmitter.sendUntagged(RdmapOpcode.RdmaReadRequest, QN_READ_REQUEST, 0, header);
         return;
@@ -268,19 +300,9 @@ export class Requester {
         const msn = transmitter.peekMsn(QN_READ_REQUEST);
         wqe.requestMsn = msn;
         wqe.byteLength = 8;
-        this.orq.push({
-          kind: 'atomic',
-          wqe,
-          msn,
-          sinkStag: 0,
-          sinkToHigh: 0,
-          sinkToLow: 0,
-          sinkOffset: 0,
-          length: 8,
-          received: 0,
-          requestId,
-          ...(sge !== undefined ? { resultSge: sge } : {}),
-        });
+        const request = new OutstandingRequest();
+        request.set('atomic', wqe, msn, 0, 0, 0, 0, 8, requestId, sge);
+        this.orq.push(request);
         this.outstandingRequests++;
         transmitter.sendUntagged(RdmapOpcode.AtomicRequest, QN_READ_REQUEST, 0, header);
         return;
@@ -393,9 +415,15 @@ export class Requester {
   /** The last Read Response segment of the oldest outstanding read arrived: it completes. */
   readResponseDone(): void {
     const request = this.orq.shift();
-    if (request !== undefined && request.kind !== 'rtr') this.outstandingRequests--;
-    if (request?.wqe !== undefined) {
-      this.finishWqe(request.wqe, WcStatus.Success);
+    if (request === undefined) return;
+    if (request.kind !== 'rtr') this.outstandingRequests--;
+    const wqe = request.wqe;
+    if (request.kind === 'read') {
+      request.wqe = undefined;
+      if (this.requestPool.length < 64) this.requestPool.push(request);
+    }
+    if (wqe !== undefined) {
+      this.finishWqe(wqe, WcStatus.Success);
       this.completeInOrder();
     }
   }

@@ -6,7 +6,8 @@ import { Access, AccessStatus } from './memory.ts';
 import type { QueuePair } from './qp.ts';
 import { accessStatusText, hex, rdmapProtectionCode } from './qp-checks.ts';
 import { ATOMIC_RESPONSE_HEADER_LENGTH, AtomicOpcode, encodeAtomicResponse, type AtomicRequestHeader } from './wire/atomics.ts';
-import { DDP_ECODE_UNTAGGED_NO_BUFFER, DDP_ETYPE_UNTAGGED, QN_ATOMIC_RESPONSE } from './wire/ddp.ts';
+import { DDP_ECODE_UNTAGGED_NO_BUFFER, DDP_ETYPE_UNTAGGED, QN_ATOMIC_RESPONSE, readUint32 } from './wire/ddp.ts';
+import { taggedOffsetText } from './receive.ts';
 import {
   RDMAP_ECODE_CATASTROPHIC_STREAM,
   RDMAP_ECODE_UNEXPECTED_OPCODE,
@@ -14,21 +15,44 @@ import {
   RDMAP_ETYPE_REMOTE_PROTECTION,
   RdmapOpcode,
   TerminateLayer,
-  type ReadRequestHeader,
 } from './wire/rdmap.ts';
 
 const EMPTY = new Uint8Array(0);
+const NO_SOURCE: readonly Uint8Array[] = [];
 
-interface InboundRequest {
-  readonly kind: 'read' | 'atomic';
+/** Longest request FPDU kept (length field + an Atomic Request's ULPDU, the longest). */
+const REQUEST_FPDU_MAX = 2 + 18 + 52;
+
+/** An inbound Read or Atomic Request waiting for its response; pooled (reads allocate nothing). */
+class InboundRequest {
+  kind: 'read' | 'atomic' = 'read';
   /** Copy of the request FPDU (length field + ULPDU) for a Terminate that must echo it. */
-  readonly fpdu: Uint8Array;
-  readonly read?: ReadRequestHeader;
-  readonly atomic?: AtomicRequestHeader;
+  private readonly bytes = new Uint8Array(REQUEST_FPDU_MAX);
+  private fpduLength = 0;
+  // A Read Request's fields, the tagged offsets as 32-bit halves.
+  sinkStag = 0;
+  sinkHigh = 0;
+  sinkLow = 0;
+  readSize = 0;
+  sourceStag = 0;
+  sourceHigh = 0;
+  sourceLow = 0;
+  atomic: AtomicRequestHeader | undefined = undefined;
+
+  keep(fpdu: Uint8Array): void {
+    this.bytes.set(fpdu.length <= REQUEST_FPDU_MAX ? fpdu : fpdu.subarray(0, REQUEST_FPDU_MAX));
+    this.fpduLength = Math.min(fpdu.length, REQUEST_FPDU_MAX);
+  }
+
+  /** The request's FPDU, for a Terminate (a copy: the entry is reused). */
+  get fpdu(): Uint8Array {
+    return this.bytes.slice(0, this.fpduLength);
+  }
 }
 
 export class Responder {
   private readonly irq: InboundRequest[] = [];
+  private readonly pool: InboundRequest[] = [];
   private pendingReadResponses = 0;
   private atomicWaitsForReads = false;
 
@@ -42,13 +66,43 @@ export class Responder {
     return this.source;
   }
 
-  /** Queues an inbound RDMA Read Request (already admitted, or the RTR read). */
-  queueRead(fpdu: Uint8Array, read: ReadRequestHeader): void {
-    this.irq.push({ kind: 'read', fpdu: fpdu.slice(), read });
+  /**
+   * Queues an inbound RDMA Read Request (already admitted, or the RTR read) whose 28-octet
+   * header starts at `header` in `fpdu`: its fields are read straight into a pooled entry.
+   */
+  queueRead(fpdu: Uint8Array, header: number): void {
+    const request = this.entry(fpdu);
+    request.kind = 'read';
+    request.sinkStag = readUint32(fpdu, header);
+    request.sinkHigh = readUint32(fpdu, header + 4);
+    request.sinkLow = readUint32(fpdu, header + 8);
+    request.readSize = readUint32(fpdu, header + 12);
+    request.sourceStag = readUint32(fpdu, header + 16);
+    request.sourceHigh = readUint32(fpdu, header + 20);
+    request.sourceLow = readUint32(fpdu, header + 24);
+    request.atomic = undefined;
+    this.irq.push(request);
   }
 
   queueAtomic(fpdu: Uint8Array, atomic: AtomicRequestHeader): void {
-    this.irq.push({ kind: 'atomic', fpdu: fpdu.slice(), atomic });
+    const request = this.entry(fpdu);
+    request.kind = 'atomic';
+    request.atomic = atomic;
+    this.irq.push(request);
+  }
+
+  private entry(fpdu: Uint8Array): InboundRequest {
+    const request = this.pool.pop() ?? new InboundRequest();
+    request.keep(fpdu);
+    return request;
+  }
+
+  /** The oldest request was answered: its entry goes back to the pool. */
+  private served(): void {
+    const request = this.irq.shift();
+    if (request === undefined) return;
+    request.atomic = undefined;
+    if (this.pool.length < 64) this.pool.push(request);
   }
 
   /**
@@ -85,36 +139,37 @@ export class Responder {
     const request = this.irq[0]!;
     const transmitter = qp.transmitter!;
     if (request.kind === 'read') {
-      const read = request.read!;
       qp.observer?.queuePairContext(qp.qpNumber, true);
-      if (read.readSize === 0) {
+      const { sinkStag, sinkHigh, sinkLow, readSize } = request;
+      if (readSize === 0) {
         // No source checks for a zero-length read (RFC 5040 §5.3); answer with an empty response.
-        this.irq.shift();
+        this.served();
         this.pendingReadResponses++;
-        transmitter.sendTagged(RdmapOpcode.RdmaReadResponse, read.sinkStag, read.sinkTaggedOffset, [], 0, this.readResponseWritten);
+        transmitter.sendTaggedAt(RdmapOpcode.RdmaReadResponse, sinkStag, sinkHigh, sinkLow, NO_SOURCE, 0, this.readResponseWritten);
         return true;
       }
-      const status = qp.memory.checkRemote(read.sourceStag, qp.pd, Access.RemoteRead, read.sourceTaggedOffset, read.readSize);
+      const status = qp.memory.checkRemoteAt(request.sourceStag, qp.pd, Access.RemoteRead, request.sourceHigh, request.sourceLow, readSize);
       if (status !== AccessStatus.Ok) {
         qp.fail({
           layer: TerminateLayer.Rdmap,
           errorType: RDMAP_ETYPE_REMOTE_PROTECTION,
           errorCode: rdmapProtectionCode(status),
-          reason: `RDMA Read source STag 0x${hex(read.sourceStag)} TO ${read.sourceTaggedOffset} size ${read.readSize}: ${accessStatusText(status)}`,
+          reason: `RDMA Read source STag 0x${hex(request.sourceStag)} TO ${taggedOffsetText(request.sourceHigh, request.sourceLow)} size ${readSize}: ${accessStatusText(status)}`,
           failedFpdu: request.fpdu,
         });
         return false;
       }
       const region = qp.memory.resolvedRegion!;
       const offset = qp.memory.resolvedOffset;
-      this.irq.shift();
+      this.served();
       this.pendingReadResponses++;
-      transmitter.sendTagged(
+      transmitter.sendTaggedAt(
         RdmapOpcode.RdmaReadResponse,
-        read.sinkStag,
-        read.sinkTaggedOffset,
-        this.gatherOne(region.view(offset, read.readSize)),
-        read.readSize,
+        sinkStag,
+        sinkHigh,
+        sinkLow,
+        this.gatherOne(region.view(offset, readSize)),
+        readSize,
         this.readResponseWritten,
       );
       return true;
@@ -163,7 +218,7 @@ export class Responder {
     }
     const original = executeAtomic(region, offset, atomic);
     region.onRemoteAtomic?.(offset, original);
-    this.irq.shift();
+    this.served();
     const response = new Uint8Array(ATOMIC_RESPONSE_HEADER_LENGTH);
     encodeAtomicResponse(response, 0, { requestId: atomic.requestId, originalValue: original });
     transmitter.sendUntagged(RdmapOpcode.AtomicResponse, QN_ATOMIC_RESPONSE, 0, response);

@@ -73,15 +73,20 @@ export class Transmitter {
 
   /** Sends an RDMA Write or Read Response of `length` octets gathered from `payload`. */
   sendTagged(opcode: number, stag: number, taggedOffset: bigint | number, payload: readonly Uint8Array[], length: number, done?: WriteDone): void {
+    // A number TO (below 2^53) is split without BigInt arithmetic, which allocates.
+    const toHigh = typeof taggedOffset === 'number' ? Math.floor(taggedOffset / 0x1_0000_0000) : Number((taggedOffset >> 32n) & 0xffffffffn);
+    const toLow = typeof taggedOffset === 'number' ? taggedOffset % 0x1_0000_0000 : Number(taggedOffset & 0xffffffffn);
+    this.sendTaggedAt(opcode, stag, toHigh, toLow, payload, length, done);
+  }
+
+  /** sendTagged with the tagged offset as 32-bit halves (`toHigh` * 2^32 + `toLow`). */
+  sendTaggedAt(opcode: number, stag: number, toHigh: number, toLow: number, payload: readonly Uint8Array[], length: number, done?: WriteDone): void {
     const headerSize = MPA_LENGTH_FIELD + DDP_TAGGED_HEADER_LENGTH;
     const perSegment = this.mulpdu - DDP_TAGGED_HEADER_LENGTH;
     const segments = Math.max(1, Math.ceil(length / perSegment));
     const framer = this.framer.begin(segments, headerSize, payload, length, done);
     const arena = framer.arena;
     const control = rdmapControl(opcode);
-    // A number TO (below 2^53) is split without BigInt arithmetic, which allocates.
-    const toHigh = typeof taggedOffset === 'number' ? Math.floor(taggedOffset / 0x1_0000_0000) : Number((taggedOffset >> 32n) & 0xffffffffn);
-    const toLow = typeof taggedOffset === 'number' ? taggedOffset % 0x1_0000_0000 : Number(taggedOffset & 0xffffffffn);
     let sent = 0;
     for (let segment = 0; segment < segments; segment++) {
       const bytes = Math.min(perSegment, length - sent);

@@ -98,6 +98,8 @@ export function isTaggedOpcode(opcode: number): boolean {
 // --- RDMA Read Request header (28 octets after the untagged DDP header) ---------------------
 
 export const READ_REQUEST_HEADER_LENGTH = 28;
+/** Where the Read Request's RDMARDSZ field sits in its header. */
+export const READ_REQUEST_SIZE_AT = 12;
 
 export interface ReadRequestHeader {
   readonly sinkStag: number;
@@ -113,6 +115,30 @@ export function encodeReadRequest(target: Uint8Array, offset: number, header: Re
   writeUint32(target, offset + 12, header.readSize);
   writeUint32(target, offset + 16, header.sourceStag);
   writeUint64(target, offset + 20, header.sourceTaggedOffset);
+}
+
+/**
+ * encodeReadRequest with the tagged offsets as 32-bit halves (high * 2^32 + low): the form the
+ * send path uses, which allocates no BigInt.
+ */
+export function encodeReadRequestAt(
+  target: Uint8Array,
+  offset: number,
+  sinkStag: number,
+  sinkHigh: number,
+  sinkLow: number,
+  readSize: number,
+  sourceStag: number,
+  sourceHigh: number,
+  sourceLow: number,
+): void {
+  writeUint32(target, offset, sinkStag);
+  writeUint32(target, offset + 4, sinkHigh);
+  writeUint32(target, offset + 8, sinkLow);
+  writeUint32(target, offset + 12, readSize);
+  writeUint32(target, offset + 16, sourceStag);
+  writeUint32(target, offset + 20, sourceHigh);
+  writeUint32(target, offset + 24, sourceLow);
 }
 
 export function decodeReadRequest(source: Uint8Array, offset = 0): ReadRequestHeader {
