@@ -231,7 +231,8 @@ export class KbtpSession {
     const waiter = this.sendWaiters.get(id);
     if (waiter === undefined) return;
     this.sendWaiters.delete(id);
-    if (completion.status === WcStatus.Success) waiter.resolve(copyCompletion(completion)); // the CQ's record is reused
+    if (completion.status === WcStatus.Success)
+      waiter.resolve(copyCompletion(completion)); // the CQ's record is reused
     else
       waiter.reject(
         new TransportError(`${completion.opcode} failed: ${wcStatusName(completion.status)}${completion.error === undefined ? '' : ` (${completion.error})`}`),
