@@ -21,7 +21,7 @@ help:
 	@echo "make compare  kbtp LOAD/STORE vs Redis GET/SET vs iperf3 on loopback (docs/BENCH.md; installs redis, iperf3)"
 	@echo "make interop  build/boot the siw/rxe QEMU guest and run the interop tests (docs/INTEROP.md)"
 	@echo "make image  build the bootable appliance disk images/out/kbtp-appliance-$$(ARCH).img/.qcow2 + update bundle (docs/IMAGE.md; ARCH=x86_64|arm64)"
-	@echo "make image-test  boot the appliance image in QEMU (TCG) and test it from the host (docs/IMAGE.md)"
+	@echo "make image-test  boot the appliance image in QEMU (TCG) and test it from the host (docs/IMAGE.md; ONLY=regexp picks cases)"
 	@echo "make soak-tier  crash torture of the durable tier: ROUNDS (default 200) SIGKILLs of a target under load"
 	@echo "make build  compile assembly/ to build/engine.wasm and host/, firmware/ to dist/ (with .d.ts)"
 	@echo "make typecheck  type-check everything, tests and benchmarks included (no output)"
@@ -97,11 +97,12 @@ ARCH ?= x86_64
 image: build
 	images/appliance/build.sh --arch $(ARCH)
 
-# Boots the image under QEMU TCG and tests it from the host; logs and pcaps in .cache/image-test/.
+# Boots the image under QEMU TCG and tests it from the host; logs and pcaps in .cache/image-test/<run>/.
+# ONLY=<regexp> runs the first boot and the cases whose names match (e.g. ONLY='power|reset').
 image-test: image
 	ARCH=$(ARCH) images/appliance/host-deps.sh run
 	@mkdir -p .cache
-	$(UVU) test/image '\.image\.ts$$' --no-color 2>&1 | tee .cache/image-test.log
+	IMAGE_TEST_ONLY='$(ONLY)' $(UVU) test/image '\.image\.ts$$' --no-color 2>&1 | tee .cache/image-test.log
 	@awk '/^  Total:/{t=$$2} /^  Passed:/{p=$$2} /^  Skipped:/{s=$$2} END{ if (t=="") {print "image-test: 0 passed, 1 failed"; exit 1} printf "image-test: %d passed, %d failed, %d skipped\n", p, t-p, s; if (t!=p) exit 1 }' .cache/image-test.log
 
 # Starts the appliance on the embedded defaults (KBTP 127.0.0.1:7117, management and status page

@@ -5,8 +5,9 @@
 // booted, powered down by its ACPI button, or killed (power loss), and booted again. Every boot
 // appends to the node's console log and writes its own pcap under .cache/image-test/.
 import { execFileSync } from 'node:child_process';
-import { copyFileSync, existsSync, mkdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { copyFileSync, existsSync, mkdirSync, readdirSync, readFileSync, rmSync, symlinkSync, writeFileSync } from 'node:fs';
 import { connect as netConnect } from 'node:net';
+import { tmpdir } from 'node:os';
 import { dirname, join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { QemuConsole } from '../interop/qemu-console.ts';
@@ -52,10 +53,41 @@ export function applianceBuild(): ApplianceBuild {
   return { img, version: manifest.version, service: manifest.service };
 }
 
+/** How many runs' artefacts .cache/image-test/ keeps; the disks only of the newest two. */
+const RUNS_KEPT = 6;
+const DISKS_KEPT = 2;
+let runDir: string | undefined;
+
+/**
+ * This run's folder for logs, pcaps and disks: .cache/image-test/<UTC time>/ (or
+ * $KBTP_IMAGE_TEST_ARTEFACTS), so a run never overwrites the evidence of the one before it. Older
+ * runs are pruned; their 2 GiB sparse disks go first.
+ */
 export function artefactDir(): string {
-  const dir = process.env.KBTP_IMAGE_TEST_ARTEFACTS ?? join(repoRoot, '.cache/image-test');
-  mkdirSync(dir, { recursive: true });
-  return dir;
+  if (runDir !== undefined) return runDir;
+  const fixed = process.env.KBTP_IMAGE_TEST_ARTEFACTS;
+  if (fixed !== undefined && fixed !== '') {
+    mkdirSync(fixed, { recursive: true });
+    runDir = fixed;
+    return runDir;
+  }
+  const base = join(repoRoot, '.cache/image-test');
+  mkdirSync(base, { recursive: true });
+  const runs = readdirSync(base, { withFileTypes: true })
+    .filter((entry) => entry.isDirectory() && /^run-/.test(entry.name))
+    .map((entry) => entry.name)
+    .sort()
+    .reverse();
+  runs.slice(RUNS_KEPT - 1).forEach((name) => rmSync(join(base, name), { recursive: true, force: true }));
+  for (const name of runs.slice(DISKS_KEPT - 1, RUNS_KEPT - 1)) {
+    for (const file of readdirSync(join(base, name))) if (file.endsWith('.img')) rmSync(join(base, name, file), { force: true });
+  }
+  runDir = join(base, `run-${new Date().toISOString().replace(/[:.]/g, '-')}`);
+  mkdirSync(runDir, { recursive: true });
+  const latest = join(base, 'latest');
+  rmSync(latest, { force: true });
+  symlinkSync(runDir, latest);
+  return runDir;
 }
 
 export interface NodeOptions {
@@ -113,7 +145,8 @@ export class ApplianceNode {
     if (this.current?.running === true) throw new Error(`${this.name} is already running`);
     this.boots += 1;
     const pcap = join(artefactDir(), `${this.name}-boot${this.boots}.pcap`);
-    const monitor = join(artefactDir(), `${this.name}.monitor`);
+    // A unix socket path is limited to 107 octets: the monitor lives in the temporary folder.
+    const monitor = join(tmpdir(), `kbtp-image-${process.pid}-${this.name}.monitor`);
     rmSync(monitor, { force: true });
     const machine = MACHINES[ARCH];
     const args = [
@@ -158,11 +191,51 @@ export class ApplianceNode {
   private monitorPath = '';
 
   /** Presses the ACPI power button (QEMU system_powerdown): a clean shutdown. */
-  async pressPowerButton(): Promise<void> {
-    await new Promise<void>((resolveSent, reject) => {
-      const socket = netConnect(this.monitorPath, () => socket.end('system_powerdown\n', () => resolveSent()));
-      socket.once('error', reject);
+  pressPowerButton(): Promise<void> {
+    return this.monitor('system_powerdown');
+  }
+
+  /** The reset line: the machine restarts at once, nothing of the guest's is flushed or unmounted. */
+  pressReset(): Promise<void> {
+    this.current?.note('reset (system_reset, no shutdown)');
+    return this.monitor('system_reset');
+  }
+
+  /** Runs one HMP command: waits for the monitor's prompt, types it, waits for the next prompt. */
+  private monitor(command: string): Promise<void> {
+    return new Promise<void>((resolveDone, reject) => {
+      let seen = '';
+      let sent = false;
+      const socket = netConnect(this.monitorPath);
+      const timer = setTimeout(() => socket.destroy(new Error(`the QEMU monitor did not take '${command}' within 60 s`)), 60_000);
+      socket.on('data', (chunk: Buffer) => {
+        seen += chunk.toString('latin1');
+        const prompts = seen.split('(qemu)').length - 1;
+        if (!sent && prompts >= 1) {
+          sent = true;
+          socket.write(`${command}\n`);
+        } else if (sent && prompts >= 2) {
+          clearTimeout(timer);
+          socket.end();
+          resolveDone();
+        }
+      });
+      socket.once('error', (error) => {
+        clearTimeout(timer);
+        reject(error);
+      });
+      // system_powerdown / system_reset may end QEMU before it prompts again: what was sent is done.
+      socket.once('close', () => {
+        clearTimeout(timer);
+        if (sent) resolveDone();
+        else reject(new Error(`the QEMU monitor closed before '${command}' was sent`));
+      });
     });
+  }
+
+  /** A line in the node's log, from the harness. */
+  note(line: string): void {
+    this.current?.note(line);
   }
 
   /** Power loss: QEMU is SIGKILLed. */

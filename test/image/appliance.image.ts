@@ -1,19 +1,26 @@
 // `make image-test`: the appliance image booted under QEMU TCG from its own disk (UEFI, no -kernel),
 // reached from the host only through 127.0.0.1 port forwards. One node goes through the steps in
-// order: first boot to ready, kbtp info and byte-exact put/get, /metrics, the watchdog (a stopped
-// supervisor resets the node, which serves again), an A/B update through the API, and an update
-// whose daemon cannot start (rolled back by the boot loader). Logs and pcaps: .cache/image-test/.
+// order: first boot to ready, kbtp info and byte-exact put/get, /metrics, a clean reboot and two
+// power cuts (the durable tier on the data partition keeps every acknowledged block), the watchdog
+// (a stopped supervisor resets the node, which serves again), an A/B update through the API, and
+// an update whose daemon cannot start (rolled back by the boot loader). Every block stored sealed
+// along the way is checked after every reboot. Logs and pcaps: .cache/image-test/<run>/.
+// IMAGE_TEST_ONLY=<regexp> (make image-test ONLY=...) runs the first boot and the matching cases.
 import { suite } from 'uvu';
 import * as assert from 'uvu/assert';
-import { execFile, execFileSync } from 'node:child_process';
+import { execFile } from 'node:child_process';
 import { createReadStream, statSync } from 'node:fs';
 import { createServer } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { randomBytes } from 'node:crypto';
+import { loadavg } from 'node:os';
 import { join } from 'node:path';
 import { promisify } from 'node:util';
+import * as K from '../../assembly/kbtp-constants.ts';
 import { connect, type KbtpSession } from '../../host/kbtp/initiator.ts';
 import { ApplianceNode, applianceBuild } from './appliance-vm.ts';
+import { BlockLedger } from './block-ledger.ts';
+import { management, type ManagementResponse } from './management-client.ts';
 import { HOST_ADDRESS_FROM_GUEST } from '../interop/guest.ts';
 
 const run = promisify(execFile);
@@ -29,12 +36,33 @@ const config = {
   workers: 2,
   pool: { blockSize: 65536, blockCount: 512, handleCount: 4096 },
   tenants: [{ name: 'fleet', secret, quota: 512 }],
-  ...(build.service === 'appliance' ? { management: { listen: '0.0.0.0:7118', token } } : {}),
+  // The data partition: the durable tier lives in its tier/ folder.
+  ...(build.service === 'appliance' ? { management: { listen: '0.0.0.0:7118', token }, dataDir: '/var/lib/kbtp' } : {}),
 };
 
 const test = suite('appliance image');
 let node: ApplianceNode;
-const stored = new Map<bigint, Buffer>();
+/** Every block stored sealed in this run; all of them must survive every reboot, cut and update. */
+const ledger = new BlockLedger();
+
+const only = process.env.IMAGE_TEST_ONLY ? new RegExp(process.env.IMAGE_TEST_ONLY, 'i') : undefined;
+/** A case; with IMAGE_TEST_ONLY set, skipped unless its name matches. Failures are printed at once. */
+function imageTest(name: string, body: () => Promise<void>, always = false): void {
+  if (!always && only !== undefined && !only.test(name)) {
+    test.skip(name, body);
+    return;
+  }
+  test(name, async () => {
+    try {
+      await body();
+    } catch (error) {
+      // uvu reports failures only after the last case; a long run that is stopped would lose them.
+      console.log(`\n  FAILED: ${name}: ${(error as Error).stack ?? String(error)}`);
+      node?.note(`FAILED: ${name}: ${(error as Error).message}`);
+      throw error;
+    }
+  });
+}
 
 function sleep(ms: number): Promise<void> {
   return new Promise((resolveSleep) => setTimeout(resolveSleep, ms));
@@ -42,8 +70,13 @@ function sleep(ms: number): Promise<void> {
 
 const escapeRegExp = (text: string): string => text.replace(/[.+*?^$()[\]{}|\\]/g, '\\$&');
 
-async function session(): Promise<KbtpSession> {
-  return connect(`127.0.0.1:${node.kbtpPort}`, { tenant: 'fleet', secret, timeoutMs: 60_000 });
+async function session(capabilities = 0): Promise<KbtpSession> {
+  return connect(`127.0.0.1:${node.kbtpPort}`, { tenant: 'fleet', secret, timeoutMs: 60_000, capabilities });
+}
+
+/** The management API with the node's token (or none). */
+function api(path: string, options: { method?: 'GET' | 'POST'; json?: unknown; anonymous?: boolean } = {}): Promise<ManagementResponse> {
+  return management(node.managementPort, path, { ...options, token: options.anonymous === true ? undefined : token, timeoutMs: 120_000 });
 }
 
 /** Until the node answers: /readyz for `kbtp appliance`, a KBTP session for `kbtp target`. */
@@ -57,10 +90,7 @@ async function waitReady(sinceLogOffset: number): Promise<void> {
     if (!node.console.running) throw new Error(`the node powered off while we waited for it; log: ${node.logPath}`);
     try {
       if (build.service === 'appliance') {
-        const response = await fetch(`http://127.0.0.1:${node.managementPort}/readyz`, {
-          headers: { authorization: `Bearer ${token}` },
-          signal: AbortSignal.timeout(10_000),
-        });
+        const response = await management(node.managementPort, '/readyz', { token, timeoutMs: 10_000 });
         if (response.status === 200) return;
         lastError = `/readyz ${response.status}`;
       } else {
@@ -76,27 +106,24 @@ async function waitReady(sinceLogOffset: number): Promise<void> {
   throw new Error(`the node was not ready within ${BOOT_TIMEOUT_MS} ms (last: ${lastError}); log: ${node.logPath}`);
 }
 
+const randomBlock = (): Buffer => randomBytes(1 + Math.floor(Math.random() * 65536));
+
+/** Stores `count` random blocks sealed at handles from `firstHandle` on, and loads them back. */
 async function storeBlocks(count: number, firstHandle: bigint): Promise<void> {
   const s = await session();
   try {
-    for (let i = 0; i < count; i++) {
-      const handle = firstHandle + BigInt(i);
-      const data = randomBytes(1 + Math.floor(Math.random() * 65536));
-      await s.allocStore(handle, data, { seal: true });
-      stored.set(handle, data);
-    }
+    for (let i = 0; i < count; i++) await ledger.store(s, firstHandle + BigInt(i), randomBlock());
   } finally {
     await s.close();
   }
+  await checkBlocks();
 }
 
-async function checkBlocks(handles: Iterable<bigint>): Promise<void> {
+/** Every block the ledger holds, as acknowledged (after a cut: or as the request in flight left it). */
+async function checkBlocks(): Promise<void> {
   const s = await session();
   try {
-    for (const handle of handles) {
-      const loaded = await s.load(handle);
-      assert.ok(Buffer.from(loaded.data).equals(stored.get(handle) ?? Buffer.alloc(0)), `block ${handle} differs`);
-    }
+    await ledger.check(s);
   } finally {
     await s.close();
   }
@@ -104,84 +131,212 @@ async function checkBlocks(handles: Iterable<bigint>): Promise<void> {
 
 test.before(async () => {
   node = await ApplianceNode.create({ name: 'appliance', config, diskGiB: 2, testHooks: true });
+  console.log(`  artefacts: ${node.logPath.replace(/\/[^/]*$/, '')}`);
 });
 
 test.after(async () => {
   await node.stop();
 });
 
-test('first boot from the disk alone reaches ready; the data partition grows to the disk', async () => {
-  const poweredOn = Date.now();
-  node.boot();
-  await node.console.waitForLine(/kbtp-boot\[initramfs [0-9.]+s\]: slot a/, BOOT_TIMEOUT_MS);
-  await waitReady(0);
-  console.log(`  power-on to ready: ${((Date.now() - poweredOn) / 1000).toFixed(1)} s (TCG, load ${(await import('node:os')).loadavg()[0]?.toFixed(1)})`);
-  const data = await node.console.waitForLine(/kbtp-boot\[[0-9.]+s\]: data: (\d+) MiB on/, 10_000);
-  assert.ok(Number(data[1]) > 1024, `the data partition holds ${data[1]} MiB of a 2 GiB disk: it did not grow`);
-  assert.match(node.console.log, /kbtp-supervise\[[0-9.]+s\]: watchdog armed \(i6300ESB/);
-  assert.match(node.console.log, new RegExp(`stage 2: kbtp ${escapeRegExp(build.version)} `));
-  assert.not.match(node.console.log, /KBTP-BOOT-FAILED/);
-});
+imageTest(
+  'first boot from the disk alone reaches ready; the data partition grows to the disk',
+  async () => {
+    const poweredOn = Date.now();
+    node.boot();
+    await node.console.waitForLine(/kbtp-boot\[initramfs [0-9.]+s\]: slot a/, BOOT_TIMEOUT_MS);
+    await waitReady(0);
+    console.log(`  power-on to ready: ${((Date.now() - poweredOn) / 1000).toFixed(1)} s (TCG, load ${loadavg()[0]?.toFixed(1)})`);
+    const data = await node.console.waitForLine(/kbtp-boot\[[0-9.]+s\]: data: (\d+) MiB on/, 10_000);
+    assert.ok(Number(data[1]) > 1024, `the data partition holds ${data[1]} MiB of a 2 GiB disk: it did not grow`);
+    assert.match(node.console.log, /kbtp-supervise\[[0-9.]+s\]: watchdog armed \(i6300ESB/);
+    assert.match(node.console.log, new RegExp(`stage 2: kbtp ${escapeRegExp(build.version)} `));
+    assert.not.match(node.console.log, /KBTP-BOOT-FAILED/);
+    if (build.service === 'appliance') await node.console.waitForLine(/durable tier: new, empty/, 60_000);
+  },
+  true,
+);
 
-test('kbtp info shows the node; blocks put and get byte-exact', async () => {
+imageTest('kbtp info shows the node; blocks put and get byte-exact', async () => {
   const { stdout } = await run(process.execPath, [cli, 'info', '--target', `127.0.0.1:${node.kbtpPort}`, '--tenant', 'fleet'], {
     env: { ...process.env, KBTP_SECRET: secret },
     timeout: 120_000,
   });
   assert.match(stdout, /block size\s+65536 octets/);
   assert.match(stdout, /allocation quota\s+512 blocks/);
+  if (build.service === 'appliance') assert.match(stdout, /PERSISTENT/);
+  const before = ledger.sealedHandles.length;
   await storeBlocks(8, 100n);
-  await checkBlocks(stored.keys());
+  assert.is(ledger.sealedHandles.length, before + 8);
   // Through the CLI as well, byte for byte.
+  const s = await session();
+  const expected = Buffer.from((await s.load(100n)).data);
+  await s.close();
   const { stdout: got } = await run(process.execPath, [cli, 'get', '100', '--target', `127.0.0.1:${node.kbtpPort}`, '--tenant', 'fleet'], {
     env: { ...process.env, KBTP_SECRET: secret },
     timeout: 120_000,
     encoding: 'buffer',
     maxBuffer: 1 << 20,
   });
-  assert.ok(got.equals(stored.get(100n) ?? Buffer.alloc(0)), 'kbtp get returned other bytes');
+  assert.ok(got.equals(expected), 'kbtp get returned other bytes');
 });
 
-test('/metrics scrapes (Prometheus text) and counts the stores; no token, no metrics', async () => {
+imageTest('/metrics scrapes (Prometheus text) and counts the stores; no token, no metrics', async () => {
   if (build.service !== 'appliance') {
     console.log('  (this build runs kbtp target: no management server to scrape)');
     return;
   }
-  const response = await fetch(`http://127.0.0.1:${node.managementPort}/metrics`, {
-    headers: { authorization: `Bearer ${token}` },
-    signal: AbortSignal.timeout(60_000),
-  });
+  await storeBlocks(1, 150n); // at least one store to count, whichever cases ran before
+  const response = await api('/metrics');
   assert.is(response.status, 200);
-  assert.match(response.headers.get('content-type') ?? '', /^text\/plain/);
-  const text = await response.text();
-  assert.match(text, /^# TYPE kbtp_\w+ /m);
-  const stores = [...text.matchAll(/^kbtp_requests_total\{[^}]*opcode="ALLOC_STORE"[^}]*status="SUCCESS"[^}]*\} (\d+)/gm)];
+  assert.match(response.contentType, /^text\/plain/);
+  assert.match(response.text, /^# TYPE kbtp_\w+ /m);
+  const stores = [...response.text.matchAll(/^kbtp_requests_total\{[^}]*opcode="ALLOC_STORE"[^}]*status="SUCCESS"[^}]*\} (\d+)/gm)];
   assert.ok(stores.length > 0, 'no kbtp_requests_total for ALLOC_STORE/SUCCESS in /metrics');
-  assert.ok(stores.reduce((sum, m) => sum + Number(m[1]), 0) >= 8, 'the eight stores are not counted');
-  const anonymous = await fetch(`http://127.0.0.1:${node.managementPort}/metrics`, { signal: AbortSignal.timeout(60_000) });
+  assert.ok(stores.reduce((sum, m) => sum + Number(m[1]), 0) >= 1, 'the stores are not counted');
+  assert.match(response.text, /^kbtp_tier_\w+/m);
+  const anonymous = await api('/metrics', { anonymous: true });
   assert.is(anonymous.status, 401);
 });
 
-test('watchdog: a stopped supervisor resets the node, which boots and serves again', async () => {
+/** Waits for the boot that follows a reset or watchdog, or powers the node on again, and for ready. */
+async function bootAgain(since: number, poweredOff: boolean): Promise<number> {
+  if (poweredOff) {
+    node.boot();
+    since = 0;
+  }
+  await node.console.waitForLine(/kbtp-boot\[initramfs [0-9.]+s\]: slot [ab]/, BOOT_TIMEOUT_MS, since);
+  await waitReady(since);
+  return since;
+}
+
+imageTest('clean reboot (ACPI power button): every sealed block comes back from the data partition', async () => {
+  if (build.service !== 'appliance') throw new Error('the durable tier needs kbtp appliance with a dataDir');
+  const s = await session(K.CAP_PERSISTENT);
+  try {
+    assert.is(s.hello.capabilities & K.CAP_PERSISTENT, K.CAP_PERSISTENT, 'PERSISTENT is granted');
+    for (let i = 0n; i < 12n; i++) await ledger.store(s, 500n + i, randomBlock());
+    for (const handle of [500n, 503n, 507n]) await ledger.free(s, handle);
+    await s.allocStore(520n, randomBlock(), { seal: false }); // unsealed: volatile by the spec
+  } finally {
+    await s.close();
+  }
+  const since = node.console.log.length;
+  await node.pressPowerButton();
+  const exit = await Promise.race([node.console.exited, sleep(BOOT_TIMEOUT_MS).then(() => undefined)]);
+  assert.ok(exit !== undefined, `the node did not power off within ${BOOT_TIMEOUT_MS} ms of the power button`);
+  await node.console.waitForLine(/stopped cleanly/, 1000, since);
+  await node.console.waitForLine(/kbtp-shutdown\[[0-9.]+s\]: file systems unmounted/, 1000, since);
+  await bootAgain(0, true);
+  const recovered = await node.console.waitForLine(/durable tier recovered .*blocksRecovered=(\d+)/, 60_000);
+  assert.ok(Number(recovered[1]) >= ledger.sealedHandles.length, `recovered ${recovered[1]} blocks, ${ledger.sealedHandles.length} were sealed`);
+  await checkBlocks();
+  const after = await session();
+  try {
+    const unsealed = await after.load(520n).then(
+      () => 'loaded',
+      (error: Error) => error.message,
+    );
+    assert.match(unsealed, /NOT_VALID/, `the unsealed block (volatile) after the reboot: ${unsealed}`);
+  } finally {
+    await after.close();
+  }
+});
+
+/**
+ * Four PERSISTENT sessions store and free sealed blocks on handles of their own as fast as the
+ * node answers; once enough were acknowledged, `cut` takes the power away mid-stream. After the
+ * next boot every acknowledged block and free must hold (requests in flight: either outcome).
+ */
+async function cutPowerUnderLoad(firstHandle: bigint, cut: () => Promise<void>): Promise<number> {
+  const sessions = await Promise.all(Array.from({ length: 4 }, () => session(K.CAP_PERSISTENT)));
+  for (const s of sessions) assert.is(s.hello.capabilities & K.CAP_PERSISTENT, K.CAP_PERSISTENT, 'PERSISTENT is granted');
+  let acknowledged = 0;
+  let stopping = false;
+  const work = sessions.map(async (s, index) => {
+    const base = firstHandle + BigInt(index * 16);
+    try {
+      while (!stopping) {
+        const handle = base + BigInt(Math.floor(Math.random() * 16));
+        if (ledger.isSealed(handle)) await ledger.free(s, handle);
+        else await ledger.store(s, handle, randomBlock());
+        acknowledged += 1;
+      }
+    } catch (error) {
+      if (!stopping) throw error; // the power went: the connection died with the node
+    }
+  });
+  const enough = (async () => {
+    const deadline = Date.now() + BOOT_TIMEOUT_MS;
+    while (acknowledged < 40 && Date.now() < deadline) await sleep(200);
+    await sleep(Math.random() * 2000); // somewhere in the middle of a group commit, or not
+  })();
+  try {
+    await Promise.race([enough, Promise.all(work)]); // a session that fails ends the wait
+  } finally {
+    stopping = true;
+  }
+  await cut();
+  await Promise.all(work);
+  for (const s of sessions) void s.close(10).catch(() => undefined);
+  assert.ok(acknowledged > 0, 'no request was acknowledged before the cut');
+  return acknowledged;
+}
+
+imageTest('power loss (QEMU killed) while storing and freeing PERSISTENT blocks: every acknowledged one holds', async () => {
+  if (build.service !== 'appliance') throw new Error('the durable tier needs kbtp appliance with a dataDir');
+  const acknowledged = await cutPowerUnderLoad(1000n, () => node.pullThePlug());
+  await bootAgain(0, true);
+  await node.console.waitForLine(/durable tier recovered/, 60_000);
+  const s = await session();
+  try {
+    const result = await ledger.check(s);
+    console.log(
+      `  power loss after ${acknowledged} acknowledged requests: ${result.sealed} sealed, ${result.notValid} not valid, ${result.inFlightApplied} in flight had happened`,
+    );
+  } finally {
+    await s.close();
+  }
+});
+
+imageTest('reset without shutdown (system_reset) while storing and freeing: every acknowledged one holds', async () => {
+  if (build.service !== 'appliance') throw new Error('the durable tier needs kbtp appliance with a dataDir');
+  const since = node.console.log.length;
+  const acknowledged = await cutPowerUnderLoad(1100n, () => node.pressReset());
+  await bootAgain(since, false);
+  await node.console.waitForLine(/durable tier recovered/, 60_000, since);
+  assert.not.match(node.console.log.slice(since), /kbtp-shutdown/, 'the reset went through a shutdown');
+  const s = await session();
+  try {
+    const result = await ledger.check(s);
+    console.log(
+      `  reset after ${acknowledged} acknowledged requests: ${result.sealed} sealed, ${result.notValid} not valid, ${result.inFlightApplied} in flight had happened`,
+    );
+  } finally {
+    await s.close();
+  }
+});
+
+imageTest('watchdog: a stopped supervisor resets the node, which boots and serves again', async () => {
   const since = node.console.log.length;
   node.console.send('kbtp-test-hook stop-supervisor');
   await node.console.waitForLine(/kbtp-test-hooks\[[0-9.]+s\]: stopping the supervisor/, 60_000, since);
   // i6300esb: two heartbeats of 15 s without a feed, then a reset; the node boots from the disk again.
-  await node.console.waitForLine(/kbtp-boot\[initramfs [0-9.]+s\]: slot a/, BOOT_TIMEOUT_MS, since);
-  await waitReady(since);
-  stored.clear();
+  await bootAgain(since, false);
+  await checkBlocks();
   await storeBlocks(2, 200n);
-  await checkBlocks(stored.keys());
 });
 
 /** An update bundle of this build under another version (built by images/appliance/build.sh). */
-function buildBundle(version: string, brokenDaemon: boolean): string {
-  const output = execFileSync(
+async function buildBundle(version: string, brokenDaemon: boolean): Promise<string> {
+  // Asynchronously: the harness must keep reading the node's console while the bundle builds.
+  const { stdout } = await run(
     join(import.meta.dirname, '../../images/appliance/build.sh'),
     ['--bundle-only', '--version', version, ...(brokenDaemon ? ['--broken-daemon'] : [])],
-    { encoding: 'utf8', stdio: ['ignore', 'pipe', 'inherit'], timeout: 1_200_000 },
+    { encoding: 'utf8', timeout: 1_200_000, maxBuffer: 16 << 20 },
   );
-  return output.trim().split('\n').pop() ?? '';
+  const path = stdout.trim().split('\n').pop() ?? '';
+  assert.match(path, /\.kbtpupdate$/, `build.sh --bundle-only printed no bundle path: ${stdout}`);
+  return path;
 }
 
 /** Serves files to the guest, which reaches 127.0.0.1:PORT on the host as 10.0.2.2:PORT. */
@@ -207,20 +362,14 @@ interface UpdateStatus {
   last: { state: string; slot?: string; version?: string; reason?: string };
 }
 
-async function api(path: string, init: RequestInit = {}): Promise<Response> {
-  return fetch(`http://127.0.0.1:${node.managementPort}${path}`, {
-    ...init,
-    headers: { authorization: `Bearer ${token}`, 'content-type': 'application/json' },
-    signal: AbortSignal.timeout(120_000),
-  });
-}
-
 /** GET /api/update; a guest busy downloading 100 MB under TCG may answer late, so this retries. */
 async function updateStatus(): Promise<UpdateStatus> {
   const deadline = Date.now() + BOOT_TIMEOUT_MS;
   for (;;) {
     try {
-      return (await (await api('/api/update')).json()) as UpdateStatus;
+      const response = await api('/api/update');
+      if (response.status !== 200) throw new Error(`GET /api/update answered ${response.status}: ${response.text}`);
+      return JSON.parse(response.text) as UpdateStatus;
     } catch (error) {
       if (Date.now() > deadline) throw error;
       await sleep(2000);
@@ -231,8 +380,8 @@ async function updateStatus(): Promise<UpdateStatus> {
 /** POST /api/update, then follows GET /api/update until the node reboots into the new slot. */
 async function startUpdate(url: string): Promise<void> {
   const since = node.console.log.length;
-  const accepted = await api('/api/update', { method: 'POST', body: JSON.stringify({ url }) });
-  assert.is(accepted.status, 202, await accepted.text());
+  const accepted = await api('/api/update', { method: 'POST', json: { url } });
+  assert.is(accepted.status, 202, accepted.text);
   // The node may reboot between two polls: its console saying so ends the wait as well.
   let rebooting = false;
   node.console.waitForLine(/update: written .*rebooting into the new slot/, BOOT_TIMEOUT_MS, since).then(
@@ -252,51 +401,56 @@ async function startUpdate(url: string): Promise<void> {
   }
 }
 
-test('update through the API: the node boots the other slot once, passes its self-test, marks it good', async () => {
+const otherSlot = (slot: string): string => (slot === 'a' ? 'b' : 'a');
+
+imageTest('update through the API: the node boots the other slot once, passes its self-test, marks it good', async () => {
   if (build.service !== 'appliance') throw new Error('updates go through the management API of kbtp appliance');
+  const from = (await updateStatus()).running.slot;
+  const to = otherSlot(from);
   const version = `${build.version}-u2`;
-  const files = await serveFiles(new Map([['u2.kbtpupdate', buildBundle(version, false)]]));
+  const files = await serveFiles(new Map([['u2.kbtpupdate', await buildBundle(version, false)]]));
   try {
     const since = node.console.log.length;
     await startUpdate(files.url('u2.kbtpupdate'));
-    await node.console.waitForLine(/kbtp-boot\[initramfs [0-9.]+s\]: slot b/, BOOT_TIMEOUT_MS, since);
+    await node.console.waitForLine(new RegExp(`kbtp-boot\\[initramfs [0-9.]+s\\]: slot ${to}`), BOOT_TIMEOUT_MS, since);
     await node.console.waitForLine(new RegExp(`stage 2: kbtp ${escapeRegExp(version)} `), BOOT_TIMEOUT_MS, since);
-    await node.console.waitForLine(/kbtp-bless\[[0-9.]+s\]: slot b marked good/, BOOT_TIMEOUT_MS, since);
+    await node.console.waitForLine(new RegExp(`kbtp-bless\\[[0-9.]+s\\]: slot ${to} marked good`), BOOT_TIMEOUT_MS, since);
     await waitReady(since);
     const status = await updateStatus();
-    assert.equal(status.running, { slot: 'b', version });
+    assert.equal(status.running, { slot: to, version });
     assert.is(status.last.state, 'good');
-    // The config partition survived the update: the same tenant secret and token still work.
-    stored.clear();
+    // Updates never touch config and data: the same secret and token work, every block is there.
+    await checkBlocks();
     await storeBlocks(2, 300n);
-    await checkBlocks(stored.keys());
   } finally {
     files.close();
   }
 });
 
-test('an update whose daemon cannot start: the node returns to the previous slot by itself and reports it', async () => {
+imageTest('an update whose daemon cannot start: the node returns to the previous slot by itself and reports it', async () => {
+  if (build.service !== 'appliance') throw new Error('updates go through the management API of kbtp appliance');
   const good = await updateStatus();
+  const trial = otherSlot(good.running.slot);
   const version = `${build.version}-broken`;
-  const files = await serveFiles(new Map([['broken.kbtpupdate', buildBundle(version, true)]]));
+  const files = await serveFiles(new Map([['broken.kbtpupdate', await buildBundle(version, true)]]));
   try {
     const since = node.console.log.length;
     await startUpdate(files.url('broken.kbtpupdate'));
-    await node.console.waitForLine(/kbtp-boot\[initramfs [0-9.]+s\]: slot a/, BOOT_TIMEOUT_MS, since);
-    await node.console.waitForLine(/kbtp-bless\[[0-9.]+s\]: TRIAL FAILED: /, BOOT_TIMEOUT_MS, since);
-    // No one intervenes: the loader sees slot a's tries used up and boots slot b again.
-    await node.console.waitForLine(/kbtp-boot\[initramfs [0-9.]+s\]: slot b/, BOOT_TIMEOUT_MS, since);
-    await node.console.waitForLine(/kbtp-bless\[[0-9.]+s\]: UPDATE ROLLED BACK: slot a/, BOOT_TIMEOUT_MS, since);
-    await waitReady(since);
+    await node.console.waitForLine(new RegExp(`kbtp-boot\\[initramfs [0-9.]+s\\]: slot ${trial}`), BOOT_TIMEOUT_MS, since);
+    // No one intervenes: the loader sees the trial slot's tries used up and boots the good one again.
+    const failed = await node.console.waitForLine(/kbtp-bless\[[0-9.]+s\]: TRIAL FAILED: /, BOOT_TIMEOUT_MS, since);
+    const afterTrial = node.console.log.indexOf(failed[0], since);
+    await node.console.waitForLine(new RegExp(`kbtp-boot\\[initramfs [0-9.]+s\\]: slot ${good.running.slot}`), BOOT_TIMEOUT_MS, afterTrial);
+    await node.console.waitForLine(new RegExp(`kbtp-bless\\[[0-9.]+s\\]: UPDATE ROLLED BACK: slot ${trial}`), BOOT_TIMEOUT_MS, afterTrial);
+    await waitReady(afterTrial);
     const status = await updateStatus();
     assert.equal(status.running, good.running);
     assert.is(status.last.state, 'rolled-back');
-    assert.is(status.last.slot, 'a');
+    assert.is(status.last.slot, trial);
     assert.is(status.last.version, version);
     assert.match(status.last.reason ?? '', /daemon exited|did not listen/);
-    stored.clear();
+    await checkBlocks();
     await storeBlocks(2, 400n);
-    await checkBlocks(stored.keys());
   } finally {
     files.close();
   }
