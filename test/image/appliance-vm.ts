@@ -78,7 +78,7 @@ export function artefactDir(): string {
     .map((entry) => entry.name)
     .sort()
     .reverse();
-  runs.slice(RUNS_KEPT - 1).forEach((name) => rmSync(join(base, name), { recursive: true, force: true }));
+  for (const name of runs.slice(RUNS_KEPT - 1)) rmSync(join(base, name), { recursive: true, force: true });
   for (const name of runs.slice(DISKS_KEPT - 1, RUNS_KEPT - 1)) {
     for (const file of readdirSync(join(base, name))) if (file.endsWith('.img')) rmSync(join(base, name, file), { force: true });
   }
