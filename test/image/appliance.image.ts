@@ -222,8 +222,10 @@ imageTest('clean reboot (ACPI power button): every sealed block comes back from 
   }
   const since = node.console.log.length;
   await node.pressPowerButton();
-  const exit = await Promise.race([node.console.exited, sleep(BOOT_TIMEOUT_MS).then(() => undefined)]);
-  assert.ok(exit !== undefined, `the node did not power off within ${BOOT_TIMEOUT_MS} ms of the power button`);
+  await node.console.waitForLine(/kbtp-acpid\[[0-9.]+s\]: power button/, 120_000, since);
+  // Draining the daemon and unmounting take seconds; minutes only on a very loaded host.
+  const exit = await Promise.race([node.console.exited, sleep(300_000).then(() => undefined)]);
+  assert.ok(exit !== undefined, 'the node did not power off within 300 s of the power button');
   await node.console.waitForLine(/stopped cleanly/, 1000, since);
   await node.console.waitForLine(/kbtp-shutdown\[[0-9.]+s\]: file systems unmounted/, 1000, since);
   await bootAgain(0, true);
