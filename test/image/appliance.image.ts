@@ -138,14 +138,37 @@ test.after(async () => {
   await node.stop();
 });
 
+/** Where a boot's time goes, in host seconds from power-on: filled in as the console shows each stage. */
+function bootTimeline(poweredOn: number): string[] {
+  const stages: [string, RegExp][] = [
+    ['kernel', /EFI stub: /],
+    ['initramfs', /kbtp-boot\[initramfs [0-9.]+s\]: slot/],
+    ['stage 2', /kbtp-boot\[[0-9.]+s\]: stage 2:/],
+    ['drivers', /kbtp-boot\[[0-9.]+s\]: drivers loaded/],
+    ['daemon', /kbtp-supervise\[[0-9.]+s\]: daemon started/],
+    ['listening', /KBTP listening on/],
+    ['ready', / info {2}ready /],
+  ];
+  const timeline: string[] = [];
+  for (const [name, pattern] of stages) {
+    node.console.waitForLine(pattern, BOOT_TIMEOUT_MS).then(
+      () => timeline.push(`${name} ${((Date.now() - poweredOn) / 1000).toFixed(1)}`),
+      () => undefined,
+    );
+  }
+  return timeline;
+}
+
 imageTest(
   'first boot from the disk alone reaches ready; the data partition grows to the disk',
   async () => {
     const poweredOn = Date.now();
     node.boot();
+    const timeline = bootTimeline(poweredOn);
     await node.console.waitForLine(/kbtp-boot\[initramfs [0-9.]+s\]: slot a/, BOOT_TIMEOUT_MS);
     await waitReady(0);
     console.log(`  power-on to ready: ${((Date.now() - poweredOn) / 1000).toFixed(1)} s (TCG, load ${loadavg()[0]?.toFixed(1)})`);
+    console.log(`  boot timeline, host seconds after power-on: ${timeline.join(', ')}`);
     const data = await node.console.waitForLine(/kbtp-boot\[[0-9.]+s\]: data: (\d+) MiB on/, 10_000);
     assert.ok(Number(data[1]) > 1024, `the data partition holds ${data[1]} MiB of a 2 GiB disk: it did not grow`);
     assert.match(node.console.log, /kbtp-supervise\[[0-9.]+s\]: watchdog armed \(i6300ESB/);
