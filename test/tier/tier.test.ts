@@ -45,6 +45,16 @@ function blockData(index: number, generation: number, length = BLOCK): Uint8Arra
   return data;
 }
 
+/** The bytes of the newest journal (a live view: changing them changes the file). */
+async function newestJournal(files: MemoryFiles): Promise<Uint8Array> {
+  const journal =
+    (await files.list(DIR))
+      .filter((name) => name.startsWith('journal-'))
+      .sort()
+      .at(-1) ?? '';
+  return files.contentOf(`${DIR}/${journal}`);
+}
+
 async function readBack(tier: DurableTier, index: number): Promise<{ generation: number; data: Uint8Array }> {
   const into = new Uint8Array(BLOCK);
   const { generation, dataLength } = await tier.read(index, into);
@@ -246,12 +256,7 @@ test('a flipped bit in a journal record in the middle is counted and skipped; la
   await tier.seal(3, 2, blockData(3, 2));
   await tier.close();
   const crashed = files.afterCrash();
-  const journal =
-    (await crashed.list(DIR))
-      .filter((name) => name.startsWith('journal-'))
-      .sort()
-      .at(-1) ?? '';
-  const bytes = crashed.contentOf(`${DIR}/${journal}`);
+  const bytes = await newestJournal(crashed);
   bytes[30] = (bytes[30] ?? 0) ^ 0x01; // inside the first group's records
   const again = await DurableTier.open(options(crashed));
   assert.ok(again.recovery.checksumFailures >= 1);
@@ -271,12 +276,7 @@ async function freeInTheMiddle(damage: (bytes: Uint8Array, frames: JournalFrame[
   await tier.seal(5, 5, blockData(5, 5));
   await tier.close();
   const crashed = files.afterCrash();
-  const journal =
-    (await crashed.list(DIR))
-      .filter((name) => name.startsWith('journal-'))
-      .sort()
-      .at(-1) ?? '';
-  const bytes = crashed.contentOf(`${DIR}/${journal}`);
+  const bytes = await newestJournal(crashed);
   damage(bytes, journalFrames(bytes));
   return DurableTier.open(options(crashed));
 }
