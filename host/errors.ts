@@ -74,6 +74,13 @@ export class ConfigError extends KbtpError {
   }
 }
 
+/** The peer broke the protocol: a malformed or unexpected message (KBTP, MPA, DDP/RDMAP, IB). */
+export class ProtocolError extends KbtpError {
+  constructor(message: string, options?: { cause?: unknown }) {
+    super('KBTP_PROTOCOL', message, EXIT_FAILURE, options);
+  }
+}
+
 /** Input data (a trace, a packet capture) that is not in its format: the message says where and what. */
 export class FormatError extends KbtpError {
   constructor(message: string) {

@@ -8,6 +8,7 @@
 // CRC-32 (not CRC-32C) because @node-rs/crc32's CRC-32 runs at about 3x the speed here, and the
 // check must not be what limits a loopback benchmark.
 import { crc32 } from '@node-rs/crc32';
+import { UsageError } from '../errors.ts';
 
 export const STAMP_SIZE = 16;
 
@@ -50,7 +51,7 @@ export class BlockMaker {
     readonly size: number,
     seed = size,
   ) {
-    if (!Number.isInteger(size) || size < 0) throw new RangeError(`block size ${size} must be a non-negative integer`);
+    if (!Number.isInteger(size) || size < 0) throw new UsageError(`block size ${size} must be a non-negative integer`);
     this.body = new Uint8Array(Math.max(0, size - STAMP_SIZE));
     fillPattern(this.body, seed);
     this.bodyCrc = crc32(this.body);

@@ -2,6 +2,7 @@
 // that each power of two is split in 64 buckets, so a reported percentile is within 1/64 (1.6%)
 // of the true value whatever the range. Recording is O(1) with no allocation, which matters when a
 // benchmark records every one of millions of requests; histograms of several sessions merge.
+import { UsageError } from '../errors.ts';
 
 const SUB_BITS = 6;
 const SUB_COUNT = 1 << SUB_BITS; // 64 buckets per power of two
@@ -65,7 +66,7 @@ export class LatencyHistogram {
    */
   percentileNs(q: number): number {
     if (this.count === 0) return Number.NaN;
-    if (!(q > 0 && q <= 1)) throw new RangeError(`quantile ${q} must be in (0, 1]`);
+    if (!(q > 0 && q <= 1)) throw new UsageError(`quantile ${q} must be in (0, 1]`);
     const rank = Math.max(1, Math.ceil(q * this.count - 1e-9));
     let seen = 0;
     for (let bucket = 0; bucket < BUCKETS; bucket++) {

@@ -6,7 +6,7 @@
 import { performance } from 'node:perf_hooks';
 import type { KbtpSession } from '../kbtp/initiator.ts';
 import { BatchError, KbtpStatusError } from '../kbtp/errors.ts';
-import { InternalError, withContext } from '../errors.ts';
+import { InternalError, UsageError, withContext } from '../errors.ts';
 import { statusName } from '../kbtp/wire/messages.ts';
 import { BlockMaker, checkBlock, type ExpectedBlock } from './blocks.ts';
 import { LatencyHistogram } from './histogram.ts';
@@ -188,12 +188,12 @@ function feasible(op: OpName, blocks: SessionBlocks, phase: Phase): OpName {
 export async function runPhase(options: PhaseOptions): Promise<PhaseResult> {
   const { sessions, size, phase, inFlight } = options;
   const keys = options.keysPerSession;
-  if (keys < inFlight) throw new RangeError(`${keys} handles per session cannot keep ${inFlight} requests in flight; use at least ${inFlight}`);
+  if (keys < inFlight) throw new UsageError(`${keys} handles per session cannot keep ${inFlight} requests in flight; use at least ${inFlight}`);
   for (const session of sessions) {
-    if (inFlight > session.depth) throw new RangeError(`${inFlight} requests in flight exceed the session's pipeline depth ${session.depth}`);
-    if (size > session.hello.blockSize) throw new RangeError(`${size}-octet blocks do not fit the target's ${session.hello.blockSize}-octet blocks`);
+    if (inFlight > session.depth) throw new UsageError(`${inFlight} requests in flight exceed the session's pipeline depth ${session.depth}`);
+    if (size > session.hello.blockSize) throw new UsageError(`${size}-octet blocks do not fit the target's ${session.hello.blockSize}-octet blocks`);
   }
-  if (options.durationMs === undefined && options.count === undefined) throw new RangeError('give a duration or a count');
+  if (options.durationMs === undefined && options.count === undefined) throw new UsageError('give a duration or a count');
   const sealed = sealingFor(phase);
   const maker = new BlockMaker(size);
   const stats = new Map<OpName, OpStats>();

@@ -3,7 +3,7 @@
 import * as S from '../../assembly/struct-offsets.ts';
 import { maxRequestSize } from './layout.ts';
 import type { Engine } from './engine.ts';
-import { EXIT_FAILURE, KbtpError } from '../errors.ts';
+import { EXIT_FAILURE, KbtpError, UsageError } from '../errors.ts';
 
 export interface SessionOptions {
   tenant: number;
@@ -73,7 +73,7 @@ export class ThreadArena {
   ) {
     const { config, layout } = engine;
     if (!Number.isInteger(thread) || thread < 0 || thread >= config.threads) {
-      throw new RangeError(`thread ${thread} is outside the engine's ${config.threads} threads`);
+      throw new UsageError(`thread ${thread} is outside the engine's ${config.threads} threads`);
     }
     this.sessionBase = layout.sessions + S.SESSION_SIZE * config.sessionsPerThread * thread;
     this.requestBase = layout.requests + layout.requestSize * config.requestsPerThread * thread;
@@ -95,7 +95,7 @@ export class ThreadArena {
    */
   openSessionAt(index: number, options: SessionOptions): number {
     if (!Number.isInteger(index) || index < 0 || index >= this.engine.config.sessionsPerThread) {
-      throw new RangeError(`session ${index} is outside the ${this.engine.config.sessionsPerThread} of this slice`);
+      throw new UsageError(`session ${index} is outside the ${this.engine.config.sessionsPerThread} of this slice`);
     }
     const session = this.sessionBase + S.SESSION_SIZE * index;
     const view = this.engine.view;
@@ -129,7 +129,7 @@ export class ThreadArena {
   /** Request context `index` of this slice, reset for `session` (see openSessionAt). */
   requestAt(index: number, session: number): number {
     if (!Number.isInteger(index) || index < 0 || index >= this.engine.config.requestsPerThread) {
-      throw new RangeError(`request context ${index} is outside the ${this.engine.config.requestsPerThread} of this slice`);
+      throw new UsageError(`request context ${index} is outside the ${this.engine.config.requestsPerThread} of this slice`);
     }
     const request = this.requestBase + this.engine.layout.requestSize * index;
     this.engine.view.setUint32(request + S.REQUEST_SESSION, session, true);
@@ -158,7 +158,7 @@ export class ThreadArena {
 
   /** Marks a message of `length` octets as arrived in the context and makes it runnable. */
   arrived(request: number, length: number): void {
-    if (length > this.maxMessage) throw new RangeError(`message of ${length} octets exceeds the ${this.maxMessage}-octet receive`);
+    if (length > this.maxMessage) throw new UsageError(`message of ${length} octets exceeds the ${this.maxMessage}-octet receive`);
     this.engine.view.setUint32(request + S.REQUEST_LENGTH, length, true);
     this.engine.view.setUint32(request + S.REQUEST_STATE, S.REQUEST_STATE_NEW, true);
   }
@@ -166,7 +166,7 @@ export class ThreadArena {
   /** Copies a message into the context (for callers whose transport did not place it there). */
   place(request: number, message: Uint8Array): void {
     if (message.length > this.maxMessage) {
-      throw new RangeError(`message of ${message.length} octets exceeds the ${this.maxMessage}-octet receive`);
+      throw new UsageError(`message of ${message.length} octets exceeds the ${this.maxMessage}-octet receive`);
     }
     this.engine.bytes.set(message, this.messageAddress(request));
     this.arrived(request, message.length);

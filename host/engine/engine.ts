@@ -7,7 +7,7 @@ import { resolveEngineConfig, type EngineConfig, type ResolvedEngineConfig } fro
 import { computeLayout, type EngineLayout, type RingLayout } from './layout.ts';
 import { engineModule, instantiateEngine, type EngineExports } from './wasm.ts';
 import { initializeEngine } from './initialize.ts';
-import { InternalError } from '../errors.ts';
+import { InternalError, UsageError } from '../errors.ts';
 
 /** Everything a worker thread needs to run the same engine (structured-cloneable). */
 export interface EngineHandoff {
@@ -74,12 +74,12 @@ export class Engine {
   /** The ring of partition `index`. */
   partitionRing(index: number): RingLayout {
     const ring = this.layout.rings[index + 1];
-    if (ring === undefined) throw new RangeError(`no partition ${index}`);
+    if (ring === undefined) throw new UsageError(`no partition ${index}`);
     return ring;
   }
 
   tenantAddress(index: number): number {
-    if (!Number.isInteger(index) || index < 0 || index >= this.config.tenants.length) throw new RangeError(`no tenant ${index}`);
+    if (!Number.isInteger(index) || index < 0 || index >= this.config.tenants.length) throw new UsageError(`no tenant ${index}`);
     return this.layout.tenants + S.TENANT_SIZE * index;
   }
 

@@ -5,6 +5,7 @@
 import * as S from '../../assembly/struct-offsets.ts';
 import type { Engine } from './engine.ts';
 import type { EvictionPolicy, HandleRange } from './config.ts';
+import { UsageError } from '../errors.ts';
 
 export interface TenantRecord {
   storeRange: HandleRange;
@@ -44,6 +45,6 @@ export function readStoreRange(engine: Engine, index: number): HandleRange {
 /** From now on blocks freed to `ring` are cleared (draft 6.4): it now serves several trust domains. */
 export function clearOnFree(engine: Engine, ringIndex: number): void {
   const ring = engine.layout.rings[ringIndex];
-  if (ring === undefined) throw new RangeError(`no ring ${ringIndex}`);
+  if (ring === undefined) throw new UsageError(`no ring ${ringIndex}`);
   Atomics.store(new Uint32Array(engine.memory.buffer), (ring.descriptor + S.RING_CLEAR_ON_FREE) / 4, 1);
 }

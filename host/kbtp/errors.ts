@@ -4,7 +4,7 @@
 import { EXIT_FAILURE, EXIT_STATUS, KbtpError } from '../errors.ts';
 import { statusName, type Completion } from './wire/messages.ts';
 
-export { ConfigError, EXIT_FAILURE, EXIT_OK, EXIT_STATUS, EXIT_USAGE, KbtpError, UsageError, type KbtpErrorCode } from '../errors.ts';
+export { ConfigError, EXIT_FAILURE, EXIT_OK, EXIT_STATUS, EXIT_USAGE, KbtpError, ProtocolError, UsageError, type KbtpErrorCode } from '../errors.ts';
 
 /** The target answered a request with a status other than SUCCESS. */
 export class KbtpStatusError extends KbtpError {
@@ -49,13 +49,6 @@ export class TransportError extends KbtpError {
 
 /** The target refused the connection before any session (MPA Reject), with the reason it gave. */
 export class TargetRefusedError extends TransportError {}
-
-/** The target broke the protocol (a malformed or unexpected message). */
-export class ProtocolError extends KbtpError {
-  constructor(message: string, options?: { cause?: unknown }) {
-    super('KBTP_PROTOCOL', message, EXIT_FAILURE, options);
-  }
-}
 
 export class TimeoutError extends KbtpError {
   constructor(message: string) {

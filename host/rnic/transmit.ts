@@ -10,6 +10,7 @@ import { FrameRing } from './frame-ring.ts';
 import { encodeFpduWithMarkers } from './wire/markers.ts';
 import { fpduPadding, MPA_LENGTH_FIELD, MPA_MAX_ULPDU, MPA_MIN_MULPDU } from './wire/mpa.ts';
 import { rdmapControl } from './wire/rdmap.ts';
+import { UsageError } from '../errors.ts';
 
 export type WriteDone = (error?: Error | null) => void;
 
@@ -55,7 +56,7 @@ export class Transmitter {
     options: TransmitOptions,
   ) {
     if (!Number.isInteger(options.mulpdu) || options.mulpdu < MPA_MIN_MULPDU || options.mulpdu > MPA_MAX_ULPDU) {
-      throw new RangeError(`MULPDU ${options.mulpdu} is outside ${MPA_MIN_MULPDU}..${MPA_MAX_ULPDU}`);
+      throw new UsageError(`MULPDU ${options.mulpdu} is outside ${MPA_MIN_MULPDU}..${MPA_MAX_ULPDU}`);
     }
     this.crc = options.crc;
     this.markers = options.markers;
@@ -329,7 +330,7 @@ class MessageFramer {
   private nextView(limit: number): Uint8Array {
     for (;;) {
       const view = this.views[this.index];
-      if (view === undefined) throw new RangeError('gather list shorter than the message length');
+      if (view === undefined) throw new UsageError('gather list shorter than the message length');
       const available = view.length - this.viewOffset;
       if (available === 0) {
         this.index++;

@@ -7,6 +7,7 @@ import type { NicObserver } from '../rnic/nic-observer.ts';
 import type { SramCache } from './cache.ts';
 import type { KindStats, OwnerStats } from './counters.ts';
 import { EntryKind } from './kinds.ts';
+import { UsageError } from '../errors.ts';
 
 /** Owner index of work no queue pair is doing (registration, deregistration). */
 export const CONTROL_OWNER = 0;
@@ -82,7 +83,7 @@ export class SramNicObserver implements NicObserver {
 
   memoryTranslation(stag: number, offset: number, length: number, pageSize: number): void {
     if (!(pageSize > 0) || !(offset >= 0) || !(length >= 0)) {
-      throw new RangeError(
+      throw new UsageError(
         `memoryTranslation(stag ${stag}, offset ${offset}, length ${length}, pageSize ${pageSize}): ` +
           'offset and length must be non-negative and pageSize positive',
       );

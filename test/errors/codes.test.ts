@@ -8,13 +8,14 @@ import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { EXIT_FAILURE, EXIT_STATUS, EXIT_USAGE, KbtpError, withContext, exitCodeOf } from '../../host/errors.ts';
-import { KbtpStatusError } from '../../host/kbtp/errors.ts';
+import { KbtpStatusError, ProtocolError } from '../../host/kbtp/errors.ts';
 import { parsePcap } from '../../host/capture/pcap.ts';
 import { parseBlockTrace, loadBlockTrace } from '../../host/sram/trace.ts';
 import { SramCache } from '../../host/sram/cache.ts';
 import { createPolicy } from '../../host/sram/policy.ts';
 import { decodeMpaFrameHeader } from '../../host/rnic/wire/mpa.ts';
 import { decodeCompletion } from '../../host/kbtp/wire/messages.ts';
+import { decodeDdpHeader } from '../../host/rnic/wire/ddp.ts';
 import { sizeTier } from '../../host/tier/capacity.ts';
 import { nodeFiles } from '../../host/tier/files.ts';
 import { DurableTier } from '../../host/tier/tier.ts';
@@ -67,6 +68,10 @@ test('what a peer sends wrong: KBTP_PROTOCOL, exit 1 (MPA and KBTP decoders)', a
   assert.is(mpa.name, 'MpaFrameError');
   const kbtp = await expectKbtpError(() => decodeCompletion(new Uint8Array(7)), 'KBTP_PROTOCOL', EXIT_FAILURE, /COMPLETION is \d+ octets, got 7/);
   assert.is(kbtp.name, 'MessageFormatError');
+  const ddp = await expectKbtpError(() => decodeDdpHeader(new Uint8Array(1)), 'KBTP_PROTOCOL', EXIT_FAILURE, /DDP segment shorter than its control octets/);
+  assert.instance(ddp, ProtocolError);
+  assert.instance(mpa, ProtocolError, 'the MPA and KBTP decoders share the one ProtocolError');
+  assert.instance(kbtp, ProtocolError);
 });
 
 test('the durable tier: a bad capacity is KBTP_CONFIG (exit 2); a closed tier refuses with KBTP_TIER', async () => {
@@ -96,6 +101,11 @@ test("an engine thread's full session table: KBTP_CONFIG naming the setting", as
   const arena = new ThreadArena(engine, 0);
   arena.openSession({ tenant: 0, capabilities: 0, credits: 1 });
   await expectKbtpError(() => arena.openSession({ tenant: 0, capabilities: 0, credits: 1 }), 'KBTP_CONFIG', EXIT_FAILURE, /raise sessionsPerThread/);
+});
+
+test("misusing an engine thread's arena is a usage error (KBTP_USAGE), not a RangeError", async () => {
+  const engine = Engine.create({ blockSize: 4096, blockCount: 8, handleCount: 32, threads: 1 });
+  await expectKbtpError(() => new ThreadArena(engine, 3), 'KBTP_USAGE', EXIT_USAGE, /thread 3 is outside the engine's 1 threads/);
 });
 
 test('the self-test: a configuration without the tenant is a usage error (exit 2)', async () => {

@@ -4,6 +4,7 @@
 // is cleaned up, so connections alone can never exhaust the arena. Slots and the per-tenant
 // session counts live in shared memory: any worker can use any free slot, so one worker is
 // never full while another has room.
+import { UsageError } from '../../errors.ts';
 
 /** The shared words: [0] a rotating start hint, then one owner per slot, then one count per tenant. */
 const HINT = 0;
@@ -17,7 +18,7 @@ export class SessionSlots {
     readonly slots: number,
     readonly tenants: number,
   ) {
-    if (buffer.byteLength < SessionSlots.bytes(slots, tenants)) throw new RangeError('session slot buffer is too small');
+    if (buffer.byteLength < SessionSlots.bytes(slots, tenants)) throw new UsageError('session slot buffer is too small');
     this.words = new Int32Array(buffer);
   }
 

@@ -1,6 +1,6 @@
 // KBTP request and COMPLETION messages (draft 5.1-5.2, kbtp-v1 sections 1-3): encode and decode.
 import * as K from '../../../assembly/kbtp-constants.ts';
-import { EXIT_FAILURE, KbtpError } from '../../errors.ts';
+import { ProtocolError } from '../../errors.ts';
 
 export interface DataDescriptor {
   stag: number;
@@ -37,15 +37,8 @@ export interface Completion {
   blockOffset: bigint;
 }
 
-/**
- * A KBTP message that does not decode (code KBTP_PROTOCOL, like the client's ProtocolError, which
- * cannot be its base: ../errors.ts imports this module).
- */
-export class MessageFormatError extends KbtpError {
-  constructor(message: string) {
-    super('KBTP_PROTOCOL', message, EXIT_FAILURE);
-  }
-}
+/** A KBTP message that does not decode (a ProtocolError, code KBTP_PROTOCOL). */
+export class MessageFormatError extends ProtocolError {}
 
 function writeHeader(view: DataView, fields: RequestFields): void {
   view.setUint8(K.HEADER_VERSION, fields.version ?? K.KBTP_VERSION);

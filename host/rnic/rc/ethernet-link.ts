@@ -7,6 +7,7 @@
 import dgram from 'node:dgram';
 import { encodeIpv4Header, encodeUdpHeader, internetChecksum, IPV4_HEADER_LENGTH, parseIpv4, ROCE_UDP_PORT, UDP_HEADER_LENGTH } from '../wire/roce-frame.ts';
 import { fillIcrc, type PacketLink, type PacketReceiver, type PeerAddress } from './link.ts';
+import { UsageError } from '../../errors.ts';
 
 const ETHERTYPE_IPV4 = 0x0800;
 const ETHERTYPE_ARP = 0x0806;
@@ -82,7 +83,7 @@ export class EthernetLink implements PacketLink {
     private readonly port: FramePort,
     private readonly options: EthernetLinkOptions,
   ) {
-    if (options.mac.length !== 6) throw new RangeError('the MAC address must be 6 octets');
+    if (options.mac.length !== 6) throw new UsageError('the MAC address must be 6 octets');
     this.ownAddress = parseIpv4(options.address);
     this.local = { address: options.address, port: ROCE_UDP_PORT };
     port.onFrame((frame) => this.incoming(frame));

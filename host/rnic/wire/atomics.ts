@@ -3,6 +3,7 @@
 // applies them to registered memory atomically is ../atomic-executor.ts.
 
 import { readUint32, readUint64, writeUint32, writeUint64 } from './ddp.ts';
+import { ProtocolError } from '../../errors.ts';
 
 export const ATOMIC_REQUEST_HEADER_LENGTH = 52;
 /** RFC 7306 §4 prose says 32; its Figure 6 and Appendix A.2 (and Wireshark) define 12. */
@@ -45,7 +46,7 @@ export function encodeAtomicRequest(target: Uint8Array, offset: number, header: 
 }
 
 export function decodeAtomicRequest(source: Uint8Array, offset = 0): AtomicRequestHeader {
-  if (source.length < offset + ATOMIC_REQUEST_HEADER_LENGTH) throw new RangeError('Atomic Request header shorter than 52 octets');
+  if (source.length < offset + ATOMIC_REQUEST_HEADER_LENGTH) throw new ProtocolError('Atomic Request header shorter than 52 octets');
   return {
     atomicOpcode: readUint32(source, offset) & 0xf,
     requestId: readUint32(source, offset + 4),
@@ -64,7 +65,7 @@ export function encodeAtomicResponse(target: Uint8Array, offset: number, header:
 }
 
 export function decodeAtomicResponse(source: Uint8Array, offset = 0): AtomicResponseHeader {
-  if (source.length < offset + ATOMIC_RESPONSE_HEADER_LENGTH) throw new RangeError('Atomic Response header shorter than 12 octets');
+  if (source.length < offset + ATOMIC_RESPONSE_HEADER_LENGTH) throw new ProtocolError('Atomic Response header shorter than 12 octets');
   return { requestId: readUint32(source, offset), originalValue: readUint64(source, offset + 4) };
 }
 
@@ -73,7 +74,7 @@ export function encodeImmediateData(target: Uint8Array, offset: number, value: b
 }
 
 export function decodeImmediateData(source: Uint8Array, offset = 0): bigint {
-  if (source.length < offset + IMMEDIATE_DATA_HEADER_LENGTH) throw new RangeError('Immediate Data header shorter than 8 octets');
+  if (source.length < offset + IMMEDIATE_DATA_HEADER_LENGTH) throw new ProtocolError('Immediate Data header shorter than 8 octets');
   return readUint64(source, offset);
 }
 

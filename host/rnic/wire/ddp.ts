@@ -1,6 +1,7 @@
 // DDP (RFC 5041) segment headers. Offsets are ULPDU offsets (the first octet after the MPA
 // length field). The RDMAP control octet lives in DDP's RsvdULP field; ./rdmap.ts owns its
 // meaning, this module only carries it.
+import { ProtocolError } from '../../errors.ts';
 
 export const DDP_FLAG_TAGGED = 0x80;
 export const DDP_FLAG_LAST = 0x40;
@@ -107,15 +108,15 @@ export function encodeUntaggedHeader(target: Uint8Array, offset: number, header:
   writeUint32(target, offset + 14, header.messageOffset);
 }
 
-/** Decodes the DDP header at the start of `ulpdu`; throws RangeError when it is too short. */
+/** Decodes the DDP header at the start of `ulpdu`; throws ProtocolError when it is too short. */
 export function decodeDdpHeader(ulpdu: Uint8Array, offset = 0): DdpHeader {
-  if (ulpdu.length < offset + 2) throw new RangeError('DDP segment shorter than its control octets');
+  if (ulpdu.length < offset + 2) throw new ProtocolError('DDP segment shorter than its control octets');
   const control = ulpdu[offset]!;
   const last = (control & DDP_FLAG_LAST) !== 0;
   const ddpVersion = control & DDP_VERSION_MASK;
   const rdmapControl = ulpdu[offset + 1]!;
   if (isTagged(control)) {
-    if (ulpdu.length < offset + DDP_TAGGED_HEADER_LENGTH) throw new RangeError('tagged DDP segment shorter than 14 octets');
+    if (ulpdu.length < offset + DDP_TAGGED_HEADER_LENGTH) throw new ProtocolError('tagged DDP segment shorter than 14 octets');
     return {
       tagged: true,
       last,
@@ -125,7 +126,7 @@ export function decodeDdpHeader(ulpdu: Uint8Array, offset = 0): DdpHeader {
       taggedOffset: readUint64(ulpdu, offset + 6),
     };
   }
-  if (ulpdu.length < offset + DDP_UNTAGGED_HEADER_LENGTH) throw new RangeError('untagged DDP segment shorter than 18 octets');
+  if (ulpdu.length < offset + DDP_UNTAGGED_HEADER_LENGTH) throw new ProtocolError('untagged DDP segment shorter than 18 octets');
   return {
     tagged: false,
     last,

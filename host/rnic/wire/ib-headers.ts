@@ -27,6 +27,7 @@ import {
   OPCODES,
   RETH_LENGTH,
 } from './ib-opcodes.ts';
+import { UsageError } from '../../errors.ts';
 
 export const PSN_MASK = 0xffffff;
 export const DEFAULT_PKEY = 0xffff;
@@ -200,7 +201,7 @@ export function decodeHeaders(packet: Uint8Array, out: IbHeaders): string | unde
 /** Octets of BTH and extended headers `encodeHeaders` writes for `opcode`. */
 export function encodedHeaderLength(opcode: number): number {
   const info = OPCODES[opcode];
-  if (info === undefined) throw new RangeError(`unknown opcode 0x${opcode.toString(16)}`);
+  if (info === undefined) throw new UsageError(`unknown opcode 0x${opcode.toString(16)}`);
   return headerLength(info.headers);
 }
 
@@ -210,7 +211,7 @@ export function encodedHeaderLength(opcode: number): number {
  */
 export function encodeHeaders(target: Uint8Array, offset: number, h: IbHeaders): number {
   const info = OPCODES[h.opcode];
-  if (info === undefined) throw new RangeError(`unknown opcode 0x${h.opcode.toString(16)}`);
+  if (info === undefined) throw new UsageError(`unknown opcode 0x${h.opcode.toString(16)}`);
   target[offset] = h.opcode;
   target[offset + 1] = (h.solicited ? 0x80 : 0) | (h.migReq ? 0x40 : 0) | ((h.padCount & 3) << 4) | (h.transportVersion & 0x0f);
   target[offset + 2] = h.pkey >>> 8;

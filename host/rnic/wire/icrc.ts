@@ -7,6 +7,7 @@
 
 import { crc32 } from '@node-rs/crc32';
 import { readCrc } from './crc.ts';
+import { ProtocolError } from '../../errors.ts';
 
 /** The ICRC is written LSB first, like the MPA CRC. */
 export { writeCrc as writeIcrc, readCrc as readIcrc } from './crc.ts';
@@ -25,7 +26,7 @@ const scratch = new Uint8Array(60);
  */
 export function icrcBegin(ipHeader: Uint8Array, udpHeader: Uint8Array, bth: Uint8Array): number {
   const ipLength = ipHeader.length;
-  if (ipLength > 40 || ipLength < 20) throw new RangeError(`IP header of ${ipLength} octets`);
+  if (ipLength > 40 || ipLength < 20) throw new ProtocolError(`IP header of ${ipLength} octets`);
   scratch.set(ipHeader, 0);
   if (ipHeader[0]! >> 4 === 6) {
     scratch[0] = 0x6f; // version kept, traffic class and flow label masked

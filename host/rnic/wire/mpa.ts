@@ -3,7 +3,7 @@
 // negotiation that uses these lives in ../connection.ts.
 
 import { CRC_LENGTH, crc32cUpdate, writeCrc } from './crc.ts';
-import { EXIT_FAILURE, KbtpError } from '../../errors.ts';
+import { ProtocolError } from '../../errors.ts';
 
 const ascii = (text: string): Uint8Array => new Uint8Array(Array.from(text, (c) => c.charCodeAt(0)));
 
@@ -83,11 +83,7 @@ export interface MpaFrame {
 }
 
 /** A malformed MPA frame or handshake message (the peer broke MPA). */
-export class MpaFrameError extends KbtpError {
-  constructor(message: string) {
-    super('KBTP_PROTOCOL', message, EXIT_FAILURE);
-  }
-}
+export class MpaFrameError extends ProtocolError {}
 
 export function encodeEnhancedData(data: MpaEnhancedData): Uint8Array {
   const out = new Uint8Array(MPA_ENHANCED_DATA_LENGTH);

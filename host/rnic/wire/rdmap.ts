@@ -22,6 +22,7 @@ import {
   type AtomicRequestHeader,
   type AtomicResponseHeader,
 } from './atomics.ts';
+import { ProtocolError, UsageError } from '../../errors.ts';
 
 export const RDMAP_VERSION = 1;
 export const RDMAP_VERSION_SHIFT = 6;
@@ -142,7 +143,7 @@ export function encodeReadRequestAt(
 }
 
 export function decodeReadRequest(source: Uint8Array, offset = 0): ReadRequestHeader {
-  if (source.length < offset + READ_REQUEST_HEADER_LENGTH) throw new RangeError('RDMA Read Request header shorter than 28 octets');
+  if (source.length < offset + READ_REQUEST_HEADER_LENGTH) throw new ProtocolError('RDMA Read Request header shorter than 28 octets');
   return {
     sinkStag: readUint32(source, offset),
     sinkTaggedOffset: readUint64(source, offset + 4),
@@ -204,10 +205,10 @@ export function terminateHeaderLength(header: TerminateHeader): number {
 
 export function encodeTerminate(target: Uint8Array, offset: number, header: TerminateHeader): number {
   if (header.ddpHeader !== undefined && header.ddpHeader.length !== DDP_TAGGED_HEADER_LENGTH && header.ddpHeader.length !== DDP_UNTAGGED_HEADER_LENGTH) {
-    throw new RangeError(`terminated DDP header must be 14 or 18 octets, got ${header.ddpHeader.length}`);
+    throw new UsageError(`terminated DDP header must be 14 or 18 octets, got ${header.ddpHeader.length}`);
   }
   if (header.rdmaHeader !== undefined && header.rdmaHeader.length !== READ_REQUEST_HEADER_LENGTH) {
-    throw new RangeError(`terminated RDMA header must be 28 octets, got ${header.rdmaHeader.length}`);
+    throw new UsageError(`terminated RDMA header must be 28 octets, got ${header.rdmaHeader.length}`);
   }
   target[offset] = ((header.layer & 0xf) << 4) | (header.errorType & 0xf);
   target[offset + 1] = header.errorCode & 0xff;
@@ -233,7 +234,7 @@ export function encodeTerminate(target: Uint8Array, offset: number, header: Term
 
 /** Decodes a Terminate header occupying exactly `source[offset..end)`. */
 export function decodeTerminate(source: Uint8Array, offset = 0, end = source.length): TerminateHeader {
-  if (end - offset < TERMINATE_CONTROL_LENGTH) throw new RangeError('Terminate header shorter than 4 octets');
+  if (end - offset < TERMINATE_CONTROL_LENGTH) throw new ProtocolError('Terminate header shorter than 4 octets');
   const flags = source[offset + 2]!;
   const hasDdp = (flags & TERMINATE_FLAG_D) !== 0;
   const hasRdma = (flags & TERMINATE_FLAG_R) !== 0;
@@ -253,15 +254,15 @@ export function decodeTerminate(source: Uint8Array, offset = 0, end = source.len
     segmentLengthValid: (flags & TERMINATE_FLAG_M) !== 0,
   };
   if (hasDdp) {
-    if (end - cursor < 2 + 2) throw new RangeError('Terminate announces a DDP header it does not carry');
+    if (end - cursor < 2 + 2) throw new ProtocolError('Terminate announces a DDP header it does not carry');
     result.ddpSegmentLength = (source[cursor]! << 8) | source[cursor + 1]!;
     const ddpLength = (source[cursor + 2]! & 0x80) !== 0 ? DDP_TAGGED_HEADER_LENGTH : DDP_UNTAGGED_HEADER_LENGTH;
-    if (end - cursor < 2 + ddpLength) throw new RangeError('Terminate DDP header truncated');
+    if (end - cursor < 2 + ddpLength) throw new ProtocolError('Terminate DDP header truncated');
     result.ddpHeader = source.slice(cursor + 2, cursor + 2 + ddpLength);
     cursor += 2 + ddpLength;
   }
   if (hasRdma) {
-    if (end - cursor < READ_REQUEST_HEADER_LENGTH) throw new RangeError('Terminate RDMA header truncated');
+    if (end - cursor < READ_REQUEST_HEADER_LENGTH) throw new ProtocolError('Terminate RDMA header truncated');
     result.rdmaHeader = source.slice(cursor, cursor + READ_REQUEST_HEADER_LENGTH);
     cursor += READ_REQUEST_HEADER_LENGTH;
   }
@@ -349,7 +350,7 @@ export interface RdmapSegment {
   readonly immediateData?: bigint;
 }
 
-/** Decodes one DDP segment (a ULPDU) into its DDP and RDMAP parts; throws RangeError if malformed. */
+/** Decodes one DDP segment (a ULPDU) into its DDP and RDMAP parts; throws ProtocolError if malformed. */
 export function decodeRdmapSegment(ulpdu: Uint8Array): RdmapSegment {
   const ddp = decodeDdpHeader(ulpdu);
   const opcode = rdmapOpcodeOf(ddp.rdmapControl);
@@ -359,7 +360,7 @@ export function decodeRdmapSegment(ulpdu: Uint8Array): RdmapSegment {
   }
   const body = ulpdu.subarray(DDP_UNTAGGED_HEADER_LENGTH);
   const exact = (length: number, what: string): void => {
-    if (body.length !== length) throw new RangeError(`${what} carries ${body.length} octets after the DDP header, expected ${length}`);
+    if (body.length !== length) throw new ProtocolError(`${what} carries ${body.length} octets after the DDP header, expected ${length}`);
   };
   switch (opcode) {
     case RdmapOpcode.RdmaReadRequest:

@@ -1,6 +1,7 @@
 // The IPv4 and UDP headers a RoCEv2 packet travels in (roce.md §1), as Linux rxe builds them:
 // DF set, UDP checksum 0 (the ICRC protects the packet), destination port 4791 and a source port
 // derived from the sending QP number so one QP's packets stay on one path.
+import { UsageError } from '../../errors.ts';
 
 export const ROCE_UDP_PORT = 4791;
 export const IPV4_HEADER_LENGTH = 20;
@@ -84,7 +85,7 @@ export function rxeSourcePort(localQpNumber: number, remoteQpNumber: number): nu
 export function parseIpv4(text: string): Uint8Array {
   const parts = text.split('.');
   const octets = parts.map((part) => (/^\d{1,3}$/.test(part) ? Number(part) : NaN));
-  if (parts.length !== 4 || octets.some((octet) => !(octet >= 0 && octet <= 255))) throw new RangeError(`"${text}" is not an IPv4 address`);
+  if (parts.length !== 4 || octets.some((octet) => !(octet >= 0 && octet <= 255))) throw new UsageError(`"${text}" is not an IPv4 address`);
   return new Uint8Array(octets);
 }
 

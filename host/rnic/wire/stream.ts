@@ -5,6 +5,7 @@
 import { decodeFpdu, decodeMpaFrame, decodeMpaFrameHeader, MPA_FRAME_HEADER_LENGTH, type MpaFrame } from './mpa.ts';
 import { stripMarkers } from './markers.ts';
 import { decodeRdmapSegment, type RdmapSegment } from './rdmap.ts';
+import { ProtocolError } from '../../errors.ts';
 
 export interface DecodedFpduRecord {
   /** Offset of the FPDU's length field in the (marker-free) full-operation stream. */
@@ -33,7 +34,7 @@ export interface StreamDecodeOptions {
 export function decodeMpaStream(bytes: Uint8Array, options: StreamDecodeOptions = {}): DecodedMpaStream {
   const header = decodeMpaFrameHeader(bytes);
   const frameLength = MPA_FRAME_HEADER_LENGTH + header.privateDataLength;
-  if (bytes.length < frameLength) throw new RangeError(`stream ends inside the MPA frame (${bytes.length} of ${frameLength} octets)`);
+  if (bytes.length < frameLength) throw new ProtocolError(`stream ends inside the MPA frame (${bytes.length} of ${frameLength} octets)`);
   const frame = decodeMpaFrame(bytes.subarray(0, frameLength));
   let body = bytes.subarray(frameLength);
   if (options.markers === true) body = stripMarkers(body).bytes;
