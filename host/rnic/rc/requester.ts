@@ -75,7 +75,7 @@ export class Requester {
   private rnrRetriesLeft = UNLIMITED_RETRIES;
   private timer: NodeJS.Timeout | undefined;
   private rnrTimer: NodeJS.Timeout | undefined;
-  private pumpScheduled = false;
+  private transmitScheduled = false;
   private sinceAckRequest = 0;
   /** A gap in a Read Response already caused a rewind to this PSN (avoid one per late packet). */
   private readRewoundTo = -1;
@@ -101,7 +101,7 @@ export class Requester {
     this.sentEnd = this.nextPsn;
     this.lastAcked = psnAdd(this.nextPsn, -1);
     this.running = true;
-    this.schedulePump();
+    this.scheduleTransmit();
   }
 
   stop(): void {
@@ -179,7 +179,7 @@ export class Requester {
       done: false,
       status: WcStatus.Success,
     });
-    this.schedulePump();
+    this.scheduleTransmit();
   }
 
   /** Completes every WR still queued: failed ones with their status, the rest flushed. */
@@ -209,16 +209,17 @@ export class Requester {
     return this.qp.path?.pathMtu ?? this.mtu;
   }
 
-  private schedulePump(): void {
-    if (this.pumpScheduled || !this.running) return;
-    this.pumpScheduled = true;
+  private scheduleTransmit(): void {
+    if (this.transmitScheduled || !this.running) return;
+    this.transmitScheduled = true;
     setImmediate(() => {
-      this.pumpScheduled = false;
-      this.pump();
+      this.transmitScheduled = false;
+      this.transmitQueued();
     });
   }
 
-  private pump(): void {
+  /** Sends what the send queue holds, within the PSN window, ORD and fences, and a per-turn packet budget (the rest next turn). */
+  private transmitQueued(): void {
     const qp = this.qp;
     if (!this.running || qp.state !== 'rts' || this.rnrTimer !== undefined) return;
     let budget = PACKETS_PER_TURN;
@@ -283,7 +284,7 @@ export class Requester {
       budget--;
       this.armTimer();
     }
-    if (budget === 0) this.schedulePump();
+    if (budget === 0) this.scheduleTransmit();
   }
 
   private sendSegment(wqe: Wqe, index: number): void {
@@ -374,7 +375,7 @@ export class Requester {
     // ACK timer would go back to a PSN no queued WQE holds and retransmit nothing.
     this.advanced();
     this.completeInOrder();
-    this.schedulePump();
+    this.scheduleTransmit();
   }
 
   private acknowledge(h: IbHeaders, psn: number): void {
@@ -397,7 +398,7 @@ export class Requester {
       this.rnrTimer = setTimeout(
         () => {
           this.rnrTimer = undefined;
-          this.pump();
+          this.transmitQueued();
         },
         RNR_TIMER_MICROS[h.syndrome & 0x1f]! / 1000,
       );
@@ -564,7 +565,7 @@ export class Requester {
       this.txPacket = wqe.kind === Kind.Atomic ? 0 : offset;
       // Later WQEs were sent already and keep their PSNs when resent.
       this.nextPsn = psn;
-      this.schedulePump();
+      this.scheduleTransmit();
       return;
     }
   }
