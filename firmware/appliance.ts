@@ -56,6 +56,9 @@ export interface ApplianceStatus {
 /** How often the traffic chart gets a sample. */
 const SAMPLE_PERIOD_MS = 1000;
 
+/** A long recovery logs how far it is at most this often. */
+const RECOVERY_PROGRESS_MS = 2000;
+
 /** How long to keep trying when the KBTP address is still held (a previous instance draining). */
 const LISTEN_RETRY_PERIOD_MS = 500;
 
@@ -201,6 +204,8 @@ export class Appliance {
     const deadline = Date.now() + listenWaitMs;
     const { host, port } = this.settings.target.listen;
     let warned = false;
+    let recoveryStarted = Date.now();
+    let lastProgress = recoveryStarted;
     for (;;) {
       if (this.startCancelled) return;
       try {
@@ -208,9 +213,19 @@ export class Appliance {
           verbose: this.settings.log.sessions,
           log: (line) => this.log.info(line),
           // /readyz says "recovering" while the durable tier is recovered (it can take a while).
+          // Progress of a long recovery, at most every few seconds.
+          recoveryProgress: (done, total) => {
+            if (Date.now() - lastProgress < RECOVERY_PROGRESS_MS) return;
+            lastProgress = Date.now();
+            this.log.info(`recovering the durable tier: ${done} of ${total} journals replayed`, { seconds: Math.round((Date.now() - recoveryStarted) / 1000) });
+          },
           phase: (phase) => {
             if (this.stateValue === 'starting' || this.stateValue === 'recovering') this.stateValue = phase;
-            if (phase === 'recovering') this.log.info('recovering the durable tier', { directory: this.settings.target.durable?.dataDir });
+            if (phase === 'recovering') {
+              recoveryStarted = Date.now();
+              lastProgress = recoveryStarted;
+              this.log.info('recovering the durable tier', { directory: this.settings.target.durable?.dataDir });
+            }
           },
         });
         break;

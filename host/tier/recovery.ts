@@ -65,6 +65,8 @@ export interface RecoveryInput {
   maxSlots: number;
   tenantOf(index: number): number;
   durableQuota(tenant: number): number;
+  /** Called before each journal is replayed (done of total), so a long recovery can say how far it is. */
+  progress?: (journalsDone: number, journals: number) => void;
 }
 
 export interface RecoveredState {
@@ -220,6 +222,7 @@ export async function recoverTier(input: RecoveryInput): Promise<RecoveredState>
     return got === record.l && crc32c(view) === record.c;
   };
   for (const [position, sequence] of replayed.entries()) {
+    input.progress?.(position, replayed.length);
     const parsed = parseJournal(await readWhole(files, path.join(directory, sequenceName('journal', sequence))));
     checksumFailures += parsed.badFrames;
     tornBytes += parsed.tornBytes;

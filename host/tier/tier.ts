@@ -45,6 +45,8 @@ export interface TierOptions {
   tenants: TierTenant[];
   files?: FileLayer;
   drops?: DropGate;
+  /** Told how far recovery is in open(): journals replayed of all (for the log of a long recovery). */
+  recoveryProgress?: (journalsDone: number, journals: number) => void;
   /** Most records in one group commit. */
   maxBatch?: number;
 }
@@ -208,6 +210,7 @@ export class DurableTier {
       maxSlots: sizing.maxSlots,
       tenantOf,
       durableQuota: (tenant) => options.tenants[tenant]?.durableQuota ?? Number.POSITIVE_INFINITY,
+      ...(options.recoveryProgress === undefined ? {} : { progress: options.recoveryProgress }),
     });
     const tier = new DurableTier(options, data, sizing, state, 0);
     // The restart's marks and the recovered index become the new checkpoint before anything is served.

@@ -194,4 +194,16 @@ test('tenants changed while serving: a new Durable Quota applies at once, droppi
   await tier.close();
 });
 
+test('recovery tells how far it is: once before each journal it replays', async () => {
+  const files = new MemoryFiles();
+  const tier = await DurableTier.open(options(files));
+  await tier.seal(1, 2, blockData(1, 2));
+  await tier.close();
+  const calls: Array<[number, number]> = [];
+  const again = await DurableTier.open(options(files.afterCrash(), { recoveryProgress: (done, total) => calls.push([done, total]) }));
+  assert.equal(calls, [[0, 1]]);
+  assert.ok(again.holds(1));
+  await again.close();
+});
+
 test.run();

@@ -27,6 +27,8 @@ export interface TargetOptions {
   tierFiles?: FileLayer;
   /** Called as start-up moves on: 'recovering' before the durable tier is recovered, 'starting' after. */
   phase?: (phase: 'recovering' | 'starting') => void;
+  /** Called before each journal the durable tier's recovery replays (done of total). */
+  recoveryProgress?: (journalsDone: number, journals: number) => void;
 }
 
 export type { DurableStats } from './tier-host.ts';
@@ -103,7 +105,7 @@ export async function startTarget(settings: TargetSettings, options: TargetOptio
   const engine = Engine.create(engineConfigFor(settings));
   // kbtp-v1 section 12: the tier is recovered and the table rebuilt before anyone can connect.
   if (settings.durable !== undefined) options.phase?.('recovering');
-  const tier = settings.durable === undefined ? undefined : await TierHost.open(engine, settings, options.tierFiles);
+  const tier = settings.durable === undefined ? undefined : await TierHost.open(engine, settings, options.tierFiles, options.recoveryProgress);
   options.phase?.('starting');
   const verbose = options.verbose ?? false;
   const workers: Worker[] = [];

@@ -42,7 +42,12 @@ export class TierHost {
   }
 
   /** Opens or recovers the tier and restores the engine's table from it, before anything is served. */
-  static async open(engine: Engine, settings: TargetSettings, files?: FileLayer): Promise<TierHost> {
+  static async open(
+    engine: Engine,
+    settings: TargetSettings,
+    files?: FileLayer,
+    recoveryProgress?: (journalsDone: number, journals: number) => void,
+  ): Promise<TierHost> {
     const durable = settings.durable;
     if (durable === undefined) throw new InternalError('no durable tier configured');
     const { config } = engine;
@@ -59,6 +64,7 @@ export class TierHost {
       drops: gate,
       tenants: tierTenants(settings.tenants, config.handleBase),
       ...(files === undefined ? {} : { files }),
+      ...(recoveryProgress === undefined ? {} : { recoveryProgress }),
     });
     const host = new TierHost(tier, engine, durable.lowWatermark ?? DEFAULT_LOW_WATERMARK);
     host.restore();
