@@ -8,7 +8,7 @@ import { mkdtempSync, openSync, readSync, writeSync, closeSync, rmSync } from 'n
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { connect, type KbtpSession } from '../../host/kbtp/initiator.ts';
-import { KbtpStatusError } from '../../host/kbtp/errors.ts';
+import { statusOf } from '../support/status.ts';
 import { startDaemon, get, eventually, longJournals, runCli, type Daemon } from './daemon.ts';
 import { parseExposition, type Exposition } from './exposition.ts';
 
@@ -41,16 +41,6 @@ function flipOnDisk(dataDir: string, slot: number): void {
     writeSync(fd, octet, 0, 1, slot * SLOT + 100);
   } finally {
     closeSync(fd);
-  }
-}
-
-async function statusName(work: Promise<unknown>): Promise<string> {
-  try {
-    await work;
-    return 'SUCCESS';
-  } catch (error) {
-    if (error instanceof KbtpStatusError) return error.statusName;
-    throw error;
   }
 }
 
@@ -93,7 +83,7 @@ test('tier jobs: the scrub finds flipped bits, repairs from the pool or gives th
     assert.ok((found.value('kbtp_job_runs_total', { job: 'tierScrub', result: 'failure' }) ?? 0) >= 1, 'a run that found corruption counts as failed');
     await daemon.waitForLog(/job tierScrub failed: .*failed their checksum .*check the disk/);
 
-    assert.is(await statusName(session.load(1n)), 'NOT_VALID', 'the corrupt block on the tier alone was given up, not served');
+    assert.is(await statusOf(session.load(1n)), 'NOT_VALID', 'the corrupt block on the tier alone was given up, not served');
     // Demote 4-7 by storing four more, then load 5 back from the tier: the repaired copy.
     for (let h = 8; h < 12; h++) await session.allocStore(BigInt(h), blockOf(h), { seal: true });
     const five = await session.load(5n);
@@ -194,7 +184,7 @@ test('SIGHUP: a tenant added by kbtp tenant add --durable-quota gets its Durable
     session = await connect(await daemon.kbtp, { tenant: 'gamma', secret: added.stdout.trim() });
     for (let h = 100; h < 106; h++) await session.allocStore(BigInt(h), blockOf(h - 100), { seal: true });
     const outcomes: string[] = [];
-    for (let h = 100; h < 106; h++) outcomes.push(await statusName(session.load(BigInt(h))));
+    for (let h = 100; h < 106; h++) outcomes.push(await statusOf(session.load(BigInt(h))));
     assert.equal(outcomes, ['NOT_VALID', 'NOT_VALID', 'NOT_VALID', 'SUCCESS', 'SUCCESS', 'SUCCESS'], 'only the 3 most recent stay');
     assert.is((await scrape(daemon)).value('kbtp_tier_drops_total'), 3);
   } finally {

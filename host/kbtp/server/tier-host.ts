@@ -4,7 +4,7 @@
 import path from 'node:path';
 import * as S from '../../../assembly/struct-offsets.ts';
 import type { Engine } from '../../engine/engine.ts';
-import { DurableTier, TierError, type TierStats, type DropGate, type TierTenant, type CheckpointResult } from '../../tier/tier.ts';
+import { DurableTier, TierError, type TierStats, type DropGate, type TierTenant, type CheckpointResult, type ScrubResult } from '../../tier/tier.ts';
 import { generationPlus, GENERATION_RESERVE_BATCH } from '../../tier/generations.ts';
 import type { FileLayer } from '../../tier/files.ts';
 import type { TargetSettings, TenantSettings } from '../../../firmware/config.ts';
@@ -208,12 +208,8 @@ export class TierHost {
 
 const ALL_ONES = 0xffffffffffffffffn;
 
-export interface TierScrubReport {
-  checked: number;
-  corrupt: Array<{ index: number; generation: number }>;
-  unreadable: Array<{ index: number; generation: number }>;
-  nextSlot: number;
-  highSlot: number;
+/** A scrubbed slice (DurableTier.scrub) and what became of its corrupt blocks. */
+export interface TierScrubReport extends ScrubResult {
   /** Corrupt copies on the tier rewritten from the pool. */
   repaired: number;
   /** Corrupt blocks on the tier alone, given up (their handles not VALID any more). */
