@@ -74,13 +74,21 @@ fetch_arch_of() {
   case "$1" in linux-kbuild-*) echo "$host_arch" ;; *) echo "$deb_arch" ;; esac
 }
 
+# cached_deb PACKAGE VERSION: the cached .deb of the architecture it is fetched for, or of "all"
+# (nothing printed when there is none). The architecture is part of the match: an amd64 and an
+# arm64 build share the .deb cache, and the same package and version exist for both.
+cached_deb() {
+  local stem="$debs/${1}_${2//:/%3a}"
+  compgen -G "${stem}_$(fetch_arch_of "$1").deb" || compgen -G "${stem}_all.deb" || true
+}
+
 download_pins() {
   mkdir -p "$debs"
   chmod 0777 "$debs" # apt-get download drops privileges to _apt when it can write the folder
   local want=() spec
   for spec in "${pins[@]}"; do
     local p="${spec% *}" v="${spec#* }"
-    compgen -G "$debs/${p}_${v//:/%3a}_*.deb" >/dev/null || want+=("$p:$(fetch_arch_of "$p")=$v")
+    [[ -n "$(cached_deb "$p" "$v")" ]] || want+=("$p:$(fetch_arch_of "$p")=$v")
   done
   [[ ${#want[@]} -eq 0 ]] && return 0
   log "apt-get download ${#want[@]} packages"
@@ -93,8 +101,8 @@ download_pins() {
 
 deb_of() { # package version -> .deb path
   local f
-  f="$(compgen -G "$debs/${1}_${2//:/%3a}_*.deb" | head -n1)"
-  [[ -n "$f" ]] || die "missing .deb for $1 $2"
+  f="$(cached_deb "$1" "$2" | head -n1)"
+  [[ -n "$f" ]] || die "missing .deb for $1 $2 ($(fetch_arch_of "$1"))"
   echo "$f"
 }
 
@@ -112,7 +120,7 @@ prune_debs() {
     local p="${spec% *}"
     local keep
     keep="$(deb_of "$p" "${spec#* }")"
-    for f in "$debs/${p}"_*.deb; do
+    for f in "$debs/${p}"_*_"$(fetch_arch_of "$p")".deb "$debs/${p}"_*_all.deb; do # other architectures stay
       [[ -e "$f" && "$f" != "$keep" ]] && rm -f "$f"
     done
   done
