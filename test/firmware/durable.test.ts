@@ -4,7 +4,7 @@
 // SIGHUP whose Durable Quota holds at once.
 import { test } from 'uvu';
 import * as assert from 'uvu/assert';
-import { mkdtempSync, openSync, readSync, writeSync, closeSync, rmSync } from 'node:fs';
+import { mkdtempSync, openSync, readSync, writeSync, closeSync, rmSync, readFileSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { connect, type KbtpSession } from '../../host/kbtp/initiator.ts';
@@ -187,6 +187,14 @@ test('SIGHUP: a tenant added by kbtp tenant add --durable-quota gets its Durable
     for (let h = 100; h < 106; h++) outcomes.push(await statusOf(session.load(BigInt(h))));
     assert.equal(outcomes, ['NOT_VALID', 'NOT_VALID', 'NOT_VALID', 'SUCCESS', 'SUCCESS', 'SUCCESS'], 'only the 3 most recent stay');
     assert.is((await scrape(daemon)).value('kbtp_tier_drops_total'), 3);
+
+    // A staying tenant's eviction policy changes what its usage counts: refused, nothing changes.
+    const file = JSON.parse(readFileSync(daemon.configPath, 'utf8')) as { tenants: Array<Record<string, unknown>> };
+    for (const tenant of file.tenants) if (tenant.name === 'alpha') tenant.eviction = 'none';
+    writeFileSync(daemon.configPath, JSON.stringify(file));
+    daemon.child.kill('SIGHUP');
+    await daemon.waitForLog(/reload refused, the running configuration stays: tenants\[0\]\.eviction: tenant 'alpha': .*restart the appliance/);
+    assert.equal(await statusOf(session.load(105n)), 'SUCCESS', "gamma's session goes on");
   } finally {
     await session?.close().catch(() => undefined);
     assert.is(await daemon.stop(), 0, daemon.stderr());
