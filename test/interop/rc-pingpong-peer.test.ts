@@ -5,31 +5,15 @@
 import { createServer, type Server, type Socket } from 'node:net';
 import { test } from 'uvu';
 import * as assert from 'uvu/assert';
-import { EthernetLink, type FramePort } from '../../host/rnic/rc/ethernet-link.ts';
+import { EthernetLink } from '../../host/rnic/rc/ethernet-link.ts';
+import { wiredFramePorts } from '../support/frame-wire.ts';
 import { acceptPingpong } from '../../host/rnic/rc/pingpong-setup.ts';
 import { encodePingpong, PINGPONG_DONE } from '../../host/rnic/rc/pingpong-format.ts';
 import { createRnic, RnicError, type Rnic } from '../../host/rnic/verbs.ts';
 import { pingpongPattern, runPingpongClient, runPingpongServer } from './rc-pingpong-peer.ts';
 
-class Wire implements FramePort {
-  peer: Wire | undefined;
-  private handler: ((frame: Uint8Array) => void) | undefined;
-  send(frame: Uint8Array): void {
-    const peer = this.peer;
-    const copy = frame.slice();
-    if (peer !== undefined) setImmediate(() => peer.handler?.(copy));
-  }
-  onFrame(handler: (frame: Uint8Array) => void): void {
-    this.handler = handler;
-  }
-  async close(): Promise<void> {}
-}
-
 async function pair(): Promise<{ a: Rnic; b: Rnic }> {
-  const wireA = new Wire();
-  const wireB = new Wire();
-  wireA.peer = wireB;
-  wireB.peer = wireA;
+  const [wireA, wireB] = wiredFramePorts();
   const a = createRnic({ name: 'a' });
   const b = createRnic({ name: 'b' });
   await a.openRoce({ link: new EthernetLink(wireA, { mac: new Uint8Array([2, 0, 0, 0, 0, 1]), address: '10.7.0.1' }) });

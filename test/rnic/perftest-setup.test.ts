@@ -7,6 +7,7 @@ import { connect, createServer, type Server, type Socket } from 'node:net';
 import { test } from 'uvu';
 import * as assert from 'uvu/assert';
 import { EthernetLink, type FramePort } from '../../host/rnic/rc/ethernet-link.ts';
+import { wiredFramePorts, type WireFramePort } from '../support/frame-wire.ts';
 import { connectPerftest } from '../../host/rnic/rc/perftest-client.ts';
 import { acceptPerftest } from '../../host/rnic/rc/perftest-setup.ts';
 import { decodePerftestKeys, encodePerftestKeys, PERFTEST_KEY_MESSAGE_LENGTH } from '../../host/rnic/rc/perftest-format.ts';
@@ -139,25 +140,9 @@ test('an old perftest client is refused; its QP does not stay half set up', asyn
   assert.is(result.qp.state, 'error');
 });
 
-class Wire implements FramePort {
-  peer: Wire | undefined;
-  private handler: ((frame: Uint8Array) => void) | undefined;
-  send(frame: Uint8Array): void {
-    const peer = this.peer;
-    const copy = frame.slice();
-    if (peer !== undefined) setImmediate(() => peer.handler?.(copy));
-  }
-  onFrame(handler: (frame: Uint8Array) => void): void {
-    this.handler = handler;
-  }
-  async close(): Promise<void> {}
-}
-
 test('kbtp perftest client against kbtp perftest server: the two sequences mirror each other; a Write and a FetchAdd land', async () => {
-  const [wireA, wireB] = [new Wire(), new Wire()];
-  wireA.peer = wireB;
-  wireB.peer = wireA;
-  const side = async (wire: Wire, address: string, mac: number) => {
+  const [wireA, wireB] = wiredFramePorts();
+  const side = async (wire: WireFramePort, address: string, mac: number) => {
     const rnic = createRnic({ name: address });
     await rnic.openRoce({ link: new EthernetLink(wire, { mac: new Uint8Array([2, 0, 0, 0, 0, mac]), address }) });
     const pd = rnic.allocPd();
