@@ -676,6 +676,8 @@ export class DurableTier {
     const result: ScrubResult = { checked: 0, corrupt: [], unreadable: [], nextSlot: 0, highSlot: high };
     let slot = Math.min(Math.max(0, fromSlot), high);
     for (; slot < high && result.checked < maxBlocks; slot++) {
+      // Closing (the node stops): the slice ends here, and a read the close cut short is no finding.
+      if (this.closed) break;
       const index = owner[slot] ?? -1;
       const block = index < 0 ? undefined : this.blocks.get(index);
       if (block === undefined || block.slot !== slot) continue;
@@ -684,6 +686,7 @@ export class DurableTier {
       try {
         got = await this.data.read(view, slot * this.sizing.slotSize);
       } catch {
+        if (this.closed) break;
         if (this.blocks.get(index) !== block) continue;
         this.counters.readErrors += 1;
         result.unreadable.push({ index, generation: block.generation });

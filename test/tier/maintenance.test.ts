@@ -194,6 +194,18 @@ test('tenants changed while serving: a new Durable Quota applies at once, droppi
   await tier.close();
 });
 
+test('a scrub under way when the tier closes stops there and reports no finding', async () => {
+  const files = new MemoryFiles();
+  const tier = await DurableTier.open(options(files, { files: slowReads(files) }));
+  for (let i = 0; i < 20; i++) await tier.seal(i, 2, blockData(i, 2));
+  const scrubbing = tier.scrub(0, 100);
+  await tier.close();
+  const result = await scrubbing;
+  assert.ok(result.checked < 20, `checked ${result.checked}`);
+  assert.equal([result.corrupt, result.unreadable], [[], []]);
+  assert.is(tier.stats().readErrors, 0);
+});
+
 test('recovery tells how far it is: once before each journal it replays', async () => {
   const files = new MemoryFiles();
   const tier = await DurableTier.open(options(files));
