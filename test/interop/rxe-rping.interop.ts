@@ -75,6 +75,33 @@ test('rping -c -V over RDMA CM on rxe against kbtp as rping server: CM REQ/REP/R
   }
 });
 
+test('a REQ for a port kbtp does not serve is rejected: rping -c sees RDMA_CM_EVENT_REJECTED at once', async () => {
+  const neighbour = await openRxeNeighbour('rping-reject');
+  const cm = new CmResponder(neighbour.rnic.roceEndpoint!, (request) => request.reject());
+  try {
+    const result = await (
+      await Guest.start({
+        name: 'rxe-rping-reject',
+        frameTunnel: neighbour.ports,
+        peerScript: `rping -c -a ${HOST_TUNNEL_ADDRESS} -p ${RPING_PORT + 1} -C 1 -v; echo "KBTP-RPING-EXIT $?"`,
+        timeoutMs: 240_000,
+      })
+    ).exited;
+    assert.is(result.exitStatus, 0, `the script ran (log ${result.logPath})`);
+    assert.match(result.log, /RDMA_CM_EVENT_REJECTED/);
+    assert.not.match(result.log, /KBTP-RPING-EXIT 0/, 'rping fails');
+    assert.is(cm.stats.reqs >= 1, true);
+    const capture = decodeRoceCapture(new Uint8Array(readFileSync(result.tunnelPcapPath!)));
+    const mads = capture.packets
+      .filter((p) => p.headers.destQp === 1)
+      .map((p) => `${p.udp.ip.sourceAddress === HOST_TUNNEL_ADDRESS ? 'kbtp' : 'rxe'}:${decodeMadHeader(p.payload)?.attributeId.toString(16)}`);
+    assert.equal(mads.slice(0, 2), ['rxe:10', 'kbtp:12'], 'REQ answered by REJ');
+  } finally {
+    cm.close();
+    await neighbour.close();
+  }
+});
+
 test('kbtp as rping client over RDMA CM against rping -s -V on rxe: REQ/REP/RTU, 5 validated iterations, DREQ/DREP', async () => {
   const neighbour = await openRxeNeighbour('rping-client');
   try {

@@ -1,12 +1,15 @@
 // The IB CM MADs RDMA CM sends over RoCEv2 (host/rnic/wire/ib-cm.ts): a REQ as Linux 6.1 rxe sent
 // it for `rping -c -a 10.0.4.2 -p 7174` (taken from an interop run's capture, ICRC included)
 // decodes field by field, its rdma_cm header too; REP, DREQ and DREP encode to the offsets of
-// Linux's ibta_vol1_c12.h and decode back.
+// Linux's ibta_vol1_c12.h and decode back; REJ carries its reason at offset 10.
 import { test } from 'uvu';
 import * as assert from 'uvu/assert';
 import {
   decodeCmaHeader,
   decodeCmIds,
+  decodeCmRejReason,
+  encodeCmRej,
+  CmRejectReason,
   decodeCmRep,
   decodeCmReq,
   decodeMadHeader,
@@ -92,6 +95,11 @@ test('REQ and REP round trips; DREQ and DREP at their offsets', () => {
   assert.is(decodeMadHeader(dreq)!.attributeId, CmAttribute.Dreq);
   assert.equal(decodeCmIds(dreq), { localCommId: 1, remoteCommId: 2 });
   assert.is(hex(dreq.subarray(24 + 8, 24 + 12)), '00001100');
+  const rej = encodeCmRej({ localCommId: 5, remoteCommId: 6 }, CmRejectReason.ConsumerDefined, 9n);
+  assert.is(decodeMadHeader(rej)!.attributeId, CmAttribute.Rej);
+  assert.is(rej[24 + 8]! >> 6, 0, 'Message REJected: the REQ');
+  assert.is(hex(rej.subarray(24 + 10, 24 + 12)), '001c', 'reason 28 at offset 10');
+  assert.is(decodeCmRejReason(rej), 28);
   assert.equal(decodeCmIds(encodeCmIds(CmAttribute.Drep, { localCommId: 2, remoteCommId: 1 }, 9n)), { localCommId: 2, remoteCommId: 1 });
 });
 

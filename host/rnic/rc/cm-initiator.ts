@@ -10,6 +10,7 @@ import {
   CmAttribute,
   CM_MANAGEMENT_CLASS,
   decodeCmIds,
+  decodeCmRejReason,
   decodeCmRep,
   decodeMadHeader,
   encodeCmDreq,
@@ -114,12 +115,7 @@ export function connectRdmaCm(endpoint: RoceEndpoint, qp: RcQueuePair, options: 
       if (from.address !== options.address || h.qkey !== GSI_QKEY || mad.length < MAD_LENGTH || header?.managementClass !== CM_MANAGEMENT_CLASS) return;
       const ids = decodeCmIds(mad);
       if (header.attributeId === CmAttribute.Rej && ids.remoteCommId === localCommId) {
-        fail(
-          new RnicError(
-            'ECONNREFUSED',
-            `${options.address} port ${options.port} rejected the connection (CM REJ reason ${new DataView(mad.buffer, mad.byteOffset).getUint16(24 + 10)})`,
-          ),
-        );
+        fail(new RnicError('ECONNREFUSED', `${options.address} port ${options.port} rejected the connection (CM REJ reason ${decodeCmRejReason(mad)})`));
         return;
       }
       if (header.attributeId === CmAttribute.Rep && ids.remoteCommId === localCommId) {

@@ -8,6 +8,7 @@ import { randomInt } from 'node:crypto';
 import { RnicError } from '../errors.ts';
 import {
   CmAttribute,
+  CmRejectReason,
   type CmaHeader,
   type CmReq,
   decodeCmaHeader,
@@ -16,6 +17,7 @@ import {
   decodeMadHeader,
   encodeCmDreq,
   encodeCmIds,
+  encodeCmRej,
   encodeCmRep,
   GSI_QKEY,
   CM_MANAGEMENT_CLASS,
@@ -38,13 +40,16 @@ export interface CmConnectionRequest {
   readonly from: string;
   /** Brings `qp` to RTS towards the initiator and answers with REP. */
   accept(qp: RcQueuePair): void;
+  /** Answers with REJ (default reason: consumer-defined, as rdma_reject() sends). */
+  reject(reason?: number): void;
 }
 
 interface Connection {
   readonly peer: string;
+  /** The answer to repeat if the REQ comes again: REP or REJ. */
   readonly remoteCommId: number;
   readonly localCommId: number;
-  readonly rep: Uint8Array;
+  readonly answer: Uint8Array;
   qp: RcQueuePair | undefined;
   remoteQpn: number;
 }
@@ -105,7 +110,7 @@ export class CmResponder {
     if (known !== undefined) {
       // The initiator's CM timed out before our REP arrived: send the same one again.
       this.stats.duplicateReqs++;
-      this.send(from, known.rep);
+      this.send(from, known.answer);
       return;
     }
     const cma = decodeCmaHeader(req.privateData);
@@ -151,7 +156,7 @@ export class CmResponder {
           },
           transactionId,
         );
-        const connection: Connection = { peer: from, remoteCommId: req.localCommId, localCommId, rep, qp, remoteQpn: req.localQpn };
+        const connection: Connection = { peer: from, remoteCommId: req.localCommId, localCommId, answer: rep, qp, remoteQpn: req.localQpn };
         this.connections.set(key, connection);
         qp.onLeaveRts = (info) => {
           if (info.reason === 'peer-closed' || connection.qp === undefined) return;
@@ -160,6 +165,12 @@ export class CmResponder {
           this.send(from, encodeCmDreq({ localCommId, remoteCommId: req.localCommId }, req.localQpn, BigInt(randomInt(0x7fffffff))));
         };
         this.send(from, rep);
+      },
+      reject: (reason = CmRejectReason.ConsumerDefined) => {
+        const localCommId = randomInt(1, 0x7fffffff);
+        const rej = encodeCmRej({ localCommId, remoteCommId: req.localCommId }, reason, transactionId);
+        this.connections.set(key, { peer: from, remoteCommId: req.localCommId, localCommId, answer: rej, qp: undefined, remoteQpn: req.localQpn });
+        this.send(from, rej);
       },
     };
     this.onRequest(request);

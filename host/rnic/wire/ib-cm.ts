@@ -23,6 +23,12 @@ export const CmAttribute = {
   Drep: 0x0016,
 } as const;
 
+/** REJ reasons (IBA table 109) kbtp sends. */
+export const CmRejectReason = {
+  InvalidServiceId: 8,
+  ConsumerDefined: 28,
+} as const;
+
 export const REQ_PRIVATE_DATA = { offset: 140, length: 92 } as const;
 export const REP_PRIVATE_DATA = { offset: 36, length: 196 } as const;
 /** rdma_cm's service IDs: (port space << 16) + port; RDMA_PS_TCP = 0x0106. */
@@ -242,6 +248,17 @@ export function encodeCmIds(attributeId: number, ids: CmIds, transactionId: bigi
   v.setUint32(0, ids.localCommId);
   v.setUint32(4, ids.remoteCommId);
   return mad;
+}
+
+/** REJ of a REQ (Message REJected 0) with `reason`; the reason is also readable by decodeCmRejReason. */
+export function encodeCmRej(ids: CmIds, reason: number, transactionId: bigint): Uint8Array {
+  const mad = encodeCmIds(CmAttribute.Rej, ids, transactionId);
+  new DataView(mad.buffer).setUint16(MAD_HEADER_LENGTH + 10, reason);
+  return mad;
+}
+
+export function decodeCmRejReason(mad: Uint8Array): number {
+  return body(mad).getUint16(10);
 }
 
 /** DREQ: the comm IDs and the QPN of the QP the receiver should disconnect. */
