@@ -162,6 +162,7 @@ build_base() {
 
   printf '%s\n' "${pins[@]}" | sort > "$b/packages"
   echo "$kernel_abi" > "$b/kernel-abi"
+  echo "$arch" > "$b/arch"
   rm -rf "$base"
   mv "$b" "$base"
 }
@@ -225,6 +226,7 @@ if [[ ! -f "$root/root.squashfs" ]]; then
   mksquashfs "$tree" "$work/rootout/root.squashfs" -comp zstd -Xcompression-level 6 -b 256K -all-root -noappend -quiet -no-progress \
     -processors "${KBTP_BUILD_JOBS:-2}" >&2 || die "mksquashfs failed"
   cp "$base/vmlinuz" "$base/initrd.img" "$work/rootout/"
+  echo "$arch" > "$work/rootout/arch"
   echo "$version" > "$work/rootout/version"
   echo "$service" > "$work/rootout/service"
   rm -rf "$root"
@@ -330,8 +332,18 @@ mv "$out_dir/$name.qcow2.tmp" "$out_dir/$name.qcow2"
 } > "$out_dir/$name.json"
 
 # Only the current base, root and dependencies are kept (each is hundreds of MB); the roots of
-# test bundles (other versions) are rebuilt when asked for.
+# test bundles (other versions) are rebuilt when asked for. The other architecture's are left alone.
+cached_arch() { # base-*, root-* or node_modules-* folder -> the architecture it was built for
+  case "$1" in
+    */node_modules-*-arm64) echo arm64 ;;
+    */node_modules-*) echo x86_64 ;;
+    *) if [[ -f "$1/arch" ]]; then cat "$1/arch"
+      elif grep -q -- '-arm64$' "$1/kernel-abi" 2>/dev/null; then echo arm64 # bases from before the arch file
+      else echo x86_64; fi ;;
+  esac
+}
 for old in "$acache"/base-* "$acache"/root-* "$acache"/node_modules-*; do
+  [[ -e "$old" && "$(cached_arch "$old")" == "$arch" ]] || continue
   [[ "$old" == "$base" || "$old" == "$root" || "$old" == "$deps" ]] || rm -rf "$old"
 done
 prune_debs
