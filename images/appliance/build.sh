@@ -203,7 +203,18 @@ while read -r addon; do
 done < <(find "$app/node_modules" -name '*.node' ! -name '*musl*') # musl builds never load on glibc
 app_hash="$( (cd "$app" && find . -type f | LC_ALL=C sort | xargs sha256sum) | sha256sum | cut -c1-16)"
 image_hash="$( (cd "$here/rootfs" && find . -type f | LC_ALL=C sort | xargs sha256sum; find . -type l | LC_ALL=C sort) | sha256sum | cut -c1-16)"
-root_key="$(echo "$base_key $app_hash $image_hash $version" | sha256sum | cut -c1-16)"
+# Update bundles are signed (ed25519 over manifest.json); the root holds the public key and
+# kbtp-update refuses a bundle whose signature does not verify with it. Releases name their key in
+# KBTP_UPDATE_SIGNING_KEY (a PEM private key); otherwise a development key is made once in the cache.
+signing_key="${KBTP_UPDATE_SIGNING_KEY:-$cache/update-signing/development-ed25519.pem}"
+if [[ ! -f "$signing_key" ]]; then
+  [[ -z "${KBTP_UPDATE_SIGNING_KEY:-}" ]] || die "KBTP_UPDATE_SIGNING_KEY: $signing_key does not exist"
+  mkdir -p "$(dirname "$signing_key")"
+  (umask 077 && openssl genpkey -algorithm ed25519 -out "$signing_key") || die "cannot make a development signing key"
+  log "made a development update-signing key: $signing_key (set KBTP_UPDATE_SIGNING_KEY for releases)"
+fi
+public_key="$(openssl pkey -in "$signing_key" -pubout)" || die "$signing_key is not a private key openssl can read"
+root_key="$(echo "$base_key $app_hash $image_hash $version $(sha256sum <<<"$public_key" | cut -c1-16)" | sha256sum | cut -c1-16)"
 root="$acache/root-$root_key"
 if [[ ! -f "$root/root.squashfs" ]]; then
   log "building root $root (kbtp $version)"
@@ -212,6 +223,7 @@ if [[ ! -f "$root/root.squashfs" ]]; then
   mkdir -p "$tree/usr/lib/kbtp"
   cp -a "$app/." "$tree/usr/lib/kbtp/"
   cp -a "$here/rootfs/." "$tree/"
+  echo "$public_key" > "$tree/usr/lib/kbtp-image/update-key.pem"
   # The service: `kbtp appliance` when this build has it, else the plain target.
   if node "$repo/dist/host/cli.js" appliance --help >/dev/null 2>&1; then service=appliance; else service=target; fi
   [[ $broken -eq 1 ]] && service=appliance
@@ -257,8 +269,9 @@ bundle="$out_dir/$name$suffix-$version.kbtpupdate"
     echo "  }"
     echo "}"
   } > "$work/manifest.json"
-  # The manifest comes first so the device can check the bundle before writing anything.
-  tar --format=ustar --owner=0 --group=0 -cf "$bundle.tmp" -C "$work" manifest.json -C "$root" vmlinuz initrd.img root.squashfs
+  openssl pkeyutl -sign -inkey "$signing_key" -rawin -in "$work/manifest.json" -out "$work/manifest.sig" || die "signing the manifest failed"
+  # The manifest and its signature come first so the device can check the bundle before writing anything.
+  tar --format=ustar --owner=0 --group=0 -cf "$bundle.tmp" -C "$work" manifest.json manifest.sig -C "$root" vmlinuz initrd.img root.squashfs
 )
 mv "$bundle.tmp" "$bundle"
 echo "$bundle"

@@ -7,7 +7,7 @@ here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 arch="${ARCH:-x86_64}"
 
 build=(gcc-12 make binutils cpio xz-utils libelf1 libssl3 kmod mtools dosfstools fdisk squashfs-tools e2fsprogs
-  qemu-utils zstd tar)
+  qemu-utils zstd tar openssl)
 run=(qemu-system-x86 qemu-utils ovmf)
 if [[ "$arch" == arm64 || "$arch" == aarch64 ]]; then
   build+=(gcc-12-aarch64-linux-gnu binutils-aarch64-linux-gnu)

@@ -9,16 +9,16 @@
 import { suite } from 'uvu';
 import * as assert from 'uvu/assert';
 import { execFile } from 'node:child_process';
-import { createReadStream, statSync } from 'node:fs';
+import { createReadStream, mkdtempSync, statSync, writeFileSync } from 'node:fs';
 import { createServer } from 'node:http';
 import type { AddressInfo } from 'node:net';
-import { randomBytes } from 'node:crypto';
-import { loadavg } from 'node:os';
+import { generateKeyPairSync, randomBytes, sign } from 'node:crypto';
+import { loadavg, tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { promisify } from 'node:util';
 import * as K from '../../assembly/kbtp-constants.ts';
 import { connect, type KbtpSession } from '../../host/kbtp/initiator.ts';
-import { ApplianceNode, applianceBuild } from './appliance-vm.ts';
+import { ApplianceNode, ARCH, applianceBuild } from './appliance-vm.ts';
 import { BlockLedger } from './block-ledger.ts';
 import { management, type ManagementResponse } from './management-client.ts';
 import { HOST_ADDRESS_FROM_GUEST } from '../interop/guest.ts';
@@ -428,13 +428,48 @@ async function startUpdate(url: string): Promise<void> {
 
 const otherSlot = (slot: string): string => (slot === 'a' ? 'b' : 'a');
 
+/** A bundle signed by a key that is not the node's: a manifest and its signature, nothing else. */
+async function forgedBundle(): Promise<string> {
+  const dir = mkdtempSync(join(tmpdir(), 'kbtp-forged-'));
+  const manifest = Buffer.from(`${JSON.stringify({ format: 'kbtp-update/1', arch: ARCH, version: `${build.version}-forged`, files: {} })}\n`);
+  const { privateKey } = generateKeyPairSync('ed25519');
+  writeFileSync(join(dir, 'manifest.json'), manifest);
+  writeFileSync(join(dir, 'manifest.sig'), sign(null, manifest, privateKey));
+  await run('tar', ['--format=ustar', '-cf', join(dir, 'forged.kbtpupdate'), '-C', dir, 'manifest.json', 'manifest.sig']);
+  return join(dir, 'forged.kbtpupdate');
+}
+
+/** POST /api/update of a bundle the node must refuse: it reports the reason and does not reboot. */
+async function expectRefused(url: string, reason: RegExp): Promise<void> {
+  const since = node.console.log.length;
+  const accepted = await api('/api/update', { method: 'POST', json: { url } });
+  assert.is(accepted.status, 202, accepted.text);
+  const deadline = Date.now() + BOOT_TIMEOUT_MS;
+  let status = await updateStatus();
+  while (status.operation.state !== 'failed') {
+    assert.not.equal(status.operation.state, 'rebooting', 'the node accepted a bundle it must refuse');
+    if (Date.now() > deadline) throw new Error(`the refused update is still ${status.operation.state} after ${BOOT_TIMEOUT_MS} ms`);
+    await sleep(2000);
+    status = await updateStatus();
+  }
+  assert.match(status.operation.detail, reason);
+  assert.not.match(node.console.log.slice(since), /rebooting into the new slot/);
+}
+
 imageTest('update through the API: the node boots the other slot once, passes its self-test, marks it good', async () => {
   if (build.service !== 'appliance') throw new Error('updates go through the management API of kbtp appliance');
   const from = (await updateStatus()).running.slot;
   const to = otherSlot(from);
   const version = `${build.version}-u2`;
-  const files = await serveFiles(new Map([['u2.kbtpupdate', await buildBundle(version, false)]]));
+  const files = await serveFiles(
+    new Map([
+      ['u2.kbtpupdate', await buildBundle(version, false)],
+      ['forged.kbtpupdate', await forgedBundle()],
+    ]),
+  );
   try {
+    // Signed by another key: refused before anything is written, the node stays where it is.
+    await expectRefused(files.url('forged.kbtpupdate'), /signature does not verify/);
     const since = node.console.log.length;
     await startUpdate(files.url('u2.kbtpupdate'));
     await node.console.waitForLine(new RegExp(`kbtp-boot\\[initramfs [0-9.]+s\\]: slot ${to}`), BOOT_TIMEOUT_MS, since);
