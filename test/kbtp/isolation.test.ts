@@ -3,7 +3,7 @@ import { test } from 'uvu';
 import * as assert from 'uvu/assert';
 import * as K from '../../assembly/kbtp-constants.ts';
 import { startRig, testSettings, RawClient, SECRETS, type Rig } from '../support/rig.ts';
-import { KbtpStatusError } from '../../host/kbtp/errors.ts';
+import { statusOf } from '../support/status.ts';
 import { encodeRequest, statusName } from '../../host/kbtp/wire/messages.ts';
 import { decodeHelloAck } from '../../host/kbtp/wire/hello.ts';
 
@@ -17,16 +17,6 @@ test.after(async () => {
 });
 
 const bytes = (text: string): Uint8Array => new TextEncoder().encode(text);
-
-async function statusOf(promise: Promise<unknown>): Promise<string> {
-  try {
-    await promise;
-    return 'SUCCESS';
-  } catch (error) {
-    if (error instanceof KbtpStatusError) return error.statusName;
-    throw error;
-  }
-}
 
 test('a tenant cannot store, free or load outside its range and scope', async () => {
   const alpha = await rig.session('alpha');

@@ -10,6 +10,7 @@ import * as K from '../../assembly/kbtp-constants.ts';
 import { testSettings, startRig, type Rig } from '../support/rig.ts';
 import type { KbtpSession } from '../../host/kbtp/initiator.ts';
 import { KbtpStatusError } from '../../host/kbtp/errors.ts';
+import { statusOf } from '../support/status.ts';
 import type { Completion } from '../../host/kbtp/wire/messages.ts';
 import { generationDistance } from '../../host/tier/generations.ts';
 import { Random } from '../../host/util/random.ts';
@@ -47,16 +48,6 @@ async function failure(work: Promise<unknown>): Promise<Completion> {
   throw new Error('the request succeeded');
 }
 
-async function status(work: Promise<unknown>): Promise<string> {
-  try {
-    await work;
-    return 'SUCCESS';
-  } catch (error) {
-    if (error instanceof KbtpStatusError) return error.statusName;
-    throw error;
-  }
-}
-
 test('warm restart: acknowledged sealed blocks load byte-exact with their Generation; frees stay; nothing goes backwards', async () => {
   const dir = dataDir();
   let rig: Rig = await startRig(durableSettings(dir));
@@ -77,7 +68,7 @@ test('warm restart: acknowledged sealed blocks load byte-exact with their Genera
   for (let i = 0; i < 20; i++) {
     const handle = BigInt(i);
     if ([2n, 5n, 7n].includes(handle)) {
-      assert.is(await status(alpha.load(handle)), 'NOT_VALID', `freed handle ${handle} came back`);
+      assert.is(await statusOf(alpha.load(handle)), 'NOT_VALID', `freed handle ${handle} came back`);
       continue;
     }
     const loaded = await alpha.load(handle);
@@ -105,10 +96,10 @@ test('full disk and I/O errors give TIER_ERROR, change nothing, and the session 
   try {
     await alpha.allocStore(1n, content(1n, 1), { seal: true });
     files.faults.push({ op: 'write', match: /blocks$/, code: 'ENOSPC', times: 1 });
-    assert.is(await status(alpha.allocStore(2n, content(2n, 1), { seal: true })), 'TIER_ERROR');
-    assert.is(await status(alpha.load(2n)), 'NOT_VALID', 'a failed seal binds nothing');
+    assert.is(await statusOf(alpha.allocStore(2n, content(2n, 1), { seal: true })), 'TIER_ERROR');
+    assert.is(await statusOf(alpha.load(2n)), 'NOT_VALID', 'a failed seal binds nothing');
     files.faults.push({ op: 'datasync', match: /journal/, code: 'EIO', times: 1 });
-    assert.is(await status(alpha.free(1n)), 'TIER_ERROR');
+    assert.is(await statusOf(alpha.free(1n)), 'TIER_ERROR');
     assert.equal((await alpha.load(1n)).data, content(1n, 1), 'a failed free leaves the block');
     // Unsealed blocks do not touch the tier; the node keeps serving.
     await alpha.allocStore(3n, content(3n, 1), { seal: false });
@@ -170,7 +161,7 @@ test("Durable Quota: past it, the tenant's least recently used blocks on the tie
     for (let i = 0; i < 30; i++) await alpha.allocStore(BigInt(i), content(BigInt(i), 1), { seal: true });
     const stats = await rig.target.stats();
     assert.is(stats.durable?.drops, 10);
-    for (let i = 0; i < 10; i++) assert.is(await status(alpha.load(BigInt(i))), 'NOT_VALID', `handle ${i} was the least recently used`);
+    for (let i = 0; i < 10; i++) assert.is(await statusOf(alpha.load(BigInt(i))), 'NOT_VALID', `handle ${i} was the least recently used`);
     for (let i = 10; i < 30; i++) assert.equal((await alpha.load(BigInt(i))).data, content(BigInt(i), 1));
     assert.ok(rig.target.audit().ok);
   } finally {
@@ -301,7 +292,7 @@ test('power loss under the real target: what was acknowledged before the power w
         }
         uncertain.clear();
         for (const [handle, state] of acked) {
-          if (state === 'freed') assert.is(await status((sessions[0] as KbtpSession).load(handle)), 'NOT_VALID', `round ${round}: freed ${handle} came back`);
+          if (state === 'freed') assert.is(await statusOf((sessions[0] as KbtpSession).load(handle)), 'NOT_VALID', `round ${round}: freed ${handle} came back`);
           else {
             const loaded = await (sessions[0] as KbtpSession).load(handle);
             assert.is(loaded.generation, state.generation, `round ${round}: Generation of ${handle}`);
