@@ -15,6 +15,18 @@ import { openRxeNeighbour } from './rxe-tunnel.ts';
 const RPING_PORT = 7174;
 const COUNT = 5;
 
+/** The run's tunnel capture decodes without a problem; its QP1 MADs as 'side:attribute id'. */
+function capturedMads(pcapPath: string): string[] {
+  const capture = decodeRoceCapture(new Uint8Array(readFileSync(pcapPath)));
+  assert.equal(
+    capture.packets.filter((p) => p.problem !== undefined).map((p) => `${p.recordIndex}: ${p.problem}`),
+    [],
+  );
+  return capture.packets
+    .filter((p) => p.headers.destQp === 1)
+    .map((p) => `${p.udp.ip.sourceAddress === HOST_TUNNEL_ADDRESS ? 'kbtp' : 'rxe'}:${decodeMadHeader(p.payload)?.attributeId.toString(16)}`);
+}
+
 test('rping -c -V over RDMA CM on rxe against kbtp as rping server: CM REQ/REP/RTU/DREQ/DREP on QP1, 5 validated iterations', async () => {
   const neighbour = await openRxeNeighbour('rping-server');
   const lines: string[] = [];
@@ -57,14 +69,7 @@ test('rping -c -V over RDMA CM on rxe against kbtp as rping server: CM REQ/REP/R
     assert.is(lines.length, COUNT);
     assert.match(lines[0]!, /^server ping data: rdma-ping-0: /);
     assert.match(result.log, /ping data: rdma-ping-4: /);
-    const capture = decodeRoceCapture(new Uint8Array(readFileSync(result.tunnelPcapPath!)));
-    assert.equal(
-      capture.packets.filter((p) => p.problem !== undefined).map((p) => `${p.recordIndex}: ${p.problem}`),
-      [],
-    );
-    const mads = capture.packets
-      .filter((p) => p.headers.destQp === 1)
-      .map((p) => `${p.udp.ip.sourceAddress === HOST_TUNNEL_ADDRESS ? 'kbtp' : 'rxe'}:${decodeMadHeader(p.payload)?.attributeId.toString(16)}`);
+    const mads = capturedMads(result.tunnelPcapPath!);
     assert.equal(mads.slice(0, 3), ['rxe:10', 'kbtp:13', 'rxe:14'], 'REQ, REP, RTU');
     assert.ok(mads.includes('rxe:15') && mads.includes('kbtp:16'), `DREQ answered by DREP: ${mads.join(' ')}`);
     assert.is(cm!.stats.rtus, 1);
@@ -121,14 +126,7 @@ test('kbtp as rping client over RDMA CM against rping -s -V on rxe: REQ/REP/RTU,
     assert.is(result.exitStatus, 0, `rping -s exit status (log ${result.logPath})`);
     assert.is(lines.length, COUNT);
     assert.match(result.log, /server ping data: rdma-ping-4: /);
-    const capture = decodeRoceCapture(new Uint8Array(readFileSync(result.tunnelPcapPath!)));
-    assert.equal(
-      capture.packets.filter((p) => p.problem !== undefined).map((p) => `${p.recordIndex}: ${p.problem}`),
-      [],
-    );
-    const mads = capture.packets
-      .filter((p) => p.headers.destQp === 1)
-      .map((p) => `${p.udp.ip.sourceAddress === HOST_TUNNEL_ADDRESS ? 'kbtp' : 'rxe'}:${decodeMadHeader(p.payload)?.attributeId.toString(16)}`);
+    const mads = capturedMads(result.tunnelPcapPath!);
     assert.ok(mads.includes('kbtp:10') && mads.includes('rxe:13') && mads.includes('kbtp:14'), `REQ, REP, RTU: ${mads.join(' ')}`);
     assert.ok(mads.includes('kbtp:15') && mads.includes('rxe:16'), `DREQ answered by DREP: ${mads.join(' ')}`);
     qp.destroy();
