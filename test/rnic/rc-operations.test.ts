@@ -264,6 +264,24 @@ test('RNR: a Send before its receive is posted is retried until the receive appe
   }
 });
 
+test('an RNR wait longer than the ACK timeout spends no transport retries', async () => {
+  // While the RNR timer runs nothing is unacknowledged by loss: the ACK timer must stay off, or a
+  // receiver that is merely slow to post ends the QP with RETRY_EXC_ERR.
+  const pair = await rcPair({ pathMtu: 1024, minRnrTimer: 28, ackTimeoutMs: 60, retryCount: 3 });
+  try {
+    const { client, server } = pair;
+    client.qp.postSend({ wrId: 1, opcode: 'SEND', sgList: [{ lkey: client.mr.lkey, offset: 0, length: 100 }] });
+    await new Promise((resolve) => setTimeout(resolve, 400));
+    server.qp.postRecv({ wrId: 2, sgList: [{ lkey: server.mr.lkey, offset: 0, length: 4096 }] });
+    const done = await completions(client.cq, 1);
+    assert.is(done[0]!.status, WcStatus.Success, done[0]!.error);
+    expectSuccess(await completions(server.cq, 1));
+    assert.ok(server.qp.statistics.rnrNaksSent > 0);
+  } finally {
+    await pair.close();
+  }
+});
+
 test('RNR retry count exhausted: RNR_RETRY_EXC_ERR, QP in error, rest flushed', async () => {
   const pair = await rcPair({ pathMtu: 1024, minRnrTimer: 1, rnrRetry: 2 });
   try {

@@ -364,16 +364,17 @@ export class Requester {
     // Only PSNs this side sent and that are not yet acknowledged can be answered.
     if (psnCompare(psn, this.lastAcked) <= 0 || psnCompare(psn, this.sentEnd) >= 0) return;
     if (h.opcode === IbOpcode.Acknowledge) {
+      // ACKs and NAKs move the acknowledged PSN in ackThrough, before an RNR NAK turns the ACK
+      // timer off for its own wait.
       this.acknowledge(h, psn);
-    } else if (h.opcode === IbOpcode.AtomicAcknowledge) {
-      this.atomicAcknowledge(h, psn);
     } else {
-      this.readResponse(h, psn, payload);
+      if (h.opcode === IbOpcode.AtomicAcknowledge) this.atomicAcknowledge(h, psn);
+      else this.readResponse(h, psn, payload);
+      // A response may complete older Writes implicitly even when it answers nothing itself (a
+      // Read Response overtaking a lost Atomic Acknowledge): the acknowledged PSN follows, or the
+      // ACK timer would go back to a PSN no queued WQE holds and retransmit nothing.
+      this.advanced();
     }
-    // A response may complete older Writes implicitly even when it answers nothing itself (a
-    // Read Response overtaking a lost Atomic Acknowledge): the acknowledged PSN follows, or the
-    // ACK timer would go back to a PSN no queued WQE holds and retransmit nothing.
-    this.advanced();
     this.completeInOrder();
     this.scheduleTransmit();
   }
@@ -489,7 +490,6 @@ export class Requester {
     // A chunk fully arrived frees its ORD slot.
     if (wqe.received % READ_CHUNK_PACKETS === 0 || wqe.received === wqe.packets) this.readsOutstanding--;
     if (wqe.received === wqe.packets) this.finishResponse(wqe);
-    this.advanced();
   }
 
   private atomicAcknowledge(h: IbHeaders, psn: number): void {
@@ -506,7 +506,6 @@ export class Requester {
     }
     wqe.received = 1;
     this.finishResponse(wqe);
-    this.advanced();
   }
 
   /** Completes the Sends/Writes a response implicitly acknowledges and returns the WQE it answers. */
