@@ -159,6 +159,8 @@ export class DurableTier {
   };
   private readonly maxBatch: number;
   private readonly resumeGenerations: Uint16Array;
+  /** Wakes the commit loop when a request is queued while it waits on a group's sync. */
+  private arrived: (() => void) | undefined;
   /** Maintenance tasks (scrub repair, checkpoint, tenant changes) waiting for the committer. */
   private readonly exclusiveWaiters: Array<() => void> = [];
 
@@ -251,14 +253,18 @@ export class DurableTier {
     this.blocks.set(index, block);
   }
 
-  /** Makes the block's data and entry durable. `data` must not change until this settles. */
-  seal(index: number, generation: number, data: Uint8Array): Promise<void> {
+  /**
+   * Makes the block's data and entry durable. `data` must not change until this settles. `crc`,
+   * when the caller has it, is the CRC32C of `data` (the target's workers compute it where the
+   * data is still in cache); otherwise the tier computes it.
+   */
+  seal(index: number, generation: number, data: Uint8Array, crc: number = crc32c(data)): Promise<void> {
     return this.enqueue((done) => ({
       kind: 'seal',
       index,
       generation,
       data,
-      crc: crc32c(data),
+      crc,
       tenant: tenantLookup(this.options.tenants)(index),
       slot: -1,
       done,
@@ -329,33 +335,74 @@ export class DurableTier {
     return new Promise<void>((resolve, reject) => {
       this.queue.push(make({ resolve, reject }));
       if (!this.committing) void this.commitLoop();
+      else this.wakeCommitter();
     });
   }
 
+  /** Resolves at the next request queued (the commit loop waits on it beside a group's sync). */
+  private arrival(): Promise<void> {
+    return new Promise((resolve) => {
+      this.arrived = resolve;
+    });
+  }
+
+  private wakeCommitter(): void {
+    const wake = this.arrived;
+    this.arrived = undefined;
+    wake?.();
+  }
+
+  /**
+   * The committer. Two groups overlap: while one writes its journal and syncs, the next one
+   * forms, and each request that joins it has its data written at once, so a group's sync finds
+   * its data already written and the next group holds whatever arrived during that sync, however
+   * the requests trickle in (a loop that waited for a sync before taking anything would make
+   * every other group a group of one). Journal records and syncs stay strictly one group after
+   * the other: a group's records are written only once the group before it is durable or failed.
+   */
   private async commitLoop(): Promise<void> {
     this.committing = true;
+    /** The group writing its journal and syncing (finish() never rejects), and whether it is done. */
+    let previous: { settled: Promise<void>; done: boolean } | undefined;
     try {
       // A maintenance task waiting for the committer (see exclusive()) goes between two groups.
-      while ((this.queue.length > 0 || this.waiting.length > 0) && this.exclusiveWaiters.length === 0) {
-        const candidates = [...this.waiting, ...this.queue.splice(0, this.maxBatch)];
-        this.waiting = [];
-        if (this.needsCheckpoint || this.journalSize > this.sizing.journalLimit - 64 * (candidates.length + 1) - 64) {
-          try {
-            await this.writeCheckpoint();
-          } catch (error) {
-            this.counters.writeErrors += 1;
-            this.fail(candidates, error);
-            continue;
-          }
-        }
-        const batch = this.admit(candidates);
-        if (batch.length === 0) {
-          // Only seals waiting for drops of another group, which cannot come: let them fail.
-          if (this.dropsInFlight === 0) this.fail(this.waiting.splice(0), new TierError('EIO', 'no block can be dropped'));
+      while (this.exclusiveWaiters.length === 0) {
+        if (this.queue.length === 0 && this.waiting.length === 0) {
+          if (previous === undefined) break;
+          if (!previous.done) await Promise.race([previous.settled, this.arrival()]);
+          if (previous.done) previous = undefined;
           continue;
         }
-        await this.commit(batch);
+        const candidates = [...this.waiting, ...this.queue.splice(0, this.maxBatch)];
+        this.waiting = [];
+        const batch = this.admit(candidates);
+        if (batch.length === 0) {
+          // Only seals waiting for drops: those of the group in flight may free their slots.
+          if (previous !== undefined) {
+            await previous.settled;
+            previous = undefined;
+          } else if (this.dropsInFlight === 0) this.fail(this.waiting.splice(0), new TierError('EIO', 'no block can be dropped'));
+          continue;
+        }
+        let writes = this.writeData(batch);
+        while (previous !== undefined && !previous.done) {
+          await Promise.race([previous.settled, this.arrival()]);
+          if (this.queue.length === 0 || batch.length >= this.maxBatch) continue;
+          const more = this.admit(this.queue.splice(0, this.maxBatch - batch.length));
+          if (more.length === 0) continue;
+          batch.push(...more);
+          const written = writes;
+          const moreWritten = this.writeData(more);
+          writes = Promise.all([written, moreWritten]).then(() => undefined);
+        }
+        const group = { settled: this.finish(batch, writes), done: false };
+        void group.settled.then(() => {
+          group.done = true;
+          this.wakeCommitter();
+        });
+        previous = group;
       }
+      if (previous !== undefined) await previous.settled;
     } finally {
       this.releaseCommitter();
     }
@@ -451,35 +498,65 @@ export class DurableTier {
     return Buffer.concat([encodeFrame(JOURNAL_MAGIC, marker), encodeFrame(JOURNAL_MAGIC, body)]);
   }
 
-  private async commit(batch: Op[]): Promise<void> {
-    const journalBytes = this.groupFrames(batch);
+  /** One group from start to end (maintenance, which holds the committer). */
+  private commit(batch: Op[]): Promise<void> {
+    return this.finish(batch, this.writeData(batch));
+  }
+
+  /**
+   * Starts writing the seals' data into their slots; seals in consecutive slots go out in one
+   * vectored write (a full block fills its slot exactly). Resolves when every write has ended, and
+   * rejects (with the first error) only then, so that no write is still running into a slot that a
+   * failure gives back.
+   */
+  private async writeData(batch: Op[]): Promise<void> {
     const seals = batch.filter((op): op is Extract<Op, { kind: 'seal' }> => op.kind === 'seal').sort((a, b) => a.slot - b.slot);
-    try {
-      const writes: Array<Promise<void>> = [this.journal.write(journalBytes, this.journalSize)];
-      // Seals in consecutive slots go out in one vectored write (a full block fills its slot exactly).
-      for (let i = 0; i < seals.length; ) {
-        const first = seals[i];
-        if (first === undefined) break;
-        const run: Uint8Array[] = [first.data];
-        let j = i + 1;
-        let previous = first;
-        while (j < seals.length && run.length < 64) {
-          const next = seals[j];
-          if (next === undefined || next.slot !== previous.slot + 1 || previous.data.length !== this.sizing.slotSize) break;
-          run.push(next.data);
-          previous = next;
-          j += 1;
-        }
-        if (run.some((part) => part.length > 0))
-          writes.push(
-            run.length === 1 ? this.data.write(first.data, first.slot * this.sizing.slotSize) : this.data.writev(run, first.slot * this.sizing.slotSize),
-          );
-        i = j;
+    const writes: Array<Promise<void>> = [];
+    for (let i = 0; i < seals.length; ) {
+      const first = seals[i];
+      if (first === undefined) break;
+      const run: Uint8Array[] = [first.data];
+      let j = i + 1;
+      let previous = first;
+      while (j < seals.length && run.length < 64) {
+        const next = seals[j];
+        if (next === undefined || next.slot !== previous.slot + 1 || previous.data.length !== this.sizing.slotSize) break;
+        run.push(next.data);
+        previous = next;
+        j += 1;
       }
-      await Promise.all(writes);
+      if (run.some((part) => part.length > 0))
+        writes.push(
+          run.length === 1 ? this.data.write(first.data, first.slot * this.sizing.slotSize) : this.data.writev(run, first.slot * this.sizing.slotSize),
+        );
+      i = j;
+    }
+    await settledAll(writes);
+  }
+
+  /**
+   * The group's records after its data writes, then one fdatasync of each file it touched; the
+   * group is answered when durable, or failed. Never rejects.
+   */
+  private async finish(batch: Op[], dataWritten: Promise<void>): Promise<void> {
+    // After a failed group, or with the journal near its limit: a new checkpoint and journal first.
+    if (this.needsCheckpoint || this.journalSize > this.sizing.journalLimit - 64 * (batch.length + 1) - 64) {
+      try {
+        await this.writeCheckpoint();
+      } catch (error) {
+        this.counters.writeErrors += 1;
+        await dataWritten.catch(() => undefined);
+        this.fail(batch, error);
+        return;
+      }
+    }
+    const journalBytes = this.groupFrames(batch);
+    const sealed = batch.some((op) => op.kind === 'seal');
+    try {
+      await settledAll([this.journal.write(journalBytes, this.journalSize), dataWritten]);
       const syncs = [this.journal.datasync()];
-      if (seals.length > 0) syncs.push(this.data.datasync());
-      await Promise.all(syncs);
+      if (sealed) syncs.push(this.data.datasync());
+      await settledAll(syncs);
       this.counters.fsyncs += syncs.length;
     } catch (error) {
       this.counters.writeErrors += 1;
@@ -802,6 +879,12 @@ export class DurableTier {
       return { dropped, overQuota };
     });
   }
+}
+
+/** Waits for every promise to settle, then rejects with the first rejection, if any. */
+async function settledAll(promises: ReadonlyArray<Promise<unknown>>): Promise<void> {
+  const results = await Promise.allSettled(promises);
+  for (const result of results) if (result.status === 'rejected') throw result.reason;
 }
 
 /** Handle index -> tenant index (-1 for none), by binary search over the sorted store ranges. */

@@ -1,14 +1,35 @@
 // A worker thread's side of the durable tier: asks go to the main thread, answers come back by id.
+// A seal's CRC32C is computed here, in the worker that just placed the block's data: the data is
+// still in this core's cache, the workers share the work, and the main thread (one for every
+// worker, where the group commit runs) is left with the writes.
+import { crc32c } from '@node-rs/crc32';
+import type { Engine } from '../../engine/engine.ts';
 import type { TierAsk, TierAnswer, TierToMain } from './tier-messages.ts';
+
+/** What a worker asks; a seal's checksum is added by the client. */
+export type TierRequest = Exclude<TierAsk, { op: 'seal' }> | Omit<Extract<TierAsk, { op: 'seal' }>, 'crc'>;
 
 export class TierClient {
   private nextId = 1;
   private readonly waiting = new Map<number, (answer: TierAnswer) => void>();
 
-  constructor(private readonly post: (message: TierToMain) => void) {}
+  constructor(
+    private readonly post: (message: TierToMain) => void,
+    private readonly engine: Engine,
+  ) {}
 
-  ask(ask: TierAsk): Promise<TierAnswer> {
+  ask(request: TierRequest): Promise<TierAnswer> {
     const id = this.nextId++;
+    let ask: TierAsk;
+    if (request.op === 'seal') {
+      // The staging block (or, for BIND, the pool block): the request holds it until answered.
+      const { engine } = this;
+      const data =
+        request.staging !== 0
+          ? engine.bytes.subarray(request.staging, request.staging + request.dataLength)
+          : engine.block(request.blockOffset, request.dataLength);
+      ask = { ...request, crc: crc32c(data) };
+    } else ask = request;
     return new Promise((resolve) => {
       this.waiting.set(id, resolve);
       this.post({ type: 'tier', id, ask });

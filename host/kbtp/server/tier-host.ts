@@ -115,6 +115,7 @@ export class TierHost {
             ask.index,
             ask.generation,
             ask.staging !== 0 ? engine.bytes.subarray(ask.staging, ask.staging + ask.dataLength) : engine.block(ask.blockOffset, ask.dataLength),
+            ask.crc,
           );
           this.seen[ask.index] = engine.stampOf(ask.index);
           return { ok: true, outcome: S.FETCH_OK };

@@ -1,9 +1,10 @@
 // What a worker thread asks of the durable tier, which lives in the target's main thread (one
 // tier, one group commit for all workers), and the answers. Block data never travels in these
-// messages: the tier reads and writes the pool in the shared memory directly.
+// messages: the tier reads and writes the pool in the shared memory directly. A seal carries the
+// CRC32C of its data, computed by the worker (tier-client.ts).
 
 export type TierAsk =
-  | { op: 'seal'; index: number; generation: number; blockOffset: bigint; dataLength: number; staging: number }
+  | { op: 'seal'; index: number; generation: number; blockOffset: bigint; dataLength: number; staging: number; crc: number }
   | { op: 'unbind'; index: number; generation: number; why: 'free' | 'lost' | 'undo' }
   | { op: 'reserve'; index: number; generation: number }
   | { op: 'fetch'; index: number; blockOffset: bigint };

@@ -88,7 +88,7 @@ async function main(): Promise<void> {
     slots,
     verifier: new SecretVerifier(),
     ...(fault !== undefined ? { fault } : {}),
-    tier: settings.durable === undefined ? undefined : new TierClient(send),
+    tier: settings.durable === undefined ? undefined : new TierClient(send, engine),
     demoter: new Demoter(engine),
     log: (line) => {
       if (data.verbose) send({ type: 'log', line: `[w${data.thread}] ${line}` });
