@@ -3,6 +3,12 @@
 // bench/tier-load.ts) at 256 KiB and 1 MiB, fio writing
 // the same sizes to the same file system with an fdatasync every 8 writes in the same run,
 // recovery of a 100,000-block index, and the p99 of a LOAD that promotes a block from the tier.
+// Steady state on both sides: the clients store and free their blocks once before the measured
+// pass, and fio overwrites a file it laid out first, so that neither measures the first touch of
+// fresh memory (on a virtual machine that costs more than the write itself: docs/TIER.md).
+// Each figure is the median of RUNS runs, the three kinds interleaved so that a change of load
+// during the run shifts them alike; the CPU time of the target and of the clients per STORE is
+// printed with them.
 // Writes bench/results/tier.json:
 //   { fio_write_gbps, rows: [{ size, sessions, persistent_store_gbps, volatile_store_gbps }],
 //     recovery: { blocks, seconds }, promotion_p99_us }
@@ -35,6 +41,13 @@ const base = values.dir ?? path.join(root, '.cache', 'bench-tier');
 const bytesPerRow = Number(values.mib) * 2 ** 20;
 const SESSIONS = 16;
 const SIZES = [262144, 1048576];
+/** Runs of each kind per size; the medians are reported. */
+const RUNS = 3;
+
+function median(values: number[]): number {
+  const sorted = [...values].sort((a, b) => a - b);
+  return sorted[Math.floor(sorted.length / 2)] ?? 0;
+}
 
 function ensureFio(): string {
   const found = spawnSync('sh', ['-c', 'command -v fio'], { encoding: 'utf8' }).stdout.trim();
@@ -67,6 +80,7 @@ function fioWriteGbps(fio: string, dir: string, size: number): number {
       '--ioengine=psync',
       '--numjobs=1',
       '--end_fsync=1',
+      '--overwrite=1',
       '--output-format=json',
     ],
     { encoding: 'utf8' },
@@ -90,24 +104,36 @@ function settingsFor(size: number, blocks: number, dataDir: string | undefined):
 const PIPELINE = 4;
 const loadScript = fileURLToPath(new URL(`./tier-load${import.meta.url.endsWith('.ts') ? '.ts' : '.js'}`, import.meta.url));
 
-/** 16 sessions (in a client process of their own, bench/tier-load.ts) store `bytesPerRow` of sealed blocks of `size` octets; returns Gbit/s. */
-async function storeGbps(size: number, dataDir: string | undefined): Promise<number> {
+interface StoreRun {
+  gbps: number;
+  /** CPU time (user + system) per STORE of the target's process and of the clients' process, microseconds. */
+  targetCpuUs: number;
+  clientCpuUs: number;
+}
+
+/** 16 sessions (in a client process of their own, bench/tier-load.ts) store `bytesPerRow` of sealed blocks of `size` octets. */
+async function storeRun(size: number, dataDir: string | undefined): Promise<StoreRun> {
   const blocks = Math.max(SESSIONS, Math.ceil(bytesPerRow / size));
   const target = await startTarget(settingsFor(size, blocks, dataDir), { log: () => undefined });
   try {
     const perSession = Math.floor(blocks / SESSIONS);
     const loader = loadScript.endsWith('.ts') ? ['--import', 'tsx', loadScript] : [loadScript];
-    const child = spawn(process.execPath, [...loader, `127.0.0.1:${target.port}`, String(size), String(perSession), String(SESSIONS), String(PIPELINE)], {
+    const child = spawn(process.execPath, [...loader, `127.0.0.1:${target.port}`, String(size), String(perSession), String(SESSIONS), String(PIPELINE), '1'], {
       stdio: ['ignore', 'pipe', 'inherit'],
     });
     let out = '';
+    let cpuBefore: NodeJS.CpuUsage | undefined;
     child.stdout.on('data', (chunk: Buffer) => {
       out += chunk.toString();
+      // The warm-up is over: the measured pass starts.
+      if (cpuBefore === undefined && out.includes('"phase":"measure"')) cpuBefore = process.cpuUsage();
     });
     const code = await new Promise<number | null>((resolve) => child.once('exit', resolve));
-    if (code !== 0) throw new Error(`bench/tier-load exited with ${code}: ${out}`);
-    const { seconds, bytes } = JSON.parse(out.trim().split('\n').at(-1) ?? '{}') as { seconds: number; bytes: number };
-    return (bytes * 8) / seconds / 1e9;
+    const cpu = process.cpuUsage(cpuBefore);
+    if (code !== 0 || cpuBefore === undefined) throw new Error(`bench/tier-load exited with ${code}: ${out}`);
+    const { seconds, bytes, cpuMicros } = JSON.parse(out.trim().split('\n').at(-1) ?? '{}') as { seconds: number; bytes: number; cpuMicros: number };
+    const stores = perSession * SESSIONS;
+    return { gbps: (bytes * 8) / seconds / 1e9, targetCpuUs: (cpu.user + cpu.system) / stores, clientCpuUs: cpuMicros / stores };
   } finally {
     await target.stop(1000);
   }
@@ -174,12 +200,29 @@ async function main(): Promise<void> {
   const rows = [];
   const fioBySize: Record<number, number> = {};
   for (const size of SIZES) {
-    fioBySize[size] = fioWriteGbps(fio, fresh('fio'), size);
-    const persistent = await storeGbps(size, fresh(`persistent-${size}`));
-    const volatile = await storeGbps(size, undefined);
-    rows.push({ size, sessions: SESSIONS, persistent_store_gbps: +persistent.toFixed(3), volatile_store_gbps: +volatile.toFixed(3) });
+    const fios: number[] = [];
+    const persistents: StoreRun[] = [];
+    const volatiles: StoreRun[] = [];
+    for (let run = 0; run < RUNS; run++) {
+      fios.push(fioWriteGbps(fio, fresh('fio'), size));
+      persistents.push(await storeRun(size, fresh(`persistent-${size}`)));
+      volatiles.push(await storeRun(size, undefined));
+      const [f, p, v] = [fios.at(-1) ?? 0, persistents.at(-1), volatiles.at(-1)];
+      console.log(
+        `  size ${size} run ${run + 1}: fio ${f.toFixed(3)}, persistent ${p?.gbps.toFixed(3)}, volatile ${v?.gbps.toFixed(3)} Gbit/s` +
+          ` (persistent/volatile ${((p?.gbps ?? 0) / (v?.gbps ?? 1)).toFixed(2)}, persistent/fio ${((p?.gbps ?? 0) / f).toFixed(2)})`,
+      );
+    }
+    const f = median(fios);
+    const p = median(persistents.map((r) => r.gbps));
+    const v = median(volatiles.map((r) => r.gbps));
+    fioBySize[size] = f;
+    rows.push({ size, sessions: SESSIONS, persistent_store_gbps: +p.toFixed(3), volatile_store_gbps: +v.toFixed(3) });
+    const cpu = (runs: StoreRun[]): string =>
+      `target ${median(runs.map((r) => r.targetCpuUs)).toFixed(0)} us, clients ${median(runs.map((r) => r.clientCpuUs)).toFixed(0)} us`;
     console.log(
-      `size ${size}: fio ${fioBySize[size]?.toFixed(3)} Gbit/s, persistent STORE ${persistent.toFixed(3)}, volatile STORE ${volatile.toFixed(3)} Gbit/s (16 sessions)`,
+      `size ${size}, 16 sessions, median of ${RUNS}: fio ${f.toFixed(3)} Gbit/s, persistent STORE ${p.toFixed(3)}, volatile STORE ${v.toFixed(3)} Gbit/s;` +
+        ` persistent/fio ${(p / f).toFixed(2)}, persistent/volatile ${(p / v).toFixed(2)}; CPU per STORE: persistent ${cpu(persistents)}, volatile ${cpu(volatiles)}`,
     );
   }
   const recovery = { blocks: 100_000, seconds: +(await recoverySeconds(fresh('recovery'), 100_000)).toFixed(3) };
