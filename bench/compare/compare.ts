@@ -24,7 +24,7 @@ import { formatTable } from '../../host/report/table.ts';
 import { barChart } from '../../host/report/svg.ts';
 import { loadavg } from 'node:os';
 import { iperf3, redisBenchmark, startRedis, stopAll, type RedisResult, type RedisServer } from './tools.ts';
-import { childCpuUs, cpuPerOp, startTargetProcess, type CpuPerOp } from './cpu.ts';
+import { childCpuUs, cpuPerOp, kbtpCpuPerOp, type CpuPerOp } from './cpu.ts';
 import { nodeSocketGbps } from './node-socket.ts';
 
 const here = dirname(fileURLToPath(import.meta.url));
@@ -159,41 +159,12 @@ function formatCompare(title: string, rows: readonly CompareRow[], iperfGbps: nu
 
 /**
  * CPU per request on each side (issue 16): 16 KiB LOAD against a target in a process of its own
- * and Redis GET of 16 KiB against `redisServer`, both 16 connections x 1 in flight.
+ * (cpu.ts kbtpCpuPerOp) and Redis GET of 16 KiB against `redisServer`, both 16 connections x 1 in flight.
  */
 async function measureCpu(redisServer: RedisServer, requests: number): Promise<{ kbtp: CpuPerOp; redis: CpuPerOp }> {
   const size = 16 * 1024;
   const sessions = 16;
-  const cli = join(repoRoot, 'dist', 'host', 'cli.js');
-  const target = await startTargetProcess(repoRoot, size, sessions + 16);
-  let kbtp: CpuPerOp;
-  try {
-    kbtp = await cpuPerOp(target.pid, requests, (count) =>
-      childCpuUs(
-        process.execPath,
-        [
-          cli,
-          'bench',
-          '--target',
-          `127.0.0.1:${target.port}`,
-          '--sizes',
-          '16K',
-          '--mix',
-          'load',
-          '--sessions',
-          String(sessions),
-          '--in-flight',
-          '1',
-          '--count',
-          String(count),
-          '--quiet',
-        ],
-        600_000,
-      ),
-    );
-  } finally {
-    target.child.kill('SIGTERM');
-  }
+  const kbtp = await kbtpCpuPerOp(repoRoot, requests, { size, sessions });
   // GET needs the value: one SET first (redis-benchmark uses the one key "key:__rand_int__" without -r).
   await childCpuUs('redis-benchmark', ['-h', '127.0.0.1', '-p', String(redisServer.port), '-t', 'set', '-d', String(size), '-n', '100', '-q'], 60_000);
   const redis = await cpuPerOp(redisServer.pid, requests, (count) =>

@@ -92,3 +92,47 @@ export async function startTargetProcess(repoRoot: string, blockSize: number, bl
   });
   return { port, pid: child.pid ?? 0, child };
 }
+
+/**
+ * CPU per request of kbtp (issue 16): `kbtp bench --mix load` of `size`-octet blocks from
+ * `sessions` sessions x `inFlight` in flight against a `kbtp target` of its own (1 worker), by the
+ * difference method. `extra` goes to kbtp bench (e.g. --batch).
+ */
+export async function kbtpCpuPerOp(
+  repoRoot: string,
+  requests: number,
+  options: { size: number; sessions: number; inFlight?: number; extra?: readonly string[] },
+): Promise<CpuPerOp> {
+  const { size, sessions } = options;
+  const inFlight = options.inFlight ?? 1;
+  const cli = join(repoRoot, 'dist', 'host', 'cli.js');
+  const target = await startTargetProcess(repoRoot, size, sessions * inFlight + 16);
+  try {
+    return await cpuPerOp(target.pid, requests, (count) =>
+      childCpuUs(
+        process.execPath,
+        [
+          cli,
+          'bench',
+          '--target',
+          `127.0.0.1:${target.port}`,
+          '--sizes',
+          String(size),
+          '--mix',
+          'load',
+          '--sessions',
+          String(sessions),
+          '--in-flight',
+          String(inFlight),
+          '--count',
+          String(count),
+          '--quiet',
+          ...(options.extra ?? []),
+        ],
+        600_000,
+      ),
+    );
+  } finally {
+    target.child.kill('SIGTERM');
+  }
+}

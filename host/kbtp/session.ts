@@ -17,8 +17,11 @@ import {
   type WorkCompletion,
   type SendWorkRequest,
 } from '../rnic/verbs.ts';
-import { encodeRequest, decodeCompletion, type Completion, type RequestFields } from './wire/messages.ts';
-import { Batch, BatchSlots, type BatchHost } from './batch.ts';
+import { encodeRequest, decodeCompletion, writeBindAt, writeRequestAt, type Completion } from './wire/messages.ts';
+import { Batch, type BatchHost } from './batch.ts';
+import { RequestSlots, SLOT_ID_MARK } from './slots.ts';
+import { SlotCall, type SlotCallHost } from './slot-call.ts';
+import { Deadlines } from './deadlines.ts';
 import { encodeHello, decodeHelloAck, type HelloAck } from './wire/hello.ts';
 import { type KbtpError, KbtpStatusError, ProtocolError, SessionClosedError, TargetRefusedError, TransportError, UsageError } from './errors.ts';
 import { bounded, checkTimeout, DEFAULT_CALL_TIMEOUT_MS, type CallOptions } from './call.ts';
@@ -61,10 +64,15 @@ export class KbtpSession {
   private messageSize = 0;
   private sendView = new DataView(new ArrayBuffer(0));
   private readonly receiveView: DataView;
-  /** Batched requests: the batch each slot's request belongs to, the slot's request sequence, its staging view. */
-  private readonly batches = new BatchSlots((index) => this.postReceive(index));
+  /** Slot-routed requests (single calls and batches): the call each slot's request belongs to, the slot's request sequence. */
+  private readonly slots = new RequestSlots((index) => this.postReceive(index));
   private readonly stagingViews: Uint8Array[] = [];
-  private readonly batchHost: BatchHost;
+  /** Every call's deadline, swept by one timer. */
+  private readonly deadlines = new Deadlines();
+  /** What batches and single calls use of the session. */
+  private readonly slotHost: BatchHost & SlotCallHost;
+  /** Finished single calls, reused. */
+  private readonly callPool: SlotCall[] = [];
   private readonly directHost: DirectHost;
   private readonly freeSlots: number[] = [];
   private readonly slotWaiters: Array<() => void> = [];
@@ -96,13 +104,14 @@ export class KbtpSession {
     this.receiveBuffer = new Uint8Array(RECV_SLOT * this.receiveDepth);
     this.receiveView = new DataView(this.receiveBuffer.buffer);
     const session = this;
-    this.batchHost = {
+    this.slotHost = {
       get blockSize() {
         return session.hello.blockSize;
       },
       get failure() {
         return session.failure;
       },
+      deadlines: this.deadlines,
       claimSlot: () => this.freeSlots.pop() ?? -1,
       releaseSlot: (slot) => this.giveSlot(slot),
       waitForSlot: (resume) => {
@@ -113,7 +122,12 @@ export class KbtpSession {
         if (index >= 0) this.slotWaiters.splice(index, 1);
       },
       post: (slot, batch, opcode, flags, handle, length) => this.postBatched(slot, batch, opcode, flags, handle, length),
+      send: (slot, call) => this.postCall(slot, call),
       staging: (slot) => this.stagingViews[slot]!,
+      describeFailure: (handle, status) => this.describeFailure(handle, status),
+      recycle: (call) => {
+        this.callPool.push(call);
+      },
     };
     this.directHost = {
       get hello() {
@@ -189,7 +203,7 @@ export class KbtpSession {
     this.dataBuffer = new Uint8Array(this.slotSize * depth + 64 * depth);
     this.dataRegion = this.rnic.registerMemory(this.pd, this.dataBuffer, { access: Access.LocalWrite | Access.RemoteWrite | Access.RemoteRead });
     this.sendView = new DataView(this.sendBuffer.buffer);
-    this.batches.open(depth);
+    this.slots.open(depth);
     for (let slot = 0; slot < depth; slot++) {
       this.freeSlots.push(slot);
       this.stagingViews.push(this.dataBuffer.subarray(this.stagingOffset(slot), this.stagingOffset(slot) + answer.blockSize));
@@ -222,7 +236,7 @@ export class KbtpSession {
     if (id >= RECV_BASE) {
       if (completion.status !== WcStatus.Success) return;
       const index = id - RECV_BASE;
-      if (this.batches.route(this.receiveView, index, index * RECV_SLOT, completion.byteLength)) return;
+      if (this.slots.route(this.receiveView, index, index * RECV_SLOT, completion.byteLength)) return;
       const bytes = this.receiveBuffer.slice(index * RECV_SLOT, index * RECV_SLOT + completion.byteLength);
       this.postReceive(index);
       this.deliver(bytes);
@@ -241,9 +255,43 @@ export class KbtpSession {
 
   private postBatched(slot: number, batch: Batch, opcode: number, flags: number, handle: bigint, length: number): void {
     const at = slot * this.messageSize;
-    this.batches.write(this.sendView, at, slot, batch, opcode, flags, handle, this.dataRegion?.stag ?? 0, this.stagingOffset(slot), length);
+    const idLow = this.slots.begin(slot, batch);
+    this.postSlot(
+      slot,
+      writeRequestAt(this.sendView, at, opcode, flags, SLOT_ID_MARK, idLow, handle, 0, this.dataRegion?.stag ?? 0, this.stagingOffset(slot), length),
+    );
+  }
+
+  /** Writes a single call's request into its slot's message in place (staging or inlining its data) and posts it. */
+  private postCall(slot: number, call: SlotCall): void {
+    const at = slot * this.messageSize;
+    const view = this.sendView;
+    const idLow = this.slots.begin(slot, call);
+    const { opcode, flags, handle, data } = call;
+    const stag = this.dataRegion?.stag ?? 0;
+    let length: number;
+    if (opcode === K.OPCODE_BIND) {
+      writeRequestAt(view, at, opcode, flags, SLOT_ID_MARK, idLow, handle, 0, 0, 0, 0);
+      length = writeBindAt(view, at, call.ticket, call.bindLength, call.bindOffset);
+    } else if (data === undefined) {
+      // LOAD (the block lands in the slot's staging area) or FREE (header only).
+      length = writeRequestAt(view, at, opcode, flags, SLOT_ID_MARK, idLow, handle, call.generation, stag, this.stagingOffset(slot), this.hello.blockSize);
+    } else if ((flags & K.FLAG_INLINE) !== 0) {
+      length = writeRequestAt(view, at, opcode, flags, SLOT_ID_MARK, idLow, handle, call.generation, 0, 0, data.length);
+      this.sendBuffer.set(data, at + length);
+      length += data.length;
+    } else {
+      // The target pulls the data with RDMA Read from the registered staging slot.
+      this.stagingViews[slot]!.set(data);
+      length = writeRequestAt(view, at, opcode, flags, SLOT_ID_MARK, idLow, handle, call.generation, stag, this.stagingOffset(slot), data.length);
+    }
+    this.postSlot(slot, length);
+  }
+
+  /** Posts slot `slot`'s request message of `length` octets (the COMPLETION implies the Send arrived: the slot is reused only after it). */
+  private postSlot(slot: number, length: number): void {
     const send = this.slotSends[slot]!;
-    send.sgList[0]!.length = K.HEADER_SIZE + K.DESCRIPTOR_SIZE;
+    send.sgList[0]!.length = length;
     this.qp.postSend(send);
   }
 
@@ -279,7 +327,8 @@ export class KbtpSession {
     for (const waiter of this.sendWaiters.values()) waiter.reject(this.failure);
     this.sendWaiters.clear();
     for (const wake of this.slotWaiters.splice(0)) wake();
-    this.batches.abortAll(this.failure);
+    this.slots.abortAll(this.failure);
+    this.deadlines.close();
   }
 
   /** A free slot (staging buffer and request message); waits for one until `signal` fires. */
@@ -305,16 +354,47 @@ export class KbtpSession {
     }
   }
 
-  /** Runs one call of this session within its { signal, timeoutMs }. */
+  /** The time limit of a call about to start; throws why it cannot start (the session failed, a bad timeoutMs). */
+  private admit(options: CallOptions): number {
+    if (this.failure !== undefined) throw this.failure;
+    return options.timeoutMs === undefined ? this.callTimeoutMs : checkTimeout(options.timeoutMs, 'timeoutMs');
+  }
+
+  /** Runs one call of this session that needs an AbortSignal of its own (the one-sided paths) within its { signal, timeoutMs }. */
   private call<T>(what: string, options: CallOptions, body: (signal: AbortSignal) => Promise<T>): Promise<T> {
-    if (this.failure !== undefined) return Promise.reject(this.failure);
     let timeoutMs: number;
     try {
-      timeoutMs = checkTimeout(options.timeoutMs ?? this.callTimeoutMs, 'timeoutMs');
+      timeoutMs = this.admit(options);
     } catch (error) {
       return Promise.reject(error);
     }
-    return bounded(what, { timeoutMs, ...(options.signal !== undefined ? { signal: options.signal } : {}) }, body);
+    return bounded(what, { timeoutMs, deadlines: this.deadlines, ...(options.signal !== undefined ? { signal: options.signal } : {}) }, body);
+  }
+
+  /** A single-call record (reused) for `opcode` on `handle`. */
+  private singleCall(opcode: number, handle: bigint, flags: number, generation: number | undefined): SlotCall {
+    const call = this.callPool.pop() ?? new SlotCall(this.slotHost);
+    call.opcode = opcode;
+    call.handle = handle;
+    call.flags = flags;
+    call.generation = generation ?? 0;
+    call.data = undefined;
+    call.into = undefined;
+    return call;
+  }
+
+  /** Starts a single call within { signal, timeoutMs }: a rejected promise when it cannot start. */
+  private startCall(call: SlotCall, options: CallOptions): Promise<BlockInfo> {
+    let timeoutMs: number;
+    try {
+      timeoutMs = this.admit(options);
+      if (call.data !== undefined) this.checkLength(call.data);
+    } catch (error) {
+      call.data = undefined;
+      this.callPool.push(call);
+      return Promise.reject(error);
+    }
+    return call.start(timeoutMs, options.signal);
   }
 
   private giveSlot(slot: number): void {
@@ -347,26 +427,6 @@ export class KbtpSession {
     });
   }
 
-  /** Sends one request from `slot` and waits for its COMPLETION. */
-  private async request(slot: number, fields: Omit<RequestFields, 'requestId'>, signal: AbortSignal): Promise<Completion> {
-    signal.throwIfAborted(); // a caller that gave up before the request left sends nothing
-    const requestId = this.nextRequestId++;
-    const message = encodeRequest({ ...fields, requestId });
-    const offset = slot * this.messageSize;
-    this.sendBuffer.set(message, offset);
-    if (this.failure !== undefined) throw this.failure;
-    const answer = new Promise<Completion>((resolve, reject) => this.pending.set(requestId, { resolve, reject }));
-    // The COMPLETION implies the Send arrived, so the slot (and its send bytes) is reused only after it.
-    const send = this.slotSends[slot]!;
-    send.sgList[0]!.length = message.length;
-    this.qp.postSend(send);
-    const completion = await answer;
-    if (completion.status !== K.STATUS_SUCCESS) {
-      throw new KbtpStatusError(completion.status, this.describeFailure(fields.handle, completion.status), completion);
-    }
-    return completion;
-  }
-
   /** What a failed request's status means for its handle, with the numbers that explain it. */
   private describeFailure(handle: bigint, status: number): string {
     const { tableBaseHandle: base, tableHandleCount: count, storeFirst, storeCount } = this.hello;
@@ -377,10 +437,6 @@ export class KbtpSession {
       return `handle ${handle} is outside this tenant's ${storeCount === 0n ? 'store range (it has none)' : `store range ${storeFirst}..${storeFirst + storeCount - 1n}`} or load scope`;
     }
     return `handle ${handle}`;
-  }
-
-  private info(completion: Completion): BlockInfo {
-    return { generation: completion.generation, dataLength: completion.dataLength, blockOffset: completion.blockOffset };
   }
 
   private checkLength(data: Uint8Array): void {
@@ -396,70 +452,25 @@ export class KbtpSession {
    * which matters for large blocks, where fresh memory costs more in page faults than the copy.
    */
   load(handle: bigint, options: LoadOptions = {}): Promise<LoadResult> {
-    return this.call(`LOAD of handle ${handle}`, options, (signal) => this.loadBlock(handle, options, signal));
+    const call = this.singleCall(K.OPCODE_LOAD, handle, options.allowUnsealed === true ? K.FLAG_ALLOW_UNSEALED : 0, options.generation);
+    call.into = options.into;
+    // A LOAD's call resolves with a LoadResult (slot-call.ts answered()).
+    return this.startCall(call, options) as Promise<LoadResult>;
   }
 
-  private async loadBlock(handle: bigint, options: LoadOptions, signal: AbortSignal): Promise<LoadResult> {
-    const slot = await this.takeSlot(signal);
-    try {
-      const completion = await this.request(
-        slot,
-        {
-          opcode: K.OPCODE_LOAD,
-          handle,
-          generation: options.generation ?? 0,
-          flags: options.allowUnsealed === true ? K.FLAG_ALLOW_UNSEALED : 0,
-          descriptor: { stag: this.dataRegion?.stag ?? 0, taggedOffset: BigInt(this.stagingOffset(slot)), length: this.hello.blockSize },
-        },
-        signal,
-      );
-      const start = this.stagingOffset(slot);
-      const block = this.dataBuffer.subarray(start, start + completion.dataLength);
-      if (options.into === undefined) return { ...this.info(completion), data: block.slice() };
-      if (options.into.length < block.length) {
-        throw new KbtpStatusError(
-          K.STATUS_LENGTH_ERROR,
-          `handle ${handle}: the ${block.length}-octet block does not fit the ${options.into.length}-octet buffer given`,
-        );
-      }
-      options.into.set(block);
-      return { ...this.info(completion), data: options.into.subarray(0, block.length) };
-    } finally {
-      this.giveSlot(slot);
-    }
-  }
-
-  private async storeRequest(opcode: number, handle: bigint, data: Uint8Array, options: StoreOptions, signal: AbortSignal): Promise<BlockInfo> {
-    this.checkLength(data);
-    const slot = await this.takeSlot(signal);
-    try {
-      const seal = options.seal === true ? K.FLAG_SEAL : 0;
-      if (data.length <= this.hello.maxInline) {
-        return this.info(await this.request(slot, { opcode, handle, generation: options.generation ?? 0, flags: K.FLAG_INLINE | seal, inline: data }, signal));
-      }
-      // The target pulls the data with RDMA Read from the registered staging slot.
-      this.dataBuffer.set(data, this.stagingOffset(slot));
-      return this.info(
-        await this.request(
-          slot,
-          {
-            opcode,
-            handle,
-            generation: options.generation ?? 0,
-            flags: seal,
-            descriptor: { stag: this.dataRegion?.stag ?? 0, taggedOffset: BigInt(this.stagingOffset(slot)), length: data.length },
-          },
-          signal,
-        ),
-      );
-    } finally {
-      this.giveSlot(slot);
-    }
+  /** STORE or ALLOC_STORE of `data`: inline when it fits the target's inline limit, else RDMA-read from the slot's staging area. */
+  private storeCall(opcode: number, handle: bigint, data: Uint8Array, options: StoreOptions): Promise<BlockInfo> {
+    const seal = options.seal === true ? K.FLAG_SEAL : 0;
+    // Before HELLO completed or after a failure there is no session to store to: startCall says so.
+    const inline = this.hello !== undefined && data.length <= this.hello.maxInline ? K.FLAG_INLINE : 0;
+    const call = this.singleCall(opcode, handle, inline | seal, options.generation);
+    call.data = data;
+    return this.startCall(call, options);
   }
 
   /** Block Mapped Store (draft 6.2) into a bound, unsealed handle. */
   store(handle: bigint, data: Uint8Array, options: StoreOptions = {}): Promise<BlockInfo> {
-    return this.call(`STORE of handle ${handle}`, options, (signal) => this.storeRequest(K.OPCODE_STORE, handle, data, options, signal));
+    return this.storeCall(K.OPCODE_STORE, handle, data, options);
   }
 
   /**
@@ -476,43 +487,43 @@ export class KbtpSession {
     into: readonly Uint8Array[],
     options: { allowUnsealed?: boolean; lengths?: Uint32Array } & CallOptions = {},
   ): Promise<void> {
-    return this.call(`LOAD of a batch of ${handles.length}`, options, async (signal) => {
+    try {
+      const timeoutMs = this.admit(options);
       if (into.length !== handles.length) throw new UsageError(`${handles.length} handles but ${into.length} buffers`);
       if (options.lengths !== undefined && options.lengths.length < handles.length) throw new UsageError('lengths is shorter than handles');
       const flags = options.allowUnsealed === true ? K.FLAG_ALLOW_UNSEALED : 0;
-      const batch = new Batch(this.batchHost, K.OPCODE_LOAD, flags, handles, into, options.lengths, this.batches.count, signal);
-      batch.issue();
-      return batch.done;
-    });
+      return this.startBatch(new Batch(this.slotHost, K.OPCODE_LOAD, flags, handles, into, options.lengths, this.slots.count, options.signal, timeoutMs));
+    } catch (error) {
+      return Promise.reject(error);
+    }
   }
 
   /** STOREs `data[i]` into bound, unsealed `handles[i]` for every i, posted together as loadMany does. */
   storeMany(handles: readonly bigint[], data: readonly Uint8Array[], options: { seal?: boolean } & CallOptions = {}): Promise<void> {
-    return this.call(`STORE of a batch of ${handles.length}`, options, async (signal) => {
+    try {
+      const timeoutMs = this.admit(options);
       if (data.length !== handles.length) throw new UsageError(`${handles.length} handles but ${data.length} buffers`);
       for (const block of data) this.checkLength(block);
       const flags = options.seal === true ? K.FLAG_SEAL : 0;
-      const batch = new Batch(this.batchHost, K.OPCODE_STORE, flags, handles, data, undefined, this.batches.count, signal);
-      batch.issue();
-      return batch.done;
-    });
+      return this.startBatch(new Batch(this.slotHost, K.OPCODE_STORE, flags, handles, data, undefined, this.slots.count, options.signal, timeoutMs));
+    } catch (error) {
+      return Promise.reject(error);
+    }
+  }
+
+  private startBatch(batch: Batch): Promise<void> {
+    batch.start();
+    return batch.done;
   }
 
   /** Block Unmapped Store (draft 6.3): allocate, write and bind in one round trip. */
   allocStore(handle: bigint, data: Uint8Array, options: StoreOptions = {}): Promise<BlockInfo> {
-    return this.call(`ALLOC_STORE of handle ${handle}`, options, (signal) => this.storeRequest(K.OPCODE_ALLOC_STORE, handle, data, options, signal));
+    return this.storeCall(K.OPCODE_ALLOC_STORE, handle, data, options);
   }
 
   /** Block Free (draft 6.4). */
   free(handle: bigint, options: { generation?: number } & CallOptions = {}): Promise<BlockInfo> {
-    return this.call(`FREE of handle ${handle}`, options, async (signal) => {
-      const slot = await this.takeSlot(signal);
-      try {
-        return this.info(await this.request(slot, { opcode: K.OPCODE_FREE, handle, generation: options.generation ?? 0 }, signal));
-      } finally {
-        this.giveSlot(slot);
-      }
-    });
+    return this.startCall(this.singleCall(K.OPCODE_FREE, handle, 0, options.generation), options);
   }
 
   /** One RDMA Read of the table entry of `handle` through the Table STag (DIRECT_LOAD). */
@@ -543,7 +554,7 @@ export class KbtpSession {
         const after = await readEntry(this.directHost, handle, signal);
         if (directLoadConsistent(before, after)) return { generation: before.generation, dataLength: before.dataLength, blockOffset: before.blockOffset, data };
       }
-      return this.loadBlock(handle, {}, signal);
+      return this.startCall(this.singleCall(K.OPCODE_LOAD, handle, 0, 0), { signal }) as Promise<LoadResult>;
     });
   }
 
@@ -556,7 +567,7 @@ export class KbtpSession {
       this.checkLength(data);
       const taken = await takeBlock(this.directHost, signal);
       await writeBlock(this.directHost, taken.blockOffset, data, signal);
-      return { ...(await this.bindBlock(handle, taken.ticket, taken.blockOffset, data.length, options, signal)), ticket: taken.ticket };
+      return { ...(await this.bindBlock(handle, taken.ticket, taken.blockOffset, data.length, options, { signal })), ticket: taken.ticket };
     });
   }
 
@@ -572,29 +583,22 @@ export class KbtpSession {
 
   /** BIND (kbtp-v1 section 3): binds a one-sidedly taken and written block to `handle`. */
   bind(handle: bigint, ticket: number, blockOffset: bigint, dataLength: number, options: { seal?: boolean } & CallOptions = {}): Promise<BlockInfo> {
-    return this.call(`BIND of handle ${handle}`, options, (signal) => this.bindBlock(handle, ticket, blockOffset, dataLength, options, signal));
+    return this.bindBlock(handle, ticket, blockOffset, dataLength, options, options);
   }
 
-  private async bindBlock(
+  private bindBlock(
     handle: bigint,
     ticket: number,
     blockOffset: bigint,
     dataLength: number,
     options: { seal?: boolean },
-    signal: AbortSignal,
+    within: CallOptions,
   ): Promise<BlockInfo> {
-    const slot = await this.takeSlot(signal);
-    try {
-      return this.info(
-        await this.request(
-          slot,
-          { opcode: K.OPCODE_BIND, handle, flags: options.seal === true ? K.FLAG_SEAL : 0, bind: { ticket, dataLength, blockOffset } },
-          signal,
-        ),
-      );
-    } finally {
-      this.giveSlot(slot);
-    }
+    const call = this.singleCall(K.OPCODE_BIND, handle, options.seal === true ? K.FLAG_SEAL : 0, 0);
+    call.ticket = ticket;
+    call.bindLength = dataLength;
+    call.bindOffset = blockOffset;
+    return this.startCall(call, within);
   }
 
   /**

@@ -91,6 +91,50 @@ export function encodeRequest(fields: RequestFields): Uint8Array {
   return bytes;
 }
 
+/**
+ * Writes a request in place at `at` of `view` (kbtp-v1 section 1), for a sender that reuses its
+ * message buffers: the header with the Request ID as two 32-bit halves, then for LOAD, STORE and
+ * ALLOC_STORE one data descriptor (Tagged Offset below 2^53), for BIND its body. Inline data, if
+ * any, the caller copies after the descriptor. Returns the message's length without inline data.
+ */
+export function writeRequestAt(
+  view: DataView,
+  at: number,
+  opcode: number,
+  flags: number,
+  idHigh: number,
+  idLow: number,
+  handle: bigint,
+  generation: number,
+  stag: number,
+  taggedOffset: number,
+  length: number,
+): number {
+  view.setUint8(at + K.HEADER_VERSION, K.KBTP_VERSION);
+  view.setUint8(at + K.HEADER_OPCODE, opcode);
+  view.setUint16(at + K.HEADER_FLAGS, flags, false);
+  view.setUint32(at + K.HEADER_REQUEST_ID, idHigh, false);
+  view.setUint32(at + K.HEADER_REQUEST_ID + 4, idLow, false);
+  view.setBigUint64(at + K.HEADER_HANDLE, handle, false);
+  view.setUint16(at + K.HEADER_GENERATION, generation, false);
+  view.setUint16(at + K.HEADER_STATUS, 0, false);
+  if (opcode !== K.OPCODE_LOAD && opcode !== K.OPCODE_STORE && opcode !== K.OPCODE_ALLOC_STORE) return K.HEADER_SIZE;
+  const descriptor = at + K.HEADER_SIZE;
+  view.setUint32(descriptor + K.DESCRIPTOR_STAG, stag, false);
+  view.setUint32(descriptor + K.DESCRIPTOR_TAGGED_OFFSET, Math.floor(taggedOffset / 2 ** 32), false);
+  view.setUint32(descriptor + K.DESCRIPTOR_TAGGED_OFFSET + 4, taggedOffset >>> 0, false);
+  view.setUint32(descriptor + K.DESCRIPTOR_LENGTH, length, false);
+  return K.HEADER_SIZE + K.DESCRIPTOR_SIZE;
+}
+
+/** Writes a BIND body after a header written by writeRequestAt (kbtp-v1 section 3); returns BIND_SIZE. */
+export function writeBindAt(view: DataView, at: number, ticket: number, dataLength: number, blockOffset: bigint): number {
+  view.setUint32(at + K.BIND_TICKET, ticket, false);
+  view.setUint32(at + K.BIND_DATA_LENGTH, dataLength, false);
+  view.setBigUint64(at + K.BIND_BLOCK_OFFSET, blockOffset, false);
+  return K.BIND_SIZE;
+}
+
 /** Encodes a 40-octet COMPLETION (kbtp-v1 section 2). */
 export function encodeCompletion(completion: Completion): Uint8Array {
   const bytes = new Uint8Array(K.COMPLETION_SIZE);

@@ -1,0 +1,211 @@
+// One two-sided call of a session (LOAD, STORE, ALLOC_STORE, FREE, BIND) as a reusable record
+// (issue 16): it takes a slot without awaiting when one is free, is written into the slot's
+// request message in place, is answered through the slot its request id names (slots.ts) and
+// settles the caller's promise straight from the COMPLETION. Its deadline is swept by the
+// session's one timer (deadlines.ts); it listens to an AbortSignal only when the caller gave one.
+// What a call allocates is its promise and the result object.
+import * as K from '../../assembly/kbtp-constants.ts';
+import { AbortedError, KbtpStatusError, TimeoutError, TransportError } from './errors.ts';
+import { decodeCompletion } from './wire/messages.ts';
+import type { DeadlineEntry, Deadlines } from './deadlines.ts';
+import type { SlotOwner } from './slots.ts';
+import type { BlockInfo, LoadResult } from './session-types.ts';
+
+/** What a call needs of its session (implemented by KbtpSession). */
+export interface SlotCallHost {
+  readonly failure: Error | undefined;
+  readonly deadlines: Deadlines;
+  /** A free request slot, or -1. */
+  claimSlot(): number;
+  releaseSlot(slot: number): void;
+  waitForSlot(resume: () => void): void;
+  stopWaiting(resume: () => void): void;
+  /** Writes `call`'s request into `slot` (staging its data) and posts it. */
+  send(slot: number, call: SlotCall): void;
+  /** The registered staging area of a slot. */
+  staging(slot: number): Uint8Array;
+  /** What a failed request's status means for its handle. */
+  describeFailure(handle: bigint, status: number): string;
+  /** The call is over and holds no slot: it may be reused. */
+  recycle(call: SlotCall): void;
+}
+
+const IDLE = 0;
+const WAITING = 1;
+const SENT = 2;
+/** Timed out or aborted with its request on the wire: keeps its slot until the answer comes. */
+const ABANDONED = 3;
+
+const OPCODE_NAMES: Record<number, string> = {
+  [K.OPCODE_LOAD]: 'LOAD',
+  [K.OPCODE_STORE]: 'STORE',
+  [K.OPCODE_ALLOC_STORE]: 'ALLOC_STORE',
+  [K.OPCODE_FREE]: 'FREE',
+  [K.OPCODE_BIND]: 'BIND',
+};
+
+export class SlotCall implements SlotOwner, DeadlineEntry {
+  opcode = 0;
+  flags = 0;
+  handle = 0n;
+  generation = 0;
+  /** STORE/ALLOC_STORE: the caller's data (inline or staged). */
+  data: Uint8Array | undefined;
+  /** LOAD: the caller's buffer, if given. */
+  into: Uint8Array | undefined;
+  /** BIND body. */
+  ticket = 0;
+  bindLength = 0;
+  bindOffset = 0n;
+  private signal: AbortSignal | undefined;
+  private timeoutMs = 0;
+  private phase = IDLE;
+  private resolve: (value: BlockInfo) => void = () => undefined;
+  private reject: (error: Error) => void = () => undefined;
+  deadline = 0;
+  previousDeadline: DeadlineEntry | undefined;
+  nextDeadline: DeadlineEntry | undefined;
+  inDeadlines = false;
+  /** Built once: the promise executor, the slot waiter and the abort listener are this record's, not the call's. */
+  private readonly executor = (resolve: (value: BlockInfo) => void, reject: (error: Error) => void): void => {
+    this.resolve = resolve;
+    this.reject = reject;
+  };
+  private readonly resumeBound = (): void => this.issue();
+  private readonly onAbortBound = (): void => this.stop(new AbortedError(`${this.what()}: aborted`, this.signal?.reason));
+
+  constructor(private readonly host: SlotCallHost) {}
+
+  /** Runs the call whose fields are set, within `timeoutMs` and `signal`. */
+  start(timeoutMs: number, signal: AbortSignal | undefined): Promise<BlockInfo> {
+    const promise = new Promise<BlockInfo>(this.executor);
+    this.timeoutMs = timeoutMs;
+    if (this.host.failure !== undefined) {
+      this.finish(this.host.failure, undefined);
+      return promise;
+    }
+    if (signal?.aborted === true) {
+      this.finish(new AbortedError(`${this.what()}: aborted`, signal.reason), undefined);
+      return promise;
+    }
+    this.signal = signal;
+    this.deadline = performance.now() + timeoutMs;
+    this.host.deadlines.add(this);
+    signal?.addEventListener('abort', this.onAbortBound, { once: true });
+    this.issue();
+    return promise;
+  }
+
+  private what(): string {
+    return `${OPCODE_NAMES[this.opcode] ?? 'request'} of handle ${this.handle}`;
+  }
+
+  /** Takes a free slot and posts, or waits for one (resumed by the session's giveSlot). */
+  private issue(): void {
+    const host = this.host;
+    if (host.failure !== undefined) {
+      this.finish(host.failure, undefined);
+      return;
+    }
+    const slot = host.claimSlot();
+    if (slot < 0) {
+      this.phase = WAITING;
+      host.waitForSlot(this.resumeBound);
+      return;
+    }
+    this.phase = SENT;
+    try {
+      host.send(slot, this);
+    } catch (error) {
+      // The QP left RTS between the failure check and now (the disconnect event follows).
+      host.releaseSlot(slot);
+      this.finish(new TransportError(`cannot send to the target: ${error instanceof Error ? error.message : String(error)}`, { cause: error }), undefined);
+    }
+  }
+
+  expired(): void {
+    this.stop(new TimeoutError(`${this.what()}: no answer within ${this.timeoutMs} ms`));
+  }
+
+  /** The deadline passed or the caller aborted: the call fails now; a request on the wire keeps its slot until answered. */
+  private stop(error: Error): void {
+    if (this.phase === WAITING) {
+      this.host.stopWaiting(this.resumeBound);
+      this.finish(error, undefined);
+    } else if (this.phase === SENT) {
+      this.settle(error, undefined);
+      this.phase = ABANDONED;
+    }
+  }
+
+  answered(slot: number, status: number, dataLength: number, view: DataView, offset: number): void {
+    const host = this.host;
+    if (this.phase !== SENT) {
+      // Abandoned: the caller moved on and may be using its buffer again, so nothing lands there.
+      host.releaseSlot(slot);
+      this.phase = IDLE;
+      host.recycle(this);
+      return;
+    }
+    if (status !== K.STATUS_SUCCESS) {
+      const completion = decodeCompletion(new Uint8Array(view.buffer, view.byteOffset + offset, K.COMPLETION_SIZE));
+      host.releaseSlot(slot);
+      this.finish(new KbtpStatusError(status, host.describeFailure(this.handle, status), completion), undefined);
+      return;
+    }
+    const generation = view.getUint16(offset + K.HEADER_GENERATION, false);
+    const blockOffset = view.getBigUint64(offset + K.COMPLETION_BLOCK_OFFSET, false);
+    if (this.opcode !== K.OPCODE_LOAD) {
+      host.releaseSlot(slot);
+      this.finish(undefined, { generation, dataLength, blockOffset });
+      return;
+    }
+    const staging = host.staging(slot);
+    const into = this.into;
+    let data: Uint8Array;
+    if (into === undefined) {
+      data = staging.slice(0, dataLength);
+    } else if (into.length < dataLength) {
+      host.releaseSlot(slot);
+      this.finish(
+        new KbtpStatusError(K.STATUS_LENGTH_ERROR, `handle ${this.handle}: the ${dataLength}-octet block does not fit the ${into.length}-octet buffer given`),
+        undefined,
+      );
+      return;
+    } else {
+      into.set(dataLength === staging.length ? staging : staging.subarray(0, dataLength));
+      data = dataLength === into.length ? into : into.subarray(0, dataLength);
+    }
+    host.releaseSlot(slot);
+    const result: LoadResult = { generation, dataLength, blockOffset, data };
+    this.finish(undefined, result);
+  }
+
+  /** The session failed. */
+  abort(error: Error): void {
+    if (this.phase === SENT) this.finish(error, undefined);
+    else this.phase = IDLE;
+  }
+
+  /** Settles the caller's promise and gives the record back (it holds no slot). */
+  private finish(error: Error | undefined, value: BlockInfo | undefined): void {
+    this.settle(error, value);
+    this.phase = IDLE;
+    this.host.recycle(this);
+  }
+
+  private settle(error: Error | undefined, value: BlockInfo | undefined): void {
+    this.host.deadlines.remove(this);
+    this.signal?.removeEventListener('abort', this.onAbortBound);
+    this.signal = undefined;
+    this.data = undefined;
+    this.into = undefined;
+    const { resolve, reject } = this;
+    this.resolve = noop;
+    this.reject = noop;
+    if (error !== undefined) reject(error);
+    else resolve(value!);
+  }
+}
+
+function noop(): void {}
