@@ -25,6 +25,11 @@ export class Deadlines {
   private readonly sweepBound = (): void => this.sweep();
   private closed = false;
 
+  /** A timer is armed (a ref'd one only while calls are registered). */
+  get armed(): boolean {
+    return this.timer !== undefined;
+  }
+
   /** Calls registered now. */
   get size(): number {
     return this.count;

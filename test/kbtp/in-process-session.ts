@@ -4,6 +4,7 @@ import { resolveTargetSettings } from '../../firmware/config.ts';
 import { connectChannel, type KbtpSession } from '../../host/kbtp/initiator.ts';
 import { InProcessTarget } from '../../host/kbtp/server/in-process.ts';
 import { LinkedChannel } from '../../host/rnic/linked-channel.ts';
+import type { StreamChannel } from '../../host/rnic/verbs.ts';
 
 export interface InProcessSession {
   session: KbtpSession;
@@ -12,7 +13,13 @@ export interface InProcessSession {
   channel: LinkedChannel;
 }
 
-export async function openInProcessSession(blockSize: number, blocks: number, credits: number): Promise<InProcessSession> {
+/** `wrap` may stand between the initiator and its end of the stream (a test that drops what it sends). */
+export async function openInProcessSession(
+  blockSize: number,
+  blocks: number,
+  credits: number,
+  wrap: (channel: LinkedChannel) => StreamChannel = (channel) => channel,
+): Promise<InProcessSession> {
   const settings = resolveTargetSettings({
     listen: '127.0.0.1:0',
     workers: 1,
@@ -23,7 +30,7 @@ export async function openInProcessSession(blockSize: number, blocks: number, cr
   const target = new InProcessTarget(settings);
   const [targetEnd, initiatorEnd] = LinkedChannel.pair();
   const served = target.serve(targetEnd);
-  const session = await connectChannel(initiatorEnd, { tenant: 'local', pipeline: credits });
+  const session = await connectChannel(wrap(initiatorEnd), { tenant: 'local', pipeline: credits });
   await served;
   return { session, target, channel: initiatorEnd };
 }
