@@ -227,6 +227,7 @@ export async function runPhase(options: PhaseOptions): Promise<PhaseResult> {
     const buffer = maker.buffer();
     // Loads land in a buffer of the worker's own: no allocation (and page faults) per request.
     const loadBuffer = new Uint8Array(size);
+    const loadOptions = { allowUnsealed: !sealed, into: loadBuffer };
     const session = blocks.session;
     while (blocks.failed === undefined && !stopped()) {
       const op = feasible(picker.next(), blocks, phase);
@@ -245,7 +246,7 @@ export async function runPhase(options: PhaseOptions): Promise<PhaseResult> {
       try {
         switch (op) {
           case 'load':
-            data = (await session.load(handle, { allowUnsealed: !sealed, into: loadBuffer })).data;
+            data = (await session.load(handle, loadOptions)).data;
             break;
           case 'direct-load':
             data = (await session.directLoad(handle)).data;
@@ -319,6 +320,9 @@ export async function runPhase(options: PhaseOptions): Promise<PhaseResult> {
     const buffers = Array.from({ length: inFlight }, () => (op === 'load' ? new Uint8Array(size) : maker.buffer()));
     const lengths = new Uint32Array(inFlight);
     const made: Array<ExpectedBlock | undefined> = new Array(inFlight).fill(undefined);
+    const loadOptions = { allowUnsealed: !sealed, lengths };
+    // Which requests of the batch failed (cleared per batch; filled only when one did).
+    const failedAt = new Set<number>();
     while (blocks.failed === undefined && !stopped()) {
       indices.length = 0;
       handles.length = 0;
@@ -330,12 +334,12 @@ export async function runPhase(options: PhaseOptions): Promise<PhaseResult> {
         if (op === 'store') made[i] = maker.make(buffers[i]!, handles[i]!, ++blocks.version);
         issued += 1;
       }
-      const failedAt = new Set<number>();
+      failedAt.clear();
       // The last batch of a --count run may be short.
       const given = handles.length === inFlight ? buffers : buffers.slice(0, handles.length);
       const began = performance.now();
       try {
-        if (op === 'load') await session.loadMany(handles, given, { allowUnsealed: !sealed, lengths });
+        if (op === 'load') await session.loadMany(handles, given, loadOptions);
         else await session.storeMany(handles, given);
       } catch (error) {
         if (error instanceof BatchError) {

@@ -16,6 +16,7 @@ import {
   type MemoryRegion,
   type WorkCompletion,
   type SendWorkRequest,
+  type ReceiveWorkRequest,
 } from '../rnic/verbs.ts';
 import { encodeRequest, decodeCompletion, writeBindAt, writeRequestAt, type Completion } from './wire/messages.ts';
 import { Batch, type BatchHost } from './batch.ts';
@@ -64,6 +65,7 @@ export class KbtpSession {
   private messageSize = 0;
   private sendView = new DataView(new ArrayBuffer(0));
   private readonly receiveView: DataView;
+  private readonly receiveWrs: ReceiveWorkRequest[] = [];
   /** Slot-routed requests (single calls and batches): the call each slot's request belongs to, the slot's request sequence. */
   private readonly slots = new RequestSlots((index) => this.postReceive(index));
   private readonly stagingViews: Uint8Array[] = [];
@@ -223,7 +225,13 @@ export class KbtpSession {
 
   private postReceive(index: number): void {
     if (this.failure !== undefined) return;
-    this.qp.postRecv({ wrId: RECV_BASE + index, sgList: [{ lkey: this.receiveRegion.stag, offset: index * RECV_SLOT, length: RECV_SLOT }] });
+    // Each receive buffer's work request is built once: it is posted again only after its completion, always the same.
+    let wr = this.receiveWrs[index];
+    if (wr === undefined) {
+      wr = { wrId: RECV_BASE + index, sgList: [{ lkey: this.receiveRegion.stag, offset: index * RECV_SLOT, length: RECV_SLOT }] };
+      this.receiveWrs[index] = wr;
+    }
+    this.qp.postRecv(wr);
   }
 
   private drainCompletions(): void {
