@@ -8,6 +8,7 @@ import net from 'node:net';
 import type { ByteSink, WriteDone } from './transmit.ts';
 import { turn, type TurnParticipant } from './turn.ts';
 import { RnicError } from './errors.ts';
+import { HandleWriter, WRITE_DONE, WRITE_QUEUED, writeError } from './handle-writer.ts';
 
 /** Something that takes bytes from the stream. */
 export interface StreamConsumer {
@@ -47,6 +48,7 @@ export const closedError = (): RnicError => new RnicError('ECONNRESET', 'connect
 /** Socket failures are Errors; anything else thrown on the way is said as a reset with its text. */
 const asError = (value: unknown): Error => (value instanceof Error ? value : new RnicError('ECONNRESET', String(value)));
 const EMPTY_CHUNK = new Uint8Array(0);
+const EMPTY_WRITE: readonly Uint8Array[] = [EMPTY_CHUNK];
 
 /** A consumer used before anyone owns the stream: bytes that arrive then are held, bounded. */
 class HoldingConsumer implements StreamConsumer {
@@ -118,6 +120,8 @@ export class SocketChannel implements StreamChannel, TurnParticipant {
   private readonly batchSizes: number[] = [];
   private flushScheduled = false;
   private readonly batchWritten = (error?: Error | null): void => this.completeBatch(error);
+  /** Writes to the socket's handle past the Writable stream; undefined where the runtime has no such handle. */
+  private readonly direct: HandleWriter | undefined;
 
   /**
    * Takes over a connected socket. The socket's handle moves to a new net.Socket created with
@@ -144,6 +148,7 @@ export class SocketChannel implements StreamChannel, TurnParticipant {
       socket.on('data', (chunk: Buffer) => this.guarded(() => feed(() => this.consumer, chunk)));
     }
     this.socket.setNoDelay(true);
+    this.direct = HandleWriter.for(this.socket, (error) => this.directWritten(error));
     this.socket.on('end', () => this.events?.onEnd());
     this.socket.on('error', (error) => {
       this.closeError ??= error;
@@ -269,6 +274,20 @@ export class SocketChannel implements StreamChannel, TurnParticipant {
       return;
     }
     this.batchSizes.push(batch);
+    const direct = this.direct;
+    if (direct !== undefined) {
+      // A batch of dones without bytes still completes behind the writes before it: an empty write keeps its place.
+      const status = count === 0 ? direct.write(EMPTY_WRITE, 1) : direct.write(this.queued, count);
+      for (let i = 0; i < count; i++) this.queued[i] = EMPTY_CHUNK;
+      // Queued: libuv completes it (batchWritten) behind any earlier queued write, in order.
+      if (status === WRITE_QUEUED) return;
+      if (status === WRITE_DONE) {
+        this.completeBatch(undefined);
+        return;
+      }
+      this.directWritten(writeError(status));
+      return;
+    }
     try {
       if (count === 1) {
         socket.write(this.queued[0]!, this.batchWritten);
@@ -284,6 +303,13 @@ export class SocketChannel implements StreamChannel, TurnParticipant {
     }
     // The socket holds its own references now; drop ours so the chunks can be collected.
     for (let i = 0; i < count; i++) this.queued[i] = EMPTY_CHUNK;
+  }
+
+  /** A direct write finished: as completeBatch, and a failed write ends the stream as the Writable's would. */
+  private directWritten(error: Error | undefined): void {
+    if (error !== undefined) this.closeError ??= error;
+    this.completeBatch(error);
+    if (error !== undefined) this.destroy();
   }
 
   /** The socket took (or failed) the oldest batch: its messages complete, in order. */
@@ -309,7 +335,7 @@ export class SocketChannel implements StreamChannel, TurnParticipant {
   }
 
   get pendingBytes(): number {
-    return this.socket.writableLength + this.queuedBytes;
+    return this.socket.writableLength + (this.direct?.queuedBytes ?? 0) + this.queuedBytes;
   }
 
   end(lingerMs = DEFAULT_LINGER_MS): void {

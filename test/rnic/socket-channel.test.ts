@@ -1,0 +1,167 @@
+// SocketChannel's writes: straight to the socket's handle (host/rnic/handle-writer.ts) where Node
+// offers it. What matters: every octet arrives in order, the dones run once each and in write
+// order, also when the kernel's buffer is full and libuv holds writes back (the receiver paused),
+// pendingBytes counts what is held, and a write to a reset connection fails instead of hanging.
+import { test } from 'uvu';
+import * as assert from 'uvu/assert';
+import net from 'node:net';
+import { SocketChannel } from '../../host/rnic/channel.ts';
+import { HandleWriter, WRITE_DONE, WRITE_QUEUED } from '../../host/rnic/handle-writer.ts';
+
+interface Peer {
+  channel: SocketChannel;
+  server: net.Server;
+  remote: net.Socket;
+}
+
+async function connectPair(): Promise<Peer> {
+  const server = net.createServer();
+  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+  const accepted = new Promise<net.Socket>((resolve) => server.once('connection', resolve));
+  const port = (server.address() as net.AddressInfo).port;
+  const channel = await SocketChannel.connect('127.0.0.1', port, 10_000);
+  const remote = await accepted;
+  return { channel, server, remote };
+}
+
+function pattern(length: number, seed: number): Uint8Array {
+  const bytes = new Uint8Array(length);
+  for (let i = 0; i < length; i++) bytes[i] = (i * 31 + seed) & 0xff;
+  return bytes;
+}
+
+test('writes arrive whole and in order, dones in order, while the receiver holds back', async () => {
+  const { channel, server, remote } = await connectPair();
+  try {
+    remote.pause();
+    const received: Buffer[] = [];
+    let receivedBytes = 0;
+    remote.on('data', (chunk: Buffer) => {
+      received.push(chunk);
+      receivedBytes += chunk.length;
+    });
+    // 64 messages of a header, a 256 KiB payload and a trailer: 16 MiB, more than loopback buffers hold.
+    const messages = 64;
+    const expected: Uint8Array[] = [];
+    const dones: number[] = [];
+    let failures = 0;
+    let heldMost = 0;
+    for (let m = 0; m < messages; m++) {
+      const parts = [pattern(18, m), pattern(256 * 1024, m + 1), pattern(4, m + 2)];
+      expected.push(...parts);
+      channel.write(parts, parts.length, (error) => {
+        if (error) failures++;
+        dones.push(m);
+      });
+      // Every few messages end the turn, so several writes (and queued ones) are in flight at once.
+      if (m % 4 === 3) {
+        await new Promise((resolve) => setImmediate(resolve));
+        heldMost = Math.max(heldMost, channel.pendingBytes);
+      }
+    }
+    await new Promise((resolve) => setImmediate(resolve));
+    heldMost = Math.max(heldMost, channel.pendingBytes);
+    assert.ok(heldMost > 0, 'the paused receiver made the kernel hold writes back');
+    assert.ok(dones.length < messages, 'not every write could have completed with the receiver paused');
+    remote.resume();
+    const total = expected.reduce((sum, part) => sum + part.length, 0);
+    const deadline = Date.now() + 60_000;
+    while ((receivedBytes < total || dones.length < messages) && Date.now() < deadline) await new Promise((resolve) => setTimeout(resolve, 10));
+    assert.is(failures, 0);
+    assert.equal(
+      dones,
+      Array.from({ length: messages }, (_, i) => i),
+    );
+    assert.is(channel.pendingBytes, 0);
+    const all = Buffer.concat(received);
+    assert.is(all.length, total);
+    let offset = 0;
+    for (const part of expected) {
+      assert.ok(all.subarray(offset, offset + part.length).equals(part), `bytes at ${offset} match`);
+      offset += part.length;
+    }
+  } finally {
+    channel.destroy();
+    remote.destroy();
+    server.close();
+  }
+});
+
+test('a write to a reset connection completes with an error and the channel closes', async () => {
+  const { channel, server, remote } = await connectPair();
+  try {
+    const closed = new Promise<Error | undefined>((resolve) => channel.setEvents({ onEnd: () => undefined, onClose: resolve }));
+    remote.resetAndDestroy();
+    // Writes until one fails: the first may still reach the kernel before the RST is seen.
+    const outcome = await new Promise<Error | null | undefined>((resolve) => {
+      let tries = 0;
+      const attempt = (): void => {
+        const payload = pattern(64 * 1024, tries);
+        channel.write([payload], 1, (error) => {
+          if (error) resolve(error);
+          else if (++tries > 200) resolve(undefined);
+          else setTimeout(attempt, 5);
+        });
+      };
+      attempt();
+    });
+    assert.ok(outcome instanceof Error, 'a write after the reset failed');
+    await closed;
+    assert.ok(channel.closed);
+  } finally {
+    channel.destroy();
+    server.close();
+  }
+});
+
+test('a write done at once behind a held one is reported after it, failures too, in write order', () => {
+  // A stand-in handle: the real binding's state array says how each write went, as Node's C++ sets it.
+  const wrap = (process as unknown as { binding(name: string): { streamBaseState: Int32Array; kLastWriteWasAsync: number; kBytesWritten: number } }).binding(
+    'stream_wrap',
+  );
+  const held: Array<{ oncomplete(status: number): void }> = [];
+  let next: { async: boolean; status: number } = { async: false, status: 0 };
+  const write = (request: { oncomplete(status: number): void }, bytes: number): number => {
+    wrap.streamBaseState[wrap.kLastWriteWasAsync] = next.async ? 1 : 0;
+    wrap.streamBaseState[wrap.kBytesWritten] = bytes;
+    if (next.async) held.push(request);
+    return next.status;
+  };
+  const handle = {
+    writev: (request: { oncomplete(status: number): void }, chunks: Uint8Array[]) =>
+      write(
+        request,
+        chunks.reduce((sum, chunk) => sum + chunk.length, 0),
+      ),
+    writeBuffer: (request: { oncomplete(status: number): void }, chunk: Uint8Array) => write(request, chunk.length),
+  };
+  const reports: Array<string> = [];
+  const writer = HandleWriter.for({ _handle: handle } as unknown as net.Socket, (error) => reports.push(error === undefined ? 'ok' : 'error'));
+  assert.ok(writer !== undefined);
+  const two = [new Uint8Array(10), new Uint8Array(20)];
+  assert.is(writer.write(two, 2), WRITE_DONE, 'nothing held: done at once');
+  next = { async: true, status: 0 };
+  assert.is(writer.write(two, 2), WRITE_QUEUED);
+  assert.is(writer.queuedBytes, 30);
+  next = { async: false, status: 0 };
+  assert.is(writer.write([new Uint8Array(5)], 1), WRITE_QUEUED, 'done at once, but behind a held write');
+  next = { async: false, status: -32 };
+  assert.is(writer.write(two, 2), WRITE_QUEUED, 'failed at once, behind a held write');
+  next = { async: true, status: 0 };
+  assert.is(writer.write(two, 2), WRITE_QUEUED);
+  next = { async: false, status: 0 };
+  assert.is(writer.write(two, 2), WRITE_QUEUED);
+  assert.equal(reports, []);
+  held.shift()!.oncomplete(0);
+  assert.equal(reports, ['ok', 'ok', 'error'], 'the held write, then the two behind it, not the next held one');
+  assert.is(writer.queuedBytes, 30);
+  held.shift()!.oncomplete(-104);
+  assert.equal(reports, ['ok', 'ok', 'error', 'error', 'ok']);
+  assert.is(writer.queuedBytes, 0);
+  next = { async: false, status: 0 };
+  assert.is(writer.write(two, 2), WRITE_DONE, 'nothing held any more');
+  next = { async: false, status: -32 };
+  assert.is(writer.write(two, 2), -32, 'a failure with nothing held is answered at once');
+});
+
+test.run();
