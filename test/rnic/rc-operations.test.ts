@@ -282,6 +282,38 @@ test('an RNR wait longer than the ACK timeout spends no transport retries', asyn
   }
 });
 
+test('an ACK timer that fires while the ACK waits unread in the socket retransmits nothing', async () => {
+  // The process is busy past the ACK timeout right after sending: when the loop comes back, the
+  // timer runs before the sockets are read, though the packet arrived and its ACK is on its way.
+  // Going back N then would resend a whole window for nothing (the RoCE benchmark's losses on a
+  // loaded machine); the timeout must count only when reading the sockets brought no progress.
+  const pair = await rcPair({ pathMtu: 1024, ackTimeoutMs: 10 });
+  try {
+    const { client, server } = pair;
+    for (let round = 0; round < 3; round++) {
+      client.qp.postSend({
+        wrId: round,
+        opcode: 'RDMA_WRITE',
+        sgList: [{ lkey: client.mr.lkey, offset: 0, length: 8192 }],
+        remote: { stag: server.mr.rkey, taggedOffset: 0 },
+      });
+      // Queued after the requester's transmission, so it runs right after the packets left.
+      setImmediate(() => {
+        const until = Date.now() + 40;
+        while (Date.now() < until) {
+          // the event loop is blocked on purpose
+        }
+      });
+      expectSuccess(await completions(client.cq, 1));
+    }
+    const statistics = client.qp.statistics;
+    assert.is(statistics.retransmittedPackets, 0, `retransmitted ${statistics.retransmittedPackets} packets (${statistics.timeouts} timeouts)`);
+    assert.is(statistics.timeouts, 0);
+  } finally {
+    await pair.close();
+  }
+});
+
 test('RNR retry count exhausted: RNR_RETRY_EXC_ERR, QP in error, rest flushed', async () => {
   const pair = await rcPair({ pathMtu: 1024, minRnrTimer: 1, rnrRetry: 2 });
   try {

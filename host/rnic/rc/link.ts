@@ -5,6 +5,8 @@
 // impaired-link.ts wraps any link with loss, duplication and reordering for tests.
 
 import dgram from 'node:dgram';
+import dns from 'node:dns';
+import { isIPv4 } from 'node:net';
 import { icrcBegin, icrcContinue, writeIcrc } from '../wire/icrc.ts';
 import { encodeIpv4Header, encodeUdpHeader, IPV4_HEADER_LENGTH, parseIpv4, UDP_HEADER_LENGTH } from '../wire/roce-frame.ts';
 
@@ -21,8 +23,10 @@ export interface PacketLink {
   readonly local: PeerAddress;
   /**
    * Sends one IB packet made of `header` (BTH and extended headers), `payload` and `trailer`
-   * (pad octets, then 4 octets the link fills with the ICRC). The views must stay unchanged
-   * until the datagram has left (the RC layer only completes a WQE after its ACK).
+   * (pad octets, then 4 octets the link fills with the ICRC). `header` and `trailer` belong to
+   * the caller again once send returns (it reuses them for the next packet: a link that keeps
+   * a packet copies them); `payload` stays unchanged until the datagram has left (the RC layer
+   * only completes a WQE after its ACK).
    */
   send(to: PeerAddress, header: Uint8Array, payload: Uint8Array, trailer: Uint8Array): void;
   setReceiver(receiver: PacketReceiver): void;
@@ -52,6 +56,58 @@ export function fillIcrc(ip: Uint8Array, udp: Uint8Array, header: Uint8Array, pa
   writeIcrc(trailer, trailer.length - 4, crc);
 }
 
+/**
+ * The IPv4 and UDP headers of one socket direction, as the ICRC sees them, kept for the last
+ * peer: between packets to or from the same peer only the two length fields change. The IPv4
+ * checksum is left stale on purpose: the ICRC masks it.
+ */
+class SocketHeaderCache {
+  readonly ip = new Uint8Array(IPV4_HEADER_LENGTH);
+  readonly udp = new Uint8Array(UDP_HEADER_LENGTH);
+  private peerAddress = '';
+  private peerPort = -1;
+
+  constructor(
+    private readonly local: PeerAddress,
+    private readonly outbound: boolean,
+  ) {}
+
+  /** Fills `ip` and `udp` for a packet of `packetLength` octets to (outbound) or from `peer`. */
+  update(peer: PeerAddress, packetLength: number): void {
+    if (peer.address !== this.peerAddress || peer.port !== this.peerPort) {
+      if (this.outbound) socketIcrcHeaders(this.ip, this.udp, this.local, peer, packetLength);
+      else socketIcrcHeaders(this.ip, this.udp, peer, this.local, packetLength);
+      this.peerAddress = peer.address;
+      this.peerPort = peer.port;
+      return;
+    }
+    const udpLength = UDP_HEADER_LENGTH + packetLength;
+    const total = IPV4_HEADER_LENGTH + udpLength;
+    this.ip[2] = total >>> 8;
+    this.ip[3] = total & 0xff;
+    this.udp[4] = udpLength >>> 8;
+    this.udp[5] = udpLength & 0xff;
+  }
+}
+
+/**
+ * dgram's default lookup defers every send to the next tick, even for an IP literal (dns.lookup
+ * answers those through process.nextTick): a per-packet closure and tick. Literals are answered
+ * at once, so a send is handed to the kernel before send() returns; names still go to DNS.
+ */
+function lookupLiteral(
+  hostname: string,
+  options: dns.LookupOneOptions,
+  callback: (error: NodeJS.ErrnoException | null, address: string, family: number) => void,
+): void {
+  if (isIPv4(hostname)) callback(null, hostname, 4);
+  else dns.lookup(hostname, options, callback);
+}
+
+/** Room for the longest IB header (BTH + RETH + ImmDt, or BTH + AtomicETH) and the trailer. */
+const HEADER_ROOM = 64;
+const TRAILER_ROOM = 8;
+
 export interface UdpLinkOptions {
   /** Address to bind (default 127.0.0.1). */
   host?: string;
@@ -63,8 +119,14 @@ export interface UdpLinkOptions {
 
 export class UdpLink implements PacketLink {
   private receiver: PacketReceiver | undefined;
-  private readonly ipScratch = new Uint8Array(IPV4_HEADER_LENGTH);
-  private readonly udpScratch = new Uint8Array(UDP_HEADER_LENGTH);
+  private readonly outbound: SocketHeaderCache;
+  private readonly inbound: SocketHeaderCache;
+  /**
+   * The header and trailer of the packet being sent, copied out of the caller's buffers. A send
+   * the kernel could not take at once waits in libuv's queue holding these octets; the buffer
+   * is then left to it and a new one taken.
+   */
+  private out = new Uint8Array(HEADER_ROOM + TRAILER_ROOM);
   private closed = false;
   /** Datagrams the socket reported errors for (the RC layer recovers by retransmission). */
   sendErrors = 0;
@@ -73,6 +135,8 @@ export class UdpLink implements PacketLink {
     private readonly socket: dgram.Socket,
     readonly local: PeerAddress,
   ) {
+    this.outbound = new SocketHeaderCache(local, true);
+    this.inbound = new SocketHeaderCache(local, false);
     socket.on('message', (message, remote) => this.incoming(message, remote));
     // A send error (e.g. ECONNREFUSED from an ICMP port unreachable) is a lost packet to RC.
     socket.on('error', () => {
@@ -81,7 +145,7 @@ export class UdpLink implements PacketLink {
   }
 
   static async open(options: UdpLinkOptions = {}): Promise<UdpLink> {
-    const socket = dgram.createSocket({ type: 'udp4' });
+    const socket = dgram.createSocket({ type: 'udp4', lookup: lookupLiteral });
     await new Promise<void>((resolve, reject) => {
       socket.once('error', reject);
       socket.bind(options.port ?? 0, options.host ?? '127.0.0.1', () => {
@@ -109,10 +173,25 @@ export class UdpLink implements PacketLink {
 
   send(to: PeerAddress, header: Uint8Array, payload: Uint8Array, trailer: Uint8Array): void {
     if (this.closed) return;
-    socketIcrcHeaders(this.ipScratch, this.udpScratch, this.local, to, header.length + payload.length + trailer.length);
-    fillIcrc(this.ipScratch, this.udpScratch, header, payload, trailer);
-    const parts = payload.length === 0 ? [header, trailer] : [header, payload, trailer];
-    this.socket.send(parts, to.port, to.address);
+    const headerLength = header.length;
+    const trailerLength = trailer.length;
+    let ownHeader: Uint8Array;
+    let ownTrailer: Uint8Array;
+    if (headerLength <= HEADER_ROOM && trailerLength <= TRAILER_ROOM) {
+      const out = this.out;
+      out.set(header, 0);
+      out.set(trailer, HEADER_ROOM);
+      ownHeader = out.subarray(0, headerLength);
+      ownTrailer = out.subarray(HEADER_ROOM, HEADER_ROOM + trailerLength);
+    } else {
+      ownHeader = header.slice();
+      ownTrailer = trailer.slice();
+    }
+    const headers = this.outbound;
+    headers.update(to, headerLength + payload.length + trailerLength);
+    fillIcrc(headers.ip, headers.udp, ownHeader, payload, ownTrailer);
+    this.socket.send(payload.length === 0 ? [ownHeader, ownTrailer] : [ownHeader, payload, ownTrailer], to.port, to.address);
+    if (this.socket.getSendQueueCount() > 0) this.out = new Uint8Array(HEADER_ROOM + TRAILER_ROOM);
   }
 
   async close(): Promise<void> {
@@ -124,8 +203,9 @@ export class UdpLink implements PacketLink {
   private incoming(message: Buffer, remote: dgram.RemoteInfo): void {
     const receiver = this.receiver;
     if (receiver === undefined) return;
-    const from = { address: remote.address, port: remote.port };
-    socketIcrcHeaders(this.ipScratch, this.udpScratch, from, this.local, message.length);
-    receiver(message, this.ipScratch, this.udpScratch, from);
+    // rinfo carries address and port: it serves as the PeerAddress without another object.
+    const headers = this.inbound;
+    headers.update(remote, message.length);
+    receiver(message, headers.ip, headers.udp, remote);
   }
 }

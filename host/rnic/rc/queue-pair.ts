@@ -116,6 +116,8 @@ export class RcQueuePair extends EventEmitter<RcQueuePairEvents> {
   private readonly recvQueue: RcRecvWqe[] = [];
   private recvHead = 0;
   private readonly encodeScratch = new IbHeaders();
+  /** Header and trailer of the packet being sent (the longest IB header is far below 64 octets). */
+  private readonly packetScratch = new Uint8Array(64 + 8);
   private readonly disconnectWaiters: Array<(info: DisconnectInfo) => void> = [];
   private readonly establishedWaiters: Array<{ resolve: () => void; reject: (error: Error) => void }> = [];
   /** Called once when the QP leaves RTS (the connection layer closes its side channel). */
@@ -333,10 +335,13 @@ export class RcQueuePair extends EventEmitter<RcQueuePairEvents> {
     const pad = padFor(payload.length);
     h.padCount = pad;
     const length = headerLength(OPCODES[h.opcode]!.headers);
-    const buffer = new Uint8Array(length + pad + ICRC_LENGTH);
+    // One buffer serves every packet: a link copies header and trailer if it keeps them.
+    const buffer = this.packetScratch;
     encodeHeaders(buffer, 0, h);
+    const trailer = buffer.subarray(length, length + pad + ICRC_LENGTH);
+    trailer.fill(0); // pad octets are zero; the link writes the ICRC
     this.stats.packetsSent++;
-    link.send(path.peer, buffer.subarray(0, length), payload, buffer.subarray(length));
+    link.send(path.peer, buffer.subarray(0, length), payload, trailer);
   }
 
   /** A cleared header record for building the next packet. */

@@ -75,6 +75,8 @@ export class Requester {
   private rnrRetriesLeft = UNLIMITED_RETRIES;
   private timer: NodeJS.Timeout | undefined;
   private rnrTimer: NodeJS.Timeout | undefined;
+  /** The ACK timer fired; the retransmission waits for the sockets to be read once more. */
+  private expiry: NodeJS.Immediate | undefined;
   private transmitScheduled = false;
   private sinceAckRequest = 0;
   /** A gap in a Read Response already caused a rewind to this PSN (avoid one per late packet). */
@@ -108,8 +110,10 @@ export class Requester {
     this.running = false;
     if (this.timer !== undefined) clearTimeout(this.timer);
     if (this.rnrTimer !== undefined) clearTimeout(this.rnrTimer);
+    if (this.expiry !== undefined) clearImmediate(this.expiry);
     this.timer = undefined;
     this.rnrTimer = undefined;
+    this.expiry = undefined;
   }
 
   post(wr: SendWorkRequest): void {
@@ -394,7 +398,9 @@ export class Requester {
       }
       this.rewind(psn);
       if (this.timer !== undefined) clearTimeout(this.timer);
+      if (this.expiry !== undefined) clearImmediate(this.expiry);
       this.timer = undefined;
+      this.expiry = undefined;
       if (this.rnrTimer !== undefined) clearTimeout(this.rnrTimer);
       this.rnrTimer = setTimeout(
         () => {
@@ -570,14 +576,33 @@ export class Requester {
   }
 
   private armTimer(): void {
-    if (this.timer !== undefined || this.timeoutMs === 0 || !this.running) return;
+    if (this.timer !== undefined || this.expiry !== undefined || this.timeoutMs === 0 || !this.running) return;
     if (psnCompare(this.sentEnd, psnAdd(this.lastAcked, 1)) <= 0) return;
-    this.timer = setTimeout(() => this.timedOut(), this.timeoutMs);
+    this.timer = setTimeout(() => this.expire(), this.timeoutMs);
     this.timer.unref?.();
   }
 
-  private timedOut(): void {
+  /**
+   * Timers run before the event loop reads its sockets: on a busy or starved process the ACK
+   * that answers everything may already wait unread in the socket when the timer fires. Going
+   * back N packets for it costs a window of retransmissions (and was most of the RoCE
+   * benchmark's loss under load), so the timeout counts only if the next read of the sockets
+   * (this turn's poll phase, then the ACKs the peer coalesces until its check phase) brought
+   * no progress either.
+   */
+  private expire(): void {
     this.timer = undefined;
+    const acknowledged = this.lastAcked;
+    this.expiry = setImmediate(() => {
+      this.expiry = setImmediate(() => {
+        this.expiry = undefined;
+        if (this.lastAcked === acknowledged) this.timedOut();
+        else this.armTimer();
+      });
+    });
+  }
+
+  private timedOut(): void {
     if (!this.running || psnCompare(this.sentEnd, psnAdd(this.lastAcked, 1)) <= 0) return;
     this.qp.stats.timeouts++;
     if (this.retryCount !== UNLIMITED_RETRIES && this.retriesLeft-- <= 0) {
