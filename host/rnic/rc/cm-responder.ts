@@ -3,6 +3,8 @@
 // clients (rping -c, perftest -R) can connect to a kbtp RC QP. REQ → the caller accepts with a QP,
 // which goes to RTS with the REQ's path, and kbtp sends REP (a retransmitted REQ gets the same REP
 // again); RTU needs no answer; DREQ → DREP and the QP leaves RTS; kbtp leaving first sends DREQ.
+// What it remembers per REQ (the answer to repeat, the QP a DREQ ends) is bounded: anyone on the
+// link can send REQs with fresh communication ids, so the oldest answers are forgotten first.
 
 import { randomInt } from 'node:crypto';
 import { RnicError } from '../errors.ts';
@@ -54,18 +56,41 @@ interface Connection {
   remoteQpn: number;
 }
 
+export interface CmResponderOptions {
+  /**
+   * REQs whose answer is remembered (to repeat it to a retransmitted REQ) at most, default 1024.
+   * Past it the oldest answers of connections no longer at RTS are forgotten (a REQ repeated
+   * after that is a new request); connections at RTS stay, so that their DREQ still ends them:
+   * those are bounded by the QPs the caller accepted with.
+   */
+  maxRemembered?: number;
+}
+
+export const DEFAULT_CM_REMEMBERED = 1024;
+
 export class CmResponder {
+  /** Insertion order = age: the Map's first entries are the oldest. */
   private readonly connections = new Map<string, Connection>();
   private psn = 0;
-  readonly stats = { madsIn: 0, madsOut: 0, ignored: 0, reqs: 0, duplicateReqs: 0, rtus: 0, dreqs: 0 };
+  readonly stats = { madsIn: 0, madsOut: 0, ignored: 0, reqs: 0, duplicateReqs: 0, rtus: 0, dreqs: 0, forgotten: 0 };
   private readonly caGuid: bigint;
+  private readonly maxRemembered: number;
 
   constructor(
     private readonly endpoint: RoceEndpoint,
     private readonly onRequest: (request: CmConnectionRequest) => void,
+    options: CmResponderOptions = {},
   ) {
+    const max = options.maxRemembered ?? DEFAULT_CM_REMEMBERED;
+    if (!Number.isSafeInteger(max) || max < 1) throw new RnicError('EINVAL', `maxRemembered must be a positive integer (got ${String(max)})`);
+    this.maxRemembered = max;
     this.caGuid = BigInt.asUintN(64, (0x026b6274n << 32n) | BigInt(randomInt(0x7fffffff)));
     endpoint.gsi = (h, payload, from) => this.receive(h, payload, from);
+  }
+
+  /** REQ answers remembered now (at most maxRemembered plus the connections at RTS). */
+  get remembered(): number {
+    return this.connections.size;
   }
 
   close(): void {
@@ -89,7 +114,13 @@ export class CmResponder {
       case CmAttribute.Dreq: {
         this.stats.dreqs++;
         const ids = decodeCmIds(mad);
-        const connection = [...this.connections.values()].find((c) => c.localCommId === ids.remoteCommId && c.peer === from.address);
+        let connection: Connection | undefined;
+        for (const candidate of this.connections.values()) {
+          if (candidate.localCommId === ids.remoteCommId && candidate.peer === from.address) {
+            connection = candidate;
+            break;
+          }
+        }
         this.send(from.address, encodeCmIds(CmAttribute.Drep, { localCommId: ids.remoteCommId, remoteCommId: ids.localCommId }, header.transactionId));
         const qp = connection?.qp;
         if (qp !== undefined && qp.state === 'rts') {
@@ -157,7 +188,7 @@ export class CmResponder {
           transactionId,
         );
         const connection: Connection = { peer: from, remoteCommId: req.localCommId, localCommId, answer: rep, qp, remoteQpn: req.localQpn };
-        this.connections.set(key, connection);
+        this.remember(key, connection);
         qp.onLeaveRts = (info) => {
           if (info.reason === 'peer-closed' || connection.qp === undefined) return;
           connection.qp = undefined;
@@ -169,11 +200,22 @@ export class CmResponder {
       reject: (reason = CmRejectReason.ConsumerDefined) => {
         const localCommId = randomInt(1, 0x7fffffff);
         const rej = encodeCmRej({ localCommId, remoteCommId: req.localCommId }, reason, transactionId);
-        this.connections.set(key, { peer: from, remoteCommId: req.localCommId, localCommId, answer: rej, qp: undefined, remoteQpn: req.localQpn });
+        this.remember(key, { peer: from, remoteCommId: req.localCommId, localCommId, answer: rej, qp: undefined, remoteQpn: req.localQpn });
         this.send(from, rej);
       },
     };
     this.onRequest(request);
+  }
+
+  private remember(key: string, connection: Connection): void {
+    this.connections.set(key, connection);
+    if (this.connections.size <= this.maxRemembered) return;
+    for (const [oldKey, old] of this.connections) {
+      if (this.connections.size <= this.maxRemembered) return;
+      if (old.qp !== undefined && old.qp.state === 'rts') continue;
+      this.connections.delete(oldKey);
+      this.stats.forgotten++;
+    }
   }
 
   private send(address: string, mad: Uint8Array): void {
