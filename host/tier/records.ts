@@ -79,7 +79,18 @@ export interface GroupBodyRecord {
   s: Uint8Array;
   c: Uint8Array;
 }
-export type JournalRecord = SealRecord | UnbindRecord | ReserveRecord | BatchRecord | GroupBodyRecord;
+/**
+ * First frame of a journal started because a group commit failed: groups q of journal j never
+ * happened, whatever of them reached j (they were answered TIER_ERROR). The checkpoint written with
+ * this journal already leaves them out; this record is for a recovery that falls back to the
+ * checkpoint before it (the newer one failing its checksum) and so replays journal j again.
+ */
+export interface VoidRecord {
+  k: 'v';
+  j: number;
+  q: number[];
+}
+export type JournalRecord = SealRecord | UnbindRecord | ReserveRecord | BatchRecord | GroupBodyRecord | VoidRecord;
 
 /** A little-endian column as numbers (an aligned copy: frames sit at any offset). */
 export function u32Column(bytes: Uint8Array): Uint32Array {
@@ -141,6 +152,7 @@ function isRecord(value: unknown): value is JournalRecord {
   const record = value as Record<string, unknown>;
   const int = (key: string): boolean => Number.isSafeInteger(record[key]) && (record[key] as number) >= 0;
   const optional = (key: string): boolean => record[key] === undefined || int(key);
+  if (record.k === 'v') return int('j') && Array.isArray(record.q) && record.q.every((q) => Number.isSafeInteger(q) && q >= 0);
   if (record.k !== 'b' && !(optional('q') && optional('i') && optional('n'))) return false;
   switch (record.k) {
     case 's':

@@ -19,6 +19,7 @@ import {
   type ReserveRecord,
   type SealRecord,
   type UnbindRecord,
+  type ParsedJournal,
 } from './records.ts';
 import { generationLater, generationPlus, GENERATION_RESERVE_BATCH } from './generations.ts';
 
@@ -209,6 +210,18 @@ export async function recoverTier(input: RecoveryInput): Promise<RecoveredState>
     for (let h = 0; h < handleCount; h++) marks[h] = generationPlus(marks[h] ?? 1, 1);
   };
 
+  const raiseMarks = (group: Group): void => {
+    for (const record of group.records.values()) {
+      if (record.h < handleCount) marks[record.h] = generationLater(marks[record.h] ?? 1, record.k === 'r' ? record.m : record.g);
+    }
+    const columns = group.marker === undefined ? undefined : markerColumns(group.marker);
+    if (columns === undefined) return;
+    for (let i = 0; i < columns.h.length; i++) {
+      const h = columns.h[i] ?? handleCount;
+      if (h < handleCount) marks[h] = generationLater(marks[h] ?? 1, columns.g[i] ?? 1);
+    }
+  };
+
   const replayFrom = checkpoint?.journal ?? journals[0] ?? 0;
   const replayed = journals.filter((sequence) => sequence >= replayFrom);
   let tornBytes = 0;
@@ -221,9 +234,18 @@ export async function recoverTier(input: RecoveryInput): Promise<RecoveredState>
     const got = await input.data.read(view, record.s * input.slotSize);
     return got === record.l && crc32c(view) === record.c;
   };
+  const readJournal = async (sequence: number | undefined): Promise<ParsedJournal | undefined> =>
+    sequence === undefined ? undefined : parseJournal(await readWhole(files, path.join(directory, sequenceName('journal', sequence))));
+  // One journal ahead: a journal started after a failed group names, in its first frame, the
+  // groups of the journal before it that never happened.
+  let upcoming = await readJournal(replayed[0]);
   for (const [position, sequence] of replayed.entries()) {
     input.progress?.(position, replayed.length);
-    const parsed = parseJournal(await readWhole(files, path.join(directory, sequenceName('journal', sequence))));
+    const parsed = upcoming as ParsedJournal;
+    upcoming = await readJournal(replayed[position + 1]);
+    const voided = new Set<number>();
+    const first = upcoming?.records[0];
+    if (first?.k === 'v' && first.j === sequence) for (const q of first.q) voided.add(q);
     checksumFailures += parsed.badFrames;
     tornBytes += parsed.tornBytes;
     const groups = groupsOf(parsed.records);
@@ -231,6 +253,13 @@ export async function recoverTier(input: RecoveryInput): Promise<RecoveredState>
       if (group.q === undefined) {
         // A journal from before group places: its records as they are.
         for (const record of group.records.values()) apply(record);
+        continue;
+      }
+      if (voided.has(group.q)) {
+        // A group that failed (answered TIER_ERROR): it changes nothing. Its Generations were never
+        // shown, but the marks may rise past them all the same (marks only have to stay above).
+        nextGroup = group.q + 1;
+        raiseMarks(group);
         continue;
       }
       if (nextGroup !== undefined) {
@@ -337,6 +366,7 @@ function groupsOf(records: JournalRecord[]): Group[] {
   let current: Group | undefined;
   let legacy = 0;
   for (const record of records) {
+    if (record.k === 'v') continue; // about the journal before (see recoverTier)
     if (record.k === 'b') {
       if (record.t === undefined) continue; // a marker from before group places
       current = { q: record.q, marker: record, records: new Map(), count: undefined };

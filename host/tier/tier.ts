@@ -159,6 +159,8 @@ export class DurableTier {
   };
   private readonly maxBatch: number;
   private readonly resumeGenerations: Uint16Array;
+  /** Failed groups whose records may lie in the current journal: the next journal names them void. */
+  private voidGroups: number[] = [];
   /** Wakes the commit loop when a request is queued while it waits on a group's sync. */
   private arrived: (() => void) | undefined;
   /** Maintenance tasks (scrub repair, checkpoint, tenant changes) waiting for the committer. */
@@ -550,6 +552,7 @@ export class DurableTier {
         return;
       }
     }
+    const group = this.groupSequence;
     const journalBytes = this.groupFrames(batch);
     const sealed = batch.some((op) => op.kind === 'seal');
     try {
@@ -560,9 +563,17 @@ export class DurableTier {
       this.counters.fsyncs += syncs.length;
     } catch (error) {
       this.counters.writeErrors += 1;
-      // What reached the journal of this group is unknown: the next group starts from a new
-      // checkpoint and journal, so none of it can come back at a restart.
+      // What reached the journal of this group is unknown. Before the group is answered, a new
+      // checkpoint and journal supersede this one, and the new journal names the group void, so
+      // none of it comes back at a restart, even one that falls back on the checkpoint before.
+      // If that checkpoint cannot be written now, the next group tries again first.
+      this.voidGroups.push(group);
       this.needsCheckpoint = true;
+      try {
+        await this.writeCheckpoint();
+      } catch {
+        this.counters.writeErrors += 1;
+      }
       this.fail(batch, error);
       return;
     }
@@ -670,8 +681,16 @@ export class DurableTier {
     };
     const bytes = encodeCheckpoint(checkpoint);
     const journal = await this.files.open(path.join(directory, sequenceName('journal', sequence)), true);
+    // Failed groups of the journal this one follows: its first frame names them void (VoidRecord),
+    // durable before the checkpoint that names this journal.
+    const voided = this.voidGroups.length === 0 ? undefined : encodeFrame(JOURNAL_MAGIC, { k: 'v', j: this.journalSequence, q: [...this.voidGroups] });
     try {
       await journal.truncate(0);
+      if (voided !== undefined) {
+        await journal.write(voided, 0);
+        await journal.datasync();
+        this.counters.fsyncs += 1;
+      }
       const temporary = path.join(directory, `${sequenceName('checkpoint', sequence)}.tmp`);
       const file = await this.files.open(temporary, true);
       try {
@@ -692,7 +711,8 @@ export class DurableTier {
     this.retainedBytes = oldJournal === undefined ? 0 : this.checkpointBytes + this.journalSize;
     this.journal = journal;
     this.journalSequence = sequence;
-    this.journalSize = 0;
+    this.journalSize = voided?.length ?? 0;
+    this.voidGroups = [];
     this.checkpointBytes = bytes.length;
     this.needsCheckpoint = false;
     await oldJournal?.close().catch(() => undefined);

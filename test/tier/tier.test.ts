@@ -348,6 +348,48 @@ test('ENOSPC and EIO fail the request, change nothing, and the tier goes on', as
   await again.close();
 });
 
+test('a failed FREE is superseded before it is answered: a crash right after it loses nothing', async () => {
+  const files = new MemoryFiles();
+  const tier = await DurableTier.open(options(files));
+  await tier.seal(1, 2, blockData(1, 2));
+  files.faults.push({ op: 'datasync', match: /journal/, code: 'EIO', times: 1 });
+  await rejectsWith(tier.unbind(1, 3), 'EIO');
+  // The process dies before any other request: the failed group's record is in the old journal.
+  const again = await DurableTier.open(options(files.afterCrash()));
+  assert.ok(again.holds(1), 'a FREE answered TIER_ERROR changed nothing');
+  assert.equal((await readBack(again, 1)).data, blockData(1, 2));
+  await again.close();
+});
+
+test('failed groups stay void when the newest checkpoint is corrupt too (double fault)', async () => {
+  const files = new MemoryFiles();
+  const tier = await DurableTier.open(options(files));
+  await tier.seal(1, 2, blockData(1, 2));
+  await tier.seal(2, 2, blockData(2, 2));
+  files.faults.push({ op: 'datasync', match: /journal/, code: 'EIO', times: 1 });
+  await rejectsWith(tier.unbind(1, 3), 'EIO');
+  files.faults.push({ op: 'datasync', match: /journal/, code: 'EIO', times: 1 });
+  await rejectsWith(tier.seal(3, 2, blockData(3, 2)), 'EIO');
+  // A group without data: the failed seal's slot keeps its data, which checks against its record.
+  await tier.reserve(4, 100);
+  await tier.close();
+  const crashed = files.afterCrash();
+  const newest =
+    (await crashed.list(DIR))
+      .filter((name) => name.startsWith('checkpoint-'))
+      .sort()
+      .at(-1) ?? '';
+  const checkpoint = crashed.contentOf(`${DIR}/${newest}`);
+  checkpoint[checkpoint.length - 3] = (checkpoint[checkpoint.length - 3] ?? 0) ^ 0x80;
+  // Recovery falls back on the checkpoint before, and replays the journal the failed seal went to.
+  const again = await DurableTier.open(options(crashed));
+  assert.ok(again.recovery.checksumFailures >= 1, 'the bad checkpoint is counted');
+  assert.not.ok(again.holds(3), 'a seal answered TIER_ERROR came back');
+  assert.ok(again.holds(1), 'a FREE answered TIER_ERROR was applied');
+  for (const i of [1, 2]) assert.equal((await readBack(again, i)).data, blockData(i, 2), `block ${i}`);
+  await again.close();
+});
+
 test('capacity: the tier stays within its cap and drops least recently used blocks first', async () => {
   const files = new MemoryFiles();
   const capacity = 2 << 20;
