@@ -119,6 +119,9 @@ interface Settle {
 
 const HISTOGRAM_EDGES = [1, 2, 4, 8, 16, 32];
 
+/** The settle of a request nobody waits for (an undo written again). */
+const UNANSWERED: Settle = { resolve: () => undefined, reject: () => undefined };
+
 export class DurableTier {
   readonly sizing: TierSizing;
   readonly recovery: RecoveryReport;
@@ -159,6 +162,8 @@ export class DurableTier {
   };
   private readonly maxBatch: number;
   private readonly resumeGenerations: Uint16Array;
+  /** Undos that failed, by handle index: their Generation; written again with the next group. */
+  private readonly undoRetries = new Map<number, number>();
   /** Failed groups whose records may lie in the current journal: the next journal names them void. */
   private voidGroups: number[] = [];
   /** Wakes the commit loop when a request is queued while it waits on a group's sync. */
@@ -335,7 +340,10 @@ export class DurableTier {
   private enqueue(make: (done: Settle) => Op): Promise<void> {
     if (this.closed) return Promise.reject(new TierError('CLOSED', 'the durable tier is closed'));
     return new Promise<void>((resolve, reject) => {
-      this.queue.push(make({ resolve, reject }));
+      const op = make({ resolve, reject });
+      // A newer record about the handle supersedes an undo still to be written again.
+      this.undoRetries.delete(op.index);
+      this.queue.push(op);
       if (!this.committing) void this.commitLoop();
       else this.wakeCommitter();
     });
@@ -375,7 +383,7 @@ export class DurableTier {
           if (previous.done) previous = undefined;
           continue;
         }
-        const candidates = [...this.waiting, ...this.queue.splice(0, this.maxBatch)];
+        const candidates = [...this.takeUndoRetries(), ...this.waiting, ...this.queue.splice(0, this.maxBatch)];
         this.waiting = [];
         const batch = this.admit(candidates);
         if (batch.length === 0) {
@@ -568,6 +576,7 @@ export class DurableTier {
       // none of it comes back at a restart, even one that falls back on the checkpoint before.
       // If that checkpoint cannot be written now, the next group tries again first.
       this.voidGroups.push(group);
+      this.forgetUndone(batch);
       this.needsCheckpoint = true;
       try {
         await this.writeCheckpoint();
@@ -628,6 +637,7 @@ export class DurableTier {
   private fail(ops: Op[], error: unknown): void {
     const code = errorCode(error) === 'ENOSPC' ? 'ENOSPC' : 'EIO';
     const reason = error instanceof Error ? error.message : String(error);
+    this.forgetUndone(ops);
     for (const op of ops) {
       if (op.kind === 'drop') {
         this.endDrop(op, undefined);
@@ -640,6 +650,31 @@ export class DurableTier {
       }
       op.done.reject(new TierError(code, `durable tier: ${reason}`));
     }
+  }
+
+  /**
+   * An undo (a BIND's seal whose ticket was taken meanwhile, kbtp-v1 section 12) that could not be
+   * made durable: the BIND fails all the same, so its block must not come back. The tier forgets
+   * the block now (the checkpoint written after a failed group leaves it out) and writes the undo
+   * again with its next group, unless a newer request about the handle comes first. Its slot is
+   * free at once: should an older journal ever be replayed (a corrupt checkpoint), the seal there
+   * points at data that fails its checksum, and a block failing its checksum is never served.
+   */
+  private forgetUndone(ops: Op[]): void {
+    for (const op of ops) {
+      if (op.kind !== 'unbind' || op.why !== 'undo') continue;
+      // The handle was held since the seal that this undoes: the block held is that seal's.
+      this.release(op.index);
+      this.undoRetries.set(op.index, op.generation);
+    }
+  }
+
+  /** Undos to write again (see forgetUndone), as requests nobody waits for. */
+  private takeUndoRetries(): Op[] {
+    const retries: Op[] = [];
+    for (const [index, generation] of this.undoRetries) retries.push({ kind: 'unbind', index, generation, why: 'undo', done: UNANSWERED });
+    this.undoRetries.clear();
+    return retries;
   }
 
   // --- checkpoints -----------------------------------------------------------------------------

@@ -390,6 +390,38 @@ test('failed groups stay void when the newest checkpoint is corrupt too (double 
   await again.close();
 });
 
+test('a BIND undo that fails still keeps its block from coming back, after a crash or a corrupt checkpoint', async () => {
+  const files = new MemoryFiles();
+  const tier = await DurableTier.open(options(files));
+  await tier.seal(1, 2, blockData(1, 2));
+  await tier.seal(5, 4, blockData(5, 4));
+  // A BIND's seal of 5 was made durable, then its ticket was reclaimed: the undo fails too.
+  files.faults.push({ op: 'datasync', match: /journal/, code: 'EIO', times: 1 });
+  await rejectsWith(tier.unbind(5, 5, 'undo'), 'EIO');
+  assert.not.ok(tier.holds(5), 'the running tier forgets the block at once');
+  const crashedNow = await DurableTier.open(options(files.afterCrash()));
+  assert.not.ok(crashedNow.holds(5), 'a crash right after the failed undo brought the block back');
+  assert.ok(crashedNow.holds(1));
+  assert.ok(generationDistance(5, crashedNow.resumeGeneration(5)) < 0x8000, 'handle 5 resumes above the undo');
+  await crashedNow.close();
+  // The undo is written again with the next group; then the newest checkpoint rots.
+  await tier.seal(2, 2, blockData(2, 2));
+  await tier.close();
+  const crashed = files.afterCrash();
+  const newest =
+    (await crashed.list(DIR))
+      .filter((name) => name.startsWith('checkpoint-'))
+      .sort()
+      .at(-1) ?? '';
+  const checkpoint = crashed.contentOf(`${DIR}/${newest}`);
+  checkpoint[checkpoint.length - 3] = (checkpoint[checkpoint.length - 3] ?? 0) ^ 0x80;
+  const again = await DurableTier.open(options(crashed));
+  assert.ok(again.recovery.checksumFailures >= 1);
+  assert.not.ok(again.holds(5), 'the fallback replayed the seal without its undo');
+  for (const i of [1, 2]) assert.equal((await readBack(again, i)).data, blockData(i, 2), `block ${i}`);
+  await again.close();
+});
+
 test('capacity: the tier stays within its cap and drops least recently used blocks first', async () => {
   const files = new MemoryFiles();
   const capacity = 2 << 20;
