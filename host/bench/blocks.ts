@@ -44,6 +44,8 @@ function writeStamp(target: Uint8Array, offset: number, handle: bigint, version:
  */
 export class BlockMaker {
   private readonly body: Uint8Array;
+  /** The body as a Buffer, for a memcmp against loaded blocks (check()). */
+  private readonly bodyBuffer: Buffer;
   private readonly bodyCrc: number;
   private readonly stamp = new Uint8Array(STAMP_SIZE);
 
@@ -55,6 +57,20 @@ export class BlockMaker {
     this.body = new Uint8Array(Math.max(0, size - STAMP_SIZE));
     fillPattern(this.body, seed);
     this.bodyCrc = crc32(this.body);
+    this.bodyBuffer = Buffer.from(this.body.buffer, this.body.byteOffset, this.body.length);
+  }
+
+  /**
+   * checkBlock for blocks this maker made, at a fraction of its cost: the body compared octet for
+   * octet (memcmp runs several times faster than CRC-32 over the block) and the stamp by CRC-32
+   * continued from the body's. A block that fails either is described by checkBlock.
+   */
+  check(data: Uint8Array, expected: ExpectedBlock, handle: bigint): string | undefined {
+    const bodyLength = this.body.length;
+    if (this.size < STAMP_SIZE || data.length !== this.size) return checkBlock(data, expected, handle);
+    if (this.bodyBuffer.compare(data, 0, bodyLength) === 0 && crc32(data.subarray(bodyLength), this.bodyCrc) === expected.crc) return undefined;
+    // The block's CRC-32 may still match (a collision): it differs all the same.
+    return checkBlock(data, expected, handle) ?? `handle ${handle}: the loaded block differs from the stored one`;
   }
 
   /** A buffer for one request, holding the body already; `make` then only writes the stamp. */

@@ -15,7 +15,7 @@ import { performance } from 'node:perf_hooks';
 import { connect, type KbtpSession } from '../kbtp/initiator.ts';
 import { KbtpStatusError } from '../kbtp/errors.ts';
 import type { RunningTarget } from '../kbtp/server/target.ts';
-import { BlockMaker, checkBlock, type ExpectedBlock } from './blocks.ts';
+import { BlockMaker, type ExpectedBlock } from './blocks.ts';
 import { LatencyHistogram } from './histogram.ts';
 import { formatSize, stack } from './report.ts';
 import { spawnTarget } from './spawn.ts';
@@ -316,7 +316,7 @@ async function replay(
     try {
       const { data } = await session.load(entry.handle);
       histograms.load.record((performance.now() - began) * 1e6);
-      const wrong = expected === undefined ? `handle ${entry.handle}: no block was stored` : checkBlock(data, expected, entry.handle);
+      const wrong = expected === undefined ? `handle ${entry.handle}: no block was stored` : maker.check(data, expected, entry.handle);
       if (wrong !== undefined) {
         corrupt += 1;
         problem('CORRUPT', wrong);

@@ -8,7 +8,7 @@ import type { KbtpSession } from '../kbtp/initiator.ts';
 import { BatchError, KbtpStatusError } from '../kbtp/errors.ts';
 import { InternalError, UsageError, withContext } from '../errors.ts';
 import { statusName } from '../kbtp/wire/messages.ts';
-import { BlockMaker, checkBlock, type ExpectedBlock } from './blocks.ts';
+import { BlockMaker, type ExpectedBlock } from './blocks.ts';
 import { LatencyHistogram } from './histogram.ts';
 import { OpPicker, sealingFor, type OpName, type Phase } from './mix.ts';
 
@@ -124,8 +124,16 @@ class SessionBlocks {
     this.idleFree = new IndexQueue(keys);
   }
 
+  /** Each index's handle, made once (a BigInt sum per request allocates). */
+  private readonly handles: bigint[] = [];
+
   handle(index: number): bigint {
-    return this.firstHandle + BigInt(index);
+    let handle = this.handles[index];
+    if (handle === undefined) {
+      handle = this.firstHandle + BigInt(index);
+      this.handles[index] = handle;
+    }
+    return handle;
   }
 }
 
@@ -282,7 +290,7 @@ export async function runPhase(options: PhaseOptions): Promise<PhaseResult> {
       }
       const ended = performance.now();
       if (ok && data !== undefined) {
-        const wrong = expected === undefined ? `handle ${handle}: loaded a block the benchmark never stored` : checkBlock(data, expected, handle);
+        const wrong = expected === undefined ? `handle ${handle}: loaded a block the benchmark never stored` : maker.check(data, expected, handle);
         if (wrong !== undefined) {
           ok = false;
           problems += 1;
@@ -362,7 +370,7 @@ export async function runPhase(options: PhaseOptions): Promise<PhaseResult> {
         if (op === 'load') {
           const expected = blocks.expected[index];
           const data = lengths[i] === size ? buffers[i]! : buffers[i]!.subarray(0, lengths[i]);
-          const wrong = expected === undefined ? `handle ${handles[i]}: loaded a block the benchmark never stored` : checkBlock(data, expected, handles[i]!);
+          const wrong = expected === undefined ? `handle ${handles[i]}: loaded a block the benchmark never stored` : maker.check(data, expected, handles[i]!);
           if (wrong !== undefined) {
             problems += 1;
             entry.corrupt += 1;
