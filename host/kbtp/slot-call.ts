@@ -6,7 +6,7 @@
 // What a call allocates is its promise and the result object.
 import * as K from '../../assembly/kbtp-constants.ts';
 import { AbortedError, KbtpStatusError, TimeoutError, TransportError } from './errors.ts';
-import { decodeCompletion } from './wire/messages.ts';
+import { decodeCompletion, requestName } from './wire/messages.ts';
 import type { DeadlineEntry, Deadlines } from './deadlines.ts';
 import type { SlotOwner } from './slots.ts';
 import type { BlockInfo, LoadResult } from './session-types.ts';
@@ -35,14 +35,6 @@ const WAITING = 1;
 const SENT = 2;
 /** Timed out or aborted with its request on the wire: keeps its slot until the answer comes. */
 const ABANDONED = 3;
-
-const OPCODE_NAMES: Record<number, string> = {
-  [K.OPCODE_LOAD]: 'LOAD',
-  [K.OPCODE_STORE]: 'STORE',
-  [K.OPCODE_ALLOC_STORE]: 'ALLOC_STORE',
-  [K.OPCODE_FREE]: 'FREE',
-  [K.OPCODE_BIND]: 'BIND',
-};
 
 export class SlotCall implements SlotOwner, DeadlineEntry {
   opcode = 0;
@@ -97,7 +89,7 @@ export class SlotCall implements SlotOwner, DeadlineEntry {
   }
 
   private what(): string {
-    return `${OPCODE_NAMES[this.opcode] ?? 'request'} of handle ${this.handle}`;
+    return `${requestName(this.opcode)} of handle ${this.handle}`;
   }
 
   /** Takes a free slot and posts, or waits for one (resumed by the session's giveSlot). */

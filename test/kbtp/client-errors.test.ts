@@ -4,8 +4,9 @@ import { createServer, type Server, type Socket } from 'node:net';
 import { test } from 'uvu';
 import * as assert from 'uvu/assert';
 import { connect, TargetAddressError } from '../../host/kbtp/initiator.ts';
-import { KbtpError, KbtpStatusError } from '../../host/kbtp/errors.ts';
+import { KbtpStatusError } from '../../host/kbtp/errors.ts';
 import { startRig, SECRETS, type Rig } from '../support/rig.ts';
+import { failure } from '../support/failure.ts';
 
 let rig: Rig;
 test.before(async () => {
@@ -14,16 +15,6 @@ test.before(async () => {
 test.after(async () => {
   await rig.stop();
 });
-
-async function failure(promise: Promise<unknown>): Promise<KbtpError> {
-  try {
-    await promise;
-  } catch (error) {
-    assert.instance(error, KbtpError, `not a KbtpError: ${String(error)}`);
-    return error as KbtpError;
-  }
-  throw new Error('expected the call to fail');
-}
 
 function listen(server: Server): Promise<number> {
   return new Promise((resolve) => server.listen(0, '127.0.0.1', () => resolve((server.address() as { port: number }).port)));

@@ -6,11 +6,11 @@
 import { test } from 'uvu';
 import * as assert from 'uvu/assert';
 import { Deadlines, type DeadlineEntry } from '../../host/kbtp/deadlines.ts';
-import { KbtpError } from '../../host/kbtp/errors.ts';
 import type { LinkedChannel } from '../../host/rnic/linked-channel.ts';
 import type { ChannelEvents, StreamChannel, StreamConsumer } from '../../host/rnic/channel.ts';
 import type { WriteDone } from '../../host/rnic/transmit.ts';
 import { openInProcessSession } from './in-process-session.ts';
+import { failure } from '../support/failure.ts';
 
 /** The initiator's end of the stream, with a switch that drops every write (completing it) from then on. */
 class Muted implements StreamChannel {
@@ -62,16 +62,6 @@ async function silentTarget(credits: number) {
   await opened.session.allocStore(1n, new Uint8Array(512).fill(1));
   muted!.muted = true;
   return opened;
-}
-
-async function failure(promise: Promise<unknown>): Promise<KbtpError> {
-  try {
-    await promise;
-  } catch (error) {
-    assert.instance(error, KbtpError, `not a KbtpError: ${String(error)}`);
-    return error as KbtpError;
-  }
-  throw new Error('expected the call to fail');
 }
 
 const timers = (): number => process.getActiveResourcesInfo().filter((kind) => kind === 'Timeout').length;

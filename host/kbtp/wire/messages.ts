@@ -193,6 +193,19 @@ const STATUS_NAMES: Record<number, string> = {
   [K.STATUS_SHUTTING_DOWN]: 'SHUTTING_DOWN',
 };
 
+const REQUEST_NAMES: Record<number, string> = {
+  [K.OPCODE_LOAD]: 'LOAD',
+  [K.OPCODE_STORE]: 'STORE',
+  [K.OPCODE_ALLOC_STORE]: 'ALLOC_STORE',
+  [K.OPCODE_FREE]: 'FREE',
+  [K.OPCODE_BIND]: 'BIND',
+};
+
+/** A request opcode's name (LOAD, STORE, ...), for messages. */
+export function requestName(opcode: number): string {
+  return REQUEST_NAMES[opcode] ?? `opcode 0x${opcode.toString(16).padStart(2, '0')}`;
+}
+
 export function statusName(status: number): string {
   return STATUS_NAMES[status] ?? `UNKNOWN_STATUS_0x${status.toString(16).padStart(4, '0')}`;
 }
