@@ -56,7 +56,9 @@ interface RecvWqe {
 }
 
 export class Placement implements ReceiveSink {
+  /** Entries [rqHead, rqTail) are posted; the array never shrinks (see Requester.sq). */
   private readonly rq: RecvWqe[] = [];
+  private rqTail = 0;
   /** Completed receive entries, for reuse. */
   private readonly pool: RecvWqe[] = [];
   private rqHead = 0;
@@ -70,7 +72,7 @@ export class Placement implements ReceiveSink {
 
   /** Receive WRs posted and not yet consumed. */
   get posted(): number {
-    return this.rq.length - this.rqHead;
+    return this.rqTail - this.rqHead;
   }
 
   post(wr: ReceiveWorkRequest): void {
@@ -82,7 +84,7 @@ export class Placement implements ReceiveSink {
       checkSge(sge);
       capacity += sge.length;
     }
-    if (this.rq.length - this.rqHead >= qp.maxRecvWr) {
+    if (this.rqTail - this.rqHead >= qp.maxRecvWr) {
       throw new RnicError('ENOMEM', `receive queue of QP ${qp.qpNumber} is full (${qp.maxRecvWr} posted)`);
     }
     if (qp.state === 'error') {
@@ -101,7 +103,7 @@ export class Placement implements ReceiveSink {
     wqe.capacity = capacity;
     wqe.status = WcStatus.Success;
     wqe.error = undefined;
-    this.rq.push(wqe);
+    this.rq[this.rqTail++] = wqe;
   }
 
   placeTagged(opcode: number, stag: number, toHigh: number, toLow: number, length: number, first: boolean, last: boolean): Uint8Array | undefined {
@@ -381,13 +383,16 @@ export class Placement implements ReceiveSink {
   }
 
   private takeReceive(): RecvWqe | undefined {
-    if (this.rqHead >= this.rq.length) return undefined;
+    if (this.rqHead >= this.rqTail) return undefined;
     const wqe = this.rq[this.rqHead++]!;
-    if (this.rqHead > 1024 && this.rqHead * 2 > this.rq.length) {
+    if (this.rqHead === this.rqTail) {
+      this.rqHead = 0;
+      this.rqTail = 0;
+    } else if (this.rqHead > 1024 && this.rqHead * 2 > this.rqTail) {
       // Compacted in place: splice would allocate an array of the removed entries.
-      const kept = this.rq.length - this.rqHead;
+      const kept = this.rqTail - this.rqHead;
       for (let i = 0; i < kept; i++) this.rq[i] = this.rq[this.rqHead + i]!;
-      this.rq.length = kept;
+      this.rqTail = kept;
       this.rqHead = 0;
     }
     return wqe;
@@ -424,13 +429,13 @@ export class Placement implements ReceiveSink {
       current.error = reason;
       this.completeReceive(current, 0);
     }
-    while (this.rqHead < this.rq.length) {
+    while (this.rqHead < this.rqTail) {
       const wqe = this.rq[this.rqHead++]!;
       wqe.status = WcStatus.WrFlushError;
       wqe.error = reason;
       this.completeReceive(wqe, 0);
     }
-    this.rq.length = 0;
     this.rqHead = 0;
+    this.rqTail = 0;
   }
 }

@@ -108,9 +108,14 @@ export class OutstandingRequest {
 }
 
 export class Requester {
+  /**
+   * Entries [sqHead, sqTail) are live; the array never shrinks (entries past sqTail are stale):
+   * truncating it would free its storage and the next posts would allocate it again.
+   */
   private readonly sq: SendWqe[] = [];
   private sqHead = 0; // oldest WQE not yet completed
   private sqNext = 0; // next WQE to transmit
+  private sqTail = 0; // one past the newest WQE
   /** Outbound reads and atomics in request order; their responses arrive in the same order. */
   readonly orq: OutstandingRequest[] = [];
   /** Reads and atomics in `orq` (the RTR read does not count against ORD). */
@@ -129,7 +134,7 @@ export class Requester {
 
   /** Send WRs posted and not yet completed. */
   get outstanding(): number {
-    return this.sq.length - this.sqHead;
+    return this.sqTail - this.sqHead;
   }
 
   post(wr: SendWorkRequest): void {
@@ -138,7 +143,7 @@ export class Requester {
     if (qp.state === 'idle' || qp.state === 'connecting') {
       throw new RnicError('ENOTCONN', `QP ${qp.qpNumber} is not connected (state ${qp.state}); post sends once connect/accept resolved`);
     }
-    if (this.sq.length - this.sqHead >= qp.maxSendWr) {
+    if (this.sqTail - this.sqHead >= qp.maxSendWr) {
       throw new RnicError('ENOMEM', `send queue of QP ${qp.qpNumber} is full (${qp.maxSendWr} outstanding)`);
     }
     const wqe = this.pool.pop() ?? new SendWqe(this);
@@ -152,10 +157,10 @@ export class Requester {
     wqe.requestMsn = undefined;
     wqe.writesPending = 0;
     wqe.dequeued = false;
-    this.sq.push(wqe);
+    this.sq[this.sqTail++] = wqe;
     if (qp.state === 'error') {
       this.finishWqe(wqe, WcStatus.WrFlushError, 'QP is in the error state');
-      this.sqNext = this.sq.length;
+      this.sqNext = this.sqTail;
       this.completeInOrder();
       return;
     }
@@ -172,7 +177,7 @@ export class Requester {
   /** Starts queued work requests while ORD, fences and the transmit high-water mark allow. */
   transmit(): void {
     const qp = this.qp;
-    while (this.sqNext < this.sq.length && qp.state === 'rts') {
+    while (this.sqNext < this.sqTail && qp.state === 'rts') {
       if (qp.transmitFull()) break;
       const wqe = this.sq[this.sqNext]!;
       if (wqe.state === SendWqeState.Done) {
@@ -390,7 +395,7 @@ export class Requester {
   /** Emits completions for finished WQEs at the head of the send queue, in posting order. */
   completeInOrder(): void {
     const qp = this.qp;
-    while (this.sqHead < this.sq.length) {
+    while (this.sqHead < this.sqTail) {
       const wqe = this.sq[this.sqHead]!;
       if (wqe.state !== SendWqeState.Done) break;
       this.sqHead++;
@@ -402,11 +407,16 @@ export class Requester {
       wqe.dequeued = true;
       if (wqe.writesPending === 0) this.retire(wqe);
     }
-    if (this.sqHead > 1024 && this.sqHead * 2 > this.sq.length) {
+    if (this.sqHead === this.sqTail) {
+      // Empty: start over at the front, so the array stays as long as the most ever outstanding.
+      this.sqNext -= this.sqHead;
+      this.sqHead = 0;
+      this.sqTail = 0;
+    } else if (this.sqHead > 1024 && this.sqHead * 2 > this.sqTail) {
       // Compacted in place: splice would allocate an array of the removed entries.
-      const kept = this.sq.length - this.sqHead;
+      const kept = this.sqTail - this.sqHead;
       for (let i = 0; i < kept; i++) this.sq[i] = this.sq[this.sqHead + i]!;
-      this.sq.length = kept;
+      this.sqTail = kept;
       this.sqNext -= this.sqHead;
       this.sqHead = 0;
     }
@@ -486,8 +496,8 @@ export class Requester {
 
   /** The QP left RTS: every send WR not yet complete completes as flushed. */
   flush(reason: string): void {
-    for (let i = this.sqHead; i < this.sq.length; i++) this.finishWqe(this.sq[i]!, WcStatus.WrFlushError, reason);
-    this.sqNext = this.sq.length;
+    for (let i = this.sqHead; i < this.sqTail; i++) this.finishWqe(this.sq[i]!, WcStatus.WrFlushError, reason);
+    this.sqNext = this.sqTail;
     this.orq.length = 0;
     this.outstandingRequests = 0;
   }

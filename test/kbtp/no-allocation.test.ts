@@ -28,11 +28,12 @@ const REQUESTS = 1_000_000;
  * for the initiator tests the initiator library). Measured 2026-12-01 (session 3, after calls got
  * one deadline sweep per session and reused call records): target about 510-550, loadMany/storeMany
  * about 670-720, load()/store() 8 in flight about 1,030 (3,700, 3,950 and 9,500+ at the start of that day;
- * see docs/BENCH.md). The margin covers V8 tiering and sampling variation on a loaded machine; a
+ * see docs/BENCH.md). Then the send and receive queues stopped shrinking and regrowing their
+ * arrays: target about 395, loadMany/storeMany about 560, load()/store() about 890. The margin covers V8 tiering and sampling variation on a loaded machine; a
  * per-call timer and AbortController (about 4 KB) or an object per message or completion on the
  * target path (about 100 octets, several per request) goes over it.
  */
-const TARGET_BUDGET = 800;
+const TARGET_BUDGET = 560;
 const BATCH_BUDGET = 1_100;
 const CALL_BUDGET = 1_600;
 
