@@ -231,7 +231,7 @@ export const command: Command = {
               `${recovery.blocksDiscarded > 0 ? `, ${recovery.blocksDiscarded} not recovered after a bad journal record` : ''})`),
       );
     }
-    console.log(`try: kbtp info --target ${target.host}:${target.port}   (Ctrl-C to stop)`);
+    console.log(`try: kbtp info --target ${target.host}:${target.port}${settings.transport === 'roce' ? ' --transport roce' : ''}   (Ctrl-C to stop)`);
     const interval = Number(values['stats-interval'] ?? 0);
     const timer =
       interval > 0
