@@ -90,7 +90,16 @@ export interface VoidRecord {
   j: number;
   q: number[];
 }
-export type JournalRecord = SealRecord | UnbindRecord | ReserveRecord | BatchRecord | GroupBodyRecord | VoidRecord;
+/**
+ * Near the start of every journal: the Generation mark of every handle (m, a little-endian u16
+ * column) as of the checkpoint that names the journal. A copy for a recovery that finds every
+ * checkpoint corrupt: without it, handles the journals do not name would have to restart at 1.
+ */
+export interface MarksRecord {
+  k: 'm';
+  m: Uint8Array;
+}
+export type JournalRecord = SealRecord | UnbindRecord | ReserveRecord | BatchRecord | GroupBodyRecord | VoidRecord | MarksRecord;
 
 /** A little-endian column as numbers (an aligned copy: frames sit at any offset). */
 export function u32Column(bytes: Uint8Array): Uint32Array {
@@ -152,6 +161,7 @@ function isRecord(value: unknown): value is JournalRecord {
   const record = value as Record<string, unknown>;
   const int = (key: string): boolean => Number.isSafeInteger(record[key]) && (record[key] as number) >= 0;
   const optional = (key: string): boolean => record[key] === undefined || int(key);
+  if (record.k === 'm') return record.m instanceof Uint8Array && record.m.byteLength % 2 === 0;
   if (record.k === 'v') return int('j') && Array.isArray(record.q) && record.q.every((q) => Number.isSafeInteger(q) && q >= 0);
   if (record.k !== 'b' && !(optional('q') && optional('i') && optional('n'))) return false;
   switch (record.k) {

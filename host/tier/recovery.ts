@@ -20,6 +20,7 @@ import {
   type SealRecord,
   type UnbindRecord,
   type ParsedJournal,
+  type MarksRecord,
 } from './records.ts';
 import { generationLater, generationPlus, GENERATION_RESERVE_BATCH } from './generations.ts';
 
@@ -172,7 +173,8 @@ export async function recoverTier(input: RecoveryInput): Promise<RecoveredState>
     }
   } else {
     // No checkpoint: a new tier (every entry starts at Generation 1), or one whose every
-    // checkpoint is bad, where the journals alone say what was shown.
+    // checkpoint is bad, where the journals say what was shown: the first journal replayed
+    // starts with a copy of the marks as of its (lost) checkpoint, and its records go on from there.
     marks.fill(1);
   }
 
@@ -239,6 +241,10 @@ export async function recoverTier(input: RecoveryInput): Promise<RecoveredState>
   // One journal ahead: a journal started after a failed group names, in its first frame, the
   // groups of the journal before it that never happened.
   let upcoming = await readJournal(replayed[0]);
+  if (checkpoint === undefined) {
+    const copy = upcoming?.records.find((record): record is MarksRecord => record.k === 'm');
+    if (copy !== undefined && copy.m.byteLength === 2 * handleCount) marks.set(u16Column(copy.m));
+  }
   for (const [position, sequence] of replayed.entries()) {
     input.progress?.(position, replayed.length);
     const parsed = upcoming as ParsedJournal;
@@ -366,7 +372,7 @@ function groupsOf(records: JournalRecord[]): Group[] {
   let current: Group | undefined;
   let legacy = 0;
   for (const record of records) {
-    if (record.k === 'v') continue; // about the journal before (see recoverTier)
+    if (record.k === 'v' || record.k === 'm') continue; // a journal's first frames (see recoverTier)
     if (record.k === 'b') {
       if (record.t === undefined) continue; // a marker from before group places
       current = { q: record.q, marker: record, records: new Map(), count: undefined };

@@ -136,6 +136,8 @@ export class DurableTier {
   /** Number of the next group commit; every attempt takes one, so a journal's groups are consecutive. */
   private groupSequence: number;
   private journalSize = 0;
+  /** Octets of the current journal's first frames (see writeCheckpoint); the journal limit counts the records after them. */
+  private journalHeader = 0;
   private checkpointBytes = 0;
   /** Octets of the previous checkpoint and the journal after it, kept for a fallback. */
   private retainedBytes = 0;
@@ -508,6 +510,11 @@ export class DurableTier {
     return Buffer.concat([encodeFrame(JOURNAL_MAGIC, marker), encodeFrame(JOURNAL_MAGIC, body)]);
   }
 
+  /** Whether a group of `records` could take the journal past its limit (a bound of 64 octets a record). */
+  private journalFull(records: number): boolean {
+    return this.journalSize - this.journalHeader > this.sizing.journalLimit - 64 * (records + 1) - 64;
+  }
+
   /** One group from start to end (maintenance, which holds the committer). */
   private commit(batch: Op[]): Promise<void> {
     return this.finish(batch, this.writeData(batch));
@@ -550,7 +557,7 @@ export class DurableTier {
    */
   private async finish(batch: Op[], dataWritten: Promise<void>): Promise<void> {
     // After a failed group, or with the journal near its limit: a new checkpoint and journal first.
-    if (this.needsCheckpoint || this.journalSize > this.sizing.journalLimit - 64 * (batch.length + 1) - 64) {
+    if (this.needsCheckpoint || this.journalFull(batch.length)) {
       try {
         await this.writeCheckpoint();
       } catch (error) {
@@ -716,16 +723,17 @@ export class DurableTier {
     };
     const bytes = encodeCheckpoint(checkpoint);
     const journal = await this.files.open(path.join(directory, sequenceName('journal', sequence)), true);
-    // Failed groups of the journal this one follows: its first frame names them void (VoidRecord),
-    // durable before the checkpoint that names this journal.
-    const voided = this.voidGroups.length === 0 ? undefined : encodeFrame(JOURNAL_MAGIC, { k: 'v', j: this.journalSequence, q: [...this.voidGroups] });
+    // The journal's first frames, durable before the checkpoint that names it: the failed groups of
+    // the journal it follows, named void (VoidRecord), then a copy of the marks (MarksRecord).
+    const header = Buffer.concat([
+      ...(this.voidGroups.length === 0 ? [] : [encodeFrame(JOURNAL_MAGIC, { k: 'v', j: this.journalSequence, q: [...this.voidGroups] })]),
+      encodeFrame(JOURNAL_MAGIC, { k: 'm', m: columnBytes(this.marks) }),
+    ]);
     try {
       await journal.truncate(0);
-      if (voided !== undefined) {
-        await journal.write(voided, 0);
-        await journal.datasync();
-        this.counters.fsyncs += 1;
-      }
+      await journal.write(header, 0);
+      await journal.datasync();
+      this.counters.fsyncs += 1;
       const temporary = path.join(directory, `${sequenceName('checkpoint', sequence)}.tmp`);
       const file = await this.files.open(temporary, true);
       try {
@@ -746,7 +754,8 @@ export class DurableTier {
     this.retainedBytes = oldJournal === undefined ? 0 : this.checkpointBytes + this.journalSize;
     this.journal = journal;
     this.journalSequence = sequence;
-    this.journalSize = voided?.length ?? 0;
+    this.journalSize = header.length;
+    this.journalHeader = header.length;
     this.voidGroups = [];
     this.checkpointBytes = bytes.length;
     this.needsCheckpoint = false;
@@ -865,7 +874,8 @@ export class DurableTier {
       let high = 0;
       for (const block of this.blocks.values()) high = Math.max(high, block.slot + 1);
       const trimmedSlots = this.highSlot - high;
-      if (trimmedSlots === 0 && this.journalSize === 0 && !this.needsCheckpoint) return { written: false, trimmedSlots: 0, journal: this.journalSequence };
+      if (trimmedSlots === 0 && this.journalSize === this.journalHeader && !this.needsCheckpoint)
+        return { written: false, trimmedSlots: 0, journal: this.journalSequence };
       if (trimmedSlots > 0) {
         // Slots past the last block are forgotten: a later seal takes them again through highSlot.
         this.highSlot = high;
@@ -921,7 +931,7 @@ export class DurableTier {
             if (!this.claimDrop(position, batch)) break;
           }
           if (batch.length === 0) break;
-          if (this.journalSize > this.sizing.journalLimit - 64 * (batch.length + 1) - 64) await this.writeCheckpoint();
+          if (this.journalFull(batch.length)) await this.writeCheckpoint();
           const before = this.counters.drops;
           await this.commit(batch);
           const done = this.counters.drops - before;

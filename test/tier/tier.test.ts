@@ -422,6 +422,33 @@ test('a BIND undo that fails still keeps its block from coming back, after a cra
   await again.close();
 });
 
+test('every checkpoint corrupt: handles the journals do not name still resume above their marks', async () => {
+  const files = new MemoryFiles();
+  const tier = await DurableTier.open(options(files));
+  const mark = generationPlus(1, 5000);
+  await tier.reserve(7, mark);
+  await tier.seal(1, 2, blockData(1, 2));
+  // Two checkpoints later, the journal with the reserve record is gone: only the checkpoints have it.
+  const rotate = (tier as unknown as { writeCheckpoint(): Promise<void> }).writeCheckpoint.bind(tier);
+  await rotate();
+  await rotate();
+  await tier.seal(2, 2, blockData(2, 2));
+  await tier.close();
+  const crashed = files.afterCrash();
+  const checkpoints = (await crashed.list(DIR)).filter((name) => name.startsWith('checkpoint-'));
+  assert.ok(checkpoints.length >= 2);
+  for (const name of checkpoints) {
+    const bytes = crashed.contentOf(`${DIR}/${name}`);
+    bytes[bytes.length - 3] = (bytes[bytes.length - 3] ?? 0) ^ 0x80;
+  }
+  const again = await DurableTier.open(options(crashed));
+  assert.ok(again.recovery.checksumFailures >= 2, 'both bad checkpoints are counted');
+  const ahead = generationDistance(mark, again.resumeGeneration(7));
+  assert.ok(ahead >= 1 && ahead < 0x8000, `handle 7 resumes at ${again.resumeGeneration(7)}, Generations up to ${mark} may have been shown`);
+  assert.equal((await readBack(again, 2)).data, blockData(2, 2), 'a block sealed after the checkpoints is recovered');
+  await again.close();
+});
+
 test('capacity: the tier stays within its cap and drops least recently used blocks first', async () => {
   const files = new MemoryFiles();
   const capacity = 2 << 20;
