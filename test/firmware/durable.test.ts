@@ -4,12 +4,15 @@
 // SIGHUP whose Durable Quota holds at once.
 import { test } from 'uvu';
 import * as assert from 'uvu/assert';
-import { mkdtempSync, openSync, readSync, writeSync, closeSync, rmSync, readFileSync, writeFileSync } from 'node:fs';
+import { mkdtempSync, openSync, readSync, writeSync, closeSync, rmSync, readFileSync, writeFileSync, readdirSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { connect, type KbtpSession } from '../../host/kbtp/initiator.ts';
 import { statusOf } from '../support/status.ts';
-import { startDaemon, get, eventually, longJournals, runCli, type Daemon } from './daemon.ts';
+import { startDaemon, get, eventually, longJournals, runCli, SMALL_POOL, type Daemon } from './daemon.ts';
+import { DurableTier } from '../../host/tier/tier.ts';
+import { defaultDurableCapacity } from '../../firmware/config.ts';
+import { journalFrames, corrupt, isGroupWith } from '../tier/journal-frames.ts';
 import { parseExposition, type Exposition } from './exposition.ts';
 
 const SLOT = 4096; // SMALL_POOL's 4096-octet blocks fill one page-aligned slot each
@@ -101,6 +104,53 @@ test('tier jobs: the scrub finds flipped bits, repairs from the pool or gives th
     assert.ok(page.tier.scrub.pass >= 2 && page.tier.checksumFailures >= 2, JSON.stringify(page.tier));
   } finally {
     await session?.close().catch(() => undefined);
+    assert.is(await daemon.stop(), 0, daemon.stderr());
+    rmSync(dataDir, { recursive: true, force: true });
+  }
+});
+
+test('blocks the recovery gives up (a group of the journal lost in the middle) are logged and exported', async () => {
+  const dataDir = mkdtempSync(join(tmpdir(), 'kbtp-durable-'));
+  const tierDir = join(dataDir, 'tier');
+  // The tier as the appliance will open it, written beforehand: seals of 1..4, a FREE of 2, a seal of 5.
+  const tier = await DurableTier.open({
+    directory: tierDir,
+    capacityBytes: defaultDurableCapacity(SMALL_POOL),
+    blockSize: SMALL_POOL.blockSize,
+    handleBase: 0n,
+    handleCount: SMALL_POOL.handleCount,
+    tenants: [],
+  });
+  for (const h of [1, 2, 3, 4]) await tier.seal(h, 5, blockOf(h));
+  await tier.unbind(2, 6);
+  await tier.seal(5, 5, blockOf(5));
+  await tier.close();
+  // Both frames of the FREE's group rot: nothing says which handles it was about, so 1..4 are given up.
+  const journal = join(
+    tierDir,
+    readdirSync(tierDir)
+      .filter((name) => name.startsWith('journal-'))
+      .sort()
+      .at(-1) ?? '',
+  );
+  const bytes = readFileSync(journal);
+  const frames = journalFrames(bytes);
+  const at = frames.findIndex(isGroupWith('u', 2));
+  for (const frame of [frames[at - 1], frames[at]]) if (frame !== undefined) corrupt(bytes, frame);
+  writeFileSync(journal, bytes);
+  const daemon = await startDaemon({ dataDir });
+  try {
+    await daemon.kbtp;
+    const line =
+      daemon
+        .stderr()
+        .split('\n')
+        .find((candidate) => /durable tier recovered/.test(candidate)) ?? '';
+    assert.match(line, /blocksDiscarded\W+4\b/, daemon.stderr());
+    const metrics = await scrape(daemon);
+    assert.is(metrics.value('kbtp_tier_recovery_discarded_blocks'), 4);
+    assert.is(metrics.value('kbtp_tier_recovered_blocks'), 1);
+  } finally {
     assert.is(await daemon.stop(), 0, daemon.stderr());
     rmSync(dataDir, { recursive: true, force: true });
   }
