@@ -6,24 +6,7 @@ import { test } from 'uvu';
 import * as assert from 'uvu/assert';
 import { spawn, type ChildProcessWithoutNullStreams } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
-import { fileURLToPath } from 'node:url';
-
-const cli = fileURLToPath(new URL('../../host/cli.ts', import.meta.url));
-
-function kbtp(args: string[], input?: Uint8Array, env: Record<string, string> = {}): Promise<{ code: number; stdout: Buffer; stderr: string }> {
-  return new Promise((resolve, reject) => {
-    const child = spawn(process.execPath, ['--import', 'tsx', cli, ...args], { env: { ...process.env, ...env } });
-    const out: Buffer[] = [];
-    let err = '';
-    child.stdout.on('data', (chunk: Buffer) => out.push(chunk));
-    child.stderr.on('data', (chunk: Buffer) => {
-      err += chunk.toString();
-    });
-    child.on('error', reject);
-    child.on('close', (code) => resolve({ code: code ?? -1, stdout: Buffer.concat(out), stderr: err }));
-    child.stdin.end(input ?? Buffer.alloc(0));
-  });
-}
+import { cli, kbtp } from '../support/kbtp-cli.ts';
 
 interface RunningTarget {
   child: ChildProcessWithoutNullStreams;

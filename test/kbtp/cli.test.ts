@@ -1,29 +1,11 @@
 // The client commands as a script would use them: stdin/stdout, exit codes, --help.
 import { test } from 'uvu';
 import * as assert from 'uvu/assert';
-import { spawn } from 'node:child_process';
-import { fileURLToPath } from 'node:url';
 import { mkdtempSync, writeFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+import { kbtp } from '../support/kbtp-cli.ts';
 import { startRig, SECRETS, type Rig } from '../support/rig.ts';
-
-const cli = fileURLToPath(new URL('../../host/cli.ts', import.meta.url));
-
-function kbtp(args: string[], input?: Uint8Array, env: Record<string, string> = {}): Promise<{ code: number; stdout: Buffer; stderr: string }> {
-  return new Promise((resolve, reject) => {
-    const child = spawn(process.execPath, ['--import', 'tsx', cli, ...args], { env: { ...process.env, ...env } });
-    const out: Buffer[] = [];
-    let err = '';
-    child.stdout.on('data', (chunk: Buffer) => out.push(chunk));
-    child.stderr.on('data', (chunk: Buffer) => {
-      err += chunk.toString();
-    });
-    child.on('error', reject);
-    child.on('close', (code) => resolve({ code: code ?? -1, stdout: Buffer.concat(out), stderr: err }));
-    child.stdin.end(input ?? Buffer.alloc(0));
-  });
-}
 
 let rig: Rig;
 test.before(async () => {

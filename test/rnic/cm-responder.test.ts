@@ -14,13 +14,9 @@ import { IbHeaders } from '../../host/rnic/wire/ib-headers.ts';
 import { decodeIbPacket } from '../../host/rnic/wire/ib-packet.ts';
 import { ipv4MappedGid, parseIpv4 } from '../../host/rnic/wire/roce-frame.ts';
 import { wiredFramePorts } from '../support/frame-wire.ts';
+import { REQ_IP, REQ_PACKET, REQ_UDP } from '../support/rxe-cm-req.ts';
 
-// rxe's REQ for `rping -c -a 10.0.4.2 -p 7174` (the same capture as ib-cm.test.ts): a real REQ
-// whose ids, port and GID the flood varies.
-const REQ_PACKET =
-  '6400ffff00000001800000008001000000000001010702030000000000000002643fab0b00100000000000000bab3f64000000000000000001061c06505400fffe4b420f00000000000000000000110100000001000000a0f17aaaa7ffff37f0ffffffff00000000000000000000ffff0a00040f00000000000000000000ffff0a0004026fe0e0000040009800000000000000000000000000000000000000000000000000000000000000000000000000000000000000000040bcf80000000000000000000000000a00040f0000000000000000000000000a00040200000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000005a984442';
-const REQ_IP = '450001341bee4000401101bb0a00040f0a000402';
-const REQ_UDP = 'd87212b701200000';
+// rxe's captured REQ is the template whose ids, port and GID the flood varies.
 const bytes = (hex: string): Uint8Array => new Uint8Array(Buffer.from(hex, 'hex'));
 
 function capturedReq(): CmReq {
