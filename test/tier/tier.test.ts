@@ -61,6 +61,17 @@ async function readBack(tier: DurableTier, index: number): Promise<{ generation:
   return { generation, data: into.subarray(0, dataLength) };
 }
 
+/** Flips a bit near the end of the newest checkpoint (or of every checkpoint) so it fails its checksum. */
+async function corruptCheckpoints(files: MemoryFiles, which: 'newest' | 'all'): Promise<number> {
+  const names = (await files.list(DIR)).filter((name) => name.startsWith('checkpoint-')).sort();
+  const chosen = which === 'all' ? names : names.slice(-1);
+  for (const name of chosen) {
+    const bytes = files.contentOf(`${DIR}/${name}`);
+    bytes[bytes.length - 3] = (bytes[bytes.length - 3] ?? 0) ^ 0x80;
+  }
+  return chosen.length;
+}
+
 test('concurrent seals share fdatasyncs and come back after a restart', async () => {
   const files = new MemoryFiles();
   const tier = await DurableTier.open(options(files));
@@ -233,14 +244,7 @@ test('bit flips: a corrupt block is never served and is counted; a corrupt check
   await tier.close();
 
   const crashed = files.afterCrash();
-  const names = await crashed.list(DIR);
-  const newest =
-    names
-      .filter((name) => name.startsWith('checkpoint-'))
-      .sort()
-      .at(-1) ?? '';
-  const checkpoint = crashed.contentOf(`${DIR}/${newest}`);
-  checkpoint[checkpoint.length - 3] = (checkpoint[checkpoint.length - 3] ?? 0) ^ 0x80;
+  await corruptCheckpoints(crashed, 'newest');
   const again = await DurableTier.open(options(crashed));
   assert.ok(again.recovery.checksumFailures >= 1, 'the bad checkpoint is counted');
   assert.ok(again.holds(2) && again.holds(3), 'the previous checkpoint and its journals recover everything');
@@ -374,13 +378,7 @@ test('failed groups stay void when the newest checkpoint is corrupt too (double 
   await tier.reserve(4, 100);
   await tier.close();
   const crashed = files.afterCrash();
-  const newest =
-    (await crashed.list(DIR))
-      .filter((name) => name.startsWith('checkpoint-'))
-      .sort()
-      .at(-1) ?? '';
-  const checkpoint = crashed.contentOf(`${DIR}/${newest}`);
-  checkpoint[checkpoint.length - 3] = (checkpoint[checkpoint.length - 3] ?? 0) ^ 0x80;
+  await corruptCheckpoints(crashed, 'newest');
   // Recovery falls back on the checkpoint before, and replays the journal the failed seal went to.
   const again = await DurableTier.open(options(crashed));
   assert.ok(again.recovery.checksumFailures >= 1, 'the bad checkpoint is counted');
@@ -408,13 +406,7 @@ test('a BIND undo that fails still keeps its block from coming back, after a cra
   await tier.seal(2, 2, blockData(2, 2));
   await tier.close();
   const crashed = files.afterCrash();
-  const newest =
-    (await crashed.list(DIR))
-      .filter((name) => name.startsWith('checkpoint-'))
-      .sort()
-      .at(-1) ?? '';
-  const checkpoint = crashed.contentOf(`${DIR}/${newest}`);
-  checkpoint[checkpoint.length - 3] = (checkpoint[checkpoint.length - 3] ?? 0) ^ 0x80;
+  await corruptCheckpoints(crashed, 'newest');
   const again = await DurableTier.open(options(crashed));
   assert.ok(again.recovery.checksumFailures >= 1);
   assert.not.ok(again.holds(5), 'the fallback replayed the seal without its undo');
@@ -435,12 +427,7 @@ test('every checkpoint corrupt: handles the journals do not name still resume ab
   await tier.seal(2, 2, blockData(2, 2));
   await tier.close();
   const crashed = files.afterCrash();
-  const checkpoints = (await crashed.list(DIR)).filter((name) => name.startsWith('checkpoint-'));
-  assert.ok(checkpoints.length >= 2);
-  for (const name of checkpoints) {
-    const bytes = crashed.contentOf(`${DIR}/${name}`);
-    bytes[bytes.length - 3] = (bytes[bytes.length - 3] ?? 0) ^ 0x80;
-  }
+  assert.ok((await corruptCheckpoints(crashed, 'all')) >= 2);
   const again = await DurableTier.open(options(crashed));
   assert.ok(again.recovery.checksumFailures >= 2, 'both bad checkpoints are counted');
   const ahead = generationDistance(mark, again.resumeGeneration(7));
