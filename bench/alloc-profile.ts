@@ -29,7 +29,7 @@ const BATCH = 8;
 /** Runs `count` requests of the chosen drive; resolves when all are answered. */
 type Drive = (count: number) => Promise<void>;
 
-async function sessionDrive(batched: boolean): Promise<{ drive: Drive; close: () => Promise<void> }> {
+async function sessionDrive(how: 'many' | 'load' | 'callback'): Promise<{ drive: Drive; close: () => Promise<void> }> {
   const settings = resolveTargetSettings({
     listen: '127.0.0.1:0',
     workers: 1,
@@ -47,20 +47,36 @@ async function sessionDrive(batched: boolean): Promise<{ drive: Drive; close: ()
   const into = handles.map(() => new Uint8Array(1024));
   for (let i = 0; i < BATCH; i++) await session.allocStore(handles[i]!, blocks[i]!);
   const options = { allowUnsealed: true };
-  const drive: Drive = batched
-    ? async (count) => {
-        for (let i = 0; i < count / BATCH; i++) {
-          if (i % 4 === 3) await session.storeMany(handles, blocks);
-          else await session.loadMany(handles, into, options);
-        }
-      }
-    : async (count) => {
-        const loadOptions = { into: into[0]!, allowUnsealed: true };
-        for (let i = 0; i < count; i++) {
-          if (i % 4 === 3) await session.store(handles[0]!, blocks[0]!);
-          else await session.load(handles[0]!, loadOptions);
-        }
+  // callback: loadInto/storeFrom, each completion issuing the next call (no promise per call).
+  const callbacks: Drive = (count) =>
+    new Promise<void>((resolve, reject) => {
+      let issued = 0;
+      const next = (error: Error | undefined): void => {
+        if (error !== undefined) return reject(error);
+        if (issued === count) return resolve();
+        issued += 1;
+        if (issued % 4 === 0) session.storeFrom(handles[0]!, blocks[0]!, next);
+        else session.loadInto(handles[0]!, into[0]!, next, options);
       };
+      next(undefined);
+    });
+  const drive: Drive =
+    how === 'callback'
+      ? callbacks
+      : how === 'many'
+        ? async (count) => {
+            for (let i = 0; i < count / BATCH; i++) {
+              if (i % 4 === 3) await session.storeMany(handles, blocks);
+              else await session.loadMany(handles, into, options);
+            }
+          }
+        : async (count) => {
+            const loadOptions = { into: into[0]!, allowUnsealed: true };
+            for (let i = 0; i < count; i++) {
+              if (i % 4 === 3) await session.store(handles[0]!, blocks[0]!);
+              else await session.load(handles[0]!, loadOptions);
+            }
+          };
   return {
     drive,
     close: async () => {
@@ -81,8 +97,8 @@ async function targetDrive(): Promise<{ drive: Drive; close: () => Promise<void>
   };
 }
 
-const chosen = mode === 'target' ? await targetDrive() : mode === 'many' || mode === 'load' ? await sessionDrive(mode === 'many') : undefined;
-if (chosen === undefined) throw new Error(`unknown drive '${mode}': load, many or target`);
+const chosen = mode === 'target' ? await targetDrive() : mode === 'many' || mode === 'load' || mode === 'callback' ? await sessionDrive(mode) : undefined;
+if (chosen === undefined) throw new Error(`unknown drive '${mode}': load, callback, many or target`);
 await chosen.drive(20_000); // warm-up: compile, grow queues to their working size
 const inspector = new Session();
 inspector.connect();

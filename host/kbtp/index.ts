@@ -12,6 +12,7 @@ export {
   type StoreOptions,
   type BlockInfo,
   type LoadResult,
+  type CallDone,
   type TableEntry,
 } from './initiator.ts';
 export type { HelloAck } from './wire/hello.ts';

@@ -22,6 +22,7 @@ import type { ConnectOptions } from './session-types.ts';
 
 export { KbtpSession } from './session.ts';
 export type { CallOptions } from './call.ts';
+export type { CallDone } from './slot-call.ts';
 export type { ConnectOptions, BlockInfo, LoadResult, LoadOptions, StoreOptions } from './session-types.ts';
 export type { TableEntry } from '../engine/table-entry.ts';
 export { directLoadConsistent } from './direct.ts';

@@ -21,7 +21,7 @@ import {
 import { encodeRequest, decodeCompletion, writeBindAt, writeRequestAt, type Completion } from './wire/messages.ts';
 import { Batch, type BatchHost } from './batch.ts';
 import { RequestSlots, SLOT_ID_MARK } from './slots.ts';
-import { SlotCall, type SlotCallHost } from './slot-call.ts';
+import { SlotCall, type CallDone, type SlotCallHost } from './slot-call.ts';
 import { Deadlines } from './deadlines.ts';
 import { encodeHello, decodeHelloAck, type HelloAck } from './wire/hello.ts';
 import { type KbtpError, KbtpStatusError, ProtocolError, SessionClosedError, TargetRefusedError, TransportError, UsageError } from './errors.ts';
@@ -393,16 +393,30 @@ export class KbtpSession {
 
   /** Starts a single call within { signal, timeoutMs }: a rejected promise when it cannot start. */
   private startCall(call: SlotCall, options: CallOptions): Promise<BlockInfo> {
-    let timeoutMs: number;
+    const timeoutMs = this.admitCall(call, options);
+    if (timeoutMs instanceof Error) return Promise.reject(timeoutMs);
+    return call.start(timeoutMs, options.signal);
+  }
+
+  /** startCall for callback-style calls: `done` hears why a call cannot start after this returned. */
+  private startCallWith(call: SlotCall, options: CallOptions, done: CallDone): void {
+    const timeoutMs = this.admitCall(call, options);
+    if (timeoutMs instanceof Error) queueMicrotask(() => done(timeoutMs, 0, 0));
+    else call.startWith(done, timeoutMs, options.signal);
+  }
+
+  /** The call's time limit, or why it cannot start (the record is then given back). */
+  private admitCall(call: SlotCall, options: CallOptions): number | Error {
     try {
-      timeoutMs = this.admit(options);
+      const timeoutMs = this.admit(options);
       if (call.data !== undefined) this.checkLength(call.data);
+      return timeoutMs;
     } catch (error) {
       call.data = undefined;
+      call.into = undefined;
       this.callPool.push(call);
-      return Promise.reject(error);
+      return error instanceof Error ? error : new UsageError(String(error));
     }
-    return call.start(timeoutMs, options.signal);
   }
 
   private giveSlot(slot: number): void {
@@ -466,14 +480,34 @@ export class KbtpSession {
     return this.startCall(call, options) as Promise<LoadResult>;
   }
 
+  /**
+   * load() without a promise or a result object, for callers that count every allocation (issue
+   * 16): LOADs `handle` into `into` and calls `done(error, dataLength, generation)` from the
+   * completion (never before loadInto returned). Errors, deadlines and signals as for load().
+   */
+  loadInto(handle: bigint, into: Uint8Array, done: CallDone, options: Omit<LoadOptions, 'into'> = {}): void {
+    const call = this.singleCall(K.OPCODE_LOAD, handle, options.allowUnsealed === true ? K.FLAG_ALLOW_UNSEALED : 0, options.generation);
+    call.into = into;
+    this.startCallWith(call, options, done);
+  }
+
+  /** store() without a promise or a result object, as loadInto is to load(). */
+  storeFrom(handle: bigint, data: Uint8Array, done: CallDone, options: StoreOptions = {}): void {
+    this.startCallWith(this.storeRecord(K.OPCODE_STORE, handle, data, options), options, done);
+  }
+
   /** STORE or ALLOC_STORE of `data`: inline when it fits the target's inline limit, else RDMA-read from the slot's staging area. */
   private storeCall(opcode: number, handle: bigint, data: Uint8Array, options: StoreOptions): Promise<BlockInfo> {
+    return this.startCall(this.storeRecord(opcode, handle, data, options), options);
+  }
+
+  private storeRecord(opcode: number, handle: bigint, data: Uint8Array, options: StoreOptions): SlotCall {
     const seal = options.seal === true ? K.FLAG_SEAL : 0;
-    // Before HELLO completed or after a failure there is no session to store to: startCall says so.
+    // Before HELLO completed or after a failure there is no session to store to: starting the call says so.
     const inline = this.hello !== undefined && data.length <= this.hello.maxInline ? K.FLAG_INLINE : 0;
     const call = this.singleCall(opcode, handle, inline | seal, options.generation);
     call.data = data;
-    return this.startCall(call, options);
+    return call;
   }
 
   /** Block Mapped Store (draft 6.2) into a bound, unsealed handle. */

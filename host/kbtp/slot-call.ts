@@ -11,6 +11,13 @@ import type { DeadlineEntry, Deadlines } from './deadlines.ts';
 import type { SlotOwner } from './slots.ts';
 import type { BlockInfo, LoadResult } from './session-types.ts';
 
+/**
+ * How a callback-style call ends (KbtpSession.loadInto / storeFrom): `error` undefined on success,
+ * then the block's data length and generation. Called from the completion handler, never during
+ * the call that started it.
+ */
+export type CallDone = (error: Error | undefined, dataLength: number, generation: number) => void;
+
 /** What a call needs of its session (implemented by KbtpSession). */
 export interface SlotCallHost {
   readonly failure: Error | undefined;
@@ -53,6 +60,12 @@ export class SlotCall implements SlotOwner, DeadlineEntry {
   private timeoutMs = 0;
   private phase = IDLE;
   private resolve: (value: BlockInfo) => void = () => undefined;
+  /** Callback-style calls: no promise and no result object. */
+  private callback: CallDone | undefined;
+  private doneLength = 0;
+  private doneGeneration = 0;
+  /** The call is still inside start(): a callback is not called from there. */
+  private starting = false;
   private reject: (error: Error) => void = () => undefined;
   deadline = 0;
   previousDeadline: DeadlineEntry | undefined;
@@ -71,21 +84,36 @@ export class SlotCall implements SlotOwner, DeadlineEntry {
   /** Runs the call whose fields are set, within `timeoutMs` and `signal`. */
   start(timeoutMs: number, signal: AbortSignal | undefined): Promise<BlockInfo> {
     const promise = new Promise<BlockInfo>(this.executor);
-    this.timeoutMs = timeoutMs;
-    if (this.host.failure !== undefined) {
-      this.finish(this.host.failure, undefined);
-      return promise;
-    }
-    if (signal?.aborted === true) {
-      this.finish(new AbortedError(`${this.what()}: aborted`, signal.reason), undefined);
-      return promise;
-    }
-    this.signal = signal;
-    this.deadline = performance.now() + timeoutMs;
-    this.host.deadlines.add(this);
-    signal?.addEventListener('abort', this.onAbortBound, { once: true });
-    this.issue();
+    this.run(timeoutMs, signal);
     return promise;
+  }
+
+  /** Runs the call whose fields are set, within `timeoutMs` and `signal`; `done` tells how it ended. */
+  startWith(done: CallDone, timeoutMs: number, signal: AbortSignal | undefined): void {
+    this.callback = done;
+    this.run(timeoutMs, signal);
+  }
+
+  private run(timeoutMs: number, signal: AbortSignal | undefined): void {
+    this.timeoutMs = timeoutMs;
+    this.starting = true;
+    try {
+      if (this.host.failure !== undefined) {
+        this.finish(this.host.failure, undefined);
+        return;
+      }
+      if (signal?.aborted === true) {
+        this.finish(new AbortedError(`${this.what()}: aborted`, signal.reason), undefined);
+        return;
+      }
+      this.signal = signal;
+      this.deadline = performance.now() + timeoutMs;
+      this.host.deadlines.add(this);
+      signal?.addEventListener('abort', this.onAbortBound, { once: true });
+      this.issue();
+    } finally {
+      this.starting = false;
+    }
   }
 
   private what(): string {
@@ -146,6 +174,10 @@ export class SlotCall implements SlotOwner, DeadlineEntry {
       return;
     }
     const generation = view.getUint16(offset + K.HEADER_GENERATION, false);
+    if (this.callback !== undefined) {
+      this.answerCallback(slot, dataLength, generation);
+      return;
+    }
     const blockOffset = view.getBigUint64(offset + K.COMPLETION_BLOCK_OFFSET, false);
     if (this.opcode !== K.OPCODE_LOAD) {
       host.releaseSlot(slot);
@@ -173,6 +205,28 @@ export class SlotCall implements SlotOwner, DeadlineEntry {
     this.finish(undefined, result);
   }
 
+  /** A successful answer to a callback-style call: the block lands in `into` (LOAD), nothing else is made. */
+  private answerCallback(slot: number, dataLength: number, generation: number): void {
+    const host = this.host;
+    const into = this.into;
+    if (this.opcode === K.OPCODE_LOAD && into !== undefined) {
+      if (into.length < dataLength) {
+        host.releaseSlot(slot);
+        this.finish(
+          new KbtpStatusError(K.STATUS_LENGTH_ERROR, `handle ${this.handle}: the ${dataLength}-octet block does not fit the ${into.length}-octet buffer given`),
+          undefined,
+        );
+        return;
+      }
+      const staging = host.staging(slot);
+      into.set(dataLength === staging.length ? staging : staging.subarray(0, dataLength));
+    }
+    host.releaseSlot(slot);
+    this.doneLength = dataLength;
+    this.doneGeneration = generation;
+    this.finish(undefined, undefined);
+  }
+
   /** The session failed. */
   abort(error: Error): void {
     if (this.phase === SENT) this.finish(error, undefined);
@@ -192,6 +246,24 @@ export class SlotCall implements SlotOwner, DeadlineEntry {
     this.signal = undefined;
     this.data = undefined;
     this.into = undefined;
+    const callback = this.callback;
+    if (callback !== undefined) {
+      this.callback = undefined;
+      if (this.starting) {
+        // Only a failure to start ends a call inside start(): tell the caller after it returned.
+        queueMicrotask(() => callback(error, 0, 0));
+        return;
+      }
+      try {
+        callback(error, this.doneLength, this.doneGeneration);
+      } catch (thrown) {
+        // The caller's exception is the caller's: it must not unwind the session's completion handling.
+        queueMicrotask(() => {
+          throw thrown;
+        });
+      }
+      return;
+    }
     const { resolve, reject } = this;
     this.resolve = noop;
     this.reject = noop;

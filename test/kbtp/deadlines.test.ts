@@ -11,6 +11,7 @@ import type { ChannelEvents, StreamChannel, StreamConsumer } from '../../host/rn
 import type { WriteDone } from '../../host/rnic/transmit.ts';
 import { openInProcessSession } from './in-process-session.ts';
 import { failure } from '../support/failure.ts';
+import { KbtpError } from '../../host/kbtp/errors.ts';
 
 /** The initiator's end of the stream, with a switch that drops every write (completing it) from then on. */
 class Muted implements StreamChannel {
@@ -75,6 +76,7 @@ test('a call past its deadline fails with KBTP_TIMEOUT naming the call: on the w
     // Both slots are taken by requests nobody answers: these wait for a slot until their deadline.
     const waiting = failure(session.free(1n, { timeoutMs: 30 }));
     const batch = failure(session.loadMany([1n], [new Uint8Array(512)], { allowUnsealed: true, timeoutMs: 50 }));
+    const callback = new Promise<Error | undefined>((resolve) => session.loadInto(1n, new Uint8Array(512), resolve, { allowUnsealed: true, timeoutMs: 35 }));
     const wire = await onWire;
     assert.is(wire.code, 'KBTP_TIMEOUT');
     assert.is(wire.message, 'LOAD of handle 1: no answer within 40 ms');
@@ -84,6 +86,10 @@ test('a call past its deadline fails with KBTP_TIMEOUT naming the call: on the w
     const batched = await batch;
     assert.is(batched.code, 'KBTP_TIMEOUT');
     assert.is(batched.message, 'LOAD of a batch of 1: no answer within 50 ms');
+    const viaCallback = await callback;
+    assert.instance(viaCallback, KbtpError);
+    assert.is((viaCallback as KbtpError).code, 'KBTP_TIMEOUT');
+    assert.is(viaCallback?.message, 'LOAD of handle 1: no answer within 35 ms');
     // The 60-second call still waits; closing ends it.
     await session.close(50);
     assert.is((await alsoOnWire).code, 'KBTP_CLOSED');

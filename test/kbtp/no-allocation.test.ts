@@ -27,7 +27,8 @@ const REQUESTS = 1_000_000;
  * Octets allocated per request, at most: every side in one thread (the target, both RNICs, and
  * for the initiator tests the initiator library). Measured 2026-12-01 (session 3, after calls got
  * one deadline sweep per session and reused call records): target about 510-550, loadMany/storeMany
- * about 670-720, load()/store() 8 in flight about 1,030 (3,700, 3,950 and 9,500+ at the start of that day;
+ * about 670-720, load()/store() 8 in flight about 1,030-1,180, loadInto/storeFrom (callbacks) about
+ * 570, i.e. the target's share alone (3,700, 3,950 and 9,500+ at the start of that day;
  * see docs/BENCH.md). Then the send and receive queues stopped shrinking and regrowing their
  * arrays: target about 395, loadMany/storeMany about 560, load()/store() about 890. The margin covers V8 tiering and sampling variation on a loaded machine; a
  * per-call timer and AbortController (about 4 KB) or an object per message or completion on the
@@ -36,6 +37,7 @@ const REQUESTS = 1_000_000;
 const TARGET_BUDGET = 560;
 const BATCH_BUDGET = 1_100;
 const CALL_BUDGET = 1_600;
+const CALLBACK_BUDGET = 700;
 
 function heapAfterFullCollection(): number {
   collect();
@@ -164,6 +166,33 @@ test('initiator: a million loadMany/storeMany requests with caller buffers keep 
         else await session.loadMany(handles, into, loadOptions);
       }
     };
+  });
+});
+
+test('initiator: a million loadInto/storeFrom calls (callbacks, no promise), 8 in flight, keep nothing', async () => {
+  await initiatorKeepsNothing('loadInto/storeFrom', CALLBACK_BUDGET, (session, handles, into, blocks) => {
+    const loadOptions = { allowUnsealed: true };
+    return (requests) =>
+      new Promise<void>((resolve, reject) => {
+        // One chain per handle: each completion issues that handle's next call from inside the completion.
+        const perHandle = requests / handles.length;
+        let running = handles.length;
+        handles.forEach((handle, i) => {
+          let calls = 0;
+          const next = (error: Error | undefined): void => {
+            if (error !== undefined) return reject(error);
+            if (calls === perHandle) {
+              running -= 1;
+              if (running === 0) resolve();
+              return;
+            }
+            calls += 1;
+            if (calls % 4 === 1) session.storeFrom(handle, blocks[i]!, next);
+            else session.loadInto(handle, into[i]!, next, loadOptions);
+          };
+          next(undefined);
+        });
+      });
   });
 });
 
