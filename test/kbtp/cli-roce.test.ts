@@ -1,7 +1,7 @@
 // `kbtp target --transport roce` end to end through the command line: a target process on the
 // IB RC / RoCEv2 binding (UDP data path, TCP setup), and put/get/info/free as separate client
-// processes with --transport roce (or KBTP_TRANSPORT=roce), exit codes and data checked; the
-// target shuts down cleanly with nothing lost.
+// processes with --transport roce (or KBTP_TRANSPORT=roce), exit codes and data checked; an
+// iWARP client is refused at once; the target shuts down cleanly with nothing lost.
 import { test } from 'uvu';
 import * as assert from 'uvu/assert';
 import { spawn, type ChildProcessWithoutNullStreams } from 'node:child_process';
@@ -71,6 +71,10 @@ test('kbtp target --transport roce serves put/get/info/free from client processe
     const gone = await kbtp(['get', '7'], undefined, env);
     assert.is(gone.code, 3, gone.stderr);
     assert.match(gone.stderr, /NOT_VALID/);
+    // An iWARP client at the RoCE target is refused at its MPA Request, not left waiting for a Reply.
+    const iwarp = await kbtp(['info', '--target', target.address]);
+    assert.is(iwarp.code, 1, iwarp.stderr);
+    assert.match(iwarp.stderr, /closed the connection during MPA setup/);
   } finally {
     target.child.kill('SIGTERM');
   }

@@ -18,6 +18,8 @@ import type { RoceEndpoint } from './endpoint.ts';
 import { PATH_MTUS, type PathMtu, type RcPathParameters, type RcQueuePair } from './queue-pair.ts';
 
 const MAGIC = 0x4b425243; // "KBRC"
+/** How an iWARP initiator's first octets look (RFC 5044 MPA Request key). */
+const MPA_REQUEST_KEY = Buffer.from('MPA ID Req Frame', 'latin1');
 const VERSION = 1;
 const HEADER_LENGTH = 40;
 export const MAX_RC_PRIVATE_DATA = 1024;
@@ -99,12 +101,19 @@ function readMessage(socket: net.Socket, timeoutMs: number): Promise<SetupMessag
     };
     const onData = (chunk: Buffer): void => {
       buffered = Buffer.concat([buffered, chunk]);
-      if (buffered.length < HEADER_LENGTH) return;
-      const view = new DataView(buffered.buffer, buffered.byteOffset, buffered.length);
-      if (view.getUint32(0) !== MAGIC || buffered[4] !== VERSION) {
-        finish(new RnicError('EPROTO', 'the peer did not answer with a kbtp RC setup message (wrong magic or version)'));
+      // The magic is checked as soon as it is there: an iWARP client's MPA Request (20 octets
+      // and private data, shorter than a setup message) must be refused at once, not after the
+      // setup timeout with the client still waiting for its MPA Reply.
+      if (buffered.length >= MPA_REQUEST_KEY.length && buffered.subarray(0, MPA_REQUEST_KEY.length).equals(MPA_REQUEST_KEY)) {
+        finish(new RnicError('EPROTO', 'the peer sent an MPA Request: an iWARP client at a RoCE (IB RC) setup port; both ends need the same --transport'));
         return;
       }
+      if (buffered.length >= 5 && (buffered.readUInt32BE(0) !== MAGIC || buffered[4] !== VERSION)) {
+        finish(new RnicError('EPROTO', 'the peer did not send a kbtp RC setup message (wrong magic or version)'));
+        return;
+      }
+      if (buffered.length < HEADER_LENGTH) return;
+      const view = new DataView(buffered.buffer, buffered.byteOffset, buffered.length);
       const length = view.getUint16(22);
       if (length > MAX_RC_PRIVATE_DATA) {
         finish(new RnicError('EPROTO', `RC setup private data of ${length} octets exceeds ${MAX_RC_PRIVATE_DATA}`));
