@@ -2,7 +2,7 @@
 import { test } from 'uvu';
 import * as assert from 'uvu/assert';
 import * as K from '../../assembly/kbtp-constants.ts';
-import { startRig, RawClient, SECRETS, type Rig } from '../support/rig.ts';
+import { startRig, testSettings, RawClient, SECRETS, type Rig } from '../support/rig.ts';
 import { KbtpStatusError } from '../../host/kbtp/errors.ts';
 import { statusOf } from '../support/status.ts';
 import { encodeRequest, decodeCompletion, statusName } from '../../host/kbtp/wire/messages.ts';
@@ -10,7 +10,8 @@ import { decodeHelloAck } from '../../host/kbtp/wire/hello.ts';
 
 let rig: Rig;
 test.before(async () => {
-  rig = await startRig();
+  // A 300 ms Ticket Timeout, so that the TICKET_ABANDONED test reaches it quickly.
+  rig = await startRig(testSettings({ session: { credits: 4, ticketTimeoutMs: 300 } }));
 });
 test.after(async () => {
   await rig.stop();

@@ -25,7 +25,9 @@ export function testSettings(overrides: Record<string, unknown> = {}): TargetSet
     transport: process.env.KBTP_TEST_TRANSPORT ?? 'iwarp',
     workers: 2,
     pool: { blockSize: 4096, blockCount: 64, handleCount: 256, maxInline: 1024 },
-    session: { credits: 4, ticketTimeoutMs: 300 },
+    // Long enough that a ticket taken by a test is never reclaimed on a loaded CI box between its
+    // take and its BIND; the test of abandonment itself sets its own short timeout.
+    session: { credits: 4, ticketTimeoutMs: 5000 },
     tenants: [
       { name: 'alpha', secret: SECRETS.alpha, quota: 24, storeRange: { first: 0, count: 64 }, loadScope: { first: 0, count: 256 } },
       { name: 'beta', secret: SECRETS.beta, quota: 8, storeRange: { first: 64, count: 64 }, loadScope: { first: 64, count: 64 } },
