@@ -230,6 +230,82 @@ export async function runPhase(options: PhaseOptions): Promise<PhaseResult> {
   let lastCompletion = start;
   const stopped = (): boolean => performance.now() >= endAt || issued >= countLimit;
 
+  /** Counts a failed request; a failure other than a KBTP status ends the session's workers. */
+  const failedRequest = (blocks: SessionBlocks, entry: OpStats, handle: bigint, error: unknown): void => {
+    problems += 1;
+    if (error instanceof KbtpStatusError) {
+      entry.problem(error.statusName, `${entry.op} handle ${handle}: ${error.message}`);
+    } else {
+      entry.problem('TRANSPORT', `${entry.op} handle ${handle}: ${describe(error)}`);
+      blocks.failed = error instanceof Error ? error : new InternalError(String(error));
+    }
+  };
+  /** Checks a loaded block against what the benchmark stored there; counts it as CORRUPT if not. */
+  const loadedRight = (entry: OpStats, data: Uint8Array, expected: ExpectedBlock | undefined, handle: bigint): boolean => {
+    const wrong = expected === undefined ? `handle ${handle}: loaded a block the benchmark never stored` : maker.check(data, expected, handle);
+    if (wrong === undefined) return true;
+    problems += 1;
+    entry.corrupt += 1;
+    entry.problem('CORRUPT', wrong);
+    return false;
+  };
+  /** Records a request that succeeded, if it ran inside the measured window. */
+  const succeeded = (entry: OpStats, began: number, ended: number): void => {
+    if (began < measureFrom || ended > endAt) return;
+    entry.count += 1;
+    entry.histogram.record((ended - began) * 1e6);
+    const moved = MOVES_DATA.has(entry.op) ? size : 0;
+    entry.bytes += moved;
+    completed += 1;
+    completedBytes += moved;
+    lastCompletion = ended;
+  };
+
+  /**
+   * One of a session's `inFlight` request chains of a LOAD-only or STORE-only phase, through the
+   * callback calls loadInto/storeFrom (issue 16): no promise or result object per request, so the
+   * client's CPU per request is the initiator's and not the workload loop's. Each completion
+   * checks and records its request and issues the chain's next; `ended` resolves when the chain
+   * stops (window over, count reached, or the session failed).
+   */
+  const runChain = (blocks: SessionBlocks, op: 'load' | 'store', ended: () => void, broke: (error: Error) => void): void => {
+    const entry = statsOf(op);
+    const session = blocks.session;
+    const buffer = op === 'load' ? new Uint8Array(size) : maker.buffer();
+    const loadOptions = { allowUnsealed: !sealed };
+    let index = -1;
+    let handle = 0n;
+    let made: ExpectedBlock | undefined;
+    let began = 0;
+    const done = (error: Error | undefined, dataLength: number): void => {
+      const finished = performance.now();
+      let ok = error === undefined;
+      if (!ok) failedRequest(blocks, entry, handle, error);
+      else if (op === 'load') ok = loadedRight(entry, dataLength === size ? buffer : buffer.subarray(0, dataLength), blocks.expected[index], handle);
+      if (ok) {
+        if (made !== undefined) blocks.expected[index] = made;
+        succeeded(entry, began, finished);
+      }
+      // A failed request changes nothing at the target (kbtp-v1 section 6).
+      blocks.idleBound.push(index);
+      next();
+    };
+    const next = (): void => {
+      if (blocks.failed !== undefined || stopped()) return ended();
+      const taken = blocks.idleBound.shift();
+      // Thrown here it would reach the initiator's completion handler, so it ends the phase instead.
+      if (taken === undefined) return broke(new InternalError('internal: no idle handle although keys >= requests in flight'));
+      index = taken;
+      handle = blocks.handle(index);
+      issued += 1;
+      if (op === 'store') made = maker.make(buffer, handle, ++blocks.version);
+      began = performance.now();
+      if (op === 'load') session.loadInto(handle, buffer, done, loadOptions);
+      else session.storeFrom(handle, buffer, done);
+    };
+    next();
+  };
+
   const runWorker = async (blocks: SessionBlocks, seed: number): Promise<void> => {
     const picker = new OpPicker(phase, seed);
     const buffer = maker.buffer();
@@ -280,36 +356,14 @@ export async function runPhase(options: PhaseOptions): Promise<PhaseResult> {
         }
       } catch (error) {
         ok = false;
-        problems += 1;
-        if (error instanceof KbtpStatusError) {
-          entry.problem(error.statusName, `${op} handle ${handle}: ${error.message}`);
-        } else {
-          entry.problem('TRANSPORT', `${op} handle ${handle}: ${describe(error)}`);
-          blocks.failed = error instanceof Error ? error : new InternalError(String(error));
-        }
+        failedRequest(blocks, entry, handle, error);
       }
       const ended = performance.now();
-      if (ok && data !== undefined) {
-        const wrong = expected === undefined ? `handle ${handle}: loaded a block the benchmark never stored` : maker.check(data, expected, handle);
-        if (wrong !== undefined) {
-          ok = false;
-          problems += 1;
-          entry.corrupt += 1;
-          entry.problem('CORRUPT', wrong);
-        }
-      }
+      if (ok && data !== undefined) ok = loadedRight(entry, data, expected, handle);
       if (ok) {
         if (made !== undefined) blocks.expected[index] = made;
         if (!bound) blocks.expected[index] = undefined;
-        if (began >= measureFrom && ended <= endAt) {
-          entry.count += 1;
-          entry.histogram.record((ended - began) * 1e6);
-          const moved = MOVES_DATA.has(op) ? size : 0;
-          entry.bytes += moved;
-          completed += 1;
-          completedBytes += moved;
-          lastCompletion = ended;
-        }
+        succeeded(entry, began, ended);
         (bound ? blocks.idleBound : blocks.idleFree).push(index);
       } else {
         // A failed request changes nothing at the target (kbtp-v1 section 6).
@@ -370,28 +424,17 @@ export async function runPhase(options: PhaseOptions): Promise<PhaseResult> {
         if (op === 'load') {
           const expected = blocks.expected[index];
           const data = lengths[i] === size ? buffers[i]! : buffers[i]!.subarray(0, lengths[i]);
-          const wrong = expected === undefined ? `handle ${handles[i]}: loaded a block the benchmark never stored` : maker.check(data, expected, handles[i]!);
-          if (wrong !== undefined) {
-            problems += 1;
-            entry.corrupt += 1;
-            entry.problem('CORRUPT', wrong);
-            continue;
-          }
+          if (!loadedRight(entry, data, expected, handles[i]!)) continue;
         } else {
           blocks.expected[index] = made[i];
         }
-        if (began >= measureFrom && ended <= endAt) {
-          entry.count += 1;
-          entry.histogram.record((ended - began) * 1e6);
-          entry.bytes += size;
-          completed += 1;
-          completedBytes += size;
-          lastCompletion = ended;
-        }
+        succeeded(entry, began, ended);
       }
     }
   };
-  const batched = options.batched === true && phase.length === 1 && (phase[0]!.op === 'load' || phase[0]!.op === 'store');
+  const only = phase.length === 1 ? phase[0]!.op : undefined;
+  const single = only === 'load' || only === 'store' ? only : undefined;
+  const batched = options.batched === true && single !== undefined;
 
   const report = (): void =>
     options.onProgress?.({
@@ -405,6 +448,10 @@ export async function runPhase(options: PhaseOptions): Promise<PhaseResult> {
   const timer = options.onProgress === undefined ? undefined : setInterval(report, options.progressIntervalMs ?? 1000);
   try {
     if (batched) await Promise.all(all.map((blocks) => runBatches(blocks)));
+    else if (single !== undefined)
+      await Promise.all(
+        all.flatMap((blocks) => Array.from({ length: inFlight }, () => new Promise<void>((resolve, reject) => runChain(blocks, single, resolve, reject)))),
+      );
     else await Promise.all(all.flatMap((blocks, s) => Array.from({ length: inFlight }, (_, w) => runWorker(blocks, 1 + s * 977 + w * 131))));
   } finally {
     if (timer !== undefined) clearInterval(timer);

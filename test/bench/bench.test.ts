@@ -7,7 +7,7 @@ import { existsSync, mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { connect, type KbtpSession, type LoadResult } from '../../host/kbtp/initiator.ts';
+import { connect, type KbtpSession } from '../../host/kbtp/initiator.ts';
 import type { RunningTarget } from '../../host/kbtp/server/target.ts';
 import { spawnTarget } from '../../host/bench/spawn.ts';
 import { parseMix } from '../../host/bench/mix.ts';
@@ -54,12 +54,18 @@ test('a weighted mix of every two-sided operation, counted, with no error', asyn
 test('a LOAD that returns other data is an error, not a fast answer', async () => {
   const session = sessions[0];
   if (session === undefined) throw new Error('no session');
-  const original = session.load.bind(session);
-  session.load = async (handle, options): Promise<LoadResult> => {
-    const result = await original(handle, options);
-    result.data[7] = (result.data[7] ?? 0) ^ 0x40; // one wrong bit
-    return result;
-  };
+  // A LOAD-only phase loads through loadInto (callbacks, no promise per request).
+  const original = session.loadInto.bind(session);
+  session.loadInto = (handle, into, done, options): void =>
+    original(
+      handle,
+      into,
+      (error, dataLength, generation) => {
+        into[7] = (into[7] ?? 0) ^ 0x40; // one wrong bit
+        done(error, dataLength, generation);
+      },
+      options,
+    );
   try {
     const [phase] = parseMix('load');
     const result = await runPhase({ sessions: [session], size: 4096, phase: phase ?? [], inFlight: 2, keysPerSession: 4, firstHandle: 100n, count: 50 });
@@ -69,7 +75,7 @@ test('a LOAD that returns other data is an error, not a fast answer', async () =
     assert.is(row?.errors.CORRUPT, 50);
     assert.match(row?.firstError ?? '', /checksum/);
   } finally {
-    session.load = original;
+    session.loadInto = original;
   }
 });
 
