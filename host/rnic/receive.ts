@@ -137,6 +137,8 @@ export class FpduReceiver {
   private readonly markersEnabled: boolean;
   private readonly maxUlpdu: number;
   private readonly header = new Uint8Array(HEADER_BUFFER_SIZE);
+  /** Views of `header` by length, made once: a control message's header goes to the sink as one. */
+  private readonly headerViews: Array<Uint8Array | undefined> = [];
   private readonly trailer = new Uint8Array(3 + CRC_LENGTH);
   private readonly markerBytes = new Uint8Array(MARKER_LENGTH);
 
@@ -334,6 +336,16 @@ export class FpduReceiver {
   }
 
   /** Processes `source[start..end)`; returns the offset reached (end, unless the stream died). */
+  /** `header[0, length)`, the same view for the same length (it aliases the header, as a subarray would). */
+  private headerView(length: number): Uint8Array {
+    let view = this.headerViews[length];
+    if (view === undefined) {
+      view = this.header.subarray(0, length);
+      this.headerViews[length] = view;
+    }
+    return view;
+  }
+
   private consume(source: Uint8Array, start: number, end: number): number {
     let offset = start;
     while (offset < end && this.state !== State.Dead) {
@@ -753,7 +765,7 @@ export class FpduReceiver {
       const queue = queueOf(opcode);
       this.expectedMsn[queue] = (this.expectedMsn[queue]! + 1) >>> 0;
       this.messagesReceived++;
-      this.sink.controlMessage(opcode, this.header.subarray(0, headerLength));
+      this.sink.controlMessage(opcode, this.headerView(headerLength));
       return;
     }
     this.sendReceived = this.segmentMessageOffset + this.payloadLength;
