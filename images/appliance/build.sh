@@ -188,12 +188,13 @@ app="$work/app"
 mkdir -p "$app/dist" "$app/build"
 cp "$repo/package.json" "$app/"
 cp "$repo/build/engine.wasm" "$app/build/"
-cp -r "$repo/dist/host" "$repo/dist/firmware" "$repo/dist/assembly" "$app/dist/"
-find "$app/dist" -name '*.map' -delete
+# The programs as a few bundled files rather than ~150 modules each thread resolves and reads at
+# start-up (the largest share of the boot under TCG; images/appliance/bundle.mjs says why).
+node "$here/bundle.mjs" "$repo/dist" "$app/dist/bundle" || die "bundling kbtp (esbuild) failed"
 cp -r "$deps/node_modules" "$app/"
 if [[ $broken -eq 1 ]]; then
   # A daemon that cannot start: its command line module throws at load.
-  echo "throw new Error('kbtp: deliberately broken build (images/appliance/build.sh --broken-daemon)');" > "$app/dist/host/cli.js"
+  echo "throw new Error('kbtp: deliberately broken build (images/appliance/build.sh --broken-daemon)');" > "$app/dist/bundle/cli.js"
 fi
 # Every native add-on must find its libraries in the root (checked here, not on a booted node).
 while read -r addon; do

@@ -68,6 +68,11 @@ export class QemuConsole {
     return !this.finished;
   }
 
+  /** QEMU's process id (undefined if it could not start). */
+  get pid(): number | undefined {
+    return this.child.pid;
+  }
+
   /** Notes a line in the log file (not part of the console text). */
   note(line: string): void {
     if (!this.finished) this.logFile.write(`[harness] ${line}\n`);
