@@ -3,7 +3,7 @@
 // file, validated the same way: every error names the field and the fix.
 import { resolveTargetSettings, readConfigFile, parseListen, isLoopback, ConfigError, type TargetSettings } from './config.ts';
 import cron from 'node-cron';
-import { ObjectReader, isJsonObject, type Json } from './config-reader.ts';
+import { ObjectReader, isJsonObject, type Json, type JsonObject } from './config-reader.ts';
 
 export const DEFAULT_MANAGEMENT_PORT = 7118;
 export type LogLevel = 'error' | 'warn' | 'info' | 'debug';
@@ -21,6 +21,8 @@ export interface ApplianceSettings {
   management: ManagementSettings;
   /** Where the durable tier and job outputs live; null keeps the node memory-only. */
   dataDir: string | null;
+  /** True when dataDir is the caller's default (the appliance image's data partition), not the file's. */
+  dataDirDefaulted?: boolean;
   log: { level: LogLevel; format: LogFormat; sessions: boolean };
   /** SIGTERM/SIGINT: how long sessions get to finish before the daemon gives up and exits 1. */
   drainTimeoutMs: number;
@@ -99,8 +101,16 @@ function resolveJobs(top: ObjectReader<(typeof APPLIANCE_SECTIONS)[number]>): Re
   return jobs;
 }
 
-export function resolveApplianceSettings(input: Json): ApplianceSettings {
-  if (!isJsonObject(input)) throw new ConfigError('(top level)', 'must be a JSON object', 'start the file with {');
+/**
+ * `defaults.dataDir`: the data directory of a configuration that does not mention "dataDir" at all
+ * (the appliance image passes its data partition). An explicit `"dataDir": null` still means
+ * memory-only, and `"durable": {"enabled": false}` keeps the tier off while jobs use the directory.
+ */
+export function resolveApplianceSettings(file: Json, defaults: { dataDir?: string } = {}): ApplianceSettings {
+  if (!isJsonObject(file)) throw new ConfigError('(top level)', 'must be a JSON object', 'start the file with {');
+  const defaultDataDir = file.dataDir === undefined ? defaults.dataDir : undefined;
+  const dataDirDefaulted = defaultDataDir !== undefined;
+  const input: JsonObject = defaultDataDir === undefined ? file : { ...file, dataDir: defaultDataDir };
   // The appliance's data directory holds the durable tier too, unless "durable" says otherwise.
   const sharedDataDir = typeof input.dataDir === 'string' && input.dataDir !== '' ? input.dataDir : undefined;
   const target = resolveTargetSettings(input, APPLIANCE_SECTIONS, sharedDataDir === undefined ? {} : { dataDir: sharedDataDir });
@@ -130,6 +140,7 @@ export function resolveApplianceSettings(input: Json): ApplianceSettings {
     target,
     management,
     dataDir,
+    ...(dataDirDefaulted ? { dataDirDefaulted } : {}),
     log: { level: level as LogLevel, format, sessions },
     drainTimeoutMs,
     listenWaitMs,
@@ -138,6 +149,17 @@ export function resolveApplianceSettings(input: Json): ApplianceSettings {
   };
 }
 
-export function loadApplianceSettings(path: string | undefined): ApplianceSettings {
-  return resolveApplianceSettings(path === undefined ? {} : readConfigFile(path));
+export function loadApplianceSettings(path: string | undefined, defaults: { dataDir?: string } = {}): ApplianceSettings {
+  return resolveApplianceSettings(path === undefined ? {} : readConfigFile(path), defaults);
+}
+
+/** One line for the log at start: where the node keeps data, and why (a default, or memory only). */
+export function storageSummary(settings: ApplianceSettings): string {
+  const durable = settings.target.durable;
+  if (settings.dataDir === null) return durable === undefined ? 'memory only (no dataDir)' : `durable tier in ${durable.dataDir}`;
+  const where =
+    settings.dataDirDefaulted === true
+      ? `data directory ${settings.dataDir} (the default: the configuration names no dataDir)`
+      : `data directory ${settings.dataDir}`;
+  return durable === undefined ? `${where}; memory only: durable.enabled is false` : `${where}; durable tier in ${durable.dataDir}`;
 }

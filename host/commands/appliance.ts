@@ -3,7 +3,14 @@
 import type { Command } from '../cli.ts';
 import { parseCommandLine } from './command-line.ts';
 import { ConfigError, parseListen, setDurable } from '../../firmware/config.ts';
-import { loadApplianceSettings, checkManagementExposure, LOG_LEVELS, type ApplianceSettings, type LogLevel } from '../../firmware/appliance-config.ts';
+import {
+  loadApplianceSettings,
+  checkManagementExposure,
+  storageSummary,
+  LOG_LEVELS,
+  type ApplianceSettings,
+  type LogLevel,
+} from '../../firmware/appliance-config.ts';
 import { createLogger } from '../../firmware/logger.ts';
 import { runAppliance } from '../../firmware/daemon.ts';
 import { WarningLog } from '../../firmware/warnings.ts';
@@ -21,6 +28,10 @@ options:
                        management.token in the configuration)
   --data-dir DIR       where the durable tier and job outputs live (recovered before the node
                        turns ready; scrubbed and checkpointed on a schedule)
+  --default-data-dir DIR
+                       the data directory when the configuration file names no "dataDir" (the
+                       appliance image passes its data partition); "dataDir": null in the file
+                       keeps the node memory-only, "durable": {"enabled": false} keeps the tier off
   --log-format F       text (default) or json (one JSON object per line)
   --log-level L        error, warn, info (default) or debug
   -v, --verbose        also log every session open and close
@@ -40,6 +51,7 @@ function applyFlags(settings: ApplianceSettings, values: Record<string, string |
   if (typeof values['data-dir'] === 'string') {
     if (values['data-dir'] === '') throw new ConfigError('--data-dir', 'is empty', 'give a directory path');
     settings.dataDir = values['data-dir'];
+    settings.dataDirDefaulted = false;
     // The durable tier lives in the data directory (in its tier/ folder).
     setDurable(settings.target, values['data-dir']);
   }
@@ -55,6 +67,14 @@ function applyFlags(settings: ApplianceSettings, values: Record<string, string |
   if (values.verbose === true) settings.log.sessions = true;
 }
 
+/** What the configuration file falls back to when it leaves a setting out (--default-data-dir). */
+function fileDefaults(values: Record<string, string | boolean | undefined>): { dataDir?: string } {
+  const dataDir = values['default-data-dir'];
+  if (dataDir === undefined || typeof dataDir !== 'string') return {};
+  if (dataDir === '') throw new ConfigError('--default-data-dir', 'is empty', 'give a directory path');
+  return { dataDir };
+}
+
 export const command: Command = {
   summary: 'run the cache node as an appliance daemon (KBTP 127.0.0.1:7117, management 127.0.0.1:7118)',
   async run(argv) {
@@ -63,6 +83,7 @@ export const command: Command = {
       listen: { type: 'string' },
       http: { type: 'string' },
       'data-dir': { type: 'string' },
+      'default-data-dir': { type: 'string' },
       'log-format': { type: 'string' },
       'log-level': { type: 'string' },
       verbose: { type: 'boolean', short: 'v' },
@@ -71,7 +92,7 @@ export const command: Command = {
     const { values } = parsed;
     let settings: ApplianceSettings;
     try {
-      settings = loadApplianceSettings(values.config);
+      settings = loadApplianceSettings(values.config, fileDefaults(values));
       applyFlags(settings, values);
     } catch (error) {
       if (error instanceof ConfigError) {
@@ -82,8 +103,9 @@ export const command: Command = {
     }
     const warnings = new WarningLog();
     const log = createLogger({ level: settings.log.level, format: settings.log.format, onWarning: (level, message) => warnings.add(level, message) });
+    log.info(`storage: ${storageSummary(settings)}`);
     const reread = (): ApplianceSettings => {
-      const next = loadApplianceSettings(values.config);
+      const next = loadApplianceSettings(values.config, fileDefaults(values));
       applyFlags(next, values);
       return next;
     };

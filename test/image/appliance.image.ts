@@ -36,8 +36,9 @@ const config = {
   workers: 2,
   pool: { blockSize: 65536, blockCount: 512, handleCount: 4096 },
   tenants: [{ name: 'fleet', secret, quota: 512 }],
-  // The data partition: the durable tier lives in its tier/ folder.
-  ...(build.service === 'appliance' ? { management: { listen: '0.0.0.0:7118', token }, dataDir: '/var/lib/kbtp' } : {}),
+  // No "dataDir": the image's daemon defaults to its data partition, so every durable-tier case
+  // below also proves that a provisioned file without one is not silently memory-only.
+  ...(build.service === 'appliance' ? { management: { listen: '0.0.0.0:7118', token } } : {}),
 };
 
 const test = suite('appliance image');
@@ -183,7 +184,10 @@ imageTest(
     assert.match(node.console.log, /kbtp-supervise\[[0-9.]+s\]: watchdog armed \(i6300ESB/);
     assert.match(node.console.log, new RegExp(`stage 2: kbtp ${escapeRegExp(build.version)} `));
     assert.not.match(node.console.log, /KBTP-BOOT-FAILED/);
-    if (build.service === 'appliance') await node.console.waitForLine(/durable tier: new, empty/, 60_000);
+    if (build.service === 'appliance') {
+      await node.console.waitForLine(/durable tier: new, empty/, 60_000);
+      assert.match(node.console.log, /storage: data directory \/var\/lib\/kbtp \(the default: the configuration names no dataDir\); durable tier in/);
+    }
   },
   true,
 );
