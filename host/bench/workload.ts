@@ -77,7 +77,7 @@ export interface PhaseOptions {
   /**
    * A LOAD-only or STORE-only phase issues each session's `inFlight` requests together through
    * loadMany/storeMany (one batch at a time per session, as redis-benchmark -P pipelines) instead
-   * of `inFlight` independent load()/store() calls. Each request's latency is its batch's.
+   * of `inFlight` independent loadInto()/storeFrom() calls. Each request's latency is its batch's.
    */
   batched?: boolean;
 }

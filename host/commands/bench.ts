@@ -39,7 +39,7 @@ workload:
   --keys K               handles per session (default: --in-flight)
   --batch                LOAD and STORE phases post each session's --in-flight requests
                          together with loadMany/storeMany (like redis-benchmark -P) instead
-                         of independent load()/store() calls; a request's latency is its batch's
+                         of independent loadInto()/storeFrom() calls; a request's latency is its batch's
   --duration SECS        measured time per phase (default 3)
   --count N              instead of a duration: requests per phase over all sessions
   --warmup SECS          unmeasured time before each timed phase (default 0.5)
