@@ -369,7 +369,7 @@ async function buildBundle(version: string, brokenDaemon: boolean): Promise<stri
   // Asynchronously: the harness must keep reading the node's console while the bundle builds.
   const { stdout } = await run(
     join(import.meta.dirname, '../../images/appliance/build.sh'),
-    ['--bundle-only', '--version', version, ...(brokenDaemon ? ['--broken-daemon'] : [])],
+    ['--bundle-only', '--arch', ARCH, '--version', version, ...(brokenDaemon ? ['--broken-daemon'] : [])],
     { encoding: 'utf8', timeout: 1_200_000, maxBuffer: 16 << 20 },
   );
   const path = stdout.trim().split('\n').pop() ?? '';
