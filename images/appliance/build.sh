@@ -281,6 +281,9 @@ echo "$bundle"
 # --- disk: GPT with the ESP, two root slots, config and data --------------------------------------
 mib=$((1024 * 1024))
 esp_mib=64 slot_mib=320 config_mib=16 data_mib=64
+# arm64's kernel is an uncompressed 33 MB Image (systemd-boot loads PE files only), and an update
+# writes the other slot's kernel beside the running one: 64 MiB holds one of them, not two.
+[[ $arch == arm64 ]] && esp_mib=128
 disk="$work/disk.img"
 total_mib=$((1 + esp_mib + 2 * slot_mib + config_mib + data_mib + 1))
 truncate -s "${total_mib}M" "$disk"
