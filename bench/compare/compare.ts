@@ -13,8 +13,7 @@
 // node_socket_gbps and CPU per op), compare-detail.json (everything measured) and compare.svg;
 // stops every process it started, also on failure or Ctrl-C.
 import { mkdirSync, writeFileSync } from 'node:fs';
-import { dirname, join } from 'node:path';
-import { fileURLToPath } from 'node:url';
+import { join } from 'node:path';
 import { parseCommandLine } from '../../host/commands/command-line.ts';
 import { runBench } from '../../host/bench/run.ts';
 import { parseMix } from '../../host/bench/mix.ts';
@@ -23,13 +22,9 @@ import { formatSize, stack, type BenchRow } from '../../host/bench/report.ts';
 import { formatTable } from '../../host/report/table.ts';
 import { barChart } from '../../host/report/svg.ts';
 import { loadavg } from 'node:os';
-import { iperf3, redisBenchmark, startRedis, stopAll, type RedisResult, type RedisServer } from './tools.ts';
+import { iperf3, redisBenchmark, repoRoot, startRedis, stopAll, type RedisResult, type RedisServer } from './tools.ts';
 import { childCpuUs, cpuPerOp, kbtpCpuPerOp, type CpuPerOp } from './cpu.ts';
 import { nodeSocketGbps } from './node-socket.ts';
-
-const here = dirname(fileURLToPath(import.meta.url));
-// From bench/compare/ or dist/bench/compare/: results always go to <repo>/bench/results.
-const repoRoot = here.includes(`${join('dist', 'bench')}`) ? join(here, '..', '..', '..') : join(here, '..', '..');
 
 export interface CompareRow {
   op: 'load' | 'store';

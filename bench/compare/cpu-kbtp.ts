@@ -5,15 +5,10 @@
 //   make bench-build && node dist/bench/compare/cpu-kbtp.js [--requests 10000] [--runs 3]
 //        [--size 16K] [--sessions 16] [--in-flight 1] [--batch]
 import { loadavg } from 'node:os';
-import { dirname, join } from 'node:path';
-import { fileURLToPath } from 'node:url';
 import { parseCommandLine } from '../../host/commands/command-line.ts';
 import { parseInteger, parseSizes } from '../../host/bench/options.ts';
 import { kbtpCpuPerOp } from './cpu.ts';
-import { stopAll } from './tools.ts';
-
-const here = dirname(fileURLToPath(import.meta.url));
-const repoRoot = here.includes(`${join('dist', 'bench')}`) ? join(here, '..', '..', '..') : join(here, '..', '..');
+import { repoRoot, stopAll } from './tools.ts';
 
 async function main(): Promise<number> {
   const parsed = parseCommandLine(

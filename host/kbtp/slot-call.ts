@@ -184,20 +184,12 @@ export class SlotCall implements SlotOwner, DeadlineEntry {
       this.finish(undefined, { generation, dataLength, blockOffset });
       return;
     }
-    const staging = host.staging(slot);
     const into = this.into;
     let data: Uint8Array;
     if (into === undefined) {
-      data = staging.slice(0, dataLength);
-    } else if (into.length < dataLength) {
-      host.releaseSlot(slot);
-      this.finish(
-        new KbtpStatusError(K.STATUS_LENGTH_ERROR, `handle ${this.handle}: the ${dataLength}-octet block does not fit the ${into.length}-octet buffer given`),
-        undefined,
-      );
-      return;
+      data = host.staging(slot).slice(0, dataLength);
     } else {
-      into.set(dataLength === staging.length ? staging : staging.subarray(0, dataLength));
+      if (!this.landInto(into, slot, dataLength)) return;
       data = dataLength === into.length ? into : into.subarray(0, dataLength);
     }
     host.releaseSlot(slot);
@@ -209,22 +201,29 @@ export class SlotCall implements SlotOwner, DeadlineEntry {
   private answerCallback(slot: number, dataLength: number, generation: number): void {
     const host = this.host;
     const into = this.into;
-    if (this.opcode === K.OPCODE_LOAD && into !== undefined) {
-      if (into.length < dataLength) {
-        host.releaseSlot(slot);
-        this.finish(
-          new KbtpStatusError(K.STATUS_LENGTH_ERROR, `handle ${this.handle}: the ${dataLength}-octet block does not fit the ${into.length}-octet buffer given`),
-          undefined,
-        );
-        return;
-      }
-      const staging = host.staging(slot);
-      into.set(dataLength === staging.length ? staging : staging.subarray(0, dataLength));
-    }
+    if (this.opcode === K.OPCODE_LOAD && into !== undefined && !this.landInto(into, slot, dataLength)) return;
     host.releaseSlot(slot);
     this.doneLength = dataLength;
     this.doneGeneration = generation;
     this.finish(undefined, undefined);
+  }
+
+  /**
+   * Copies a loaded block from its slot's staging area into the caller's buffer; false when it
+   * does not fit, after the call has been ended with LENGTH_ERROR and its slot released.
+   */
+  private landInto(into: Uint8Array, slot: number, dataLength: number): boolean {
+    if (into.length < dataLength) {
+      this.host.releaseSlot(slot);
+      this.finish(
+        new KbtpStatusError(K.STATUS_LENGTH_ERROR, `handle ${this.handle}: the ${dataLength}-octet block does not fit the ${into.length}-octet buffer given`),
+        undefined,
+      );
+      return false;
+    }
+    const staging = this.host.staging(slot);
+    into.set(dataLength === staging.length ? staging : staging.subarray(0, dataLength));
+    return true;
   }
 
   /** The session failed. */
