@@ -125,3 +125,42 @@ export function replayAgainstMemory(
   if (differing >= 0) problems.push(`kbtp's memory differs from the replay at offset ${differing}`);
   return { writes, reads, fetchAdds, compareSwaps, problems: problems.slice(0, 20) };
 }
+
+/** One perftest run kbtp served: its memory before and after, and the two QPs on the wire. */
+export interface ServedPerftestRun {
+  readonly name: 'write' | 'read' | 'fetch-add' | 'compare-swap';
+  readonly before: Uint8Array;
+  readonly after: Uint8Array;
+  readonly kbtpQp: number;
+  readonly clientQp: number;
+}
+
+/**
+ * Replays each run's own QP pair from the capture against kbtp's memory (the runs' QPs follow each
+ * other on the wire) and returns the problems, with the count of requests replayed per run; also
+ * checks that the check can fail (one octet of kbtp's memory off must be reported).
+ */
+export function replayPerftestRuns(
+  capture: RoceCapture,
+  runs: readonly ServedPerftestRun[],
+  clientAddress: string,
+  kbtpAddress: string,
+  taggedBase: bigint,
+): { problems: string[]; requests: Record<string, number>; tamperNoticed: boolean[] } {
+  const problems: string[] = [];
+  const requests: Record<string, number> = {};
+  const tamperNoticed: boolean[] = [];
+  for (const run of runs) {
+    const ofRun = capture.packets.filter((packet) =>
+      packet.udp.ip.sourceAddress === clientAddress ? packet.headers.destQp === run.kbtpQp : packet.headers.destQp === run.clientQp,
+    );
+    const qpPackets = { ...capture, packets: ofRun };
+    const replay = replayAgainstMemory(qpPackets, clientAddress, kbtpAddress, run.before, run.after, taggedBase);
+    problems.push(...replay.problems.map((problem) => `${run.name}: ${problem}`));
+    requests[run.name] = { write: replay.writes, read: replay.reads, 'fetch-add': replay.fetchAdds, 'compare-swap': replay.compareSwaps }[run.name];
+    const tampered = run.after.slice();
+    tampered[tampered.length - 1]! ^= 1;
+    tamperNoticed.push(replayAgainstMemory(qpPackets, clientAddress, kbtpAddress, run.before, tampered, taggedBase).problems.length > 0);
+  }
+  return { problems, requests, tamperNoticed };
+}

@@ -70,3 +70,48 @@ export function decodePerftestVersion(bytes: Uint8Array): string {
 function hex(value: number, digits: number): string {
   return value.toString(16).padStart(digits, '0');
 }
+
+/**
+ * The key message when perftest exchanges over RDMA CM (-R, -z; rdma_write_keys): its
+ * `struct pingpong_dest` sent as one Send, every integer big-endian: lid, out_reads, qpn, psn, rkey
+ * (4 octets each), 4 octets of padding, vaddr (8), gid (16), srqn, gid_index (4 each).
+ */
+export const PERFTEST_CM_KEY_MESSAGE_LENGTH = 56;
+
+export interface PerftestCmKeys extends PerftestDestination {
+  /** The sender's own -x; the receiver ignores it (ctx_hand_shake keeps its own). */
+  gidIndex: number;
+}
+
+export function encodePerftestCmKeys(keys: PerftestCmKeys): Uint8Array {
+  const bytes = new Uint8Array(PERFTEST_CM_KEY_MESSAGE_LENGTH);
+  const view = new DataView(bytes.buffer);
+  view.setUint32(0, keys.lid);
+  view.setUint32(4, keys.outReads);
+  view.setUint32(8, keys.qpNumber);
+  view.setUint32(12, keys.psn);
+  view.setUint32(16, keys.rkey);
+  view.setBigUint64(24, keys.virtualAddress);
+  if (keys.gid.length !== 16) throw new RnicError('EINVAL', `a GID is 16 octets, got ${keys.gid.length}`);
+  bytes.set(keys.gid, 32);
+  view.setUint32(48, keys.srqNumber);
+  view.setUint32(52, keys.gidIndex);
+  return bytes;
+}
+
+export function decodePerftestCmKeys(bytes: Uint8Array): PerftestCmKeys {
+  if (bytes.length !== PERFTEST_CM_KEY_MESSAGE_LENGTH)
+    throw new RnicError('EPROTO', `perftest RDMA CM key message of ${bytes.length} octets, expected ${PERFTEST_CM_KEY_MESSAGE_LENGTH}`);
+  const view = new DataView(bytes.buffer, bytes.byteOffset, bytes.byteLength);
+  return {
+    lid: view.getUint32(0),
+    outReads: view.getUint32(4),
+    qpNumber: view.getUint32(8),
+    psn: view.getUint32(12),
+    rkey: view.getUint32(16),
+    virtualAddress: view.getBigUint64(24),
+    gid: bytes.slice(32, 48),
+    srqNumber: view.getUint32(48),
+    gidIndex: view.getUint32(52),
+  };
+}

@@ -1,0 +1,173 @@
+// kbtp as the server end of perftest's bandwidth tests when the client runs with -R (perftest
+// 6.06 as Debian 12 ships it): both of its QPs come over RDMA CM and its setup exchange runs over
+// the first connection's Sends instead of a TCP side channel. As seen against ib_write_bw -R on
+// rxe (docs/INTEROP.md), the client:
+//   1. connects an exchange QP through RDMA CM to the test port; then, each item one Send answered
+//      by one Send: its version (16 octets), cycle-buffer and cache-line sizes (4 each), the MTU
+//      (2, ASCII ibv_mtu code), and one all-zero 56-octet key message;
+//   2. connects its test QP through RDMA CM to the same port, and sends another all-zero key
+//      message, then its keys (perftest-format.ts: the binary struct), then the keys again after
+//      RTR as a barrier;
+//   3. after its run: two key barriers, five 8-octet report items, the closing keys, and then it
+//      disconnects both QPs (no "done" over RDMA CM).
+// kbtp answers as perftest-setup.ts does over TCP: the client's own version and sizes, the smaller
+// MTU, zeros to zeros and report items, and its own keys (the test QP, the region's rkey and start).
+
+import { RnicError } from '../errors.ts';
+import type { MemoryRegion, ProtectionDomain } from '../memory.ts';
+import type { CmConnectionRequest } from './cm-responder.ts';
+import type { RoceEndpoint } from './endpoint.ts';
+import { RcMessageChannel, type MessageChannelVerbs } from './message-channel.ts';
+import {
+  decodePerftestCmKeys,
+  decodePerftestVersion,
+  encodePerftestCmKeys,
+  PERFTEST_CM_KEY_MESSAGE_LENGTH,
+  PERFTEST_OLDEST_COMPATIBLE_VERSION,
+  PERFTEST_VERSION_LENGTH,
+  type PerftestCmKeys,
+} from './perftest-format.ts';
+import { PERFTEST_DONE, perftestDestination } from './perftest-setup.ts';
+import { PATH_MTUS, type PathMtu, type RcQueuePair } from './queue-pair.ts';
+
+const DEFAULT_STEP_TIMEOUT_MS = 30_000;
+const DEFAULT_RUN_TIMEOUT_MS = 300_000;
+
+export interface PerftestCmServerOptions {
+  verbs: MessageChannelVerbs;
+  endpoint: RoceEndpoint;
+  pd: ProtectionDomain;
+  /** The memory the client's Writes, Reads and atomics address (its rkey and start are advertised). */
+  region: MemoryRegion;
+  /** The QP the client's test QP connects to (its ird bounds the client's Reads and atomics). */
+  testQp: RcQueuePair;
+  /** Largest path MTU kbtp states (default 4096; the smaller of the two ends wins). */
+  pathMtu?: PathMtu;
+  /** Each setup exchange gives up after this long (default 30 s). */
+  stepTimeoutMs?: number;
+}
+
+export interface PerftestCmServerSession {
+  readonly clientVersion: string;
+  readonly client: PerftestCmKeys;
+  readonly local: PerftestCmKeys;
+  readonly pathMtu: PathMtu;
+  /**
+   * Answers the client's exchanges after its run until it disconnects; resolves with the size of
+   * each item it sent after the run.
+   */
+  finish(runTimeoutMs?: number): Promise<number[]>;
+}
+
+/**
+ * One perftest -R client: hand it the CM connection requests for perftest's port (the first is
+ * the exchange QP, the second the test QP; more are rejected). `session` settles once the client's
+ * keys were exchanged twice, or fails with what went wrong.
+ */
+export class PerftestCmServer {
+  readonly session: Promise<PerftestCmServerSession>;
+  private channel: RcMessageChannel | undefined;
+  private requests = 0;
+  private testQpAccepted = false;
+  private readonly timeoutMs: number;
+  private startExchange!: (channel: RcMessageChannel) => void;
+
+  constructor(private readonly options: PerftestCmServerOptions) {
+    this.timeoutMs = options.stepTimeoutMs ?? DEFAULT_STEP_TIMEOUT_MS;
+    const exchange = new Promise<RcMessageChannel>((resolve) => {
+      this.startExchange = resolve;
+    });
+    this.session = exchange.then((channel) => this.setUp(channel));
+    // A client that never connects leaves an unobserved rejection otherwise.
+    this.session.catch(() => undefined);
+  }
+
+  /** CM connection requests handed to this server so far. */
+  get connections(): number {
+    return this.requests;
+  }
+
+  onRequest(request: CmConnectionRequest): void {
+    const index = this.requests++;
+    if (index === 0) {
+      this.channel = new RcMessageChannel(this.options.verbs, this.options.pd);
+      request.accept(this.channel.qp);
+      this.startExchange(this.channel);
+    } else if (index === 1) {
+      request.accept(this.options.testQp);
+      this.testQpAccepted = true;
+    } else {
+      request.reject();
+    }
+  }
+
+  /** Ends the exchange connection (the test QP is the caller's). */
+  close(): void {
+    this.channel?.close();
+  }
+
+  private async setUp(channel: RcMessageChannel): Promise<PerftestCmServerSession> {
+    const versionField = await this.expect(channel, PERFTEST_VERSION_LENGTH, 'the client did not send its version');
+    const clientVersion = decodePerftestVersion(versionField);
+    if (!(Number.parseFloat(clientVersion) >= PERFTEST_OLDEST_COMPATIBLE_VERSION))
+      throw new RnicError('EPROTO', `perftest client version "${clientVersion}" is older than ${PERFTEST_OLDEST_COMPATIBLE_VERSION} (or not a version)`);
+    channel.send(versionField);
+    for (const what of ['cycle-buffer size', 'cache-line size']) channel.send(await this.expect(channel, 4, `the client did not send its ${what}`));
+    const mtuField = await this.expect(channel, 2, 'the client did not send its MTU');
+    const clientMtu = PATH_MTUS[Number.parseInt(new TextDecoder().decode(mtuField.subarray(0, 1)), 10) - 1];
+    if (clientMtu === undefined) throw new RnicError('EPROTO', `perftest client MTU field "${Buffer.from(mtuField).toString('hex')}" is no ibv_mtu code`);
+    const pathMtu = Math.min(clientMtu, this.options.pathMtu ?? 4096) as PathMtu;
+    channel.send(new TextEncoder().encode(`${PATH_MTUS.indexOf(pathMtu) + 1}\0`));
+    // Key messages: all-zero ones (before and after the test QP's connection) are answered with
+    // zeros; the first real one is the client's keys, and the one after it the barrier after RTR.
+    let client: PerftestCmKeys | undefined;
+    let local: PerftestCmKeys | undefined;
+    for (let barrier = false; !barrier; ) {
+      const item = await this.expect(channel, PERFTEST_CM_KEY_MESSAGE_LENGTH, 'the client did not send its keys');
+      if (item.every((octet) => octet === 0)) {
+        channel.send(item);
+        continue;
+      }
+      if (!this.testQpAccepted) throw new RnicError('EPROTO', 'perftest client sent its keys before connecting its test QP through RDMA CM');
+      if (client === undefined) {
+        client = decodePerftestCmKeys(item);
+        const destination = perftestDestination(this.options.endpoint, this.options.testQp, this.options.region, this.options.testQp.requestedIrd);
+        local = { ...destination, gidIndex: client.gidIndex };
+      } else {
+        barrier = true;
+      }
+      channel.send(encodePerftestCmKeys(local!));
+    }
+    const keys = encodePerftestCmKeys(local!);
+    return {
+      clientVersion,
+      client: client!,
+      local: local!,
+      pathMtu,
+      finish: async (runTimeoutMs = DEFAULT_RUN_TIMEOUT_MS) => {
+        const items: number[] = [];
+        // The first item comes when the client's run is over; the rest follow in lock step.
+        for (let wait = runTimeoutMs; ; wait = this.timeoutMs) {
+          const item = await channel.receive(wait, 'the client did not finish its run');
+          if (item === undefined) return items;
+          items.push(item.length);
+          channel.send(answerAfterRun(item, keys));
+        }
+      },
+    };
+  }
+
+  private async expect(channel: RcMessageChannel, length: number, what: string): Promise<Uint8Array> {
+    const item = await channel.receive(this.timeoutMs, what);
+    if (item === undefined) throw new RnicError('ECONNRESET', `${what}: the client disconnected`);
+    if (item.length !== length) throw new RnicError('EPROTO', `${what}: a message of ${item.length} octets, expected ${length}`);
+    return item;
+  }
+}
+
+/** Keys to a key message (zeros to zeros), "done" to "done", zeros to a report item. */
+function answerAfterRun(item: Uint8Array, keys: Uint8Array): Uint8Array {
+  if (item.length === PERFTEST_CM_KEY_MESSAGE_LENGTH) return item.every((octet) => octet === 0) ? item : keys;
+  if (Buffer.compare(item, PERFTEST_DONE) === 0) return PERFTEST_DONE;
+  return new Uint8Array(item.length);
+}
