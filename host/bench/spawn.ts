@@ -12,9 +12,19 @@ export interface SpawnOptions {
   /** Trust the open tenant for DIRECT_LOAD / DIRECT_ALLOC. */
   directLoad?: boolean;
   directAlloc?: boolean;
+  /** Largest inline STORE payload (default: the engine's, min(blockSize, 64 KiB)). */
   maxInline?: number;
   log?: (line: string) => void;
 }
+
+/**
+ * The largest inline STORE of a spawned target: a whole block up to 64 KiB (the engine's own
+ * default). A STORE that fits goes out with its request and is answered in one round trip; one
+ * that does not is pulled by RDMA Read, a second round trip, which made a 16 KiB STORE take twice
+ * a 16 KiB LOAD with the 8 KiB of `kbtp target`'s default (issue 16, session 4). The cost is
+ * memory: each of the target's 2 x credits x sessions request contexts holds this much.
+ */
+export const SPAWNED_MAX_INLINE = 64 * 1024;
 
 /** The shared ring holds at least 2x the pool (ring order is a power of two). */
 export async function spawnTarget(options: SpawnOptions): Promise<RunningTarget> {
@@ -22,7 +32,7 @@ export async function spawnTarget(options: SpawnOptions): Promise<RunningTarget>
   const settings = resolveTargetSettings({
     listen: '127.0.0.1:0',
     workers: options.workers,
-    pool: { blockSize, blockCount: blocks, handleCount: blocks * 4, maxInline: Math.min(options.maxInline ?? 8192, blockSize) },
+    pool: { blockSize, blockCount: blocks, handleCount: blocks * 4, maxInline: Math.min(options.maxInline ?? SPAWNED_MAX_INLINE, blockSize) },
     session: { credits: options.credits, maxSessions: Math.max(32, options.sessions + 4) },
     tenants: [
       {

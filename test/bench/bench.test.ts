@@ -51,6 +51,11 @@ test('a weighted mix of every two-sided operation, counted, with no error', asyn
   assert.is(audit.bound, 0, 'the phase cleans up after itself');
 });
 
+test('a spawned target takes a whole 16 KiB block inline, so a STORE is one round trip', () => {
+  // With 8 KiB (kbtp target's default) a 16 KiB STORE was pulled by RDMA Read: twice a LOAD's latency.
+  for (const session of sessions) assert.is(session.hello.maxInline, 16 * 1024);
+});
+
 test('a LOAD that returns other data is an error, not a fast answer', async () => {
   const session = sessions[0];
   if (session === undefined) throw new Error('no session');
