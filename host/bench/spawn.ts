@@ -12,19 +12,21 @@ export interface SpawnOptions {
   /** Trust the open tenant for DIRECT_LOAD / DIRECT_ALLOC. */
   directLoad?: boolean;
   directAlloc?: boolean;
-  /** Largest inline STORE payload (default: the engine's, min(blockSize, 64 KiB)). */
+  /** Largest inline STORE payload (default: min(blockSize, SPAWNED_MAX_INLINE)). */
   maxInline?: number;
   log?: (line: string) => void;
 }
 
 /**
- * The largest inline STORE of a spawned target: a whole block up to 64 KiB (the engine's own
- * default). A STORE that fits goes out with its request and is answered in one round trip; one
- * that does not is pulled by RDMA Read, a second round trip, which made a 16 KiB STORE take twice
- * a 16 KiB LOAD with the 8 KiB of `kbtp target`'s default (issue 16, session 4). The cost is
- * memory: each of the target's 2 x credits x sessions request contexts holds this much.
+ * The largest inline STORE of a spawned target: a whole block up to 256 KiB. A STORE that fits
+ * goes out with its request and is answered in one round trip; one that does not is pulled by
+ * RDMA Read, a second round trip, which made a 16 KiB STORE take twice a 16 KiB LOAD with the
+ * 8 KiB of `kbtp target`'s default (issue 16, session 4). Inline costs the target a copy from the
+ * request context into the block: at 256 KiB it still used less CPU and time than the RDMA Read
+ * (docs/BENCH.md, session 4), at 1 MiB the two were even, so larger blocks keep the RDMA Read. It
+ * also costs memory: each of the target's 2 x credits x sessions request contexts holds this much.
  */
-export const SPAWNED_MAX_INLINE = 64 * 1024;
+export const SPAWNED_MAX_INLINE = 256 * 1024;
 
 /** The shared ring holds at least 2x the pool (ring order is a power of two). */
 export async function spawnTarget(options: SpawnOptions): Promise<RunningTarget> {
