@@ -6,7 +6,12 @@
 # out. CPU time comes the same way from /proc (utime + stime of the server process, and of the
 # client as a waited-for child), in runs without strace.
 #
-#   bench/compare/syscalls.sh [--requests N] [--size 16384] [--sessions 1] [--no-strace]
+#   bench/compare/syscalls.sh [--requests N] [--size 16384] [--sessions 1] [--in-flight 1]
+#                             [--op load|store] [--no-strace]
+#
+# --in-flight N > 1 pipelines: kbtp bench --batch (loadMany/storeMany of N per session), as make
+# compare's 8-in-flight rows do, against redis-benchmark -P N. --op store measures kbtp STORE
+# against Redis SET.
 #
 # Needs strace, redis-server and redis-benchmark (bench/compare/deps.sh) and a built tree
 # (make build). Everything listens on 127.0.0.1 only and is stopped on exit.
@@ -16,17 +21,28 @@ cd "$(dirname "$0")/../.."
 requests=5000
 size=16384
 sessions=1
+in_flight=1
+op=load
 use_strace=1
 while [ $# -gt 0 ]; do
   case "$1" in
     --requests) requests=$2; shift 2 ;;
     --size) size=$2; shift 2 ;;
     --sessions) sessions=$2; shift 2 ;;
+    --in-flight) in_flight=$2; shift 2 ;;
+    --op) op=$2; shift 2 ;;
     --no-strace) use_strace=0; shift ;;
-    -h|--help) sed -n '2,12p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,17p' "$0"; exit 0 ;;
     *) echo "syscalls.sh: unknown option $1 (see --help)" >&2; exit 2 ;;
   esac
 done
+case "$op" in
+  load) redis_op=get ;;
+  store) redis_op=set ;;
+  *) echo "syscalls.sh: --op $op: write load or store" >&2; exit 2 ;;
+esac
+kbtp_batch=()
+[ "$in_flight" = 1 ] || kbtp_batch=(--batch)
 for tool in redis-server redis-benchmark node; do
   command -v "$tool" >/dev/null || { echo "syscalls.sh: $tool is missing; run bench/compare/deps.sh" >&2; exit 2; }
 done
@@ -85,7 +101,7 @@ difference() {
 
 report() {
   local name=$1 small=$2 large=$3
-  echo "== $name: $size-octet values, $sessions connection(s) x 1 in flight, difference of $requests and $((3 * requests)) requests"
+  echo "== $name: $size-octet values, $sessions connection(s) x $in_flight in flight, difference of $requests and $((3 * requests)) requests"
   if [ "$use_strace" = 1 ]; then
     { difference "$small" "$large" server; difference "$small" "$large" client; } |
       awk '{ total[$1] += $3; print "  " $0 } END { printf "  total: server %.2f, client %.2f system calls per request\n", total["server"], total["client"] }'
@@ -98,15 +114,15 @@ report() {
 port_of() { grep -o 'listening on [0-9.]*:[0-9]*' "$1" | sed 's/.*://'; }
 
 # --- kbtp -------------------------------------------------------------------------------------
-node dist/host/cli.js target --listen 127.0.0.1:0 --workers 1 --block-size "$size" --blocks $((sessions + 16)) \
+node dist/host/cli.js target --listen 127.0.0.1:0 --workers 1 --block-size "$size" --blocks $((sessions * in_flight + 16)) \
   --credits 8 > "$work/target.out" 2>&1 &
 target=$!; pids+=("$target")
 for _ in $(seq 100); do [ -n "$(port_of "$work/target.out")" ] && break; sleep 0.1; done
 port=$(port_of "$work/target.out")
 [ -n "$port" ] || { cat "$work/target.out" >&2; echo "syscalls.sh: the target did not start" >&2; exit 1; }
-kbtp_client=(node dist/host/cli.js bench --target "127.0.0.1:$port" --sizes "$size" --mix load --sessions "$sessions" --in-flight 1 --quiet --count)
+kbtp_client=(node dist/host/cli.js bench --target "127.0.0.1:$port" --sizes "$size" --mix "$op" --sessions "$sessions" --in-flight "$in_flight" "${kbtp_batch[@]}" --quiet --count)
 measure kbtp "$target" "${kbtp_client[@]}"
-report "kbtp LOAD (server: kbtp target, 1 worker; client: kbtp bench)" kbtp1 kbtp3
+report "kbtp ${op^^} (server: kbtp target, 1 worker; client: kbtp bench)" kbtp1 kbtp3
 echo "  load: $(cut -d' ' -f1-3 /proc/loadavg)"
 
 # --- Redis ------------------------------------------------------------------------------------
@@ -116,7 +132,7 @@ redis-server --bind 127.0.0.1 --port "$rport" --save '' --appendonly no --daemon
 redis=$!; pids+=("$redis")
 for _ in $(seq 100); do redis-cli -p "$rport" ping 2>/dev/null | grep -q PONG && break; sleep 0.1; done
 redis-benchmark -p "$rport" -t set -d "$size" -n 100 -c 1 -q >/dev/null # GET needs the value there
-redis_client=(redis-benchmark -h 127.0.0.1 -p "$rport" -t get -d "$size" -c "$sessions" -q -n)
+redis_client=(redis-benchmark -h 127.0.0.1 -p "$rport" -t "$redis_op" -d "$size" -c "$sessions" -P "$in_flight" -q -n)
 measure redis "$redis" "${redis_client[@]}"
-report "Redis GET (server: redis-server; client: redis-benchmark)" redis1 redis3
+report "Redis ${redis_op^^} (server: redis-server; client: redis-benchmark)" redis1 redis3
 echo "  load: $(cut -d' ' -f1-3 /proc/loadavg)"

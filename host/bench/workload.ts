@@ -216,6 +216,18 @@ export async function runPhase(options: PhaseOptions): Promise<PhaseResult> {
   for (const item of phase) statsOf(item.op);
 
   const all = sessions.map((session, index) => new SessionBlocks(session, options.firstHandle + BigInt(index * keys), keys));
+  /**
+   * Load buffers are registered with their session so loaded blocks land in them directly (no
+   * copy out of the slot's staging area), as an application that reuses its buffers would do;
+   * deregistered when the phase ends.
+   */
+  const registered: Array<{ session: KbtpSession; buffer: Uint8Array }> = [];
+  const loadBuffer = (session: KbtpSession): Uint8Array => {
+    const buffer = new Uint8Array(size);
+    session.registerLoadBuffer(buffer);
+    registered.push({ session, buffer });
+    return buffer;
+  };
   await Promise.all(all.map((blocks) => prefill(blocks, maker, sealed, inFlight)));
 
   const warmupMs = options.count !== undefined ? 0 : (options.warmupMs ?? 0);
@@ -271,7 +283,7 @@ export async function runPhase(options: PhaseOptions): Promise<PhaseResult> {
   const runChain = (blocks: SessionBlocks, op: 'load' | 'store', ended: () => void, broke: (error: Error) => void): void => {
     const entry = statsOf(op);
     const session = blocks.session;
-    const buffer = op === 'load' ? new Uint8Array(size) : maker.buffer();
+    const buffer = op === 'load' ? loadBuffer(session) : maker.buffer();
     const loadOptions = { allowUnsealed: !sealed };
     let index = -1;
     let handle = 0n;
@@ -309,10 +321,9 @@ export async function runPhase(options: PhaseOptions): Promise<PhaseResult> {
   const runWorker = async (blocks: SessionBlocks, seed: number): Promise<void> => {
     const picker = new OpPicker(phase, seed);
     const buffer = maker.buffer();
-    // Loads land in a buffer of the worker's own: no allocation (and page faults) per request.
-    const loadBuffer = new Uint8Array(size);
-    const loadOptions = { allowUnsealed: !sealed, into: loadBuffer };
     const session = blocks.session;
+    // Loads land in a buffer of the worker's own: no allocation (and page faults) per request.
+    const loadOptions = { allowUnsealed: !sealed, into: loadBuffer(session) };
     while (blocks.failed === undefined && !stopped()) {
       const op = feasible(picker.next(), blocks, phase);
       const fromFree = op === 'alloc-store' || op === 'direct-alloc';
@@ -379,7 +390,7 @@ export async function runPhase(options: PhaseOptions): Promise<PhaseResult> {
     const session = blocks.session;
     const indices: number[] = [];
     const handles: bigint[] = [];
-    const buffers = Array.from({ length: inFlight }, () => (op === 'load' ? new Uint8Array(size) : maker.buffer()));
+    const buffers = Array.from({ length: inFlight }, () => (op === 'load' ? loadBuffer(session) : maker.buffer()));
     const lengths = new Uint32Array(inFlight);
     const made: Array<ExpectedBlock | undefined> = new Array(inFlight).fill(undefined);
     const loadOptions = { allowUnsealed: !sealed, lengths };
@@ -455,6 +466,13 @@ export async function runPhase(options: PhaseOptions): Promise<PhaseResult> {
     else await Promise.all(all.flatMap((blocks, s) => Array.from({ length: inFlight }, (_, w) => runWorker(blocks, 1 + s * 977 + w * 131))));
   } finally {
     if (timer !== undefined) clearInterval(timer);
+    for (const { session, buffer } of registered) {
+      try {
+        session.deregisterLoadBuffer(buffer);
+      } catch {
+        // A LOAD into it that timed out is still on the wire: the buffer stays registered until its session closes.
+      }
+    }
   }
   report(); // every phase shows at least its final state
   // A duration run measures its whole window; a count run ends with its last completion.

@@ -24,10 +24,15 @@ export interface BatchHost {
   waitForSlot(resume: () => void): void;
   /** Forgets a `resume` given to waitForSlot (the batch's call gave up). */
   stopWaiting(resume: () => void): void;
-  /** Writes and posts slot `slot`'s request; the answer comes back through `answered`. */
-  post(slot: number, batch: Batch, opcode: number, flags: number, handle: bigint, length: number): void;
+  /**
+   * Writes and posts slot `slot`'s request; the answer comes back through `answered`. A LOAD's
+   * block lands in `into` directly when it is registered with the session (landing.ts).
+   */
+  post(slot: number, batch: Batch, opcode: number, flags: number, handle: bigint, length: number, into: Uint8Array | undefined): void;
   /** The registered staging area of a slot (the block lands or is read from there). */
   staging(slot: number): Uint8Array;
+  /** True when the slot's LOAD landed in the caller's registered buffer itself. */
+  landed(slot: number): boolean;
   readonly failure: Error | undefined;
   readonly deadlines: Deadlines;
 }
@@ -127,12 +132,12 @@ export class Batch implements SlotOwner, DeadlineEntry {
       const index = this.next++;
       this.indexOfSlot[slot] = index;
       let length = host.blockSize;
+      const buffer = this.buffers[index]!;
       if (this.opcode !== K.OPCODE_LOAD) {
-        const data = this.buffers[index]!;
-        host.staging(slot).set(data);
-        length = data.length;
+        host.staging(slot).set(buffer);
+        length = buffer.length;
       }
-      host.post(slot, this, this.opcode, this.flags, this.handles[index]!, length);
+      host.post(slot, this, this.opcode, this.flags, this.handles[index]!, length, this.opcode === K.OPCODE_LOAD ? buffer : undefined);
     }
     if (this.handles.length === 0) this.settle(undefined);
   }
@@ -150,7 +155,7 @@ export class Batch implements SlotOwner, DeadlineEntry {
       if (this.opcode === K.OPCODE_LOAD) {
         const into = this.buffers[index]!;
         if (into.length < dataLength) this.failed(index, K.STATUS_LENGTH_ERROR, `the ${dataLength}-octet block does not fit the ${into.length}-octet buffer`);
-        else into.set(dataLength === this.host.blockSize ? this.host.staging(slot) : this.host.staging(slot).subarray(0, dataLength));
+        else if (!this.host.landed(slot)) into.set(dataLength === this.host.blockSize ? this.host.staging(slot) : this.host.staging(slot).subarray(0, dataLength));
         if (this.lengths !== undefined) this.lengths[index] = dataLength;
       }
     } else {

@@ -23,6 +23,7 @@ import { Batch, type BatchHost } from './batch.ts';
 import { RequestSlots, SLOT_ID_MARK } from './slots.ts';
 import { SlotCall, type CallDone, type SlotCallHost } from './slot-call.ts';
 import { Deadlines } from './deadlines.ts';
+import { LandingBuffers } from './landing.ts';
 import { encodeHello, decodeHelloAck, type HelloAck } from './wire/hello.ts';
 import { type KbtpError, KbtpStatusError, ProtocolError, SessionClosedError, TargetRefusedError, TransportError, UsageError } from './errors.ts';
 import { bounded, checkTimeout, DEFAULT_CALL_TIMEOUT_MS, type CallOptions } from './call.ts';
@@ -76,6 +77,8 @@ export class KbtpSession {
   /** Finished single calls, reused. */
   private readonly callPool: SlotCall[] = [];
   private readonly directHost: DirectHost;
+  /** Caller buffers LOADs land in directly (registerLoadBuffer). */
+  private readonly landing: LandingBuffers;
   private readonly freeSlots: number[] = [];
   private readonly slotWaiters: Array<() => void> = [];
   private readonly pending = new Map<bigint, { resolve(c: Completion): void; reject(e: Error): void }>();
@@ -98,6 +101,7 @@ export class KbtpSession {
   ) {
     this.callTimeoutMs = options.callTimeoutMs ?? DEFAULT_CALL_TIMEOUT_MS;
     this.pd = rnic.allocPd();
+    this.landing = new LandingBuffers(rnic, this.pd);
     this.receiveDepth = Math.max(2, (options.pipeline ?? 32) + 2);
     this.cq = rnic.createCq({ depth: 4 * this.receiveDepth + 64 });
     this.transport = options.transport ?? 'iwarp';
@@ -123,9 +127,10 @@ export class KbtpSession {
         const index = this.slotWaiters.indexOf(resume);
         if (index >= 0) this.slotWaiters.splice(index, 1);
       },
-      post: (slot, batch, opcode, flags, handle, length) => this.postBatched(slot, batch, opcode, flags, handle, length),
+      post: (slot, batch, opcode, flags, handle, length, into) => this.postBatched(slot, batch, opcode, flags, handle, length, into),
       send: (slot, call) => this.postCall(slot, call),
       staging: (slot) => this.stagingViews[slot]!,
+      landed: (slot) => this.landing.landed(slot),
       describeFailure: (handle, status) => this.describeFailure(handle, status),
       recycle: (call) => {
         this.callPool.push(call);
@@ -261,13 +266,13 @@ export class KbtpSession {
       );
   }
 
-  private postBatched(slot: number, batch: Batch, opcode: number, flags: number, handle: bigint, length: number): void {
+  private postBatched(slot: number, batch: Batch, opcode: number, flags: number, handle: bigint, length: number, into: Uint8Array | undefined): void {
     const at = slot * this.messageSize;
     const idLow = this.slots.begin(slot, batch);
-    this.postSlot(
-      slot,
-      writeRequestAt(this.sendView, at, opcode, flags, SLOT_ID_MARK, idLow, handle, 0, this.dataRegion?.stag ?? 0, this.stagingOffset(slot), length),
-    );
+    const landing = opcode === K.OPCODE_LOAD ? this.landing.claim(slot, into, this.hello.blockSize) : undefined;
+    const stag = landing === undefined ? (this.dataRegion?.stag ?? 0) : landing.stag;
+    const offset = landing === undefined ? this.stagingOffset(slot) : 0;
+    this.postSlot(slot, writeRequestAt(this.sendView, at, opcode, flags, SLOT_ID_MARK, idLow, handle, 0, stag, offset, length));
   }
 
   /** Writes a single call's request into its slot's message in place (staging or inlining its data) and posts it. */
@@ -282,8 +287,12 @@ export class KbtpSession {
       writeRequestAt(view, at, opcode, flags, SLOT_ID_MARK, idLow, handle, 0, 0, 0, 0);
       length = writeBindAt(view, at, call.ticket, call.bindLength, call.bindOffset);
     } else if (data === undefined) {
-      // LOAD (the block lands in the slot's staging area) or FREE (header only).
-      length = writeRequestAt(view, at, opcode, flags, SLOT_ID_MARK, idLow, handle, call.generation, stag, this.stagingOffset(slot), this.hello.blockSize);
+      // LOAD (the block lands in the caller's registered buffer, else in the slot's staging area) or FREE (header only).
+      const landing = opcode === K.OPCODE_LOAD ? this.landing.claim(slot, call.into, this.hello.blockSize) : undefined;
+      length =
+        landing === undefined
+          ? writeRequestAt(view, at, opcode, flags, SLOT_ID_MARK, idLow, handle, call.generation, stag, this.stagingOffset(slot), this.hello.blockSize)
+          : writeRequestAt(view, at, opcode, flags, SLOT_ID_MARK, idLow, handle, call.generation, landing.stag, 0, this.hello.blockSize);
     } else if ((flags & K.FLAG_INLINE) !== 0) {
       length = writeRequestAt(view, at, opcode, flags, SLOT_ID_MARK, idLow, handle, call.generation, 0, 0, data.length);
       this.sendBuffer.set(data, at + length);
@@ -420,6 +429,7 @@ export class KbtpSession {
   }
 
   private giveSlot(slot: number): void {
+    this.landing.release(slot);
     this.freeSlots.push(slot);
     this.slotWaiters.shift()?.();
   }
@@ -494,6 +504,24 @@ export class KbtpSession {
   /** store() without a promise or a result object, as loadInto is to load(). */
   storeFrom(handle: bigint, data: Uint8Array, done: CallDone, options: StoreOptions = {}): void {
     this.startCallWith(this.storeRecord(K.OPCODE_STORE, handle, data, options), options, done);
+  }
+
+  /**
+   * Registers `buffer` with the session so that LOADs into it (load({ into }), loadInto,
+   * loadMany) land there directly: the target's RDMA Write is placed in it, with no copy out of a
+   * staging area. Worth it for buffers reused for many LOADs, above all of large blocks. As with
+   * any RDMA-registered memory, while a LOAD into the buffer is on the wire the target may write
+   * it, also after the call timed out or was aborted (unregistered buffers are written only by a
+   * live call). A buffer shorter than the block size is used as if unregistered.
+   */
+  registerLoadBuffer(buffer: Uint8Array): void {
+    if (this.failure !== undefined) throw this.failure;
+    this.landing.register(buffer);
+  }
+
+  /** Deregisters a buffer registerLoadBuffer registered; refused (UsageError) while a LOAD into it waits for its answer. */
+  deregisterLoadBuffer(buffer: Uint8Array): void {
+    this.landing.deregister(buffer, this.failure !== undefined);
   }
 
   /** STORE or ALLOC_STORE of `data`: inline when it fits the target's inline limit, else RDMA-read from the slot's staging area. */

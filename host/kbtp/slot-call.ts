@@ -31,6 +31,8 @@ export interface SlotCallHost {
   send(slot: number, call: SlotCall): void;
   /** The registered staging area of a slot. */
   staging(slot: number): Uint8Array;
+  /** True when the slot's LOAD landed in the caller's registered buffer itself (landing.ts). */
+  landed(slot: number): boolean;
   /** What a failed request's status means for its handle. */
   describeFailure(handle: bigint, status: number): string;
   /** The call is over and holds no slot: it may be reused. */
@@ -209,8 +211,9 @@ export class SlotCall implements SlotOwner, DeadlineEntry {
   }
 
   /**
-   * Copies a loaded block from its slot's staging area into the caller's buffer; false when it
-   * does not fit, after the call has been ended with LENGTH_ERROR and its slot released.
+   * Copies a loaded block from its slot's staging area into the caller's buffer (unless it landed
+   * there directly); false when it does not fit, after the call has been ended with LENGTH_ERROR
+   * and its slot released.
    */
   private landInto(into: Uint8Array, slot: number, dataLength: number): boolean {
     if (into.length < dataLength) {
@@ -221,6 +224,7 @@ export class SlotCall implements SlotOwner, DeadlineEntry {
       );
       return false;
     }
+    if (this.host.landed(slot)) return true;
     const staging = this.host.staging(slot);
     into.set(dataLength === staging.length ? staging : staging.subarray(0, dataLength));
     return true;

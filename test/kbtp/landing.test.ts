@@ -1,0 +1,143 @@
+// registerLoadBuffer: LOADs into a registered buffer land there directly (the target's RDMA Write
+// is placed in it), through load({ into }), loadInto and loadMany; nothing is copied into it
+// afterwards. A buffer shorter than the block still goes through staging (LENGTH_ERROR for a
+// longer block); a buffer cannot be deregistered while a LOAD into it waits for its answer.
+import { test } from 'uvu';
+import * as assert from 'uvu/assert';
+import { KbtpError, KbtpStatusError } from '../../host/kbtp/errors.ts';
+import type { KbtpSession } from '../../host/kbtp/initiator.ts';
+import { openInProcessSession } from './in-process-session.ts';
+
+const BLOCK = 65536;
+
+function pattern(length: number, seed: number): Uint8Array {
+  return new Uint8Array(length).map((_, i) => (i * 31 + seed * 7) & 0xff);
+}
+
+/** A buffer whose own `set` counts the copies made into it (a typed-array copy into it goes through this method). */
+function countingBuffer(length: number): { buffer: Uint8Array; copies: () => number } {
+  const buffer = new Uint8Array(length);
+  let copies = 0;
+  const set = buffer.set.bind(buffer);
+  Object.defineProperty(buffer, 'set', {
+    value: (source: ArrayLike<number>, offset?: number) => {
+      copies++;
+      set(source, offset);
+    },
+  });
+  return { buffer, copies: () => copies };
+}
+
+function loadInto(session: KbtpSession, handle: bigint, into: Uint8Array): Promise<{ error: Error | undefined; dataLength: number }> {
+  return new Promise((resolve) => session.loadInto(handle, into, (error, dataLength) => resolve({ error, dataLength })));
+}
+
+test('load({ into }), loadInto and loadMany place the block in a registered buffer, copying nothing into it', async () => {
+  const { session, target } = await openInProcessSession(BLOCK, 16, 4);
+  try {
+    const blocks = [pattern(BLOCK, 1), pattern(BLOCK - 100, 2), pattern(300, 3)];
+    for (let i = 0; i < blocks.length; i++) await session.allocStore(BigInt(i + 1), blocks[i]!, { seal: true });
+
+    const single = countingBuffer(BLOCK);
+    session.registerLoadBuffer(single.buffer);
+    session.registerLoadBuffer(single.buffer); // again: no change
+    const loaded = await session.load(1n, { into: single.buffer });
+    assert.is(loaded.dataLength, BLOCK);
+    assert.ok(loaded.data === single.buffer, 'data is the caller buffer');
+    assert.equal(Buffer.compare(single.buffer, blocks[0]!), 0);
+    const callback = await loadInto(session, 2n, single.buffer);
+    assert.is(callback.error, undefined);
+    assert.is(callback.dataLength, BLOCK - 100);
+    assert.equal(Buffer.compare(single.buffer.subarray(0, BLOCK - 100), blocks[1]!), 0);
+    assert.is(single.copies(), 0, 'the blocks were placed, not copied');
+
+    const many = [countingBuffer(BLOCK), countingBuffer(BLOCK + 10), countingBuffer(BLOCK)];
+    for (const { buffer } of many) session.registerLoadBuffer(buffer);
+    const lengths = new Uint32Array(3);
+    await session.loadMany(
+      [3n, 1n, 2n],
+      many.map(({ buffer }) => buffer),
+      { lengths },
+    );
+    assert.equal([...lengths], [300, BLOCK, BLOCK - 100]);
+    assert.equal(Buffer.compare(many[0]!.buffer.subarray(0, 300), blocks[2]!), 0);
+    assert.equal(Buffer.compare(many[1]!.buffer.subarray(0, BLOCK), blocks[0]!), 0);
+    assert.equal(Buffer.compare(many[2]!.buffer.subarray(0, BLOCK - 100), blocks[1]!), 0);
+    for (const { copies } of many) assert.is(copies(), 0);
+
+    // The same calls into an unregistered buffer copy the block out of the slot's staging area.
+    const plain = countingBuffer(BLOCK);
+    await session.load(1n, { into: plain.buffer });
+    assert.is(plain.copies(), 1);
+    assert.equal(Buffer.compare(plain.buffer, blocks[0]!), 0);
+    session.deregisterLoadBuffer(single.buffer);
+    await session.load(2n, { into: single.buffer });
+    assert.is(single.copies(), 1, 'after deregistering, the block is copied again');
+    assert.equal(Buffer.compare(single.buffer.subarray(0, BLOCK - 100), blocks[1]!), 0);
+  } finally {
+    await session.close(500);
+    await target.stop();
+  }
+});
+
+test('a registered buffer shorter than the block size goes through staging: a longer block is LENGTH_ERROR, a shorter one lands', async () => {
+  const { session, target } = await openInProcessSession(BLOCK, 16, 4);
+  try {
+    await session.allocStore(1n, pattern(BLOCK, 4), { seal: true });
+    await session.allocStore(2n, pattern(1000, 5), { seal: true });
+    const short = new Uint8Array(4096);
+    session.registerLoadBuffer(short);
+    const error = await session.load(1n, { into: short }).then(
+      () => undefined,
+      (thrown: unknown) => thrown,
+    );
+    assert.instance(error, KbtpStatusError);
+    assert.is((error as KbtpStatusError).statusName, 'LENGTH_ERROR');
+    const fits = await session.load(2n, { into: short });
+    assert.is(fits.dataLength, 1000);
+    assert.equal(Buffer.compare(short.subarray(0, 1000), pattern(1000, 5)), 0);
+  } finally {
+    await session.close(500);
+    await target.stop();
+  }
+});
+
+test('deregisterLoadBuffer is refused while a LOAD into the buffer waits for its answer, allowed after it and after close', async () => {
+  const { session, target } = await openInProcessSession(BLOCK, 16, 4);
+  try {
+    await session.allocStore(1n, pattern(BLOCK, 6), { seal: true });
+    const buffer = new Uint8Array(BLOCK);
+    session.registerLoadBuffer(buffer);
+    const pending = loadInto(session, 1n, buffer);
+    let refused: unknown;
+    try {
+      session.deregisterLoadBuffer(buffer);
+    } catch (error) {
+      refused = error;
+    }
+    assert.instance(refused, KbtpError);
+    assert.is((refused as KbtpError).code, 'KBTP_USAGE');
+    assert.match((refused as Error).message, /1 LOAD into the buffer waits for the target's answer/);
+    assert.is((await pending).error, undefined);
+    session.deregisterLoadBuffer(buffer);
+    let unknown: unknown;
+    try {
+      session.deregisterLoadBuffer(buffer);
+    } catch (error) {
+      unknown = error;
+    }
+    assert.match((unknown as Error).message, /not registered/);
+
+    // A LOAD still outstanding when the session ends no longer holds the buffer.
+    session.registerLoadBuffer(buffer);
+    const cut = loadInto(session, 1n, buffer);
+    await session.close(500);
+    await cut;
+    session.deregisterLoadBuffer(buffer);
+  } finally {
+    await session.close(500);
+    await target.stop();
+  }
+});
+
+test.run();
