@@ -155,7 +155,8 @@ export class Batch implements SlotOwner, DeadlineEntry {
       if (this.opcode === K.OPCODE_LOAD) {
         const into = this.buffers[index]!;
         if (into.length < dataLength) this.failed(index, K.STATUS_LENGTH_ERROR, `the ${dataLength}-octet block does not fit the ${into.length}-octet buffer`);
-        else if (!this.host.landed(slot)) into.set(dataLength === this.host.blockSize ? this.host.staging(slot) : this.host.staging(slot).subarray(0, dataLength));
+        else if (!this.host.landed(slot))
+          into.set(dataLength === this.host.blockSize ? this.host.staging(slot) : this.host.staging(slot).subarray(0, dataLength));
         if (this.lengths !== undefined) this.lengths[index] = dataLength;
       }
     } else {
