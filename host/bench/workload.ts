@@ -12,6 +12,9 @@ import { BlockMaker, type ExpectedBlock } from './blocks.ts';
 import { LatencyHistogram } from './histogram.ts';
 import { OpPicker, sealingFor, type OpName, type Phase } from './mix.ts';
 
+/** A settled promise: its then() runs a reaction after the current turn's synchronous work. */
+const SETTLED: Promise<void> = Promise.resolve();
+
 /** Operations that move a block's data (FREE moves none). */
 const MOVES_DATA: ReadonlySet<OpName> = new Set(['load', 'store', 'alloc-store', 'direct-load', 'direct-alloc']);
 
@@ -289,17 +292,46 @@ export async function runPhase(options: PhaseOptions): Promise<PhaseResult> {
     let handle = 0n;
     let made: ExpectedBlock | undefined;
     let began = 0;
+    // The request answered last, checked and recorded by settle() once the next one is written.
+    let answeredIndex = -1;
+    let answeredHandle = 0n;
+    let answeredMade: ExpectedBlock | undefined;
+    let answeredBegan = 0;
+    let answeredAt = 0;
+    let answeredLength = 0;
+    const settle = (): void => {
+      if (
+        op === 'load' &&
+        !loadedRight(entry, answeredLength === size ? buffer : buffer.subarray(0, answeredLength), blocks.expected[answeredIndex], answeredHandle)
+      )
+        return;
+      if (answeredMade !== undefined) blocks.expected[answeredIndex] = answeredMade;
+      succeeded(entry, answeredBegan, answeredAt);
+    };
     const done = (error: Error | undefined, dataLength: number): void => {
       const finished = performance.now();
-      let ok = error === undefined;
-      if (!ok) failedRequest(blocks, entry, handle, error);
-      else if (op === 'load') ok = loadedRight(entry, dataLength === size ? buffer : buffer.subarray(0, dataLength), blocks.expected[index], handle);
-      if (ok) {
-        if (made !== undefined) blocks.expected[index] = made;
-        succeeded(entry, began, finished);
+      if (error !== undefined) {
+        // A failed request changes nothing at the target (kbtp-v1 section 6); a transport failure
+        // (blocks.failed) must be seen before the next request, so failures are counted at once.
+        failedRequest(blocks, entry, handle, error);
+        blocks.idleBound.push(index);
+        next();
+        return;
       }
-      // A failed request changes nothing at the target (kbtp-v1 section 6).
+      answeredIndex = index;
+      answeredHandle = handle;
+      answeredMade = made;
+      answeredBegan = began;
+      answeredAt = finished;
+      answeredLength = dataLength;
       blocks.idleBound.push(index);
+      // Checking the block (a memcmp of all of it) and recording the latency ran before the next
+      // request, so on the client's critical path: the next request is written only at the end
+      // of the event-loop turn that delivered this answer (host/rnic/turn.ts). As a reaction
+      // queued now, they run after that turn's write, while the next request is on the wire
+      // (issue 16, session 4). The reaction is queued before next() so it runs before anything
+      // next() sets off, including the next answer landing in `buffer` and the chain's end.
+      void SETTLED.then(settle);
       next();
     };
     const next = (): void => {

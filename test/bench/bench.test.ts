@@ -13,6 +13,7 @@ import { spawnTarget } from '../../host/bench/spawn.ts';
 import { parseMix } from '../../host/bench/mix.ts';
 import { runPhase } from '../../host/bench/workload.ts';
 import { rowsOf } from '../../host/bench/report.ts';
+import { BlockMaker } from '../../host/bench/blocks.ts';
 
 const cli = fileURLToPath(new URL('../../host/cli.ts', import.meta.url));
 const scratch = mkdtempSync(join(tmpdir(), 'kbtp-bench-test-'));
@@ -81,6 +82,41 @@ test('a LOAD that returns other data is an error, not a fast answer', async () =
     assert.match(row?.firstError ?? '', /checksum/);
   } finally {
     session.loadInto = original;
+  }
+});
+
+test('a LOAD chain writes its next request before it checks the block it loaded', async () => {
+  const session = sessions[1];
+  if (session === undefined) throw new Error('no session');
+  // The check (a memcmp of the whole block) is the benchmark's work, not the request's: it runs
+  // while the next request is on the wire, not between an answer and the next request.
+  let issued = 0;
+  const seen: number[] = [];
+  const original = session.loadInto.bind(session);
+  session.loadInto = (handle, into, done, options): void => {
+    issued += 1;
+    original(handle, into, done, options);
+  };
+  const check = BlockMaker.prototype.check;
+  BlockMaker.prototype.check = function (this: BlockMaker, data, expected, handle) {
+    seen.push(issued);
+    return check.call(this, data, expected, handle);
+  };
+  try {
+    const [phase] = parseMix('load');
+    const count = 20;
+    const result = await runPhase({ sessions: [session], size: 4096, phase: phase ?? [], inFlight: 1, keysPerSession: 1, firstHandle: 60n, count });
+    const [row] = rowsOf(result);
+    assert.is(row?.ops, count);
+    assert.is(row?.corrupt, 0);
+    // Answer i (from 0) is checked when request i + 1 has been issued (the last when none follows).
+    assert.equal(
+      seen,
+      Array.from({ length: count }, (_, i) => Math.min(i + 2, count)),
+    );
+  } finally {
+    session.loadInto = original;
+    BlockMaker.prototype.check = check;
   }
 });
 
