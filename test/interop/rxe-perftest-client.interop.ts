@@ -10,10 +10,11 @@ import { readFileSync } from 'node:fs';
 import { test } from 'uvu';
 import * as assert from 'uvu/assert';
 import { decodeRoceCapture } from '../../host/capture/roce.ts';
+import { connectPerftestCm } from '../../host/rnic/rc/perftest-cm.ts';
 import { connectPerftest, type PerftestClientSession } from '../../host/rnic/rc/perftest-client.ts';
 import type { RcQueuePair } from '../../host/rnic/rc/queue-pair.ts';
 import { Access, WcStatus, wcStatusName, type CompletionQueue, type MemoryRegion, type WorkCompletion } from '../../host/rnic/verbs.ts';
-import { Guest } from './guest.ts';
+import { GUEST_TUNNEL_ADDRESS, Guest } from './guest.ts';
 import { openRxeNeighbour, type RxeNeighbour } from './rxe-tunnel.ts';
 
 const PORT = 18515;
@@ -198,6 +199,80 @@ test('kbtp as perftest client against rxe servers: Write, Read, FetchAdd, CmpSwa
     for (const s of servers) assert.match(result.log, new RegExp(`KBTP-PERFTEST-SERVER ${s.name} 0`), `${s.name} server exit status (log ${result.logPath})`);
     const capture = decodeRoceCapture(new Uint8Array(readFileSync(result.tunnelPcapPath!)));
     assert.ok(capture.packets.length > 1000);
+    assert.equal(
+      capture.packets.filter((packet) => packet.problem !== undefined).map((packet) => `record ${packet.recordIndex}: ${packet.problem}`),
+      [],
+      'every RoCEv2 packet decodes, ICRC verified',
+    );
+  } finally {
+    guest.kill();
+    await neighbour.close();
+  }
+});
+
+test('kbtp as perftest -R client against rxe servers (both QPs over RDMA CM): Writes land, overlapping Reads agree', async () => {
+  const neighbour = await openRxeNeighbour('perftest-cm-client');
+  const { rnic } = neighbour;
+  const servers = [
+    { name: 'write', tool: `ib_write_bw -R -s ${SIZE}` },
+    { name: 'read', tool: `ib_read_bw -R -s ${SIZE}` },
+  ];
+  const script = [
+    'status=0',
+    'g=$(rxe_gid_index)',
+    ...servers.map((s) =>
+      [
+        `${s.tool} -d rxe0 -x $g -F -p ${PORT} & pid=$!`,
+        'sleep 2',
+        `echo "KBTP-READY ${s.name}"`,
+        `wait $pid; rc=$?; echo "KBTP-PERFTEST-SERVER ${s.name} $rc"; [ $rc = 0 ] || status=1`,
+      ].join('\n'),
+    ),
+    'exit $status',
+  ].join('\n');
+  const guest = await Guest.start({ name: 'rxe-perftest-cm-client', frameTunnel: neighbour.ports, peerScript: script, timeoutMs: 420_000 });
+  const connect = async () => {
+    const pd = rnic.allocPd();
+    const cq = rnic.createCq({ depth: 256 });
+    const qp = rnic.createRcQp({ pd, sendCq: cq, recvCq: cq, ird: 16, ord: 16, maxSendWr: 128 });
+    const region = rnic.registerMemory(pd, new SharedArrayBuffer(1024 * 1024), { access: Access.LocalWrite });
+    const session = await connectPerftestCm({ verbs: rnic, endpoint: rnic.roceEndpoint!, pd, address: GUEST_TUNNEL_ADDRESS, port: PORT, region, testQp: qp });
+    return { qp, cq, region, session, target: { stag: session.server.rkey, taggedOffset: session.server.virtualAddress } };
+  };
+  try {
+    await guest.waitForLine(/KBTP-READY write/, 180_000);
+    let client = await connect();
+    assert.is(client.session.serverVersion, '6.06');
+    for (let i = 0; i < SIZE; i++) client.region.bytes[i] = (i * 11 + 7) & 0xff;
+    for (let i = 0; i < 20; i++)
+      client.qp.postSend({ wrId: i, opcode: 'RDMA_WRITE', sgList: [{ lkey: client.region.lkey, offset: 0, length: SIZE }], remote: client.target });
+    allSucceeded(await completions(client.cq, 20), 'Writes over the CM-connected QP');
+    await client.session.finish();
+    client.qp.disconnect();
+
+    await guest.waitForLine(/KBTP-READY read/, 180_000);
+    client = await connect();
+    client.qp.postSend({ wrId: 1, opcode: 'RDMA_READ', sgList: [{ lkey: client.region.lkey, offset: 0, length: SIZE }], remote: client.target });
+    client.qp.postSend({
+      wrId: 2,
+      opcode: 'RDMA_READ',
+      sgList: [{ lkey: client.region.lkey, offset: 65536, length: 8192 }],
+      remote: { stag: client.target.stag, taggedOffset: client.target.taggedOffset + 4096n },
+    });
+    allSucceeded(await completions(client.cq, 2), 'Reads over the CM-connected QP');
+    assert.equal(
+      client.region.bytes.subarray(65536, 65536 + 8192),
+      client.region.bytes.subarray(4096, 4096 + 8192),
+      'the sub-range Read agrees with the whole',
+    );
+    await client.session.finish();
+    client.qp.disconnect();
+
+    const result = await guest.exited;
+    assert.is(result.guestFailure, null);
+    for (const s of servers) assert.match(result.log, new RegExp(`KBTP-PERFTEST-SERVER ${s.name} 0`), `${s.name} server exit status (log ${result.logPath})`);
+    assert.match(result.log, /Data ex\. method : rdma_cm/);
+    const capture = decodeRoceCapture(new Uint8Array(readFileSync(result.tunnelPcapPath!)));
     assert.equal(
       capture.packets.filter((packet) => packet.problem !== undefined).map((packet) => `record ${packet.recordIndex}: ${packet.problem}`),
       [],

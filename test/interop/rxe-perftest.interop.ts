@@ -193,7 +193,7 @@ function serveCm(neighbour: RxeNeighbour, name: ServedRun['name']): { server: Pe
         clientQp: session.client.qpNumber,
       };
     } finally {
-      server.close();
+      await server.close();
       testQp.destroy();
       rnic.deregisterMemory(region);
     }

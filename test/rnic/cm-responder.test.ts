@@ -82,11 +82,11 @@ test('CmResponder: a REQ flood with fresh comm ids stays bounded; real connectio
     // REJs that reach A, by the comm id they answer.
     const rejected = new Map<number, number>();
     const listenForRejects = (): void => {
-      a.endpoint.gsi = (_h, mad) => {
+      a.endpoint.addGsiReceiver((_h, mad) => {
         if (decodeMadHeader(mad)?.attributeId !== CmAttribute.Rej) return;
         const id = decodeCmIds(mad).remoteCommId;
         rejected.set(id, (rejected.get(id) ?? 0) + 1);
-      };
+      });
     };
     const flood = async (first: number, count: number): Promise<void> => {
       const before = responder.stats.reqs;

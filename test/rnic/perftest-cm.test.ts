@@ -131,10 +131,10 @@ test('perftest -R against kbtp: every setup item answered as perftest expects, t
   for (let i = 0; i < 5; i++)
     assert.equal(await exchange(channel, hex('4017e82f42540b8a'), `report item ${i}`), new Uint8Array(8), 'zeros: kbtp measured nothing');
   assert.equal(await exchange(channel, CLIENT_KEYS, 'closing keys'), encodedKeys);
-  channel.close();
+  await channel.close();
   testQp.disconnect();
   assert.equal(await finished, [56, 56, 8, 8, 8, 8, 8, 56]);
-  served.server.close();
+  await served.server.close();
   served.cm.close();
 });
 
@@ -151,8 +151,8 @@ test('perftest -R against kbtp: keys before the test QP connects, a wrong-size i
   );
   assert.instance(early, RnicError);
   assert.match((early as RnicError).message, /keys before connecting its test QP/);
-  channel.close();
-  served.server.close();
+  await channel.close();
+  await served.server.close();
   served.cm.close();
 
   served = serve(serverNode);
@@ -174,9 +174,41 @@ test('perftest -R against kbtp: keys before the test QP connects, a wrong-size i
   );
   assert.instance(third, RnicError, 'a third CM connection is rejected');
   assert.is(served.server.connections, 3);
-  channel.close();
-  served.server.close();
+  await channel.close();
+  await served.server.close();
   served.cm.close();
+});
+
+test('connectRdmaCm retries while the peer answers REJ "invalid service ID" (not listening yet), and fails at once without retries', async () => {
+  const [client, serverNode] = await nodes();
+  let refusals = 2;
+  const accepted: RcQueuePair[] = [];
+  const cm = new CmResponder(serverNode.endpoint, (request) => {
+    if (refusals-- > 0) return request.reject(8);
+    const cq = serverNode.rnic.createCq({ depth: 4 });
+    const qp = serverNode.rnic.createRcQp({ pd: serverNode.pd, sendCq: cq, recvCq: cq });
+    accepted.push(qp);
+    request.accept(qp);
+  });
+  const cq = client.rnic.createCq({ depth: 4 });
+  const patient = client.rnic.createRcQp({ pd: client.pd, sendCq: cq, recvCq: cq });
+  await connectRdmaCm(client.endpoint, patient, { address: SERVER, port: PORT, retriesWhileNotListening: 3, retryMs: 20 });
+  assert.is(patient.state, 'rts');
+  assert.is(cm.stats.reqs, 3, 'two refused REQs, then the accepted one');
+  refusals = 1;
+  const hasty = client.rnic.createRcQp({ pd: client.pd, sendCq: cq, recvCq: cq });
+  const refused = await connectRdmaCm(client.endpoint, hasty, { address: SERVER, port: PORT, retryMs: 20 }).then(
+    () => undefined,
+    (error: unknown) => error,
+  );
+  assert.instance(refused, RnicError);
+  assert.match((refused as RnicError).message, /rejected the connection \(CM REJ reason 8\)/);
+  // The failed second connect did not take QP1's MADs away from the first connection: the
+  // server's DREQ still reaches it and ends it.
+  accepted[0]!.disconnect();
+  for (let waited = 0; patient.state !== 'error' && waited < 5000; waited += 5) await new Promise((resolve) => setTimeout(resolve, 5));
+  assert.is(patient.state, 'error', "the server's DREQ ended the client's QP");
+  cm.close();
 });
 
 test.run();

@@ -36,12 +36,24 @@ export interface CmConnectOptions {
   /** REQ resends before giving up (default 8), one per `retryMs` (default 1000 ms: TCG guests are slow). */
   retries?: number;
   retryMs?: number;
+  /**
+   * Fresh REQs (one per `retryMs`) while the peer answers REJ "invalid service ID": what an
+   * rdma_cm peer sends while nothing listens on the port yet, e.g. perftest -R between its two
+   * connections (default 0: the REJ fails the connect at once).
+   */
+  retriesWhileNotListening?: number;
 }
+
+/** How long a connection's MAD receiver stays after the QP left RTS. */
+const GSI_LINGER_MS = 30_000;
+
+/** IB CM REJ reason: no listener for the REQ's service ID. */
+const REJ_INVALID_SERVICE_ID = 8;
 
 /** Connects `qp` through RDMA CM; resolves once it is at RTS and RTU has been sent. */
 export function connectRdmaCm(endpoint: RoceEndpoint, qp: RcQueuePair, options: CmConnectOptions): Promise<void> {
-  const localCommId = randomInt(1, 0x7fffffff);
-  const transactionId = BigInt(randomInt(1, 0x7fffffff));
+  let localCommId = randomInt(1, 0x7fffffff);
+  let transactionId = BigInt(randomInt(1, 0x7fffffff));
   // Linux's CM treats each message's starting PSN as the PSN its sender expects to receive
   // (docs/INTEROP.md): the REQ carries ours, the REP the one we send with.
   const receivePsn = randomInt(0x1000000);
@@ -54,41 +66,44 @@ export function connectRdmaCm(endpoint: RoceEndpoint, qp: RcQueuePair, options: 
   privateData[3] = sourcePort & 0xff;
   privateData.set(parseIpv4(local), 4 + 12);
   privateData.set(parseIpv4(options.address), 20 + 12);
-  const req = encodeCmReq(
-    {
-      localCommId,
-      serviceId: RDMA_PS_TCP_SERVICE + BigInt(options.port),
-      localCaGuid: BigInt.asUintN(64, (0x026b6274n << 32n) | BigInt(localCommId)),
-      localQkey: 0,
-      localQpn: qp.qpNumber,
-      responderResources: qp.requestedIrd,
-      initiatorDepth: qp.requestedOrd,
-      remoteCmResponseTimeout: 20,
-      transportServiceType: 0,
-      endToEndFlowControl: false,
-      startingPsn: receivePsn,
-      localCmResponseTimeout: 20,
-      retryCount: 7,
-      partitionKey: 0xffff,
-      pathMtu: PATH_MTUS.indexOf(ownPathMtu) + 1,
-      rnrRetryCount: 7,
-      maxCmRetries: 15,
-      srq: false,
-      primaryLocalLid: 0xffff,
-      primaryRemoteLid: 0xffff,
-      primaryLocalGid: ipv4MappedGid(parseIpv4(local)),
-      primaryRemoteGid: ipv4MappedGid(parseIpv4(options.address)),
-      primaryFlowLabel: 0,
-      primaryPacketRate: 0,
-      primaryTrafficClass: 0,
-      primaryHopLimit: 64,
-      primarySl: 0,
-      primarySubnetLocal: false,
-      primaryLocalAckTimeout: 14,
-      privateData,
-    },
-    transactionId,
-  );
+  const request = (): Uint8Array =>
+    encodeCmReq(
+      {
+        localCommId,
+        serviceId: RDMA_PS_TCP_SERVICE + BigInt(options.port),
+        localCaGuid: BigInt.asUintN(64, (0x026b6274n << 32n) | BigInt(localCommId)),
+        localQkey: 0,
+        localQpn: qp.qpNumber,
+        responderResources: qp.requestedIrd,
+        initiatorDepth: qp.requestedOrd,
+        remoteCmResponseTimeout: 20,
+        transportServiceType: 0,
+        endToEndFlowControl: false,
+        startingPsn: receivePsn,
+        localCmResponseTimeout: 20,
+        retryCount: 7,
+        partitionKey: 0xffff,
+        pathMtu: PATH_MTUS.indexOf(ownPathMtu) + 1,
+        rnrRetryCount: 7,
+        maxCmRetries: 15,
+        srq: false,
+        primaryLocalLid: 0xffff,
+        primaryRemoteLid: 0xffff,
+        primaryLocalGid: ipv4MappedGid(parseIpv4(local)),
+        primaryRemoteGid: ipv4MappedGid(parseIpv4(options.address)),
+        primaryFlowLabel: 0,
+        primaryPacketRate: 0,
+        primaryTrafficClass: 0,
+        primaryHopLimit: 64,
+        primarySl: 0,
+        primarySubnetLocal: false,
+        primaryLocalAckTimeout: 14,
+        privateData,
+      },
+      transactionId,
+    );
+  let req = request();
+  let notListeningRetries = options.retriesWhileNotListening ?? 0;
   qp.beginConnecting();
   let psn = 0;
   const send = (mad: Uint8Array): void => sendGsiMad(endpoint, options.address, mad, psn++);
@@ -98,7 +113,7 @@ export function connectRdmaCm(endpoint: RoceEndpoint, qp: RcQueuePair, options: 
     let tries = 0;
     const fail = (error: Error): void => {
       clearInterval(timer);
-      endpoint.gsi = undefined;
+      removeGsi();
       qp.connectFailed({ reason: 'connection-lost', message: error.message });
       reject(error);
     };
@@ -110,11 +125,19 @@ export function connectRdmaCm(endpoint: RoceEndpoint, qp: RcQueuePair, options: 
       }
       send(req);
     }, options.retryMs ?? 1000);
-    endpoint.gsi = (h, mad, from: PeerAddress) => {
+    const removeGsi = endpoint.addGsiReceiver((h, mad, from: PeerAddress) => {
       const header = decodeMadHeader(mad);
       if (from.address !== options.address || h.qkey !== GSI_QKEY || mad.length < MAD_LENGTH || header?.managementClass !== CM_MANAGEMENT_CLASS) return;
       const ids = decodeCmIds(mad);
       if (header.attributeId === CmAttribute.Rej && ids.remoteCommId === localCommId) {
+        if (decodeCmRejReason(mad) === REJ_INVALID_SERVICE_ID && notListeningRetries-- > 0) {
+          // A new REQ (new ids) goes out on the timer's next tick.
+          localCommId = randomInt(1, 0x7fffffff);
+          transactionId = BigInt(randomInt(1, 0x7fffffff));
+          req = request();
+          tries = 0;
+          return;
+        }
         fail(new RnicError('ECONNREFUSED', `${options.address} port ${options.port} rejected the connection (CM REJ reason ${decodeCmRejReason(mad)})`));
         return;
       }
@@ -143,6 +166,8 @@ export function connectRdmaCm(endpoint: RoceEndpoint, qp: RcQueuePair, options: 
           );
           qp.onLeaveRts = (info) => {
             if (info.reason !== 'peer-closed') send(encodeCmDreq({ localCommId, remoteCommId: rep.localCommId }, remoteQpn, transactionId + 1n));
+            // Lingers to answer a repeated DREQ (or take the DREP), then stops listening.
+            setTimeout(removeGsi, GSI_LINGER_MS).unref();
           };
           resolve();
         }
@@ -154,7 +179,7 @@ export function connectRdmaCm(endpoint: RoceEndpoint, qp: RcQueuePair, options: 
         send(encodeCmIds(CmAttribute.Drep, { localCommId, remoteCommId: ids.localCommId }, header.transactionId));
         if (qp.state === 'rts') qp.enterError({ reason: 'peer-closed', message: 'the peer sent a CM DREQ' });
       }
-    };
+    });
     send(req);
   });
 }

@@ -75,6 +75,7 @@ export class CmResponder {
   readonly stats = { madsIn: 0, madsOut: 0, ignored: 0, reqs: 0, duplicateReqs: 0, rtus: 0, dreqs: 0, forgotten: 0 };
   private readonly caGuid: bigint;
   private readonly maxRemembered: number;
+  private readonly removeGsi: () => void;
 
   constructor(
     private readonly endpoint: RoceEndpoint,
@@ -85,7 +86,7 @@ export class CmResponder {
     if (!Number.isSafeInteger(max) || max < 1) throw new RnicError('EINVAL', `maxRemembered must be a positive integer (got ${String(max)})`);
     this.maxRemembered = max;
     this.caGuid = BigInt.asUintN(64, (0x026b6274n << 32n) | BigInt(randomInt(0x7fffffff)));
-    endpoint.gsi = (h, payload, from) => this.receive(h, payload, from);
+    this.removeGsi = endpoint.addGsiReceiver((h, payload, from) => this.receive(h, payload, from));
   }
 
   /** REQ answers remembered now (at most maxRemembered plus the connections at RTS). */
@@ -94,7 +95,7 @@ export class CmResponder {
   }
 
   close(): void {
-    if (this.endpoint.gsi !== undefined) this.endpoint.gsi = undefined;
+    this.removeGsi();
   }
 
   private receive(h: IbHeaders, mad: Uint8Array, from: PeerAddress): void {

@@ -24,8 +24,12 @@ export type GsiReceiver = (h: IbHeaders, payload: Uint8Array, from: PeerAddress)
 
 export class RoceEndpoint {
   private readonly queuePairs = new Map<number, RcQueuePair>();
-  /** Set by a connection manager that serves QP1; without one, packets to QP1 count as unknown QP. */
-  gsi: GsiReceiver | undefined;
+  /**
+   * Whoever serves QP1: a CM responder and each connection a CM initiator made (several at once,
+   * e.g. perftest -R's two connections); each takes only the MADs of its own communication ids.
+   * Without any, packets to QP1 count as unknown QP.
+   */
+  private readonly gsiReceivers = new Set<GsiReceiver>();
   private readonly scratch = new IbHeaders();
   readonly stats: EndpointStatistics = { packets: 0, malformed: 0, icrcErrors: 0, badVersionOrKey: 0, unknownQp: 0, wrongSource: 0 };
   /** Last reason a packet was dropped (diagnostics, tests). */
@@ -33,6 +37,14 @@ export class RoceEndpoint {
 
   constructor(readonly link: PacketLink) {
     link.setReceiver((packet, ip, udp, from) => this.incoming(packet, ip, udp, from));
+  }
+
+  /** Adds a receiver of QP1's packets; the returned function removes it. */
+  addGsiReceiver(receiver: GsiReceiver): () => void {
+    this.gsiReceivers.add(receiver);
+    return () => {
+      this.gsiReceivers.delete(receiver);
+    };
   }
 
   get local(): PeerAddress {
@@ -67,8 +79,9 @@ export class RoceEndpoint {
       this.drop('badVersionOrKey', `TVer ${h.transportVersion}`);
       return;
     }
-    if (h.destQp === 1 && this.gsi !== undefined) {
-      this.gsi(h, packet.subarray(h.payloadOffset, h.payloadOffset + h.payloadLength), from);
+    if (h.destQp === 1 && this.gsiReceivers.size > 0) {
+      const payload = packet.subarray(h.payloadOffset, h.payloadOffset + h.payloadLength);
+      for (const receiver of this.gsiReceivers) receiver(h, payload, from);
       return;
     }
     const qp = this.queuePairs.get(h.destQp);

@@ -38,6 +38,7 @@ export class RcMessageChannel {
   private readonly received: Uint8Array[] = [];
   private failure: string | undefined;
   private disconnected = false;
+  private closed = false;
 
   constructor(
     private readonly verbs: MessageChannelVerbs,
@@ -90,7 +91,16 @@ export class RcMessageChannel {
     }
   }
 
-  close(): void {
+  /**
+   * Disconnects (CM DREQ when CM connected it) and frees the QP and memory, one loop turn later:
+   * the RNIC acknowledges what arrived at the end of its turn, and a peer whose last Send was
+   * never acknowledged retransmits it instead of seeing the disconnect (rxe's perftest -R server
+   * then never finishes).
+   */
+  async close(): Promise<void> {
+    if (this.closed) return;
+    this.closed = true;
+    await new Promise<void>((resolve) => setImmediate(resolve));
     if (this.qp.state !== 'error') this.qp.disconnect();
     this.qp.destroy();
     this.verbs.deregisterMemory(this.region);

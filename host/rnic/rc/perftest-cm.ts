@@ -12,9 +12,11 @@
 //      disconnects both QPs (no "done" over RDMA CM).
 // kbtp answers as perftest-setup.ts does over TCP: the client's own version and sizes, the smaller
 // MTU, zeros to zeros and report items, and its own keys (the test QP, the region's rkey and start).
+// connectPerftestCm is the same sequence from the client's side, for a perftest -R server.
 
 import { RnicError } from '../errors.ts';
 import type { MemoryRegion, ProtectionDomain } from '../memory.ts';
+import { connectRdmaCm } from './cm-initiator.ts';
 import type { CmConnectionRequest } from './cm-responder.ts';
 import type { RoceEndpoint } from './endpoint.ts';
 import { RcMessageChannel, type MessageChannelVerbs } from './message-channel.ts';
@@ -102,8 +104,8 @@ export class PerftestCmServer {
   }
 
   /** Ends the exchange connection (the test QP is the caller's). */
-  close(): void {
-    this.channel?.close();
+  async close(): Promise<void> {
+    await this.channel?.close();
   }
 
   private async setUp(channel: RcMessageChannel): Promise<PerftestCmServerSession> {
@@ -170,4 +172,92 @@ function answerAfterRun(item: Uint8Array, keys: Uint8Array): Uint8Array {
   if (item.length === PERFTEST_CM_KEY_MESSAGE_LENGTH) return item.every((octet) => octet === 0) ? item : keys;
   if (Buffer.compare(item, PERFTEST_DONE) === 0) return PERFTEST_DONE;
   return new Uint8Array(item.length);
+}
+
+const CLIENT_VERSION = '6.06';
+const CYCLE_BUFFER = 4096;
+const CACHE_LINE = 64;
+const REPORT_ITEMS = 5;
+
+export interface PerftestCmClientOptions {
+  verbs: MessageChannelVerbs;
+  endpoint: RoceEndpoint;
+  pd: ProtectionDomain;
+  /** The server's IPv4 address and perftest port (-p). */
+  address: string;
+  port: number;
+  /** kbtp's own memory (advertised in the keys, as perftest does; the server does not use it). */
+  region: MemoryRegion;
+  /** kbtp's QP for the test; it connects through RDMA CM as the second connection. */
+  testQp: RcQueuePair;
+  pathMtu?: PathMtu;
+  stepTimeoutMs?: number;
+}
+
+export interface PerftestCmClientSession {
+  readonly serverVersion: string;
+  /** The server's keys: the rkey and address of the buffer kbtp's operations target. */
+  readonly server: PerftestCmKeys;
+  readonly pathMtu: PathMtu;
+  /** The closing exchanges, then the exchange QP's disconnect (the test QP stays the caller's). */
+  finish(): Promise<void>;
+}
+
+/** kbtp as a perftest -R client: the sequence PerftestCmServer answers, from the other side. */
+export async function connectPerftestCm(options: PerftestCmClientOptions): Promise<PerftestCmClientSession> {
+  const timeoutMs = options.stepTimeoutMs ?? DEFAULT_STEP_TIMEOUT_MS;
+  const channel = new RcMessageChannel(options.verbs, options.pd);
+  try {
+    // The server listens again only after its side of the first exchanges (and not at all until it
+    // has started): a REJ "invalid service ID" in between means "not yet".
+    const connectTo = { address: options.address, port: options.port, pathMtu: options.pathMtu, retriesWhileNotListening: 40, retryMs: 500 };
+    await connectRdmaCm(options.endpoint, channel.qp, connectTo);
+    const exchange = async (item: Uint8Array, what: string): Promise<Uint8Array> => {
+      channel.send(item);
+      const answer = await channel.receive(timeoutMs, `the server did not answer ${what}`);
+      if (answer === undefined) throw new RnicError('ECONNRESET', `the server disconnected instead of answering ${what}`);
+      if (answer.length !== item.length) throw new RnicError('EPROTO', `the server answered ${what} with ${answer.length} octets, expected ${item.length}`);
+      return answer;
+    };
+    const version = new Uint8Array(PERFTEST_VERSION_LENGTH);
+    version.set(new TextEncoder().encode(CLIENT_VERSION));
+    const serverVersion = decodePerftestVersion(await exchange(version, 'the version'));
+    const word = (value: number): Uint8Array => {
+      const bytes = new Uint8Array(4);
+      new DataView(bytes.buffer).setUint32(0, value);
+      return bytes;
+    };
+    await exchange(word(CYCLE_BUFFER), 'the cycle-buffer size');
+    await exchange(word(CACHE_LINE), 'the cache-line size');
+    const ownMtu = options.pathMtu ?? 1024;
+    const mtuAnswer = await exchange(new TextEncoder().encode(`${PATH_MTUS.indexOf(ownMtu) + 1}\0`), 'the MTU');
+    const serverMtu = PATH_MTUS[Number.parseInt(new TextDecoder().decode(mtuAnswer.subarray(0, 1)), 10) - 1];
+    if (serverMtu === undefined) throw new RnicError('EPROTO', `perftest server MTU field "${Buffer.from(mtuAnswer).toString('hex')}" is no ibv_mtu code`);
+    const zeros = new Uint8Array(PERFTEST_CM_KEY_MESSAGE_LENGTH);
+    await exchange(zeros, 'the first (empty) key message');
+    await connectRdmaCm(options.endpoint, options.testQp, connectTo);
+    await exchange(zeros, 'the second (empty) key message');
+    const local: PerftestCmKeys = { ...perftestDestination(options.endpoint, options.testQp, options.region, options.testQp.requestedIrd), gidIndex: 0 };
+    const keys = encodePerftestCmKeys(local);
+    const server = decodePerftestCmKeys(await exchange(keys, 'the keys'));
+    await exchange(keys, 'the keys after RTR');
+    return {
+      serverVersion,
+      server,
+      pathMtu: Math.min(ownMtu, serverMtu) as PathMtu,
+      finish: async () => {
+        try {
+          await exchange(keys, 'the first barrier after the run');
+          await exchange(keys, 'the second barrier after the run');
+          for (let i = 0; i < REPORT_ITEMS; i++) await exchange(new Uint8Array(8), `report item ${i + 1}`);
+          await exchange(keys, 'the closing keys');
+        } finally {
+          await channel.close();
+        }
+      },
+    };
+  } catch (error) {
+    await channel.close();
+    throw error;
+  }
 }
