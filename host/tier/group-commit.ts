@@ -289,6 +289,7 @@ export abstract class GroupCommit extends CheckpointWriter {
         await this.writeCheckpoint();
       } catch {
         this.counters.writeErrors += 1;
+        await this.cutFailedGroup();
       }
       this.fail(batch, error);
       return;
@@ -302,6 +303,23 @@ export abstract class GroupCommit extends CheckpointWriter {
     while (bucket + 1 < HISTOGRAM_EDGES.length && batch.length >= (HISTOGRAM_EDGES[bucket + 1] ?? Infinity)) bucket += 1;
     c.histogram[bucket] = (c.histogram[bucket] ?? 0) + 1;
     for (const op of batch) this.applyDurable(op);
+  }
+
+  /**
+   * A failed group that no checkpoint supersedes (the one written for it failed too): its records
+   * may lie in the journal a restart replays, with nothing naming them void. Cut them off: the
+   * journal ends where the last durable group ended. No later group writes to this journal (each
+   * first writes the checkpoint that is still owed), so the cut stays where it is. Should the cut
+   * fail as well, only a successful checkpoint before a crash keeps the group from counting.
+   */
+  protected async cutFailedGroup(): Promise<void> {
+    try {
+      await this.journal.truncate(this.journalSize);
+      await this.journal.datasync();
+      this.counters.fsyncs += 1;
+    } catch {
+      this.counters.writeErrors += 1;
+    }
   }
 
   /** The group is durable: the index follows, and the requests are answered. */

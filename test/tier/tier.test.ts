@@ -388,6 +388,31 @@ test('failed groups stay void when the newest checkpoint is corrupt too (double 
   await again.close();
 });
 
+test('a failed group whose superseding checkpoint fails too does not come back after a crash (double fault)', async () => {
+  for (const kind of ['free', 'seal'] as const) {
+    const files = new MemoryFiles();
+    const tier = await DurableTier.open(options(files));
+    await tier.seal(1, 2, blockData(1, 2));
+    await tier.seal(2, 2, blockData(2, 2));
+    // The group's journal sync fails, then the superseding checkpoint cannot even open its new
+    // journal: nothing names the group void, and its record is in the journal a restart replays.
+    files.faults.push({ op: 'datasync', match: /journal/, code: 'EIO', times: 1 }, { op: 'open', match: /journal/, code: 'EIO', times: 1 });
+    await rejectsWith(kind === 'free' ? tier.unbind(1, 3) : tier.seal(3, 2, blockData(3, 2)), 'EIO');
+    // The process dies before any checkpoint succeeds (the page cache survives a process crash).
+    const again = await DurableTier.open(options(files.afterCrash()));
+    assert.ok(again.holds(1), `${kind}: a FREE answered TIER_ERROR was applied`);
+    assert.not.ok(again.holds(3), `${kind}: a seal answered TIER_ERROR came back`);
+    for (const i of [1, 2]) assert.equal((await readBack(again, i)).data, blockData(i, 2), `${kind}: block ${i}`);
+    await again.close();
+    // The tier that survived the double fault goes on: its next group writes the checkpoint first.
+    await tier.seal(4, 2, blockData(4, 2));
+    await tier.close();
+    const later = await DurableTier.open(options(files.afterCrash()));
+    assert.ok(later.holds(1) && later.holds(4) && !later.holds(3), `${kind}: after the next checkpoint`);
+    await later.close();
+  }
+});
+
 test('a BIND undo that fails still keeps its block from coming back, after a crash or a corrupt checkpoint', async () => {
   const files = new MemoryFiles();
   const tier = await DurableTier.open(options(files));
