@@ -92,6 +92,12 @@ const BULK_CREDIT = 4;
 /** Length field plus the longest header collected whole (Atomic Request, full Terminate). */
 const HEADER_BUFFER_SIZE = MPA_LENGTH_FIELD + DDP_UNTAGGED_HEADER_LENGTH + 52;
 const TAGGED_PREFIX = MPA_LENGTH_FIELD + DDP_TAGGED_HEADER_LENGTH;
+/**
+ * Octets a direct payload read may take past the payload: the FPDU's PAD and CRC field and the
+ * next FPDU's tagged prefix (length field and DDP/RDMAP header), so a large tagged message costs
+ * one read per FPDU instead of two.
+ */
+const OVERREAD_MAX = 3 + CRC_LENGTH + TAGGED_PREFIX;
 const TERMINATE_MIN_ULPDU = DDP_UNTAGGED_HEADER_LENGTH + TERMINATE_CONTROL_LENGTH;
 const TERMINATE_MAX_ULPDU = DDP_UNTAGGED_HEADER_LENGTH + TERMINATE_CONTROL_LENGTH + 2 + DDP_UNTAGGED_HEADER_LENGTH + 28;
 
@@ -190,6 +196,11 @@ export class FpduReceiver {
   private bulkCredit = 0;
   /** The view handed out by the last `readBuffer()` when it was a direct placement target. */
   private directView: Uint8Array | undefined;
+  /** Octets of `directView` past the payload (memory after it, saved in `overreadSaved`), or 0. */
+  private directExtra = 0;
+  private readonly overreadSaved = new Uint8Array(OVERREAD_MAX);
+  /** What a direct read brought past its payload, consumed from here like a staging read. */
+  private readonly overreadBytes = new Uint8Array(OVERREAD_MAX);
   /** The staging buffer handed out by the last `readBuffer()` otherwise. */
   private readStaging: Uint8Array | undefined;
   /** Used only when a receiver is fed from inside another receiver's commit. */
@@ -223,8 +234,17 @@ export class FpduReceiver {
       let length = Math.min(this.payloadRemaining, this.target.length - this.targetPosition);
       if (this.markersEnabled) length = Math.min(length, MARKER_INTERVAL - (this.streamOffset % MARKER_INTERVAL));
       if (length >= DIRECT_PLACEMENT_MIN) {
-        const whole = this.targetPosition === 0 && length === this.target.length;
-        this.directView = whole ? this.target : this.target.subarray(this.targetPosition, this.targetPosition + length);
+        const extra = length === this.payloadRemaining && !this.markersEnabled ? this.overreadRoom(this.target, length) : 0;
+        this.directExtra = extra;
+        if (extra > 0) {
+          const target = this.target;
+          const start = target.byteOffset + this.targetPosition;
+          this.directView = new Uint8Array(target.buffer, start, length + extra);
+          this.overreadSaved.set(this.directView.subarray(length));
+        } else {
+          const whole = this.targetPosition === 0 && length === this.target.length;
+          this.directView = whole ? this.target : this.target.subarray(this.targetPosition, this.targetPosition + length);
+        }
         return this.directView;
       }
     }
@@ -241,7 +261,20 @@ export class FpduReceiver {
     const direct = this.directView;
     this.directView = undefined;
     if (direct !== undefined && this.state === State.Payload) {
-      this.placed(length);
+      const payload = direct.length - this.directExtra;
+      if (length <= payload) {
+        this.placed(length);
+        return;
+      }
+      // The read ran past the payload into the memory after it: take those octets out and put
+      // that memory back before anything else runs (it is not shared, see overreadRoom).
+      const over = length - payload;
+      const bytes = this.overreadBytes;
+      for (let i = 0; i < over; i++) bytes[i] = direct[payload + i]!;
+      const saved = this.overreadSaved;
+      for (let i = 0; i < this.directExtra; i++) direct[payload + i] = saved[i]!;
+      this.placed(payload);
+      this.consume(bytes, 0, over);
       return;
     }
     const staging = this.readStaging;
@@ -313,6 +346,20 @@ export class FpduReceiver {
       default:
         return `${this.trailerHave} of ${this.trailerNeed} PAD and CRC octets`;
     }
+  }
+
+  /**
+   * How many octets after the `length` payload octets at the current position of `target` a
+   * read may also fill: the rest of the FPDU and the next one's tagged prefix, when the memory
+   * there exists and is not shared. Its previous contents are saved and put back by commit()
+   * before anything else on this thread runs; memory other threads may use (a pool in a
+   * SharedArrayBuffer) is never borrowed, since they could see or write it meanwhile.
+   */
+  private overreadRoom(target: Uint8Array, length: number): number {
+    const buffer = target.buffer;
+    if (typeof SharedArrayBuffer !== 'undefined' && buffer instanceof SharedArrayBuffer) return 0;
+    const after = buffer.byteLength - (target.byteOffset + this.targetPosition + length);
+    return Math.max(0, Math.min(this.padding + CRC_LENGTH + TAGGED_PREFIX, after));
   }
 
   private stagingWant(): number {

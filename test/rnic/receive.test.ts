@@ -1,5 +1,6 @@
 // The FPDU receiver on its own: direct placement through readBuffer/commit, reads that stop at
-// payload boundaries, marker removal, and a receiver fed from inside another one's commit.
+// payload boundaries (or run on into the trailer and next header through memory that is put back),
+// marker removal, and a receiver fed from inside another one's commit.
 import { test } from 'uvu';
 import * as assert from 'uvu/assert';
 import { FpduReceiver, DIRECT_PLACEMENT_MIN, type ReceiveSink } from '../../host/rnic/receive.ts';
@@ -12,7 +13,7 @@ import { rdmapControl, RdmapOpcode } from '../../host/rnic/wire/rdmap.ts';
 import { pattern } from '../support/rnic.ts';
 
 class RecordingSink implements ReceiveSink {
-  readonly target = new Uint8Array(1 << 20);
+  constructor(readonly target: Uint8Array = new Uint8Array(1 << 20)) {}
   readonly events: string[] = [];
   failure: TerminateCause | undefined;
   onControl: ((fpdu: Uint8Array) => void) | undefined;
@@ -85,17 +86,91 @@ test('after a large FPDU, reads stop at the next payload, which the kernel place
   };
   // First FPDU: nothing known yet, so one staging read takes all of it (and copies it).
   assert.equal(readAll(write(7, 1000, payload)), [[60_020, false]]);
-  // From then on: the header, the payload straight into the target, the trailer.
+  // From then on: the header, then the payload straight into the target together with the
+  // trailer (through the memory after the payload, put back afterwards).
   assert.equal(readAll(write(7, 70_000, payload)), [
     [16, false],
-    [60_000, true],
-    [4, false],
+    [60_004, true],
   ]);
   assert.is(sink.failure, undefined);
   assert.equal(sink.events, ['tagged 7 1000 60000', 'tagged done', 'tagged 7 70000 60000', 'tagged done']);
   assert.is(Buffer.compare(Buffer.from(sink.target.subarray(70_000, 130_000)), Buffer.from(payload)), 0);
   assert.is(Buffer.compare(Buffer.from(sink.target.subarray(1000, 61_000)), Buffer.from(payload)), 0);
   assert.ok(DIRECT_PLACEMENT_MIN <= 60_000);
+});
+
+/** Reads `stream` like a socket that has all of it waiting: each read's size and whether it went straight to `target`. */
+function readStream(receiver: FpduReceiver, target: Uint8Array, stream: Uint8Array): Array<[number, boolean]> {
+  const reads: Array<[number, boolean]> = [];
+  let offset = 0;
+  while (offset < stream.length) {
+    const buffer = receiver.readBuffer();
+    const length = Math.min(buffer.length, stream.length - offset);
+    buffer.set(stream.subarray(offset, offset + length));
+    reads.push([length, buffer.buffer === target.buffer]);
+    offset += length;
+    receiver.commit(length);
+  }
+  return reads;
+}
+
+function concat(parts: Uint8Array[]): Uint8Array {
+  const out = new Uint8Array(parts.reduce((sum, part) => sum + part.length, 0));
+  let at = 0;
+  for (const part of parts) {
+    out.set(part, at);
+    at += part.length;
+  }
+  return out;
+}
+
+test('large FPDUs take one read each; the memory after each payload is put back', () => {
+  // The block ends 10 octets before its buffer does, and those octets belong to someone else.
+  const memory = new Uint8Array(3 * 50_000 + 10).fill(0xee);
+  const sink = new RecordingSink(memory);
+  const receiver = new FpduReceiver(sink, { crc: true, markers: false });
+  const payloads = [pattern(50_000, 2), pattern(50_000, 3), pattern(49_999, 4)];
+  readStream(receiver, memory, write(9, 0, pattern(50_000, 5))); // the first FPDU goes through staging
+  const stream = concat([write(9, 0, payloads[0]!), write(9, 50_000, payloads[1]!), write(9, 100_000, payloads[2]!), immediate(1, 0x40)]);
+  const reads = readStream(receiver, memory, stream);
+  // Header; then each payload with its trailer and the next FPDU's 16-octet prefix; the last one
+  // (49,999 octets, 1 of PAD) only with the 11 octets its buffer has after it (PAD, CRC and 6 of
+  // the Immediate Data FPDU, whose rest comes through staging).
+  assert.equal(reads, [
+    [16, false],
+    [50_020, true],
+    [50_020, true],
+    [50_010, true],
+    [22, false],
+    [4, false],
+  ]);
+  assert.is(sink.failure, undefined);
+  assert.equal(sink.events.slice(2), [
+    'tagged 9 0 50000',
+    'tagged done',
+    'tagged 9 50000 50000',
+    'tagged done',
+    'tagged 9 100000 49999',
+    'tagged done',
+    'control 8 65',
+  ]);
+  for (let i = 0; i < 3; i++) assert.is(Buffer.compare(memory.subarray(i * 50_000, i * 50_000 + payloads[i]!.length), payloads[i]!), 0, `payload ${i}`);
+  assert.equal([...memory.subarray(149_999)], new Array(11).fill(0xee), 'the octets after the block are as they were');
+});
+
+test('memory shared with other threads is never read past the payload', () => {
+  const memory = new Uint8Array(new SharedArrayBuffer(1 << 20));
+  const sink = new RecordingSink(memory);
+  const receiver = new FpduReceiver(sink, { crc: true, markers: false });
+  const payload = pattern(60_000, 6);
+  readStream(receiver, memory, write(3, 0, payload));
+  assert.equal(readStream(receiver, memory, write(3, 100_000, payload)), [
+    [16, false],
+    [60_000, true],
+    [4, false],
+  ]);
+  assert.is(Buffer.compare(memory.subarray(100_000, 160_000), payload), 0);
+  assert.is(sink.failure, undefined);
 });
 
 test('markers are removed, checked and covered by the CRC, in any chunking', () => {
