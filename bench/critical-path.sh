@@ -50,7 +50,7 @@ trap cleanup EXIT
 # The thread of process $1 that used the most CPU so far (the target's worker, Redis's main thread).
 busiest_thread() {
   local pid=$1 tid best=0 best_tid=$1 ticks
-  for tid in $(ls "/proc/$pid/task"); do
+  for tid in $(ls "/proc/$pid/task" 2>/dev/null); do
     ticks=$(awk '{ print $14 + $15 }' "/proc/$pid/task/$tid/stat" 2>/dev/null || echo 0)
     if [ "$ticks" -gt "$best" ]; then best=$ticks; best_tid=$tid; fi
   done
