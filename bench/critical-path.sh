@@ -46,6 +46,7 @@ cleanup() {
   rm -rf "$work"
 }
 trap cleanup EXIT
+. bench/compare/servers.sh # start_kbtp_target, start_redis
 
 # The thread of process $1 that used the most CPU so far (the target's worker, Redis's main thread).
 busiest_thread() {
@@ -109,29 +110,18 @@ report() {
     }'
 }
 
-port_of() { grep -ao 'listening on [0-9.]*:[0-9]*' "$1" | sed 's/.*://'; }
-
 # --- kbtp -------------------------------------------------------------------------------------
 cat >"$work/target.json" <<EOF
 {"listen": "127.0.0.1:0", "workers": 1, "pool": {"blockSize": $size, "blockCount": 32, "maxInline": $max_inline}, "session": {"credits": 8, "maxSessions": 8}}
 EOF
-node dist/host/cli.js target --config "$work/target.json" >"$work/target.out" 2>&1 &
-target=$!; pids+=("$target")
-for _ in $(seq 100); do [ -n "$(port_of "$work/target.out")" ] && break; sleep 0.1; done
-port=$(port_of "$work/target.out")
-[ -n "$port" ] || { cat "$work/target.out" >&2; echo "critical-path.sh: the target did not start" >&2; exit 1; }
+start_kbtp_target critical-path.sh --config "$work/target.json"
 measure kbtp "$target" node dist/host/cli.js bench --target "127.0.0.1:$port" --sizes "$size" --mix "$op" --sessions 1 --in-flight 1 --json --quiet --count
 kbtp_p50=$(tr -d ' \n' <"$work/kbtp3.out" | sed 's/.*"p50Us":\([0-9.]*\).*/\1/')
 report "kbtp ${op^^} of $size octets (kbtp target, 1 worker, Max Inline $max_inline; kbtp bench), 1 x 1 in flight, difference of $requests and $((3 * requests)) requests" kbtp "$kbtp_p50"
 echo "  load: $(cut -d' ' -f1-3 /proc/loadavg)"
 
 # --- Redis ------------------------------------------------------------------------------------
-rport=$(node -e "const s=require('net').createServer().listen(0,'127.0.0.1',()=>{console.log(s.address().port);s.close()})")
-mkdir -p "$work/redis"
-redis-server --bind 127.0.0.1 --port "$rport" --save '' --appendonly no --daemonize no --dir "$work/redis" --logfile '' >/dev/null &
-redis=$!; pids+=("$redis")
-for _ in $(seq 100); do redis-cli -p "$rport" ping 2>/dev/null | grep -q PONG && break; sleep 0.1; done
-redis-benchmark -p "$rport" -t set -d "$size" -n 100 -c 1 -q >/dev/null # GET needs the value there
+start_redis "$size"
 measure redis "$redis" redis-benchmark -h 127.0.0.1 -p "$rport" -t "$redis_op" -d "$size" -c 1 --csv -n
 redis_p50=$(awk -F, 'NR == 2 { gsub(/"/, "", $5); print $5 * 1000 }' "$work/redis3.out")
 report "Redis ${redis_op^^} of $size octets (redis-server; redis-benchmark), 1 x 1 in flight, difference of $requests and $((3 * requests)) requests" redis "$redis_p50"

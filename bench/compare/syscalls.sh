@@ -57,6 +57,7 @@ cleanup() {
   rm -rf "$work"
 }
 trap cleanup EXIT
+. bench/compare/servers.sh # start_kbtp_target, start_redis
 tick=$(getconf CLK_TCK)
 
 # utime + stime of a process, in clock ticks.
@@ -111,27 +112,15 @@ report() {
     'BEGIN { printf "  CPU per request: server %.1f us, client %.1f us\n", s * 1e6 / hz / n, c * 1e6 / hz / n }'
 }
 
-port_of() { grep -o 'listening on [0-9.]*:[0-9]*' "$1" | sed 's/.*://'; }
-
 # --- kbtp -------------------------------------------------------------------------------------
-node dist/host/cli.js target --listen 127.0.0.1:0 --workers 1 --block-size "$size" --blocks $((sessions * in_flight + 16)) \
-  --credits 8 > "$work/target.out" 2>&1 &
-target=$!; pids+=("$target")
-for _ in $(seq 100); do [ -n "$(port_of "$work/target.out")" ] && break; sleep 0.1; done
-port=$(port_of "$work/target.out")
-[ -n "$port" ] || { cat "$work/target.out" >&2; echo "syscalls.sh: the target did not start" >&2; exit 1; }
+start_kbtp_target syscalls.sh --listen 127.0.0.1:0 --workers 1 --block-size "$size" --blocks $((sessions * in_flight + 16)) --credits 8
 kbtp_client=(node dist/host/cli.js bench --target "127.0.0.1:$port" --sizes "$size" --mix "$op" --sessions "$sessions" --in-flight "$in_flight" "${kbtp_batch[@]}" --quiet --count)
 measure kbtp "$target" "${kbtp_client[@]}"
 report "kbtp ${op^^} (server: kbtp target, 1 worker; client: kbtp bench)" kbtp1 kbtp3
 echo "  load: $(cut -d' ' -f1-3 /proc/loadavg)"
 
 # --- Redis ------------------------------------------------------------------------------------
-rport=$(node -e "const s=require('net').createServer().listen(0,'127.0.0.1',()=>{console.log(s.address().port);s.close()})")
-mkdir -p "$work/redis"
-redis-server --bind 127.0.0.1 --port "$rport" --save '' --appendonly no --daemonize no --dir "$work/redis" --logfile '' >/dev/null &
-redis=$!; pids+=("$redis")
-for _ in $(seq 100); do redis-cli -p "$rport" ping 2>/dev/null | grep -q PONG && break; sleep 0.1; done
-redis-benchmark -p "$rport" -t set -d "$size" -n 100 -c 1 -q >/dev/null # GET needs the value there
+start_redis "$size"
 redis_client=(redis-benchmark -h 127.0.0.1 -p "$rport" -t "$redis_op" -d "$size" -c "$sessions" -P "$in_flight" -q -n)
 measure redis "$redis" "${redis_client[@]}"
 report "Redis ${redis_op^^} (server: redis-server; client: redis-benchmark)" redis1 redis3

@@ -1,0 +1,28 @@
+# Starting the servers of the shell benchmarks (sourced by bench/compare/syscalls.sh and
+# bench/critical-path.sh; needs $work, a scratch folder, and $pids, the processes to stop on exit).
+
+# start_kbtp_target NAME ARGS...: `kbtp target ARGS...` on a free loopback port; sets $target (its
+# pid) and $port. NAME prefixes the error when it does not start.
+start_kbtp_target() {
+  local name=$1; shift
+  node dist/host/cli.js target "$@" >"$work/target.out" 2>&1 &
+  target=$!; pids+=("$target")
+  local _
+  for _ in $(seq 100); do [ -n "$(kbtp_port_of "$work/target.out")" ] && break; sleep 0.1; done
+  port=$(kbtp_port_of "$work/target.out")
+  [ -n "$port" ] || { cat "$work/target.out" >&2; echo "$name: the target did not start" >&2; exit 1; }
+}
+
+kbtp_port_of() { grep -ao 'listening on [0-9.]*:[0-9]*' "$1" | sed 's/.*://'; }
+
+# start_redis SIZE: redis-server on a free loopback port, persistence off, holding one SIZE-octet
+# value for GET (redis-benchmark's key); sets $redis (its pid) and $rport.
+start_redis() {
+  rport=$(node -e "const s=require('net').createServer().listen(0,'127.0.0.1',()=>{console.log(s.address().port);s.close()})")
+  mkdir -p "$work/redis"
+  redis-server --bind 127.0.0.1 --port "$rport" --save '' --appendonly no --daemonize no --dir "$work/redis" --logfile '' >/dev/null &
+  redis=$!; pids+=("$redis")
+  local _
+  for _ in $(seq 100); do redis-cli -p "$rport" ping 2>/dev/null | grep -q PONG && break; sleep 0.1; done
+  redis-benchmark -p "$rport" -t set -d "$1" -n 100 -c 1 -q >/dev/null # GET needs the value there
+}
