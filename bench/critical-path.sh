@@ -38,15 +38,7 @@ for tool in perf redis-server redis-benchmark node; do
 done
 [ -f dist/host/cli.js ] || { echo "critical-path.sh: run make build first" >&2; exit 2; }
 
-work=$(mktemp -d /tmp/kbtp-critical-path.XXXXXX)
-pids=()
-cleanup() {
-  for pid in "${pids[@]}"; do kill "$pid" 2>/dev/null || true; done
-  wait 2>/dev/null || true
-  rm -rf "$work"
-}
-trap cleanup EXIT
-. bench/compare/servers.sh # start_kbtp_target, start_redis
+. bench/compare/servers.sh # $work, $pids and their clean-up; start_kbtp_target, start_redis
 
 # The thread of process $1 that used the most CPU so far (the target's worker, Redis's main thread).
 busiest_thread() {

@@ -1,5 +1,14 @@
-# Starting the servers of the shell benchmarks (sourced by bench/compare/syscalls.sh and
-# bench/critical-path.sh; needs $work, a scratch folder, and $pids, the processes to stop on exit).
+# The scratch folder and the servers of the shell benchmarks, sourced by bench/compare/syscalls.sh
+# and bench/critical-path.sh from the repository root: sets $work (a scratch folder) and $pids (the
+# processes to stop), both cleaned up on exit, and defines start_kbtp_target and start_redis.
+work=$(mktemp -d "/tmp/kbtp-$(basename "$0" .sh).XXXXXX")
+pids=()
+cleanup() {
+  for pid in "${pids[@]}"; do kill "$pid" 2>/dev/null || true; done
+  wait 2>/dev/null || true
+  rm -rf "$work"
+}
+trap cleanup EXIT
 
 # start_kbtp_target NAME ARGS...: `kbtp target ARGS...` on a free loopback port; sets $target (its
 # pid) and $port. NAME prefixes the error when it does not start.

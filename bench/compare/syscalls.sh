@@ -49,15 +49,7 @@ done
 [ "$use_strace" = 0 ] || command -v strace >/dev/null || { echo "syscalls.sh: strace is missing (apt-get install strace)" >&2; exit 2; }
 [ -f dist/host/cli.js ] || { echo "syscalls.sh: run make build first" >&2; exit 2; }
 
-work=$(mktemp -d /tmp/kbtp-syscalls.XXXXXX)
-pids=()
-cleanup() {
-  for pid in "${pids[@]}"; do kill "$pid" 2>/dev/null || true; done
-  wait 2>/dev/null || true
-  rm -rf "$work"
-}
-trap cleanup EXIT
-. bench/compare/servers.sh # start_kbtp_target, start_redis
+. bench/compare/servers.sh # $work, $pids and their clean-up; start_kbtp_target, start_redis
 tick=$(getconf CLK_TCK)
 
 # utime + stime of a process, in clock ticks.
