@@ -1,0 +1,750 @@
+// A UDP socket that moves many datagrams per system call and per trip through the kernel's
+// stack: sendmmsg with UDP GSO on the way out, recvmmsg with UDP GRO on the way in, called
+// through koffi (an FFI with prebuilt binaries in its npm package). node:dgram makes one system
+// call, one JS callback, one fresh Buffer and one pass through the stack per datagram, which
+// bounds a RoCE link at 4 KiB per datagram far below what the iWARP path moves over TCP
+// (bench/udp-batch.ts measures both).
+//
+// Send: packets queue in one preallocated block of records (mmsghdr, three iovecs per packet,
+// destinations, GSO control messages). Small parts are copied into the packet's own octets;
+// large ones (a payload in a registered region) are pointed at in place, never copied in user
+// space. Consecutive packets to one destination of one size (the last may be shorter, as GSO
+// allows) share one message with a UDP_SEGMENT control message: the kernel cuts it into exactly
+// those datagrams. The queue is written with one sendmmsg at the end of the event-loop turn
+// (host/rnic/turn.ts), or at once when it is full, so a lone packet waits only for its turn.
+//
+// Receive: a worker thread blocks in recvmmsg on the same descriptor and lets the kernel write
+// straight into slots of a SharedArrayBuffer ring (records, source addresses, control messages
+// and octets all live there). With UDP_GRO a slot can hold a run of datagrams of one source and
+// size, with the size in a control message: they are handed up one by one, so packet
+// boundaries are the sender's. The main thread is woken with one message per batch, and only
+// when it is not already due to look. Closing shuts the socket down, which wakes the blocked
+// receive; a receive timeout bounds the wait should a kernel not do so.
+//
+// Little-endian LP64 Linux with glibc only (x86_64, arm64): elsewhere `loadBatchedUdp` says why
+// not and the caller keeps node:dgram.
+
+import { createRequire } from 'node:module';
+import { lookup } from 'node:dns/promises';
+import { isIPv4 } from 'node:net';
+import os from 'node:os';
+import { Worker } from 'node:worker_threads';
+import { RnicError } from '../errors.ts';
+import { turn, type TurnParticipant } from '../turn.ts';
+import { parseIpv4 } from '../wire/roce-frame.ts';
+import type { PeerAddress } from './link.ts';
+
+// Linux constants (x86_64 and arm64 agree on all of these).
+const AF_INET = 2;
+const SOCK_DGRAM = 2;
+const SOCK_CLOEXEC = 0o2000000;
+const SOL_SOCKET = 1;
+const SO_SNDBUF = 7;
+const SO_RCVBUF = 8;
+const SO_RCVTIMEO = 20;
+const SHUT_RDWR = 2;
+const MSG_DONTWAIT = 0x40;
+const MSG_TRUNC = 0x20;
+const MSG_WAITFORONE = 0x10000;
+const EINTR = 4;
+const EIO = 5;
+const EMSGSIZE = 90;
+const ENOPROTOOPT = 92;
+const EAGAIN = 11;
+const EINVAL = 22;
+const ENOBUFS = 105;
+
+// struct mmsghdr on LP64: msghdr (56 octets) + msg_len, padded to 64.
+const MMSGHDR = 64;
+const MSG_NAME = 0;
+const MSG_NAMELEN = 8;
+const MSG_IOV = 16;
+const MSG_IOVLEN = 24;
+const MSG_CONTROL = 32;
+const MSG_CONTROLLEN = 40;
+const MSG_FLAGS = 48;
+const MSG_LEN = 56;
+const IOVEC = 16;
+const SOCKADDR_IN = 16;
+/** Parts of one outbound packet (header, payload, trailer): every packet has three iovecs, empty ones of length 0. */
+const MAX_PARTS = 3;
+/** Octets of small parts a queued packet copies instead of pointing at. */
+const COPY_ROOM = 336;
+/** A part at least this long is pointed at, not copied: its buffer is off the V8 heap (it cannot move). */
+const REFERENCE_AT = 256;
+/** Control message room: CMSG_SPACE(sizeof(int)) on LP64. */
+const CMSG_ROOM = 24;
+const SOL_UDP = 17;
+const UDP_SEGMENT = 103;
+const UDP_GRO = 104;
+/** GSO limits: segments per message (UDP_MAX_SEGMENTS on older kernels) and octets (a UDP datagram's). */
+const MAX_SEGMENTS = 64;
+const MAX_GSO_BYTES = 65507;
+
+/** Packets queued at most before the queue is written at once. */
+export const DEFAULT_SEND_BATCH = 256;
+/** Receive ring: slots and octets per slot (a GRO run reaches 64 KiB). */
+export const DEFAULT_RECEIVE_SLOTS = 64;
+export const DEFAULT_SLOT_BYTES = 65536;
+/** Ring slots one recvmmsg fills at most. */
+const RECEIVE_BATCH = 32;
+
+// The control words at the start of the receive ring (Int32 indices).
+const PRODUCED = 0;
+const CONSUMED = 1;
+const WAKE_PENDING = 2;
+const CLOSING = 3;
+const WORKER_ERRNO = 4;
+const CONTROL_BYTES = 64;
+
+interface Libc {
+  socket(domain: number, type: number, protocol: number): number;
+  bind(fd: number, address: Uint8Array, length: number): number;
+  getsockname(fd: number, address: Uint8Array, length: Int32Array): number;
+  setsockopt(fd: number, level: number, name: number, value: Uint8Array, length: number): number;
+  shutdown(fd: number, how: number): number;
+  close(fd: number): number;
+  sendmmsg(fd: number, vector: number, count: number, flags: number): number;
+  /** Returns its first argument: the address of a typed array's first octet. */
+  addressOf(target: Uint8Array): number;
+  errno(): number;
+  koffiPath: string;
+}
+
+let loaded: Libc | Error | undefined;
+
+/**
+ * Binds libc through koffi once per thread. Returns the reason as an Error when this platform
+ * or installation cannot batch (no koffi, not Linux, not little-endian 64-bit, no glibc).
+ */
+export function loadBatchedUdp(): Libc | Error {
+  if (loaded !== undefined) return loaded;
+  try {
+    if (process.platform !== 'linux') throw new Error(`batched UDP needs Linux (this is ${process.platform})`);
+    if (os.endianness() !== 'LE' || (process.arch !== 'x64' && process.arch !== 'arm64')) {
+      throw new Error(`batched UDP needs x64 or arm64 (this is ${process.arch})`);
+    }
+    const require = createRequire(import.meta.url);
+    const koffiPath = require.resolve('koffi');
+    const koffi = require(koffiPath) as typeof import('koffi');
+    const libc = koffi.load('libc.so.6');
+    const socket = libc.func('int socket(int, int, int)') as Libc['socket'];
+    const bind = libc.func('int bind(int, void *, uint32_t)') as Libc['bind'];
+    const getsockname = libc.func('int getsockname(int, void *, void *)') as Libc['getsockname'];
+    const setsockopt = libc.func('int setsockopt(int, int, int, void *, uint32_t)') as Libc['setsockopt'];
+    const shutdown = libc.func('int shutdown(int, int)') as Libc['shutdown'];
+    const close = libc.func('int close(int)') as Libc['close'];
+    const sendmmsg = libc.func('int sendmmsg(int, intptr_t, unsigned int, int)') as Libc['sendmmsg'];
+    const memmove = libc.func('intptr_t memmove(void *, void *, size_t)') as (a: Uint8Array, b: Uint8Array, n: number) => number | bigint;
+    const addressOf = (target: Uint8Array): number => Number(memmove(target, target, 0));
+    loaded = { socket, bind, getsockname, setsockopt, shutdown, close, sendmmsg, addressOf, errno: () => koffi.errno(), koffiPath };
+  } catch (error) {
+    loaded = error instanceof Error ? error : new Error(String(error));
+  }
+  return loaded;
+}
+
+export interface BatchedUdpSocketOptions {
+  /** Address to bind (default 127.0.0.1; a name is resolved to its first IPv4 address). */
+  host?: string;
+  /** Port (default 0: any free port). */
+  port?: number;
+  /** Socket buffers asked for, both directions (the kernel caps them at its maximum). Default 4 MiB. */
+  bufferBytes?: number;
+  /** Packets queued at most before the queue is written at once (1..1024, default 256). */
+  sendBatch?: number;
+  /** Send runs of equal packets as one GSO message (default true; turned off by itself if the kernel refuses). */
+  gso?: boolean;
+  /** Ask the kernel for GRO runs on receive (default true). */
+  gro?: boolean;
+  /** Receive ring slots (a power of two, default 64) and octets per slot (default 65536: a larger datagram is dropped and counted). */
+  receiveSlots?: number;
+  slotBytes?: number;
+}
+
+/** Receives one datagram. `data` is valid only during the call (its slot is reused after). */
+export type DatagramReceiver = (data: Uint8Array, from: PeerAddress) => void;
+
+/** A send error the socket could not recover from by waiting (the datagrams are dropped). */
+export type SendErrorHandler = (to: PeerAddress, errno: number) => void;
+
+export interface BatchedUdpStatistics {
+  /** sendmmsg calls, the messages they took, and the datagrams in those (GSO runs count each datagram). */
+  sendCalls: number;
+  messagesSent: number;
+  datagramsSent: number;
+  /** Times the socket buffer was full (EAGAIN/ENOBUFS): the queue waited and was written again. */
+  sendBlocked: number;
+  /** Packets dropped because the queue was full while the socket was blocked. */
+  sendQueueDrops: number;
+  /** Messages that failed with another error (dropped, reported to the error handler). */
+  sendErrors: number;
+  /** Batches the receive worker handed over, slots in them, and the datagrams those held. */
+  receiveBatches: number;
+  slotsReceived: number;
+  datagramsReceived: number;
+  /** Datagrams longer than a receive slot (dropped). */
+  truncated: number;
+}
+
+/** Source code of the receive worker (plain JS: workers do not load TypeScript under tsx). */
+const RECEIVE_WORKER = `
+'use strict';
+const { workerData, parentPort } = require('node:worker_threads');
+const koffi = require(workerData.koffiPath);
+const libc = koffi.load('libc.so.6');
+const recvmmsg = libc.func('int recvmmsg(int, intptr_t, unsigned int, int, intptr_t)');
+const memmove = libc.func('intptr_t memmove(void *, void *, size_t)');
+const { fd, slots, slotBytes, batch, records, iovecs, addresses, controls, data } = workerData;
+const ring = workerData.ring;
+const control = new Int32Array(ring, 0, 16);
+const bytes = new Uint8Array(ring);
+const words = new Uint32Array(ring);
+const base = Number(memmove(bytes, bytes, 0));
+const put64 = (offset, value) => { words[offset >>> 2] = value % 4294967296; words[(offset >>> 2) + 1] = Math.floor(value / 4294967296); };
+for (let i = 0; i < slots; i++) {
+  const record = records + i * ${MMSGHDR};
+  put64(record + ${MSG_NAME}, base + addresses + i * ${SOCKADDR_IN});
+  put64(record + ${MSG_IOV}, base + iovecs + i * ${IOVEC});
+  put64(record + ${MSG_IOVLEN}, 1);
+  put64(record + ${MSG_CONTROL}, base + controls + i * ${CMSG_ROOM});
+  put64(iovecs + i * ${IOVEC}, base + data + i * slotBytes);
+  put64(iovecs + i * ${IOVEC} + 8, slotBytes);
+}
+let produced = Atomics.load(control, ${PRODUCED});
+while (Atomics.load(control, ${CLOSING}) === 0) {
+  const consumed = Atomics.load(control, ${CONSUMED});
+  const free = slots - ((produced - consumed) | 0);
+  if (free === 0) { Atomics.wait(control, ${CONSUMED}, consumed, 200); continue; }
+  const start = (produced >>> 0) % slots;
+  const count = Math.min(free, slots - start, batch);
+  // The kernel overwrites both lengths with what it wrote: give every slot its full room again.
+  for (let i = start; i < start + count; i++) {
+    const record = records + i * ${MMSGHDR};
+    words[(record + ${MSG_NAMELEN}) >>> 2] = ${SOCKADDR_IN};
+    put64(record + ${MSG_CONTROLLEN}, ${CMSG_ROOM});
+  }
+  const got = recvmmsg(fd, base + records + start * ${MMSGHDR}, count, ${MSG_WAITFORONE}, 0);
+  if (Atomics.load(control, ${CLOSING}) !== 0) break;
+  if (got > 0) {
+    produced = (produced + got) | 0;
+    Atomics.store(control, ${PRODUCED}, produced);
+    if (Atomics.compareExchange(control, ${WAKE_PENDING}, 0, 1) === 0) parentPort.postMessage(0);
+  } else if (got < 0) {
+    const errno = koffi.errno();
+    if (errno === ${EINTR} || errno === ${EAGAIN}) continue;
+    Atomics.store(control, ${WORKER_ERRNO}, errno);
+    parentPort.postMessage(errno);
+    break;
+  }
+}
+`;
+
+export class BatchedUdpSocket implements TurnParticipant {
+  readonly stats: BatchedUdpStatistics = {
+    sendCalls: 0,
+    messagesSent: 0,
+    datagramsSent: 0,
+    sendBlocked: 0,
+    sendQueueDrops: 0,
+    sendErrors: 0,
+    receiveBatches: 0,
+    slotsReceived: 0,
+    datagramsReceived: 0,
+    truncated: 0,
+  };
+  /** Why GSO was turned off, if the kernel refused it (diagnostics). */
+  gsoOffReason: string | undefined;
+  /** Why the receive worker stopped early, if it did (diagnostics). */
+  workerError: string | undefined;
+  private receiver: DatagramReceiver | undefined;
+  private sendErrorHandler: SendErrorHandler | undefined;
+  private closed = false;
+  private readonly exited: Promise<void>;
+
+  // Send queue, in one block: message records (sendmmsg takes them as one array), then three
+  // iovecs per packet (consecutive packets' iovecs are one run, so a GSO message points at a
+  // run), then per message its destination and control message, then per packet its copy room.
+  private readonly outbound: Uint8Array;
+  private readonly outboundWords: Uint32Array;
+  private readonly outboundBase: number;
+  private readonly iovecsAt: number;
+  private readonly namesAt: number;
+  private readonly controlsAt: number;
+  private readonly copyAt: number;
+  private gso: boolean;
+  /** Parts pointed at by queued packets: kept reachable until the kernel copied them. */
+  private readonly pinned: Uint8Array[];
+  /** Per queued message: destination, first packet, packets, segment size, still open to more. */
+  private readonly messageTo: PeerAddress[];
+  private readonly messagePackets: Int32Array;
+  private readonly messageSegment: Int32Array;
+  private readonly messageOpen: Uint8Array;
+  private packets = 0;
+  private messages = 0;
+  /** First queued message not yet taken by the kernel. */
+  private sentUpTo = 0;
+  private flushEnlisted = false;
+  private simulatedFull = 0;
+  /** The last destination's address, parsed once: consecutive packets mostly go to one peer. */
+  private lastDestination = '';
+  private destinationOctets: Uint8Array = new Uint8Array(4);
+  private retryTimer: NodeJS.Timeout | undefined;
+  private readonly retryBound = (): void => {
+    this.retryTimer = undefined;
+    this.flush();
+  };
+  /** Base address of each ArrayBuffer a referenced part lives in (it never moves: off-heap). */
+  private readonly bufferAddresses = new WeakMap<ArrayBufferLike, number>();
+
+  // Receive ring.
+  private readonly control: Int32Array;
+  private readonly ringBytes: Uint8Array;
+  private readonly ringWords: Uint32Array;
+  private readonly slotViews: Uint8Array[];
+  private readonly recordsAt: number;
+  private readonly addressesAt: number;
+  private readonly receiveControlsAt: number;
+  private consumed = 0;
+  private lastSourceKey = -1;
+  private lastSource: PeerAddress = { address: '', port: 0 };
+
+  private constructor(
+    private readonly libc: Libc,
+    private readonly fd: number,
+    readonly local: PeerAddress,
+    private readonly sendBatch: number,
+    gso: boolean,
+    private readonly slots: number,
+    private readonly slotBytes: number,
+  ) {
+    this.gso = gso;
+    const n = sendBatch;
+    this.iovecsAt = n * MMSGHDR;
+    this.namesAt = this.iovecsAt + n * MAX_PARTS * IOVEC;
+    this.controlsAt = this.namesAt + n * SOCKADDR_IN;
+    this.copyAt = this.controlsAt + n * CMSG_ROOM;
+    const block = new ArrayBuffer(this.copyAt + n * COPY_ROOM);
+    this.outbound = new Uint8Array(block);
+    this.outboundWords = new Uint32Array(block);
+    this.outboundBase = libc.addressOf(this.outbound);
+    this.pinned = new Array<Uint8Array>(n * MAX_PARTS).fill(this.outbound);
+    this.messageTo = new Array<PeerAddress>(n).fill(local);
+    this.messagePackets = new Int32Array(n);
+    this.messageSegment = new Int32Array(n);
+    this.messageOpen = new Uint8Array(n);
+    for (let i = 0; i < n; i++) {
+      const record = i * MMSGHDR;
+      this.put64(record + MSG_NAME, this.outboundBase + this.namesAt + i * SOCKADDR_IN);
+      this.outboundWords[(record + MSG_NAMELEN) >>> 2] = SOCKADDR_IN;
+      // UDP_SEGMENT control message: cmsg_len = CMSG_LEN(2), level, type; the size is set per message.
+      const cmsg = this.controlsAt + i * CMSG_ROOM;
+      this.put64(cmsg, 18);
+      this.outboundWords[(cmsg + 8) >>> 2] = SOL_UDP;
+      this.outboundWords[(cmsg + 12) >>> 2] = UDP_SEGMENT;
+    }
+
+    const records = CONTROL_BYTES;
+    const iovecs = records + slots * MMSGHDR;
+    const addresses = iovecs + slots * IOVEC;
+    const controls = addresses + slots * SOCKADDR_IN;
+    const data = controls + slots * CMSG_ROOM;
+    const ring = new SharedArrayBuffer(data + slots * slotBytes);
+    this.control = new Int32Array(ring, 0, CONTROL_BYTES / 4);
+    this.ringBytes = new Uint8Array(ring);
+    this.ringWords = new Uint32Array(ring);
+    this.slotViews = [];
+    for (let i = 0; i < slots; i++) this.slotViews.push(new Uint8Array(ring, data + i * slotBytes, slotBytes));
+    this.recordsAt = records;
+    this.addressesAt = addresses;
+    this.receiveControlsAt = controls;
+    const worker = new Worker(RECEIVE_WORKER, {
+      eval: true,
+      // The parent's --import hooks (tsx) would only slow the worker's start: it is plain JS.
+      execArgv: [],
+      workerData: { koffiPath: libc.koffiPath, fd, slots, slotBytes, batch: Math.min(RECEIVE_BATCH, slots), ring, records, iovecs, addresses, controls, data },
+      stdout: false,
+      stderr: false,
+    });
+    worker.on('message', (value: number) => {
+      if (value !== 0) this.workerFailed(value);
+      else this.drain();
+    });
+    this.exited = new Promise<void>((resolve) => {
+      worker.once('exit', () => resolve());
+      // A worker that fails to start (out of memory, koffi missing in it) ends receiving only.
+      worker.once('error', (error: Error) => {
+        this.workerError = error.message;
+      });
+    });
+  }
+
+  /** Opens and binds the socket. Throws RnicError when batching is unavailable here or bind fails. */
+  static async open(options: BatchedUdpSocketOptions = {}): Promise<BatchedUdpSocket> {
+    const libc = loadBatchedUdp();
+    if (libc instanceof Error) throw new RnicError('EINVAL', `batched UDP unavailable: ${libc.message}`);
+    const sendBatch = options.sendBatch ?? DEFAULT_SEND_BATCH;
+    const slots = options.receiveSlots ?? DEFAULT_RECEIVE_SLOTS;
+    const slotBytes = options.slotBytes ?? DEFAULT_SLOT_BYTES;
+    if (!Number.isInteger(sendBatch) || sendBatch < 1 || sendBatch > 1024) throw new RnicError('EINVAL', `sendBatch ${sendBatch} must be an integer 1..1024`);
+    // A power of two, so the ring index stays continuous where the 32-bit counters wrap.
+    if (!Number.isInteger(slots) || slots < 2 || slots > 65536 || (slots & (slots - 1)) !== 0) {
+      throw new RnicError('EINVAL', `receiveSlots ${slots} must be a power of two in 2..65536`);
+    }
+    if (!Number.isInteger(slotBytes) || slotBytes < 64 || slotBytes > 65536 || slotBytes % 8 !== 0) {
+      throw new RnicError('EINVAL', `slotBytes ${slotBytes} must be a multiple of 8 in 64..65536`);
+    }
+    const host = options.host ?? '127.0.0.1';
+    const address = isIPv4(host) ? host : (await lookup(host, { family: 4 })).address;
+    const port = options.port ?? 0;
+    if (!Number.isInteger(port) || port < 0 || port > 65535) throw new RnicError('EINVAL', `port ${port} must be an integer 0..65535`);
+    const fd = libc.socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+    if (fd < 0) throw new RnicError('EINVAL', `socket(AF_INET, SOCK_DGRAM) failed: ${errnoName(libc.errno())}`);
+    try {
+      const sockaddr = new Uint8Array(SOCKADDR_IN);
+      writeSockaddr(sockaddr, 0, parseIpv4(address), port);
+      if (libc.bind(fd, sockaddr, SOCKADDR_IN) !== 0) {
+        throw new RnicError('EINVAL', `cannot bind UDP ${address}:${port}: ${errnoName(libc.errno())}`);
+      }
+      const length = new Int32Array([SOCKADDR_IN]);
+      if (libc.getsockname(fd, sockaddr, length) !== 0) throw new RnicError('EINVAL', `getsockname failed: ${errnoName(libc.errno())}`);
+      const value = new Uint8Array(4);
+      const view = new DataView(value.buffer);
+      view.setInt32(0, options.bufferBytes ?? 4 * 1024 * 1024, true);
+      // Capped silently at net.core.{r,w}mem_max: what the kernel grants is enough to work with.
+      libc.setsockopt(fd, SOL_SOCKET, SO_RCVBUF, value, 4);
+      libc.setsockopt(fd, SOL_SOCKET, SO_SNDBUF, value, 4);
+      if (options.gro ?? true) {
+        view.setInt32(0, 1, true);
+        // A kernel before 5.0 refuses: runs then arrive cut into datagrams, which works as well.
+        libc.setsockopt(fd, SOL_UDP, UDP_GRO, value, 4);
+      }
+      // The worker's receive returns at least this often, so a close always ends it.
+      const timeout = new Uint8Array(16);
+      new DataView(timeout.buffer).setInt32(8, 200_000, true); // 0 s + 200,000 µs
+      libc.setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, timeout, 16);
+      const local = { address: readSockaddrAddress(sockaddr, 0), port: (sockaddr[2]! << 8) | sockaddr[3]! };
+      return new BatchedUdpSocket(libc, fd, local, sendBatch, options.gso ?? true, slots, slotBytes);
+    } catch (error) {
+      libc.close(fd);
+      throw error;
+    }
+  }
+
+  setReceiver(receiver: DatagramReceiver): void {
+    this.receiver = receiver;
+  }
+
+  setSendErrorHandler(handler: SendErrorHandler): void {
+    this.sendErrorHandler = handler;
+  }
+
+  /** Packets queued and not yet taken by the kernel. */
+  get pending(): number {
+    let count = 0;
+    for (let m = this.sentUpTo; m < this.messages; m++) count += this.messagePackets[m]!;
+    return count;
+  }
+
+  /** True while GSO is in use (it turns itself off if the kernel refuses a GSO message). */
+  get gsoEnabled(): boolean {
+    return this.gso;
+  }
+
+  /**
+   * Queues one datagram made of `first`, `second` and `third` (empty parts are skipped). Parts
+   * shorter than 256 octets are copied now; longer ones are read by the kernel at the flush, so
+   * they must stay unchanged until the end of the turn.
+   */
+  send(to: PeerAddress, first: Uint8Array, second: Uint8Array, third: Uint8Array): void {
+    if (this.closed) return;
+    if (this.packets === this.sendBatch) {
+      this.flush();
+      if (this.packets === this.sendBatch) {
+        // The kernel takes nothing right now and the queue is full: a lost packet to RC.
+        this.stats.sendQueueDrops++;
+        return;
+      }
+    }
+    const packet = this.packets;
+    const vectors = this.iovecsAt + packet * MAX_PARTS * IOVEC;
+    let copyAt = this.copyAt + packet * COPY_ROOM;
+    const copyEnd = copyAt + COPY_ROOM;
+    let length = 0;
+    for (let p = 0; p < MAX_PARTS; p++) {
+      const part = p === 0 ? first : p === 1 ? second : third;
+      const partLength = part.length;
+      const vector = vectors + p * IOVEC;
+      if (partLength === 0) {
+        this.put64(vector, this.outboundBase);
+      } else if (partLength < REFERENCE_AT && copyAt + partLength <= copyEnd) {
+        this.outbound.set(part, copyAt);
+        this.put64(vector, this.outboundBase + copyAt);
+        copyAt += partLength;
+      } else {
+        this.put64(vector, this.addressOf(part));
+        this.pinned[packet * MAX_PARTS + p] = part;
+      }
+      this.put64(vector + 8, partLength);
+      length += partLength;
+    }
+    // Join the open message if this packet continues its run: same peer, the run's size (or
+    // shorter, which ends the run), within GSO's limits.
+    const last = this.messages - 1;
+    if (
+      this.gso &&
+      last >= this.sentUpTo &&
+      this.messageOpen[last] === 1 &&
+      this.messageTo[last] === to &&
+      length <= this.messageSegment[last]! &&
+      this.messagePackets[last]! < MAX_SEGMENTS &&
+      (this.messagePackets[last]! + 1) * this.messageSegment[last]! <= MAX_GSO_BYTES
+    ) {
+      const count = ++this.messagePackets[last]!;
+      const record = last * MMSGHDR;
+      this.put64(record + MSG_IOVLEN, count * MAX_PARTS);
+      if (count === 2) {
+        this.put64(record + MSG_CONTROL, this.outboundBase + this.controlsAt + last * CMSG_ROOM);
+        this.put64(record + MSG_CONTROLLEN, CMSG_ROOM);
+      }
+      if (length < this.messageSegment[last]!) this.messageOpen[last] = 0;
+    } else {
+      const message = this.messages;
+      try {
+        this.writeDestination(this.namesAt + message * SOCKADDR_IN, to);
+      } catch {
+        this.stats.sendErrors++;
+        this.sendErrorHandler?.(to, EINVAL);
+        this.pinned.fill(this.outbound, packet * MAX_PARTS, packet * MAX_PARTS + MAX_PARTS);
+        return;
+      }
+      const record = message * MMSGHDR;
+      this.put64(record + MSG_IOV, this.outboundBase + vectors);
+      this.put64(record + MSG_IOVLEN, MAX_PARTS);
+      this.put64(record + MSG_CONTROL, 0);
+      this.put64(record + MSG_CONTROLLEN, 0);
+      const cmsg = this.controlsAt + message * CMSG_ROOM;
+      this.outbound[cmsg + 16] = length & 0xff;
+      this.outbound[cmsg + 17] = length >>> 8;
+      this.messageTo[message] = to;
+      this.messagePackets[message] = 1;
+      this.messageSegment[message] = length;
+      this.messageOpen[message] = 1;
+      this.messages = message + 1;
+    }
+    this.packets = packet + 1;
+    if (this.packets === this.sendBatch) this.flush();
+    else if (!this.flushEnlisted) {
+      this.flushEnlisted = true;
+      turn.flushLater(this);
+    }
+  }
+
+  /** End of the turn: everything queued goes out. */
+  endTurn(): void {
+    this.flushEnlisted = false;
+    this.flush();
+  }
+
+  /** Writes the queue with as few sendmmsg calls as the kernel allows. */
+  flush(): void {
+    const libc = this.libc;
+    while (this.sentUpTo < this.messages && !this.closed) {
+      const count = this.messages - this.sentUpTo;
+      let taken: number;
+      let errno = 0;
+      if (this.simulatedFull > 0) {
+        this.simulatedFull--;
+        taken = -1;
+        errno = EAGAIN;
+      } else {
+        taken = libc.sendmmsg(this.fd, this.outboundBase + this.sentUpTo * MMSGHDR, count, MSG_DONTWAIT);
+        if (taken < 0) errno = libc.errno();
+      }
+      this.stats.sendCalls++;
+      if (taken > 0) {
+        for (let m = this.sentUpTo; m < this.sentUpTo + taken; m++) this.stats.datagramsSent += this.messagePackets[m]!;
+        this.sentUpTo += taken;
+        this.stats.messagesSent += taken;
+        continue;
+      }
+      if (errno === EAGAIN || errno === ENOBUFS || errno === EINTR) {
+        // The socket buffer is full: try again shortly (UDP has no writability event to wait for).
+        this.stats.sendBlocked++;
+        this.retryTimer ??= setTimeout(this.retryBound, 1);
+        return;
+      }
+      const failed = this.sentUpTo++;
+      if (this.messagePackets[failed]! > 1 && (errno === EINVAL || errno === EMSGSIZE || errno === ENOPROTOOPT || errno === EIO)) {
+        // This kernel or route cannot segment (no UDP_SEGMENT, or a segment above the route's
+        // MTU): one datagram per message from now on; RC retransmits what this message held.
+        this.gso = false;
+        this.gsoOffReason = `sendmsg with UDP_SEGMENT failed: ${errnoName(errno)}`;
+        continue;
+      }
+      // This message cannot go (e.g. EMSGSIZE, an unreachable destination): drop and report it.
+      this.stats.sendErrors++;
+      this.sendErrorHandler?.(this.messageTo[failed]!, errno);
+    }
+    if (this.sentUpTo === this.messages) {
+      // Entries the kernel has not taken keep their places (records hold absolute pointers); the
+      // queue restarts from the front once it is empty.
+      this.pinned.fill(this.outbound);
+      this.packets = 0;
+      this.messages = 0;
+      this.sentUpTo = 0;
+    }
+  }
+
+  /** Test hook: the next `count` sendmmsg calls are answered as if the socket buffer were full (EAGAIN). */
+  simulateFullSocket(count: number): void {
+    this.simulatedFull = count;
+  }
+
+  async close(): Promise<void> {
+    if (this.closed) return;
+    this.flush();
+    this.closed = true;
+    if (this.retryTimer !== undefined) clearTimeout(this.retryTimer);
+    Atomics.store(this.control, CLOSING, 1);
+    // Wakes the worker from recvmmsg (Linux wakes readers of a shut-down UDP socket) or from
+    // waiting for ring space; the receive timeout covers a kernel that would not.
+    this.libc.shutdown(this.fd, SHUT_RDWR);
+    Atomics.notify(this.control, CONSUMED);
+    await this.exited;
+    // Only now: the descriptor's number could otherwise be reused while the worker still reads it.
+    this.libc.close(this.fd);
+  }
+
+  /** Hands every datagram the worker has published to the receiver, as one turn. */
+  private drain(): void {
+    Atomics.store(this.control, WAKE_PENDING, 0);
+    if (this.closed) return;
+    const produced = Atomics.load(this.control, PRODUCED);
+    let consumed = this.consumed;
+    if (consumed === produced) return;
+    this.stats.receiveBatches++;
+    const slots = this.slots;
+    const words = this.ringWords;
+    turn.enter();
+    try {
+      while (consumed !== produced) {
+        const slot = ((consumed >>> 0) % slots) | 0;
+        consumed = (consumed + 1) | 0;
+        this.stats.slotsReceived++;
+        const record = this.recordsAt + slot * MMSGHDR;
+        const length = words[(record + MSG_LEN) >>> 2]!;
+        if ((words[(record + MSG_FLAGS) >>> 2]! & MSG_TRUNC) !== 0 || length > this.slotBytes) {
+          this.stats.truncated++;
+          continue;
+        }
+        const receiver = this.receiver;
+        if (receiver === undefined) continue;
+        // A GRO run says its datagram size in a UDP_GRO control message; otherwise one datagram.
+        let segment = length;
+        const cmsg = this.receiveControlsAt + slot * CMSG_ROOM;
+        if (
+          words[(record + MSG_CONTROLLEN) >>> 2]! >= 20 &&
+          words[(cmsg + 8) >>> 2] === SOL_UDP &&
+          words[(cmsg + 12) >>> 2] === UDP_GRO &&
+          words[(cmsg + 16) >>> 2]! > 0
+        ) {
+          segment = words[(cmsg + 16) >>> 2]!;
+        }
+        const from = this.source(this.addressesAt + slot * SOCKADDR_IN);
+        const view = this.slotViews[slot]!;
+        let offset = 0;
+        do {
+          const end = Math.min(offset + segment, length);
+          this.stats.datagramsReceived++;
+          try {
+            receiver(view.subarray(offset, end), from);
+          } catch {
+            // A receiver's bug must not stop the ring: the datagram counts as lost.
+          }
+          offset = end;
+        } while (offset < length);
+      }
+    } finally {
+      this.consumed = consumed;
+      Atomics.store(this.control, CONSUMED, consumed);
+      Atomics.notify(this.control, CONSUMED);
+      turn.leave();
+    }
+  }
+
+  private workerFailed(errno: number): void {
+    this.workerError = `recvmmsg failed: ${errnoName(errno)}`;
+    this.drain();
+  }
+
+  /** The datagram's source; the same object while it does not change. */
+  private source(offset: number): PeerAddress {
+    const bytes = this.ringBytes;
+    const port = (bytes[offset + 2]! << 8) | bytes[offset + 3]!;
+    const host = ((bytes[offset + 4]! << 24) | (bytes[offset + 5]! << 16) | (bytes[offset + 6]! << 8) | bytes[offset + 7]!) >>> 0;
+    const key = host * 65536 + port;
+    if (key !== this.lastSourceKey) {
+      this.lastSourceKey = key;
+      this.lastSource = { address: readSockaddrAddress(bytes, offset), port };
+    }
+    return this.lastSource;
+  }
+
+  private writeDestination(offset: number, to: PeerAddress): void {
+    if (to.address !== this.lastDestination) {
+      this.destinationOctets = parseIpv4(to.address);
+      this.lastDestination = to.address;
+    }
+    writeSockaddr(this.outbound, offset, this.destinationOctets, to.port);
+  }
+
+  private addressOf(part: Uint8Array): number {
+    const buffer = part.buffer;
+    let base = this.bufferAddresses.get(buffer);
+    if (base === undefined) {
+      base = this.libc.addressOf(part) - part.byteOffset;
+      this.bufferAddresses.set(buffer, base);
+    }
+    return base + part.byteOffset;
+  }
+
+  private put64(offset: number, value: number): void {
+    this.outboundWords[offset >>> 2] = value % 4294967296;
+    this.outboundWords[(offset >>> 2) + 1] = Math.floor(value / 4294967296);
+  }
+}
+
+function writeSockaddr(target: Uint8Array, offset: number, address: Uint8Array, port: number): void {
+  target[offset] = AF_INET; // sa_family is in host order: little-endian here
+  target[offset + 1] = 0;
+  target[offset + 2] = port >>> 8;
+  target[offset + 3] = port & 0xff;
+  target.set(address, offset + 4);
+}
+
+function readSockaddrAddress(source: Uint8Array, offset: number): string {
+  return `${source[offset + 4]}.${source[offset + 5]}.${source[offset + 6]}.${source[offset + 7]}`;
+}
+
+const ERRNO_NAMES: Record<number, string> = {
+  1: 'EPERM',
+  5: 'EIO',
+  9: 'EBADF',
+  11: 'EAGAIN',
+  13: 'EACCES',
+  22: 'EINVAL',
+  90: 'EMSGSIZE',
+  92: 'ENOPROTOOPT',
+  97: 'EAFNOSUPPORT',
+  98: 'EADDRINUSE',
+  99: 'EADDRNOTAVAIL',
+  101: 'ENETUNREACH',
+  105: 'ENOBUFS',
+  111: 'ECONNREFUSED',
+  113: 'EHOSTUNREACH',
+};
+
+export function errnoName(errno: number): string {
+  return ERRNO_NAMES[errno] ?? `errno ${errno}`;
+}
