@@ -27,7 +27,8 @@ import { type MemoryRegion, MemoryTable, type ProtectionDomain, type RegisterMem
 import type { NicObserver } from './nic-observer.ts';
 import { QueuePair, type QueuePairOptions } from './qp.ts';
 import { RoceEndpoint } from './rc/endpoint.ts';
-import { UdpLink, type PacketLink, type UdpLinkOptions } from './rc/link.ts';
+import type { PacketLink } from './rc/link.ts';
+import { openUdpLink, type UdpLinkChoice } from './rc/udp-link-choice.ts';
 import { RcListener, type RcListenOptions } from './rc/listener.ts';
 import { SetupListener, type SetupListenOptions } from './setup-listener.ts';
 import { RcQueuePair, type RcQueuePairOptions } from './rc/queue-pair.ts';
@@ -52,6 +53,8 @@ export type { NicObserver } from './nic-observer.ts';
 export { RcQueuePair, type RcQueuePairOptions, type RcPathParameters, type PathMtu } from './rc/queue-pair.ts';
 export { RoceEndpoint } from './rc/endpoint.ts';
 export { UdpLink, type PacketLink, type PeerAddress, type UdpLinkOptions } from './rc/link.ts';
+export { BatchedUdpLink, type BatchedUdpLinkOptions } from './rc/batched-udp-link.ts';
+export { openUdpLink, udpLinkKindFromEnvironment, UDP_LINK_ENV, UDP_LINK_KINDS, type UdpLinkChoice, type UdpLinkKind } from './rc/udp-link-choice.ts';
 export { ImpairedLink, type Impairments } from './rc/impaired-link.ts';
 export { RcListener, type RcListenOptions } from './rc/listener.ts';
 export { RcConnectionRequest, type RcConnectionSummary, type RcConnectOptions, type RcSetupOptions } from './rc/setup.ts';
@@ -157,13 +160,16 @@ export class Rnic {
   }
 
   /**
-   * Opens this RNIC's RoCEv2 port: a kernel UDP socket (default 127.0.0.1, any free port) or the
-   * given link. One per RNIC; later calls return the same endpoint.
+   * Opens this RNIC's RoCEv2 port: a kernel UDP socket (default 127.0.0.1, any free port; the
+   * batched link where koffi loads, else node:dgram, or as `udpLink` / $KBTP_ROCE_UDP say) or
+   * the given link. One per RNIC; later calls return the same endpoint.
    */
-  async openRoce(options: UdpLinkOptions & { link?: PacketLink } = {}): Promise<RoceEndpoint> {
+  async openRoce(options: UdpLinkChoice & { link?: PacketLink } = {}): Promise<RoceEndpoint> {
     if (this.roce === undefined) {
-      const link = options.link ?? (await UdpLink.open(options));
-      this.roce ??= new RoceEndpoint(link);
+      const link = options.link ?? (await openUdpLink(options));
+      // Two calls raced: the second link is not needed (a batched one's worker would keep the process alive).
+      if (this.roce !== undefined && options.link === undefined) await link.close();
+      else this.roce ??= new RoceEndpoint(link);
     }
     return this.roce;
   }

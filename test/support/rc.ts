@@ -4,11 +4,12 @@ import {
   Access,
   createRnic,
   ImpairedLink,
-  UdpLink,
+  openUdpLink,
   WcStatus,
   type CompletionQueue,
   type Impairments,
   type MemoryRegion,
+  type PacketLink,
   type PathMtu,
   type RcQueuePair,
   type Rnic,
@@ -22,7 +23,8 @@ export interface RcSide {
   cq: CompletionQueue;
   mr: MemoryRegion;
   memory: Uint8Array;
-  link: UdpLink | ImpairedLink;
+  /** The kernel UDP link ($KBTP_ROCE_UDP picks batched or dgram; default batched where koffi loads), maybe impaired. */
+  link: PacketLink;
 }
 
 export interface RcPair {
@@ -44,7 +46,7 @@ export interface RcPairOptions extends RcSetupOptions {
 
 async function side(name: string, bytes: number, options: RcPairOptions, seed: number): Promise<RcSide> {
   const rnic = createRnic({ name });
-  const udp = await UdpLink.open();
+  const udp = await openUdpLink();
   const link = options.impairments === undefined ? udp : new ImpairedLink(udp, { ...options.impairments, seed });
   await rnic.openRoce({ link });
   const pd = rnic.allocPd();

@@ -13,13 +13,13 @@
 // those datagrams. The queue is written with one sendmmsg at the end of the event-loop turn
 // (host/rnic/turn.ts), or at once when it is full, so a lone packet waits only for its turn.
 //
-// Receive: a worker thread blocks in recvmmsg on the same descriptor and lets the kernel write
+// Receive: a worker thread waits in poll on the same descriptor, then one recvmmsg lets the kernel write
 // straight into slots of a SharedArrayBuffer ring (records, source addresses, control messages
 // and octets all live there). With UDP_GRO a slot can hold a run of datagrams of one source and
 // size, with the size in a control message: they are handed up one by one, so packet
 // boundaries are the sender's. The main thread is woken with one message per batch, and only
-// when it is not already due to look. Closing shuts the socket down, which wakes the blocked
-// receive; a receive timeout bounds the wait should a kernel not do so.
+// when it is not already due to look. Closing shuts the socket down, which wakes the waiting
+// worker; poll's 200 ms timeout bounds the wait should a kernel not do so.
 //
 // Little-endian LP64 Linux with glibc only (x86_64, arm64): elsewhere `loadBatchedUdp` says why
 // not and the caller keeps node:dgram.
@@ -41,11 +41,10 @@ const SOCK_CLOEXEC = 0o2000000;
 const SOL_SOCKET = 1;
 const SO_SNDBUF = 7;
 const SO_RCVBUF = 8;
-const SO_RCVTIMEO = 20;
 const SHUT_RDWR = 2;
+const FIONREAD = 0x541b;
 const MSG_DONTWAIT = 0x40;
 const MSG_TRUNC = 0x20;
-const MSG_WAITFORONE = 0x10000;
 const EINTR = 4;
 const EIO = 5;
 const EMSGSIZE = 90;
@@ -95,6 +94,10 @@ const CONSUMED = 1;
 const WAKE_PENDING = 2;
 const CLOSING = 3;
 const WORKER_ERRNO = 4;
+/** 1 from before the worker's recvmmsg until it published what it got. */
+const WORKER_BUSY = 5;
+/** Where the worker keeps its struct pollfd. */
+const POLLFD_AT = 32;
 const CONTROL_BYTES = 64;
 
 interface Libc {
@@ -105,6 +108,7 @@ interface Libc {
   shutdown(fd: number, how: number): number;
   close(fd: number): number;
   sendmmsg(fd: number, vector: number, count: number, flags: number): number;
+  ioctl(fd: number, request: number, value: Int32Array): number;
   /** Returns its first argument: the address of a typed array's first octet. */
   addressOf(target: Uint8Array): number;
   errno(): number;
@@ -135,9 +139,11 @@ export function loadBatchedUdp(): Libc | Error {
     const shutdown = libc.func('int shutdown(int, int)') as Libc['shutdown'];
     const close = libc.func('int close(int)') as Libc['close'];
     const sendmmsg = libc.func('int sendmmsg(int, intptr_t, unsigned int, int)') as Libc['sendmmsg'];
+    // Variadic in C; called with one pointer argument, which both x86_64 and arm64 Linux pass alike.
+    const ioctl = libc.func('int ioctl(int, unsigned long, void *)') as Libc['ioctl'];
     const memmove = libc.func('intptr_t memmove(void *, void *, size_t)') as (a: Uint8Array, b: Uint8Array, n: number) => number | bigint;
     const addressOf = (target: Uint8Array): number => Number(memmove(target, target, 0));
-    loaded = { socket, bind, getsockname, setsockopt, shutdown, close, sendmmsg, addressOf, errno: () => koffi.errno(), koffiPath };
+    loaded = { socket, bind, getsockname, setsockopt, shutdown, close, sendmmsg, ioctl, addressOf, errno: () => koffi.errno(), koffiPath };
   } catch (error) {
     loaded = error instanceof Error ? error : new Error(String(error));
   }
@@ -211,11 +217,22 @@ for (let i = 0; i < slots; i++) {
   put64(iovecs + i * ${IOVEC}, base + data + i * slotBytes);
   put64(iovecs + i * ${IOVEC} + 8, slotBytes);
 }
+const poll = libc.func('int poll(intptr_t, unsigned long, int)');
+const pollfd = workerData.pollfd;
+words[pollfd >>> 2] = fd;
+bytes[pollfd + 4] = 1; // events = POLLIN
 let produced = Atomics.load(control, ${PRODUCED});
+parentPort.postMessage(-1); // ready: open() resolves only now, so no packet waits for a worker to start
 while (Atomics.load(control, ${CLOSING}) === 0) {
   const consumed = Atomics.load(control, ${CONSUMED});
   const free = slots - ((produced - consumed) | 0);
   if (free === 0) { Atomics.wait(control, ${CONSUMED}, consumed, 200); continue; }
+  // Wait in poll, not in recvmmsg: until BUSY is set the datagrams stay in the kernel's queue,
+  // where the main thread can see them (receivePending), so none is ever invisible in transit.
+  const ready = poll(base + pollfd, 1, 200);
+  if (Atomics.load(control, ${CLOSING}) !== 0) break;
+  if (ready <= 0) continue;
+  Atomics.store(control, ${WORKER_BUSY}, 1);
   const start = (produced >>> 0) % slots;
   const count = Math.min(free, slots - start, batch);
   // The kernel overwrites both lengths with what it wrote: give every slot its full room again.
@@ -224,19 +241,20 @@ while (Atomics.load(control, ${CLOSING}) === 0) {
     words[(record + ${MSG_NAMELEN}) >>> 2] = ${SOCKADDR_IN};
     put64(record + ${MSG_CONTROLLEN}, ${CMSG_ROOM});
   }
-  const got = recvmmsg(fd, base + records + start * ${MMSGHDR}, count, ${MSG_WAITFORONE}, 0);
-  if (Atomics.load(control, ${CLOSING}) !== 0) break;
+  const got = recvmmsg(fd, base + records + start * ${MMSGHDR}, count, ${MSG_DONTWAIT}, 0);
   if (got > 0) {
     produced = (produced + got) | 0;
     Atomics.store(control, ${PRODUCED}, produced);
+    Atomics.store(control, ${WORKER_BUSY}, 0);
     if (Atomics.compareExchange(control, ${WAKE_PENDING}, 0, 1) === 0) parentPort.postMessage(0);
-  } else if (got < 0) {
-    const errno = koffi.errno();
-    if (errno === ${EINTR} || errno === ${EAGAIN}) continue;
-    Atomics.store(control, ${WORKER_ERRNO}, errno);
-    parentPort.postMessage(errno);
-    break;
+    continue;
   }
+  Atomics.store(control, ${WORKER_BUSY}, 0);
+  const errno = got < 0 ? koffi.errno() : ${EAGAIN};
+  if (errno === ${EINTR} || errno === ${EAGAIN}) continue;
+  Atomics.store(control, ${WORKER_ERRNO}, errno);
+  parentPort.postMessage(errno);
+  break;
 }
 `;
 
@@ -261,6 +279,8 @@ export class BatchedUdpSocket implements TurnParticipant {
   private sendErrorHandler: SendErrorHandler | undefined;
   private closed = false;
   private readonly exited: Promise<void>;
+  /** Resolves once the receive worker waits on the socket (or has ended). */
+  private readonly ready: Promise<void>;
 
   // Send queue, in one block: message records (sendmmsg takes them as one array), then three
   // iovecs per packet (consecutive packets' iovecs are one run, so a GSO message points at a
@@ -306,6 +326,7 @@ export class BatchedUdpSocket implements TurnParticipant {
   private readonly addressesAt: number;
   private readonly receiveControlsAt: number;
   private consumed = 0;
+  private readonly queuedBytes = new Int32Array(1);
   private lastSourceKey = -1;
   private lastSource: PeerAddress = { address: '', port: 0 };
 
@@ -362,16 +383,35 @@ export class BatchedUdpSocket implements TurnParticipant {
       eval: true,
       // The parent's --import hooks (tsx) would only slow the worker's start: it is plain JS.
       execArgv: [],
-      workerData: { koffiPath: libc.koffiPath, fd, slots, slotBytes, batch: Math.min(RECEIVE_BATCH, slots), ring, records, iovecs, addresses, controls, data },
+      workerData: {
+        koffiPath: libc.koffiPath,
+        fd,
+        slots,
+        slotBytes,
+        batch: Math.min(RECEIVE_BATCH, slots),
+        ring,
+        pollfd: POLLFD_AT,
+        records,
+        iovecs,
+        addresses,
+        controls,
+        data,
+      },
       stdout: false,
       stderr: false,
     });
+    let ready: () => void = () => undefined;
+    this.ready = new Promise<void>((resolve) => (ready = resolve));
     worker.on('message', (value: number) => {
-      if (value !== 0) this.workerFailed(value);
-      else this.drain();
+      if (value === 0) this.drain();
+      else if (value === -1) ready();
+      else this.workerFailed(value);
     });
     this.exited = new Promise<void>((resolve) => {
-      worker.once('exit', () => resolve());
+      worker.once('exit', () => {
+        ready();
+        resolve();
+      });
       // A worker that fails to start (out of memory, koffi missing in it) ends receiving only.
       worker.once('error', (error: Error) => {
         this.workerError = error.message;
@@ -400,6 +440,7 @@ export class BatchedUdpSocket implements TurnParticipant {
     if (!Number.isInteger(port) || port < 0 || port > 65535) throw new RnicError('EINVAL', `port ${port} must be an integer 0..65535`);
     const fd = libc.socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
     if (fd < 0) throw new RnicError('EINVAL', `socket(AF_INET, SOCK_DGRAM) failed: ${errnoName(libc.errno())}`);
+    let socket: BatchedUdpSocket;
     try {
       const sockaddr = new Uint8Array(SOCKADDR_IN);
       writeSockaddr(sockaddr, 0, parseIpv4(address), port);
@@ -419,16 +460,18 @@ export class BatchedUdpSocket implements TurnParticipant {
         // A kernel before 5.0 refuses: runs then arrive cut into datagrams, which works as well.
         libc.setsockopt(fd, SOL_UDP, UDP_GRO, value, 4);
       }
-      // The worker's receive returns at least this often, so a close always ends it.
-      const timeout = new Uint8Array(16);
-      new DataView(timeout.buffer).setInt32(8, 200_000, true); // 0 s + 200,000 µs
-      libc.setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, timeout, 16);
       const local = { address: readSockaddrAddress(sockaddr, 0), port: (sockaddr[2]! << 8) | sockaddr[3]! };
-      return new BatchedUdpSocket(libc, fd, local, sendBatch, options.gso ?? true, slots, slotBytes);
+      socket = new BatchedUdpSocket(libc, fd, local, sendBatch, options.gso ?? true, slots, slotBytes);
     } catch (error) {
       libc.close(fd);
       throw error;
     }
+    await socket.ready;
+    if (socket.workerError !== undefined) {
+      await socket.close(); // closes the descriptor
+      throw new RnicError('EINVAL', `batched UDP receive worker failed to start: ${socket.workerError}`);
+    }
+    return socket;
   }
 
   setReceiver(receiver: DatagramReceiver): void {
@@ -596,6 +639,20 @@ export class BatchedUdpSocket implements TurnParticipant {
     }
   }
 
+  /**
+   * True while a datagram has reached this socket that the receiver has not been handed yet: in
+   * the kernel's queue, being taken by the worker, or published and not drained. Callers that
+   * judge silence (an ACK timer, a peer's close) wait for it to turn false: the worker's hand-over
+   * is a thread switch, which a loaded machine can delay past a timer.
+   */
+  receivePending(): boolean {
+    if (this.closed) return false;
+    if (Atomics.load(this.control, PRODUCED) !== this.consumed || Atomics.load(this.control, WORKER_BUSY) !== 0) return true;
+    const queued = this.queuedBytes;
+    queued[0] = 0;
+    return this.libc.ioctl(this.fd, FIONREAD, queued) === 0 && queued[0]! > 0;
+  }
+
   /** Test hook: the next `count` sendmmsg calls are answered as if the socket buffer were full (EAGAIN). */
   simulateFullSocket(count: number): void {
     this.simulatedFull = count;
@@ -607,8 +664,8 @@ export class BatchedUdpSocket implements TurnParticipant {
     this.closed = true;
     if (this.retryTimer !== undefined) clearTimeout(this.retryTimer);
     Atomics.store(this.control, CLOSING, 1);
-    // Wakes the worker from recvmmsg (Linux wakes readers of a shut-down UDP socket) or from
-    // waiting for ring space; the receive timeout covers a kernel that would not.
+    // Wakes the worker from poll (Linux wakes waiters on a shut-down UDP socket) or from waiting
+    // for ring space; poll's timeout covers a kernel that would not.
     this.libc.shutdown(this.fd, SHUT_RDWR);
     Atomics.notify(this.control, CONSUMED);
     await this.exited;

@@ -17,6 +17,8 @@ export interface EndpointStatistics {
   badVersionOrKey: number;
   unknownQp: number;
   wrongSource: number;
+  /** Send errors the link reported (each ended the QPs connected to that peer). */
+  sendFailures: number;
 }
 
 /** Receives the UD packets addressed to QP1 (the GSI: connection management MADs). */
@@ -31,12 +33,13 @@ export class RoceEndpoint {
    */
   private readonly gsiReceivers = new Set<GsiReceiver>();
   private readonly scratch = new IbHeaders();
-  readonly stats: EndpointStatistics = { packets: 0, malformed: 0, icrcErrors: 0, badVersionOrKey: 0, unknownQp: 0, wrongSource: 0 };
+  readonly stats: EndpointStatistics = { packets: 0, malformed: 0, icrcErrors: 0, badVersionOrKey: 0, unknownQp: 0, wrongSource: 0, sendFailures: 0 };
   /** Last reason a packet was dropped (diagnostics, tests). */
   lastDrop = '';
 
   constructor(readonly link: PacketLink) {
     link.setReceiver((packet, ip, udp, from) => this.incoming(packet, ip, udp, from));
+    link.setSendErrorHandler?.((to, reason) => this.unsendable(to, reason));
   }
 
   /** Adds a receiver of QP1's packets; the returned function removes it. */
@@ -103,6 +106,16 @@ export class RoceEndpoint {
       return;
     }
     qp.receive(h, packet);
+  }
+
+  /** The link can never send to `to`: every QP connected there ends now rather than after its retries. */
+  private unsendable(to: PeerAddress, reason: string): void {
+    this.stats.sendFailures++;
+    this.lastDrop = reason;
+    for (const qp of [...this.queuePairs.values()]) {
+      const peer = qp.path?.peer;
+      if (peer !== undefined && peer.address === to.address && peer.port === to.port) qp.enterError({ reason: 'connection-lost', message: reason });
+    }
   }
 
   private drop(counter: keyof EndpointStatistics, reason: string): void {

@@ -44,6 +44,10 @@ export class ImpairedLink implements PacketLink {
     this.inner.setReceiver(receiver);
   }
 
+  receivePending(): boolean {
+    return this.inner.receivePending?.() ?? false;
+  }
+
   send(to: PeerAddress, header: Uint8Array, payload: Uint8Array, trailer: Uint8Array): void {
     this.counts.sent++;
     const { loss = 0, duplicate = 0, reorder = 0 } = this.impairments;

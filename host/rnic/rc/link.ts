@@ -30,8 +30,21 @@ export interface PacketLink {
    */
   send(to: PeerAddress, header: Uint8Array, payload: Uint8Array, trailer: Uint8Array): void;
   setReceiver(receiver: PacketReceiver): void;
+  /**
+   * Optional: where the link reports a packet it can never send to `to` (an error other than a
+   * full buffer). RC would otherwise only see the loss and retransmit until its retry count.
+   */
+  setSendErrorHandler?(handler: LinkSendErrorHandler): void;
+  /**
+   * Optional, for a link that reads on another thread: true while a packet has arrived that the
+   * receiver has not been handed yet. RC waits for it before it calls a peer silent.
+   */
+  receivePending?(): boolean;
   close(): Promise<void>;
 }
+
+/** A packet to `to` could not be sent and will not be, whatever RC retransmits (`reason` says why). */
+export type LinkSendErrorHandler = (to: PeerAddress, reason: string) => void;
 
 /**
  * Writes the IPv4 and UDP headers a kernel socket would put around a packet, as far as the ICRC
@@ -61,7 +74,7 @@ export function fillIcrc(ip: Uint8Array, udp: Uint8Array, header: Uint8Array, pa
  * peer: between packets to or from the same peer only the two length fields change. The IPv4
  * checksum is left stale on purpose: the ICRC masks it.
  */
-class SocketHeaderCache {
+export class SocketHeaderCache {
   readonly ip = new Uint8Array(IPV4_HEADER_LENGTH);
   readonly udp = new Uint8Array(UDP_HEADER_LENGTH);
   private peerAddress = '';

@@ -344,6 +344,25 @@ export class RcQueuePair extends EventEmitter<RcQueuePairEvents> {
     link.send(path.peer, buffer.subarray(0, length), payload, trailer);
   }
 
+  /**
+   * Runs `action` once the link has handed over every packet that already arrived (at once for
+   * a link that reads on the event loop's own thread), or after `limitMs` if packets keep
+   * arriving. Used before judging the peer silent or gone: what it sent before must count first.
+   */
+  afterPendingReceives(action: () => void, limitMs: number): void {
+    const link = this.link;
+    if (link?.receivePending === undefined || !link.receivePending()) {
+      action();
+      return;
+    }
+    const deadline = performance.now() + limitMs;
+    const check = (): void => {
+      if (link.receivePending!() && performance.now() < deadline) setImmediate(check);
+      else action();
+    };
+    setImmediate(check);
+  }
+
   /** A cleared header record for building the next packet. */
   headers(opcode: number, psn: number): IbHeaders {
     const h = this.encodeScratch;

@@ -595,9 +595,16 @@ export class Requester {
     const acknowledged = this.lastAcked;
     this.expiry = setImmediate(() => {
       this.expiry = setImmediate(() => {
-        this.expiry = undefined;
-        if (this.lastAcked === acknowledged) this.timedOut();
-        else this.armTimer();
+        // A link that reads on another thread may hold the ACK a moment longer: wait for what
+        // arrived (at most another timeout) before calling the peer silent.
+        const waiting = this.expiry;
+        this.qp.afterPendingReceives(() => {
+          if (this.expiry !== waiting) return; // stopped, or the RNR path took over meanwhile
+          this.expiry = undefined;
+          if (!this.running) return;
+          if (this.lastAcked === acknowledged) this.timedOut();
+          else this.armTimer();
+        }, this.timeoutMs);
       });
     });
   }

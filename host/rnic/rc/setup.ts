@@ -189,7 +189,11 @@ function tie(qp: RcQueuePair, endpoint: RoceEndpoint, socket: net.Socket): void 
   socket.on('data', () => undefined); // nothing more is expected; drain anything
   socket.resume();
   socket.on('close', () => {
-    if (qp.state === 'rts') qp.enterError({ reason: 'peer-closed', message: 'the peer closed the connection' });
+    // Packets the peer sent before it closed (a NAK, the last ACK) count first.
+    if (qp.state === 'rts')
+      qp.afterPendingReceives(() => {
+        if (qp.state === 'rts') qp.enterError({ reason: 'peer-closed', message: 'the peer closed the connection' });
+      }, 100);
   });
   qp.onLeaveRts = (_info: DisconnectInfo) => {
     socket.end();

@@ -1,0 +1,73 @@
+// The RoCEv2 link over a BatchedUdpSocket: UdpLink's job (one IB packet per UDP datagram, the
+// ICRC over the IPv4/UDP headers the kernel puts around it) with the system calls batched per
+// event-loop turn (sendmmsg + GSO, recvmmsg + GRO). Packets still travel one per datagram, so a
+// peer on node:dgram, rxe or a hardware RNIC sees the same wire.
+
+import { RnicError } from '../errors.ts';
+import { BatchedUdpSocket, errnoName, type BatchedUdpSocketOptions, type BatchedUdpStatistics } from './batched-udp-socket.ts';
+import { fillIcrc, SocketHeaderCache, type LinkSendErrorHandler, type PacketLink, type PacketReceiver, type PeerAddress } from './link.ts';
+
+export type BatchedUdpLinkOptions = BatchedUdpSocketOptions;
+
+export class BatchedUdpLink implements PacketLink {
+  private receiver: PacketReceiver | undefined;
+  private readonly outbound: SocketHeaderCache;
+  private readonly inbound: SocketHeaderCache;
+  private closed = false;
+
+  private constructor(readonly socket: BatchedUdpSocket) {
+    this.outbound = new SocketHeaderCache(socket.local, true);
+    this.inbound = new SocketHeaderCache(socket.local, false);
+    socket.setReceiver((data, from) => this.incoming(data, from));
+  }
+
+  /** Throws RnicError (EINVAL) when batching is unavailable here (no koffi, not Linux x64/arm64). */
+  static async open(options: BatchedUdpLinkOptions = {}): Promise<BatchedUdpLink> {
+    return new BatchedUdpLink(await BatchedUdpSocket.open(options));
+  }
+
+  get local(): PeerAddress {
+    return this.socket.local;
+  }
+
+  get stats(): BatchedUdpStatistics {
+    return this.socket.stats;
+  }
+
+  setReceiver(receiver: PacketReceiver): void {
+    this.receiver = receiver;
+  }
+
+  setSendErrorHandler(handler: LinkSendErrorHandler): void {
+    this.socket.setSendErrorHandler((to, errno) => handler(to, `UDP send to ${to.address}:${to.port} failed: ${errnoName(errno)}`));
+  }
+
+  send(to: PeerAddress, header: Uint8Array, payload: Uint8Array, trailer: Uint8Array): void {
+    if (this.closed) return;
+    if (trailer.length < 4) throw new RnicError('EINVAL', `a packet trailer holds at least the 4-octet ICRC (got ${trailer.length})`);
+    const headers = this.outbound;
+    headers.update(to, header.length + payload.length + trailer.length);
+    // The trailer's ICRC octets are the link's to fill (PacketLink contract); the socket copies
+    // header and trailer before send returns and points at the payload until the turn's flush.
+    fillIcrc(headers.ip, headers.udp, header, payload, trailer);
+    this.socket.send(to, header, payload, trailer);
+  }
+
+  receivePending(): boolean {
+    return this.socket.receivePending();
+  }
+
+  async close(): Promise<void> {
+    if (this.closed) return;
+    this.closed = true;
+    await this.socket.close();
+  }
+
+  private incoming(data: Uint8Array, from: PeerAddress): void {
+    const receiver = this.receiver;
+    if (receiver === undefined) return;
+    const headers = this.inbound;
+    headers.update(from, data.length);
+    receiver(data, headers.ip, headers.udp, from);
+  }
+}
