@@ -16,6 +16,8 @@ export const TARGET_HELP = `target options:
   --secret SECRET     the tenant's secret (default $KBTP_SECRET; prefer the variable: arguments are visible to other users)
   --direct            use the one-sided direct mode (trusted tenants only)
   --transport T       iwarp (default, or $KBTP_TRANSPORT) or roce: must match the target's --transport
+                      (roce's UDP socket: $KBTP_ROCE_UDP=batched|dgram|auto, default auto = batched
+                      where koffi loads)
   -h, --help          show this help
 
 exit codes: 0 success, 1 target unreachable, transport failure or a local file error, 2 usage error,

@@ -33,6 +33,9 @@ options:
   --listen HOST:PORT     address to listen on (default 127.0.0.1:7117)
   --transport iwarp|roce RDMA binding: iwarp = RDMAP/MPA over TCP (default), roce = IB RC over
                          RoCEv2 (UDP; the TCP port carries connection setup only; unmasked rings)
+                         RoCE's UDP socket batches packets per system call (sendmmsg/recvmmsg,
+                         GSO/GRO) where koffi loads, else node:dgram; $KBTP_ROCE_UDP=batched|dgram
+                         picks one (auto: the default)
   --workers N            worker threads serving connections (default 2)
   --block-size BYTES     block size (default 65536)
   --blocks N             blocks in the pool (default 4096)

@@ -1,0 +1,207 @@
+// The batched UDP socket and link (sendmmsg + GSO, recvmmsg + GRO through koffi): datagram
+// boundaries through batching and GSO runs, the full-socket (EAGAIN) path, a datagram larger
+// than a receive slot, close while the receive worker waits, a send the kernel refuses ending
+// the QP, and the choice between the batched link and node:dgram's.
+import dgram from 'node:dgram';
+import { test } from 'uvu';
+import * as assert from 'uvu/assert';
+import { UsageError } from '../../host/errors.ts';
+import { BatchedUdpSocket, loadBatchedUdp } from '../../host/rnic/rc/batched-udp-socket.ts';
+import { BatchedUdpLink } from '../../host/rnic/rc/batched-udp-link.ts';
+import { UdpLink } from '../../host/rnic/rc/link.ts';
+import { openUdpLink, udpLinkKindFromEnvironment } from '../../host/rnic/rc/udp-link-choice.ts';
+import { WcStatus } from '../../host/rnic/verbs.ts';
+import { rcPair } from '../support/rc.ts';
+
+const EMPTY = new Uint8Array(0);
+
+/** A datagram of `length` octets whose content says which one it is. */
+function datagram(index: number, length: number): Uint8Array {
+  const bytes = new Uint8Array(new SharedArrayBuffer(length));
+  for (let i = 0; i < length; i++) bytes[i] = (index * 7 + i) & 0xff;
+  return bytes;
+}
+
+/** Resolves with what `socket` received once `count` datagrams arrived (or rejects after 10 s). */
+function collect(socket: BatchedUdpSocket, count: number): Promise<Uint8Array[]> {
+  const received: Uint8Array[] = [];
+  return new Promise((resolve, reject) => {
+    const timer = setTimeout(() => reject(new Error(`only ${received.length} of ${count} datagrams arrived`)), 10_000);
+    socket.setReceiver((data) => {
+      received.push(data.slice()); // the slot is reused after the call
+      if (received.length === count) {
+        clearTimeout(timer);
+        resolve(received);
+      }
+    });
+  });
+}
+
+test('koffi loads here (the batched link is what RoCE uses by default on this platform)', () => {
+  const loaded = loadBatchedUdp();
+  assert.not.instance(loaded, Error, loaded instanceof Error ? loaded.message : '');
+});
+
+test('datagram boundaries survive batching and GSO runs: equal runs, a shorter last, size changes, a full queue', async () => {
+  const sender = await BatchedUdpSocket.open({ sendBatch: 16 });
+  const receiver = await BatchedUdpSocket.open();
+  try {
+    // Runs of equal sizes (GSO), a shorter one ending a run, a longer one starting a new run,
+    // small ones copied and large ones pointed at, more than one queue's worth in one turn.
+    const lengths = [4112, 4112, 4112, 4128, 4112, 4112, 100, 100, 100, 20, 4112, 300, 300, 4096, 1, 4112];
+    for (let i = 0; i < 40; i++) lengths.push(i % 5 === 4 ? 2000 : 4112);
+    const sent = lengths.map((length, index) => datagram(index, length));
+    const arrived = collect(receiver, sent.length);
+    for (const bytes of sent) {
+      // Split in three parts, as the RC link sends header, payload and trailer.
+      const cut1 = Math.min(12, bytes.length);
+      const cut2 = Math.max(cut1, bytes.length - 4);
+      sender.send(receiver.local, bytes.subarray(0, cut1), bytes.subarray(cut1, cut2), bytes.subarray(cut2));
+    }
+    const received = await arrived;
+    assert.is(received.length, sent.length);
+    for (let i = 0; i < sent.length; i++) assert.equal(received[i], new Uint8Array(sent[i]!), `datagram ${i} (${lengths[i]} octets)`);
+    assert.is(sender.stats.datagramsSent, sent.length);
+    assert.ok(sender.stats.messagesSent < sent.length, `GSO joined runs: ${sender.stats.messagesSent} messages for ${sent.length} datagrams`);
+    assert.ok(sender.stats.sendCalls < sender.stats.messagesSent, `${sender.stats.sendCalls} sendmmsg calls for ${sender.stats.messagesSent} messages`);
+    assert.ok(receiver.stats.slotsReceived < sent.length, `GRO: ${receiver.stats.slotsReceived} receive slots for ${sent.length} datagrams`);
+    assert.is(receiver.stats.datagramsReceived, sent.length);
+  } finally {
+    await sender.close();
+    await receiver.close();
+  }
+});
+
+test('GSO runs reach a node:dgram peer as separate datagrams, and its datagrams reach the batched socket', async () => {
+  const batched = await BatchedUdpSocket.open();
+  const plain = dgram.createSocket('udp4');
+  await new Promise<void>((resolve) => plain.bind(0, '127.0.0.1', resolve));
+  try {
+    const lengths = [4112, 4112, 4112, 4112, 3000];
+    const got: Buffer[] = [];
+    const allArrived = new Promise<void>((resolve) =>
+      plain.on('message', (message) => {
+        got.push(message);
+        if (got.length === lengths.length) resolve();
+      }),
+    );
+    const plainAddress = { address: '127.0.0.1', port: plain.address().port };
+    lengths.forEach((length, index) => batched.send(plainAddress, datagram(index, length), EMPTY, EMPTY));
+    await allArrived;
+    assert.equal(
+      got.map((message) => message.length),
+      lengths,
+    );
+    lengths.forEach((length, index) => assert.equal(new Uint8Array(got[index]!), new Uint8Array(datagram(index, length))));
+    const back = collect(batched, 3);
+    for (const length of [10, 4112, 4112]) plain.send(Buffer.alloc(length, length & 0xff), batched.local.port, '127.0.0.1');
+    assert.equal(
+      (await back).map((data) => data.length),
+      [10, 4112, 4112],
+    );
+  } finally {
+    await batched.close();
+    await new Promise<void>((resolve) => plain.close(() => resolve()));
+  }
+});
+
+test('a full socket (EAGAIN) keeps the queue and writes it later; a full queue meanwhile drops and counts', async () => {
+  const sender = await BatchedUdpSocket.open({ sendBatch: 8 });
+  const receiver = await BatchedUdpSocket.open();
+  try {
+    sender.simulateFullSocket(2);
+    const arrived = collect(receiver, 8);
+    for (let i = 0; i < 8; i++) sender.send(receiver.local, datagram(i, 500), EMPTY, EMPTY);
+    // The eighth filled the queue: its flush met the full socket, so the queue stays whole.
+    assert.is(sender.pending, 8);
+    sender.send(receiver.local, datagram(99, 500), EMPTY, EMPTY); // queue full and blocked: dropped
+    assert.is(sender.stats.sendQueueDrops, 1);
+    const received = await arrived;
+    for (let i = 0; i < 8; i++) assert.equal(received[i], new Uint8Array(datagram(i, 500)));
+    assert.ok(sender.stats.sendBlocked >= 2, `blocked ${sender.stats.sendBlocked}`);
+    assert.is(sender.pending, 0);
+  } finally {
+    await sender.close();
+    await receiver.close();
+  }
+});
+
+test('a datagram larger than a receive slot is counted and dropped; the next one arrives', async () => {
+  const receiver = await BatchedUdpSocket.open({ slotBytes: 1024, receiveSlots: 4, gro: false });
+  const plain = dgram.createSocket('udp4');
+  try {
+    const arrived = collect(receiver, 2);
+    plain.send(Buffer.alloc(3000, 1), receiver.local.port, '127.0.0.1');
+    plain.send(Buffer.alloc(0), receiver.local.port, '127.0.0.1'); // an empty datagram: handed up as such
+    plain.send(Buffer.alloc(700, 2), receiver.local.port, '127.0.0.1');
+    const [first, second] = await arrived;
+    assert.is(first!.length, 0);
+    assert.equal(second, new Uint8Array(700).fill(2));
+    assert.is(receiver.stats.truncated, 1);
+  } finally {
+    plain.close();
+    await receiver.close();
+  }
+});
+
+test('close while the receive worker waits ends it promptly; sends after close are ignored; close twice is harmless', async () => {
+  for (let round = 0; round < 3; round++) {
+    const socket = await BatchedUdpSocket.open();
+    await new Promise((resolve) => setTimeout(resolve, 20)); // the worker is waiting in poll now
+    const started = Date.now();
+    await socket.close();
+    // Generous bound for a loaded machine: poll's own timeout is 200 ms, shutdown wakes it at once.
+    assert.ok(Date.now() - started < 5000, `close took ${Date.now() - started} ms`);
+    socket.send({ address: '127.0.0.1', port: 9 }, datagram(0, 10), EMPTY, EMPTY);
+    await socket.close();
+    assert.is(socket.stats.datagramsSent, 0);
+  }
+});
+
+test('a packet the kernel refuses to send (port 0: EINVAL) ends the QP at once with the reason, not after its retries', async () => {
+  const pair = await rcPair({ pathMtu: 1024 });
+  try {
+    const { client, server } = pair;
+    assert.instance(client.link, BatchedUdpLink);
+    const path = client.qp.path!;
+    path.peer = { address: '127.0.0.1', port: 0 };
+    client.qp.postSend({
+      wrId: 1,
+      opcode: 'RDMA_WRITE',
+      sgList: [{ lkey: client.mr.lkey, offset: 0, length: 64 }],
+      remote: { stag: server.mr.rkey, taggedOffset: 0 },
+    });
+    const info = await Promise.race([
+      client.qp.whenDisconnected(),
+      new Promise<never>((_, reject) => setTimeout(() => reject(new Error('the QP did not end within 10 s')), 10_000).unref()),
+    ]);
+    assert.is(info.reason, 'connection-lost');
+    assert.match(info.message, /UDP send to 127\.0\.0\.1:0 failed: EINVAL/);
+    const [completion] = client.cq.poll(1);
+    assert.is(completion!.status, WcStatus.WrFlushError);
+    assert.is(client.rnic.roceEndpoint!.stats.sendFailures, 1);
+  } finally {
+    await pair.close();
+  }
+});
+
+test('the UDP link choice: auto takes the batched link here, dgram node:dgram; KBTP_ROCE_UDP is checked', async () => {
+  const auto = await openUdpLink({ udpLink: 'auto' });
+  const plain = await openUdpLink({ udpLink: 'dgram' });
+  const batched = await openUdpLink({ udpLink: 'batched' });
+  try {
+    assert.instance(auto, BatchedUdpLink);
+    assert.instance(plain, UdpLink);
+    assert.instance(batched, BatchedUdpLink);
+  } finally {
+    await Promise.all([auto.close(), plain.close(), batched.close()]);
+  }
+  assert.is(udpLinkKindFromEnvironment(undefined), 'auto');
+  assert.is(udpLinkKindFromEnvironment('dgram'), 'dgram');
+  assert.throws(
+    () => udpLinkKindFromEnvironment('fast'),
+    (error: unknown) => error instanceof UsageError && /KBTP_ROCE_UDP=fast: use auto, batched, dgram/.test(error.message),
+  );
+});
+
+test.run();
