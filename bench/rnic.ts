@@ -4,18 +4,30 @@
 // Writes bench/results/rnic.json: [{ op: "write"|"read"|"tcp", transport, crc, loss, size, gbps }, ...]
 // plus informational "tcp-onread" rows and CPU time per GiB. RoCE rows run the RC transport over
 // loopback UDP (path MTU 4096), loss-free and through an ImpairedLink dropping 1 % of packets,
-// next to a plain Node UDP socket pair pumping datagrams of one RoCE packet's size ("udp": what
-// node:dgram itself can carry, one datagram per send, the RoCE rows' ceiling).
+// over the batched UDP link (link: "batched": sendmmsg/recvmmsg with GSO/GRO, the default where
+// koffi loads), and loss-free once more over node:dgram's UdpLink (link: "dgram") for comparison;
+// next to plain UDP socket pairs pumping datagrams of one RoCE packet's size (bench/udp-pairs.ts:
+// "udp" through node:dgram, "udp-batched" through the batched socket: what each carries without RC).
 //
 //   node --import tsx bench/rnic.ts [--mib-per-run N] [--trials N] [--sizes 16384,262144] [--output path]
 
 import { mkdirSync, writeFileSync } from 'node:fs';
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
-import dgram from 'node:dgram';
 import net from 'node:net';
 import { parseCommandLine } from '../host/commands/command-line.ts';
-import { Access, createRnic, ImpairedLink, UdpLink, type AnyQueuePair, type CompletionQueue, type MemoryRegion } from '../host/rnic/verbs.ts';
+import { loadBatchedUdp } from '../host/rnic/rc/batched-udp-socket.ts';
+import {
+  Access,
+  createRnic,
+  ImpairedLink,
+  openUdpLink,
+  type AnyQueuePair,
+  type CompletionQueue,
+  type MemoryRegion,
+  type UdpLinkKind,
+} from '../host/rnic/verbs.ts';
+import { batchedPair, dgramPair, udpPairRun } from './udp-pairs.ts';
 
 interface Row {
   /**
@@ -23,12 +35,17 @@ interface Row {
    * receiver reading into one reused 64 KiB buffer through `onread`, the cheapest way Node
    * offers to drain a socket (a stricter baseline, informational).
    */
-  op: 'write' | 'read' | 'tcp' | 'tcp-onread' | 'udp';
+  op: 'write' | 'read' | 'tcp' | 'tcp-onread' | 'udp' | 'udp-batched';
   /** iwarp: RDMAP/DDP/MPA over TCP; roce: IB RC over RoCEv2 on a UDP socket. */
   transport: 'iwarp' | 'roce';
   crc: boolean;
   /** Fraction of packets the RoCE link drops on purpose (0 for TCP rows). */
   loss: number;
+  /**
+   * RoCE rows: the UDP link under RC: batched (sendmmsg/recvmmsg with GSO/GRO, the default) or
+   * dgram (node:dgram, the fallback, kept for comparison).
+   */
+  link?: 'batched' | 'dgram';
   size: number;
   gbps: number;
   /** Best of `trials` interleaved runs, each moving `bytes`. */
@@ -145,65 +162,6 @@ async function tcpOnreadRun(size: number, total: number): Promise<number> {
   return gbps(total, elapsed);
 }
 
-/** Octets of one RoCE packet at path MTU 4096 in the middle of a message: BTH, payload, ICRC. */
-const ROCE_PACKET = 12 + 4096 + 4;
-
-/**
- * A plain UDP socket pair: one side sends ROCE_PACKET-octet datagrams, one per send() as the
- * RoCE link does, the other counts them. Like the RC transport it keeps a bounded number in
- * flight (the receiver answers every 64th datagram; a loopback socket drops what overflows its
- * buffer), so it measures what node:dgram carries, not how much the kernel can discard.
- */
-async function udpRun(total: number): Promise<number> {
-  const open = async (): Promise<dgram.Socket> => {
-    const socket = dgram.createSocket('udp4');
-    await new Promise<void>((resolve) => socket.bind(0, '127.0.0.1', resolve));
-    socket.setRecvBufferSize(4 << 20);
-    socket.setSendBufferSize(4 << 20);
-    return socket;
-  };
-  const sender = await open();
-  const receiver = await open();
-  const senderPort = sender.address().port;
-  const receiverPort = receiver.address().port;
-  const count = Math.ceil(total / ROCE_PACKET);
-  const datagram = Buffer.alloc(ROCE_PACKET, 0x5a);
-  const credit = Buffer.alloc(4);
-  const window = 128;
-  let received = 0;
-  let acknowledged = 0;
-  let sent = 0;
-  let finish: () => void = () => undefined;
-  const done = new Promise<void>((resolve) => (finish = resolve));
-  const pump = (): void => {
-    while (sent < count && sent - acknowledged < window) {
-      sender.send(datagram, receiverPort, '127.0.0.1');
-      sent++;
-    }
-  };
-  receiver.on('message', () => {
-    received++;
-    if (received === count) finish();
-    else if (received % 64 === 0) receiver.send(credit, senderPort, '127.0.0.1');
-  });
-  sender.on('message', () => {
-    acknowledged += 64;
-    pump();
-  });
-  // A datagram the kernel dropped would stall the window: top it up from a timer.
-  const refill = setInterval(() => {
-    acknowledged = Math.max(acknowledged, received);
-    pump();
-  }, 5);
-  const started = process.hrtime.bigint();
-  pump();
-  await done;
-  const elapsed = process.hrtime.bigint() - started;
-  clearInterval(refill);
-  await Promise.all([sender, receiver].map((socket) => new Promise<void>((resolve) => socket.close(() => resolve()))));
-  return gbps(count * ROCE_PACKET, elapsed);
-}
-
 interface RdmaPair {
   client: { qp: AnyQueuePair; cq: CompletionQueue; mr: MemoryRegion };
   server: { qp: AnyQueuePair; cq: CompletionQueue; mr: MemoryRegion };
@@ -237,10 +195,10 @@ async function rdmaPair(crc: boolean, regionSize: number): Promise<RdmaPair> {
 }
 
 /** Two RNICs joined by RC over loopback UDP. With loss, each side's link drops that fraction of what it sends. */
-async function rocePair(loss: number, regionSize: number): Promise<RdmaPair> {
+async function rocePair(loss: number, regionSize: number, udpLink: UdpLinkKind): Promise<RdmaPair> {
   const make = async (name: string, seed: number) => {
     const rnic = createRnic({ name });
-    const udp = await UdpLink.open();
+    const udp = await openUdpLink({ udpLink });
     await rnic.openRoce({ link: loss > 0 ? new ImpairedLink(udp, { loss, seed }) : udp });
     const pd = rnic.allocPd();
     const mr = rnic.registerMemory(pd, new SharedArrayBuffer(regionSize), { access: Access.LocalWrite | Access.RemoteWrite | Access.RemoteRead });
@@ -366,32 +324,50 @@ async function main(): Promise<void> {
   // Warm up every path (JIT, socket buffer autotuning) before anything is timed.
   await tcpRun(largest, 32 << 20);
   await tcpOnreadRun(largest, 32 << 20);
-  await udpRun(32 << 20);
+  // The batched link where koffi loads (it does on Linux x64/arm64 with glibc); elsewhere the
+  // RoCE rows run over node:dgram only and say so.
+  const batchedUnavailable = loadBatchedUdp();
+  const batched = !(batchedUnavailable instanceof Error);
+  if (!batched) console.log(`bench/rnic: batched UDP unavailable (${batchedUnavailable.message}); RoCE rows over node:dgram only`);
+  const mainLink: UdpLinkKind = batched ? 'batched' : 'dgram';
+  // Pairs stay open across runs, as the RDMA pairs do: a run measures moving data, not opening sockets.
+  const plainUdp = await dgramPair();
+  const batchedUdp = batched ? await batchedPair() : undefined;
+  await udpPairRun(plainUdp, 32 << 20);
+  if (batchedUdp !== undefined) await udpPairRun(batchedUdp, 32 << 20);
   const pairs = new Map<boolean, RdmaPair>();
   for (const crc of [false, true]) pairs.set(crc, await rdmaPair(crc, largest));
-  const roce = new Map<number, RdmaPair>();
-  for (const loss of [0, 0.01]) roce.set(loss, await rocePair(loss, largest));
+  type RoceKey = `${UdpLinkKind}/${number}`;
+  const roce = new Map<RoceKey, RdmaPair>();
+  for (const loss of [0, 0.01]) roce.set(`${mainLink}/${loss}`, await rocePair(loss, largest, mainLink));
+  if (batched) roce.set('dgram/0', await rocePair(0, largest, 'dgram'));
   for (const pair of [...pairs.values(), ...roce.values()]) {
     await writeRun(pair, largest, 32 << 20);
     await readRun(pair, largest, 32 << 20);
   }
-  type Key = `${Row['op']}/${Row['transport']}/${boolean}/${number}`;
-  type Case = { op: Row['op']; transport: Row['transport']; crc: boolean; loss: number; run: (size: number) => Promise<number> };
+  type Key = `${Row['op']}/${Row['transport']}/${boolean}/${number}/${string}`;
+  type Case = { op: Row['op']; transport: Row['transport']; crc: boolean; loss: number; link?: Row['link']; run: (size: number) => Promise<number> };
+  const roceCases = (link: 'batched' | 'dgram', losses: number[]): Case[] =>
+    losses.flatMap((loss) => [
+      { op: 'write', transport: 'roce', crc: true, loss, link, run: (size: number) => writeRun(roce.get(`${link}/${loss}`)!, size, bytesPerRun) },
+      { op: 'read', transport: 'roce', crc: true, loss, link, run: (size: number) => readRun(roce.get(`${link}/${loss}`)!, size, bytesPerRun) },
+    ]);
   const cases: Case[] = [
     { op: 'tcp', transport: 'iwarp', crc: false, loss: 0, run: (size) => tcpRun(size, bytesPerRun) },
     { op: 'tcp-onread', transport: 'iwarp', crc: false, loss: 0, run: (size) => tcpOnreadRun(size, bytesPerRun) },
-    { op: 'udp', transport: 'roce', crc: false, loss: 0, run: () => udpRun(bytesPerRun) },
+    { op: 'udp', transport: 'roce', crc: false, loss: 0, run: () => udpPairRun(plainUdp, bytesPerRun) },
+    ...(batchedUdp !== undefined
+      ? [{ op: 'udp-batched', transport: 'roce', crc: false, loss: 0, run: () => udpPairRun(batchedUdp, bytesPerRun) } satisfies Case]
+      : []),
     { op: 'write', transport: 'iwarp', crc: false, loss: 0, run: (size) => writeRun(pairs.get(false)!, size, bytesPerRun) },
     { op: 'write', transport: 'iwarp', crc: true, loss: 0, run: (size) => writeRun(pairs.get(true)!, size, bytesPerRun) },
     { op: 'read', transport: 'iwarp', crc: false, loss: 0, run: (size) => readRun(pairs.get(false)!, size, bytesPerRun) },
     { op: 'read', transport: 'iwarp', crc: true, loss: 0, run: (size) => readRun(pairs.get(true)!, size, bytesPerRun) },
     // RoCE always carries the ICRC (crc: true), the iWARP rows' CRC-on counterpart.
-    { op: 'write', transport: 'roce', crc: true, loss: 0, run: (size) => writeRun(roce.get(0)!, size, bytesPerRun) },
-    { op: 'read', transport: 'roce', crc: true, loss: 0, run: (size) => readRun(roce.get(0)!, size, bytesPerRun) },
-    { op: 'write', transport: 'roce', crc: true, loss: 0.01, run: (size) => writeRun(roce.get(0.01)!, size, bytesPerRun) },
-    { op: 'read', transport: 'roce', crc: true, loss: 0.01, run: (size) => readRun(roce.get(0.01)!, size, bytesPerRun) },
+    ...roceCases(mainLink, [0, 0.01]),
+    ...(batched ? roceCases('dgram', [0]) : []),
   ];
-  const key = (entry: Case): Key => `${entry.op}/${entry.transport}/${entry.crc}/${entry.loss}`;
+  const key = (entry: Case): Key => `${entry.op}/${entry.transport}/${entry.crc}/${entry.loss}/${entry.link ?? ''}`;
   const rows: Row[] = [];
   for (const size of sizes) {
     // Trials interleave the cases, so a burst of load from elsewhere hits them alike; each
@@ -414,6 +390,7 @@ async function main(): Promise<void> {
         transport: entry.transport,
         crc: entry.crc,
         loss: entry.loss,
+        ...(entry.link === undefined ? {} : { link: entry.link }),
         size,
         gbps: round(measured.gbps),
         bytes: bytesPerRun,
@@ -421,29 +398,43 @@ async function main(): Promise<void> {
         cpuMsPerGiB: Math.round(measured.cpuMsPerGiB),
       });
       console.log(
-        `${entry.op.padEnd(5)} ${entry.transport.padEnd(5)} crc=${String(entry.crc).padEnd(5)} loss=${String(entry.loss).padEnd(4)} size=${String(size).padStart(8)}  ${measured.gbps.toFixed(2).padStart(6)} Gb/s  ${measured.cpuMsPerGiB.toFixed(0).padStart(5)} ms CPU/GiB`,
+        `${entry.op.padEnd(11)} ${entry.transport.padEnd(5)} ${(entry.link ?? '').padEnd(7)} crc=${String(entry.crc).padEnd(5)} loss=${String(entry.loss).padEnd(4)} size=${String(size).padStart(8)}  ${measured.gbps.toFixed(2).padStart(6)} Gb/s  ${measured.cpuMsPerGiB.toFixed(0).padStart(5)} ms CPU/GiB`,
       );
     }
-    const tcp = bestOf.get('tcp/iwarp/false/0')!.gbps;
-    const onread = bestOf.get('tcp-onread/iwarp/false/0')!.gbps;
-    const write = bestOf.get('write/iwarp/false/0')!.gbps;
+    const at = (k: Key): Measurement => bestOf.get(k)!;
+    const tcp = at('tcp/iwarp/false/0/').gbps;
+    const onread = at('tcp-onread/iwarp/false/0/').gbps;
+    const write = at('write/iwarp/false/0/').gbps;
     console.log(
       `size ${size}: RDMA Write (CRC off) at ${((100 * write) / tcp).toFixed(0)}% of the plain socket pair, ` +
         `${((100 * write) / onread).toFixed(0)}% of the onread socket pair`,
     );
-    const udp = bestOf.get('udp/roce/false/0')!.gbps;
-    for (const op of ['write', 'read'] as const) {
-      const iwarp = bestOf.get(`${op}/iwarp/false/0`)!.gbps;
-      const iwarpCrc = bestOf.get(`${op}/iwarp/true/0`)!.gbps;
-      const clean = bestOf.get(`${op}/roce/true/0`)!.gbps;
-      const lossy = bestOf.get(`${op}/roce/true/0.01`)!.gbps;
+    const udp = at('udp/roce/false/0/');
+    if (batched) {
+      const pair = at('udp-batched/roce/false/0/');
       console.log(
-        `size ${size}: RoCE ${op} at ${(clean / iwarp).toFixed(2)} of iWARP (target 0.8; ${(clean / iwarpCrc).toFixed(2)} of iWARP with CRC), ` +
-          `${(clean / udp).toFixed(2)} of the UDP socket pair; at 1% loss ${(lossy / clean).toFixed(2)} of loss-free (target 0.5)`,
+        `size ${size}: UDP pairs: batched ${(pair.cpuMsPerGiB / 1000).toFixed(2)} CPU-s/GiB, node:dgram ${(udp.cpuMsPerGiB / 1000).toFixed(2)} ` +
+          `(${(udp.cpuMsPerGiB / pair.cpuMsPerGiB).toFixed(2)}x); ${pair.gbps.toFixed(2)} vs ${udp.gbps.toFixed(2)} Gb/s`,
+      );
+    }
+    for (const op of ['write', 'read'] as const) {
+      const iwarp = at(`${op}/iwarp/false/0/`);
+      const iwarpCrc = at(`${op}/iwarp/true/0/`);
+      const clean = at(`${op}/roce/true/0/${mainLink}`);
+      const lossy = at(`${op}/roce/true/0.01/${mainLink}`);
+      const cpu = (m: Measurement): string => (m.cpuMsPerGiB / 1000).toFixed(2);
+      console.log(
+        `size ${size}: RoCE ${op} (${mainLink}) at ${(clean.gbps / iwarp.gbps).toFixed(2)} of iWARP (target 0.8; ${(clean.gbps / iwarpCrc.gbps).toFixed(2)} of iWARP with CRC), ` +
+          `at 1% loss ${(lossy.gbps / clean.gbps).toFixed(2)} of loss-free (target 0.5); CPU-s/GiB RoCE ${cpu(clean)}, iWARP ${cpu(iwarp)} (CRC on ${cpu(iwarpCrc)})` +
+          (batched
+            ? `; over node:dgram ${(at(`${op}/roce/true/0/dgram`).gbps / iwarp.gbps).toFixed(2)} of iWARP, ${cpu(at(`${op}/roce/true/0/dgram`))} CPU-s/GiB`
+            : ''),
       );
     }
   }
   for (const pair of [...pairs.values(), ...roce.values()]) await pair.close();
+  await plainUdp.close();
+  await batchedUdp?.close();
   const output = values.output;
   mkdirSync(dirname(output), { recursive: true });
   writeFileSync(output, `${JSON.stringify(rows, null, 2)}\n`);

@@ -86,13 +86,13 @@ test('GSO runs reach a node:dgram peer as separate datagrams, and its datagrams 
       }),
     );
     const plainAddress = { address: '127.0.0.1', port: plain.address().port };
-    lengths.forEach((length, index) => batched.send(plainAddress, datagram(index, length), EMPTY, EMPTY));
+    for (const [index, length] of lengths.entries()) batched.send(plainAddress, datagram(index, length), EMPTY, EMPTY);
     await allArrived;
     assert.equal(
       got.map((message) => message.length),
       lengths,
     );
-    lengths.forEach((length, index) => assert.equal(new Uint8Array(got[index]!), new Uint8Array(datagram(index, length))));
+    for (const [index, length] of lengths.entries()) assert.equal(new Uint8Array(got[index]!), new Uint8Array(datagram(index, length)));
     const back = collect(batched, 3);
     for (const length of [10, 4112, 4112]) plain.send(Buffer.alloc(length, length & 0xff), batched.local.port, '127.0.0.1');
     assert.equal(

@@ -1,0 +1,119 @@
+// Plain UDP socket pairs moving datagrams of one RoCE packet's size (4112 octets: BTH, 4 KiB,
+// ICRC at path MTU 4096) with a bounded window: what a RoCE link's UDP layer itself carries,
+// without the RC transport. One pair through node:dgram (one send, one callback and one Buffer
+// per datagram), one through BatchedUdpSocket (sendmmsg + GSO per turn, recvmmsg + GRO in a
+// worker). Used by bench/rnic.ts (rows "udp" and "udp-batched") and bench/udp-batch.ts.
+
+import dgram from 'node:dgram';
+import { BatchedUdpSocket } from '../host/rnic/rc/batched-udp-socket.ts';
+
+export const ROCE_PACKET = 12 + 4096 + 4;
+const WINDOW = 128;
+const CREDIT_EVERY = 64;
+
+/** A socket pair; `onData` and `onCredit` replace the previous handler, so a pair serves many runs. */
+export interface UdpPair {
+  send(datagram: Uint8Array): void;
+  sendCredit(): void;
+  onData(handler: () => void): void;
+  onCredit(handler: () => void): void;
+  close(): Promise<void>;
+}
+
+const NOTHING = (): void => undefined;
+
+export async function dgramPair(): Promise<UdpPair> {
+  const open = async (): Promise<dgram.Socket> => {
+    const socket = dgram.createSocket('udp4');
+    await new Promise<void>((resolve) => socket.bind(0, '127.0.0.1', resolve));
+    socket.setRecvBufferSize(4 << 20);
+    socket.setSendBufferSize(4 << 20);
+    return socket;
+  };
+  const sender = await open();
+  const receiver = await open();
+  const senderPort = sender.address().port;
+  const receiverPort = receiver.address().port;
+  const credit = Buffer.alloc(4);
+  let data = NOTHING;
+  let credited = NOTHING;
+  receiver.on('message', () => data());
+  sender.on('message', () => credited());
+  return {
+    send: (datagram) => sender.send(datagram, receiverPort, '127.0.0.1'),
+    sendCredit: () => receiver.send(credit, senderPort, '127.0.0.1'),
+    onData: (handler) => (data = handler),
+    onCredit: (handler) => (credited = handler),
+    close: async () => {
+      await Promise.all([sender, receiver].map((socket) => new Promise<void>((resolve) => socket.close(() => resolve()))));
+    },
+  };
+}
+
+export async function batchedPair(): Promise<UdpPair> {
+  const sender = await BatchedUdpSocket.open();
+  const receiver = await BatchedUdpSocket.open();
+  const credit = new Uint8Array(4);
+  const empty = new Uint8Array(0);
+  return {
+    send: (datagram) => sender.send(receiver.local, datagram, empty, empty),
+    sendCredit: () => receiver.send(sender.local, credit, empty, empty),
+    onData: (handler) => receiver.setReceiver(handler),
+    onCredit: (handler) => sender.setReceiver(handler),
+    close: async () => {
+      await Promise.all([sender.close(), receiver.close()]);
+    },
+  };
+}
+
+/**
+ * Sends `count` datagrams, at most WINDOW beyond the receiver's last credit (one per 64 arrived;
+ * a loopback socket drops what overflows its buffer), so it measures what the sockets carry, not
+ * how much the kernel can discard. Returns the datagrams that arrived.
+ */
+export async function pump(pair: UdpPair, count: number): Promise<number> {
+  // Off-heap like a registered region, so the batched sender points at it instead of copying.
+  const datagram = new Uint8Array(new SharedArrayBuffer(ROCE_PACKET)).fill(0x5a);
+  let received = 0;
+  let acknowledged = 0;
+  let sent = 0;
+  let finish: () => void = () => undefined;
+  const done = new Promise<void>((resolve) => (finish = resolve));
+  const fill = (): void => {
+    while (sent < count && sent - acknowledged < WINDOW) {
+      pair.send(datagram);
+      sent++;
+    }
+  };
+  pair.onData(() => {
+    received++;
+    if (received === count) finish();
+    else if (received % CREDIT_EVERY === 0) pair.sendCredit();
+  });
+  pair.onCredit(() => {
+    acknowledged += CREDIT_EVERY;
+    fill();
+  });
+  // A datagram the kernel dropped would stall the window: top it up from a timer, and end once
+  // everything was sent and nothing more arrives.
+  let lastReceived = -1;
+  const refill = setInterval(() => {
+    if (sent === count && received === lastReceived) finish();
+    lastReceived = received;
+    acknowledged = Math.max(acknowledged, received);
+    fill();
+  }, 20);
+  fill();
+  await done;
+  clearInterval(refill);
+  return received;
+}
+
+/** Moves `total` octets in ROCE_PACKET datagrams over an open pair; returns Gbit/s of what arrived. */
+export async function udpPairRun(pair: UdpPair, total: number): Promise<number> {
+  const count = Math.ceil(total / ROCE_PACKET);
+  const started = process.hrtime.bigint();
+  const received = await pump(pair, count);
+  const elapsed = process.hrtime.bigint() - started;
+  return (received * ROCE_PACKET * 8) / Number(elapsed);
+}
