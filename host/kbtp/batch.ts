@@ -25,10 +25,12 @@ export interface BatchHost {
   /** Forgets a `resume` given to waitForSlot (the batch's call gave up). */
   stopWaiting(resume: () => void): void;
   /**
-   * Writes and posts slot `slot`'s request; the answer comes back through `answered`. A LOAD's
-   * block lands in `into` directly when it is registered with the session (landing.ts).
+   * Writes and posts slot `slot`'s request for `buffer`; the answer comes back through
+   * `answered`. LOAD: `buffer` is the destination (the block lands in it directly when it is
+   * registered with the session, landing.ts, else in the slot's staging area). STORE: `buffer`
+   * is the data, sent inline when it fits the target's Max Inline, else staged for its RDMA Read.
    */
-  post(slot: number, batch: Batch, opcode: number, flags: number, handle: bigint, length: number, into: Uint8Array | undefined): void;
+  post(slot: number, batch: Batch, opcode: number, flags: number, handle: bigint, buffer: Uint8Array): void;
   /** The registered staging area of a slot (the block lands or is read from there). */
   staging(slot: number): Uint8Array;
   /** True when the slot's LOAD landed in the caller's registered buffer itself. */
@@ -131,13 +133,7 @@ export class Batch implements SlotOwner, DeadlineEntry {
       }
       const index = this.next++;
       this.indexOfSlot[slot] = index;
-      let length = host.blockSize;
-      const buffer = this.buffers[index]!;
-      if (this.opcode !== K.OPCODE_LOAD) {
-        host.staging(slot).set(buffer);
-        length = buffer.length;
-      }
-      host.post(slot, this, this.opcode, this.flags, this.handles[index]!, length, this.opcode === K.OPCODE_LOAD ? buffer : undefined);
+      host.post(slot, this, this.opcode, this.flags, this.handles[index]!, this.buffers[index]!);
     }
     if (this.handles.length === 0) this.settle(undefined);
   }

@@ -127,7 +127,7 @@ export class KbtpSession {
         const index = this.slotWaiters.indexOf(resume);
         if (index >= 0) this.slotWaiters.splice(index, 1);
       },
-      post: (slot, batch, opcode, flags, handle, length, into) => this.postBatched(slot, batch, opcode, flags, handle, length, into),
+      post: (slot, batch, opcode, flags, handle, buffer) => this.postBatched(slot, batch, opcode, flags, handle, buffer),
       send: (slot, call) => this.postCall(slot, call),
       staging: (slot) => this.stagingViews[slot]!,
       landed: (slot) => this.landing.landed(slot),
@@ -266,13 +266,33 @@ export class KbtpSession {
       );
   }
 
-  private postBatched(slot: number, batch: Batch, opcode: number, flags: number, handle: bigint, length: number, into: Uint8Array | undefined): void {
+  /**
+   * Writes a batch's request into its slot's message and posts it. LOAD: the block lands in
+   * `buffer` itself when it is registered (landing.ts), else in the slot's staging area. STORE:
+   * `buffer`'s data goes inline when it fits the target's Max Inline (one round trip, as a single
+   * store() does), else it is staged for the target's RDMA Read.
+   */
+  private postBatched(slot: number, batch: Batch, opcode: number, flags: number, handle: bigint, buffer: Uint8Array): void {
     const at = slot * this.messageSize;
+    const view = this.sendView;
     const idLow = this.slots.begin(slot, batch);
-    const landing = opcode === K.OPCODE_LOAD ? this.landing.claim(slot, into, this.hello.blockSize) : undefined;
-    const stag = landing === undefined ? (this.dataRegion?.stag ?? 0) : landing.stag;
-    const offset = landing === undefined ? this.stagingOffset(slot) : 0;
-    this.postSlot(slot, writeRequestAt(this.sendView, at, opcode, flags, SLOT_ID_MARK, idLow, handle, 0, stag, offset, length));
+    const stag = this.dataRegion?.stag ?? 0;
+    if (opcode === K.OPCODE_LOAD) {
+      const landing = this.landing.claim(slot, buffer, this.hello.blockSize);
+      this.postSlot(
+        slot,
+        landing === undefined
+          ? writeRequestAt(view, at, opcode, flags, SLOT_ID_MARK, idLow, handle, 0, stag, this.stagingOffset(slot), this.hello.blockSize)
+          : writeRequestAt(view, at, opcode, flags, SLOT_ID_MARK, idLow, handle, 0, landing.stag, 0, this.hello.blockSize),
+      );
+    } else if (buffer.length <= this.hello.maxInline) {
+      const length = writeRequestAt(view, at, opcode, flags | K.FLAG_INLINE, SLOT_ID_MARK, idLow, handle, 0, 0, 0, buffer.length);
+      this.sendBuffer.set(buffer, at + length);
+      this.postSlot(slot, length + buffer.length);
+    } else {
+      this.stagingViews[slot]!.set(buffer);
+      this.postSlot(slot, writeRequestAt(view, at, opcode, flags, SLOT_ID_MARK, idLow, handle, 0, stag, this.stagingOffset(slot), buffer.length));
+    }
   }
 
   /** Writes a single call's request into its slot's message in place (staging or inlining its data) and posts it. */

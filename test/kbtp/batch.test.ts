@@ -2,6 +2,11 @@
 import { test } from 'uvu';
 import * as assert from 'uvu/assert';
 import { BatchError, EXIT_STATUS, KbtpError, KbtpStatusError } from '../../host/kbtp/index.ts';
+import type { StreamChannel } from '../../host/rnic/verbs.ts';
+import type { LinkedChannel } from '../../host/rnic/linked-channel.ts';
+import { fpduPadding, MPA_LENGTH_FIELD } from '../../host/rnic/wire/mpa.ts';
+import { CRC_LENGTH } from '../../host/rnic/wire/crc.ts';
+import { RdmapOpcode } from '../../host/rnic/wire/rdmap.ts';
 import { openInProcessSession } from './in-process-session.ts';
 
 const pair = () => openInProcessSession(512, 32, 4);
@@ -19,6 +24,60 @@ test('storeMany then loadMany move every block, more blocks than credits', async
     for (let i = 0; i < handles.length; i++) {
       assert.is(lengths[i], 300 + i, `length of block ${i}`);
       assert.equal([...into[i]!.subarray(0, 300 + i)], [...blocks[i]!], `block ${i}`);
+    }
+  } finally {
+    await session.close(500);
+    await target.stop();
+  }
+});
+
+/** Stands between the initiator and its stream, counting the RDMA Read Responses it sends (each write holds whole FPDUs). */
+function countReadResponses(channel: LinkedChannel): { wrap: StreamChannel; readResponses: () => number } {
+  let readResponses = 0;
+  const wrap = new Proxy(channel, {
+    get(target, property) {
+      if (property === 'write') {
+        return (chunks: readonly Uint8Array[], count: number, done: unknown) => {
+          const bytes = Buffer.concat(chunks.slice(0, count));
+          for (let at = 0; at + MPA_LENGTH_FIELD + 2 <= bytes.length; ) {
+            const ulpduLength = (bytes[at]! << 8) | bytes[at + 1]!;
+            if ((bytes[at + 3]! & 0x0f) === RdmapOpcode.RdmaReadResponse) readResponses++;
+            at += MPA_LENGTH_FIELD + ulpduLength + fpduPadding(ulpduLength) + CRC_LENGTH;
+          }
+          return (target.write as (...args: unknown[]) => void).call(target, chunks, count, done);
+        };
+      }
+      const value = Reflect.get(target, property, target) as unknown;
+      return typeof value === 'function' ? value.bind(target) : value;
+    },
+  });
+  return { wrap, readResponses: () => readResponses };
+}
+
+test('storeMany sends blocks inline when they fit Max Inline (one round trip), larger ones by RDMA Read', async () => {
+  let counter: ReturnType<typeof countReadResponses> | undefined;
+  // The in-process target's Max Inline is 64 octets.
+  const { session, target } = await openInProcessSession(512, 32, 4, (channel) => {
+    counter = countReadResponses(channel);
+    return counter.wrap;
+  });
+  try {
+    const handles = Array.from({ length: 6 }, (_, i) => BigInt(i));
+    for (const handle of handles) await session.allocStore(handle, new Uint8Array(512));
+    const small = handles.map((_, i) => new Uint8Array(64 - i).map((__, j) => (i * 5 + j) & 0xff));
+    const before = counter!.readResponses();
+    await session.storeMany(handles, small);
+    assert.is(counter!.readResponses() - before, 0, 'no RDMA Read for inline blocks');
+    const large = handles.map((_, i) => new Uint8Array(65 + i).map((__, j) => (i * 3 + j) & 0xff));
+    await session.storeMany(handles.slice(0, 3), large.slice(0, 3));
+    assert.is(counter!.readResponses() - before, 3, 'one RDMA Read per block over Max Inline');
+    const into = handles.map(() => new Uint8Array(512));
+    const lengths = new Uint32Array(handles.length);
+    await session.loadMany(handles, into, { allowUnsealed: true, lengths });
+    for (let i = 0; i < handles.length; i++) {
+      const stored = i < 3 ? large[i]! : small[i]!;
+      assert.is(lengths[i], stored.length);
+      assert.equal([...into[i]!.subarray(0, stored.length)], [...stored], `block ${i}`);
     }
   } finally {
     await session.close(500);
