@@ -7,7 +7,7 @@
 import dgram from 'node:dgram';
 import dns from 'node:dns';
 import { isIPv4 } from 'node:net';
-import { icrcBegin, icrcContinue, writeIcrc } from '../wire/icrc.ts';
+import { icrcBegin, icrcContinue, icrcContinueRange, writeIcrc } from '../wire/icrc.ts';
 import { encodeIpv4Header, encodeUdpHeader, IPV4_HEADER_LENGTH, parseIpv4, UDP_HEADER_LENGTH } from '../wire/roce-frame.ts';
 
 export interface PeerAddress {
@@ -63,9 +63,9 @@ export function socketIcrcHeaders(ip: Uint8Array, udp: Uint8Array, from: PeerAdd
 /** Computes and writes the ICRC of header + payload + trailer into the trailer's last 4 octets. */
 export function fillIcrc(ip: Uint8Array, udp: Uint8Array, header: Uint8Array, payload: Uint8Array, trailer: Uint8Array): void {
   let crc = icrcBegin(ip, udp, header);
-  crc = icrcContinue(crc, header.subarray(12));
+  crc = icrcContinueRange(crc, header, 12, header.length);
   crc = icrcContinue(crc, payload);
-  crc = icrcContinue(crc, trailer.subarray(0, trailer.length - 4));
+  crc = icrcContinueRange(crc, trailer, 0, trailer.length - 4);
   writeIcrc(trailer, trailer.length - 4, crc);
 }
 

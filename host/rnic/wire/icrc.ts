@@ -12,6 +12,23 @@ import { ProtocolError } from '../../errors.ts';
 /** The ICRC is written LSB first, like the MPA CRC. */
 export { writeCrc as writeIcrc, readCrc as readIcrc } from './crc.ts';
 
+/** CRC-32 (IEEE, reflected) by table, for short runs: a native call costs more than their octets. */
+const TABLE = new Int32Array(256);
+for (let n = 0; n < 256; n++) {
+  let c = n;
+  for (let k = 0; k < 8; k++) c = c & 1 ? 0xedb88320 ^ (c >>> 1) : c >>> 1;
+  TABLE[n] = c;
+}
+/** Below this many octets the JS table beats @node-rs/crc32's native call (its N-API crossing). */
+const NATIVE_FROM = 256;
+
+/** zlib-style continuation (`running` = the CRC of the octets before) over bytes[start, end). */
+function crc32Range(running: number, bytes: Uint8Array, start: number, end: number): number {
+  let c = ~running;
+  for (let i = start; i < end; i++) c = TABLE[(c ^ bytes[i]!) & 0xff]! ^ (c >>> 8);
+  return ~c >>> 0;
+}
+
 const LRH_STAND_IN = new Uint8Array(8).fill(0xff);
 /** CRC after the eight 0xFF octets: every ICRC starts here (rxe's raw seed 0xDEBB20E3, inverted). */
 const AFTER_LRH = crc32(LRH_STAND_IN);
@@ -45,16 +62,24 @@ export function icrcBegin(ipHeader: Uint8Array, udpHeader: Uint8Array, bth: Uint
   scratch[ipLength + 7] = 0xff;
   scratch.set(bth.subarray(0, 12), ipLength + 8);
   scratch[ipLength + 12] = 0xff; // FECN, BECN, resv6
-  return crc32(scratch.subarray(0, ipLength + 20), AFTER_LRH);
+  return crc32Range(AFTER_LRH, scratch, 0, ipLength + 20);
 }
 
 export function icrcContinue(running: number, bytes: Uint8Array): number {
-  return bytes.length === 0 ? running : crc32(bytes, running);
+  const length = bytes.length;
+  if (length < NATIVE_FROM) return length === 0 ? running : crc32Range(running, bytes, 0, length);
+  return crc32(bytes, running);
+}
+
+/** `icrcContinue` over bytes[start, end) without a view: the short header and trailer runs of a packet. */
+export function icrcContinueRange(running: number, bytes: Uint8Array, start: number, end: number): number {
+  if (end - start < NATIVE_FROM) return crc32Range(running, bytes, start, end);
+  return crc32(bytes.subarray(start, end), running);
 }
 
 /** ICRC of a whole IB packet (`transport` = BTH .. last pad octet, without the ICRC). */
 export function computeIcrc(ipHeader: Uint8Array, udpHeader: Uint8Array, transport: Uint8Array): number {
-  return icrcContinue(icrcBegin(ipHeader, udpHeader, transport), transport.subarray(12));
+  return icrcContinueRange(icrcBegin(ipHeader, udpHeader, transport), transport, 12, transport.length);
 }
 
 /** Checks the ICRC at the end of `packet` (BTH .. ICRC). */
