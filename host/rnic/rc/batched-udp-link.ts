@@ -53,8 +53,8 @@ export class BatchedUdpLink implements PacketLink {
     this.socket.send(to, header, payload, trailer);
   }
 
-  receivePending(): boolean {
-    return this.socket.receivePending();
+  receiveNow(): void {
+    this.socket.receiveNow();
   }
 
   async close(): Promise<void> {

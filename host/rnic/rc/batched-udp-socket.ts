@@ -42,7 +42,6 @@ const SOL_SOCKET = 1;
 const SO_SNDBUF = 7;
 const SO_RCVBUF = 8;
 const SHUT_RDWR = 2;
-const FIONREAD = 0x541b;
 const MSG_DONTWAIT = 0x40;
 const MSG_TRUNC = 0x20;
 const EINTR = 4;
@@ -94,8 +93,8 @@ const CONSUMED = 1;
 const WAKE_PENDING = 2;
 const CLOSING = 3;
 const WORKER_ERRNO = 4;
-/** 1 from before the worker's recvmmsg until it published what it got. */
-const WORKER_BUSY = 5;
+/** Held (1) by whichever thread is taking datagrams into the ring: the worker or receiveNow. */
+const PRODUCER_LOCK = 5;
 /** Where the worker keeps its struct pollfd. */
 const POLLFD_AT = 32;
 const CONTROL_BYTES = 64;
@@ -108,7 +107,7 @@ interface Libc {
   shutdown(fd: number, how: number): number;
   close(fd: number): number;
   sendmmsg(fd: number, vector: number, count: number, flags: number): number;
-  ioctl(fd: number, request: number, value: Int32Array): number;
+  recvmmsg(fd: number, vector: number, count: number, flags: number, timeout: number): number;
   /** Returns its first argument: the address of a typed array's first octet. */
   addressOf(target: Uint8Array): number;
   errno(): number;
@@ -139,11 +138,10 @@ export function loadBatchedUdp(): Libc | Error {
     const shutdown = libc.func('int shutdown(int, int)') as Libc['shutdown'];
     const close = libc.func('int close(int)') as Libc['close'];
     const sendmmsg = libc.func('int sendmmsg(int, intptr_t, unsigned int, int)') as Libc['sendmmsg'];
-    // Variadic in C; called with one pointer argument, which both x86_64 and arm64 Linux pass alike.
-    const ioctl = libc.func('int ioctl(int, unsigned long, void *)') as Libc['ioctl'];
+    const recvmmsg = libc.func('int recvmmsg(int, intptr_t, unsigned int, int, intptr_t)') as Libc['recvmmsg'];
     const memmove = libc.func('intptr_t memmove(void *, void *, size_t)') as (a: Uint8Array, b: Uint8Array, n: number) => number | bigint;
     const addressOf = (target: Uint8Array): number => Number(memmove(target, target, 0));
-    loaded = { socket, bind, getsockname, setsockopt, shutdown, close, sendmmsg, ioctl, addressOf, errno: () => koffi.errno(), koffiPath };
+    loaded = { socket, bind, getsockname, setsockopt, shutdown, close, sendmmsg, recvmmsg, addressOf, errno: () => koffi.errno(), koffiPath };
   } catch (error) {
     loaded = error instanceof Error ? error : new Error(String(error));
   }
@@ -221,37 +219,41 @@ const poll = libc.func('int poll(intptr_t, unsigned long, int)');
 const pollfd = workerData.pollfd;
 words[pollfd >>> 2] = fd;
 bytes[pollfd + 4] = 1; // events = POLLIN
-let produced = Atomics.load(control, ${PRODUCED});
 parentPort.postMessage(-1); // ready: open() resolves only now, so no packet waits for a worker to start
 while (Atomics.load(control, ${CLOSING}) === 0) {
-  const consumed = Atomics.load(control, ${CONSUMED});
-  const free = slots - ((produced - consumed) | 0);
-  if (free === 0) { Atomics.wait(control, ${CONSUMED}, consumed, 200); continue; }
-  // Wait in poll, not in recvmmsg: until BUSY is set the datagrams stay in the kernel's queue,
-  // where the main thread can see them (receivePending), so none is ever invisible in transit.
+  if (slots - ((Atomics.load(control, ${PRODUCED}) - Atomics.load(control, ${CONSUMED})) | 0) === 0) {
+    Atomics.wait(control, ${CONSUMED}, Atomics.load(control, ${CONSUMED}), 200);
+    continue;
+  }
+  // Wait in poll, not in recvmmsg: the datagrams stay in the kernel's queue until a producer
+  // holding the lock takes them, so the main thread can take them itself (receiveNow).
   const ready = poll(base + pollfd, 1, 200);
   if (Atomics.load(control, ${CLOSING}) !== 0) break;
   if (ready <= 0) continue;
-  Atomics.store(control, ${WORKER_BUSY}, 1);
+  while (Atomics.compareExchange(control, ${PRODUCER_LOCK}, 0, 1) !== 0) Atomics.wait(control, ${PRODUCER_LOCK}, 1, 50);
+  const produced = Atomics.load(control, ${PRODUCED});
+  const free = slots - ((produced - Atomics.load(control, ${CONSUMED})) | 0);
   const start = (produced >>> 0) % slots;
   const count = Math.min(free, slots - start, batch);
-  // The kernel overwrites both lengths with what it wrote: give every slot its full room again.
-  for (let i = start; i < start + count; i++) {
-    const record = records + i * ${MMSGHDR};
-    words[(record + ${MSG_NAMELEN}) >>> 2] = ${SOCKADDR_IN};
-    put64(record + ${MSG_CONTROLLEN}, ${CMSG_ROOM});
+  let got = 0;
+  if (count > 0) {
+    // The kernel overwrites both lengths with what it wrote: give every slot its full room again.
+    for (let i = start; i < start + count; i++) {
+      const record = records + i * ${MMSGHDR};
+      words[(record + ${MSG_NAMELEN}) >>> 2] = ${SOCKADDR_IN};
+      put64(record + ${MSG_CONTROLLEN}, ${CMSG_ROOM});
+    }
+    got = recvmmsg(fd, base + records + start * ${MMSGHDR}, count, ${MSG_DONTWAIT}, 0);
+    if (got > 0) Atomics.store(control, ${PRODUCED}, (produced + got) | 0);
   }
-  const got = recvmmsg(fd, base + records + start * ${MMSGHDR}, count, ${MSG_DONTWAIT}, 0);
+  const errno = got < 0 ? koffi.errno() : 0;
+  Atomics.store(control, ${PRODUCER_LOCK}, 0);
+  Atomics.notify(control, ${PRODUCER_LOCK});
   if (got > 0) {
-    produced = (produced + got) | 0;
-    Atomics.store(control, ${PRODUCED}, produced);
-    Atomics.store(control, ${WORKER_BUSY}, 0);
     if (Atomics.compareExchange(control, ${WAKE_PENDING}, 0, 1) === 0) parentPort.postMessage(0);
     continue;
   }
-  Atomics.store(control, ${WORKER_BUSY}, 0);
-  const errno = got < 0 ? koffi.errno() : ${EAGAIN};
-  if (errno === ${EINTR} || errno === ${EAGAIN}) continue;
+  if (got === 0 || errno === ${EINTR} || errno === ${EAGAIN}) continue; // the main thread took them
   Atomics.store(control, ${WORKER_ERRNO}, errno);
   parentPort.postMessage(errno);
   break;
@@ -326,7 +328,10 @@ export class BatchedUdpSocket implements TurnParticipant {
   private readonly addressesAt: number;
   private readonly receiveControlsAt: number;
   private consumed = 0;
-  private readonly queuedBytes = new Int32Array(1);
+  /** A drain is handing datagrams over (a receiver that ends up in receiveNow must not re-enter it). */
+  private draining = false;
+  /** Address of the ring's first octet (the records the worker filled in hold absolute pointers). */
+  private readonly ringBase: number;
   private lastSourceKey = -1;
   private lastSource: PeerAddress = { address: '', port: 0 };
 
@@ -374,6 +379,7 @@ export class BatchedUdpSocket implements TurnParticipant {
     this.control = new Int32Array(ring, 0, CONTROL_BYTES / 4);
     this.ringBytes = new Uint8Array(ring);
     this.ringWords = new Uint32Array(ring);
+    this.ringBase = libc.addressOf(this.ringBytes);
     this.slotViews = [];
     for (let i = 0; i < slots; i++) this.slotViews.push(new Uint8Array(ring, data + i * slotBytes, slotBytes));
     this.recordsAt = records;
@@ -640,17 +646,47 @@ export class BatchedUdpSocket implements TurnParticipant {
   }
 
   /**
-   * True while a datagram has reached this socket that the receiver has not been handed yet: in
-   * the kernel's queue, being taken by the worker, or published and not drained. Callers that
-   * judge silence (an ACK timer, a peer's close) wait for it to turn false: the worker's hand-over
-   * is a thread switch, which a loaded machine can delay past a timer.
+   * Hands the receiver, now, every datagram that has reached this socket: those the worker has
+   * published and those still in the kernel's queue, taken here on the main thread. Callers that
+   * judge silence (an ACK timer, a peer's close) call it first: the worker's hand-over is a
+   * thread switch, which a loaded machine can delay past any timer. Waits at most ~200 ms for a
+   * worker in the middle of its own receive (it holds the ring for microseconds unless preempted).
    */
-  receivePending(): boolean {
-    if (this.closed) return false;
-    if (Atomics.load(this.control, PRODUCED) !== this.consumed || Atomics.load(this.control, WORKER_BUSY) !== 0) return true;
-    const queued = this.queuedBytes;
-    queued[0] = 0;
-    return this.libc.ioctl(this.fd, FIONREAD, queued) === 0 && queued[0]! > 0;
+  receiveNow(): void {
+    if (this.closed || this.draining) return; // inside a delivery: the drain under way hands everything over
+
+    const control = this.control;
+    let waited = 0;
+    while (Atomics.compareExchange(control, PRODUCER_LOCK, 0, 1) !== 0) {
+      if (waited++ >= 20) {
+        this.drain();
+        return;
+      }
+      Atomics.wait(control, PRODUCER_LOCK, 1, 10);
+    }
+    try {
+      for (;;) {
+        const produced = Atomics.load(control, PRODUCED);
+        const free = this.slots - ((produced - this.consumed) | 0);
+        const start = (produced >>> 0) % this.slots;
+        const count = Math.min(free, this.slots - start, RECEIVE_BATCH);
+        if (count === 0) break;
+        for (let i = start; i < start + count; i++) {
+          const record = this.recordsAt + i * MMSGHDR;
+          this.ringWords[(record + MSG_NAMELEN) >>> 2] = SOCKADDR_IN;
+          this.ringWords[(record + MSG_CONTROLLEN) >>> 2] = CMSG_ROOM;
+          this.ringWords[((record + MSG_CONTROLLEN) >>> 2) + 1] = 0;
+        }
+        const got = this.libc.recvmmsg(this.fd, this.ringBase + this.recordsAt + start * MMSGHDR, count, MSG_DONTWAIT, 0);
+        if (got <= 0) break;
+        Atomics.store(control, PRODUCED, (produced + got) | 0);
+        if (got < count) break;
+      }
+    } finally {
+      Atomics.store(control, PRODUCER_LOCK, 0);
+      Atomics.notify(control, PRODUCER_LOCK);
+    }
+    this.drain();
   }
 
   /** Test hook: the next `count` sendmmsg calls are answered as if the socket buffer were full (EAGAIN). */
@@ -676,13 +712,14 @@ export class BatchedUdpSocket implements TurnParticipant {
   /** Hands every datagram the worker has published to the receiver, as one turn. */
   private drain(): void {
     Atomics.store(this.control, WAKE_PENDING, 0);
-    if (this.closed) return;
+    if (this.closed || this.draining) return;
     const produced = Atomics.load(this.control, PRODUCED);
     let consumed = this.consumed;
     if (consumed === produced) return;
     this.stats.receiveBatches++;
     const slots = this.slots;
     const words = this.ringWords;
+    this.draining = true;
     turn.enter();
     try {
       while (consumed !== produced) {
@@ -726,6 +763,7 @@ export class BatchedUdpSocket implements TurnParticipant {
       this.consumed = consumed;
       Atomics.store(this.control, CONSUMED, consumed);
       Atomics.notify(this.control, CONSUMED);
+      this.draining = false;
       turn.leave();
     }
   }

@@ -44,8 +44,8 @@ export class ImpairedLink implements PacketLink {
     this.inner.setReceiver(receiver);
   }
 
-  receivePending(): boolean {
-    return this.inner.receivePending?.() ?? false;
+  receiveNow(): void {
+    this.inner.receiveNow?.();
   }
 
   send(to: PeerAddress, header: Uint8Array, payload: Uint8Array, trailer: Uint8Array): void {

@@ -36,10 +36,10 @@ export interface PacketLink {
    */
   setSendErrorHandler?(handler: LinkSendErrorHandler): void;
   /**
-   * Optional, for a link that reads on another thread: true while a packet has arrived that the
-   * receiver has not been handed yet. RC waits for it before it calls a peer silent.
+   * Optional, for a link that reads on another thread: hands the receiver, before it returns,
+   * every packet that has reached the link. RC calls it before it calls a peer silent or gone.
    */
-  receivePending?(): boolean;
+  receiveNow?(): void;
   close(): Promise<void>;
 }
 

@@ -345,22 +345,12 @@ export class RcQueuePair extends EventEmitter<RcQueuePairEvents> {
   }
 
   /**
-   * Runs `action` once the link has handed over every packet that already arrived (at once for
-   * a link that reads on the event loop's own thread), or after `limitMs` if packets keep
-   * arriving. Used before judging the peer silent or gone: what it sent before must count first.
+   * Lets the link hand over every packet that already reached it (a link that reads on another
+   * thread may hold some a moment longer). Called before judging the peer silent or gone: what
+   * it sent before must count first.
    */
-  afterPendingReceives(action: () => void, limitMs: number): void {
-    const link = this.link;
-    if (link?.receivePending === undefined || !link.receivePending()) {
-      action();
-      return;
-    }
-    const deadline = performance.now() + limitMs;
-    const check = (): void => {
-      if (link.receivePending!() && performance.now() < deadline) setImmediate(check);
-      else action();
-    };
-    setImmediate(check);
+  receiveNow(): void {
+    this.link?.receiveNow?.();
   }
 
   /** A cleared header record for building the next packet. */

@@ -458,19 +458,22 @@ export class Requester {
 
   private readResponse(h: IbHeaders, psn: number, payload: Uint8Array): void {
     const wqe = this.oldestAwaitingResponse(psn);
-    if (wqe === undefined || wqe.kind !== Kind.Read) return;
-    if (psnCompare(psn, wqe.firstPsn) < 0 || psnCompare(psn, psnAdd(wqe.firstPsn, wqe.packets)) >= 0) return;
-    const expected = psnAdd(wqe.firstPsn, wqe.received);
+    if (wqe === undefined) return;
+    const expected = psnAdd(wqe.firstPsn, wqe.kind === Kind.Atomic ? 0 : wqe.received);
     const order = psnCompare(psn, expected);
     if (order < 0) return; // a duplicate of what already arrived
     if (order > 0) {
-      // A response packet went missing: ask again from it, once per gap.
+      // A response packet went missing: this one comes later in the sequence, from the same
+      // Read or a later one (the lost packet was the last of its run, or an Atomic
+      // Acknowledge). Ask again from the missing PSN at once, once per gap, instead of waiting
+      // for the ACK timeout: responses are taken in PSN order only, as IB requires.
       if (this.readRewoundTo !== expected) {
         this.readRewoundTo = expected;
         this.rewind(expected);
       }
       return;
     }
+    if (wqe.kind !== Kind.Read) return;
     const mtu = this.mtuFor();
     const index = wqe.received;
     const final = index === wqe.packets - 1;
@@ -595,16 +598,12 @@ export class Requester {
     const acknowledged = this.lastAcked;
     this.expiry = setImmediate(() => {
       this.expiry = setImmediate(() => {
-        // A link that reads on another thread may hold the ACK a moment longer: wait for what
-        // arrived (at most another timeout) before calling the peer silent.
-        const waiting = this.expiry;
-        this.qp.afterPendingReceives(() => {
-          if (this.expiry !== waiting) return; // stopped, or the RNR path took over meanwhile
-          this.expiry = undefined;
-          if (!this.running) return;
-          if (this.lastAcked === acknowledged) this.timedOut();
-          else this.armTimer();
-        }, this.timeoutMs);
+        this.expiry = undefined;
+        // A link that reads on another thread may hold the ACK a moment longer: take it first.
+        this.qp.receiveNow();
+        if (!this.running) return;
+        if (this.lastAcked === acknowledged) this.timedOut();
+        else this.armTimer();
       });
     });
   }

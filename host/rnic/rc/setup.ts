@@ -190,10 +190,8 @@ function tie(qp: RcQueuePair, endpoint: RoceEndpoint, socket: net.Socket): void 
   socket.resume();
   socket.on('close', () => {
     // Packets the peer sent before it closed (a NAK, the last ACK) count first.
-    if (qp.state === 'rts')
-      qp.afterPendingReceives(() => {
-        if (qp.state === 'rts') qp.enterError({ reason: 'peer-closed', message: 'the peer closed the connection' });
-      }, 100);
+    if (qp.state === 'rts') qp.receiveNow();
+    if (qp.state === 'rts') qp.enterError({ reason: 'peer-closed', message: 'the peer closed the connection' });
   });
   qp.onLeaveRts = (_info: DisconnectInfo) => {
     socket.end();
