@@ -109,7 +109,27 @@ interface StoreRun {
   /** CPU time (user + system) per STORE of the target's process and of the clients' process, microseconds. */
   targetCpuUs: number;
   clientCpuUs: number;
+  /** Of targetCpuUs, the target's main thread: where the durable tier's group commit runs (the workers, libuv's and V8's threads are the rest). */
+  mainThreadCpuUs: number;
 }
+
+/**
+ * CPU time of this process's main thread in microseconds (Linux: /proc/self/task/PID/stat, in
+ * clock ticks); NaN where there is no /proc. process.cpuUsage() counts every thread of the process.
+ */
+function mainThreadCpuMicros(): number {
+  try {
+    const stat = fs.readFileSync(`/proc/self/task/${process.pid}/stat`, 'utf8');
+    const fields = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
+    const ticks = Number(fields[11]) + Number(fields[12]);
+    return (ticks * 1e6) / CLOCK_TICKS;
+  } catch {
+    return Number.NaN;
+  }
+}
+
+/** Clock ticks per second of /proc's CPU times (sysconf(_SC_CLK_TCK)); 100 on Linux. */
+const CLOCK_TICKS = Number(spawnSync('getconf', ['CLK_TCK'], { encoding: 'utf8' }).stdout.trim()) || 100;
 
 /** 16 sessions (in a client process of their own, bench/tier-load.ts) store `bytesPerRow` of sealed blocks of `size` octets. */
 async function storeRun(size: number, dataDir: string | undefined): Promise<StoreRun> {
@@ -123,20 +143,37 @@ async function storeRun(size: number, dataDir: string | undefined): Promise<Stor
     });
     let out = '';
     let cpuBefore: NodeJS.CpuUsage | undefined;
+    let mainBefore = 0;
     child.stdout.on('data', (chunk: Buffer) => {
       out += chunk.toString();
       // The warm-up is over: the measured pass starts.
-      if (cpuBefore === undefined && out.includes('"phase":"measure"')) cpuBefore = process.cpuUsage();
+      if (cpuBefore === undefined && out.includes('"phase":"measure"')) {
+        cpuBefore = process.cpuUsage();
+        mainBefore = mainThreadCpuMicros();
+      }
     });
     const code = await new Promise<number | null>((resolve) => child.once('exit', resolve));
     const cpu = process.cpuUsage(cpuBefore);
+    const mainUsed = mainThreadCpuMicros() - mainBefore;
     if (code !== 0 || cpuBefore === undefined) throw new Error(`bench/tier-load exited with ${code}: ${out}`);
     const { seconds, bytes, cpuMicros } = JSON.parse(out.trim().split('\n').at(-1) ?? '{}') as { seconds: number; bytes: number; cpuMicros: number };
     const stores = perSession * SESSIONS;
-    return { gbps: (bytes * 8) / seconds / 1e9, targetCpuUs: (cpu.user + cpu.system) / stores, clientCpuUs: cpuMicros / stores };
+    return {
+      gbps: (bytes * 8) / seconds / 1e9,
+      targetCpuUs: (cpu.user + cpu.system) / stores,
+      clientCpuUs: cpuMicros / stores,
+      mainThreadCpuUs: mainUsed / stores,
+    };
   } finally {
     await target.stop(1000);
   }
+}
+
+/** CPU microseconds per MiB stored, target + clients (main thread of the target in brackets). */
+function perMiB(run: StoreRun | undefined, size: number): string {
+  if (run === undefined) return '-';
+  const scale = 2 ** 20 / size;
+  return `${((run.targetCpuUs + run.clientCpuUs) * scale).toFixed(0)} us (${(run.targetCpuUs * scale).toFixed(0)} + ${(run.clientCpuUs * scale).toFixed(0)}; main thread ${(run.mainThreadCpuUs * scale).toFixed(0)})`;
 }
 
 /** Writes a tier of 100,000 small sealed blocks, then times opening it (index recovery). */
@@ -210,7 +247,8 @@ async function main(): Promise<void> {
       const [f, p, v] = [fios.at(-1) ?? 0, persistents.at(-1), volatiles.at(-1)];
       console.log(
         `  size ${size} run ${run + 1}: fio ${f.toFixed(3)}, persistent ${p?.gbps.toFixed(3)}, volatile ${v?.gbps.toFixed(3)} Gbit/s` +
-          ` (persistent/volatile ${((p?.gbps ?? 0) / (v?.gbps ?? 1)).toFixed(2)}, persistent/fio ${((p?.gbps ?? 0) / f).toFixed(2)})`,
+          ` (persistent/volatile ${((p?.gbps ?? 0) / (v?.gbps ?? 1)).toFixed(2)}, persistent/fio ${((p?.gbps ?? 0) / f).toFixed(2)});` +
+          ` CPU per MiB, target + clients: persistent ${perMiB(p, size)}, volatile ${perMiB(v, size)}; load ${os.loadavg()[0]?.toFixed(1)}`,
       );
     }
     const f = median(fios);
@@ -219,7 +257,7 @@ async function main(): Promise<void> {
     fioBySize[size] = f;
     rows.push({ size, sessions: SESSIONS, persistent_store_gbps: +p.toFixed(3), volatile_store_gbps: +v.toFixed(3) });
     const cpu = (runs: StoreRun[]): string =>
-      `target ${median(runs.map((r) => r.targetCpuUs)).toFixed(0)} us, clients ${median(runs.map((r) => r.clientCpuUs)).toFixed(0)} us`;
+      `target ${median(runs.map((r) => r.targetCpuUs)).toFixed(0)} us (main thread ${median(runs.map((r) => r.mainThreadCpuUs)).toFixed(0)}), clients ${median(runs.map((r) => r.clientCpuUs)).toFixed(0)} us`;
     console.log(
       `size ${size}, 16 sessions, median of ${RUNS}: fio ${f.toFixed(3)} Gbit/s, persistent STORE ${p.toFixed(3)}, volatile STORE ${v.toFixed(3)} Gbit/s;` +
         ` persistent/fio ${(p / f).toFixed(2)}, persistent/volatile ${(p / v).toFixed(2)}; CPU per STORE: persistent ${cpu(persistents)}, volatile ${cpu(volatiles)}`,
