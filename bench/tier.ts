@@ -15,13 +15,14 @@
 // fio comes from Debian; the bench installs it when it is missing (apt-get).
 //
 //   node dist/bench/tier.js [--mib N] [--dir PATH] [--output path]
-import { execFileSync, spawn, spawnSync } from 'node:child_process';
+import { execFileSync, spawnSync } from 'node:child_process';
 import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { parseCommandLine } from '../host/commands/command-line.ts';
-import { resolveTargetSettings, type TargetSettings } from '../firmware/config.ts';
+import { resolveTargetSettings } from '../firmware/config.ts';
+import { SESSIONS, storeRun, type StoreRun } from './tier-store-run.ts';
 import { startTarget } from '../host/kbtp/server/target.ts';
 import { connect } from '../host/kbtp/initiator.ts';
 import { DurableTier } from '../host/tier/tier.ts';
@@ -39,7 +40,6 @@ const root = here.endsWith(path.join('dist', 'bench')) ? path.join(here, '..', '
 const output = values.output ?? path.join(root, 'bench', 'results', 'tier.json');
 const base = values.dir ?? path.join(root, '.cache', 'bench-tier');
 const bytesPerRow = Number(values.mib) * 2 ** 20;
-const SESSIONS = 16;
 const SIZES = [262144, 1048576];
 /** Runs of each kind per size; the medians are reported. */
 const RUNS = 3;
@@ -88,85 +88,6 @@ function fioWriteGbps(fio: string, dir: string, size: number): number {
   const job = (JSON.parse(result) as { jobs: Array<{ write: { bw_bytes: number } }> }).jobs[0];
   for (const name of fs.readdirSync(dir)) if (name.startsWith('tier.')) fs.rmSync(path.join(dir, name));
   return ((job?.write.bw_bytes ?? 0) * 8) / 1e9;
-}
-
-function settingsFor(size: number, blocks: number, dataDir: string | undefined): TargetSettings {
-  return resolveTargetSettings({
-    listen: '127.0.0.1:0',
-    workers: 2,
-    pool: { blockSize: size, blockCount: blocks, handleCount: blocks * 4, maxInline: 0 },
-    session: { credits: 16, maxSessions: 64 },
-    ...(dataDir === undefined ? {} : { durable: { dataDir, capacity: 4 * blocks * size + 256 * 2 ** 20 } }),
-  });
-}
-
-/** Requests in flight per session. */
-const PIPELINE = 4;
-const loadScript = fileURLToPath(new URL(`./tier-load${import.meta.url.endsWith('.ts') ? '.ts' : '.js'}`, import.meta.url));
-
-interface StoreRun {
-  gbps: number;
-  /** CPU time (user + system) per STORE of the target's process and of the clients' process, microseconds. */
-  targetCpuUs: number;
-  clientCpuUs: number;
-  /** Of targetCpuUs, the target's main thread: where the durable tier's group commit runs (the workers, libuv's and V8's threads are the rest). */
-  mainThreadCpuUs: number;
-}
-
-/**
- * CPU time of this process's main thread in microseconds (Linux: /proc/self/task/PID/stat, in
- * clock ticks); NaN where there is no /proc. process.cpuUsage() counts every thread of the process.
- */
-function mainThreadCpuMicros(): number {
-  try {
-    const stat = fs.readFileSync(`/proc/self/task/${process.pid}/stat`, 'utf8');
-    const fields = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
-    const ticks = Number(fields[11]) + Number(fields[12]);
-    return (ticks * 1e6) / CLOCK_TICKS;
-  } catch {
-    return Number.NaN;
-  }
-}
-
-/** Clock ticks per second of /proc's CPU times (sysconf(_SC_CLK_TCK)); 100 on Linux. */
-const CLOCK_TICKS = Number(spawnSync('getconf', ['CLK_TCK'], { encoding: 'utf8' }).stdout.trim()) || 100;
-
-/** 16 sessions (in a client process of their own, bench/tier-load.ts) store `bytesPerRow` of sealed blocks of `size` octets. */
-async function storeRun(size: number, dataDir: string | undefined): Promise<StoreRun> {
-  const blocks = Math.max(SESSIONS, Math.ceil(bytesPerRow / size));
-  const target = await startTarget(settingsFor(size, blocks, dataDir), { log: () => undefined });
-  try {
-    const perSession = Math.floor(blocks / SESSIONS);
-    const loader = loadScript.endsWith('.ts') ? ['--import', 'tsx', loadScript] : [loadScript];
-    const child = spawn(process.execPath, [...loader, `127.0.0.1:${target.port}`, String(size), String(perSession), String(SESSIONS), String(PIPELINE), '1'], {
-      stdio: ['ignore', 'pipe', 'inherit'],
-    });
-    let out = '';
-    let cpuBefore: NodeJS.CpuUsage | undefined;
-    let mainBefore = 0;
-    child.stdout.on('data', (chunk: Buffer) => {
-      out += chunk.toString();
-      // The warm-up is over: the measured pass starts.
-      if (cpuBefore === undefined && out.includes('"phase":"measure"')) {
-        cpuBefore = process.cpuUsage();
-        mainBefore = mainThreadCpuMicros();
-      }
-    });
-    const code = await new Promise<number | null>((resolve) => child.once('exit', resolve));
-    const cpu = process.cpuUsage(cpuBefore);
-    const mainUsed = mainThreadCpuMicros() - mainBefore;
-    if (code !== 0 || cpuBefore === undefined) throw new Error(`bench/tier-load exited with ${code}: ${out}`);
-    const { seconds, bytes, cpuMicros } = JSON.parse(out.trim().split('\n').at(-1) ?? '{}') as { seconds: number; bytes: number; cpuMicros: number };
-    const stores = perSession * SESSIONS;
-    return {
-      gbps: (bytes * 8) / seconds / 1e9,
-      targetCpuUs: (cpu.user + cpu.system) / stores,
-      clientCpuUs: cpuMicros / stores,
-      mainThreadCpuUs: mainUsed / stores,
-    };
-  } finally {
-    await target.stop(1000);
-  }
 }
 
 /** CPU microseconds per MiB stored, target + clients (main thread of the target in brackets). */
@@ -242,8 +163,8 @@ async function main(): Promise<void> {
     const volatiles: StoreRun[] = [];
     for (let run = 0; run < RUNS; run++) {
       fios.push(fioWriteGbps(fio, fresh('fio'), size));
-      persistents.push(await storeRun(size, fresh(`persistent-${size}`)));
-      volatiles.push(await storeRun(size, undefined));
+      persistents.push(await storeRun(size, bytesPerRow, fresh(`persistent-${size}`)));
+      volatiles.push(await storeRun(size, bytesPerRow, undefined));
       const [f, p, v] = [fios.at(-1) ?? 0, persistents.at(-1), volatiles.at(-1)];
       console.log(
         `  size ${size} run ${run + 1}: fio ${f.toFixed(3)}, persistent ${p?.gbps.toFixed(3)}, volatile ${v?.gbps.toFixed(3)} Gbit/s` +

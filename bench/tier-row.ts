@@ -1,0 +1,58 @@
+// One row of the durable tier's benchmark (bench/tier.ts) with the target's CPU time listed by
+// thread, to see where a STORE's CPU goes: the main thread (the tier's group commit), the workers
+// (the RNIC, CRC32C of seals, the staging -> pool copy), libuv's threads (the file writes and
+// syncs) and V8's (garbage collection, compilation). Node 20 names every thread "node", so they
+// are told apart by what they do: the workers have the most user time, libuv's threads almost
+// only system time. Also prints the tier's group commits and fsyncs per record.
+//
+//   node dist/bench/tier-row.js [--size 262144] [--mib 256] [--volatile]
+import fs from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { parseCommandLine } from '../host/commands/command-line.ts';
+import { storeRun } from './tier-store-run.ts';
+
+const parsed = parseCommandLine(
+  'bench/tier-row',
+  'usage: node dist/bench/tier-row.js [--size OCTETS (default 262144)] [--mib N (MiB stored, default 256)] [--volatile (no durable tier)] [--dir PATH (default .cache/bench-tier-row)]',
+  process.argv.slice(2),
+  {
+    size: { type: 'string', default: '262144' },
+    mib: { type: 'string', default: '256' },
+    volatile: { type: 'boolean', default: false },
+    dir: { type: 'string' },
+  },
+);
+if (typeof parsed === 'number') process.exit(parsed);
+const { values } = parsed;
+const size = Number(values.size);
+const mib = Number(values.mib);
+if (!Number.isInteger(size) || size < 4096 || !Number.isFinite(mib) || mib <= 0) {
+  console.error('bench/tier-row: --size takes a block size in octets (at least 4096), --mib a positive number of MiB');
+  process.exit(2);
+}
+const here = path.dirname(fileURLToPath(import.meta.url));
+const root = here.endsWith(path.join('dist', 'bench')) ? path.join(here, '..', '..') : path.join(here, '..');
+const dir = values.dir ?? path.join(root, '.cache', 'bench-tier-row');
+fs.rmSync(dir, { recursive: true, force: true });
+fs.mkdirSync(dir, { recursive: true });
+try {
+  const run = await storeRun(size, mib * 2 ** 20, values.volatile ? undefined : dir, { threads: true });
+  const us = (n: number): string => n.toFixed(0);
+  console.log(
+    `${values.volatile ? 'volatile' : 'persistent'} STORE of ${size} octets x ${mib} MiB, 16 sessions: ${run.gbps.toFixed(3)} Gbit/s;` +
+      ` CPU per STORE: target ${us(run.targetCpuUs)} us, clients ${us(run.clientCpuUs)} us; load ${os.loadavg()[0]?.toFixed(1)}`,
+  );
+  for (const thread of run.threads ?? [])
+    console.log(
+      `  ${thread.main ? 'main thread' : `thread ${thread.tid}`} (${thread.name}): ${us(thread.userUs)} us user + ${us(thread.systemUs)} us system per STORE`,
+    );
+  const durable = run.durable;
+  if (durable !== undefined && durable.batchRecords > 0)
+    console.log(
+      `  tier (whole run, warm-up included): ${durable.groupCommits} group commits, ${durable.batchRecords} records, ${(durable.fsyncs / durable.batchRecords).toFixed(2)} fsyncs per record, largest group ${durable.batchLargest}, groups by size [1, 2-3, 4-7, 8-15, 16-31, 32+]: ${durable.batchHistogram.join(', ')}`,
+    );
+} finally {
+  fs.rmSync(dir, { recursive: true, force: true });
+}

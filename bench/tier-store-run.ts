@@ -1,0 +1,112 @@
+// One row of bench/tier.ts: a target (in this process, durable when given a data directory) and
+// SESSIONS client sessions in a process of their own (bench/tier-load.ts) storing sealed blocks,
+// measured after a warm-up pass, with the CPU time of both sides per STORE. Also used alone by
+// bench/tier-row.ts, which lists the target's CPU by thread.
+import { spawn, spawnSync } from 'node:child_process';
+import fs from 'node:fs';
+import { fileURLToPath } from 'node:url';
+import { resolveTargetSettings, type TargetSettings } from '../firmware/config.ts';
+import { startTarget } from '../host/kbtp/server/target.ts';
+import type { DurableStats } from '../host/kbtp/server/target.ts';
+
+export const SESSIONS = 16;
+
+export function settingsFor(size: number, blocks: number, dataDir: string | undefined): TargetSettings {
+  return resolveTargetSettings({
+    listen: '127.0.0.1:0',
+    workers: 2,
+    pool: { blockSize: size, blockCount: blocks, handleCount: blocks * 4, maxInline: 0 },
+    session: { credits: 16, maxSessions: 64 },
+    ...(dataDir === undefined ? {} : { durable: { dataDir, capacity: 4 * blocks * size + 256 * 2 ** 20 } }),
+  });
+}
+
+/** Requests in flight per session. */
+const PIPELINE = 4;
+const loadScript = fileURLToPath(new URL(`./tier-load${import.meta.url.endsWith('.ts') ? '.ts' : '.js'}`, import.meta.url));
+
+export interface StoreRun {
+  gbps: number;
+  /** CPU time (user + system) per STORE of the target's process and of the clients' process, microseconds. */
+  targetCpuUs: number;
+  clientCpuUs: number;
+  /** Of targetCpuUs, the target's main thread: where the durable tier's group commit runs (the workers, libuv's and V8's threads are the rest). */
+  mainThreadCpuUs: number;
+  /** With `threads`: every thread of this process that used CPU during the measured pass, microseconds per STORE (user, system). */
+  threads?: Array<{ tid: number; name: string; main: boolean; userUs: number; systemUs: number }>;
+  /** The durable tier's figures at the end of the run (group commits, fsyncs, batch sizes); undefined when volatile. */
+  durable?: DurableStats | undefined;
+}
+
+/** CPU times of this process's threads in microseconds (Linux: /proc/self/task/TID/stat, in clock ticks); empty where there is no /proc. */
+function threadTimes(): Map<number, { name: string; user: number; system: number }> {
+  const times = new Map<number, { name: string; user: number; system: number }>();
+  let tids: string[];
+  try {
+    tids = fs.readdirSync('/proc/self/task');
+  } catch {
+    return times;
+  }
+  for (const tid of tids) {
+    try {
+      const stat = fs.readFileSync(`/proc/self/task/${tid}/stat`, 'utf8');
+      const fields = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
+      const name = stat.slice(stat.indexOf('(') + 1, stat.lastIndexOf(')'));
+      times.set(Number(tid), { name, user: (Number(fields[11]) * 1e6) / CLOCK_TICKS, system: (Number(fields[12]) * 1e6) / CLOCK_TICKS });
+    } catch {
+      // The thread ended meanwhile.
+    }
+  }
+  return times;
+}
+
+/** Clock ticks per second of /proc's CPU times (sysconf(_SC_CLK_TCK)); 100 on Linux. */
+const CLOCK_TICKS = Number(spawnSync('getconf', ['CLK_TCK'], { encoding: 'utf8' }).stdout.trim()) || 100;
+
+/** 16 sessions (in a client process of their own, bench/tier-load.ts) store `bytesPerRow` of sealed blocks of `size` octets. */
+export async function storeRun(size: number, bytesPerRow: number, dataDir: string | undefined, options: { threads?: boolean } = {}): Promise<StoreRun> {
+  const blocks = Math.max(SESSIONS, Math.ceil(bytesPerRow / size));
+  const target = await startTarget(settingsFor(size, blocks, dataDir), { log: () => undefined });
+  try {
+    const perSession = Math.floor(blocks / SESSIONS);
+    const loader = loadScript.endsWith('.ts') ? ['--import', 'tsx', loadScript] : [loadScript];
+    const child = spawn(process.execPath, [...loader, `127.0.0.1:${target.port}`, String(size), String(perSession), String(SESSIONS), String(PIPELINE), '1'], {
+      stdio: ['ignore', 'pipe', 'inherit'],
+    });
+    let out = '';
+    let cpuBefore: NodeJS.CpuUsage | undefined;
+    let threadsBefore = new Map<number, { name: string; user: number; system: number }>();
+    child.stdout.on('data', (chunk: Buffer) => {
+      out += chunk.toString();
+      // The warm-up is over: the measured pass starts.
+      if (cpuBefore === undefined && out.includes('"phase":"measure"')) {
+        cpuBefore = process.cpuUsage();
+        threadsBefore = threadTimes();
+      }
+    });
+    const code = await new Promise<number | null>((resolve) => child.once('exit', resolve));
+    const cpu = process.cpuUsage(cpuBefore);
+    const threadsAfter = threadTimes();
+    if (code !== 0 || cpuBefore === undefined) throw new Error(`bench/tier-load exited with ${code}: ${out}`);
+    const { seconds, bytes, cpuMicros } = JSON.parse(out.trim().split('\n').at(-1) ?? '{}') as { seconds: number; bytes: number; cpuMicros: number };
+    const stores = perSession * SESSIONS;
+    const threads: NonNullable<StoreRun['threads']> = [];
+    for (const [tid, after] of threadsAfter) {
+      const before = threadsBefore.get(tid) ?? { user: 0, system: 0 };
+      const [userUs, systemUs] = [(after.user - before.user) / stores, (after.system - before.system) / stores];
+      if (userUs + systemUs > 0) threads.push({ tid, name: after.name, main: tid === process.pid, userUs, systemUs });
+    }
+    threads.sort((a, b) => b.userUs + b.systemUs - (a.userUs + a.systemUs));
+    const main = threads.find((thread) => thread.main);
+    return {
+      gbps: (bytes * 8) / seconds / 1e9,
+      targetCpuUs: (cpu.user + cpu.system) / stores,
+      clientCpuUs: cpuMicros / stores,
+      mainThreadCpuUs: threadsAfter.size === 0 ? Number.NaN : (main?.userUs ?? 0) + (main?.systemUs ?? 0),
+      ...(options.threads === true ? { threads } : {}),
+      durable: (await target.stats()).durable,
+    };
+  } finally {
+    await target.stop(1000);
+  }
+}
