@@ -66,8 +66,12 @@ function ensureFio(): string {
   return 'fio';
 }
 
-/** fio: sequential writes of `size` octets with an fdatasync every 8 writes, in `dir`. */
-function fioWriteGbps(fio: string, dir: string, size: number): number {
+/**
+ * fio: sequential writes of `size` octets with an fdatasync every 8 writes, in `dir`: Gbit/s, and
+ * fio's own CPU time per MiB written (its usr + sys share of the job's run time), to set beside the
+ * STOREs' CPU per MiB.
+ */
+function fioWrite(fio: string, dir: string, size: number): { gbps: number; cpuUsPerMiB: number } {
   const result = execFileSync(
     fio,
     [
@@ -85,9 +89,12 @@ function fioWriteGbps(fio: string, dir: string, size: number): number {
     ],
     { encoding: 'utf8' },
   );
-  const job = (JSON.parse(result) as { jobs: Array<{ write: { bw_bytes: number } }> }).jobs[0];
+  const job = (JSON.parse(result) as { jobs: Array<{ write: { bw_bytes: number; io_bytes: number }; usr_cpu: number; sys_cpu: number; job_runtime: number }> })
+    .jobs[0];
   for (const name of fs.readdirSync(dir)) if (name.startsWith('tier.')) fs.rmSync(path.join(dir, name));
-  return ((job?.write.bw_bytes ?? 0) * 8) / 1e9;
+  if (job === undefined) return { gbps: 0, cpuUsPerMiB: Number.NaN };
+  const cpuMicros = ((job.usr_cpu + job.sys_cpu) / 100) * job.job_runtime * 1000;
+  return { gbps: (job.write.bw_bytes * 8) / 1e9, cpuUsPerMiB: cpuMicros / (job.write.io_bytes / 2 ** 20) };
 }
 
 /** CPU microseconds per MiB stored, target + clients (main thread of the target in brackets). */
@@ -162,14 +169,16 @@ async function main(): Promise<void> {
     const persistents: StoreRun[] = [];
     const volatiles: StoreRun[] = [];
     for (let run = 0; run < RUNS; run++) {
-      fios.push(fioWriteGbps(fio, fresh('fio'), size));
+      const fioRun = fioWrite(fio, fresh('fio'), size);
+      fios.push(fioRun.gbps);
       persistents.push(await storeRun(size, bytesPerRow, fresh(`persistent-${size}`)));
       volatiles.push(await storeRun(size, bytesPerRow, undefined));
       const [f, p, v] = [fios.at(-1) ?? 0, persistents.at(-1), volatiles.at(-1)];
       console.log(
         `  size ${size} run ${run + 1}: fio ${f.toFixed(3)}, persistent ${p?.gbps.toFixed(3)}, volatile ${v?.gbps.toFixed(3)} Gbit/s` +
           ` (persistent/volatile ${((p?.gbps ?? 0) / (v?.gbps ?? 1)).toFixed(2)}, persistent/fio ${((p?.gbps ?? 0) / f).toFixed(2)});` +
-          ` CPU per MiB, target + clients: persistent ${perMiB(p, size)}, volatile ${perMiB(v, size)}; load ${os.loadavg()[0]?.toFixed(1)}`,
+          ` CPU per MiB, target + clients: persistent ${perMiB(p, size)}, volatile ${perMiB(v, size)}, fio ${fioRun.cpuUsPerMiB.toFixed(0)} us;` +
+          ` load ${os.loadavg()[0]?.toFixed(1)}`,
       );
     }
     const f = median(fios);
