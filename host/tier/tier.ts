@@ -27,6 +27,7 @@ export class DurableTier extends TierMaintenance {
   private constructor(options: TierOptions, data: TierFile, sizing: TierSizing, state: RecoveredTier, seconds: number) {
     super(options, data, sizing, state, seconds);
   }
+
   /** Opens (creating, or recovering) the tier in options.directory. Nothing is served before this resolves. */
   static async open(options: TierOptions): Promise<DurableTier> {
     const started = process.hrtime.bigint();
