@@ -5,11 +5,25 @@
 import { test } from 'uvu';
 import * as assert from 'uvu/assert';
 import { Random } from '../../host/util/random.ts';
-import { WcStatus, type SendWorkRequest } from '../../host/rnic/verbs.ts';
+import { WcStatus, type PacketLink, type SendWorkRequest } from '../../host/rnic/verbs.ts';
 import { IbOpcode } from '../../host/rnic/wire/ib-opcodes.ts';
 import { completions, expectSuccess, rcPair, type RcPair, type RcPairOptions } from '../support/rc.ts';
 
 const MiB = 1024 * 1024;
+
+/** Makes `link` drop the first packet it sends with `opcode`; returns how many it dropped. */
+function dropFirst(link: PacketLink, opcode: number): () => number {
+  const send = link.send.bind(link);
+  let dropped = 0;
+  link.send = (to, header, payload, trailer) => {
+    if (header[0] === opcode && dropped === 0) {
+      dropped++;
+      return;
+    }
+    send(to, header, payload, trailer);
+  };
+  return () => dropped;
+}
 
 function fill(bytes: Uint8Array, seed: number): void {
   const random = new Random(seed);
@@ -209,16 +223,7 @@ test('a lost Atomic Acknowledge overtaken by a later Read Response is asked for 
   const pair = await rcPair({ pathMtu: 1024, ackTimeoutMs: 60_000 });
   try {
     const { client, server } = pair;
-    const link = server.link;
-    const send = link.send.bind(link);
-    let droppedAtomicAcks = 0;
-    link.send = (to, header, payload, trailer) => {
-      if (header[0] === IbOpcode.AtomicAcknowledge && droppedAtomicAcks === 0) {
-        droppedAtomicAcks++;
-        return;
-      }
-      send(to, header, payload, trailer);
-    };
+    const dropped = dropFirst(server.link, IbOpcode.AtomicAcknowledge);
     new DataView(server.memory.buffer).setBigUint64(3 * MiB, 40n, true);
     client.qp.postSend({
       wrId: 1,
@@ -235,7 +240,7 @@ test('a lost Atomic Acknowledge overtaken by a later Read Response is asked for 
     });
     const done = await completions(client.cq, 3, 20_000);
     expectSuccess(done);
-    assert.is(droppedAtomicAcks, 1, 'the Atomic Acknowledge was dropped once');
+    assert.is(dropped(), 1, 'the Atomic Acknowledge was dropped once');
     assert.equal(
       done.map((wc) => wc.wrId),
       [1, 2, 3],
@@ -252,17 +257,8 @@ test('a lost last Read Response packet is asked for again when a later Read answ
   const pair = await rcPair({ pathMtu: 1024, ackTimeoutMs: 60_000 });
   try {
     const { client, server } = pair;
-    const link = server.link;
-    const send = link.send.bind(link);
-    let dropped = 0;
-    link.send = (to, header, payload, trailer) => {
-      // The first Read's last response packet (3 packets: FIRST, MIDDLE, LAST), once.
-      if (header[0] === IbOpcode.RdmaReadResponseLast && dropped === 0) {
-        dropped++;
-        return;
-      }
-      send(to, header, payload, trailer);
-    };
+    // The first Read's last response packet (3 packets: FIRST, MIDDLE, LAST), once.
+    const dropped = dropFirst(server.link, IbOpcode.RdmaReadResponseLast);
     for (let i = 0; i < 256 * 1024; i++) server.memory[i] = (i * 13) & 0xff;
     for (const [wrId, offset] of [
       [1, 0],
@@ -277,7 +273,7 @@ test('a lost last Read Response packet is asked for again when a later Read answ
     }
     const done = await completions(client.cq, 2, 20_000);
     expectSuccess(done);
-    assert.is(dropped, 1);
+    assert.is(dropped(), 1);
     assert.equal(client.memory.subarray(MiB, MiB + 3000), server.memory.subarray(0, 3000));
     assert.equal(client.memory.subarray(MiB + 4096, MiB + 4096 + 3000), server.memory.subarray(4096, 4096 + 3000));
     assert.is(client.qp.statistics.timeouts, 0);
