@@ -11,12 +11,13 @@ import { completions, expectSuccess, rcPair, type RcPair, type RcPairOptions } f
 
 const MiB = 1024 * 1024;
 
-/** Makes `link` drop the first packet it sends with `opcode`; returns how many it dropped. */
-function dropFirst(link: PacketLink, opcode: number): () => number {
+/** Makes `link` drop the first packet it sends with `opcode` after `skip` others; returns how many it dropped. */
+function dropFirst(link: PacketLink, opcode: number, skip = 0): () => number {
   const send = link.send.bind(link);
+  let seen = 0;
   let dropped = 0;
   link.send = (to, header, payload, trailer) => {
-    if (header[0] === opcode && dropped === 0) {
+    if (header[0] === opcode && seen++ === skip) {
       dropped++;
       return;
     }
@@ -277,6 +278,33 @@ test('a lost last Read Response packet is asked for again when a later Read answ
     assert.equal(client.memory.subarray(MiB, MiB + 3000), server.memory.subarray(0, 3000));
     assert.equal(client.memory.subarray(MiB + 4096, MiB + 4096 + 3000), server.memory.subarray(4096, 4096 + 3000));
     assert.is(client.qp.statistics.timeouts, 0);
+  } finally {
+    await pair.close();
+  }
+});
+
+test('a lost Read Response packet costs the rest of its chunk, asked for alone, not the Read responses sent after it', async () => {
+  const pair = await rcPair({ pathMtu: 1024, ackTimeoutMs: 60_000 });
+  try {
+    const { client, server } = pair;
+    // A 64 KiB Read at path MTU 1024: 64 responses in 4 requests of 16. The sixth MIDDLE (PSN
+    // offset 6) is lost; the seventh reveals it.
+    const dropped = dropFirst(server.link, IbOpcode.RdmaReadResponseMiddle, 5);
+    fill(server.memory.subarray(0, 64 * 1024), 5);
+    client.qp.postSend({
+      wrId: 1,
+      opcode: 'RDMA_READ',
+      sgList: [{ lkey: client.mr.lkey, offset: MiB, length: 64 * 1024 }],
+      remote: { stag: server.mr.rkey, taggedOffset: 0 },
+    });
+    expectSuccess(await completions(client.cq, 1, 20_000));
+    assert.is(dropped(), 1);
+    same(client.memory.subarray(MiB, MiB + 64 * 1024), server.memory.subarray(0, 64 * 1024), 'read data');
+    assert.is(client.qp.statistics.timeouts, 0);
+    // 64 responses and the chunk's tail from the lost one (10 packets) again; going back N
+    // would have sent the 58 after it again.
+    const sent = server.qp.statistics.packetsSent;
+    assert.ok(sent > 64 && sent <= 64 + 16, `the responder sent ${sent} packets`);
   } finally {
     await pair.close();
   }

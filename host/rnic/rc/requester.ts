@@ -47,6 +47,10 @@ interface Wqe {
   received: number;
   /** Read: response packets asked for so far (the first transmission of each chunk counts). */
   requested: number;
+  /** Read: response packets that arrived past a missing one (allocated at the first such packet). */
+  arrived?: Uint8Array;
+  /** Read: per chunk, the missing packet it was last asked again from (one retry per gap). */
+  retried?: Int32Array;
   done: boolean;
   status: WcStatus;
   error?: string;
@@ -457,25 +461,13 @@ export class Requester {
   }
 
   private readResponse(h: IbHeaders, psn: number, payload: Uint8Array): void {
-    const wqe = this.oldestAwaitingResponse(psn);
+    // Completes the Sends and Writes before the oldest Read or atomic (implicitly acknowledged).
+    if (this.oldestAwaitingResponse(psn) === undefined) return;
+    const wqe = this.readAnswered(psn);
     if (wqe === undefined) return;
-    const expected = psnAdd(wqe.firstPsn, wqe.kind === Kind.Atomic ? 0 : wqe.received);
-    const order = psnCompare(psn, expected);
-    if (order < 0) return; // a duplicate of what already arrived
-    if (order > 0) {
-      // A response packet went missing: this one comes later in the sequence, from the same
-      // Read or a later one (the lost packet was the last of its run, or an Atomic
-      // Acknowledge). Ask again from the missing PSN at once, once per gap, instead of waiting
-      // for the ACK timeout: responses are taken in PSN order only, as IB requires.
-      if (this.readRewoundTo !== expected) {
-        this.readRewoundTo = expected;
-        this.rewind(expected);
-      }
-      return;
-    }
-    if (wqe.kind !== Kind.Read) return;
+    const index = psnCompare(psn, wqe.firstPsn);
+    if (index < wqe.received || wqe.arrived?.[index] === 1) return; // a duplicate of what already arrived
     const mtu = this.mtuFor();
-    const index = wqe.received;
     const final = index === wqe.packets - 1;
     // Each chunk (and each retried part of one) is its own response run, FIRST..LAST or ONLY;
     // the PSN fixes where the data goes, so the checks are the length and the run's end.
@@ -495,10 +487,83 @@ export class Requester {
     }
     wqe.local.set(payload, index * mtu);
     this.qp.stats.payloadBytesReceived += payload.length;
-    wqe.received++;
-    // A chunk fully arrived frees its ORD slot.
-    if (wqe.received % READ_CHUNK_PACKETS === 0 || wqe.received === wqe.packets) this.readsOutstanding--;
+    if (index > wqe.received) {
+      // Past a packet that went missing: keep this one, ask for the missing ones again.
+      wqe.arrived ??= new Uint8Array(wqe.packets);
+      wqe.arrived[index] = 1;
+      this.retryRead(wqe, index);
+      return;
+    }
+    const arrived = wqe.arrived;
+    do {
+      wqe.received++;
+      // A chunk fully arrived frees its ORD slot.
+      if (wqe.received % READ_CHUNK_PACKETS === 0 || wqe.received === wqe.packets) this.readsOutstanding--;
+    } while (arrived !== undefined && wqe.received < wqe.packets && arrived[wqe.received] === 1);
     if (wqe.received === wqe.packets) this.finishResponse(wqe);
+  }
+
+  /**
+   * The Read a response with `psn` answers. Responses are taken in any order (the PSN fixes
+   * where the data goes; Reads still complete in order), so a lost packet costs what its chunk
+   * sent after it, asked for again alone, not every response sent after it (go-back-N). A
+   * response past an older Read reveals what that one lost at its end: asked for at once, not
+   * after the ACK timeout. An Atomic Acknowledge overtaken that way goes back N: the atomic's
+   * PSN is asked again (the responder answers it from its resources, never executes it twice).
+   */
+  private readAnswered(psn: number): Wqe | undefined {
+    for (let index = this.head; index < this.queue.length; index++) {
+      const wqe = this.queue[index]!;
+      if (!wqe.started) return undefined;
+      if (wqe.done) continue;
+      const end = psnAdd(wqe.firstPsn, wqe.packets);
+      const holds = psnCompare(psn, wqe.firstPsn) >= 0 && psnCompare(psn, end) < 0;
+      if (wqe.kind === Kind.Read) {
+        if (holds) return wqe;
+        this.retryRead(wqe, wqe.requested); // the response is past this Read: its own tail went missing
+      } else if (wqe.kind === Kind.Atomic) {
+        if (holds) return undefined; // a Read Response at an atomic's PSN: not ours to take
+        const expected = wqe.firstPsn;
+        if (this.readRewoundTo !== expected) {
+          this.readRewoundTo = expected;
+          this.rewind(expected);
+        }
+        return undefined;
+      } else if (psnCompare(psnAdd(end, -1), psn) < 0) {
+        // A Send or Write before the answered PSN: the responder executed it before answering.
+        wqe.done = true;
+      } else {
+        return undefined;
+      }
+    }
+    return undefined;
+  }
+
+  /**
+   * Asks again for the packets of `wqe` before `upTo` that have not arrived and were asked for
+   * already: per chunk (each is its own responder resource), from its first missing packet to
+   * the chunk's end, once per missing packet.
+   */
+  private retryRead(wqe: Wqe, upTo: number): void {
+    const limit = Math.min(upTo, wqe.requested);
+    const arrived = wqe.arrived;
+    let start = wqe.received;
+    while (start < limit) {
+      const chunk = Math.floor(start / READ_CHUNK_PACKETS);
+      const chunkEnd = Math.min(wqe.requested, (chunk + 1) * READ_CHUNK_PACKETS);
+      while (start < Math.min(chunkEnd, limit) && arrived !== undefined && arrived[start] === 1) start++;
+      if (start >= Math.min(chunkEnd, limit)) {
+        start = chunkEnd;
+        continue;
+      }
+      wqe.retried ??= new Int32Array(Math.ceil(wqe.packets / READ_CHUNK_PACKETS)).fill(-1);
+      if (wqe.retried[chunk] !== start) {
+        wqe.retried[chunk] = start;
+        this.qp.stats.retransmittedPackets++;
+        this.sendReadRequest(wqe, start, chunkEnd);
+      }
+      start = chunkEnd;
+    }
   }
 
   private atomicAcknowledge(h: IbHeaders, psn: number): void {
