@@ -105,7 +105,11 @@ report() {
 }
 
 # --- kbtp -------------------------------------------------------------------------------------
-start_kbtp_target syscalls.sh --listen 127.0.0.1:0 --workers 1 --block-size "$size" --blocks $((sessions * in_flight + 16)) --credits 8
+# Max Inline as make compare's spawned target has it (host/bench/spawn.ts SPAWNED_MAX_INLINE):
+# whole blocks up to 256 KiB go inline, larger ones by RDMA Read.
+blocks=$((sessions * in_flight + 16))
+echo "{ \"pool\": { \"blockSize\": $size, \"blockCount\": $blocks, \"maxInline\": $((size < 262144 ? size : 262144)) } }" >"$work/target.json"
+start_kbtp_target syscalls.sh --config "$work/target.json" --listen 127.0.0.1:0 --workers 1 --block-size "$size" --blocks "$blocks" --credits 8
 kbtp_client=(node dist/host/cli.js bench --target "127.0.0.1:$port" --sizes "$size" --mix "$op" --sessions "$sessions" --in-flight "$in_flight" "${kbtp_batch[@]}" --quiet --count)
 measure kbtp "$target" "${kbtp_client[@]}"
 report "kbtp ${op^^} (server: kbtp target, 1 worker; client: kbtp bench)" kbtp1 kbtp3
