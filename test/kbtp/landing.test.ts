@@ -28,6 +28,16 @@ function countingBuffer(length: number): { buffer: Uint8Array; copies: () => num
   return { buffer, copies: () => copies };
 }
 
+/** What `call` threw (undefined if it returned). */
+function thrown(call: () => void): unknown {
+  try {
+    call();
+  } catch (error) {
+    return error;
+  }
+  return undefined;
+}
+
 function loadInto(session: KbtpSession, handle: bigint, into: Uint8Array): Promise<{ error: Error | undefined; dataLength: number }> {
   return new Promise((resolve) => session.loadInto(handle, into, (error, dataLength) => resolve({ error, dataLength })));
 }
@@ -109,23 +119,13 @@ test('deregisterLoadBuffer is refused while a LOAD into the buffer waits for its
     const buffer = new Uint8Array(BLOCK);
     session.registerLoadBuffer(buffer);
     const pending = loadInto(session, 1n, buffer);
-    let refused: unknown;
-    try {
-      session.deregisterLoadBuffer(buffer);
-    } catch (error) {
-      refused = error;
-    }
+    const refused = thrown(() => session.deregisterLoadBuffer(buffer));
     assert.instance(refused, KbtpError);
     assert.is((refused as KbtpError).code, 'KBTP_USAGE');
     assert.match((refused as Error).message, /1 LOAD into the buffer waits for the target's answer/);
     assert.is((await pending).error, undefined);
     session.deregisterLoadBuffer(buffer);
-    let unknown: unknown;
-    try {
-      session.deregisterLoadBuffer(buffer);
-    } catch (error) {
-      unknown = error;
-    }
+    const unknown = thrown(() => session.deregisterLoadBuffer(buffer));
     assert.match((unknown as Error).message, /not registered/);
 
     // A LOAD still outstanding when the session ends no longer holds the buffer.

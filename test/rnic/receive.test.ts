@@ -66,39 +66,6 @@ function immediate(msn: number, tag = 0, crc = true): Uint8Array {
   return encodeFpdu(ulpdu, crc);
 }
 
-test('after a large FPDU, reads stop at the next payload, which the kernel places directly', () => {
-  const sink = new RecordingSink();
-  const receiver = new FpduReceiver(sink, { crc: true, markers: false });
-  const payload = pattern(60_000, 1);
-  /** Reads like a socket with `available` octets waiting; returns each read's size and target. */
-  const readAll = (available: Uint8Array): Array<[number, boolean]> => {
-    const reads: Array<[number, boolean]> = [];
-    let offset = 0;
-    while (offset < available.length) {
-      const buffer = receiver.readBuffer();
-      const length = Math.min(buffer.length, available.length - offset);
-      buffer.set(available.subarray(offset, offset + length));
-      reads.push([length, buffer.buffer === sink.target.buffer]);
-      offset += length;
-      receiver.commit(length);
-    }
-    return reads;
-  };
-  // First FPDU: nothing known yet, so one staging read takes all of it (and copies it).
-  assert.equal(readAll(write(7, 1000, payload)), [[60_020, false]]);
-  // From then on: the header, then the payload straight into the target together with the
-  // trailer (through the memory after the payload, put back afterwards).
-  assert.equal(readAll(write(7, 70_000, payload)), [
-    [16, false],
-    [60_004, true],
-  ]);
-  assert.is(sink.failure, undefined);
-  assert.equal(sink.events, ['tagged 7 1000 60000', 'tagged done', 'tagged 7 70000 60000', 'tagged done']);
-  assert.is(Buffer.compare(Buffer.from(sink.target.subarray(70_000, 130_000)), Buffer.from(payload)), 0);
-  assert.is(Buffer.compare(Buffer.from(sink.target.subarray(1000, 61_000)), Buffer.from(payload)), 0);
-  assert.ok(DIRECT_PLACEMENT_MIN <= 60_000);
-});
-
 /** Reads `stream` like a socket that has all of it waiting: each read's size and whether it went straight to `target`. */
 function readStream(receiver: FpduReceiver, target: Uint8Array, stream: Uint8Array): Array<[number, boolean]> {
   const reads: Array<[number, boolean]> = [];
@@ -123,6 +90,25 @@ function concat(parts: Uint8Array[]): Uint8Array {
   }
   return out;
 }
+
+test('after a large FPDU, reads stop at the next payload, which the kernel places directly', () => {
+  const sink = new RecordingSink();
+  const receiver = new FpduReceiver(sink, { crc: true, markers: false });
+  const payload = pattern(60_000, 1);
+  // First FPDU: nothing known yet, so one staging read takes all of it (and copies it).
+  assert.equal(readStream(receiver, sink.target, write(7, 1000, payload)), [[60_020, false]]);
+  // From then on: the header, then the payload straight into the target together with the
+  // trailer (through the memory after the payload, put back afterwards).
+  assert.equal(readStream(receiver, sink.target, write(7, 70_000, payload)), [
+    [16, false],
+    [60_004, true],
+  ]);
+  assert.is(sink.failure, undefined);
+  assert.equal(sink.events, ['tagged 7 1000 60000', 'tagged done', 'tagged 7 70000 60000', 'tagged done']);
+  assert.is(Buffer.compare(Buffer.from(sink.target.subarray(70_000, 130_000)), Buffer.from(payload)), 0);
+  assert.is(Buffer.compare(Buffer.from(sink.target.subarray(1000, 61_000)), Buffer.from(payload)), 0);
+  assert.ok(DIRECT_PLACEMENT_MIN <= 60_000);
+});
 
 test('large FPDUs take one read each; the memory after each payload is put back', () => {
   // The block ends 10 octets before its buffer does, and those octets belong to someone else.
