@@ -201,7 +201,7 @@ while read -r addon; do
   for lib in $(readelf -d "$addon" | sed -n 's/.*(NEEDED).*\[\(.*\)\]/\1/p'); do
     [[ -e "$base/root/usr/lib/$lib_triplet/$lib" || -e "$base/root/usr/lib64/$lib" ]] || die "${addon#"$app/"} needs $lib, which the root lacks"
   done
-done < <(find "$app/node_modules" -name '*.node' ! -name '*musl*') # musl builds never load on glibc
+done < <(find "$app/node_modules" -name '*.node' ! -path '*musl*') # musl builds never load on glibc (koffi keeps them in musl_*/ folders)
 app_hash="$( (cd "$app" && find . -type f | LC_ALL=C sort | xargs sha256sum) | sha256sum | cut -c1-16)"
 image_hash="$( (cd "$here/rootfs" && find . -type f | LC_ALL=C sort | xargs sha256sum; find . -type l | LC_ALL=C sort) | sha256sum | cut -c1-16)"
 # Update bundles are signed (ed25519 over manifest.json); the root holds the public key and

@@ -29,5 +29,12 @@ export async function openUdpLink(options: UdpLinkChoice = {}): Promise<PacketLi
   const bufferBytes = options.receiveBufferBytes;
   const socketOptions = { host: options.host, port: options.port, ...(bufferBytes === undefined ? {} : { bufferBytes }) };
   if (kind === 'dgram' || (kind === 'auto' && loadBatchedUdp() instanceof Error)) return UdpLink.open(options);
-  return BatchedUdpLink.open(socketOptions);
+  if (kind === 'batched') return BatchedUdpLink.open(socketOptions);
+  try {
+    return await BatchedUdpLink.open(socketOptions);
+  } catch {
+    // koffi loaded but the batched socket could not start here (its receive worker, a kernel
+    // without some call): node:dgram still works, and a real problem (the address) repeats there.
+    return UdpLink.open(options);
+  }
 }
