@@ -3,17 +3,22 @@
 // unlike wall time, stays usable on a shared machine; the load average is printed with each run.
 //
 //   make bench-build && node dist/bench/compare/cpu-kbtp.js [--requests 10000] [--runs 3]
-//        [--size 16K] [--sessions 16] [--in-flight 1] [--batch]
+//        [--size 16K] [--sessions 16] [--in-flight 1] [--batch] [--mix load|store] [--max-inline N]
+//
+// --mix store measures STOREs; their target takes Max Inline as make compare's spawned target
+// does (whole blocks up to 256 KiB) unless --max-inline says otherwise; LOADs run against `kbtp
+// target`'s defaults, as make compare's CPU measure does.
 import { loadavg } from 'node:os';
 import { parseCommandLine } from '../../host/commands/command-line.ts';
-import { parseInteger, parseSizes } from '../../host/bench/options.ts';
+import { parseInteger, parseSizes, UsageError } from '../../host/bench/options.ts';
+import { SPAWNED_MAX_INLINE } from '../../host/bench/spawn.ts';
 import { kbtpCpuPerOp } from './cpu.ts';
 import { repoRoot, stopAll } from './tools.ts';
 
 async function main(): Promise<number> {
   const parsed = parseCommandLine(
     'bench/compare/cpu-kbtp',
-    'usage: node dist/bench/compare/cpu-kbtp.js [--requests 10000] [--runs 3] [--size 16K] [--sessions 16] [--in-flight 1] [--batch]',
+    'usage: node dist/bench/compare/cpu-kbtp.js [--requests 10000] [--runs 3] [--size 16K] [--sessions 16] [--in-flight 1] [--batch] [--mix load|store] [--max-inline N]',
     process.argv.slice(2),
     {
       requests: { type: 'string' },
@@ -22,6 +27,8 @@ async function main(): Promise<number> {
       sessions: { type: 'string' },
       'in-flight': { type: 'string' },
       batch: { type: 'boolean' },
+      mix: { type: 'string' },
+      'max-inline': { type: 'string' },
     },
   );
   if (typeof parsed === 'number') return parsed;
@@ -32,12 +39,19 @@ async function main(): Promise<number> {
   const sessions = parseInteger(values.sessions, '--sessions', 16, 1);
   const inFlight = parseInteger(values['in-flight'], '--in-flight', 1, 1);
   const extra = values.batch === true ? ['--batch'] : [];
+  const mix = values.mix ?? 'load';
+  if (mix !== 'load' && mix !== 'store') throw new UsageError(`--mix: "${mix}" is not load or store`);
+  // LOADs run against `kbtp target`'s defaults, as make compare's CPU measure does.
+  const maxInline =
+    values['max-inline'] !== undefined || mix === 'store'
+      ? parseInteger(values['max-inline'], '--max-inline', Math.min(size, SPAWNED_MAX_INLINE), 0)
+      : undefined;
   console.log(
-    `kbtp LOAD of ${size} octets, ${sessions} sessions x ${inFlight} in flight${extra.length > 0 ? ' (batched)' : ''}: CPU per request from /proc, difference of ${requests} and ${3 * requests} requests`,
+    `kbtp ${mix.toUpperCase()} of ${size} octets${maxInline === undefined ? '' : ` (Max Inline ${maxInline})`}, ${sessions} sessions x ${inFlight} in flight${extra.length > 0 ? ' (batched)' : ''}: CPU per request from /proc, difference of ${requests} and ${3 * requests} requests`,
   );
   for (let run = 1; run <= runs; run++) {
     const before = loadavg()[0]!.toFixed(2);
-    const figure = await kbtpCpuPerOp(repoRoot, requests, { size, sessions, inFlight, extra });
+    const figure = await kbtpCpuPerOp(repoRoot, requests, { size, sessions, inFlight, extra, mix, maxInline });
     console.log(`run ${run}: client ${figure.client_us} us, target ${figure.server_us} us (load ${before} -> ${loadavg()[0]!.toFixed(2)})`);
   }
   return 0;

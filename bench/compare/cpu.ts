@@ -4,7 +4,8 @@
 // setup and preparation cancelling out. Figures are CPU time, not wall time: less sensitive to
 // other load on the machine, though a busy machine still costs caches and wake-ups.
 import { spawn, type ChildProcess } from 'node:child_process';
-import { readFileSync } from 'node:fs';
+import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { run, track } from './tools.ts';
 
@@ -52,14 +53,33 @@ export async function cpuPerOp(pid: number, requests: number, client: (count: nu
   return { server_us: per(server1, server3), client_us: per(client1, client3), requests };
 }
 
-/** A kbtp target in a process of its own (`kbtp target`), so that its CPU is its own. */
-export async function startTargetProcess(repoRoot: string, blockSize: number, blocks: number): Promise<{ port: number; pid: number; child: ChildProcess }> {
+/**
+ * A kbtp target in a process of its own (`kbtp target`), so that its CPU is its own. `maxInline`
+ * sets its Max Inline (through a configuration file; `kbtp target`'s default is min(8 KiB, block
+ * size), make compare's spawned targets take whole blocks up to 256 KiB).
+ */
+export async function startTargetProcess(
+  repoRoot: string,
+  blockSize: number,
+  blocks: number,
+  maxInline?: number,
+): Promise<{ port: number; pid: number; child: ChildProcess }> {
+  const config: string[] = [];
+  if (maxInline !== undefined) {
+    const folder = mkdtempSync(join(tmpdir(), 'kbtp-cpu-'));
+    const file = join(folder, 'target.json');
+    writeFileSync(file, JSON.stringify({ pool: { blockSize, blockCount: blocks, maxInline } }));
+    config.push('--config', file);
+    // The target reads its configuration at start-up: the file can go once it listens or failed.
+    setTimeout(() => rmSync(folder, { recursive: true, force: true }), 30_000).unref();
+  }
   const child = track(
     spawn(
       process.execPath,
       [
         join(repoRoot, 'dist', 'host', 'cli.js'),
         'target',
+        ...config,
         '--listen',
         '127.0.0.1:0',
         '--workers',
@@ -94,19 +114,19 @@ export async function startTargetProcess(repoRoot: string, blockSize: number, bl
 }
 
 /**
- * CPU per request of kbtp (issue 16): `kbtp bench --mix load` of `size`-octet blocks from
- * `sessions` sessions x `inFlight` in flight against a `kbtp target` of its own (1 worker), by the
- * difference method. `extra` goes to kbtp bench (e.g. --batch).
+ * CPU per request of kbtp (issue 16): `kbtp bench --mix load` (or `mix`) of `size`-octet blocks
+ * from `sessions` sessions x `inFlight` in flight against a `kbtp target` of its own (1 worker,
+ * `maxInline` if given), by the difference method. `extra` goes to kbtp bench (e.g. --batch).
  */
 export async function kbtpCpuPerOp(
   repoRoot: string,
   requests: number,
-  options: { size: number; sessions: number; inFlight?: number; extra?: readonly string[] },
+  options: { size: number; sessions: number; inFlight?: number; extra?: readonly string[]; mix?: 'load' | 'store'; maxInline?: number },
 ): Promise<CpuPerOp> {
   const { size, sessions } = options;
   const inFlight = options.inFlight ?? 1;
   const cli = join(repoRoot, 'dist', 'host', 'cli.js');
-  const target = await startTargetProcess(repoRoot, size, sessions * inFlight + 16);
+  const target = await startTargetProcess(repoRoot, size, sessions * inFlight + 16, options.maxInline);
   try {
     return await cpuPerOp(target.pid, requests, (count) =>
       childCpuUs(
@@ -119,7 +139,7 @@ export async function kbtpCpuPerOp(
           '--sizes',
           String(size),
           '--mix',
-          'load',
+          options.mix ?? 'load',
           '--sessions',
           String(sessions),
           '--in-flight',
