@@ -245,7 +245,7 @@ export class FpduReceiver {
       let length = Math.min(this.payloadRemaining, this.target.length - this.targetPosition);
       if (this.markersEnabled) length = Math.min(length, MARKER_INTERVAL - (this.streamOffset % MARKER_INTERVAL));
       if (length >= DIRECT_PLACEMENT_MIN) {
-        const extra = length === this.payloadRemaining && !this.markersEnabled ? this.overreadRoom(this.target, length) : 0;
+        const extra = length === this.payloadRemaining && !this.markersEnabled && !this.last ? this.overreadRoom(this.target, length) : 0;
         this.directExtra = extra;
         if (extra > 0) {
           const target = this.target;
@@ -362,7 +362,12 @@ export class FpduReceiver {
   /**
    * How many octets after the `length` payload octets at the current position of `target` a
    * read may also fill: the rest of the FPDU and the next one's tagged prefix, when the memory
-   * there exists and is not shared. Its previous contents are saved and put back by commit()
+   * there exists and is not shared. Only asked for an FPDU that is not the last of its message
+   * (DDP L=0): the memory after it is then the same message's destination, which the next FPDU
+   * fills and nobody may read or write before the message completes. After a message's last
+   * FPDU it could be anyone's: the application's neighbouring block, which it may write between
+   * this readBuffer() (Node asks for the next read's buffer right after the previous read) and
+   * the read, so the octets put back would undo its write. Its previous contents are saved and put back by commit()
    * before anything else on this thread runs; memory other threads may use (a pool in a
    * SharedArrayBuffer) is never borrowed, since they could see or write it meanwhile.
    */

@@ -44,9 +44,9 @@ class RecordingSink implements ReceiveSink {
   }
 }
 
-function write(stag: number, to: number, payload: Uint8Array, crc = true): Uint8Array {
+function write(stag: number, to: number, payload: Uint8Array, crc = true, last = true): Uint8Array {
   const ulpdu = new Uint8Array(14 + payload.length);
-  encodeTaggedHeader(ulpdu, 0, { last: true, ddpVersion: 1, rdmapControl: rdmapControl(RdmapOpcode.RdmaWrite), stag, taggedOffset: BigInt(to) });
+  encodeTaggedHeader(ulpdu, 0, { last, ddpVersion: 1, rdmapControl: rdmapControl(RdmapOpcode.RdmaWrite), stag, taggedOffset: BigInt(to) });
   ulpdu.set(payload, 14);
   return encodeFpdu(ulpdu, crc);
 }
@@ -97,11 +97,12 @@ test('after a large FPDU, reads stop at the next payload, which the kernel place
   const payload = pattern(60_000, 1);
   // First FPDU: nothing known yet, so one staging read takes all of it (and copies it).
   assert.equal(readStream(receiver, sink.target, write(7, 1000, payload)), [[60_020, false]]);
-  // From then on: the header, then the payload straight into the target together with the
-  // trailer (through the memory after the payload, put back afterwards).
+  // From then on: the header, then the payload straight into the target; the trailer of a
+  // message's last FPDU is read apart (the memory after it is not the message's).
   assert.equal(readStream(receiver, sink.target, write(7, 70_000, payload)), [
     [16, false],
-    [60_004, true],
+    [60_000, true],
+    [4, false],
   ]);
   assert.is(sink.failure, undefined);
   assert.equal(sink.events, ['tagged 7 1000 60000', 'tagged done', 'tagged 7 70000 60000', 'tagged done']);
@@ -117,31 +118,53 @@ test('large FPDUs take one read each; the memory after each payload is put back'
   const receiver = new FpduReceiver(sink, { crc: true, markers: false });
   const payloads = [pattern(50_000, 2), pattern(50_000, 3), pattern(49_999, 4)];
   readStream(receiver, memory, write(9, 0, pattern(50_000, 5))); // the first FPDU goes through staging
-  const stream = concat([write(9, 0, payloads[0]!), write(9, 50_000, payloads[1]!), write(9, 100_000, payloads[2]!), immediate(1, 0x40)]);
+  // One RDMA Write message of three FPDUs (L=0, L=0, L=1).
+  const stream = concat([
+    write(9, 0, payloads[0]!, true, false),
+    write(9, 50_000, payloads[1]!, true, false),
+    write(9, 100_000, payloads[2]!),
+    immediate(1, 0x40),
+  ]);
   const reads = readStream(receiver, memory, stream);
-  // Header; then each payload with its trailer and the next FPDU's 16-octet prefix; the last one
-  // (49,999 octets, 1 of PAD) only with the 11 octets its buffer has after it (PAD, CRC and 6 of
-  // the Immediate Data FPDU, whose rest comes through staging).
+  // Header; then each payload of the message but the last with its trailer and the next FPDU's
+  // 16-octet prefix; the last FPDU's payload alone (the memory after it is someone else's), its
+  // PAD, CRC and the Immediate Data FPDU through staging.
   assert.equal(reads, [
     [16, false],
     [50_020, true],
     [50_020, true],
-    [50_010, true],
-    [22, false],
+    [49_999, true],
+    [21, false],
+    [12, false],
     [4, false],
   ]);
   assert.is(sink.failure, undefined);
-  assert.equal(sink.events.slice(2), [
-    'tagged 9 0 50000',
-    'tagged done',
-    'tagged 9 50000 50000',
-    'tagged done',
-    'tagged 9 100000 49999',
-    'tagged done',
-    'control 8 65',
-  ]);
+  assert.equal(sink.events.slice(2), ['tagged 9 0 50000', 'tagged 9 50000 50000', 'tagged 9 100000 49999', 'tagged done', 'control 8 65']);
   for (let i = 0; i < 3; i++) assert.is(Buffer.compare(memory.subarray(i * 50_000, i * 50_000 + payloads[i]!.length), payloads[i]!), 0, `payload ${i}`);
   assert.equal([...memory.subarray(149_999)], new Array(11).fill(0xee), 'the octets after the block are as they were');
+});
+
+test("after a message's last FPDU nothing is borrowed: the application's writes next to the block between reads are kept", () => {
+  const memory = new Uint8Array(200_000).fill(0xee);
+  const sink = new RecordingSink(memory);
+  const receiver = new FpduReceiver(sink, { crc: true, markers: false });
+  readStream(receiver, memory, write(5, 0, pattern(60_000, 7))); // through staging
+  const payload = pattern(60_000, 8);
+  const stream = concat([write(5, 100_000, payload), immediate(1, 0x40)]);
+  let offset = 0;
+  while (offset < stream.length) {
+    const buffer = receiver.readBuffer();
+    // The application writes the block after the landing one while the read is pending (Node
+    // hands out the next read's buffer right after the previous read).
+    if (buffer.buffer === memory.buffer) memory.fill(0x5a, 160_000, 160_064);
+    const length = Math.min(buffer.length, stream.length - offset);
+    buffer.set(stream.subarray(offset, offset + length));
+    offset += length;
+    receiver.commit(length);
+  }
+  assert.is(sink.failure, undefined);
+  assert.is(Buffer.compare(memory.subarray(100_000, 160_000), payload), 0);
+  assert.equal([...memory.subarray(160_000, 160_064)], new Array(64).fill(0x5a), "the application's write stands");
 });
 
 test('memory shared with other threads is never read past the payload', () => {
