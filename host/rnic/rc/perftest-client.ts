@@ -39,6 +39,31 @@ export interface PerftestClientSession {
   finish(): Promise<void>;
 }
 
+/**
+ * The client's first items, the same over TCP and over RDMA CM: its version (kbtp states 6.06),
+ * cycle-buffer and cache-line sizes, and its MTU; `exchange` sends one item and returns the
+ * server's answer to it. Resolves with the server's version and the smaller MTU.
+ */
+export async function exchangePerftestPreamble(
+  exchange: (item: Uint8Array, what: string) => Promise<Uint8Array>,
+  ownMtu: PathMtu,
+): Promise<{ serverVersion: string; pathMtu: PathMtu }> {
+  const version = new Uint8Array(PERFTEST_VERSION_LENGTH);
+  version.set(new TextEncoder().encode(CLIENT_VERSION));
+  const serverVersion = decodePerftestVersion(await exchange(version, 'the version'));
+  const word = (value: number): Uint8Array => {
+    const bytes = new Uint8Array(4);
+    new DataView(bytes.buffer).setUint32(0, value);
+    return bytes;
+  };
+  await exchange(word(CYCLE_BUFFER), 'the cycle-buffer size');
+  await exchange(word(CACHE_LINE), 'the cache-line size');
+  const mtuAnswer = await exchange(new TextEncoder().encode(`${PATH_MTUS.indexOf(ownMtu) + 1}\0`), 'the MTU');
+  const serverMtu = PATH_MTUS[Number.parseInt(new TextDecoder().decode(mtuAnswer.subarray(0, 1)), 10) - 1];
+  if (serverMtu === undefined) throw new RnicError('EPROTO', `perftest server MTU field "${Buffer.from(mtuAnswer).toString('hex')}" is no ibv_mtu code`);
+  return { serverVersion, pathMtu: Math.min(ownMtu, serverMtu) as PathMtu };
+}
+
 export async function connectPerftest(endpoint: RoceEndpoint, qp: RcQueuePair, options: PerftestClientOptions): Promise<PerftestClientSession> {
   const timeoutMs = options.stepTimeoutMs ?? DEFAULT_STEP_TIMEOUT_MS;
   qp.beginConnecting();
@@ -51,21 +76,7 @@ export async function connectPerftest(endpoint: RoceEndpoint, qp: RcQueuePair, o
       open.write(item);
       return reader.read(item.length, timeoutMs, `the server did not answer ${what}`);
     };
-    const version = new Uint8Array(PERFTEST_VERSION_LENGTH);
-    version.set(new TextEncoder().encode(CLIENT_VERSION));
-    const serverVersion = decodePerftestVersion(await exchange(version, 'the version'));
-    const word = (value: number): Uint8Array => {
-      const bytes = new Uint8Array(4);
-      new DataView(bytes.buffer).setUint32(0, value);
-      return bytes;
-    };
-    await exchange(word(CYCLE_BUFFER), 'the cycle-buffer size');
-    await exchange(word(CACHE_LINE), 'the cache-line size');
-    const ownMtu = options.pathMtu ?? 4096;
-    const mtuAnswer = await exchange(new TextEncoder().encode(`${PATH_MTUS.indexOf(ownMtu) + 1}\0`), 'the MTU');
-    const serverMtu = PATH_MTUS[Number.parseInt(new TextDecoder().decode(mtuAnswer.subarray(0, 1)), 10) - 1];
-    if (serverMtu === undefined) throw new RnicError('EPROTO', `perftest server MTU field "${Buffer.from(mtuAnswer).toString('hex')}" is no ibv_mtu code`);
-    const pathMtu = Math.min(ownMtu, serverMtu) as PathMtu;
+    const { serverVersion, pathMtu } = await exchangePerftestPreamble(exchange, options.pathMtu ?? 4096);
     const local = perftestDestination(endpoint, qp, options.region, options.outReads ?? 16);
     const keys = encodePerftestKeys(local);
     const server = decodePerftestKeys(await exchange(keys, 'the keys'));

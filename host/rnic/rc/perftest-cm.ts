@@ -29,6 +29,7 @@ import {
   PERFTEST_VERSION_LENGTH,
   type PerftestCmKeys,
 } from './perftest-format.ts';
+import { exchangePerftestPreamble } from './perftest-client.ts';
 import { PERFTEST_DONE, perftestDestination } from './perftest-setup.ts';
 import { PATH_MTUS, type PathMtu, type RcQueuePair } from './queue-pair.ts';
 
@@ -174,9 +175,6 @@ function answerAfterRun(item: Uint8Array, keys: Uint8Array): Uint8Array {
   return new Uint8Array(item.length);
 }
 
-const CLIENT_VERSION = '6.06';
-const CYCLE_BUFFER = 4096;
-const CACHE_LINE = 64;
 const REPORT_ITEMS = 5;
 
 export interface PerftestCmClientOptions {
@@ -219,20 +217,7 @@ export async function connectPerftestCm(options: PerftestCmClientOptions): Promi
       if (answer.length !== item.length) throw new RnicError('EPROTO', `the server answered ${what} with ${answer.length} octets, expected ${item.length}`);
       return answer;
     };
-    const version = new Uint8Array(PERFTEST_VERSION_LENGTH);
-    version.set(new TextEncoder().encode(CLIENT_VERSION));
-    const serverVersion = decodePerftestVersion(await exchange(version, 'the version'));
-    const word = (value: number): Uint8Array => {
-      const bytes = new Uint8Array(4);
-      new DataView(bytes.buffer).setUint32(0, value);
-      return bytes;
-    };
-    await exchange(word(CYCLE_BUFFER), 'the cycle-buffer size');
-    await exchange(word(CACHE_LINE), 'the cache-line size');
-    const ownMtu = options.pathMtu ?? 1024;
-    const mtuAnswer = await exchange(new TextEncoder().encode(`${PATH_MTUS.indexOf(ownMtu) + 1}\0`), 'the MTU');
-    const serverMtu = PATH_MTUS[Number.parseInt(new TextDecoder().decode(mtuAnswer.subarray(0, 1)), 10) - 1];
-    if (serverMtu === undefined) throw new RnicError('EPROTO', `perftest server MTU field "${Buffer.from(mtuAnswer).toString('hex')}" is no ibv_mtu code`);
+    const { serverVersion, pathMtu } = await exchangePerftestPreamble(exchange, options.pathMtu ?? 1024);
     const zeros = new Uint8Array(PERFTEST_CM_KEY_MESSAGE_LENGTH);
     await exchange(zeros, 'the first (empty) key message');
     await connectRdmaCm(options.endpoint, options.testQp, connectTo);
@@ -244,7 +229,7 @@ export async function connectPerftestCm(options: PerftestCmClientOptions): Promi
     return {
       serverVersion,
       server,
-      pathMtu: Math.min(ownMtu, serverMtu) as PathMtu,
+      pathMtu,
       finish: async () => {
         try {
           await exchange(keys, 'the first barrier after the run');
