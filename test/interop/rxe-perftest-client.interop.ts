@@ -37,6 +37,17 @@ async function connect(neighbour: RxeNeighbour, guest: Guest): Promise<Client> {
   return { qp, cq, region, session };
 }
 
+/** The run's tunnel capture, every RoCEv2 packet of which must decode with its ICRC verified. */
+function decodedCapture(pcapPath: string) {
+  const capture = decodeRoceCapture(new Uint8Array(readFileSync(pcapPath)));
+  assert.equal(
+    capture.packets.filter((packet) => packet.problem !== undefined).map((packet) => `record ${packet.recordIndex}: ${packet.problem}`),
+    [],
+    'every RoCEv2 packet decodes, ICRC verified',
+  );
+  return capture;
+}
+
 async function completions(cq: CompletionQueue, count: number, timeoutMs = 120_000): Promise<WorkCompletion[]> {
   const done: WorkCompletion[] = [];
   const deadline = Date.now() + timeoutMs;
@@ -197,13 +208,7 @@ test('kbtp as perftest client against rxe servers: Write, Read, FetchAdd, CmpSwa
     const result = await guest.exited;
     assert.is(result.guestFailure, null);
     for (const s of servers) assert.match(result.log, new RegExp(`KBTP-PERFTEST-SERVER ${s.name} 0`), `${s.name} server exit status (log ${result.logPath})`);
-    const capture = decodeRoceCapture(new Uint8Array(readFileSync(result.tunnelPcapPath!)));
-    assert.ok(capture.packets.length > 1000);
-    assert.equal(
-      capture.packets.filter((packet) => packet.problem !== undefined).map((packet) => `record ${packet.recordIndex}: ${packet.problem}`),
-      [],
-      'every RoCEv2 packet decodes, ICRC verified',
-    );
+    assert.ok(decodedCapture(result.tunnelPcapPath!).packets.length > 1000);
   } finally {
     guest.kill();
     await neighbour.close();
@@ -272,12 +277,7 @@ test('kbtp as perftest -R client against rxe servers (both QPs over RDMA CM): Wr
     assert.is(result.guestFailure, null);
     for (const s of servers) assert.match(result.log, new RegExp(`KBTP-PERFTEST-SERVER ${s.name} 0`), `${s.name} server exit status (log ${result.logPath})`);
     assert.match(result.log, /Data ex\. method : rdma_cm/);
-    const capture = decodeRoceCapture(new Uint8Array(readFileSync(result.tunnelPcapPath!)));
-    assert.equal(
-      capture.packets.filter((packet) => packet.problem !== undefined).map((packet) => `record ${packet.recordIndex}: ${packet.problem}`),
-      [],
-      'every RoCEv2 packet decodes, ICRC verified',
-    );
+    decodedCapture(result.tunnelPcapPath!);
   } finally {
     guest.kill();
     await neighbour.close();

@@ -43,6 +43,22 @@ function runMemory(neighbour: RxeNeighbour, pd: ProtectionDomain): { memory: Uin
   return { memory, before: memory.slice(), region };
 }
 
+/** Boots a guest that runs every perftest client of RUNS with `args` (after the tool), one after the other; each must exit 0. */
+async function runClients(neighbour: RxeNeighbour, name: string, args: string) {
+  const script = [
+    'status=0',
+    'g=$(rxe_gid_index)',
+    ...RUNS.map((run) => `${run.tool} ${args}; rc=$?; echo "KBTP-PERFTEST ${run.name} $rc"; [ $rc = 0 ] || status=1; sleep 1`),
+    'exit $status',
+  ].join('\n');
+  const guest = await Guest.start({ name, frameTunnel: neighbour.ports, peerScript: script, timeoutMs: 420_000 });
+  const result = await guest.exited;
+  assert.is(result.guestFailure, null, result.guestFailure ?? '');
+  assert.not.ok(result.timedOut, `guest timed out (log ${result.logPath})`);
+  for (const run of RUNS) assert.match(result.log, new RegExp(`KBTP-PERFTEST ${run.name} 0`), `${run.name} exit status (log ${result.logPath})`);
+  return result;
+}
+
 /** Every packet of the capture decodes, and each run's requests replay to kbtp's memory after it. */
 function checkRuns(pcapPath: string, runs: readonly ServedRun[]): void {
   const capture = decodeRoceCapture(new Uint8Array(readFileSync(pcapPath)));
@@ -98,20 +114,7 @@ test('ib_write_bw, ib_read_bw, ib_atomic_bw (FetchAdd, CmpSwap) on rxe against k
     else served.push(serve(neighbour, socket, run.name));
   });
   try {
-    const script = [
-      'status=0',
-      'g=$(rxe_gid_index)',
-      ...RUNS.map(
-        (run) =>
-          `${run.tool} -d rxe0 -x $g -F -p ${port} ${HOST_ADDRESS_FROM_GUEST}; rc=$?; echo "KBTP-PERFTEST ${run.name} $rc"; [ $rc = 0 ] || status=1; sleep 1`,
-      ),
-      'exit $status',
-    ].join('\n');
-    const guest = await Guest.start({ name: 'rxe-perftest', frameTunnel: neighbour.ports, peerScript: script, timeoutMs: 420_000 });
-    const result = await guest.exited;
-    assert.is(result.guestFailure, null, result.guestFailure ?? '');
-    assert.not.ok(result.timedOut, `guest timed out (log ${result.logPath})`);
-    for (const run of RUNS) assert.match(result.log, new RegExp(`KBTP-PERFTEST ${run.name} 0`), `${run.name} exit status (log ${result.logPath})`);
+    const result = await runClients(neighbour, 'rxe-perftest', `-d rxe0 -x $g -F -p ${port} ${HOST_ADDRESS_FROM_GUEST}`);
     assert.is(result.exitStatus, 0);
     assert.is(served.length, RUNS.length, 'one side-channel connection per run');
     const runs = await Promise.all(served);
@@ -144,20 +147,7 @@ test('perftest -R (RDMA CM: both QPs over CM, the exchange over Sends) on rxe ag
     current.onRequest(request);
   });
   try {
-    const script = [
-      'status=0',
-      'g=$(rxe_gid_index)',
-      ...RUNS.map(
-        (run) =>
-          `${run.tool} -R -d rxe0 -x $g -F -p ${CM_PORT} ${HOST_TUNNEL_ADDRESS}; rc=$?; echo "KBTP-PERFTEST ${run.name} $rc"; [ $rc = 0 ] || status=1; sleep 1`,
-      ),
-      'exit $status',
-    ].join('\n');
-    const guest = await Guest.start({ name: 'rxe-perftest-cm', frameTunnel: neighbour.ports, peerScript: script, timeoutMs: 420_000 });
-    const result = await guest.exited;
-    assert.is(result.guestFailure, null, result.guestFailure ?? '');
-    assert.not.ok(result.timedOut, `guest timed out (log ${result.logPath})`);
-    for (const run of RUNS) assert.match(result.log, new RegExp(`KBTP-PERFTEST ${run.name} 0`), `${run.name} exit status (log ${result.logPath})`);
+    const result = await runClients(neighbour, 'rxe-perftest-cm', `-R -d rxe0 -x $g -F -p ${CM_PORT} ${HOST_TUNNEL_ADDRESS}`);
     assert.match(result.log, /Data ex\. method : rdma_cm/, 'the client exchanged over RDMA CM');
     assert.is(served.length, RUNS.length, 'one exchange connection per run');
     const runs = await Promise.all(served);
