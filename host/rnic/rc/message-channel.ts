@@ -38,6 +38,8 @@ export class RcMessageChannel {
   private readonly received: Uint8Array[] = [];
   private failure: string | undefined;
   private disconnected = false;
+  /** Settles when the connection ends; every wait races it (one waiter on the QP, not one per wait). */
+  private readonly ended: Promise<unknown>;
   private closed = false;
 
   constructor(
@@ -51,7 +53,7 @@ export class RcMessageChannel {
     this.region = verbs.registerMemory(pd, new ArrayBuffer(2 * this.slots * this.slotSize), { access: Access.LocalWrite });
     this.qp = verbs.createRcQp({ pd, sendCq: this.cq, recvCq: this.cq, maxSendWr: this.slots, maxRecvWr: this.slots });
     for (let slot = 0; slot < this.slots; slot++) this.postReceive(slot);
-    void this.qp.whenDisconnected().then(() => {
+    this.ended = this.qp.whenDisconnected().then(() => {
       this.disconnected = true;
     });
   }
@@ -82,7 +84,7 @@ export class RcMessageChannel {
       let timer: NodeJS.Timeout | undefined;
       await Promise.race([
         this.cq.wait(),
-        this.qp.whenDisconnected(),
+        this.ended,
         new Promise<void>((resolve) => {
           timer = setTimeout(resolve, Math.min(remaining, 1000));
         }),

@@ -64,6 +64,17 @@ export async function exchangePerftestPreamble(
   return { serverVersion, pathMtu: Math.min(ownMtu, serverMtu) as PathMtu };
 }
 
+/**
+ * The client's items after its run, the same over TCP and RDMA CM: two key barriers, the report
+ * items (kbtp reports zeros: it measured nothing) and the closing keys.
+ */
+export async function exchangePerftestClosing(exchange: (item: Uint8Array, what: string) => Promise<Uint8Array>, keys: Uint8Array): Promise<void> {
+  await exchange(keys, 'the first barrier after the run');
+  await exchange(keys, 'the second barrier after the run');
+  for (let i = 0; i < REPORT_ITEMS; i++) await exchange(new Uint8Array(8), `report item ${i + 1}`);
+  await exchange(keys, 'the closing keys');
+}
+
 export async function connectPerftest(endpoint: RoceEndpoint, qp: RcQueuePair, options: PerftestClientOptions): Promise<PerftestClientSession> {
   const timeoutMs = options.stepTimeoutMs ?? DEFAULT_STEP_TIMEOUT_MS;
   qp.beginConnecting();
@@ -88,10 +99,7 @@ export async function connectPerftest(endpoint: RoceEndpoint, qp: RcQueuePair, o
       server,
       pathMtu,
       finish: async () => {
-        await exchange(keys, 'the first barrier after the run');
-        await exchange(keys, 'the second barrier after the run');
-        for (let i = 0; i < REPORT_ITEMS; i++) await exchange(new Uint8Array(8), `report item ${i + 1}`);
-        await exchange(keys, 'the closing keys');
+        await exchangePerftestClosing(exchange, keys);
         await exchange(PERFTEST_DONE, '"done"');
         open.end();
       },

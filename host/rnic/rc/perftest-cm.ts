@@ -20,21 +20,17 @@ import { connectRdmaCm } from './cm-initiator.ts';
 import type { CmConnectionRequest } from './cm-responder.ts';
 import type { RoceEndpoint } from './endpoint.ts';
 import { RcMessageChannel, type MessageChannelVerbs } from './message-channel.ts';
+import { decodePerftestCmKeys, encodePerftestCmKeys, PERFTEST_CM_KEY_MESSAGE_LENGTH, type PerftestCmKeys } from './perftest-format.ts';
+import { exchangePerftestClosing, exchangePerftestPreamble } from './perftest-client.ts';
 import {
-  decodePerftestCmKeys,
-  decodePerftestVersion,
-  encodePerftestCmKeys,
-  PERFTEST_CM_KEY_MESSAGE_LENGTH,
-  PERFTEST_OLDEST_COMPATIBLE_VERSION,
-  PERFTEST_VERSION_LENGTH,
-  type PerftestCmKeys,
-} from './perftest-format.ts';
-import { exchangePerftestPreamble } from './perftest-client.ts';
-import { PERFTEST_DONE, perftestDestination } from './perftest-setup.ts';
-import { PATH_MTUS, type PathMtu, type RcQueuePair } from './queue-pair.ts';
-
-const DEFAULT_STEP_TIMEOUT_MS = 30_000;
-const DEFAULT_RUN_TIMEOUT_MS = 300_000;
+  answerAfterRun,
+  answerPerftestPreamble,
+  answerPerftestRun,
+  DEFAULT_RUN_TIMEOUT_MS,
+  DEFAULT_STEP_TIMEOUT_MS,
+  perftestDestination,
+} from './perftest-setup.ts';
+import type { PathMtu, RcQueuePair } from './queue-pair.ts';
 
 export interface PerftestCmServerOptions {
   verbs: MessageChannelVerbs;
@@ -110,24 +106,18 @@ export class PerftestCmServer {
   }
 
   private async setUp(channel: RcMessageChannel): Promise<PerftestCmServerSession> {
-    const versionField = await this.expect(channel, PERFTEST_VERSION_LENGTH, 'the client did not send its version');
-    const clientVersion = decodePerftestVersion(versionField);
-    if (!(Number.parseFloat(clientVersion) >= PERFTEST_OLDEST_COMPATIBLE_VERSION))
-      throw new RnicError('EPROTO', `perftest client version "${clientVersion}" is older than ${PERFTEST_OLDEST_COMPATIBLE_VERSION} (or not a version)`);
-    channel.send(versionField);
-    for (const what of ['cycle-buffer size', 'cache-line size']) channel.send(await this.expect(channel, 4, `the client did not send its ${what}`));
-    const mtuField = await this.expect(channel, 2, 'the client did not send its MTU');
-    const clientMtu = PATH_MTUS[Number.parseInt(new TextDecoder().decode(mtuField.subarray(0, 1)), 10) - 1];
-    if (clientMtu === undefined) throw new RnicError('EPROTO', `perftest client MTU field "${Buffer.from(mtuField).toString('hex')}" is no ibv_mtu code`);
-    const pathMtu = Math.min(clientMtu, this.options.pathMtu ?? 4096) as PathMtu;
-    channel.send(new TextEncoder().encode(`${PATH_MTUS.indexOf(pathMtu) + 1}\0`));
+    const { clientVersion, pathMtu } = await answerPerftestPreamble(
+      (length, what) => this.expect(channel, length, what),
+      (item) => channel.send(item),
+      this.options.pathMtu ?? 4096,
+    );
     // Key messages: all-zero ones (before and after the test QP's connection) are answered with
     // zeros; the first real one is the client's keys, and the one after it the barrier after RTR.
     let client: PerftestCmKeys | undefined;
     let local: PerftestCmKeys | undefined;
     for (let barrier = false; !barrier; ) {
       const item = await this.expect(channel, PERFTEST_CM_KEY_MESSAGE_LENGTH, 'the client did not send its keys');
-      if (item.every((octet) => octet === 0)) {
+      if (isAllZero(item)) {
         channel.send(item);
         continue;
       }
@@ -147,16 +137,14 @@ export class PerftestCmServer {
       client: client!,
       local: local!,
       pathMtu,
-      finish: async (runTimeoutMs = DEFAULT_RUN_TIMEOUT_MS) => {
-        const items: number[] = [];
-        // The first item comes when the client's run is over; the rest follow in lock step.
-        for (let wait = runTimeoutMs; ; wait = this.timeoutMs) {
-          const item = await channel.receive(wait, 'the client did not finish its run');
-          if (item === undefined) return items;
-          items.push(item.length);
-          channel.send(answerAfterRun(item, keys));
-        }
-      },
+      finish: (runTimeoutMs = DEFAULT_RUN_TIMEOUT_MS) =>
+        answerPerftestRun(
+          (wait) => channel.receive(wait, 'the client did not finish its run'),
+          // Over RDMA CM the client also sends all-zero key messages; they are answered with zeros.
+          (item) => channel.send(isAllZero(item) ? item : answerAfterRun(item, keys)),
+          runTimeoutMs,
+          this.timeoutMs,
+        ),
     };
   }
 
@@ -168,14 +156,9 @@ export class PerftestCmServer {
   }
 }
 
-/** Keys to a key message (zeros to zeros), "done" to "done", zeros to a report item. */
-function answerAfterRun(item: Uint8Array, keys: Uint8Array): Uint8Array {
-  if (item.length === PERFTEST_CM_KEY_MESSAGE_LENGTH) return item.every((octet) => octet === 0) ? item : keys;
-  if (Buffer.compare(item, PERFTEST_DONE) === 0) return PERFTEST_DONE;
-  return new Uint8Array(item.length);
+function isAllZero(item: Uint8Array): boolean {
+  return item.every((octet) => octet === 0);
 }
-
-const REPORT_ITEMS = 5;
 
 export interface PerftestCmClientOptions {
   verbs: MessageChannelVerbs;
@@ -232,10 +215,7 @@ export async function connectPerftestCm(options: PerftestCmClientOptions): Promi
       pathMtu,
       finish: async () => {
         try {
-          await exchange(keys, 'the first barrier after the run');
-          await exchange(keys, 'the second barrier after the run');
-          for (let i = 0; i < REPORT_ITEMS; i++) await exchange(new Uint8Array(8), `report item ${i + 1}`);
-          await exchange(keys, 'the closing keys');
+          await exchangePerftestClosing(exchange, keys);
         } finally {
           await channel.close();
         }

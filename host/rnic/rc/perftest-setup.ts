@@ -30,8 +30,8 @@ import {
 import { PATH_MTUS, type PathMtu, type RcQueuePair } from './queue-pair.ts';
 import { activateTowards, ExactReader } from './tool-side-channel.ts';
 
-const DEFAULT_STEP_TIMEOUT_MS = 30_000;
-const DEFAULT_RUN_TIMEOUT_MS = 300_000;
+export const DEFAULT_STEP_TIMEOUT_MS = 30_000;
+export const DEFAULT_RUN_TIMEOUT_MS = 300_000;
 
 export interface PerftestServerOptions {
   /** The memory the client's Writes, Reads and atomics address (its rkey and start are advertised). */
@@ -67,18 +67,10 @@ export async function acceptPerftest(
   socket.setNoDelay(true);
   qp.beginConnecting();
   try {
-    const versionField = await reader.read(PERFTEST_VERSION_LENGTH, timeoutMs, 'the client did not send its version');
-    const clientVersion = decodePerftestVersion(versionField);
-    if (!(Number.parseFloat(clientVersion) >= PERFTEST_OLDEST_COMPATIBLE_VERSION)) {
-      throw new RnicError('EPROTO', `perftest client version "${clientVersion}" is older than ${PERFTEST_OLDEST_COMPATIBLE_VERSION} (or not a version)`);
-    }
-    socket.write(versionField);
-    for (const what of ['cycle-buffer size', 'cache-line size']) socket.write(await reader.read(4, timeoutMs, `the client did not send its ${what}`));
-    const mtuField = await reader.read(2, timeoutMs, 'the client did not send its MTU');
-    const clientMtu = PATH_MTUS[Number.parseInt(new TextDecoder().decode(mtuField.subarray(0, mtuField.indexOf(0) < 0 ? 2 : mtuField.indexOf(0))), 10) - 1];
-    if (clientMtu === undefined) throw new RnicError('EPROTO', `perftest client MTU field "${Buffer.from(mtuField).toString('hex')}" is no ibv_mtu code`);
-    const pathMtu = Math.min(clientMtu, options.pathMtu ?? 4096) as PathMtu;
-    socket.write(new TextEncoder().encode(`${PATH_MTUS.indexOf(pathMtu) + 1}\0`));
+    const answer = (item: Uint8Array): void => {
+      socket.write(item);
+    };
+    const { clientVersion, pathMtu } = await answerPerftestPreamble((length, what) => reader.read(length, timeoutMs, what), answer, options.pathMtu ?? 4096);
     const client = decodePerftestKeys(await reader.read(PERFTEST_KEY_MESSAGE_LENGTH, timeoutMs, 'the client did not send its keys'));
     const outReads = options.outReads ?? 16;
     const local = perftestDestination(endpoint, qp, options.region, outReads);
@@ -92,16 +84,13 @@ export async function acceptPerftest(
       client,
       local,
       pathMtu,
-      finish: async (runTimeoutMs = DEFAULT_RUN_TIMEOUT_MS) => {
-        const items: number[] = [];
-        // The first item comes when the client's run is over; the rest follow in lock step.
-        for (let wait = runTimeoutMs; ; wait = timeoutMs) {
-          const item = await reader.readItem(wait, 'the client did not finish its run');
-          if (item === undefined) return items;
-          items.push(item.length);
-          socket.write(answerAfterRun(item, keys));
-        }
-      },
+      finish: (runTimeoutMs = DEFAULT_RUN_TIMEOUT_MS) =>
+        answerPerftestRun(
+          (wait) => reader.readItem(wait, 'the client did not finish its run'),
+          (item) => answer(answerAfterRun(item, keys)),
+          runTimeoutMs,
+          timeoutMs,
+        ),
     };
   } catch (error) {
     socket.destroy();
@@ -152,11 +141,58 @@ export function activatePerftest(endpoint: RoceEndpoint, qp: RcQueuePair, peer: 
 }
 
 /**
- * kbtp's answer to one item the client sends after its run: its keys to a key message, "done" to
- * "done", and zeros to a report item (kbtp measured nothing; a half-duplex client ignores them).
+ * The server's side of the client's first items, the same over TCP and over RDMA CM: `read`
+ * returns the client's next item of `length` octets, `answer` sends one. The client's version
+ * (refused when older than perftest can talk to) and its cycle-buffer and cache-line sizes are
+ * answered with its own (both sides take the larger), its MTU with the smaller of both ends.
  */
-function answerAfterRun(item: Uint8Array, keys: Uint8Array): Uint8Array {
-  if (item.length === PERFTEST_KEY_MESSAGE_LENGTH) return keys;
+export async function answerPerftestPreamble(
+  read: (length: number, what: string) => Promise<Uint8Array>,
+  answer: (item: Uint8Array) => void,
+  ownMtu: PathMtu,
+): Promise<{ clientVersion: string; pathMtu: PathMtu }> {
+  const versionField = await read(PERFTEST_VERSION_LENGTH, 'the client did not send its version');
+  const clientVersion = decodePerftestVersion(versionField);
+  if (!(Number.parseFloat(clientVersion) >= PERFTEST_OLDEST_COMPATIBLE_VERSION)) {
+    throw new RnicError('EPROTO', `perftest client version "${clientVersion}" is older than ${PERFTEST_OLDEST_COMPATIBLE_VERSION} (or not a version)`);
+  }
+  answer(versionField);
+  for (const what of ['cycle-buffer size', 'cache-line size']) answer(await read(4, `the client did not send its ${what}`));
+  const mtuField = await read(2, 'the client did not send its MTU');
+  const clientMtu = PATH_MTUS[Number.parseInt(new TextDecoder().decode(mtuField.subarray(0, mtuField.indexOf(0) < 0 ? 2 : mtuField.indexOf(0))), 10) - 1];
+  if (clientMtu === undefined) throw new RnicError('EPROTO', `perftest client MTU field "${Buffer.from(mtuField).toString('hex')}" is no ibv_mtu code`);
+  const pathMtu = Math.min(clientMtu, ownMtu) as PathMtu;
+  answer(new TextEncoder().encode(`${PATH_MTUS.indexOf(pathMtu) + 1}\0`));
+  return { clientVersion, pathMtu };
+}
+
+/**
+ * Answers what the client sends after its run until it ends the exchange (`next` resolves
+ * undefined); the first item comes when its run is over, the rest follow in lock step. Resolves
+ * with the size of each item.
+ */
+export async function answerPerftestRun(
+  next: (waitMs: number) => Promise<Uint8Array | undefined>,
+  answerItem: (item: Uint8Array) => void,
+  runTimeoutMs: number,
+  stepTimeoutMs: number,
+): Promise<number[]> {
+  const items: number[] = [];
+  for (let wait = runTimeoutMs; ; wait = stepTimeoutMs) {
+    const item = await next(wait);
+    if (item === undefined) return items;
+    items.push(item.length);
+    answerItem(item);
+  }
+}
+
+/**
+ * kbtp's answer to one item the client sends after its run: its keys to a key message (one as
+ * long as `keys`), "done" to "done", and zeros to a report item (kbtp measured nothing; a
+ * half-duplex client ignores them).
+ */
+export function answerAfterRun(item: Uint8Array, keys: Uint8Array): Uint8Array {
+  if (item.length === keys.length) return keys;
   if (Buffer.compare(item, PERFTEST_DONE) === 0) return PERFTEST_DONE;
   return new Uint8Array(item.length);
 }
