@@ -7,7 +7,8 @@
 // (--workers threads, 1 by default: Redis serves from one thread too), every loaded block checked.
 // Redis: redis-benchmark SET and GET of values of the same sizes with the same client counts and
 // the same requests in flight per connection (-P), against a redis-server started on 127.0.0.1
-// with persistence off. iperf3: one TCP stream over loopback, the kernel's ceiling; a plain Node
+// with persistence off, and the same with redis-latency.c (redis-latency.ts), whose latency runs to
+// the reply's last octet as kbtp's does (redis-benchmark's stops at the reply's first read). iperf3: one TCP stream over loopback, the kernel's ceiling; a plain Node
 // socket pair moving 1 MiB blocks (node-socket.ts), Node's own. CPU per request on both sides from
 // /proc (cpu.ts). Writes bench/results/compare.json (issue 6's shape plus issue 16's p50s,
 // node_socket_gbps and CPU per op), compare-detail.json (everything measured) and compare.svg;
@@ -25,17 +26,16 @@ import { loadavg } from 'node:os';
 import { iperf3, redisBenchmark, repoRoot, startRedis, stopAll, type RedisResult, type RedisServer } from './tools.ts';
 import { childCpuUs, cpuPerOp, kbtpCpuPerOp, type CpuPerOp } from './cpu.ts';
 import { nodeSocketGbps } from './node-socket.ts';
+import { redisLatency, redisRowFigures, type RedisRowFigures } from './redis-latency.ts';
 
-export interface CompareRow {
+/** redis_p50_us / redis_p99_us: to the reply's last octet; redis_benchmark_*: redis-benchmark's first read. */
+export interface CompareRow extends RedisRowFigures {
   op: 'load' | 'store';
   size: number;
   sessions: number;
   kbtp_gbps: number;
-  redis_gbps: number;
   kbtp_p50_us: number;
-  redis_p50_us: number;
   kbtp_p99_us: number;
-  redis_p99_us: number;
 }
 
 interface Table {
@@ -43,6 +43,8 @@ interface Table {
   rows: CompareRow[];
   kbtp: BenchRow[];
   redis: RedisResult[];
+  /** The same runs by redis-latency (complete replies). */
+  redisComplete: RedisResult[];
 }
 
 const gbit = (row: BenchRow): number => (row.bytesPerSec * 8) / 1e9;
@@ -61,6 +63,7 @@ function redisRequests(size: number, seconds: number): number {
 async function measure(sizes: number[], sessionCounts: number[], inFlight: number, seconds: number, workers: number, redisServer: RedisServer): Promise<Table> {
   const kbtp: BenchRow[] = [];
   const redis: RedisResult[] = [];
+  const redisComplete: RedisResult[] = [];
   const rows: CompareRow[] = [];
   for (const sessions of sessionCounts) {
     log(`kbtp: LOAD and STORE at ${sizes.map(formatSize).join(', ')}, ${sessions} session(s) x ${inFlight} in flight, ${workers} target worker(s)`);
@@ -85,29 +88,23 @@ async function measure(sizes: number[], sessionCounts: number[], inFlight: numbe
     for (const size of sizes) {
       log(`redis-benchmark: SET and GET of ${formatSize(size)}, ${sessions} client(s), pipeline ${inFlight}`);
       redis.push(...(await redisBenchmark(redisServer.port, size, sessions, redisRequests(size, seconds), inFlight)));
+      log(`redis-latency: the same, timed to each reply's last octet`);
+      redisComplete.push(...(await redisLatency(redisServer.port, size, sessions, redisRequests(size, seconds), inFlight)));
     }
   }
   for (const sessions of sessionCounts) {
     for (const size of sizes) {
       for (const op of ['load', 'store'] as const) {
         const k = kbtp.find((row) => row.op === op && row.size === size && row.sessions === sessions);
-        const r = redis.find((row) => row.op === (op === 'load' ? 'get' : 'set') && row.size === size && row.clients === sessions);
-        if (k === undefined || r === undefined) continue;
-        rows.push({
-          op,
-          size,
-          sessions,
-          kbtp_gbps: r3(gbit(k)),
-          redis_gbps: r3(r.gbps),
-          kbtp_p50_us: k.p50Us,
-          redis_p50_us: +r.p50Us.toFixed(1),
-          kbtp_p99_us: k.p99Us,
-          redis_p99_us: +r.p99Us.toFixed(1),
-        });
+        const same = (row: RedisResult): boolean => row.op === (op === 'load' ? 'get' : 'set') && row.size === size && row.clients === sessions;
+        const r = redis.find(same);
+        const c = redisComplete.find(same);
+        if (k === undefined || r === undefined || c === undefined) continue;
+        rows.push({ op, size, sessions, kbtp_gbps: r3(gbit(k)), kbtp_p50_us: k.p50Us, kbtp_p99_us: k.p99Us, ...redisRowFigures(r, c) });
       }
     }
   }
-  return { inFlight, rows, kbtp, redis };
+  return { inFlight, rows, kbtp, redis, redisComplete };
 }
 
 /** Issue 16's bar per row: at 1 in flight kbtp at least matches Redis in GB/s and p50; pipelined it is 1.5x Redis. */
@@ -132,6 +129,7 @@ function formatCompare(title: string, rows: readonly CompareRow[], iperfGbps: nu
       'Redis p50 us',
       'kbtp p99 us',
       'Redis p99 us',
+      'redis-benchmark p50/p99 us',
       inFlight > 1 ? '>= 1.5x Redis' : '>= Redis',
     ],
     rows: rows.map((row) => [
@@ -147,6 +145,7 @@ function formatCompare(title: string, rows: readonly CompareRow[], iperfGbps: nu
       row.redis_p50_us,
       row.kbtp_p99_us,
       row.redis_p99_us,
+      `${row.redis_benchmark_p50_us} / ${row.redis_benchmark_p99_us}`,
       rowMet(row, inFlight) ? 'yes' : 'no',
     ]),
   });
@@ -289,6 +288,25 @@ async function main(): Promise<number> {
         ),
       );
       console.log('');
+    }
+    console.log(
+      "Redis p50/p99: each request to its reply's last octet (redis-latency.c), as kbtp's; redis-benchmark p50/p99: to the reply's first read " +
+        "(its readHandler); Redis Gbit/s: the higher of the two clients'.",
+    );
+    const ratios = tables.flatMap((table) =>
+      table.redisComplete.map((row) => {
+        const twin = table.redis.find(
+          (other) => other.op === row.op && other.size === row.size && other.clients === row.clients && other.pipeline === row.pipeline,
+        );
+        return twin === undefined ? Number.NaN : row.opsPerSec / twin.opsPerSec;
+      }),
+    );
+    if (ratios.length > 0) {
+      const sorted = ratios.filter(Number.isFinite).sort((x, y) => x - y);
+      console.log(
+        `redis-latency ops/s / redis-benchmark ops/s over ${sorted.length} runs: min ${r3(sorted[0] ?? Number.NaN)}, ` +
+          `median ${r3(sorted[Math.floor(sorted.length / 2)] ?? Number.NaN)}, max ${r3(sorted[sorted.length - 1] ?? Number.NaN)}`,
+      );
     }
     for (const table of tables) {
       const met = table.rows.filter((row) => rowMet(row, table.inFlight)).length;

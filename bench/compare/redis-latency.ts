@@ -1,0 +1,134 @@
+// Redis's request latency measured as kbtp bench measures kbtp's: from the request's first write
+// to the last octet of its reply. redis-benchmark stops its clock at the first read event of a
+// reply (src/redis-benchmark.c readHandler: "Calculate latency only for the first read event ...
+// Parsing overhead is not part of the latency"), which for a 1 MiB GET is the first of its many
+// reads. bench/compare/redis-latency.c, compiled here with the machine's C compiler, is a client
+// shaped like redis-benchmark (one thread, N connections, -P requests written together, every
+// reply parsed) that records both instants; the percentiles come from kbtp bench's own histogram.
+import { spawnSync } from 'node:child_process';
+import { existsSync, mkdirSync, renameSync, statSync } from 'node:fs';
+import { join } from 'node:path';
+import { LatencyHistogram } from '../../host/bench/histogram.ts';
+import { repoRoot, requireTool, run, type RedisResult } from './tools.ts';
+
+export interface RedisLatencyTest {
+  test: string;
+  requests: number;
+  elapsedNs: number;
+  /** Each request's latency to its reply's last octet. */
+  complete: LatencyHistogram;
+  /** Each request's latency to the first read event after its write (redis-benchmark's). */
+  firstRead: LatencyHistogram;
+}
+
+/**
+ * Parses redis-latency's output: per test a line `test NAME requests N elapsed_ns E`, then N
+ * lines `<complete_ns> <first_read_ns>`. Anything else (a short or garbled list, a first read
+ * after the reply's end) is an error: a silently short list would bias the percentiles.
+ */
+export function parseRedisLatencyOutput(text: string): Map<string, RedisLatencyTest> {
+  const lines = text.split('\n');
+  const tests = new Map<string, RedisLatencyTest>();
+  let index = 0;
+  const integer = (word: string | undefined, what: string): number => {
+    if (word === undefined || !/^\d+$/.test(word)) throw new Error(`redis-latency: ${what} is not a number: '${word ?? ''}'`);
+    return Number(word);
+  };
+  while (index < lines.length) {
+    const line = (lines[index] ?? '').trim();
+    index++;
+    if (line === '') continue;
+    const words = line.split(' ');
+    if (words.length !== 6 || words[0] !== 'test' || words[2] !== 'requests' || words[4] !== 'elapsed_ns') {
+      throw new Error(`redis-latency: expected 'test NAME requests N elapsed_ns E', got '${line}'`);
+    }
+    const name = words[1] ?? '';
+    const requests = integer(words[3], 'the request count');
+    const elapsedNs = integer(words[5], 'the elapsed time');
+    if (requests === 0 || elapsedNs === 0) throw new Error(`redis-latency: ${name} ran no requests or took no time`);
+    const complete = new LatencyHistogram();
+    const firstRead = new LatencyHistogram();
+    for (let i = 0; i < requests; i++, index++) {
+      const pair = (lines[index] ?? '').trim().split(' ');
+      if (pair.length !== 2 || lines[index] === undefined) throw new Error(`redis-latency: ${name} printed ${i} of ${requests} latencies`);
+      const completeNs = integer(pair[0], `${name} latency ${i}`);
+      const firstNs = integer(pair[1], `${name} first-read latency ${i}`);
+      if (firstNs > completeNs) throw new Error(`redis-latency: ${name} request ${i} was read first after its reply had ended (${firstNs} > ${completeNs} ns)`);
+      complete.record(completeNs);
+      firstRead.record(firstNs);
+    }
+    if (tests.has(name)) throw new Error(`redis-latency: ${name} reported twice`);
+    tests.set(name, { test: name, requests, elapsedNs, complete, firstRead });
+  }
+  return tests;
+}
+
+const source = (): string => join(repoRoot, 'bench', 'compare', 'redis-latency.c');
+
+/** Compiles redis-latency.c (with `cc`, -O2) into dist/bench/compare/ unless the binary is newer; returns its path. */
+export function buildRedisLatency(): string {
+  const binary = join(repoRoot, 'dist', 'bench', 'compare', 'redis-latency');
+  if (existsSync(binary) && statSync(binary).mtimeMs >= statSync(source()).mtimeMs) return binary;
+  requireTool('cc');
+  mkdirSync(join(repoRoot, 'dist', 'bench', 'compare'), { recursive: true });
+  // Built under a name of its own and renamed, so that two runs building at once never run half a file.
+  const building = `${binary}.${process.pid}`;
+  const built = spawnSync('cc', ['-O2', '-Wall', '-Wextra', '-o', building, source()], { encoding: 'utf8' });
+  if (built.status !== 0) throw new Error(`cc could not build ${source()}: ${(built.stderr || built.stdout || String(built.error)).trim()}`);
+  renameSync(building, binary);
+  return binary;
+}
+
+/** A run's test as make compare's row: ops/s and GB/s over the run, p50/p99 of the complete reply. */
+export function latencyResult(op: 'get' | 'set', size: number, clients: number, pipeline: number, measured: RedisLatencyTest): RedisResult {
+  const opsPerSec = measured.requests / (measured.elapsedNs / 1e9);
+  return {
+    op,
+    size,
+    clients,
+    pipeline,
+    requests: measured.requests,
+    opsPerSec: Math.round(opsPerSec),
+    gbps: (opsPerSec * size * 8) / 1e9,
+    p50Us: measured.complete.percentileNs(0.5) / 1000,
+    p99Us: measured.complete.percentileNs(0.99) / 1000,
+  };
+}
+
+/** SET then GET of `size`-octet values, as redisBenchmark() runs them, timed to the reply's last octet. */
+export async function redisLatency(port: number, size: number, clients: number, requests: number, pipeline = 1): Promise<RedisResult[]> {
+  const binary = buildRedisLatency();
+  const args = ['--host', '127.0.0.1', '--port', String(port), '--tests', 'set,get', '--size', String(size)];
+  args.push('--clients', String(clients), '--requests', String(requests), '--pipeline', String(pipeline));
+  const parsed = parseRedisLatencyOutput(await run(binary, args, 300_000));
+  return (['set', 'get'] as const).map((op) => {
+    const measured = parsed.get(op.toUpperCase());
+    if (measured === undefined) throw new Error(`redis-latency printed no ${op.toUpperCase()} result`);
+    return latencyResult(op, size, clients, pipeline, measured);
+  });
+}
+
+/** make compare's Redis figures for one row: see docs/BENCH.md. */
+export interface RedisRowFigures {
+  redis_gbps: number;
+  redis_p50_us: number;
+  redis_p99_us: number;
+  redis_benchmark_p50_us: number;
+  redis_benchmark_p99_us: number;
+}
+
+/**
+ * The latency of a Redis request is the complete reply's (`complete`); redis-benchmark's own
+ * first-read figures are kept beside it. Throughput is Redis's best: the higher of the two
+ * clients' GB/s, so that kbtp is never compared with a slow Redis client.
+ */
+export function redisRowFigures(benchmark: RedisResult, complete: RedisResult): RedisRowFigures {
+  const us = (value: number): number => +value.toFixed(1);
+  return {
+    redis_gbps: +Math.max(benchmark.gbps, complete.gbps).toFixed(3),
+    redis_p50_us: us(complete.p50Us),
+    redis_p99_us: us(complete.p99Us),
+    redis_benchmark_p50_us: us(benchmark.p50Us),
+    redis_benchmark_p99_us: us(benchmark.p99Us),
+  };
+}
