@@ -1,14 +1,18 @@
 // The batched UDP socket and link (sendmmsg + GSO, recvmmsg + GRO through koffi): datagram
 // boundaries through batching and GSO runs, the full-socket (EAGAIN) path, a datagram larger
-// than a receive slot, close while the receive worker waits, a send the kernel refuses ending
+// than a receive slot, the worker's ICRC check, close while the receive worker waits, a send the kernel refuses ending
 // the QP, and the choice between the batched link and node:dgram's.
 import dgram from 'node:dgram';
 import { test } from 'uvu';
 import * as assert from 'uvu/assert';
 import { UsageError } from '../../host/errors.ts';
-import { BatchedUdpSocket, loadBatchedUdp } from '../../host/rnic/rc/batched-udp-socket.ts';
+import { BatchedUdpSocket, IcrcVerdict, loadBatchedUdp } from '../../host/rnic/rc/batched-udp-socket.ts';
+import { RoceEndpoint } from '../../host/rnic/rc/endpoint.ts';
+import { headersFrom } from '../../host/rnic/wire/ib-headers.ts';
+import { IbOpcode } from '../../host/rnic/wire/ib-opcodes.ts';
+import { encodeIbPacket, ibPacketLength } from '../../host/rnic/wire/ib-packet.ts';
 import { BatchedUdpLink } from '../../host/rnic/rc/batched-udp-link.ts';
-import { UdpLink } from '../../host/rnic/rc/link.ts';
+import { socketIcrcHeaders, UdpLink } from '../../host/rnic/rc/link.ts';
 import { openUdpLink, udpLinkKindFromEnvironment } from '../../host/rnic/rc/udp-link-choice.ts';
 import { WcStatus } from '../../host/rnic/verbs.ts';
 import { rcPair } from '../support/rc.ts';
@@ -141,6 +145,87 @@ test('a datagram larger than a receive slot is counted and dropped; the next one
   } finally {
     plain.close();
     await receiver.close();
+  }
+});
+
+test('the receive worker checks ICRCs: good and corrupted packets, single and in GRO runs, get their verdicts; the endpoint counts the bad', async () => {
+  const receiver = await BatchedUdpSocket.open({ checkRoceIcrc: true });
+  const plain = dgram.createSocket('udp4');
+  await new Promise<void>((resolve) => plain.bind(0, '127.0.0.1', resolve));
+  const from = { address: '127.0.0.1', port: plain.address().port };
+  /** An RDMA Write Only of `length` octets to QP 0x12, its ICRC as a packet from `plain` to `receiver`; `corrupt` flips one payload octet after. */
+  const packet = (length: number, psn: number, corrupt: boolean): Buffer => {
+    const ip = new Uint8Array(20);
+    const udp = new Uint8Array(8);
+    socketIcrcHeaders(ip, udp, from, receiver.local, ibPacketLength(IbOpcode.RdmaWriteOnly, length));
+    const bytes = encodeIbPacket(
+      headersFrom({ opcode: IbOpcode.RdmaWriteOnly, destQp: 0x12, psn, dmaLength: length }),
+      new Uint8Array(length).fill(psn),
+      ip,
+      udp,
+    );
+    if (corrupt) bytes[40] = bytes[40]! ^ 1;
+    return Buffer.from(bytes);
+  };
+  try {
+    const verdicts: IcrcVerdict[] = [];
+    const sizes: number[] = [];
+    const done = new Promise<void>((resolve) => {
+      receiver.setReceiver((data, _from, icrc) => {
+        verdicts.push(icrc);
+        sizes.push(data.length);
+        if (verdicts.length === 8) resolve();
+      });
+    });
+    // Lengths vary (each its own prefix) and repeat (runs the kernel may merge by GRO).
+    const plan: Array<[number, boolean]> = [
+      [4096, false],
+      [4096, true],
+      [4096, false],
+      [100, false],
+      [100, true],
+      [1024, true],
+      [1024, false],
+      [4096, false],
+    ];
+    for (const [psn, [length, corrupt]] of plan.entries()) plain.send(packet(length, psn, corrupt), receiver.local.port, '127.0.0.1');
+    await done;
+    assert.equal(
+      sizes,
+      plan.map(([length]) => ibPacketLength(IbOpcode.RdmaWriteOnly, length)),
+    );
+    assert.equal(
+      verdicts,
+      plan.map(([, corrupt]) => (corrupt ? IcrcVerdict.Bad : IcrcVerdict.Good)),
+    );
+  } finally {
+    plain.close();
+    await receiver.close();
+  }
+
+  // Through the link: the worker's verdict decides; a corrupted packet counts as an ICRC error, a good one gets past the check.
+  const link = await BatchedUdpLink.open();
+  const endpoint = new RoceEndpoint(link);
+  const sender = dgram.createSocket('udp4');
+  await new Promise<void>((resolve) => sender.bind(0, '127.0.0.1', resolve));
+  try {
+    from.port = sender.address().port;
+    const ip = new Uint8Array(20);
+    const udp = new Uint8Array(8);
+    socketIcrcHeaders(ip, udp, from, link.local, ibPacketLength(IbOpcode.RdmaWriteOnly, 64));
+    const good = Buffer.from(encodeIbPacket(headersFrom({ opcode: IbOpcode.RdmaWriteOnly, destQp: 0x12, psn: 1, dmaLength: 64 }), new Uint8Array(64), ip, udp));
+    const bad = Buffer.from(good);
+    bad[50] = bad[50]! ^ 0x80;
+    sender.send(bad, link.local.port, '127.0.0.1');
+    sender.send(good, link.local.port, '127.0.0.1');
+    for (let waited = 0; endpoint.stats.packets < 2 && waited < 200; waited++) await new Promise((resolve) => setTimeout(resolve, 25));
+    assert.is(endpoint.stats.packets, 2);
+    assert.is(endpoint.stats.icrcErrors, 1);
+    assert.is(endpoint.stats.unknownQp, 1); // the good one passed the ICRC check and found no QP 0x12
+    assert.is(link.stats.datagramsReceived, 2);
+  } finally {
+    sender.close();
+    await endpoint.close();
   }
 });
 

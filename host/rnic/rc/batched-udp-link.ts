@@ -4,8 +4,8 @@
 // peer on node:dgram, rxe or a hardware RNIC sees the same wire.
 
 import { RnicError } from '../errors.ts';
-import { BatchedUdpSocket, errnoName, type BatchedUdpSocketOptions, type BatchedUdpStatistics } from './batched-udp-socket.ts';
-import { fillIcrc, SocketHeaderCache, type LinkSendErrorHandler, type PacketLink, type PacketReceiver, type PeerAddress } from './link.ts';
+import { BatchedUdpSocket, errnoName, IcrcVerdict, type BatchedUdpSocketOptions, type BatchedUdpStatistics } from './batched-udp-socket.ts';
+import { fillIcrcAfterUdp, SocketHeaderCache, type LinkSendErrorHandler, type PacketLink, type PacketReceiver, type PeerAddress } from './link.ts';
 
 export type BatchedUdpLinkOptions = BatchedUdpSocketOptions;
 
@@ -18,12 +18,13 @@ export class BatchedUdpLink implements PacketLink {
   private constructor(readonly socket: BatchedUdpSocket) {
     this.outbound = new SocketHeaderCache(socket.local, true);
     this.inbound = new SocketHeaderCache(socket.local, false);
-    socket.setReceiver((data, from) => this.incoming(data, from));
+    socket.setReceiver((data, from, icrc) => this.incoming(data, from, icrc));
   }
 
   /** Throws RnicError (EINVAL) when batching is unavailable here (no koffi, not Linux x64/arm64). */
   static async open(options: BatchedUdpLinkOptions = {}): Promise<BatchedUdpLink> {
-    return new BatchedUdpLink(await BatchedUdpSocket.open(options));
+    // The receive worker checks ICRCs: it has the datagrams, and the RC thread is the bottleneck.
+    return new BatchedUdpLink(await BatchedUdpSocket.open({ checkRoceIcrc: true, ...options }));
   }
 
   get local(): PeerAddress {
@@ -49,7 +50,7 @@ export class BatchedUdpLink implements PacketLink {
     headers.update(to, header.length + payload.length + trailer.length);
     // The trailer's ICRC octets are the link's to fill (PacketLink contract); the socket copies
     // header and trailer before send returns and points at the payload until the turn's flush.
-    fillIcrc(headers.ip, headers.udp, header, payload, trailer);
+    fillIcrcAfterUdp(headers.afterUdp, header, payload, trailer);
     this.socket.send(to, header, payload, trailer);
   }
 
@@ -63,11 +64,12 @@ export class BatchedUdpLink implements PacketLink {
     await this.socket.close();
   }
 
-  private incoming(data: Uint8Array, from: PeerAddress): void {
+  private incoming(data: Uint8Array, from: PeerAddress, icrc: IcrcVerdict): void {
     const receiver = this.receiver;
     if (receiver === undefined) return;
     const headers = this.inbound;
     headers.update(from, data.length);
-    receiver(data, headers.ip, headers.udp, from);
+    if (icrc === IcrcVerdict.Unchecked) receiver(data, headers.ip, headers.udp, from);
+    else receiver(data, headers.ip, headers.udp, from, icrc === IcrcVerdict.Good);
   }
 }

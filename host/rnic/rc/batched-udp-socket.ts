@@ -32,7 +32,8 @@ import { Worker } from 'node:worker_threads';
 import { RnicError } from '../errors.ts';
 import { turn, type TurnParticipant } from '../turn.ts';
 import { parseIpv4 } from '../wire/roce-frame.ts';
-import type { PeerAddress } from './link.ts';
+import { icrcMaskedPrefix } from '../wire/icrc.ts';
+import { socketIcrcHeaders, type PeerAddress } from './link.ts';
 
 // Linux constants (x86_64 and arm64 agree on all of these).
 const AF_INET = 2;
@@ -95,6 +96,8 @@ const CLOSING = 3;
 const WORKER_ERRNO = 4;
 /** Held (1) by whichever thread is taking datagrams into the ring: the worker or receiveNow. */
 const PRODUCER_LOCK = 5;
+/** Per receive slot: ICRC verdicts of its first datagrams (a GRO run holds at most 64, UDP_GRO_CNT_MAX). */
+const VERDICTS_PER_SLOT = 64;
 /** Where the worker keeps its struct pollfd. */
 const POLLFD_AT = 32;
 const CONTROL_BYTES = 64;
@@ -164,10 +167,22 @@ export interface BatchedUdpSocketOptions {
   /** Receive ring slots (a power of two, default 64) and octets per slot (default 65536: a larger datagram is dropped and counted). */
   receiveSlots?: number;
   slotBytes?: number;
+  /**
+   * The receive worker checks every datagram's RoCEv2 ICRC (as a packet from its source to this
+   * socket) and hands the verdict up with it, so the thread that runs RC does not (default false).
+   */
+  checkRoceIcrc?: boolean;
 }
 
-/** Receives one datagram. `data` is valid only during the call (its slot is reused after). */
-export type DatagramReceiver = (data: Uint8Array, from: PeerAddress) => void;
+/** What the receive worker found of a datagram's RoCEv2 ICRC. */
+export const IcrcVerdict = { Unchecked: 0, Good: 1, Bad: 2 } as const;
+export type IcrcVerdict = (typeof IcrcVerdict)[keyof typeof IcrcVerdict];
+
+/**
+ * Receives one datagram. `data` is valid only during the call (its slot is reused after).
+ * `icrc` is Unchecked unless the socket checks ICRCs and its worker took the datagram.
+ */
+export type DatagramReceiver = (data: Uint8Array, from: PeerAddress, icrc: IcrcVerdict) => void;
 
 /** A send error the socket could not recover from by waiting (the datagrams are dropped). */
 export type SendErrorHandler = (to: PeerAddress, errno: number) => void;
@@ -199,7 +214,7 @@ const koffi = require(workerData.koffiPath);
 const libc = koffi.load('libc.so.6');
 const recvmmsg = libc.func('int recvmmsg(int, intptr_t, unsigned int, int, intptr_t)');
 const memmove = libc.func('intptr_t memmove(void *, void *, size_t)');
-const { fd, slots, slotBytes, batch, records, iovecs, addresses, controls, data } = workerData;
+const { fd, slots, slotBytes, batch, records, iovecs, addresses, controls, data, verdicts } = workerData;
 const ring = workerData.ring;
 const control = new Int32Array(ring, 0, 16);
 const bytes = new Uint8Array(ring);
@@ -219,6 +234,58 @@ const poll = libc.func('int poll(intptr_t, unsigned long, int)');
 const pollfd = workerData.pollfd;
 words[pollfd >>> 2] = fd;
 bytes[pollfd + 4] = 1; // events = POLLIN
+// ICRC check (checkRoceIcrc): the prefix (LRH stand-in, masked IPv4 and UDP headers with this
+// socket as destination) gets each datagram's source and lengths; its CRC is kept per source
+// and length. The BTH's masked octet is set to ones in the slot for the one native call over
+// the packet, then restored.
+const crc32 = workerData.crc32Path === undefined ? undefined : require(workerData.crc32Path).crc32;
+const prefix = workerData.icrcPrefix;
+let prefixKey = -1;
+let prefixLength = -1;
+let prefixCrc = 0;
+const SOL_UDP = ${SOL_UDP};
+const UDP_GRO = ${UDP_GRO};
+function check(slot) {
+  const record = records + slot * ${MMSGHDR};
+  const length = words[(record + ${MSG_LEN}) >>> 2];
+  const at = verdicts + slot * ${VERDICTS_PER_SLOT};
+  bytes.fill(0, at, at + ${VERDICTS_PER_SLOT});
+  if ((words[(record + ${MSG_FLAGS}) >>> 2] & ${MSG_TRUNC}) !== 0 || length > slotBytes) return;
+  let segment = length;
+  const cmsg = controls + slot * ${CMSG_ROOM};
+  if (words[(record + ${MSG_CONTROLLEN}) >>> 2] >= 20 && words[(cmsg + 8) >>> 2] === SOL_UDP && words[(cmsg + 12) >>> 2] === UDP_GRO && words[(cmsg + 16) >>> 2] > 0) {
+    segment = words[(cmsg + 16) >>> 2];
+  }
+  const name = addresses + slot * ${SOCKADDR_IN};
+  const key = ((bytes[name + 4] << 24) | (bytes[name + 5] << 16) | (bytes[name + 6] << 8) | bytes[name + 7]) >>> 0;
+  const source = key * 65536 + ((bytes[name + 2] << 8) | bytes[name + 3]);
+  const first = data + slot * slotBytes;
+  for (let k = 0, offset = 0; offset < length && k < ${VERDICTS_PER_SLOT}; k++, offset += segment) {
+    const size = Math.min(segment, length - offset);
+    if (size < 16) continue; // shorter than BTH + ICRC: left to the receiver's checks
+    if (source !== prefixKey || size !== prefixLength) {
+      prefixKey = source;
+      prefixLength = size;
+      const total = 28 + size;
+      prefix[10] = total >>> 8;
+      prefix[11] = total & 0xff;
+      prefix.set(bytes.subarray(name + 4, name + 8), 20);
+      prefix[28] = bytes[name + 2];
+      prefix[29] = bytes[name + 3];
+      prefix[32] = (size + 8) >>> 8;
+      prefix[33] = (size + 8) & 0xff;
+      prefixCrc = crc32(prefix, 0);
+    }
+    const packet = first + offset;
+    const congestion = bytes[packet + 4];
+    bytes[packet + 4] = 0xff;
+    const crc = crc32(bytes.subarray(packet, packet + size - 4), prefixCrc);
+    bytes[packet + 4] = congestion;
+    const end = packet + size - 4;
+    const carried = (bytes[end] | (bytes[end + 1] << 8) | (bytes[end + 2] << 16) | (bytes[end + 3] << 24)) >>> 0;
+    bytes[at + k] = crc === carried ? ${IcrcVerdict.Good} : ${IcrcVerdict.Bad};
+  }
+}
 parentPort.postMessage(-1); // ready: open() resolves only now, so no packet waits for a worker to start
 while (Atomics.load(control, ${CLOSING}) === 0) {
   if (slots - ((Atomics.load(control, ${PRODUCED}) - Atomics.load(control, ${CONSUMED})) | 0) === 0) {
@@ -244,6 +311,7 @@ while (Atomics.load(control, ${CLOSING}) === 0) {
       put64(record + ${MSG_CONTROLLEN}, ${CMSG_ROOM});
     }
     got = recvmmsg(fd, base + records + start * ${MMSGHDR}, count, ${MSG_DONTWAIT}, 0);
+    if (got > 0 && crc32 !== undefined) for (let i = start; i < start + got; i++) check(i);
     if (got > 0) Atomics.store(control, ${PRODUCED}, (produced + got) | 0);
   }
   const errno = got < 0 ? koffi.errno() : 0;
@@ -327,6 +395,8 @@ export class BatchedUdpSocket implements TurnParticipant {
   private readonly recordsAt: number;
   private readonly addressesAt: number;
   private readonly receiveControlsAt: number;
+  /** Where the worker writes ICRC verdicts, or -1 when it does not check them. */
+  private readonly verdictsAt: number;
   private consumed = 0;
   /** A drain is handing datagrams over (a receiver that ends up in receiveNow must not re-enter it). */
   private draining = false;
@@ -343,6 +413,7 @@ export class BatchedUdpSocket implements TurnParticipant {
     gso: boolean,
     private readonly slots: number,
     private readonly slotBytes: number,
+    checkRoceIcrc: boolean,
   ) {
     this.gso = gso;
     const n = sendBatch;
@@ -374,7 +445,8 @@ export class BatchedUdpSocket implements TurnParticipant {
     const iovecs = records + slots * MMSGHDR;
     const addresses = iovecs + slots * IOVEC;
     const controls = addresses + slots * SOCKADDR_IN;
-    const data = controls + slots * CMSG_ROOM;
+    const verdicts = controls + slots * CMSG_ROOM;
+    const data = verdicts + slots * VERDICTS_PER_SLOT;
     const ring = new SharedArrayBuffer(data + slots * slotBytes);
     this.control = new Int32Array(ring, 0, CONTROL_BYTES / 4);
     this.ringBytes = new Uint8Array(ring);
@@ -385,6 +457,15 @@ export class BatchedUdpSocket implements TurnParticipant {
     this.recordsAt = records;
     this.addressesAt = addresses;
     this.receiveControlsAt = controls;
+    this.verdictsAt = checkRoceIcrc ? verdicts : -1;
+    let icrc: { crc32Path: string; icrcPrefix: Uint8Array } | undefined;
+    if (checkRoceIcrc) {
+      // The prefix of a packet from anywhere to this socket; the worker patches source and lengths.
+      const ip = new Uint8Array(20);
+      const udp = new Uint8Array(8);
+      socketIcrcHeaders(ip, udp, local, local, 0);
+      icrc = { crc32Path: createRequire(import.meta.url).resolve('@node-rs/crc32'), icrcPrefix: icrcMaskedPrefix(ip, udp) };
+    }
     const worker = new Worker(RECEIVE_WORKER, {
       eval: true,
       // The parent's --import hooks (tsx) would only slow the worker's start: it is plain JS.
@@ -402,6 +483,8 @@ export class BatchedUdpSocket implements TurnParticipant {
         addresses,
         controls,
         data,
+        verdicts,
+        ...icrc,
       },
       stdout: false,
       stderr: false,
@@ -467,7 +550,7 @@ export class BatchedUdpSocket implements TurnParticipant {
         libc.setsockopt(fd, SOL_UDP, UDP_GRO, value, 4);
       }
       const local = { address: readSockaddrAddress(sockaddr, 0), port: (sockaddr[2]! << 8) | sockaddr[3]! };
-      socket = new BatchedUdpSocket(libc, fd, local, sendBatch, options.gso ?? true, slots, slotBytes);
+      socket = new BatchedUdpSocket(libc, fd, local, sendBatch, options.gso ?? true, slots, slotBytes, options.checkRoceIcrc ?? false);
     } catch (error) {
       libc.close(fd);
       throw error;
@@ -679,6 +762,8 @@ export class BatchedUdpSocket implements TurnParticipant {
         }
         const got = this.libc.recvmmsg(this.fd, this.ringBase + this.recordsAt + start * MMSGHDR, count, MSG_DONTWAIT, 0);
         if (got <= 0) break;
+        // Taken here, not by the worker: nothing checked their ICRCs (the receiver does).
+        if (this.verdictsAt >= 0) this.ringBytes.fill(0, this.verdictsAt + start * VERDICTS_PER_SLOT, this.verdictsAt + (start + got) * VERDICTS_PER_SLOT);
         Atomics.store(control, PRODUCED, (produced + got) | 0);
         if (got < count) break;
       }
@@ -747,12 +832,16 @@ export class BatchedUdpSocket implements TurnParticipant {
         }
         const from = this.source(this.addressesAt + slot * SOCKADDR_IN);
         const view = this.slotViews[slot]!;
+        const verdicts = this.verdictsAt + slot * VERDICTS_PER_SLOT;
         let offset = 0;
+        let index = 0;
         do {
           const end = Math.min(offset + segment, length);
+          const verdict = this.verdictsAt >= 0 && index < VERDICTS_PER_SLOT ? (this.ringBytes[verdicts + index]! as IcrcVerdict) : IcrcVerdict.Unchecked;
+          index++;
           this.stats.datagramsReceived++;
           try {
-            receiver(view.subarray(offset, end), from);
+            receiver(view.subarray(offset, end), from, verdict);
           } catch {
             // A receiver's bug must not stop the ring: the datagram counts as lost.
           }

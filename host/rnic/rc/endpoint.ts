@@ -38,7 +38,7 @@ export class RoceEndpoint {
   lastDrop = '';
 
   constructor(readonly link: PacketLink) {
-    link.setReceiver((packet, ip, udp, from) => this.incoming(packet, ip, udp, from));
+    link.setReceiver((packet, ip, udp, from, icrcChecked) => this.incoming(packet, ip, udp, from, icrcChecked));
     link.setSendErrorHandler?.((to, reason) => this.unsendable(to, reason));
   }
 
@@ -66,7 +66,7 @@ export class RoceEndpoint {
     return this.link.close();
   }
 
-  private incoming(packet: Uint8Array, ip: Uint8Array, udp: Uint8Array, from: PeerAddress): void {
+  private incoming(packet: Uint8Array, ip: Uint8Array, udp: Uint8Array, from: PeerAddress, icrcChecked: boolean | undefined): void {
     this.stats.packets++;
     const h = this.scratch;
     const problem = decodeHeaders(packet, h);
@@ -74,7 +74,8 @@ export class RoceEndpoint {
       this.drop('malformed', problem);
       return;
     }
-    if (computeIcrc(ip, udp, packet.subarray(0, packet.length - ICRC_LENGTH)) !== h.icrc) {
+    const icrcGood = icrcChecked ?? computeIcrc(ip, udp, packet.subarray(0, packet.length - ICRC_LENGTH)) === h.icrc;
+    if (!icrcGood) {
       this.drop('icrcErrors', 'ICRC mismatch');
       return;
     }

@@ -7,7 +7,7 @@
 import dgram from 'node:dgram';
 import dns from 'node:dns';
 import { isIPv4 } from 'node:net';
-import { icrcBegin, icrcContinue, icrcContinueRange, writeIcrc } from '../wire/icrc.ts';
+import { icrcAfterUdp, icrcContinue, icrcContinueBth, icrcContinueRange, writeIcrc } from '../wire/icrc.ts';
 import { encodeIpv4Header, encodeUdpHeader, IPV4_HEADER_LENGTH, parseIpv4, UDP_HEADER_LENGTH } from '../wire/roce-frame.ts';
 
 export interface PeerAddress {
@@ -16,8 +16,12 @@ export interface PeerAddress {
   readonly port: number;
 }
 
-/** Receives one datagram's IB packet and the IP/UDP headers it came in (for the ICRC check). */
-export type PacketReceiver = (packet: Uint8Array, ipHeader: Uint8Array, udpHeader: Uint8Array, from: PeerAddress) => void;
+/**
+ * Receives one datagram's IB packet and the IP/UDP headers it came in (for the ICRC check).
+ * `icrcChecked` is true or false when the link already checked the ICRC (good or bad), absent
+ * when the receiver must.
+ */
+export type PacketReceiver = (packet: Uint8Array, ipHeader: Uint8Array, udpHeader: Uint8Array, from: PeerAddress, icrcChecked?: boolean) => void;
 
 export interface PacketLink {
   readonly local: PeerAddress;
@@ -62,7 +66,12 @@ export function socketIcrcHeaders(ip: Uint8Array, udp: Uint8Array, from: PeerAdd
 
 /** Computes and writes the ICRC of header + payload + trailer into the trailer's last 4 octets. */
 export function fillIcrc(ip: Uint8Array, udp: Uint8Array, header: Uint8Array, payload: Uint8Array, trailer: Uint8Array): void {
-  let crc = icrcBegin(ip, udp, header);
+  fillIcrcAfterUdp(icrcAfterUdp(ip, udp), header, payload, trailer);
+}
+
+/** `fillIcrc` from the running ICRC after the IP and UDP headers (`SocketHeaderCache.afterUdp`). */
+export function fillIcrcAfterUdp(afterUdp: number, header: Uint8Array, payload: Uint8Array, trailer: Uint8Array): void {
+  let crc = icrcContinueBth(afterUdp, header);
   crc = icrcContinueRange(crc, header, 12, header.length);
   crc = icrcContinue(crc, payload);
   crc = icrcContinueRange(crc, trailer, 0, trailer.length - 4);
@@ -72,13 +81,16 @@ export function fillIcrc(ip: Uint8Array, udp: Uint8Array, header: Uint8Array, pa
 /**
  * The IPv4 and UDP headers of one socket direction, as the ICRC sees them, kept for the last
  * peer: between packets to or from the same peer only the two length fields change. The IPv4
- * checksum is left stale on purpose: the ICRC masks it.
+ * checksum is left stale on purpose: the ICRC masks it. The ICRC's running value after them
+ * depends on nothing else, so it is kept per packet length too (a flow has a few lengths).
  */
 export class SocketHeaderCache {
   readonly ip = new Uint8Array(IPV4_HEADER_LENGTH);
   readonly udp = new Uint8Array(UDP_HEADER_LENGTH);
   private peerAddress = '';
   private peerPort = -1;
+  private packetLength = -1;
+  private readonly afterUdpByLength = new Map<number, number>();
 
   constructor(
     private readonly local: PeerAddress,
@@ -87,11 +99,13 @@ export class SocketHeaderCache {
 
   /** Fills `ip` and `udp` for a packet of `packetLength` octets to (outbound) or from `peer`. */
   update(peer: PeerAddress, packetLength: number): void {
+    this.packetLength = packetLength;
     if (peer.address !== this.peerAddress || peer.port !== this.peerPort) {
       if (this.outbound) socketIcrcHeaders(this.ip, this.udp, this.local, peer, packetLength);
       else socketIcrcHeaders(this.ip, this.udp, peer, this.local, packetLength);
       this.peerAddress = peer.address;
       this.peerPort = peer.port;
+      this.afterUdpByLength.clear();
       return;
     }
     const udpLength = UDP_HEADER_LENGTH + packetLength;
@@ -100,6 +114,18 @@ export class SocketHeaderCache {
     this.ip[3] = total & 0xff;
     this.udp[4] = udpLength >>> 8;
     this.udp[5] = udpLength & 0xff;
+  }
+
+  /** The running ICRC after `ip` and `udp` as the last `update` left them. */
+  get afterUdp(): number {
+    let crc = this.afterUdpByLength.get(this.packetLength);
+    if (crc === undefined) {
+      crc = icrcAfterUdp(this.ip, this.udp);
+      // A flow uses a handful of lengths; a bound keeps a peer that varies them from growing it.
+      if (this.afterUdpByLength.size >= 64) this.afterUdpByLength.clear();
+      this.afterUdpByLength.set(this.packetLength, crc);
+    }
+    return crc;
   }
 }
 
@@ -202,7 +228,7 @@ export class UdpLink implements PacketLink {
     }
     const headers = this.outbound;
     headers.update(to, headerLength + payload.length + trailerLength);
-    fillIcrc(headers.ip, headers.udp, ownHeader, payload, ownTrailer);
+    fillIcrcAfterUdp(headers.afterUdp, ownHeader, payload, ownTrailer);
     this.socket.send(payload.length === 0 ? [ownHeader, ownTrailer] : [ownHeader, payload, ownTrailer], to.port, to.address);
     if (this.socket.getSendQueueCount() > 0) this.out = new Uint8Array(HEADER_ROOM + TRAILER_ROOM);
   }

@@ -32,9 +32,60 @@ function crc32Range(running: number, bytes: Uint8Array, start: number, end: numb
 const LRH_STAND_IN = new Uint8Array(8).fill(0xff);
 /** CRC after the eight 0xFF octets: every ICRC starts here (rxe's raw seed 0xDEBB20E3, inverted). */
 const AFTER_LRH = crc32(LRH_STAND_IN);
-// Masked copies of IP + UDP + BTH; 40 + 8 + 12 octets at most. Every call finishes with it
-// before returning, so one buffer serves every caller of the thread.
-const scratch = new Uint8Array(60);
+// Masked copies of IP + UDP; 40 + 8 octets at most. Every call finishes with it before
+// returning, so one buffer serves every caller of the thread.
+const scratch = new Uint8Array(48);
+
+/** Copies the IP and UDP headers into `target` at `at` with the fields the ICRC masks set to ones; returns the end. */
+function maskIpUdp(ipHeader: Uint8Array, udpHeader: Uint8Array, target: Uint8Array, at: number): number {
+  const ipLength = ipHeader.length;
+  if (ipLength > 40 || ipLength < 20) throw new ProtocolError(`IP header of ${ipLength} octets`);
+  target.set(ipHeader, at);
+  if (ipHeader[0]! >> 4 === 6) {
+    target[at] = 0x6f; // version kept, traffic class and flow label masked
+    target[at + 1] = 0xff;
+    target[at + 2] = 0xff;
+    target[at + 3] = 0xff;
+    target[at + 7] = 0xff; // hop limit
+  } else {
+    target[at + 1] = 0xff; // TOS
+    target[at + 8] = 0xff; // TTL
+    target[at + 10] = 0xff; // header checksum
+    target[at + 11] = 0xff;
+  }
+  const udpAt = at + ipLength;
+  for (let i = 0; i < 6; i++) target[udpAt + i] = udpHeader[i]!;
+  target[udpAt + 6] = 0xff; // UDP checksum
+  target[udpAt + 7] = 0xff;
+  return udpAt + 8;
+}
+
+/**
+ * What the ICRC covers before the BTH, as octets: the eight 0xFF octets of the LRH stand-in,
+ * the masked IP header and the masked UDP header (36 octets over IPv4). A receive thread that
+ * checks ICRCs itself patches addresses, ports and lengths into it.
+ */
+export function icrcMaskedPrefix(ipHeader: Uint8Array, udpHeader: Uint8Array): Uint8Array {
+  const prefix = new Uint8Array(8 + ipHeader.length + 8);
+  prefix.set(LRH_STAND_IN, 0);
+  maskIpUdp(ipHeader, udpHeader, prefix, 8);
+  return prefix;
+}
+
+/**
+ * The running ICRC after the LRH stand-in and the masked IP and UDP headers: the same for every
+ * packet of one length between the same two sockets, so a link can keep it.
+ */
+export function icrcAfterUdp(ipHeader: Uint8Array, udpHeader: Uint8Array): number {
+  return crc32Range(AFTER_LRH, scratch, 0, maskIpUdp(ipHeader, udpHeader, scratch, 0));
+}
+
+/** Continues `running` (from `icrcAfterUdp`) over the 12 BTH octets, its FECN/BECN/resv6 octet masked. */
+export function icrcContinueBth(running: number, bth: Uint8Array): number {
+  let c = ~crc32Range(running, bth, 0, 4);
+  c = TABLE[(c ^ 0xff) & 0xff]! ^ (c >>> 8); // FECN, BECN, resv6
+  return crc32Range(~c >>> 0, bth, 5, 12);
+}
 
 /**
  * The running ICRC after the masked IP, UDP and BTH headers. `ipHeader` is the whole IPv4 (any
@@ -42,27 +93,7 @@ const scratch = new Uint8Array(60);
  * are read). Continue with `icrcContinue` over the rest of the packet, pad included.
  */
 export function icrcBegin(ipHeader: Uint8Array, udpHeader: Uint8Array, bth: Uint8Array): number {
-  const ipLength = ipHeader.length;
-  if (ipLength > 40 || ipLength < 20) throw new ProtocolError(`IP header of ${ipLength} octets`);
-  scratch.set(ipHeader, 0);
-  if (ipHeader[0]! >> 4 === 6) {
-    scratch[0] = 0x6f; // version kept, traffic class and flow label masked
-    scratch[1] = 0xff;
-    scratch[2] = 0xff;
-    scratch[3] = 0xff;
-    scratch[7] = 0xff; // hop limit
-  } else {
-    scratch[1] = 0xff; // TOS
-    scratch[8] = 0xff; // TTL
-    scratch[10] = 0xff; // header checksum
-    scratch[11] = 0xff;
-  }
-  scratch.set(udpHeader.subarray(0, 8), ipLength);
-  scratch[ipLength + 6] = 0xff; // UDP checksum
-  scratch[ipLength + 7] = 0xff;
-  scratch.set(bth.subarray(0, 12), ipLength + 8);
-  scratch[ipLength + 12] = 0xff; // FECN, BECN, resv6
-  return crc32Range(AFTER_LRH, scratch, 0, ipLength + 20);
+  return icrcContinueBth(icrcAfterUdp(ipHeader, udpHeader), bth);
 }
 
 export function icrcContinue(running: number, bytes: Uint8Array): number {
