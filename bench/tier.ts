@@ -26,6 +26,7 @@ import { SESSIONS, storeRun, type StoreRun } from './tier-store-run.ts';
 import { startTarget } from '../host/kbtp/server/target.ts';
 import { connect } from '../host/kbtp/initiator.ts';
 import { DurableTier } from '../host/tier/tier.ts';
+import { crc32cImplementation } from '../host/tier/checksum.ts';
 
 const parsed = parseCommandLine(
   'bench/tier',
@@ -49,13 +50,11 @@ function median(values: number[]): number {
   return sorted[Math.floor(sorted.length / 2)] ?? 0;
 }
 
-function ensureFio(): string {
-  const found = spawnSync('sh', ['-c', 'command -v fio'], { encoding: 'utf8' }).stdout.trim();
-  if (found !== '') return found;
-  console.error('bench/tier: fio is missing; installing it from Debian (apt-get install fio)');
+/** Installs a Debian package (apt-get, updating the lists once if the install fails). */
+function aptInstall(name: string): void {
   const env = { ...process.env, DEBIAN_FRONTEND: 'noninteractive' };
   const install = (): void => {
-    execFileSync('apt-get', ['install', '-y', '--no-install-recommends', 'fio'], { stdio: 'inherit', env });
+    execFileSync('apt-get', ['install', '-y', '--no-install-recommends', name], { stdio: 'inherit', env });
   };
   try {
     install();
@@ -63,7 +62,31 @@ function ensureFio(): string {
     execFileSync('apt-get', ['update'], { stdio: 'inherit', env });
     install();
   }
+}
+
+function ensureFio(): string {
+  const found = spawnSync('sh', ['-c', 'command -v fio'], { encoding: 'utf8' }).stdout.trim();
+  if (found !== '') return found;
+  console.error('bench/tier: fio is missing; installing it from Debian (apt-get install fio)');
+  aptInstall('fio');
   return 'fio';
+}
+
+/**
+ * The tier checksums every sealed octet; with Debian's libisal2 it does so with ISA-L at tens of
+ * GB/s instead of @node-rs/crc32's few (host/tier/checksum.ts, docs/TIER.md). A cache node is
+ * expected to have it, so the bench installs it as it installs fio; if that fails the bench goes
+ * on with @node-rs/crc32 and says so.
+ */
+function ensureIsal(): void {
+  if (process.platform !== 'linux') return;
+  if (spawnSync('sh', ['-c', 'ldconfig -p | grep -q libisal.so.2']).status === 0) return;
+  console.error('bench/tier: libisal.so.2 is missing; installing it from Debian (apt-get install libisal2)');
+  try {
+    aptInstall('libisal2');
+  } catch (error) {
+    console.error(`bench/tier: could not install libisal2 (${error instanceof Error ? error.message : String(error)}); CRC32C by @node-rs/crc32`);
+  }
 }
 
 /**
@@ -156,6 +179,8 @@ async function promotionP99Us(dataDir: string): Promise<number> {
 async function main(): Promise<void> {
   fs.mkdirSync(base, { recursive: true });
   const fio = ensureFio();
+  ensureIsal();
+  console.log(`CRC32C of the tier: ${crc32cImplementation()}`);
   const fresh = (name: string): string => {
     const dir = path.join(base, name);
     fs.rmSync(dir, { recursive: true, force: true });

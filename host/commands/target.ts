@@ -14,6 +14,7 @@ import {
 } from '../../firmware/config.ts';
 import { TierCapacityError } from '../tier/capacity.ts';
 import { TierConfigMismatchError } from '../tier/recovery.ts';
+import { crc32cImplementation } from '../tier/checksum.ts';
 import { startTarget } from '../kbtp/server/target.ts';
 import { EngineConfigError, resolveEngineConfig } from '../engine/config.ts';
 import { computeLayout } from '../engine/layout.ts';
@@ -225,7 +226,7 @@ export const command: Command = {
     const recovery = target.recovery;
     if (recovery !== undefined && settings.durable !== undefined) {
       console.log(
-        `durable tier: ${settings.durable.dataDir}/tier, capacity ${(settings.durable.capacityBytes / 2 ** 20).toFixed(0)} MiB; ` +
+        `durable tier: ${settings.durable.dataDir}/tier, capacity ${(settings.durable.capacityBytes / 2 ** 20).toFixed(0)} MiB, CRC32C by ${crc32cImplementation()}; ` +
           (recovery.fresh
             ? 'new, empty'
             : `recovered ${recovery.blocksRecovered} sealed blocks in ${recovery.seconds.toFixed(3)} s ` +

@@ -2,7 +2,7 @@
 // scrub and repair of block data, a checkpoint on demand with the data file's free tail given
 // back, and new tenants' ranges and Durable Quotas. Each runs as the committer between two group
 // commits (GroupCommit.exclusive), so no slot is taken or given back under it.
-import { crc32c } from '@node-rs/crc32';
+import { crc32c } from './checksum.ts';
 import { errorCode } from './files.ts';
 import { TierError, type CheckpointResult, type ScrubResult, type TierTenant } from './tier-types.ts';
 import { tenantLookup } from './tenant-lookup.ts';

@@ -3,7 +3,7 @@
 // commit (after its batch marker) may have reached the journal without their data: their data is
 // read and checked before they count. A checkpoint that fails its checksum is skipped for the one
 // before it, whose journals are kept for exactly that case.
-import { crc32c } from '@node-rs/crc32';
+import { crc32c } from './checksum.ts';
 import path from 'node:path';
 import type { FileLayer, TierFile } from './files.ts';
 import { EXIT_USAGE, KbtpError } from '../errors.ts';

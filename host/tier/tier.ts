@@ -5,7 +5,7 @@
 // it touched (group commit); requests that arrive meanwhile form the next group. The in-memory
 // index changes only after a group is durable, so whatever the tier says it holds is on disk.
 // docs/TIER.md gives the format and the reasoning.
-import { crc32c } from '@node-rs/crc32';
+import { crc32c } from './checksum.ts';
 import path from 'node:path';
 import { nodeFiles, errorCode, type TierFile } from './files.ts';
 import { sizeTier, type TierSizing } from './capacity.ts';

@@ -2,7 +2,7 @@
 // A seal's CRC32C is computed here, in the worker that just placed the block's data: the data is
 // still in this core's cache, the workers share the work, and the main thread (one for every
 // worker, where the group commit runs) is left with the writes.
-import { crc32c } from '@node-rs/crc32';
+import { crc32c } from '../../tier/checksum.ts';
 import type { Engine } from '../../engine/engine.ts';
 import type { TierAsk, TierAnswer, TierToMain } from './tier-messages.ts';
 
