@@ -1,12 +1,12 @@
 // The batched UDP socket and link (sendmmsg + GSO, recvmmsg + GRO through koffi): datagram
-// boundaries through batching and GSO runs, the full-socket (EAGAIN) path, a datagram larger
+// boundaries through batching and GSO runs, the send worker behind a full socket (EAGAIN), a datagram larger
 // than a receive slot, the worker's ICRC check, close while the receive worker waits, a send the kernel refuses ending
 // the QP, and the choice between the batched link and node:dgram's.
 import dgram from 'node:dgram';
 import { test } from 'uvu';
 import * as assert from 'uvu/assert';
 import { UsageError } from '../../host/errors.ts';
-import { BatchedUdpSocket, IcrcVerdict, loadBatchedUdp } from '../../host/rnic/rc/batched-udp-socket.ts';
+import { BatchedUdpSocket, IcrcVerdict, loadBatchedUdp, SEND_BLOCKS } from '../../host/rnic/rc/batched-udp-socket.ts';
 import { RoceEndpoint } from '../../host/rnic/rc/endpoint.ts';
 import { headersFrom } from '../../host/rnic/wire/ib-headers.ts';
 import { IbOpcode } from '../../host/rnic/wire/ib-opcodes.ts';
@@ -109,21 +109,31 @@ test('GSO runs reach a node:dgram peer as separate datagrams, and its datagrams 
   }
 });
 
-test('a full socket (EAGAIN) keeps the queue and writes it later; a full queue meanwhile drops and counts', async () => {
+test('a full socket (EAGAIN): the send worker keeps the blocks and writes them later; with every block waiting, a packet is dropped and counted', async () => {
   const sender = await BatchedUdpSocket.open({ sendBatch: 8 });
   const receiver = await BatchedUdpSocket.open();
   try {
-    sender.simulateFullSocket(2);
-    const arrived = collect(receiver, 8);
-    for (let i = 0; i < 8; i++) sender.send(receiver.local, datagram(i, 500), EMPTY, EMPTY);
-    // The eighth filled the queue: its flush met the full socket, so the queue stays whole.
-    assert.is(sender.pending, 8);
-    sender.send(receiver.local, datagram(99, 500), EMPTY, EMPTY); // queue full and blocked: dropped
+    sender.simulateFullSocket(60); // 60 sendmmsg calls answered EAGAIN, at least 1 ms apart
+    const total = 8 * SEND_BLOCKS;
+    const arrived = collect(receiver, total);
+    for (let i = 0; i < total; i++) sender.send(receiver.local, datagram(i, 500), EMPTY, EMPTY);
+    // Every block went to the send worker, which meets the full socket: nothing is written yet.
+    assert.is(sender.pending, total);
+    sender.send(receiver.local, datagram(99, 500), EMPTY, EMPTY); // no block came back in time: dropped
     assert.is(sender.stats.sendQueueDrops, 1);
     const received = await arrived;
-    for (let i = 0; i < 8; i++) assert.equal(received[i], new Uint8Array(datagram(i, 500)));
-    assert.ok(sender.stats.sendBlocked >= 2, `blocked ${sender.stats.sendBlocked}`);
+    for (let i = 0; i < total; i++) assert.equal(received[i], new Uint8Array(datagram(i, 500)));
+    assert.ok(sender.stats.sendBlocked >= 60, `blocked ${sender.stats.sendBlocked}`);
+    for (let waited = 0; sender.pending > 0 && waited < 100; waited++) await new Promise((resolve) => setTimeout(resolve, 10));
     assert.is(sender.pending, 0);
+
+    // Close writes what was handed over, even behind a full socket buffer.
+    sender.simulateFullSocket(5);
+    const last = collect(receiver, 3);
+    for (let i = 0; i < 3; i++) sender.send(receiver.local, datagram(200 + i, 700), EMPTY, EMPTY);
+    await sender.close();
+    const lastReceived = await last;
+    for (let i = 0; i < 3; i++) assert.equal(lastReceived[i], new Uint8Array(datagram(200 + i, 700)));
   } finally {
     await sender.close();
     await receiver.close();

@@ -10,8 +10,11 @@
 // large ones (a payload in a registered region) are pointed at in place, never copied in user
 // space. Consecutive packets to one destination of one size (the last may be shorter, as GSO
 // allows) share one message with a UDP_SEGMENT control message: the kernel cuts it into exactly
-// those datagrams. The queue is written with one sendmmsg at the end of the event-loop turn
-// (host/rnic/turn.ts), or at once when it is full, so a lone packet waits only for its turn.
+// those datagrams. At the end of the event-loop turn (host/rnic/turn.ts), or at once when it is
+// full, the block goes to a send worker thread, which writes it with sendmmsg while the next
+// block fills: on loopback the system call also runs the receiving side's kernel path, the
+// largest single cost of the thread that runs RC, so it runs beside it. Blocks return to the
+// queue once written; a lone packet waits only for its turn and the worker's wake-up.
 //
 // Receive: a worker thread waits in poll on the same descriptor, then one recvmmsg lets the kernel write
 // straight into slots of a SharedArrayBuffer ring (records, source addresses, control messages
@@ -82,6 +85,36 @@ const MAX_GSO_BYTES = 65507;
 
 /** Packets queued at most before the queue is written at once. */
 export const DEFAULT_SEND_BATCH = 256;
+/** Send blocks: one fills while the send worker writes the others. */
+export const SEND_BLOCKS = 4;
+/** How long a packet waits for a send block to come back before it is dropped (a loss to RC). */
+const SEND_BLOCK_WAIT_MS = 20;
+/**
+ * A turn's queue of at most this many packets (ACKs, NAKs, a Read request) is written by the
+ * main thread itself when no block is with the send worker: one system call costs less than
+ * waking the worker, and an acknowledgement is in the peer's socket before the turn ends (RC's
+ * ACK timer relies on that: see Requester.expire).
+ */
+const DIRECT_SEND_PACKETS = 4;
+// The send control words (Int32 indices): blocks submitted and written (counters), closing, the
+// errno that turned GSO off, the test hook's remaining simulated EAGAINs, statistics; then per
+// block its message count, then per block and message its packet count.
+const SUBMITTED = 0;
+const WRITTEN = 1;
+const SEND_CLOSING = 2;
+const GSO_OFF_ERRNO = 3;
+const SIMULATED_FULL = 4;
+const SEND_CALLS = 5;
+const MESSAGES_SENT = 6;
+const DATAGRAMS_SENT = 7;
+const SEND_BLOCKED = 8;
+const SEND_ERRORS = 9;
+/** 1 while the send worker sleeps: only then does a submission wake it (a wake costs a system call and often a context switch). */
+const SENDER_SLEEPING = 10;
+const BLOCK_MESSAGES = 16;
+/** Per block, the first message the worker writes (the main thread may have written some). */
+const BLOCK_START = BLOCK_MESSAGES + SEND_BLOCKS;
+const MESSAGE_PACKETS = BLOCK_START + SEND_BLOCKS;
 /** Receive ring: slots and octets per slot (a GRO run reaches 64 KiB). */
 export const DEFAULT_RECEIVE_SLOTS = 64;
 export const DEFAULT_SLOT_BYTES = 65536;
@@ -113,6 +146,8 @@ interface Libc {
   recvmmsg(fd: number, vector: number, count: number, flags: number, timeout: number): number;
   /** Returns its first argument: the address of a typed array's first octet. */
   addressOf(target: Uint8Array): number;
+  /** memmove between raw addresses (shared-copy.ts). */
+  moveBytes(to: number, from: number, length: number): void;
   errno(): number;
   koffiPath: string;
 }
@@ -144,7 +179,9 @@ export function loadBatchedUdp(): Libc | Error {
     const recvmmsg = libc.func('int recvmmsg(int, intptr_t, unsigned int, int, intptr_t)') as Libc['recvmmsg'];
     const memmove = libc.func('intptr_t memmove(void *, void *, size_t)') as (a: Uint8Array, b: Uint8Array, n: number) => number | bigint;
     const addressOf = (target: Uint8Array): number => Number(memmove(target, target, 0));
-    loaded = { socket, bind, getsockname, setsockopt, shutdown, close, sendmmsg, recvmmsg, addressOf, errno: () => koffi.errno(), koffiPath };
+    // Declared void: the result (its first argument) is not needed, and a returned address could come back as a BigInt.
+    const moveBytes = libc.func('void memmove(intptr_t, intptr_t, size_t)') as Libc['moveBytes'];
+    loaded = { socket, bind, getsockname, setsockopt, shutdown, close, sendmmsg, recvmmsg, addressOf, moveBytes, errno: () => koffi.errno(), koffiPath };
   } catch (error) {
     loaded = error instanceof Error ? error : new Error(String(error));
   }
@@ -328,62 +365,133 @@ while (Atomics.load(control, ${CLOSING}) === 0) {
 }
 `;
 
+/**
+ * Source of the send worker: writes each submitted block with sendmmsg (the records hold
+ * absolute addresses), waits 1 ms and tries again while the socket buffer is full, turns GSO off
+ * when the kernel refuses a GSO message, and reports any other failed message (errno and
+ * destination) to the main thread, which tells the socket's error handler.
+ */
+const SEND_WORKER = `
+'use strict';
+const { workerData, parentPort } = require('node:worker_threads');
+const koffi = require(workerData.koffiPath);
+const libc = koffi.load('libc.so.6');
+const sendmmsg = libc.func('int sendmmsg(int, intptr_t, unsigned int, int)');
+const memmove = libc.func('intptr_t memmove(void *, void *, size_t)');
+const { fd, blockBytes, namesAt } = workerData;
+const control = new Int32Array(workerData.control);
+const bytes = new Uint8Array(workerData.blocks);
+const base = Number(memmove(bytes, bytes, 0));
+parentPort.postMessage(-1); // ready
+for (;;) {
+  const submitted = Atomics.load(control, ${SUBMITTED});
+  const written = Atomics.load(control, ${WRITTEN});
+  if (submitted === written) {
+    if (Atomics.load(control, ${SEND_CLOSING}) !== 0) break;
+    // Announce the sleep, then look once more: a submission after the announcement wakes it,
+    // one before it is seen here (sequentially consistent atomics).
+    Atomics.store(control, ${SENDER_SLEEPING}, 1);
+    if (Atomics.load(control, ${SUBMITTED}) === submitted && Atomics.load(control, ${SEND_CLOSING}) === 0) {
+      Atomics.wait(control, ${SUBMITTED}, submitted, 200);
+    }
+    Atomics.store(control, ${SENDER_SLEEPING}, 0);
+    continue;
+  }
+  const block = written % ${SEND_BLOCKS};
+  const blockAt = block * blockBytes;
+  const count = control[${BLOCK_MESSAGES} + block];
+  const packets = ${MESSAGE_PACKETS} + block * workerData.sendBatch;
+  let sent = control[${BLOCK_START} + block];
+  while (sent < count && Atomics.load(control, ${SEND_CLOSING}) < 2) {
+    let taken;
+    let errno = 0;
+    if (Atomics.load(control, ${SIMULATED_FULL}) > 0) {
+      Atomics.sub(control, ${SIMULATED_FULL}, 1);
+      taken = -1;
+      errno = ${EAGAIN};
+    } else {
+      taken = sendmmsg(fd, base + blockAt + sent * ${MMSGHDR}, count - sent, ${MSG_DONTWAIT});
+      if (taken < 0) errno = koffi.errno();
+    }
+    Atomics.add(control, ${SEND_CALLS}, 1);
+    if (taken > 0) {
+      let datagrams = 0;
+      for (let m = sent; m < sent + taken; m++) datagrams += control[packets + m];
+      Atomics.add(control, ${DATAGRAMS_SENT}, datagrams);
+      Atomics.add(control, ${MESSAGES_SENT}, taken);
+      sent += taken;
+      continue;
+    }
+    if (errno === ${EAGAIN} || errno === ${ENOBUFS} || errno === ${EINTR}) {
+      // The socket buffer is full: try again shortly (UDP has no writability event to wait for).
+      Atomics.add(control, ${SEND_BLOCKED}, 1);
+      Atomics.wait(control, ${SEND_CLOSING}, Atomics.load(control, ${SEND_CLOSING}), 1);
+      continue;
+    }
+    const failed = sent++;
+    if (control[packets + failed] > 1 && (errno === ${EINVAL} || errno === ${EMSGSIZE} || errno === ${ENOPROTOOPT} || errno === ${EIO})) {
+      // This kernel or route cannot segment (no UDP_SEGMENT, or a segment above the route's
+      // MTU): the main thread sends one datagram per message from now on; RC retransmits this one.
+      Atomics.compareExchange(control, ${GSO_OFF_ERRNO}, 0, errno);
+      continue;
+    }
+    // This message cannot go (e.g. EMSGSIZE, an unreachable destination): drop and report it.
+    Atomics.add(control, ${SEND_ERRORS}, 1);
+    const name = blockAt + namesAt + failed * ${SOCKADDR_IN};
+    parentPort.postMessage({ errno, address: bytes[name + 4] + '.' + bytes[name + 5] + '.' + bytes[name + 6] + '.' + bytes[name + 7], port: (bytes[name + 2] << 8) | bytes[name + 3] });
+  }
+  Atomics.store(control, ${WRITTEN}, (written + 1) | 0);
+  Atomics.notify(control, ${WRITTEN});
+}
+`;
+
 export class BatchedUdpSocket implements TurnParticipant {
-  readonly stats: BatchedUdpStatistics = {
-    sendCalls: 0,
-    messagesSent: 0,
-    datagramsSent: 0,
-    sendBlocked: 0,
-    sendQueueDrops: 0,
-    sendErrors: 0,
-    receiveBatches: 0,
-    slotsReceived: 0,
-    datagramsReceived: 0,
-    truncated: 0,
-  };
-  /** Why GSO was turned off, if the kernel refused it (diagnostics). */
-  gsoOffReason: string | undefined;
+  readonly stats: BatchedUdpStatistics;
+  /** Why the send worker stopped, if it failed (diagnostics). */
+  sendWorkerError: string | undefined;
   /** Why the receive worker stopped early, if it did (diagnostics). */
   workerError: string | undefined;
   private receiver: DatagramReceiver | undefined;
   private sendErrorHandler: SendErrorHandler | undefined;
   private closed = false;
   private readonly exited: Promise<void>;
-  /** Resolves once the receive worker waits on the socket (or has ended). */
+  private readonly sendExited: Promise<void>;
+  /** Resolves once both workers run (or have ended). */
   private readonly ready: Promise<void>;
 
-  // Send queue, in one block: message records (sendmmsg takes them as one array), then three
-  // iovecs per packet (consecutive packets' iovecs are one run, so a GSO message points at a
-  // run), then per message its destination and control message, then per packet its copy room.
+  // Send queue, in blocks of one layout: message records (sendmmsg takes them as one array), then
+  // three iovecs per packet (consecutive packets' iovecs are one run, so a GSO message points at
+  // a run), then per message its destination and control message, then per packet its copy room.
+  // The offsets below are within a block; `blockAt` is where the block being filled starts.
   private readonly outbound: Uint8Array;
   private readonly outboundWords: Uint32Array;
   private readonly outboundBase: number;
+  private readonly blockBytes: number;
+  private blockAt = 0;
+  private readonly sendControl: Int32Array;
   private readonly iovecsAt: number;
   private readonly namesAt: number;
   private readonly controlsAt: number;
   private readonly copyAt: number;
-  private gso: boolean;
-  /** Parts pointed at by queued packets: kept reachable until the kernel copied them. */
-  private readonly pinned: Uint8Array[];
-  /** Per queued message: destination, first packet, packets, segment size, still open to more. */
+  private readonly gso: boolean;
+  /** Per block, parts pointed at by its packets: kept reachable until the kernel copied them. */
+  private readonly pinned: Uint8Array[][];
+  /** Per block, its packets (for `pending`). */
+  private readonly blockPackets = new Int32Array(SEND_BLOCKS);
+  /** Per message of the block being filled: destination, segment size, still open to more. */
   private readonly messageTo: PeerAddress[];
-  private readonly messagePackets: Int32Array;
   private readonly messageSegment: Int32Array;
   private readonly messageOpen: Uint8Array;
+  /** Where the block being filled keeps its messages' packet counts (the send worker reads them). */
+  private messagePacketsAt = MESSAGE_PACKETS;
   private packets = 0;
   private messages = 0;
-  /** First queued message not yet taken by the kernel. */
-  private sentUpTo = 0;
+  /** Blocks handed to the send worker (the one being filled is `submitted % SEND_BLOCKS`). */
+  private submitted = 0;
   private flushEnlisted = false;
-  private simulatedFull = 0;
   /** The last destination's address, parsed once: consecutive packets mostly go to one peer. */
   private lastDestination = '';
   private destinationOctets: Uint8Array = new Uint8Array(4);
-  private retryTimer: NodeJS.Timeout | undefined;
-  private readonly retryBound = (): void => {
-    this.retryTimer = undefined;
-    this.flush();
-  };
   /** Base address of each ArrayBuffer a referenced part lives in (it never moves: off-heap). */
   private readonly bufferAddresses = new WeakMap<ArrayBufferLike, number>();
 
@@ -421,25 +529,64 @@ export class BatchedUdpSocket implements TurnParticipant {
     this.namesAt = this.iovecsAt + n * MAX_PARTS * IOVEC;
     this.controlsAt = this.namesAt + n * SOCKADDR_IN;
     this.copyAt = this.controlsAt + n * CMSG_ROOM;
-    const block = new ArrayBuffer(this.copyAt + n * COPY_ROOM);
-    this.outbound = new Uint8Array(block);
-    this.outboundWords = new Uint32Array(block);
+    this.blockBytes = this.copyAt + n * COPY_ROOM;
+    const blocks = new SharedArrayBuffer(this.blockBytes * SEND_BLOCKS);
+    this.outbound = new Uint8Array(blocks);
+    this.outboundWords = new Uint32Array(blocks);
     this.outboundBase = libc.addressOf(this.outbound);
-    this.pinned = new Array<Uint8Array>(n * MAX_PARTS).fill(this.outbound);
+    const sendControl = new SharedArrayBuffer((MESSAGE_PACKETS + SEND_BLOCKS * n) * 4);
+    this.sendControl = new Int32Array(sendControl);
+    this.pinned = [];
+    for (let b = 0; b < SEND_BLOCKS; b++) this.pinned.push(new Array<Uint8Array>(n * MAX_PARTS).fill(this.outbound));
     this.messageTo = new Array<PeerAddress>(n).fill(local);
-    this.messagePackets = new Int32Array(n);
     this.messageSegment = new Int32Array(n);
     this.messageOpen = new Uint8Array(n);
-    for (let i = 0; i < n; i++) {
-      const record = i * MMSGHDR;
-      this.put64(record + MSG_NAME, this.outboundBase + this.namesAt + i * SOCKADDR_IN);
-      this.outboundWords[(record + MSG_NAMELEN) >>> 2] = SOCKADDR_IN;
-      // UDP_SEGMENT control message: cmsg_len = CMSG_LEN(2), level, type; the size is set per message.
-      const cmsg = this.controlsAt + i * CMSG_ROOM;
-      this.put64(cmsg, 18);
-      this.outboundWords[(cmsg + 8) >>> 2] = SOL_UDP;
-      this.outboundWords[(cmsg + 12) >>> 2] = UDP_SEGMENT;
+    for (let b = 0; b < SEND_BLOCKS; b++) {
+      this.blockAt = b * this.blockBytes;
+      for (let i = 0; i < n; i++) {
+        const record = i * MMSGHDR;
+        this.put64(record + MSG_NAME, this.outboundBase + this.blockAt + this.namesAt + i * SOCKADDR_IN);
+        this.outboundWords[(this.blockAt + record + MSG_NAMELEN) >>> 2] = SOCKADDR_IN;
+        // UDP_SEGMENT control message: cmsg_len = CMSG_LEN(2), level, type; the size is set per message.
+        const cmsg = this.controlsAt + i * CMSG_ROOM;
+        this.put64(cmsg, 18);
+        this.outboundWords[(this.blockAt + cmsg + 8) >>> 2] = SOL_UDP;
+        this.outboundWords[(this.blockAt + cmsg + 12) >>> 2] = UDP_SEGMENT;
+      }
     }
+    this.blockAt = 0;
+    const control = this.sendControl;
+    const received = { receiveBatches: 0, slotsReceived: 0, datagramsReceived: 0, truncated: 0, sendQueueDrops: 0 };
+    // Send counters live in shared memory (the send worker keeps them); the rest are this thread's.
+    this.stats = Object.defineProperties(received, {
+      sendCalls: { get: () => Atomics.load(control, SEND_CALLS), enumerable: true },
+      messagesSent: { get: () => Atomics.load(control, MESSAGES_SENT), enumerable: true },
+      datagramsSent: { get: () => Atomics.load(control, DATAGRAMS_SENT), enumerable: true },
+      sendBlocked: { get: () => Atomics.load(control, SEND_BLOCKED), enumerable: true },
+      sendErrors: { get: () => Atomics.load(control, SEND_ERRORS), enumerable: true },
+    }) as BatchedUdpStatistics;
+    const sender = new Worker(SEND_WORKER, {
+      eval: true,
+      execArgv: [],
+      workerData: { koffiPath: libc.koffiPath, fd, blockBytes: this.blockBytes, namesAt: this.namesAt, sendBatch: n, control: sendControl, blocks },
+      stdout: false,
+      stderr: false,
+    });
+    let sendReady: () => void = () => undefined;
+    const sendStarted = new Promise<void>((resolve) => (sendReady = resolve));
+    sender.on('message', (value: number | { errno: number; address: string; port: number }) => {
+      if (value === -1) sendReady();
+      else if (typeof value === 'object') this.sendErrorHandler?.({ address: value.address, port: value.port }, value.errno);
+    });
+    this.sendExited = new Promise<void>((resolve) => {
+      sender.once('exit', () => {
+        sendReady();
+        resolve();
+      });
+      sender.once('error', (error: Error) => {
+        this.sendWorkerError = error.message;
+      });
+    });
 
     const records = CONTROL_BYTES;
     const iovecs = records + slots * MMSGHDR;
@@ -490,7 +637,7 @@ export class BatchedUdpSocket implements TurnParticipant {
       stderr: false,
     });
     let ready: () => void = () => undefined;
-    this.ready = new Promise<void>((resolve) => (ready = resolve));
+    this.ready = Promise.all([new Promise<void>((resolve) => (ready = resolve)), sendStarted]).then(() => undefined);
     worker.on('message', (value: number) => {
       if (value === 0) this.drain();
       else if (value === -1) ready();
@@ -556,9 +703,11 @@ export class BatchedUdpSocket implements TurnParticipant {
       throw error;
     }
     await socket.ready;
-    if (socket.workerError !== undefined) {
+    if (socket.workerError !== undefined || socket.sendWorkerError !== undefined) {
       await socket.close(); // closes the descriptor
-      throw new RnicError('EINVAL', `batched UDP receive worker failed to start: ${socket.workerError}`);
+      const which =
+        socket.workerError !== undefined ? `receive worker failed to start: ${socket.workerError}` : `send worker failed to start: ${socket.sendWorkerError}`;
+      throw new RnicError('EINVAL', `batched UDP ${which}`);
     }
     return socket;
   }
@@ -571,33 +720,41 @@ export class BatchedUdpSocket implements TurnParticipant {
     this.sendErrorHandler = handler;
   }
 
-  /** Packets queued and not yet taken by the kernel. */
+  /** Packets queued and not yet written (a block counts until the send worker finished it). */
   get pending(): number {
-    let count = 0;
-    for (let m = this.sentUpTo; m < this.messages; m++) count += this.messagePackets[m]!;
+    let count = this.packets;
+    for (let block = Atomics.load(this.sendControl, WRITTEN); block !== this.submitted; block = (block + 1) | 0) {
+      count += this.blockPackets[block % SEND_BLOCKS]!;
+    }
     return count;
   }
 
   /** True while GSO is in use (it turns itself off if the kernel refuses a GSO message). */
   get gsoEnabled(): boolean {
-    return this.gso;
+    return this.gso && Atomics.load(this.sendControl, GSO_OFF_ERRNO) === 0;
+  }
+
+  /** Why GSO was turned off, if the kernel refused it (diagnostics). */
+  get gsoOffReason(): string | undefined {
+    const errno = Atomics.load(this.sendControl, GSO_OFF_ERRNO);
+    return errno === 0 ? undefined : `sendmsg with UDP_SEGMENT failed: ${errnoName(errno)}`;
   }
 
   /**
    * Queues one datagram made of `first`, `second` and `third` (empty parts are skipped). Parts
-   * shorter than 256 octets are copied now; longer ones are read by the kernel at the flush, so
-   * they must stay unchanged until the end of the turn.
+   * shorter than 256 octets are copied now; longer ones are read by the kernel when the send
+   * worker writes the block, so they must stay unchanged until then (RC keeps a payload until
+   * its acknowledgement).
    */
   send(to: PeerAddress, first: Uint8Array, second: Uint8Array, third: Uint8Array): void {
     if (this.closed) return;
-    if (this.packets === this.sendBatch) {
-      this.flush();
-      if (this.packets === this.sendBatch) {
-        // The kernel takes nothing right now and the queue is full: a lost packet to RC.
-        this.stats.sendQueueDrops++;
-        return;
-      }
+    if (this.packets === 0 && !this.blockFree()) {
+      // Every block is still being written (a full socket buffer): a lost packet to RC.
+      this.stats.sendQueueDrops++;
+      return;
     }
+    const pinned = this.pinned[this.submitted % SEND_BLOCKS]!;
+    const blockAt = this.blockAt;
     const packet = this.packets;
     const vectors = this.iovecsAt + packet * MAX_PARTS * IOVEC;
     let copyAt = this.copyAt + packet * COPY_ROOM;
@@ -610,12 +767,12 @@ export class BatchedUdpSocket implements TurnParticipant {
       if (partLength === 0) {
         this.put64(vector, this.outboundBase);
       } else if (partLength < REFERENCE_AT && copyAt + partLength <= copyEnd) {
-        this.outbound.set(part, copyAt);
-        this.put64(vector, this.outboundBase + copyAt);
+        this.outbound.set(part, blockAt + copyAt);
+        this.put64(vector, this.outboundBase + blockAt + copyAt);
         copyAt += partLength;
       } else {
         this.put64(vector, this.addressOf(part));
-        this.pinned[packet * MAX_PARTS + p] = part;
+        pinned[packet * MAX_PARTS + p] = part;
       }
       this.put64(vector + 8, partLength);
       length += partLength;
@@ -623,43 +780,45 @@ export class BatchedUdpSocket implements TurnParticipant {
     // Join the open message if this packet continues its run: same peer, the run's size (or
     // shorter, which ends the run), within GSO's limits.
     const last = this.messages - 1;
+    const packets = this.sendControl;
+    const lastPackets = this.messagePacketsAt + last;
     if (
-      this.gso &&
-      last >= this.sentUpTo &&
+      last >= 0 &&
       this.messageOpen[last] === 1 &&
       this.messageTo[last] === to &&
       length <= this.messageSegment[last]! &&
-      this.messagePackets[last]! < MAX_SEGMENTS &&
-      (this.messagePackets[last]! + 1) * this.messageSegment[last]! <= MAX_GSO_BYTES
+      packets[lastPackets]! < MAX_SEGMENTS &&
+      (packets[lastPackets]! + 1) * this.messageSegment[last]! <= MAX_GSO_BYTES &&
+      this.gsoEnabled
     ) {
-      const count = ++this.messagePackets[last]!;
+      const count = ++packets[lastPackets]!;
       const record = last * MMSGHDR;
       this.put64(record + MSG_IOVLEN, count * MAX_PARTS);
       if (count === 2) {
-        this.put64(record + MSG_CONTROL, this.outboundBase + this.controlsAt + last * CMSG_ROOM);
+        this.put64(record + MSG_CONTROL, this.outboundBase + blockAt + this.controlsAt + last * CMSG_ROOM);
         this.put64(record + MSG_CONTROLLEN, CMSG_ROOM);
       }
       if (length < this.messageSegment[last]!) this.messageOpen[last] = 0;
     } else {
       const message = this.messages;
       try {
-        this.writeDestination(this.namesAt + message * SOCKADDR_IN, to);
+        this.writeDestination(blockAt + this.namesAt + message * SOCKADDR_IN, to);
       } catch {
-        this.stats.sendErrors++;
+        Atomics.add(this.sendControl, SEND_ERRORS, 1);
         this.sendErrorHandler?.(to, EINVAL);
-        this.pinned.fill(this.outbound, packet * MAX_PARTS, packet * MAX_PARTS + MAX_PARTS);
+        pinned.fill(this.outbound, packet * MAX_PARTS, packet * MAX_PARTS + MAX_PARTS);
         return;
       }
       const record = message * MMSGHDR;
-      this.put64(record + MSG_IOV, this.outboundBase + vectors);
+      this.put64(record + MSG_IOV, this.outboundBase + blockAt + vectors);
       this.put64(record + MSG_IOVLEN, MAX_PARTS);
       this.put64(record + MSG_CONTROL, 0);
       this.put64(record + MSG_CONTROLLEN, 0);
-      const cmsg = this.controlsAt + message * CMSG_ROOM;
+      const cmsg = blockAt + this.controlsAt + message * CMSG_ROOM;
       this.outbound[cmsg + 16] = length & 0xff;
       this.outbound[cmsg + 17] = length >>> 8;
       this.messageTo[message] = to;
-      this.messagePackets[message] = 1;
+      packets[this.messagePacketsAt + message] = 1;
       this.messageSegment[message] = length;
       this.messageOpen[message] = 1;
       this.messages = message + 1;
@@ -678,54 +837,63 @@ export class BatchedUdpSocket implements TurnParticipant {
     this.flush();
   }
 
-  /** Writes the queue with as few sendmmsg calls as the kernel allows. */
+  /**
+   * True when the block to fill next is back from the send worker; waits for it up to
+   * SEND_BLOCK_WAIT_MS (the worker is writing, or waiting out a full socket buffer).
+   */
+  private blockFree(): boolean {
+    const control = this.sendControl;
+    const deadline = performance.now() + SEND_BLOCK_WAIT_MS;
+    for (;;) {
+      const written = Atomics.load(control, WRITTEN);
+      if (((this.submitted - written) | 0) < SEND_BLOCKS) break;
+      const left = deadline - performance.now();
+      if (left <= 0 || Atomics.load(control, SEND_CLOSING) !== 0) return false;
+      Atomics.wait(control, WRITTEN, written, left);
+    }
+    // The block was written: release what its packets pointed at.
+    const block = this.submitted % SEND_BLOCKS;
+    this.pinned[block]!.fill(this.outbound, 0, this.blockPackets[block]! * MAX_PARTS);
+    this.blockPackets[block] = 0;
+    this.blockAt = block * this.blockBytes;
+    this.messagePacketsAt = MESSAGE_PACKETS + block * this.sendBatch;
+    return true;
+  }
+
+  /** Hands the block being filled to the send worker, which writes it with as few sendmmsg calls as the kernel allows. */
   flush(): void {
-    const libc = this.libc;
-    while (this.sentUpTo < this.messages && !this.closed) {
-      const count = this.messages - this.sentUpTo;
-      let taken: number;
-      let errno = 0;
-      if (this.simulatedFull > 0) {
-        this.simulatedFull--;
-        taken = -1;
-        errno = EAGAIN;
-      } else {
-        taken = libc.sendmmsg(this.fd, this.outboundBase + this.sentUpTo * MMSGHDR, count, MSG_DONTWAIT);
-        if (taken < 0) errno = libc.errno();
-      }
-      this.stats.sendCalls++;
+    if (this.messages === 0 || this.closed) return;
+    const control = this.sendControl;
+    const block = this.submitted % SEND_BLOCKS;
+    let start = 0;
+    if (this.packets <= DIRECT_SEND_PACKETS && Atomics.load(control, WRITTEN) === this.submitted && Atomics.load(control, SIMULATED_FULL) === 0) {
+      // Nothing is with the worker, so writing here keeps the order; anything the kernel does
+      // not take at once (a full buffer, an error) goes to the worker, which handles it.
+      const taken = this.libc.sendmmsg(this.fd, this.outboundBase + this.blockAt, this.messages, MSG_DONTWAIT);
+      Atomics.add(control, SEND_CALLS, 1);
       if (taken > 0) {
-        for (let m = this.sentUpTo; m < this.sentUpTo + taken; m++) this.stats.datagramsSent += this.messagePackets[m]!;
-        this.sentUpTo += taken;
-        this.stats.messagesSent += taken;
-        continue;
+        let datagrams = 0;
+        for (let m = 0; m < taken; m++) datagrams += control[this.messagePacketsAt + m]!;
+        Atomics.add(control, DATAGRAMS_SENT, datagrams);
+        Atomics.add(control, MESSAGES_SENT, taken);
+        start = taken;
       }
-      if (errno === EAGAIN || errno === ENOBUFS || errno === EINTR) {
-        // The socket buffer is full: try again shortly (UDP has no writability event to wait for).
-        this.stats.sendBlocked++;
-        this.retryTimer ??= setTimeout(this.retryBound, 1);
+      if (start === this.messages) {
+        // Written: the block is filled again from the front (its pointed-at parts released).
+        this.pinned[block]!.fill(this.outbound, 0, this.packets * MAX_PARTS);
+        this.packets = 0;
+        this.messages = 0;
         return;
       }
-      const failed = this.sentUpTo++;
-      if (this.messagePackets[failed]! > 1 && (errno === EINVAL || errno === EMSGSIZE || errno === ENOPROTOOPT || errno === EIO)) {
-        // This kernel or route cannot segment (no UDP_SEGMENT, or a segment above the route's
-        // MTU): one datagram per message from now on; RC retransmits what this message held.
-        this.gso = false;
-        this.gsoOffReason = `sendmsg with UDP_SEGMENT failed: ${errnoName(errno)}`;
-        continue;
-      }
-      // This message cannot go (e.g. EMSGSIZE, an unreachable destination): drop and report it.
-      this.stats.sendErrors++;
-      this.sendErrorHandler?.(this.messageTo[failed]!, errno);
     }
-    if (this.sentUpTo === this.messages) {
-      // Entries the kernel has not taken keep their places (records hold absolute pointers); the
-      // queue restarts from the front once it is empty.
-      this.pinned.fill(this.outbound);
-      this.packets = 0;
-      this.messages = 0;
-      this.sentUpTo = 0;
-    }
+    control[BLOCK_START + block] = start;
+    control[BLOCK_MESSAGES + block] = this.messages;
+    this.blockPackets[block] = this.packets;
+    this.submitted = (this.submitted + 1) | 0;
+    Atomics.store(control, SUBMITTED, this.submitted);
+    if (Atomics.load(control, SENDER_SLEEPING) === 1) Atomics.notify(control, SUBMITTED);
+    this.packets = 0;
+    this.messages = 0;
   }
 
   /**
@@ -776,14 +944,23 @@ export class BatchedUdpSocket implements TurnParticipant {
 
   /** Test hook: the next `count` sendmmsg calls are answered as if the socket buffer were full (EAGAIN). */
   simulateFullSocket(count: number): void {
-    this.simulatedFull = count;
+    Atomics.store(this.sendControl, SIMULATED_FULL, count);
   }
 
   async close(): Promise<void> {
     if (this.closed) return;
     this.flush();
     this.closed = true;
-    if (this.retryTimer !== undefined) clearTimeout(this.retryTimer);
+    // The send worker writes what was submitted, then ends; a socket that stays full is given
+    // up after a second (what was left is lost, as in any close of a UDP socket).
+    Atomics.store(this.sendControl, SEND_CLOSING, 1);
+    Atomics.notify(this.sendControl, SUBMITTED);
+    const giveUp = setTimeout(() => {
+      Atomics.store(this.sendControl, SEND_CLOSING, 2);
+      Atomics.notify(this.sendControl, SEND_CLOSING);
+    }, 1000);
+    await this.sendExited;
+    clearTimeout(giveUp);
     Atomics.store(this.control, CLOSING, 1);
     // Wakes the worker from poll (Linux wakes waiters on a shut-down UDP socket) or from waiting
     // for ring space; poll's timeout covers a kernel that would not.
@@ -893,9 +1070,11 @@ export class BatchedUdpSocket implements TurnParticipant {
     return base + part.byteOffset;
   }
 
+  /** Writes a 64-bit value at `offset` within the block being filled. */
   private put64(offset: number, value: number): void {
-    this.outboundWords[offset >>> 2] = value % 4294967296;
-    this.outboundWords[(offset >>> 2) + 1] = Math.floor(value / 4294967296);
+    const word = (this.blockAt + offset) >>> 2;
+    this.outboundWords[word] = value % 4294967296;
+    this.outboundWords[word + 1] = Math.floor(value / 4294967296);
   }
 }
 

@@ -10,6 +10,7 @@ import { localAccessText } from '../qp-checks.ts';
 import { psnAdd, psnCompare, RNR_TIMER_MICROS, Syndrome, type IbHeaders } from '../wire/ib-headers.ts';
 import { IbOpcode } from '../wire/ib-opcodes.ts';
 import { wcOpcodeFor, WcStatus, type SendWorkRequest, type Sge } from '../work.ts';
+import { copyInto } from './shared-copy.ts';
 import type { RcPathParameters, RcQueuePair } from './queue-pair.ts';
 
 const Kind = { Send: 0, Write: 1, Read: 2, Atomic: 3, Local: 4 } as const;
@@ -485,7 +486,7 @@ export class Requester {
       this.failWqe(wqe, WcStatus.BadResponseError, `Read Response carries syndrome 0x${h.syndrome.toString(16)}`);
       return;
     }
-    wqe.local.set(payload, index * mtu);
+    copyInto(wqe.local, index * mtu, payload);
     this.qp.stats.payloadBytesReceived += payload.length;
     if (index > wqe.received) {
       // Past a packet that went missing: keep this one, ask for the missing ones again.

@@ -13,6 +13,7 @@ import { AtomicOpcode, ALL_ONES_64 } from '../wire/atomics.ts';
 import { psnAdd, psnCompare, Syndrome, type IbHeaders } from '../wire/ib-headers.ts';
 import { IbOpcode, Kind, OPCODES, Position } from '../wire/ib-opcodes.ts';
 import { WcStatus } from '../work.ts';
+import { copyInto } from './shared-copy.ts';
 import type { RcPathParameters, RcQueuePair, RcRecvWqe } from './queue-pair.ts';
 
 const MAX_DMA_LENGTH = 0x80000000;
@@ -227,7 +228,7 @@ export class Responder {
       this.fatal(Syndrome.NakInvalidRequest, h.psn, `RDMA Write data exceeds its DMA length ${this.writeLength}`);
       return;
     }
-    this.writeTarget.set(payload, this.placed);
+    copyInto(this.writeTarget, this.placed, payload);
     this.placed += payload.length;
     this.qp.stats.payloadBytesReceived += payload.length;
     if (last) {
@@ -432,7 +433,7 @@ export class Responder {
         continue;
       }
       const count = Math.min(view.length - offset, payload.length - source);
-      view.set(payload.subarray(source, source + count), offset);
+      copyInto(view, offset, payload.subarray(source, source + count));
       source += count;
       offset = 0;
     }

@@ -1,0 +1,66 @@
+// copyInto (host/rnic/rc/shared-copy.ts): the RC receive path's copy between shared buffers
+// through memmove gives exactly what TypedArray.set gives (offsets inside both buffers, odd
+// lengths, overlapping ranges of one buffer, plain buffers, short copies) and refuses to write
+// past the target view.
+import { test } from 'uvu';
+import * as assert from 'uvu/assert';
+import { copyInto } from '../../host/rnic/rc/shared-copy.ts';
+
+function filled(buffer: ArrayBufferLike, seed: number): Uint8Array {
+  const bytes = new Uint8Array(buffer);
+  for (let i = 0; i < bytes.length; i++) bytes[i] = (i * 31 + seed) & 0xff;
+  return bytes;
+}
+
+test('shared to shared: the same octets as TypedArray.set, nothing around the range touched', () => {
+  for (const length of [0, 1, 511, 512, 4096, 4099, 65536]) {
+    for (const [sourceOffset, targetOffset, at] of [
+      [0, 0, 0],
+      [7, 13, 5],
+      [4096, 100, 4093],
+    ] as const) {
+      const source = new Uint8Array(filled(new SharedArrayBuffer(80_000), 1).buffer, sourceOffset, length);
+      const target = new Uint8Array(filled(new SharedArrayBuffer(80_000), 2).buffer, targetOffset, length + at + 9);
+      const expected = new Uint8Array(target.buffer.byteLength);
+      expected.set(new Uint8Array(target.buffer));
+      new Uint8Array(expected.buffer, targetOffset, target.length).set(source, at);
+      copyInto(target, at, source);
+      assert.equal(new Uint8Array(target.buffer), expected, `length ${length} from +${sourceOffset} to +${targetOffset}+${at}`);
+    }
+  }
+});
+
+test('overlapping ranges of one shared buffer move as TypedArray.set moves them', () => {
+  for (const [from, to] of [
+    [0, 1000],
+    [1000, 0],
+    [100, 612],
+  ] as const) {
+    const bytes = filled(new SharedArrayBuffer(8192), 3);
+    const expected = bytes.slice();
+    expected.set(expected.slice(from, from + 4096), to);
+    copyInto(bytes, to, bytes.subarray(from, from + 4096));
+    assert.equal(bytes.slice(), expected, `${from} -> ${to}`);
+  }
+});
+
+test('plain buffers and mixed ones take TypedArray.set', () => {
+  const shared = filled(new SharedArrayBuffer(8192), 4);
+  const plain = filled(new ArrayBuffer(8192), 5);
+  copyInto(plain, 100, shared.subarray(0, 4096));
+  assert.equal(plain.subarray(100, 4196), shared.subarray(0, 4096));
+  copyInto(shared, 1, plain.subarray(0, 2048));
+  assert.equal(shared.subarray(1, 2049), plain.subarray(0, 2048));
+});
+
+test('a copy past the end of the target view throws and writes nothing', () => {
+  const buffer = new SharedArrayBuffer(16384);
+  const target = new Uint8Array(buffer, 0, 8192);
+  const source = filled(new SharedArrayBuffer(4096), 6);
+  for (const offset of [4097, 8192, -1]) {
+    assert.throws(() => copyInto(target, offset, source), RangeError);
+  }
+  assert.equal(new Uint8Array(buffer), new Uint8Array(16384));
+});
+
+test.run();
