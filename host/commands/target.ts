@@ -216,6 +216,8 @@ export const command: Command = {
       return 1;
     }
     const { pool } = settings;
+    // Bound before the first line: whoever waits for "listening" reads the lines after it at once.
+    const checksum = settings.durable === undefined ? '' : crc32cImplementation();
     console.log(
       `kbtp target listening on ${target.host}:${target.port} (${settings.transport === 'roce' ? 'IB RC over RoCEv2, setup over TCP' : 'RDMAP/MPA over TCP'}, ${settings.workers} workers)`,
     );
@@ -226,7 +228,7 @@ export const command: Command = {
     const recovery = target.recovery;
     if (recovery !== undefined && settings.durable !== undefined) {
       console.log(
-        `durable tier: ${settings.durable.dataDir}/tier, capacity ${(settings.durable.capacityBytes / 2 ** 20).toFixed(0)} MiB, CRC32C by ${crc32cImplementation()}; ` +
+        `durable tier: ${settings.durable.dataDir}/tier, capacity ${(settings.durable.capacityBytes / 2 ** 20).toFixed(0)} MiB, CRC32C by ${checksum}; ` +
           (recovery.fresh
             ? 'new, empty'
             : `recovered ${recovery.blocksRecovered} sealed blocks in ${recovery.seconds.toFixed(3)} s ` +

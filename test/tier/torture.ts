@@ -70,10 +70,11 @@ function startTarget(dir: string, log: string[]): Promise<{ child: ChildProcess;
   return new Promise((resolve, reject) => {
     const timer = setInterval(() => {
       const match = /listening on (127\.0\.0\.1:\d+)/.exec(text);
-      if (match?.[1] !== undefined) {
+      // The durable tier's line follows "listening" (a read may end between the two): wait for it too.
+      const recovered = /durable tier: .*\n/.exec(text)?.[0];
+      if (match?.[1] !== undefined && recovered !== undefined) {
         clearInterval(timer);
-        const recovered = /durable tier: .*$/m.exec(text)?.[0];
-        if (recovered !== undefined) log.push(recovered);
+        log.push(recovered.trimEnd());
         resolve({ child, address: match[1], output: () => text });
       }
     }, 20);
