@@ -77,6 +77,7 @@ bench-build: build
 test: build typecheck lint
 	@mkdir -p .cache
 	bash test/firmware/deps.sh
+	bash test/tier/deps.sh
 	$(UVU) test '\.test\.ts$$' --no-color 2>&1 | tee .cache/test.log
 	@# The KBTP battery once more over the InfiniBand RC / RoCEv2 binding (draft 9.2).
 	KBTP_TEST_TRANSPORT=roce $(UVU) test/kbtp '(statuses|property|direct)\.test\.ts$$' --no-color 2>&1 | tee .cache/test-roce.log

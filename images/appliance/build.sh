@@ -68,7 +68,7 @@ source "$here/../lib/debian.sh"
 # `rdma` (siw/rxe links), sfdisk, partx and e2fsprogs (growing the data partition, checking file systems).
 userspace_packages=(busybox-static libc6 libgcc-s1 libstdc++6 iproute2 libmnl0 libbsd0 libmd0 libcap2 libelf1 zlib1g
   fdisk libfdisk1 libsmartcols1 libuuid1 libblkid1 libmount1 libselinux1 libpcre2-8-0 libtinfo6 libreadline8
-  e2fsprogs libext2fs2 libcom-err2 libss2 dosfstools util-linux systemd-boot-efi)
+  e2fsprogs libext2fs2 libcom-err2 libss2 dosfstools util-linux systemd-boot-efi libisal2)
 # Loaded by the initramfs to find and mount the root slot (virtio for QEMU, NVMe/AHCI for hardware).
 initramfs_modules=(virtio_pci virtio_blk nvme ahci sd_mod squashfs)
 # Module trees left out of the root: no graphics, sound, radio or media on a cache node.
@@ -119,6 +119,8 @@ build_base() {
     copy_with_libs "$tool"
   done
   copy_with_libs "$(find_in_pkgroot libgcc_s.so.1)"
+  # ISA-L: the durable tier's CRC32C (host/tier/checksum.ts loads it with dlopen, so no NEEDED names it).
+  copy_with_libs "$(find_in_pkgroot libisal.so.2)"
   # All of glibc's libraries: native add-ons (.node files) link libdl, librt, libpthread, which
   # Node itself does not need.
   dpkg-deb -x "$(deb_of libc6 "$(pin_version libc6)")" "$work/libc6"
