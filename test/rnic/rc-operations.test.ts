@@ -345,6 +345,30 @@ test('an RNR wait longer than the ACK timeout spends no transport retries', asyn
   }
 });
 
+test('a PSN window smaller than the AckReq interval: the packet that fills the window asks for the ACK, so a long Write never waits for the ACK timer', async () => {
+  // 256 packets at path MTU 1024 through a window of 16 PSNs. The responder acknowledges only
+  // packets that ask; with AckReq only every 64th packet and at the message's end, the
+  // requester would stall at 16 unacknowledged until the (here 60 s) ACK timer.
+  const pair = await rcPair({ pathMtu: 1024, maxUnackedPackets: 16, ackTimeoutMs: 60_000 });
+  try {
+    const { client, server } = pair;
+    fill(client.memory.subarray(0, 256 * 1024), 9);
+    client.qp.postSend({
+      wrId: 1,
+      opcode: 'RDMA_WRITE',
+      sgList: [{ lkey: client.mr.lkey, offset: 0, length: 256 * 1024 }],
+      remote: { stag: server.mr.rkey, taggedOffset: MiB },
+    });
+    expectSuccess(await completions(client.cq, 1, 20_000));
+    same(server.memory.subarray(MiB, MiB + 256 * 1024), client.memory.subarray(0, 256 * 1024), 'written data');
+    assert.is(client.qp.statistics.timeouts, 0);
+    assert.is(client.qp.statistics.retransmittedPackets, 0);
+    assert.ok(server.qp.statistics.acksSent >= 256 / 16, `${server.qp.statistics.acksSent} ACKs`);
+  } finally {
+    await pair.close();
+  }
+});
+
 test('an ACK timer that fires while the ACK waits unread in the socket retransmits nothing', async () => {
   // The process is busy past the ACK timeout right after sending: when the loop comes back, the
   // timer runs before the sockets are read, though the packet arrived and its ACK is on its way.

@@ -282,7 +282,11 @@ export class Requester {
         this.txIndex++;
         this.txPacket = 0;
       } else {
-        this.sendSegment(wqe, this.txPacket);
+        // The packet that fills the PSN window asks for an ACK: nothing can follow it until one
+        // comes, and the responder acknowledges only packets that ask (without it a window
+        // smaller than PACKETS_PER_ACK_REQUEST, or one whose AckReq packets were dropped after
+        // a loss, waits for the ACK timer).
+        this.sendSegment(wqe, this.txPacket, unacked + 2 > this.window);
         this.nextPsn = psnAdd(this.nextPsn, 1);
         if (++this.txPacket === wqe.packets) {
           this.txIndex++;
@@ -296,7 +300,7 @@ export class Requester {
     if (budget === 0) this.scheduleTransmit();
   }
 
-  private sendSegment(wqe: Wqe, index: number): void {
+  private sendSegment(wqe: Wqe, index: number, windowFull: boolean): void {
     const qp = this.qp;
     const mtu = this.mtuFor();
     const last = index === wqe.packets - 1;
@@ -327,7 +331,7 @@ export class Requester {
       h.rkey = wqe.wr.remote!.stag;
       h.dmaLength = wqe.length;
     }
-    h.ackRequest = this.ackRequest(last);
+    h.ackRequest = this.ackRequest(last || windowFull);
     const start = index * mtu;
     const payload = wqe.local.subarray(start, Math.min(wqe.length, start + mtu));
     qp.stats.payloadBytesSent += payload.length;
