@@ -22,6 +22,19 @@ export interface Settle {
 
 const HISTOGRAM_EDGES = [1, 2, 4, 8, 16, 32];
 
+/**
+ * While a group forms, its seals' data is written whenever this much has gathered, so that most
+ * of it is in the page cache before the group closes (its sync then waits for little), in one
+ * vectored write per run of consecutive slots rather than one write per block.
+ */
+const WRITE_RUN_OCTETS = 4 << 20;
+
+function dataOctets(ops: readonly Op[]): number {
+  let octets = 0;
+  for (const op of ops) if (op.kind === 'seal') octets += op.data.length;
+  return octets;
+}
+
 /** The settle of a request nobody waits for (an undo written again). */
 const UNANSWERED: Settle = { resolve: () => undefined, reject: () => undefined };
 
@@ -66,11 +79,15 @@ export abstract class GroupCommit extends CheckpointWriter {
 
   /**
    * The committer. Two groups overlap: while one writes its journal and syncs, the next one
-   * forms, and each request that joins it has its data written at once, so a group's sync finds
-   * its data already written and the next group holds whatever arrived during that sync, however
-   * the requests trickle in (a loop that waited for a sync before taking anything would make
-   * every other group a group of one). Journal records and syncs stay strictly one group after
-   * the other: a group's records are written only once the group before it is durable or failed.
+   * forms, and the next group holds whatever arrived during that sync, however the requests
+   * trickle in (a loop that waited for a sync before taking anything would make every other group
+   * a group of one). A group's data is written a few MiB at a time as the group forms (see
+   * WRITE_RUN_OCTETS) and the rest when it closes: its seals took the lowest free slots in turn
+   * (free-slots.ts), so each of those writes is one vectored write per run of consecutive slots
+   * rather than one write per block as each request arrived (each write costs the main thread a
+   * promise and a hand-over to libuv's threads, and concurrent writes to one file contend for its
+   * lock). Journal records and syncs stay strictly one group after the
+   * other: a group's records are written only once the group before it is durable or failed.
    */
   protected async commitLoop(): Promise<void> {
     this.committing = true;
@@ -96,18 +113,22 @@ export abstract class GroupCommit extends CheckpointWriter {
           } else if (this.dropsInFlight === 0) this.fail(this.waiting.splice(0), new TierError('EIO', 'no block can be dropped'));
           continue;
         }
-        let writes = this.writeData(batch);
+        // Data is written in runs of WRITE_RUN_OCTETS while the group forms, the rest when it closes.
+        const writes: Array<Promise<void>> = [];
+        let unwritten = [...batch];
         while (previous !== undefined && !previous.done) {
+          if (dataOctets(unwritten) >= WRITE_RUN_OCTETS) {
+            writes.push(this.writeData(unwritten));
+            unwritten = [];
+          }
           await Promise.race([previous.settled, this.arrival()]);
           if (this.queue.length === 0 || batch.length >= this.maxBatch) continue;
           const more = this.admit(this.queue.splice(0, this.maxBatch - batch.length));
-          if (more.length === 0) continue;
           batch.push(...more);
-          const written = writes;
-          const moreWritten = this.writeData(more);
-          writes = Promise.all([written, moreWritten]).then(() => undefined);
+          unwritten.push(...more);
         }
-        const group = { settled: this.finish(batch, writes), done: false };
+        if (unwritten.length > 0) writes.push(this.writeData(unwritten));
+        const group = { settled: this.finish(batch, settledAll(writes)), done: false };
         void group.settled.then(() => {
           group.done = true;
           this.wakeCommitter();
@@ -137,7 +158,7 @@ export abstract class GroupCommit extends CheckpointWriter {
         else op.done.reject(new TierError('ENOSPC', `tenant's Durable Quota of ${tenant.durableQuota} blocks is full and none of its blocks can be dropped`));
         continue;
       }
-      const slot = this.freeSlots.pop() ?? (this.highSlot < this.sizing.maxSlots ? this.highSlot++ : -1);
+      const slot = this.freeSlots.take() ?? (this.highSlot < this.sizing.maxSlots ? this.highSlot++ : -1);
       if (slot < 0) {
         if (this.dropsInFlight > this.waiting.length || this.claimDrop(undefined, batch)) this.waiting.push(op);
         else op.done.reject(new TierError('ENOSPC', `the tier is full (${this.sizing.maxSlots} blocks) and no block can be dropped`));

@@ -86,9 +86,7 @@ export abstract class TierMaintenance extends GroupCommit {
       if (trimmedSlots > 0) {
         // Slots past the last block are forgotten: a later seal takes them again through highSlot.
         this.highSlot = high;
-        const kept = this.freeSlots.filter((slot) => slot < high);
-        this.freeSlots.length = 0;
-        this.freeSlots.push(...kept);
+        this.freeSlots.keepBelow(high);
       }
       try {
         await this.writeCheckpoint();

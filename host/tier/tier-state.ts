@@ -4,6 +4,7 @@
 // marks, the free slots, the current journal and the tier's figures. It changes only once a group
 // is durable (group-commit.ts), so whatever it says the tier holds is on disk.
 import { nodeFiles, type FileLayer, type TierFile } from './files.ts';
+import { FreeSlots } from './free-slots.ts';
 import type { TierSizing } from './capacity.ts';
 import type { BlockRecord, RecoveryReport, recoverTier } from './recovery.ts';
 import type { TierOptions } from './tier-types.ts';
@@ -16,7 +17,7 @@ export abstract class TierState {
   protected readonly files: FileLayer;
   protected readonly blocks: Map<number, BlockRecord>;
   protected readonly marks: Uint16Array;
-  protected readonly freeSlots: number[] = [];
+  protected readonly freeSlots = new FreeSlots();
   protected highSlot: number;
   protected readonly tenantHeld: number[];
   protected journal!: TierFile;
@@ -74,8 +75,7 @@ export abstract class TierState {
       used[block.slot] = 1;
       if (block.tenant >= 0) this.tenantHeld[block.tenant] = (this.tenantHeld[block.tenant] ?? 0) + 1;
     }
-    // Lowest slots last, so they are taken first and the data file stays compact.
-    for (let slot = this.highSlot - 1; slot >= 0; slot--) if (used[slot] === 0) this.freeSlots.push(slot);
+    for (let slot = 0; slot < this.highSlot; slot++) if (used[slot] === 0) this.freeSlots.push(slot);
   }
 
   /** Marks the block most recently used. */

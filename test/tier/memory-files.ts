@@ -72,6 +72,8 @@ export class MemoryFiles implements FileLayer {
   private pendingMeta: MetaChange[] = [];
   readonly faults: FaultRule[] = [];
   readonly calls = { datasync: 0, write: 0 };
+  /** Write calls (write or writev) by file path. */
+  readonly writesTo = new Map<string, number>();
 
   private fault(op: FaultRule['op'], file: string): void {
     for (const rule of this.faults) {
@@ -103,11 +105,13 @@ export class MemoryFiles implements FileLayer {
       async write(data, position) {
         files.fault('write', file);
         files.calls.write += 1;
+        files.writesTo.set(file, (files.writesTo.get(file) ?? 0) + 1);
         content.write(data, position);
       },
       async writev(data, position) {
         files.fault('write', file);
         files.calls.write += 1;
+        files.writesTo.set(file, (files.writesTo.get(file) ?? 0) + 1);
         let offset = position;
         for (const part of data) {
           content.write(part, offset);

@@ -72,6 +72,38 @@ async function corruptCheckpoints(files: MemoryFiles, which: 'newest' | 'all'): 
   return chosen.length;
 }
 
+test('freed slots are reused lowest first, so a group of seals goes out in a few vectored writes', async () => {
+  const files = new MemoryFiles();
+  const tier = await DurableTier.open(options(files));
+  const dataFile = `${DIR}/blocks`;
+  await Promise.all(Array.from({ length: 48 }, (_, i) => tier.seal(i, 2, blockData(i, 2))));
+  // Freed in a scattered order: taken last-freed-first, the next seals' slots would not be consecutive.
+  const order = Array.from({ length: 48 }, (_, i) => (i * 29) % 48);
+  for (const index of order) await tier.unbind(index, 3);
+  const writesBefore = files.writesTo.get(dataFile) ?? 0;
+  await Promise.all(Array.from({ length: 40 }, (_, i) => tier.seal(100 + i, 2, blockData(100 + i, 2))));
+  const writes = (files.writesTo.get(dataFile) ?? 0) - writesBefore;
+  assert.ok(writes <= 2, `40 concurrent seals into freed slots took ${writes} data writes`);
+  // The lowest free slot is taken first: free two slots, seal one block, find it in the lower one.
+  const data = files.contentOf(dataFile);
+  const slotOf = (index: number): number => {
+    const wanted = blockData(index, 2);
+    for (let slot = 0; slot * BLOCK < data.length; slot++) if (data.subarray(slot * BLOCK, (slot + 1) * BLOCK).every((v, i) => v === wanted[i])) return slot;
+    return -1;
+  };
+  const [low, high] = [slotOf(100 + 3), slotOf(100 + 30)].sort((a, b) => a - b) as [number, number];
+  assert.ok(low >= 0 && high > low);
+  await tier.unbind(100 + 30, 3);
+  await tier.unbind(100 + 3, 3);
+  await tier.seal(200, 2, blockData(200, 2));
+  assert.is(slotOf(200), low);
+  await tier.close();
+  const again = await DurableTier.open(options(files.afterCrash()));
+  assert.is(again.recovery.blocksRecovered, 40 - 2 + 1);
+  assert.equal((await readBack(again, 200)).data, blockData(200, 2));
+  await again.close();
+});
+
 test('concurrent seals share fdatasyncs and come back after a restart', async () => {
   const files = new MemoryFiles();
   const tier = await DurableTier.open(options(files));
