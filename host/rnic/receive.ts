@@ -53,7 +53,9 @@ export interface ReceiveSink {
   /**
    * A tagged segment (RDMA Write or Read Response) passed the DDP checks; its tagged offset is
    * `toHigh` * 2^32 + `toLow` (halves, so no BigInt per segment). Returns the view its `length`
-   * payload octets go to (exactly that long), or undefined after calling `receiver.fail()`.
+   * payload octets go to, or undefined after calling `receiver.fail()`. A longer view (a Read
+   * Response's: the rest of the Read's sink) is the message's own destination; the receiver
+   * may borrow the memory past the payload inside it until the message's last segment.
    * Zero-length segments must not have their STag or TO checked.
    */
   placeTagged(opcode: number, stag: number, toHigh: number, toLow: number, length: number, first: boolean, last: boolean): Uint8Array | undefined;
@@ -101,12 +103,14 @@ const BULK_CREDIT = 4;
 /** Length field plus the longest header collected whole (Atomic Request, full Terminate). */
 const HEADER_BUFFER_SIZE = MPA_LENGTH_FIELD + DDP_UNTAGGED_HEADER_LENGTH + 52;
 const TAGGED_PREFIX = MPA_LENGTH_FIELD + DDP_TAGGED_HEADER_LENGTH;
+/** The same for an untagged FPDU (a Send's segments): its header is 4 octets longer. */
+const UNTAGGED_PREFIX = MPA_LENGTH_FIELD + DDP_UNTAGGED_HEADER_LENGTH;
 /**
  * Octets a direct payload read may take past the payload: the FPDU's PAD and CRC field and the
- * next FPDU's tagged prefix (length field and DDP/RDMAP header), so a large tagged message costs
- * one read per FPDU instead of two.
+ * next FPDU's prefix (length field and DDP/RDMAP header), so a large message costs one read per
+ * FPDU instead of two or three.
  */
-const OVERREAD_MAX = 3 + CRC_LENGTH + TAGGED_PREFIX;
+const OVERREAD_MAX = 3 + CRC_LENGTH + UNTAGGED_PREFIX;
 const TERMINATE_MIN_ULPDU = DDP_UNTAGGED_HEADER_LENGTH + TERMINATE_CONTROL_LENGTH;
 const TERMINATE_MAX_ULPDU = DDP_UNTAGGED_HEADER_LENGTH + TERMINATE_CONTROL_LENGTH + 2 + DDP_UNTAGGED_HEADER_LENGTH + 28;
 
@@ -205,6 +209,9 @@ export class FpduReceiver {
    */
   private bulk = false;
   private bulkCredit = 0;
+  /** Whether the last message that followed a tagged / an untagged message began with a tagged FPDU (nextPrefix). */
+  private taggedAfterTagged = true;
+  private taggedAfterUntagged = true;
   /** The view handed out by the last `readBuffer()` when it was a direct placement target. */
   private directView: Uint8Array | undefined;
   /** Octets of `directView` past the payload (memory after it, saved in `overreadSaved`), or 0. */
@@ -373,9 +380,30 @@ export class FpduReceiver {
    */
   private overreadRoom(target: Uint8Array, length: number): number {
     const buffer = target.buffer;
-    if (typeof SharedArrayBuffer !== 'undefined' && buffer instanceof SharedArrayBuffer) return 0;
+    const want = this.padding + CRC_LENGTH + this.nextPrefix();
+    if (typeof SharedArrayBuffer !== 'undefined' && buffer instanceof SharedArrayBuffer) {
+      // Only the view the sink gave for this message: a Send's is the rest of its posted receive
+      // buffer, which by verbs rules nobody else touches before the receive completes (a
+      // target's request context, issue 16: a 256 KiB inline STORE took 15 reads, now 6); a
+      // Read Response's the rest of the Read's sink; an RDMA Write's exactly its payload, so
+      // nothing is borrowed there (a one-sided writer's neighbours may be in use).
+      return Math.max(0, Math.min(want, target.length - (this.targetPosition + length)));
+    }
     const after = buffer.byteLength - (target.byteOffset + this.targetPosition + length);
-    return Math.max(0, Math.min(this.padding + CRC_LENGTH + TAGGED_PREFIX, after));
+    return Math.max(0, Math.min(want, after));
+  }
+
+  /**
+   * The prefix to read with the end of the current (or just finished) FPDU, so that the next
+   * FPDU's header comes in the same read: a segment that is not its message's last is followed
+   * by the message's next one, of the same kind; after a message's last segment, by whatever
+   * kind of message followed the previous message of this kind (learned: a target's requests
+   * follow each other, a client's COMPLETION follows its RDMA Write). A wrong guess costs one
+   * more read, or a few payload octets staged instead of placed by the kernel.
+   */
+  private nextPrefix(): number {
+    const taggedNext = !this.last ? this.tagged : this.tagged ? this.taggedAfterTagged : this.taggedAfterUntagged;
+    return taggedNext ? TAGGED_PREFIX : UNTAGGED_PREFIX;
   }
 
   private stagingWant(): number {
@@ -383,13 +411,13 @@ export class FpduReceiver {
     let want: number;
     switch (this.state) {
       case State.Header:
-        want = this.headerHave < 4 ? TAGGED_PREFIX - this.headerHave : this.headerNeed - this.headerHave;
+        want = this.headerHave < 4 ? this.nextPrefix() - this.headerHave : this.headerNeed - this.headerHave;
         break;
       case State.Payload:
-        want = this.payloadRemaining + this.padding + CRC_LENGTH + TAGGED_PREFIX;
+        want = this.payloadRemaining + this.padding + CRC_LENGTH + this.nextPrefix();
         break;
       case State.Trailer:
-        want = this.trailerNeed - this.trailerHave + TAGGED_PREFIX;
+        want = this.trailerNeed - this.trailerHave + this.nextPrefix();
         break;
       default:
         want = STAGING_SIZE;
@@ -532,7 +560,13 @@ export class FpduReceiver {
     this.ulpduLength = (header[0]! << 8) | header[1]!;
     const ddpControl = header[2]!;
     const rdmapControl = header[3]!;
+    const previousTagged = this.tagged;
     this.tagged = (ddpControl & DDP_FLAG_TAGGED) !== 0;
+    if (!this.sendInProgress && !this.taggedInProgress) {
+      // A message starts: remember what followed the previous one's kind.
+      if (previousTagged) this.taggedAfterTagged = this.tagged;
+      else this.taggedAfterUntagged = this.tagged;
+    }
     this.last = (ddpControl & DDP_FLAG_LAST) !== 0;
     this.opcode = rdmapControl & 0x0f;
     const ddpHeaderLength = this.tagged ? DDP_TAGGED_HEADER_LENGTH : DDP_UNTAGGED_HEADER_LENGTH;

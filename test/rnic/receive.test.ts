@@ -51,6 +51,36 @@ function write(stag: number, to: number, payload: Uint8Array, crc = true, last =
   return encodeFpdu(ulpdu, crc);
 }
 
+/** One segment of a Send (queue 0) of message `msn`, at message offset `offset`. */
+function send(msn: number, offset: number, payload: Uint8Array, last: boolean): Uint8Array {
+  const ulpdu = new Uint8Array(18 + payload.length);
+  encodeUntaggedHeader(ulpdu, 0, {
+    last,
+    ddpVersion: 1,
+    rdmapControl: rdmapControl(RdmapOpcode.Send),
+    reserved: 0,
+    queueNumber: 0,
+    messageSequenceNumber: msn,
+    messageOffset: offset,
+  });
+  ulpdu.set(payload, 18);
+  return encodeFpdu(ulpdu, true);
+}
+
+/** A sink whose Sends land in a receive buffer of `capacity` octets at the start of `memory`, as a QP's do: the view runs to the buffer's end. */
+class ReceiveBufferSink extends RecordingSink {
+  constructor(
+    memory: Uint8Array,
+    private readonly capacity: number,
+  ) {
+    super(memory);
+  }
+  override placeSend(opcode: number, messageOffset: number, length: number): Uint8Array | undefined {
+    super.placeSend(opcode, messageOffset, length);
+    return this.target.subarray(messageOffset, this.capacity);
+  }
+}
+
 function immediate(msn: number, tag = 0, crc = true): Uint8Array {
   const ulpdu = new Uint8Array(26);
   encodeUntaggedHeader(ulpdu, 0, {
@@ -167,19 +197,101 @@ test("after a message's last FPDU nothing is borrowed: the application's writes 
   assert.equal([...memory.subarray(160_000, 160_064)], new Array(64).fill(0x5a), "the application's write stands");
 });
 
-test('memory shared with other threads is never read past the payload', () => {
+test('memory shared with other threads is never read past a tagged payload', () => {
   const memory = new Uint8Array(new SharedArrayBuffer(1 << 20));
   const sink = new RecordingSink(memory);
   const receiver = new FpduReceiver(sink, { crc: true, markers: false });
   const payload = pattern(60_000, 6);
   readStream(receiver, memory, write(3, 0, payload));
-  assert.equal(readStream(receiver, memory, write(3, 100_000, payload)), [
+  // Also inside a message (L=0): a tagged segment's view is its payload and no more.
+  assert.equal(readStream(receiver, memory, concat([write(3, 100_000, payload, true, false), write(3, 160_000, payload)])), [
     [16, false],
+    [60_000, true],
+    [20, false],
     [60_000, true],
     [4, false],
   ]);
   assert.is(Buffer.compare(memory.subarray(100_000, 160_000), payload), 0);
+  assert.is(Buffer.compare(memory.subarray(160_000, 220_000), payload), 0);
   assert.is(sink.failure, undefined);
+});
+
+test("a Send of several FPDUs into a shared receive buffer takes one read per FPDU, borrowing only the buffer's own memory", () => {
+  // A target's request contexts are WebAssembly shared memory (issue 16: a 256 KiB inline STORE
+  // took 15 reads, three per FPDU). The receive buffer is the first 200,000 octets; after it,
+  // another context's memory that must never be touched.
+  const memory = new Uint8Array(new SharedArrayBuffer(300_000)).fill(0xee);
+  const sink = new ReceiveBufferSink(memory, 200_000);
+  const receiver = new FpduReceiver(sink, { crc: true, markers: false });
+  readStream(receiver, memory, send(1, 0, pattern(60_000, 9), true)); // through staging
+  const parts = [pattern(60_000, 10), pattern(60_000, 11), pattern(50_000, 12)];
+  const message = (msn: number): Uint8Array =>
+    concat([send(msn, 0, parts[0]!, false), send(msn, 60_000, parts[1]!, false), send(msn, 120_000, parts[2]!, true)]);
+  const borrowed = memory.slice(170_000, 200_000);
+  // The first header is read whole (a Send followed the last Send); each payload but the last
+  // with its CRC and the next segment's whole 20-octet untagged prefix; the last one's CRC apart.
+  assert.equal(readStream(receiver, memory, message(2)), [
+    [20, false],
+    [60_024, true],
+    [60_024, true],
+    [50_000, true],
+    [4, false],
+  ]);
+  assert.is(sink.failure, undefined);
+  assert.equal(sink.events.slice(-4), ['send 0 60000', 'send 60000 60000', 'send 120000 50000', 'send done 170000']);
+  for (let i = 0; i < 3; i++) assert.is(Buffer.compare(memory.subarray(i * 60_000, i * 60_000 + parts[i]!.length), parts[i]!), 0, `segment ${i}`);
+  assert.is(Buffer.compare(memory.subarray(170_000, 200_000), borrowed), 0, 'the rest of the receive buffer is as it was');
+  assert.equal([...new Set(memory.subarray(200_000))], [0xee], 'the memory after the receive buffer is untouched');
+});
+
+test("a Read Response into shared memory borrows only the rest of the Read's sink", () => {
+  // qp-placement.ts hands a Read Response segment a view running on over the rest of the Read's
+  // sink (a target's pool block being stored, issue 16): one read per segment, never past the sink.
+  const memory = new Uint8Array(new SharedArrayBuffer(300_000)).fill(0xee);
+  const sinkEnd = 150_000;
+  const sink = new RecordingSink(memory);
+  sink.placeTagged = (_opcode, stag, toHigh, toLow, length) => {
+    sink.events.push(`tagged ${stag} ${toHigh * 2 ** 32 + toLow} ${length}`);
+    return memory.subarray(toLow, sinkEnd);
+  };
+  const receiver = new FpduReceiver(sink, { crc: true, markers: false });
+  readStream(receiver, memory, write(4, 0, pattern(60_000, 16))); // through staging
+  memory.fill(0xee);
+  const parts = [pattern(60_000, 17), pattern(60_000, 18), pattern(30_000, 19)];
+  const reads = readStream(
+    receiver,
+    memory,
+    concat([write(4, 0, parts[0]!, true, false), write(4, 60_000, parts[1]!, true, false), write(4, 120_000, parts[2]!)]),
+  );
+  assert.equal(reads, [
+    [16, false],
+    [60_020, true],
+    [60_020, true],
+    [30_004, false], // below DIRECT_PLACEMENT_MIN: staged with its CRC
+  ]);
+  assert.is(sink.failure, undefined);
+  for (let i = 0; i < 3; i++) assert.is(Buffer.compare(memory.subarray(i * 60_000, i * 60_000 + parts[i]!.length), parts[i]!), 0, `segment ${i}`);
+  assert.equal([...new Set(memory.subarray(sinkEnd))], [0xee], 'nothing after the sink was touched');
+});
+
+test("a read past a Send's payload stops at the end of its receive buffer", () => {
+  // The receive buffer ends 10 octets after the first segment's payload: the read takes those
+  // 10 (the message's last segment lands there), never the shared memory after the buffer.
+  const memory = new Uint8Array(new SharedArrayBuffer(100_000)).fill(0xee);
+  const sink = new ReceiveBufferSink(memory, 60_010);
+  const receiver = new FpduReceiver(sink, { crc: true, markers: false });
+  readStream(receiver, memory, send(1, 0, pattern(60_010, 13), true)); // through staging
+  memory.fill(0xee);
+  const tail = pattern(10, 14);
+  const reads = readStream(receiver, memory, concat([send(2, 0, pattern(60_000, 15), false), send(2, 60_000, tail, true)]));
+  assert.equal(reads.slice(0, 2), [
+    [20, false],
+    [60_010, true],
+  ]);
+  assert.is(sink.failure, undefined);
+  assert.is(Buffer.compare(memory.subarray(0, 60_000), pattern(60_000, 15)), 0);
+  assert.is(Buffer.compare(memory.subarray(60_000, 60_010), tail), 0);
+  assert.equal([...new Set(memory.subarray(60_010))], [0xee], 'nothing after the receive buffer was touched');
 });
 
 test('payloads land octet for octet in shared memory at any alignment of source and destination', () => {
