@@ -231,6 +231,14 @@ export async function runPhase(options: PhaseOptions): Promise<PhaseResult> {
     registered.push({ session, buffer });
     return buffer;
   };
+  // Store buffers too: a STORE of a registered buffer is sent from it (inline, or read by the
+  // target's RDMA Read) without the initiator's copy into a request slot.
+  const storeBuffer = (session: KbtpSession): Uint8Array => {
+    const buffer = maker.buffer();
+    session.registerLoadBuffer(buffer);
+    registered.push({ session, buffer });
+    return buffer;
+  };
   await Promise.all(all.map((blocks) => prefill(blocks, maker, sealed, inFlight)));
 
   const warmupMs = options.count !== undefined ? 0 : (options.warmupMs ?? 0);
@@ -286,7 +294,7 @@ export async function runPhase(options: PhaseOptions): Promise<PhaseResult> {
   const runChain = (blocks: SessionBlocks, op: 'load' | 'store', ended: () => void, broke: (error: Error) => void): void => {
     const entry = statsOf(op);
     const session = blocks.session;
-    const buffer = op === 'load' ? loadBuffer(session) : maker.buffer();
+    const buffer = op === 'load' ? loadBuffer(session) : storeBuffer(session);
     const loadOptions = { allowUnsealed: !sealed };
     let index = -1;
     let handle = 0n;
@@ -422,7 +430,7 @@ export async function runPhase(options: PhaseOptions): Promise<PhaseResult> {
     const session = blocks.session;
     const indices: number[] = [];
     const handles: bigint[] = [];
-    const buffers = Array.from({ length: inFlight }, () => (op === 'load' ? loadBuffer(session) : maker.buffer()));
+    const buffers = Array.from({ length: inFlight }, () => (op === 'load' ? loadBuffer(session) : storeBuffer(session)));
     const lengths = new Uint32Array(inFlight);
     const made: Array<ExpectedBlock | undefined> = new Array(inFlight).fill(undefined);
     const loadOptions = { allowUnsealed: !sealed, lengths };

@@ -4,7 +4,11 @@
 // slot's staging area and then copied. For a 1 MiB block that copy was about a quarter of the
 // client's JavaScript time. The price is RDMA's usual one: while a LOAD into a buffer is on the
 // wire the target may write it, also after the call timed out or was aborted; so a buffer cannot
-// be deregistered while a LOAD naming it waits for its answer.
+// be deregistered while a LOAD naming it waits for its answer. A STORE from a registered buffer
+// (the buffer itself, not a part of it) is sent from it, or read from it by the target's RDMA
+// Read, without the copy into the slot (issue 16: at 1 MiB that copy was a tenth of the client's
+// CPU per STORE); so the buffer is read when the request leaves or the target reads it, and must
+// not change until the call settles, and is not deregistered while such a STORE waits either.
 import { Access, type MemoryRegion, type ProtectionDomain, type Rnic } from '../rnic/verbs.ts';
 import { UsageError } from './errors.ts';
 
@@ -28,7 +32,8 @@ export class LandingBuffers {
   register(buffer: Uint8Array): void {
     if (!(buffer instanceof Uint8Array)) throw new UsageError('registerLoadBuffer needs a Uint8Array');
     if (this.buffers.has(buffer)) return;
-    const region = this.rnic.registerMemory(this.pd, buffer, { access: Access.LocalWrite | Access.RemoteWrite });
+    // RemoteRead: a STORE too large to go inline names the buffer for the target's RDMA Read.
+    const region = this.rnic.registerMemory(this.pd, buffer, { access: Access.LocalWrite | Access.RemoteWrite | Access.RemoteRead });
     this.buffers.set(buffer, { region, outstanding: 0 });
   }
 
@@ -41,7 +46,7 @@ export class LandingBuffers {
     if (entry === undefined) throw new UsageError('deregisterLoadBuffer: the buffer is not registered with this session');
     if (entry.outstanding > 0 && !connectionGone) {
       throw new UsageError(
-        `deregisterLoadBuffer: ${entry.outstanding} LOAD${entry.outstanding === 1 ? ' into the buffer waits' : 's into the buffer wait'} for the target's answer (the target may still write the buffer); deregister it after they ended`,
+        `deregisterLoadBuffer: ${entry.outstanding} ${entry.outstanding === 1 ? 'request on the buffer waits' : 'requests on the buffer wait'} for the target's answer (the target may still write or read the buffer); deregister it after they ended`,
       );
     }
     this.buffers.delete(buffer);
@@ -58,6 +63,19 @@ export class LandingBuffers {
     if (into === undefined || this.buffers.size === 0) return undefined;
     const entry = this.buffers.get(into);
     if (entry === undefined || into.length < blockSize) return undefined;
+    entry.outstanding++;
+    this.bySlot[slot] = entry;
+    return entry.region;
+  }
+
+  /**
+   * The region slot `slot`'s STORE sends `data` from (inline, or by the target's RDMA Read) when
+   * `data` is itself a registered buffer; undefined otherwise (the data is copied into the slot).
+   */
+  claimSource(slot: number, data: Uint8Array): MemoryRegion | undefined {
+    if (this.buffers.size === 0) return undefined;
+    const entry = this.buffers.get(data);
+    if (entry === undefined) return undefined;
     entry.outstanding++;
     this.bySlot[slot] = entry;
     return entry.region;

@@ -42,6 +42,14 @@ function printable(bytes: Uint8Array): string {
   return new TextDecoder().decode(bytes.subarray(0, 200)).replace(/[^\x20-\x7e]/g, '?');
 }
 
+/** A slot's request Send, built once and rewritten in place. */
+interface SlotSend {
+  wrId: number;
+  opcode: 'SEND';
+  signaled: false;
+  sgList: Array<{ lkey: number; offset: number; length: number }>;
+}
+
 interface Waiter {
   resolve(completion: WorkCompletion): void;
   reject(error: Error): void;
@@ -85,7 +93,9 @@ export class KbtpSession {
   private readonly sendWaiters = new Map<number, Waiter>();
   private readonly onCompletionBound = (completion: WorkCompletion): void => this.onCompletion(completion);
   /** Each slot's request Send, rewritten in place (unsignaled: the COMPLETION answers it; a failure flushes it). */
-  private slotSends: Array<{ wrId: number; opcode: 'SEND'; signaled: false; sgList: Array<{ lkey: number; offset: number; length: number }> }> = [];
+  private slotSends: SlotSend[] = [];
+  /** The same with a second gather element: an inline STORE's data sent from a registered buffer (landing.ts claimSource). */
+  private slotGatherSends: SlotSend[] = [];
   private nextRequestId = 1n;
   private nextWrId = 1;
   private helloWaiter: ((ack: HelloAck) => void) | undefined;
@@ -220,6 +230,15 @@ export class KbtpSession {
         signaled: false,
         sgList: [{ lkey: this.sendRegion.stag, offset: slot * this.messageSize, length: 0 }],
       });
+      this.slotGatherSends.push({
+        wrId: SLOT_SEND_BASE + slot,
+        opcode: 'SEND',
+        signaled: false,
+        sgList: [
+          { lkey: this.sendRegion.stag, offset: slot * this.messageSize, length: 0 },
+          { lkey: 0, offset: 0, length: 0 },
+        ],
+      });
     }
   }
 
@@ -285,14 +304,42 @@ export class KbtpSession {
           ? writeRequestAt(view, at, opcode, flags, SLOT_ID_MARK, idLow, handle, 0, stag, this.stagingOffset(slot), this.hello.blockSize)
           : writeRequestAt(view, at, opcode, flags, SLOT_ID_MARK, idLow, handle, 0, landing.stag, 0, this.hello.blockSize),
       );
-    } else if (buffer.length <= this.hello.maxInline) {
-      const length = writeRequestAt(view, at, opcode, flags | K.FLAG_INLINE, SLOT_ID_MARK, idLow, handle, 0, 0, 0, buffer.length);
-      this.sendBuffer.set(buffer, at + length);
-      this.postSlot(slot, length + buffer.length);
     } else {
-      this.stagingViews[slot]!.set(buffer);
-      this.postSlot(slot, writeRequestAt(view, at, opcode, flags, SLOT_ID_MARK, idLow, handle, 0, stag, this.stagingOffset(slot), buffer.length));
+      this.postStore(slot, at, opcode, flags, idLow, handle, 0, buffer);
     }
+  }
+
+  /**
+   * A STORE's request and data: inline when it fits the target's Max Inline, else for the
+   * target's RDMA Read; from the caller's buffer itself when it is registered (landing.ts
+   * claimSource), else copied into the slot first.
+   */
+  private postStore(slot: number, at: number, opcode: number, flags: number, idLow: number, handle: bigint, generation: number, data: Uint8Array): void {
+    const view = this.sendView;
+    const source = this.landing.claimSource(slot, data);
+    if (data.length <= this.hello.maxInline) {
+      const length = writeRequestAt(view, at, opcode, flags | K.FLAG_INLINE, SLOT_ID_MARK, idLow, handle, generation, 0, 0, data.length);
+      if (source !== undefined) {
+        const send = this.slotGatherSends[slot]!;
+        send.sgList[0]!.length = length;
+        const dataSge = send.sgList[1]!;
+        dataSge.lkey = source.stag;
+        dataSge.length = data.length;
+        this.qp.postSend(send);
+        return;
+      }
+      this.sendBuffer.set(data, at + length);
+      this.postSlot(slot, length + data.length);
+      return;
+    }
+    if (source !== undefined) {
+      this.postSlot(slot, writeRequestAt(view, at, opcode, flags, SLOT_ID_MARK, idLow, handle, generation, source.stag, 0, data.length));
+      return;
+    }
+    // The target pulls the data with RDMA Read from the registered staging slot.
+    this.stagingViews[slot]!.set(data);
+    const stag = this.dataRegion?.stag ?? 0;
+    this.postSlot(slot, writeRequestAt(view, at, opcode, flags, SLOT_ID_MARK, idLow, handle, generation, stag, this.stagingOffset(slot), data.length));
   }
 
   /** Writes a single call's request into its slot's message in place (staging or inlining its data) and posts it. */
@@ -313,14 +360,10 @@ export class KbtpSession {
         landing === undefined
           ? writeRequestAt(view, at, opcode, flags, SLOT_ID_MARK, idLow, handle, call.generation, stag, this.stagingOffset(slot), this.hello.blockSize)
           : writeRequestAt(view, at, opcode, flags, SLOT_ID_MARK, idLow, handle, call.generation, landing.stag, 0, this.hello.blockSize);
-    } else if ((flags & K.FLAG_INLINE) !== 0) {
-      length = writeRequestAt(view, at, opcode, flags, SLOT_ID_MARK, idLow, handle, call.generation, 0, 0, data.length);
-      this.sendBuffer.set(data, at + length);
-      length += data.length;
     } else {
-      // The target pulls the data with RDMA Read from the registered staging slot.
-      this.stagingViews[slot]!.set(data);
-      length = writeRequestAt(view, at, opcode, flags, SLOT_ID_MARK, idLow, handle, call.generation, stag, this.stagingOffset(slot), data.length);
+      // storeRecord chose inline by the same rule postStore applies.
+      this.postStore(slot, at, opcode, flags & ~K.FLAG_INLINE, idLow, handle, call.generation, data);
+      return;
     }
     this.postSlot(slot, length);
   }
@@ -532,19 +575,22 @@ export class KbtpSession {
    * staging area. Worth it for buffers reused for many LOADs, above all of large blocks. As with
    * any RDMA-registered memory, while a LOAD into the buffer is on the wire the target may write
    * it, also after the call timed out or was aborted (unregistered buffers are written only by a
-   * live call). A buffer shorter than the block size is used as if unregistered.
+   * live call). A buffer shorter than the block size is used as if unregistered. A STORE of the
+   * buffer itself (store, allocStore, storeFrom, storeMany) is sent from it without a copy into a
+   * request slot, inline or read by the target's RDMA Read: the buffer must not change until that
+   * call settles.
    */
   registerLoadBuffer(buffer: Uint8Array): void {
     if (this.failure !== undefined) throw this.failure;
     this.landing.register(buffer);
   }
 
-  /** Deregisters a buffer registerLoadBuffer registered; refused (UsageError) while a LOAD into it waits for its answer. */
+  /** Deregisters a buffer registerLoadBuffer registered; refused (UsageError) while a LOAD into it or a STORE from it waits for its answer. */
   deregisterLoadBuffer(buffer: Uint8Array): void {
     this.landing.deregister(buffer, this.failure !== undefined);
   }
 
-  /** STORE or ALLOC_STORE of `data`: inline when it fits the target's inline limit, else RDMA-read from the slot's staging area. */
+  /** STORE or ALLOC_STORE of `data`: inline when it fits the target's inline limit, else RDMA-read (postStore). */
   private storeCall(opcode: number, handle: bigint, data: Uint8Array, options: StoreOptions): Promise<BlockInfo> {
     return this.startCall(this.storeRecord(opcode, handle, data, options), options);
   }

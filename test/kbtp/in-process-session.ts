@@ -19,11 +19,12 @@ export async function openInProcessSession(
   blocks: number,
   credits: number,
   wrap: (channel: LinkedChannel) => StreamChannel = (channel) => channel,
+  maxInline = 64,
 ): Promise<InProcessSession> {
   const settings = resolveTargetSettings({
     listen: '127.0.0.1:0',
     workers: 1,
-    pool: { blockSize, blockCount: blocks, handleCount: 4 * blocks, maxInline: 64 },
+    pool: { blockSize, blockCount: blocks, handleCount: 4 * blocks, maxInline },
     session: { credits },
     tenants: [{ name: 'local', open: true, quota: blocks }],
   } as never);

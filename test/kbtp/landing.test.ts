@@ -1,7 +1,8 @@
 // registerLoadBuffer: LOADs into a registered buffer land there directly (the target's RDMA Write
 // is placed in it), through load({ into }), loadInto and loadMany; nothing is copied into it
 // afterwards. A buffer shorter than the block still goes through staging (LENGTH_ERROR for a
-// longer block); a buffer cannot be deregistered while a LOAD into it waits for its answer.
+// longer block); a buffer cannot be deregistered while a LOAD into it waits for its answer. A
+// STORE of a registered buffer is sent from the buffer itself (inline or by RDMA Read).
 import { test } from 'uvu';
 import * as assert from 'uvu/assert';
 import { KbtpError, KbtpStatusError } from '../../host/kbtp/errors.ts';
@@ -112,6 +113,48 @@ test('a registered buffer shorter than the block size goes through staging: a lo
   }
 });
 
+test('a STORE from a registered buffer is sent from the buffer itself, inline or by RDMA Read; a part of it is copied', async () => {
+  // Proof that nothing was copied at the call: the buffer changes right after store() returned,
+  // before the request leaves (inline, at the end of the turn) or the target reads it (RDMA
+  // Read), and the block stored is the changed one. A buffer not registered, or a part of a
+  // registered one, is copied when the call is made, so the change does not reach the block.
+  for (const maxInline of [BLOCK, 64]) {
+    const { session, target } = await openInProcessSession(BLOCK, 16, 4, undefined, maxInline);
+    try {
+      const buffer = new Uint8Array(BLOCK);
+      session.registerLoadBuffer(buffer);
+      buffer.set(pattern(BLOCK, 10));
+      const single = session.allocStore(1n, buffer, { seal: true });
+      buffer.set(pattern(BLOCK, 11));
+      await single;
+      assert.equal(Buffer.compare((await session.load(1n)).data, pattern(BLOCK, 11)), 0, `allocStore() sent the buffer itself (Max Inline ${maxInline})`);
+
+      await session.allocStore(2n, pattern(64, 1)); // bound, unsealed: storeMany stores into it
+      buffer.set(pattern(BLOCK, 12));
+      const batch = session.storeMany([2n], [buffer], { seal: true });
+      buffer.set(pattern(BLOCK, 13));
+      await batch;
+      assert.equal(Buffer.compare((await session.load(2n)).data, pattern(BLOCK, 13)), 0, `storeMany sent the buffer itself (Max Inline ${maxInline})`);
+
+      const part = buffer.subarray(0, BLOCK - 64);
+      part.set(pattern(BLOCK - 64, 14));
+      const copied = session.allocStore(3n, part, { seal: true });
+      part.set(pattern(BLOCK - 64, 15));
+      await copied;
+      assert.equal(Buffer.compare((await session.load(3n)).data, pattern(BLOCK - 64, 14)), 0, `a part of the buffer was copied (Max Inline ${maxInline})`);
+
+      // A STORE from the buffer holds it like a LOAD into it does.
+      const pending = session.allocStore(4n, buffer, { seal: true });
+      assert.match((thrown(() => session.deregisterLoadBuffer(buffer)) as Error).message, /1 request on the buffer waits/);
+      await pending;
+      session.deregisterLoadBuffer(buffer);
+    } finally {
+      await session.close(500);
+      await target.stop();
+    }
+  }
+});
+
 test('deregisterLoadBuffer is refused while a LOAD into the buffer waits for its answer, allowed after it and after close', async () => {
   const { session, target } = await openInProcessSession(BLOCK, 16, 4);
   try {
@@ -122,7 +165,7 @@ test('deregisterLoadBuffer is refused while a LOAD into the buffer waits for its
     const refused = thrown(() => session.deregisterLoadBuffer(buffer));
     assert.instance(refused, KbtpError);
     assert.is((refused as KbtpError).code, 'KBTP_USAGE');
-    assert.match((refused as Error).message, /1 LOAD into the buffer waits for the target's answer/);
+    assert.match((refused as Error).message, /1 request on the buffer waits for the target's answer/);
     assert.is((await pending).error, undefined);
     session.deregisterLoadBuffer(buffer);
     const unknown = thrown(() => session.deregisterLoadBuffer(buffer));
