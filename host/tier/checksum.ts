@@ -6,9 +6,8 @@
 // it) runs at 28-44 GB/s there. So large inputs go to ISA-L through koffi (already a dependency)
 // when the library is installed, and everything else, or everything when it is not, to
 // @node-rs/crc32. Both compute the same function (test/tier/checksum.test.ts).
-import { createRequire } from 'node:module';
-import os from 'node:os';
 import { crc32c as nodeRsCrc32c } from '@node-rs/crc32';
+import { type Isal, loadIsal as loadIsalLibrary } from '../util/isal.ts';
 
 /** Below this many octets the native add-on's call is cheaper than the FFI call into ISA-L. */
 const ISAL_FROM = 4096;
@@ -18,22 +17,17 @@ const ISAL_FROM = 4096;
  */
 const ISAL_PIECE = 1 << 20;
 
-type IsalCrc = (data: Uint8Array, length: number, register: number) => number;
+type IsalCrc = Isal['crc32Iscsi'];
 
 let isal: IsalCrc | Error | undefined;
 
-/** ISA-L's crc32_iscsi, bound once per thread; the reason as an Error where it cannot be. */
+/** ISA-L's crc32_iscsi (host/util/isal.ts), once per thread; the reason as an Error where it cannot be used. */
 function loadIsal(): IsalCrc | Error {
   if (isal !== undefined) return isal;
-  try {
-    if (process.env.KBTP_CRC32C === 'node-rs') throw new Error('KBTP_CRC32C=node-rs asks for @node-rs/crc32');
-    if (process.platform !== 'linux' || os.endianness() !== 'LE') throw new Error(`ISA-L is used on little-endian Linux only (this is ${process.platform})`);
-    const require = createRequire(import.meta.url);
-    const koffi = require('koffi') as typeof import('koffi');
-    const library = koffi.load('libisal.so.2');
-    isal = library.func('uint32_t crc32_iscsi(const uint8_t *buffer, int length, uint32_t register)') as IsalCrc;
-  } catch (error) {
-    isal = error instanceof Error ? error : new Error(String(error));
+  if (process.env.KBTP_CRC32C === 'node-rs') isal = new Error('KBTP_CRC32C=node-rs asks for @node-rs/crc32');
+  else {
+    const library = loadIsalLibrary();
+    isal = library instanceof Error ? library : library.crc32Iscsi;
   }
   return isal;
 }

@@ -32,6 +32,7 @@ import { lookup } from 'node:dns/promises';
 import { isIPv4 } from 'node:net';
 import os from 'node:os';
 import { Worker } from 'node:worker_threads';
+import { loadIsal } from '../../util/isal.ts';
 import { RnicError } from '../errors.ts';
 import { turn, type TurnParticipant } from '../turn.ts';
 import { parseIpv4 } from '../wire/roce-frame.ts';
@@ -276,6 +277,15 @@ bytes[pollfd + 4] = 1; // events = POLLIN
 // and length. The BTH's masked octet is set to ones in the slot for the one native call over
 // the packet, then restored.
 const crc32 = workerData.crc32Path === undefined ? undefined : require(workerData.crc32Path).crc32;
+// ISA-L's CRC-32 where the main thread found libisal.so.2: it reads the slot in place, ~8x faster.
+let isalCrc;
+if (crc32 !== undefined && workerData.isal === true) {
+  try {
+    isalCrc = koffi.load('libisal.so.2').func('uint32_t crc32_gzip_refl(uint32_t, intptr_t, uint64_t)');
+  } catch {
+    isalCrc = undefined;
+  }
+}
 const prefix = workerData.icrcPrefix;
 let prefixKey = -1;
 let prefixLength = -1;
@@ -316,7 +326,7 @@ function check(slot) {
     const packet = first + offset;
     const congestion = bytes[packet + 4];
     bytes[packet + 4] = 0xff;
-    const crc = crc32(bytes.subarray(packet, packet + size - 4), prefixCrc);
+    const crc = isalCrc !== undefined ? isalCrc(prefixCrc, base + packet, size - 4) : crc32(bytes.subarray(packet, packet + size - 4), prefixCrc);
     bytes[packet + 4] = congestion;
     const end = packet + size - 4;
     const carried = (bytes[end] | (bytes[end + 1] << 8) | (bytes[end + 2] << 16) | (bytes[end + 3] << 24)) >>> 0;
@@ -605,13 +615,17 @@ export class BatchedUdpSocket implements TurnParticipant {
     this.addressesAt = addresses;
     this.receiveControlsAt = controls;
     this.verdictsAt = checkRoceIcrc ? verdicts : -1;
-    let icrc: { crc32Path: string; icrcPrefix: Uint8Array } | undefined;
+    let icrc: { crc32Path: string; icrcPrefix: Uint8Array; isal: boolean } | undefined;
     if (checkRoceIcrc) {
       // The prefix of a packet from anywhere to this socket; the worker patches source and lengths.
       const ip = new Uint8Array(20);
       const udp = new Uint8Array(8);
       socketIcrcHeaders(ip, udp, local, local, 0);
-      icrc = { crc32Path: createRequire(import.meta.url).resolve('@node-rs/crc32'), icrcPrefix: icrcMaskedPrefix(ip, udp) };
+      icrc = {
+        crc32Path: createRequire(import.meta.url).resolve('@node-rs/crc32'),
+        icrcPrefix: icrcMaskedPrefix(ip, udp),
+        isal: !(loadIsal() instanceof Error),
+      };
     }
     const worker = new Worker(RECEIVE_WORKER, {
       eval: true,

@@ -7,7 +7,9 @@
 import dgram from 'node:dgram';
 import dns from 'node:dns';
 import { isIPv4 } from 'node:net';
+import { loadIsal, type Isal } from '../../util/isal.ts';
 import { icrcAfterUdp, icrcContinue, icrcContinueBth, icrcContinueRange, writeIcrc } from '../wire/icrc.ts';
+import { sharedAddress } from './shared-copy.ts';
 import { encodeIpv4Header, encodeUdpHeader, IPV4_HEADER_LENGTH, parseIpv4, UDP_HEADER_LENGTH } from '../wire/roce-frame.ts';
 
 export interface PeerAddress {
@@ -69,11 +71,32 @@ export function fillIcrc(ip: Uint8Array, udp: Uint8Array, header: Uint8Array, pa
   fillIcrcAfterUdp(icrcAfterUdp(ip, udp), header, payload, trailer);
 }
 
+/** A payload at least this long in shared memory has its ICRC run computed by ISA-L, where installed. */
+const ISAL_FROM = 1024;
+let isalCrc: Isal['crc32AtAddress'] | null | undefined;
+
+/**
+ * The ICRC continued over `payload`: through ISA-L's crc32_gzip_refl at the payload's address
+ * when it lies in shared memory (a registered region; ~8x less time per 4 KiB packet than
+ * @node-rs/crc32 here), else through icrcContinue.
+ */
+function continueOverPayload(running: number, payload: Uint8Array): number {
+  if (payload.length >= ISAL_FROM) {
+    if (isalCrc === undefined) {
+      const isal = loadIsal();
+      isalCrc = isal instanceof Error ? null : isal.crc32AtAddress;
+    }
+    const address = isalCrc === null ? -1 : sharedAddress(payload);
+    if (address >= 0) return isalCrc!(running, address, payload.length);
+  }
+  return icrcContinue(running, payload);
+}
+
 /** `fillIcrc` from the running ICRC after the IP and UDP headers (`SocketHeaderCache.afterUdp`). */
 export function fillIcrcAfterUdp(afterUdp: number, header: Uint8Array, payload: Uint8Array, trailer: Uint8Array): void {
   let crc = icrcContinueBth(afterUdp, header);
   crc = icrcContinueRange(crc, header, 12, header.length);
-  crc = icrcContinue(crc, payload);
+  crc = continueOverPayload(crc, payload);
   crc = icrcContinueRange(crc, trailer, 0, trailer.length - 4);
   writeIcrc(trailer, trailer.length - 4, crc);
 }

@@ -1,4 +1,5 @@
-// Copies between views of SharedArrayBuffers with the C library's memmove. V8 copies shared
+// Copies between views of SharedArrayBuffers with the C library's memmove (and their addresses
+// for other native code). V8 copies shared
 // memory with relaxed atomic word moves (other threads may write it meanwhile, and a torn read
 // must not crash), which perf showed as a third of the RC thread on the RoCE receive path
 // (v8::internal::relaxed_memmove: a Write's payload from the receive ring into the region, a
@@ -28,6 +29,15 @@ function bind(): Move | null {
   addressOf = libc.addressOf;
   move = libc.moveBytes;
   return move;
+}
+
+/**
+ * The address of `view`'s first octet when it lies in a SharedArrayBuffer and koffi loads,
+ * else -1: for native code that reads shared memory in place (the ICRC through ISA-L).
+ */
+export function sharedAddress(view: Uint8Array): number {
+  if (!(view.buffer instanceof SharedArrayBuffer) || (move === undefined ? bind() : move) === null) return -1;
+  return base(view) + view.byteOffset;
 }
 
 function base(view: Uint8Array): number {
