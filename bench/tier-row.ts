@@ -3,25 +3,29 @@
 // (the RNIC, CRC32C of seals, the staging -> pool copy), libuv's threads (the file writes and
 // syncs) and V8's (garbage collection, compilation). Node 20 names every thread "node", so they
 // are told apart by what they do: the workers have the most user time, libuv's threads almost
-// only system time. Also prints the tier's group commits and fsyncs per record.
+// only system time. Also prints the tier's group commits and fsyncs per record. With --perf FILE,
+// perf records the target over the measured pass and the row ends with each thread's CPU per STORE
+// by kind of work (bench/tier-profile.ts; run node with --perf-basic-prof to name JS frames).
 //
-//   node dist/bench/tier-row.js [--size 262144] [--mib 256] [--volatile]
+//   node [--perf-basic-prof] dist/bench/tier-row.js [--size 262144] [--mib 256] [--volatile] [--perf FILE]
 import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { parseCommandLine } from '../host/commands/command-line.ts';
 import { storeRun } from './tier-store-run.ts';
+import { TargetProfile } from './tier-profile.ts';
 
 const parsed = parseCommandLine(
   'bench/tier-row',
-  'usage: node dist/bench/tier-row.js [--size OCTETS (default 262144)] [--mib N (MiB stored, default 256)] [--volatile (no durable tier)] [--dir PATH (default .cache/bench-tier-row)]',
+  'usage: node dist/bench/tier-row.js [--size OCTETS (default 262144)] [--mib N (MiB stored, default 256)] [--volatile (no durable tier)] [--dir PATH (default .cache/bench-tier-row)] [--perf FILE (perf record the target over the measured pass, print CPU per STORE by kind of work)]',
   process.argv.slice(2),
   {
     size: { type: 'string', default: '262144' },
     mib: { type: 'string', default: '256' },
     volatile: { type: 'boolean', default: false },
     dir: { type: 'string' },
+    perf: { type: 'string' },
   },
 );
 if (typeof parsed === 'number') process.exit(parsed);
@@ -38,7 +42,11 @@ const dir = values.dir ?? path.join(root, '.cache', 'bench-tier-row');
 fs.rmSync(dir, { recursive: true, force: true });
 fs.mkdirSync(dir, { recursive: true });
 try {
-  const run = await storeRun(size, mib * 2 ** 20, values.volatile ? undefined : dir, { threads: true });
+  const profile = values.perf === undefined ? undefined : new TargetProfile(values.perf);
+  const run = await storeRun(size, mib * 2 ** 20, values.volatile ? undefined : dir, {
+    threads: true,
+    ...(profile === undefined ? {} : { measuredPass: profile }),
+  });
   const us = (n: number): string => n.toFixed(0);
   console.log(
     `${values.volatile ? 'volatile' : 'persistent'} STORE of ${size} octets x ${mib} MiB, 16 sessions: ${run.gbps.toFixed(3)} Gbit/s;` +
@@ -53,6 +61,7 @@ try {
     console.log(
       `  tier (whole run, warm-up included): ${durable.groupCommits} group commits, ${durable.batchRecords} records, ${(durable.fsyncs / durable.batchRecords).toFixed(2)} fsyncs per record, largest group ${durable.batchLargest}, groups by size [1, 2-3, 4-7, 8-15, 16-31, 32+]: ${durable.batchHistogram.join(', ')}`,
     );
+  if (profile !== undefined) for (const line of profile.summary(run.stores, process.pid)) console.log(line);
 } finally {
   fs.rmSync(dir, { recursive: true, force: true });
 }

@@ -34,6 +34,8 @@ export interface StoreRun {
   mainThreadCpuUs: number;
   /** With `threads`: every thread of this process that used CPU during the measured pass, microseconds per STORE (user, system). */
   threads?: Array<{ tid: number; name: string; main: boolean; userUs: number; systemUs: number }>;
+  /** STOREs in the measured pass. */
+  stores: number;
   /** The durable tier's figures at the end of the run (group commits, fsyncs, batch sizes); undefined when volatile. */
   durable?: DurableStats | undefined;
 }
@@ -64,7 +66,12 @@ function threadTimes(): Map<number, { name: string; user: number; system: number
 const CLOCK_TICKS = Number(spawnSync('getconf', ['CLK_TCK'], { encoding: 'utf8' }).stdout.trim()) || 100;
 
 /** 16 sessions (in a client process of their own, bench/tier-load.ts) store `bytesPerRow` of sealed blocks of `size` octets. */
-export async function storeRun(size: number, bytesPerRow: number, dataDir: string | undefined, options: { threads?: boolean } = {}): Promise<StoreRun> {
+export async function storeRun(
+  size: number,
+  bytesPerRow: number,
+  dataDir: string | undefined,
+  options: { threads?: boolean; measuredPass?: { start(): void; stop(): Promise<void> } } = {},
+): Promise<StoreRun> {
   const blocks = Math.max(SESSIONS, Math.ceil(bytesPerRow / size));
   const target = await startTarget(settingsFor(size, blocks, dataDir), { log: () => undefined });
   try {
@@ -80,6 +87,7 @@ export async function storeRun(size: number, bytesPerRow: number, dataDir: strin
       out += chunk.toString();
       // The warm-up is over: the measured pass starts.
       if (cpuBefore === undefined && out.includes('"phase":"measure"')) {
+        options.measuredPass?.start();
         cpuBefore = process.cpuUsage();
         threadsBefore = threadTimes();
       }
@@ -87,6 +95,7 @@ export async function storeRun(size: number, bytesPerRow: number, dataDir: strin
     const code = await new Promise<number | null>((resolve) => child.once('exit', resolve));
     const cpu = process.cpuUsage(cpuBefore);
     const threadsAfter = threadTimes();
+    await options.measuredPass?.stop();
     if (code !== 0 || cpuBefore === undefined) throw new Error(`bench/tier-load exited with ${code}: ${out}`);
     const { seconds, bytes, cpuMicros } = JSON.parse(out.trim().split('\n').at(-1) ?? '{}') as { seconds: number; bytes: number; cpuMicros: number };
     const stores = perSession * SESSIONS;
@@ -100,6 +109,7 @@ export async function storeRun(size: number, bytesPerRow: number, dataDir: strin
     const main = threads.find((thread) => thread.main);
     return {
       gbps: (bytes * 8) / seconds / 1e9,
+      stores,
       targetCpuUs: (cpu.user + cpu.system) / stores,
       clientCpuUs: cpuMicros / stores,
       mainThreadCpuUs: threadsAfter.size === 0 ? Number.NaN : (main?.userUs ?? 0) + (main?.systemUs ?? 0),
