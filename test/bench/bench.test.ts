@@ -2,11 +2,9 @@
 // wrong answer counted as an error rather than as speed, and the command line end to end.
 import { test } from 'uvu';
 import * as assert from 'uvu/assert';
-import { spawn } from 'node:child_process';
 import { existsSync, mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { fileURLToPath } from 'node:url';
 import { connect, type KbtpSession } from '../../host/kbtp/initiator.ts';
 import type { RunningTarget } from '../../host/kbtp/server/target.ts';
 import { spawnTarget } from '../../host/bench/spawn.ts';
@@ -14,8 +12,8 @@ import { parseMix } from '../../host/bench/mix.ts';
 import { runPhase } from '../../host/bench/workload.ts';
 import { rowsOf } from '../../host/bench/report.ts';
 import { BlockMaker } from '../../host/bench/blocks.ts';
+import { kbtp as kbtpCli } from '../support/kbtp-cli.ts';
 
-const cli = fileURLToPath(new URL('../../host/cli.ts', import.meta.url));
 const scratch = mkdtempSync(join(tmpdir(), 'kbtp-bench-test-'));
 let target: RunningTarget;
 let sessions: KbtpSession[] = [];
@@ -161,20 +159,9 @@ test('a batched LOAD that returns other data is an error, not a fast answer', as
   }
 });
 
-function kbtp(args: string[]): Promise<{ code: number; stdout: string; stderr: string }> {
-  return new Promise((resolve, reject) => {
-    const child = spawn(process.execPath, ['--import', 'tsx', cli, ...args], { stdio: ['ignore', 'pipe', 'pipe'] });
-    let stdout = '';
-    let stderr = '';
-    child.stdout.on('data', (chunk: Buffer) => {
-      stdout += chunk.toString();
-    });
-    child.stderr.on('data', (chunk: Buffer) => {
-      stderr += chunk.toString();
-    });
-    child.on('error', reject);
-    child.on('close', (code) => resolve({ code: code ?? -1, stdout, stderr }));
-  });
+async function kbtp(args: string[]): Promise<{ code: number; stdout: string; stderr: string }> {
+  const run = await kbtpCli(args);
+  return { code: run.code, stdout: run.stdout.toString(), stderr: run.stderr };
 }
 
 test('kbtp bench --spawn --json --svg: a row per operation and size, data checked, chart written', async () => {

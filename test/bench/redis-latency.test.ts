@@ -3,12 +3,12 @@
 // request of a pipelined multi-connection run answered and timed, latency to the reply's LAST
 // octet (a reply sent in two halves 40 ms apart is timed from before the first to after the
 // second), and every malformed answer a clear error.
-import { spawn } from 'node:child_process';
 import net from 'node:net';
 import { test } from 'uvu';
 import * as assert from 'uvu/assert';
 import { buildRedisLatency, latencyResult, parseRedisLatencyOutput, redisRowFigures } from '../../bench/compare/redis-latency.ts';
 import type { RedisResult } from '../../bench/compare/tools.ts';
+import { runProgram } from '../support/program.ts';
 
 test('the output parser reads every test and its latencies into histograms', () => {
   const text = 'test SET requests 3 elapsed_ns 3000000\n10000 9000\n20000 20000\n30000 1000\ntest GET requests 2 elapsed_ns 1000\n5 5\n7 6\n';
@@ -129,21 +129,9 @@ function parseCommand(buffer: Buffer): { args: Buffer[]; used: number } | undefi
   return { args, used: position };
 }
 
-function runClient(port: number, args: string[]): Promise<{ code: number | null; out: string; err: string }> {
-  const binary = buildRedisLatency();
-  return new Promise((resolve, reject) => {
-    const child = spawn(binary, ['--port', String(port), ...args], { stdio: ['ignore', 'pipe', 'pipe'] });
-    let out = '';
-    let err = '';
-    child.stdout.on('data', (chunk: Buffer) => {
-      out += chunk.toString();
-    });
-    child.stderr.on('data', (chunk: Buffer) => {
-      err += chunk.toString();
-    });
-    child.once('error', reject);
-    child.once('exit', (code) => resolve({ code, out, err }));
-  });
+async function runClient(port: number, args: string[]): Promise<{ code: number; out: string; err: string }> {
+  const run = await runProgram(buildRedisLatency(), ['--port', String(port), ...args]);
+  return { code: run.code, out: run.stdout.toString(), err: run.stderr };
 }
 
 /** A Redis of one key: SET stores, GET answers the value, each answer in one part. */
