@@ -118,6 +118,8 @@ export class RcQueuePair extends EventEmitter<RcQueuePairEvents> {
   private readonly encodeScratch = new IbHeaders();
   /** Header and trailer of the packet being sent (the longest IB header is far below 64 octets). */
   private readonly packetScratch = new Uint8Array(64 + 8);
+  /** By header length: the header's view of packetScratch, then the trailer's by pad (1 + pad). */
+  private readonly packetViews: Uint8Array[][] = [];
   private readonly disconnectWaiters: Array<(info: DisconnectInfo) => void> = [];
   private readonly establishedWaiters: Array<{ resolve: () => void; reject: (error: Error) => void }> = [];
   /** Called once when the QP leaves RTS (the connection layer closes its side channel). */
@@ -335,13 +337,23 @@ export class RcQueuePair extends EventEmitter<RcQueuePairEvents> {
     const pad = padFor(payload.length);
     h.padCount = pad;
     const length = headerLength(OPCODES[h.opcode]!.headers);
-    // One buffer serves every packet: a link copies header and trailer if it keeps them.
+    // One buffer serves every packet: a link copies header and trailer if it keeps them. Their
+    // views are made once per length (a few headers, four pads), not per packet.
     const buffer = this.packetScratch;
     encodeHeaders(buffer, 0, h);
-    const trailer = buffer.subarray(length, length + pad + ICRC_LENGTH);
+    let views = this.packetViews[length];
+    if (views === undefined) {
+      views = [buffer.subarray(0, length)];
+      this.packetViews[length] = views;
+    }
+    let trailer = views[1 + pad];
+    if (trailer === undefined) {
+      trailer = buffer.subarray(length, length + pad + ICRC_LENGTH);
+      views[1 + pad] = trailer;
+    }
     trailer.fill(0); // pad octets are zero; the link writes the ICRC
     this.stats.packetsSent++;
-    link.send(path.peer, buffer.subarray(0, length), payload, trailer);
+    link.send(path.peer, views[0]!, payload, trailer);
   }
 
   /**

@@ -221,11 +221,13 @@ export class Requester {
   private scheduleTransmit(): void {
     if (this.transmitScheduled || !this.running) return;
     this.transmitScheduled = true;
-    setImmediate(() => {
-      this.transmitScheduled = false;
-      this.transmitQueued();
-    });
+    setImmediate(this.transmitLater);
   }
+
+  private readonly transmitLater = (): void => {
+    this.transmitScheduled = false;
+    this.transmitQueued();
+  };
 
   /** Sends what the send queue holds, within the PSN window, ORD and fences, and a per-turn packet budget (the rest next turn). */
   private transmitQueued(): void {
@@ -323,7 +325,7 @@ export class Requester {
     const h = qp.headers(code, this.nextPsn);
     if (last) {
       h.solicited = wqe.wr.solicited === true || opcode === 'SEND_WITH_SE' || opcode === 'SEND_WITH_SE_INV';
-      h.immediate = Number((wqe.wr.immediate ?? 0n) & 0xffffffffn);
+      h.immediate = wqe.wr.immediate === undefined ? 0 : Number(wqe.wr.immediate & 0xffffffffn); // no BigInt made per message without one
       h.invalidateRkey = wqe.wr.invalidateStag ?? 0;
     }
     if (first && wqe.kind === Kind.Write) {

@@ -370,14 +370,16 @@ export class Responder {
     this.expectedPsn = psnAdd(h.psn, 1);
     if (!h.ackRequest) return;
     this.pendingAck = h.psn;
-    this.ackImmediate ??= setImmediate(() => {
-      this.ackImmediate = undefined;
-      if (this.pendingAck < 0 || this.qp.state !== 'rts') return;
-      const psn = this.pendingAck;
-      this.pendingAck = -1;
-      this.sendAck(Syndrome.AckUnlimitedCredits, psn);
-    });
+    this.ackImmediate ??= setImmediate(this.acknowledgeLater);
   }
+
+  private readonly acknowledgeLater = (): void => {
+    this.ackImmediate = undefined;
+    if (this.pendingAck < 0 || this.qp.state !== 'rts') return;
+    const psn = this.pendingAck;
+    this.pendingAck = -1;
+    this.sendAck(Syndrome.AckUnlimitedCredits, psn);
+  };
 
   private cancelPendingAck(): void {
     this.pendingAck = -1;

@@ -136,28 +136,27 @@ export function decodeHeaders(packet: Uint8Array, out: IbHeaders): string | unde
   const headers = info.headers;
   let offset = BTH_LENGTH;
   const end = packet.length - ICRC_LENGTH;
-  const need = (length: number): boolean => offset + length <= end;
   if ((headers & H_DETH) !== 0) {
-    if (!need(DETH_LENGTH)) return `${info.name} too short for its DETH`;
+    if (offset + DETH_LENGTH > end) return `${info.name} too short for its DETH`;
     out.qkey = u32(packet, offset);
     out.sourceQp = u32(packet, offset + 4) & 0xffffff;
     offset += DETH_LENGTH;
   }
   if ((headers & H_RETH) !== 0) {
-    if (!need(RETH_LENGTH)) return `${info.name} too short for its RETH`;
+    if (offset + RETH_LENGTH > end) return `${info.name} too short for its RETH`;
     out.virtualAddress = u64(packet, offset);
     out.rkey = u32(packet, offset + 8);
     out.dmaLength = u32(packet, offset + 12);
     offset += RETH_LENGTH;
   }
   if ((headers & H_AETH) !== 0) {
-    if (!need(AETH_LENGTH)) return `${info.name} too short for its AETH`;
+    if (offset + AETH_LENGTH > end) return `${info.name} too short for its AETH`;
     out.syndrome = packet[offset]!;
     out.msn = u32(packet, offset) & 0xffffff;
     offset += AETH_LENGTH;
   }
   if ((headers & H_ATOMIC_ETH) !== 0) {
-    if (!need(ATOMIC_ETH_LENGTH)) return `${info.name} too short for its AtomicETH`;
+    if (offset + ATOMIC_ETH_LENGTH > end) return `${info.name} too short for its AtomicETH`;
     out.virtualAddress = u64(packet, offset);
     out.rkey = u32(packet, offset + 8);
     out.swapOrAdd = u64(packet, offset + 12);
@@ -165,22 +164,22 @@ export function decodeHeaders(packet: Uint8Array, out: IbHeaders): string | unde
     offset += ATOMIC_ETH_LENGTH;
   }
   if ((headers & H_ATOMIC_ACK_ETH) !== 0) {
-    if (!need(ATOMIC_ACK_ETH_LENGTH)) return `${info.name} too short for its AtomicAckETH`;
+    if (offset + ATOMIC_ACK_ETH_LENGTH > end) return `${info.name} too short for its AtomicAckETH`;
     out.originalData = u64(packet, offset);
     offset += ATOMIC_ACK_ETH_LENGTH;
   }
   if ((headers & H_IMM) !== 0) {
-    if (!need(IMM_LENGTH)) return `${info.name} too short for its ImmDt`;
+    if (offset + IMM_LENGTH > end) return `${info.name} too short for its ImmDt`;
     out.immediate = u32(packet, offset);
     offset += IMM_LENGTH;
   }
   if ((headers & H_IETH) !== 0) {
-    if (!need(IETH_LENGTH)) return `${info.name} too short for its IETH`;
+    if (offset + IETH_LENGTH > end) return `${info.name} too short for its IETH`;
     out.invalidateRkey = u32(packet, offset);
     offset += IETH_LENGTH;
   }
   if ((headers & H_CNP_RESERVED) !== 0) {
-    if (!need(CNP_RESERVED_LENGTH)) return 'CNP too short for its 16 reserved octets';
+    if (offset + CNP_RESERVED_LENGTH > end) return 'CNP too short for its 16 reserved octets';
     offset += CNP_RESERVED_LENGTH;
   }
   out.payloadOffset = offset;
