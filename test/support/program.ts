@@ -19,6 +19,9 @@ export function runProgram(command: string, args: string[], input?: Uint8Array, 
     });
     child.on('error', reject);
     child.on('close', (code) => resolve({ code: code ?? -1, stdout: Buffer.concat(out), stderr: err }));
-    child.stdin.end(input ?? Buffer.alloc(0));
+    // A program may end without reading its input (a usage error, --help): the pipe's EPIPE is no error of the run.
+    child.stdin.on('error', () => undefined);
+    if (input === undefined) child.stdin.end();
+    else child.stdin.end(input);
   });
 }
