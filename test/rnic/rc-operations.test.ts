@@ -369,6 +369,38 @@ test('a PSN window smaller than the AckReq interval: the packet that fills the w
   }
 });
 
+test('a lost NAK is recovered by the early retransmission, not the ACK timer (and costs no retry)', async () => {
+  // The responder NAKs a gap once; when that NAK is lost the requester hears nothing until it
+  // retransmits on its own. With a one-minute ACK timer and a retry count of 1, only the early
+  // retransmission (a few round trips) lets the Write complete within 20 s without failing.
+  const pair = await rcPair({ pathMtu: 1024, ackTimeoutMs: 60_000, retryCount: 1 });
+  try {
+    const { client, server } = pair;
+    const write = (wrId: number, length: number): void =>
+      client.qp.postSend({
+        wrId,
+        opcode: 'RDMA_WRITE',
+        sgList: [{ lkey: client.mr.lkey, offset: 0, length }],
+        remote: { stag: server.mr.rkey, taggedOffset: MiB },
+      });
+    write(1, 4096); // measures the round trip the early timer scales
+    expectSuccess(await completions(client.cq, 1, 20_000));
+    fill(client.memory.subarray(0, 64 * 1024), 12);
+    const lostData = dropFirst(client.link, IbOpcode.RdmaWriteMiddle, 9);
+    const lostNak = dropFirst(server.link, IbOpcode.Acknowledge, 0);
+    write(2, 64 * 1024);
+    expectSuccess(await completions(client.cq, 1, 20_000));
+    assert.is(lostData(), 1);
+    assert.is(lostNak(), 1);
+    same(server.memory.subarray(MiB, MiB + 64 * 1024), client.memory.subarray(0, 64 * 1024), 'written data');
+    assert.is(client.qp.statistics.timeouts, 0);
+    assert.ok(client.qp.statistics.earlyRetransmissions >= 1);
+    assert.is(server.qp.statistics.sequenceNaksSent, 1);
+  } finally {
+    await pair.close();
+  }
+});
+
 test('an ACK timer that fires while the ACK waits unread in the socket retransmits nothing', async () => {
   // The process is busy past the ACK timeout right after sending: when the loop comes back, the
   // timer runs before the sockets are read, though the packet arrived and its ACK is on its way.

@@ -76,6 +76,8 @@ export interface RcStatistics extends QueuePairStatistics {
   rnrNaksSent: number;
   rnrNaksReceived: number;
   acksSent: number;
+  /** Go-back-N retransmissions started by the early timer (before the ACK timeout; no retry spent). */
+  earlyRetransmissions: number;
 }
 
 export class RcQueuePair extends EventEmitter<RcQueuePairEvents> {
@@ -108,6 +110,7 @@ export class RcQueuePair extends EventEmitter<RcQueuePairEvents> {
     rnrNaksSent: 0,
     rnrNaksReceived: 0,
     acksSent: 0,
+    earlyRetransmissions: 0,
   };
 
   readonly requester: Requester;
