@@ -47,6 +47,7 @@ import {
   TerminateLayer,
 } from './wire/rdmap.ts';
 import { rdmapHeaderLength, type TerminateCause } from './terminate.ts';
+import { ViewCache } from './view-cache.ts';
 
 /** What the receive path asks of the RDMAP layer above it (implemented by the QP). */
 export interface ReceiveSink {
@@ -124,10 +125,20 @@ const State = { Header: 0, Payload: 1, Trailer: 2, Dead: 3 } as const;
  * channels wired back to back) uses a buffer of its own instead.
  */
 let sharedStaging: Uint8Array | undefined;
+/**
+ * Views of the staging buffer's ranges, for the copy of a staged payload (`set()` needs a view of
+ * exactly the payload): the same offsets recur (a stream of like messages lays out each read
+ * alike), and a view per copy was an allocation per staged message (issue 16).
+ */
+let sharedStagingViews: ViewCache | undefined;
 /** Commits in progress on this thread; a nested one (bytes fed from inside a commit) gets its own buffer. */
 let stagingDepth = 0;
 /** This thread's bounce buffer for misaligned copies into shared memory (copyPayload), made on first use. */
 let bounce: Uint8Array | undefined;
+/** Views of `bounce`, by alignment skew and length. */
+let bounceViews: ViewCache | undefined;
+/** Offsets of a staging buffer whose views are kept; a read's layout seldom has more. */
+const STAGING_VIEW_OFFSETS = 256;
 type State = (typeof State)[keyof typeof State];
 
 /** Queue an untagged opcode must arrive on, or -1 for tagged opcodes. */
@@ -223,6 +234,7 @@ export class FpduReceiver {
   private readStaging: Uint8Array | undefined;
   /** Used only when a receiver is fed from inside another receiver's commit. */
   private ownStaging: Uint8Array | undefined;
+  private ownStagingViews: ViewCache | undefined;
 
   fpdusReceived = 0;
   messagesReceived = 0;
@@ -267,8 +279,19 @@ export class FpduReceiver {
       }
     }
     this.directView = undefined;
-    if (stagingDepth === 0) this.readStaging = sharedStaging ??= new Uint8Array(STAGING_SIZE);
-    else this.readStaging = this.ownStaging ??= new Uint8Array(STAGING_SIZE);
+    if (stagingDepth === 0) {
+      if (sharedStaging === undefined) {
+        sharedStaging = new Uint8Array(STAGING_SIZE);
+        sharedStagingViews = new ViewCache(sharedStaging, STAGING_VIEW_OFFSETS);
+      }
+      this.readStaging = sharedStaging;
+    } else {
+      if (this.ownStaging === undefined) {
+        this.ownStaging = new Uint8Array(STAGING_SIZE);
+        this.ownStagingViews = new ViewCache(this.ownStaging, STAGING_VIEW_OFFSETS);
+      }
+      this.readStaging = this.ownStaging;
+    }
     const want = this.stagingWant();
     return want === STAGING_SIZE ? this.readStaging : this.readStaging.subarray(0, want);
   }
@@ -484,7 +507,8 @@ export class FpduReceiver {
           if (length <= SMALL_COPY) {
             for (let i = 0, at = this.targetPosition; i < length; i++) target[at + i] = source[offset + i]!;
           } else {
-            copyPayload(target, this.targetPosition, source, offset, length);
+            const views = source === sharedStaging ? sharedStagingViews : source === this.ownStaging ? this.ownStagingViews : undefined;
+            copyPayload(target, this.targetPosition, source, offset, length, views);
           }
           offset += length;
           this.placed(length);
@@ -917,13 +941,17 @@ function rdmapOpcodeLabel(opcode: number): string {
  * the two ends misaligned (see ALIGNMENT), the octets first go to a bounce buffer at the target's
  * alignment (a plain memmove), then across in aligned words: two fast copies instead of one slow one.
  */
-export function copyPayload(target: Uint8Array, at: number, source: Uint8Array, from: number, length: number): void {
+export function copyPayload(target: Uint8Array, at: number, source: Uint8Array, from: number, length: number, sourceViews?: ViewCache): void {
+  const piece = sourceViews !== undefined ? sourceViews.view(from, length) : source.subarray(from, from + length);
   const skew = (target.byteOffset + at) % ALIGNMENT;
   if (length < BOUNCE_MIN || skew === (source.byteOffset + from) % ALIGNMENT || !(target.buffer instanceof SharedArrayBuffer)) {
-    target.set(source.subarray(from, from + length), at);
+    target.set(piece, at);
     return;
   }
-  if (bounce === undefined || bounce.length < skew + length) bounce = new Uint8Array(Math.max(STAGING_SIZE, length) + ALIGNMENT);
-  bounce.set(source.subarray(from, from + length), skew);
-  target.set(bounce.subarray(skew, skew + length), at);
+  if (bounce === undefined || bounceViews === undefined || bounce.length < skew + length) {
+    bounce = new Uint8Array(Math.max(STAGING_SIZE, length) + ALIGNMENT);
+    bounceViews = new ViewCache(bounce, ALIGNMENT);
+  }
+  bounce.set(piece, skew);
+  target.set(bounceViews.view(skew, length), at);
 }
