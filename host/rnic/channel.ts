@@ -45,6 +45,15 @@ const DEFAULT_LINGER_MS = 2000;
 
 /** What a write into a channel that is already closed completes with. */
 export const closedError = (): RnicError => new RnicError('ECONNRESET', 'connection closed');
+
+/**
+ * Completes a write into a closed channel with `closedError()`, later (never inside the write).
+ * A function of its own: a closure over `done` inside `write()` makes V8 allocate a context for
+ * `done` on every call, closed or not (issue 16: about 60 octets per message).
+ */
+export function failWriteLater(done: WriteDone | undefined): void {
+  if (done !== undefined) queueMicrotask(() => done(closedError()));
+}
 /** Socket failures are Errors; anything else thrown on the way is said as a reset with its text. */
 const asError = (value: unknown): Error => (value instanceof Error ? value : new RnicError('ECONNRESET', String(value)));
 const EMPTY_CHUNK = new Uint8Array(0);
@@ -241,7 +250,7 @@ export class SocketChannel implements StreamChannel, TurnParticipant {
 
   write(chunks: readonly Uint8Array[], count: number, done: WriteDone | undefined): void {
     if (this.isClosed || this.socket.destroyed || this.socket.writableEnded) {
-      if (done !== undefined) queueMicrotask(() => done(closedError()));
+      failWriteLater(done);
       return;
     }
     for (let i = 0; i < count; i++) {

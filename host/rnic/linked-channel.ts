@@ -4,7 +4,7 @@
 // target and an initiator in one process (the allocation tests, in-process benchmarks) without
 // the kernel: after warm-up a delivery allocates nothing.
 
-import { closedError, InProcessChannel, type StreamChannel, type StreamConsumer } from './channel.ts';
+import { failWriteLater, InProcessChannel, type StreamChannel, type StreamConsumer } from './channel.ts';
 import type { WriteDone } from './transmit.ts';
 import { turn, type TurnParticipant } from './turn.ts';
 
@@ -67,7 +67,7 @@ export class LinkedChannel extends InProcessChannel implements StreamChannel, Tu
 
   write(chunks: readonly Uint8Array[], count: number, done: WriteDone | undefined): void {
     if (this.isClosed || this.ended) {
-      if (done !== undefined) queueMicrotask(() => done(closedError()));
+      failWriteLater(done);
       return;
     }
     for (let i = 0; i < count; i++) {
