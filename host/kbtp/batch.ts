@@ -32,7 +32,8 @@ export interface BatchHost {
    */
   post(slot: number, batch: Batch, opcode: number, flags: number, handle: bigint, buffer: Uint8Array): void;
   /** The registered staging area of a slot (the block lands or is read from there). */
-  staging(slot: number): Uint8Array;
+  /** The registered staging area of a slot, or its first `length` octets (the same view each time). */
+  staging(slot: number, length?: number): Uint8Array;
   /** True when the slot's LOAD landed in the caller's registered buffer itself. */
   landed(slot: number): boolean;
   readonly failure: Error | undefined;
@@ -151,8 +152,7 @@ export class Batch implements SlotOwner, DeadlineEntry {
       if (this.opcode === K.OPCODE_LOAD) {
         const into = this.buffers[index]!;
         if (into.length < dataLength) this.failed(index, K.STATUS_LENGTH_ERROR, `the ${dataLength}-octet block does not fit the ${into.length}-octet buffer`);
-        else if (!this.host.landed(slot))
-          into.set(dataLength === this.host.blockSize ? this.host.staging(slot) : this.host.staging(slot).subarray(0, dataLength));
+        else if (!this.host.landed(slot)) into.set(this.host.staging(slot, dataLength));
         if (this.lengths !== undefined) this.lengths[index] = dataLength;
       }
     } else {

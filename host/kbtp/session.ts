@@ -18,10 +18,11 @@ import {
   type SendWorkRequest,
   type ReceiveWorkRequest,
 } from '../rnic/verbs.ts';
+import { ViewCache } from '../rnic/view-cache.ts';
 import { encodeRequest, decodeCompletion, writeBindAt, writeRequestAt, type Completion } from './wire/messages.ts';
 import { Batch, type BatchHost } from './batch.ts';
 import { RequestSlots, SLOT_ID_MARK } from './slots.ts';
-import { SlotCall, type CallDone, type SlotCallHost } from './slot-call.ts';
+import { callBackLater, SlotCall, type CallDone, type SlotCallHost } from './slot-call.ts';
 import { Deadlines } from './deadlines.ts';
 import { LandingBuffers } from './landing.ts';
 import { encodeHello, decodeHelloAck, type HelloAck } from './wire/hello.ts';
@@ -32,6 +33,8 @@ import { ALL_ONES, directLoadConsistent, readBlock, readEntry, takeBlock, writeB
 import type { TableEntry } from '../engine/table-entry.ts';
 
 const RECV_SLOT = 128;
+/** The options of a callback-style call that passed none: a default `{}` was an object per call. Never written. */
+const NO_OPTIONS: Readonly<StoreOptions & LoadOptions> = Object.freeze({});
 const CONTROL_SIZE = 256;
 const RECV_BASE = 0x10000000;
 /** Work request ids of the slots' request Sends (below RECV_BASE, above any post() id in use). */
@@ -78,6 +81,8 @@ export class KbtpSession {
   /** Slot-routed requests (single calls and batches): the call each slot's request belongs to, the slot's request sequence. */
   private readonly slots = new RequestSlots((index) => this.postReceive(index));
   private readonly stagingViews: Uint8Array[] = [];
+  /** Shorter views of the staging areas (a block shorter than the block size), kept: a view per LOAD was an allocation per call. */
+  private stagingPrefixes = new ViewCache(new Uint8Array(0), 1);
   /** Every call's deadline, swept by one timer. */
   private readonly deadlines = new Deadlines();
   /** What batches and single calls use of the session. */
@@ -139,7 +144,7 @@ export class KbtpSession {
       },
       post: (slot, batch, opcode, flags, handle, buffer) => this.postBatched(slot, batch, opcode, flags, handle, buffer),
       send: (slot, call) => this.postCall(slot, call),
-      staging: (slot) => this.stagingViews[slot]!,
+      staging: (slot, length) => this.stagingView(slot, length),
       landed: (slot) => this.landing.landed(slot),
       describeFailure: (handle, status) => this.describeFailure(handle, status),
       recycle: (call) => {
@@ -218,6 +223,7 @@ export class KbtpSession {
     this.sendBuffer = new Uint8Array(this.messageSize * depth);
     this.sendRegion = this.rnic.registerMemory(this.pd, this.sendBuffer, { access: Access.LocalWrite });
     this.dataBuffer = new Uint8Array(this.slotSize * depth + 64 * depth);
+    this.stagingPrefixes = new ViewCache(this.dataBuffer, depth);
     this.dataRegion = this.rnic.registerMemory(this.pd, this.dataBuffer, { access: Access.LocalWrite | Access.RemoteWrite | Access.RemoteRead });
     this.sendView = new DataView(this.sendBuffer.buffer);
     this.slots.open(depth);
@@ -473,7 +479,7 @@ export class KbtpSession {
   /** startCall for callback-style calls: `done` hears why a call cannot start after this returned. */
   private startCallWith(call: SlotCall, options: CallOptions, done: CallDone): void {
     const timeoutMs = this.admitCall(call, options);
-    if (timeoutMs instanceof Error) queueMicrotask(() => done(timeoutMs, 0, 0));
+    if (timeoutMs instanceof Error) callBackLater(done, timeoutMs);
     else call.startWith(done, timeoutMs, options.signal);
   }
 
@@ -495,6 +501,12 @@ export class KbtpSession {
     this.landing.release(slot);
     this.freeSlots.push(slot);
     this.slotWaiters.shift()?.();
+  }
+
+  /** A slot's staging area, or its first `length` octets. */
+  private stagingView(slot: number, length: number | undefined): Uint8Array {
+    const whole = this.stagingViews[slot]!;
+    return length === undefined || length === whole.length ? whole : this.stagingPrefixes.view(this.stagingOffset(slot), length);
   }
 
   private stagingOffset(slot: number): number {
@@ -558,14 +570,14 @@ export class KbtpSession {
    * 16): LOADs `handle` into `into` and calls `done(error, dataLength, generation)` from the
    * completion (never before loadInto returned). Errors, deadlines and signals as for load().
    */
-  loadInto(handle: bigint, into: Uint8Array, done: CallDone, options: Omit<LoadOptions, 'into'> = {}): void {
+  loadInto(handle: bigint, into: Uint8Array, done: CallDone, options: Omit<LoadOptions, 'into'> = NO_OPTIONS): void {
     const call = this.singleCall(K.OPCODE_LOAD, handle, options.allowUnsealed === true ? K.FLAG_ALLOW_UNSEALED : 0, options.generation);
     call.into = into;
     this.startCallWith(call, options, done);
   }
 
   /** store() without a promise or a result object, as loadInto is to load(). */
-  storeFrom(handle: bigint, data: Uint8Array, done: CallDone, options: StoreOptions = {}): void {
+  storeFrom(handle: bigint, data: Uint8Array, done: CallDone, options: StoreOptions = NO_OPTIONS): void {
     this.startCallWith(this.storeRecord(K.OPCODE_STORE, handle, data, options), options, done);
   }
 

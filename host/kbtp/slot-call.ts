@@ -29,8 +29,8 @@ export interface SlotCallHost {
   stopWaiting(resume: () => void): void;
   /** Writes `call`'s request into `slot` (staging its data) and posts it. */
   send(slot: number, call: SlotCall): void;
-  /** The registered staging area of a slot. */
-  staging(slot: number): Uint8Array;
+  /** The registered staging area of a slot, or its first `length` octets (the same view each time). */
+  staging(slot: number, length?: number): Uint8Array;
   /** True when the slot's LOAD landed in the caller's registered buffer itself (landing.ts). */
   landed(slot: number): boolean;
   /** What a failed request's status means for its handle. */
@@ -225,8 +225,7 @@ export class SlotCall implements SlotOwner, DeadlineEntry {
       return false;
     }
     if (this.host.landed(slot)) return true;
-    const staging = this.host.staging(slot);
-    into.set(dataLength === staging.length ? staging : staging.subarray(0, dataLength));
+    into.set(this.host.staging(slot, dataLength));
     return true;
   }
 
@@ -254,16 +253,14 @@ export class SlotCall implements SlotOwner, DeadlineEntry {
       this.callback = undefined;
       if (this.starting) {
         // Only a failure to start ends a call inside start(): tell the caller after it returned.
-        queueMicrotask(() => callback(error, 0, 0));
+        callBackLater(callback, error);
         return;
       }
       try {
         callback(error, this.doneLength, this.doneGeneration);
       } catch (thrown) {
         // The caller's exception is the caller's: it must not unwind the session's completion handling.
-        queueMicrotask(() => {
-          throw thrown;
-        });
+        rethrowLater(thrown);
       }
       return;
     }
@@ -276,3 +273,18 @@ export class SlotCall implements SlotOwner, DeadlineEntry {
 }
 
 function noop(): void {}
+
+// Closures of their own: a variable captured by a closure anywhere in a function lives in a
+// context V8 allocates on every call of it, taken path or not (issue 16: settle() and the
+// session's startCallWith() each allocated one per call).
+
+/** Tells a callback-style caller why its call ended, after the call returned. */
+export function callBackLater(callback: CallDone, error: Error | undefined): void {
+  queueMicrotask(() => callback(error, 0, 0));
+}
+
+function rethrowLater(thrown: unknown): void {
+  queueMicrotask(() => {
+    throw thrown;
+  });
+}
