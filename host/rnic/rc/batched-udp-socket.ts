@@ -91,12 +91,15 @@ export const SEND_BLOCKS = 4;
 /** How long a packet waits for a send block to come back before it is dropped (a loss to RC). */
 const SEND_BLOCK_WAIT_MS = 20;
 /**
- * A turn's queue of at most this many packets (ACKs, NAKs, a Read request) is written by the
- * main thread itself when no block is with the send worker: one system call costs less than
- * waking the worker, and an acknowledgement is in the peer's socket before the turn ends (RC's
- * ACK timer relies on that: see Requester.expire).
+ * A turn's queue of at most this many packets (ACKs, NAKs, a Read request), or of at most this
+ * many octets (a turn's Read requests: many packets, few octets, one GSO message), is written by
+ * the main thread itself when no block is with the send worker: one system call costs less than
+ * waking the worker (and its latency, which a Read pays once per request round), and an
+ * acknowledgement is in the peer's socket before the turn ends (RC's ACK timer relies on that:
+ * see Requester.expire).
  */
 const DIRECT_SEND_PACKETS = 4;
+const DIRECT_SEND_OCTETS = 2048;
 // The send control words (Int32 indices): blocks submitted and written (counters), closing, the
 // errno that turned GSO off, the test hook's remaining simulated EAGAINs, statistics; then per
 // block its message count, then per block and message its packet count.
@@ -496,6 +499,8 @@ export class BatchedUdpSocket implements TurnParticipant {
   private messagePacketsAt = MESSAGE_PACKETS;
   private packets = 0;
   private messages = 0;
+  /** Octets of the packets in the block being filled. */
+  private queuedOctets = 0;
   /** Blocks handed to the send worker (the one being filled is `submitted % SEND_BLOCKS`). */
   private submitted = 0;
   private flushEnlisted = false;
@@ -838,6 +843,7 @@ export class BatchedUdpSocket implements TurnParticipant {
       this.messages = message + 1;
     }
     this.packets = packet + 1;
+    this.queuedOctets += length;
     if (this.packets === this.sendBatch) this.flush();
     else if (!this.flushEnlisted) {
       this.flushEnlisted = true;
@@ -880,7 +886,9 @@ export class BatchedUdpSocket implements TurnParticipant {
     const control = this.sendControl;
     const block = this.submitted % SEND_BLOCKS;
     let start = 0;
-    if (this.packets <= DIRECT_SEND_PACKETS && Atomics.load(control, WRITTEN) === this.submitted && Atomics.load(control, SIMULATED_FULL) === 0) {
+    const small = this.packets <= DIRECT_SEND_PACKETS || this.queuedOctets <= DIRECT_SEND_OCTETS;
+    this.queuedOctets = 0;
+    if (small && Atomics.load(control, WRITTEN) === this.submitted && Atomics.load(control, SIMULATED_FULL) === 0) {
       // Nothing is with the worker, so writing here keeps the order; anything the kernel does
       // not take at once (a full buffer, an error) goes to the worker, which handles it.
       const taken = this.libc.sendmmsg(this.fd, this.outboundBase + this.blockAt, this.messages, MSG_DONTWAIT);
