@@ -375,10 +375,13 @@ export class Appliance {
     if (this.stateValue === 'draining' || this.stateValue === 'stopped') return false;
     this.stateValue = 'draining';
     clearInterval(this.sampler);
-    await this.scheduler.stop(Math.min(5000, this.settings.drainTimeoutMs));
     const target = this.target;
+    // Refuse new requests in the same tick as /readyz turns to "draining": waiting for a running
+    // job (an audit, up to 5 s) first left a window in which readiness said draining and the
+    // workers still stored new blocks.
+    target?.drain();
+    await this.scheduler.stop(Math.min(5000, this.settings.drainTimeoutMs));
     if (target === undefined) return true;
-    target.drain();
     let open = (await target.stats()).sessionsOpen;
     this.log.info('draining', { sessionsOpen: open, boundSeconds: this.settings.drainTimeoutMs / 1000 });
     const deadline = Date.now() + this.settings.drainTimeoutMs;
