@@ -38,106 +38,71 @@ import { turn, type TurnParticipant } from '../turn.ts';
 import { parseIpv4 } from '../wire/roce-frame.ts';
 import { icrcMaskedPrefix } from '../wire/icrc.ts';
 import { socketIcrcHeaders, type PeerAddress } from './link.ts';
-
-// Linux constants (x86_64 and arm64 agree on all of these).
-const AF_INET = 2;
-const SOCK_DGRAM = 2;
-const SOCK_CLOEXEC = 0o2000000;
-const SOL_SOCKET = 1;
-const SO_SNDBUF = 7;
-const SO_RCVBUF = 8;
-const SHUT_RDWR = 2;
-const MSG_DONTWAIT = 0x40;
-const MSG_TRUNC = 0x20;
-const EINTR = 4;
-const EIO = 5;
-const EMSGSIZE = 90;
-const ENOPROTOOPT = 92;
-const EAGAIN = 11;
-const EINVAL = 22;
-const ENOBUFS = 105;
-
-// struct mmsghdr on LP64: msghdr (56 octets) + msg_len, padded to 64.
-const MMSGHDR = 64;
-const MSG_NAME = 0;
-const MSG_NAMELEN = 8;
-const MSG_IOV = 16;
-const MSG_IOVLEN = 24;
-const MSG_CONTROL = 32;
-const MSG_CONTROLLEN = 40;
-const MSG_FLAGS = 48;
-const MSG_LEN = 56;
-const IOVEC = 16;
-const SOCKADDR_IN = 16;
-/** Parts of one outbound packet (header, payload, trailer): every packet has three iovecs, empty ones of length 0. */
-const MAX_PARTS = 3;
-/** Octets of small parts a queued packet copies instead of pointing at. */
-const COPY_ROOM = 336;
-/** A part at least this long is pointed at, not copied: its buffer is off the V8 heap (it cannot move). */
-const REFERENCE_AT = 256;
-/** Control message room: CMSG_SPACE(sizeof(int)) on LP64. */
-const CMSG_ROOM = 24;
-const SOL_UDP = 17;
-const UDP_SEGMENT = 103;
-const UDP_GRO = 104;
-/** GSO limits: segments per message (UDP_MAX_SEGMENTS on older kernels) and octets (a UDP datagram's). */
-const MAX_SEGMENTS = 64;
-const MAX_GSO_BYTES = 65507;
-
-/** Packets queued at most before the queue is written at once. */
-export const DEFAULT_SEND_BATCH = 256;
-/** Send blocks: one fills while the send worker writes the others. */
-export const SEND_BLOCKS = 4;
-/** How long a packet waits for a send block to come back before it is dropped (a loss to RC). */
-const SEND_BLOCK_WAIT_MS = 20;
-/**
- * A turn's queue of at most this many packets (ACKs, NAKs, a Read request), or of at most this
- * many octets (a turn's Read requests: many packets, few octets, one GSO message), is written by
- * the main thread itself when no block is with the send worker: one system call costs less than
- * waking the worker (and its latency, which a Read pays once per request round), and an
- * acknowledgement is in the peer's socket before the turn ends (RC's ACK timer relies on that:
- * see Requester.expire).
- */
-const DIRECT_SEND_PACKETS = 4;
-const DIRECT_SEND_OCTETS = 2048;
-// The send control words (Int32 indices): blocks submitted and written (counters), closing, the
-// errno that turned GSO off, the test hook's remaining simulated EAGAINs, statistics; then per
-// block its message count, then per block and message its packet count.
-const SUBMITTED = 0;
-const WRITTEN = 1;
-const SEND_CLOSING = 2;
-const GSO_OFF_ERRNO = 3;
-const SIMULATED_FULL = 4;
-const SEND_CALLS = 5;
-const MESSAGES_SENT = 6;
-const DATAGRAMS_SENT = 7;
-const SEND_BLOCKED = 8;
-const SEND_ERRORS = 9;
-/** 1 while the send worker sleeps: only then does a submission wake it (a wake costs a system call and often a context switch). */
-const SENDER_SLEEPING = 10;
-const BLOCK_MESSAGES = 16;
-/** Per block, the first message the worker writes (the main thread may have written some). */
-const BLOCK_START = BLOCK_MESSAGES + SEND_BLOCKS;
-const MESSAGE_PACKETS = BLOCK_START + SEND_BLOCKS;
-/** Receive ring: slots and octets per slot (a GRO run reaches 64 KiB). */
-export const DEFAULT_RECEIVE_SLOTS = 64;
-export const DEFAULT_SLOT_BYTES = 65536;
-/** Ring slots one recvmmsg fills at most. */
-const RECEIVE_BATCH = 32;
-
-// The control words at the start of the receive ring (Int32 indices).
-const PRODUCED = 0;
-const CONSUMED = 1;
-const WAKE_PENDING = 2;
-const CLOSING = 3;
-const WORKER_ERRNO = 4;
-/** Held (1) by whichever thread is taking datagrams into the ring: the worker or receiveNow. */
-const PRODUCER_LOCK = 5;
-/** Per receive slot: ICRC verdicts of its first datagrams (a GRO run holds at most 64, UDP_GRO_CNT_MAX). */
-const VERDICTS_PER_SLOT = 64;
-/** Where the worker keeps its struct pollfd. */
-const POLLFD_AT = 32;
-const CONTROL_BYTES = 64;
+import {
+  AF_INET,
+  SOCK_DGRAM,
+  SOCK_CLOEXEC,
+  SOL_SOCKET,
+  SO_SNDBUF,
+  SO_RCVBUF,
+  SHUT_RDWR,
+  MSG_DONTWAIT,
+  MSG_TRUNC,
+  EINVAL,
+  MMSGHDR,
+  MSG_NAME,
+  MSG_NAMELEN,
+  MSG_IOV,
+  MSG_IOVLEN,
+  MSG_CONTROL,
+  MSG_CONTROLLEN,
+  MSG_FLAGS,
+  MSG_LEN,
+  IOVEC,
+  SOCKADDR_IN,
+  MAX_PARTS,
+  COPY_ROOM,
+  REFERENCE_AT,
+  CMSG_ROOM,
+  SOL_UDP,
+  UDP_SEGMENT,
+  UDP_GRO,
+  MAX_SEGMENTS,
+  MAX_GSO_BYTES,
+  DEFAULT_SEND_BATCH,
+  SEND_BLOCKS,
+  SEND_BLOCK_WAIT_MS,
+  DIRECT_SEND_PACKETS,
+  DIRECT_SEND_OCTETS,
+  SUBMITTED,
+  WRITTEN,
+  SEND_CLOSING,
+  GSO_OFF_ERRNO,
+  SIMULATED_FULL,
+  SEND_CALLS,
+  MESSAGES_SENT,
+  DATAGRAMS_SENT,
+  SEND_BLOCKED,
+  SEND_ERRORS,
+  SENDER_SLEEPING,
+  BLOCK_MESSAGES,
+  BLOCK_START,
+  MESSAGE_PACKETS,
+  DEFAULT_RECEIVE_SLOTS,
+  DEFAULT_SLOT_BYTES,
+  RECEIVE_BATCH,
+  PRODUCED,
+  CONSUMED,
+  WAKE_PENDING,
+  CLOSING,
+  PRODUCER_LOCK,
+  VERDICTS_PER_SLOT,
+  POLLFD_AT,
+  CONTROL_BYTES,
+} from './batched-udp-layout.ts';
+import { RECEIVE_WORKER, SEND_WORKER } from './batched-udp-workers.ts';
+import { IcrcVerdict } from './batched-udp-layout.ts';
+export { DEFAULT_SEND_BATCH, SEND_BLOCKS, DEFAULT_RECEIVE_SLOTS, DEFAULT_SLOT_BYTES, IcrcVerdict } from './batched-udp-layout.ts';
 
 interface Libc {
   socket(domain: number, type: number, protocol: number): number;
@@ -215,10 +180,6 @@ export interface BatchedUdpSocketOptions {
   checkRoceIcrc?: boolean;
 }
 
-/** What the receive worker found of a datagram's RoCEv2 ICRC. */
-export const IcrcVerdict = { Unchecked: 0, Good: 1, Bad: 2 } as const;
-export type IcrcVerdict = (typeof IcrcVerdict)[keyof typeof IcrcVerdict];
-
 /**
  * Receives one datagram. `data` is valid only during the call (its slot is reused after).
  * `icrc` is Unchecked unless the socket checks ICRCs and its worker took the datagram.
@@ -246,217 +207,6 @@ export interface BatchedUdpStatistics {
   /** Datagrams longer than a receive slot (dropped). */
   truncated: number;
 }
-
-/** Source code of the receive worker (plain JS: workers do not load TypeScript under tsx). */
-const RECEIVE_WORKER = `
-'use strict';
-const { workerData, parentPort } = require('node:worker_threads');
-const koffi = require(workerData.koffiPath);
-const libc = koffi.load('libc.so.6');
-const recvmmsg = libc.func('int recvmmsg(int, intptr_t, unsigned int, int, intptr_t)');
-const memmove = libc.func('intptr_t memmove(void *, void *, size_t)');
-const { fd, slots, slotBytes, batch, records, iovecs, addresses, controls, data, verdicts } = workerData;
-const ring = workerData.ring;
-const control = new Int32Array(ring, 0, 16);
-const bytes = new Uint8Array(ring);
-const words = new Uint32Array(ring);
-const base = Number(memmove(bytes, bytes, 0));
-const put64 = (offset, value) => { words[offset >>> 2] = value % 4294967296; words[(offset >>> 2) + 1] = Math.floor(value / 4294967296); };
-for (let i = 0; i < slots; i++) {
-  const record = records + i * ${MMSGHDR};
-  put64(record + ${MSG_NAME}, base + addresses + i * ${SOCKADDR_IN});
-  put64(record + ${MSG_IOV}, base + iovecs + i * ${IOVEC});
-  put64(record + ${MSG_IOVLEN}, 1);
-  put64(record + ${MSG_CONTROL}, base + controls + i * ${CMSG_ROOM});
-  put64(iovecs + i * ${IOVEC}, base + data + i * slotBytes);
-  put64(iovecs + i * ${IOVEC} + 8, slotBytes);
-}
-const poll = libc.func('int poll(intptr_t, unsigned long, int)');
-const pollfd = workerData.pollfd;
-words[pollfd >>> 2] = fd;
-bytes[pollfd + 4] = 1; // events = POLLIN
-// ICRC check (checkRoceIcrc): the prefix (LRH stand-in, masked IPv4 and UDP headers with this
-// socket as destination) gets each datagram's source and lengths; its CRC is kept per source
-// and length. The BTH's masked octet is set to ones in the slot for the one native call over
-// the packet, then restored.
-const crc32 = workerData.crc32Path === undefined ? undefined : require(workerData.crc32Path).crc32;
-// ISA-L's CRC-32 where the main thread found libisal.so.2: it reads the slot in place, ~8x faster.
-let isalCrc;
-if (crc32 !== undefined && workerData.isal === true) {
-  try {
-    isalCrc = koffi.load('libisal.so.2').func('uint32_t crc32_gzip_refl(uint32_t, intptr_t, uint64_t)');
-  } catch {
-    isalCrc = undefined;
-  }
-}
-const prefix = workerData.icrcPrefix;
-let prefixKey = -1;
-let prefixLength = -1;
-let prefixCrc = 0;
-const SOL_UDP = ${SOL_UDP};
-const UDP_GRO = ${UDP_GRO};
-function check(slot) {
-  const record = records + slot * ${MMSGHDR};
-  const length = words[(record + ${MSG_LEN}) >>> 2];
-  const at = verdicts + slot * ${VERDICTS_PER_SLOT};
-  bytes.fill(0, at, at + ${VERDICTS_PER_SLOT});
-  if ((words[(record + ${MSG_FLAGS}) >>> 2] & ${MSG_TRUNC}) !== 0 || length > slotBytes) return;
-  let segment = length;
-  const cmsg = controls + slot * ${CMSG_ROOM};
-  if (words[(record + ${MSG_CONTROLLEN}) >>> 2] >= 20 && words[(cmsg + 8) >>> 2] === SOL_UDP && words[(cmsg + 12) >>> 2] === UDP_GRO && words[(cmsg + 16) >>> 2] > 0) {
-    segment = words[(cmsg + 16) >>> 2];
-  }
-  const name = addresses + slot * ${SOCKADDR_IN};
-  const key = ((bytes[name + 4] << 24) | (bytes[name + 5] << 16) | (bytes[name + 6] << 8) | bytes[name + 7]) >>> 0;
-  const source = key * 65536 + ((bytes[name + 2] << 8) | bytes[name + 3]);
-  const first = data + slot * slotBytes;
-  for (let k = 0, offset = 0; offset < length && k < ${VERDICTS_PER_SLOT}; k++, offset += segment) {
-    const size = Math.min(segment, length - offset);
-    if (size < 16) continue; // shorter than BTH + ICRC: left to the receiver's checks
-    if (source !== prefixKey || size !== prefixLength) {
-      prefixKey = source;
-      prefixLength = size;
-      const total = 28 + size;
-      prefix[10] = total >>> 8;
-      prefix[11] = total & 0xff;
-      prefix.set(bytes.subarray(name + 4, name + 8), 20);
-      prefix[28] = bytes[name + 2];
-      prefix[29] = bytes[name + 3];
-      prefix[32] = (size + 8) >>> 8;
-      prefix[33] = (size + 8) & 0xff;
-      prefixCrc = crc32(prefix, 0);
-    }
-    const packet = first + offset;
-    const congestion = bytes[packet + 4];
-    bytes[packet + 4] = 0xff;
-    const crc = isalCrc !== undefined ? isalCrc(prefixCrc, base + packet, size - 4) : crc32(bytes.subarray(packet, packet + size - 4), prefixCrc);
-    bytes[packet + 4] = congestion;
-    const end = packet + size - 4;
-    const carried = (bytes[end] | (bytes[end + 1] << 8) | (bytes[end + 2] << 16) | (bytes[end + 3] << 24)) >>> 0;
-    bytes[at + k] = crc === carried ? ${IcrcVerdict.Good} : ${IcrcVerdict.Bad};
-  }
-}
-parentPort.postMessage(-1); // ready: open() resolves only now, so no packet waits for a worker to start
-while (Atomics.load(control, ${CLOSING}) === 0) {
-  if (slots - ((Atomics.load(control, ${PRODUCED}) - Atomics.load(control, ${CONSUMED})) | 0) === 0) {
-    Atomics.wait(control, ${CONSUMED}, Atomics.load(control, ${CONSUMED}), 200);
-    continue;
-  }
-  // Wait in poll, not in recvmmsg: the datagrams stay in the kernel's queue until a producer
-  // holding the lock takes them, so the main thread can take them itself (receiveNow).
-  const ready = poll(base + pollfd, 1, 200);
-  if (Atomics.load(control, ${CLOSING}) !== 0) break;
-  if (ready <= 0) continue;
-  while (Atomics.compareExchange(control, ${PRODUCER_LOCK}, 0, 1) !== 0) Atomics.wait(control, ${PRODUCER_LOCK}, 1, 50);
-  const produced = Atomics.load(control, ${PRODUCED});
-  const free = slots - ((produced - Atomics.load(control, ${CONSUMED})) | 0);
-  const start = (produced >>> 0) % slots;
-  const count = Math.min(free, slots - start, batch);
-  let got = 0;
-  if (count > 0) {
-    // The kernel overwrites both lengths with what it wrote: give every slot its full room again.
-    for (let i = start; i < start + count; i++) {
-      const record = records + i * ${MMSGHDR};
-      words[(record + ${MSG_NAMELEN}) >>> 2] = ${SOCKADDR_IN};
-      put64(record + ${MSG_CONTROLLEN}, ${CMSG_ROOM});
-    }
-    got = recvmmsg(fd, base + records + start * ${MMSGHDR}, count, ${MSG_DONTWAIT}, 0);
-    if (got > 0 && crc32 !== undefined) for (let i = start; i < start + got; i++) check(i);
-    if (got > 0) Atomics.store(control, ${PRODUCED}, (produced + got) | 0);
-  }
-  const errno = got < 0 ? koffi.errno() : 0;
-  Atomics.store(control, ${PRODUCER_LOCK}, 0);
-  Atomics.notify(control, ${PRODUCER_LOCK});
-  if (got > 0) {
-    if (Atomics.compareExchange(control, ${WAKE_PENDING}, 0, 1) === 0) parentPort.postMessage(0);
-    continue;
-  }
-  if (got === 0 || errno === ${EINTR} || errno === ${EAGAIN}) continue; // the main thread took them
-  Atomics.store(control, ${WORKER_ERRNO}, errno);
-  parentPort.postMessage(errno);
-  break;
-}
-`;
-
-/**
- * Source of the send worker: writes each submitted block with sendmmsg (the records hold
- * absolute addresses), waits 1 ms and tries again while the socket buffer is full, turns GSO off
- * when the kernel refuses a GSO message, and reports any other failed message (errno and
- * destination) to the main thread, which tells the socket's error handler.
- */
-const SEND_WORKER = `
-'use strict';
-const { workerData, parentPort } = require('node:worker_threads');
-const koffi = require(workerData.koffiPath);
-const libc = koffi.load('libc.so.6');
-const sendmmsg = libc.func('int sendmmsg(int, intptr_t, unsigned int, int)');
-const memmove = libc.func('intptr_t memmove(void *, void *, size_t)');
-const { fd, blockBytes, namesAt } = workerData;
-const control = new Int32Array(workerData.control);
-const bytes = new Uint8Array(workerData.blocks);
-const base = Number(memmove(bytes, bytes, 0));
-parentPort.postMessage(-1); // ready
-for (;;) {
-  const submitted = Atomics.load(control, ${SUBMITTED});
-  const written = Atomics.load(control, ${WRITTEN});
-  if (submitted === written) {
-    if (Atomics.load(control, ${SEND_CLOSING}) !== 0) break;
-    // Announce the sleep, then look once more: a submission after the announcement wakes it,
-    // one before it is seen here (sequentially consistent atomics).
-    Atomics.store(control, ${SENDER_SLEEPING}, 1);
-    if (Atomics.load(control, ${SUBMITTED}) === submitted && Atomics.load(control, ${SEND_CLOSING}) === 0) {
-      Atomics.wait(control, ${SUBMITTED}, submitted, 200);
-    }
-    Atomics.store(control, ${SENDER_SLEEPING}, 0);
-    continue;
-  }
-  const block = written % ${SEND_BLOCKS};
-  const blockAt = block * blockBytes;
-  const count = control[${BLOCK_MESSAGES} + block];
-  const packets = ${MESSAGE_PACKETS} + block * workerData.sendBatch;
-  let sent = control[${BLOCK_START} + block];
-  while (sent < count && Atomics.load(control, ${SEND_CLOSING}) < 2) {
-    let taken;
-    let errno = 0;
-    if (Atomics.load(control, ${SIMULATED_FULL}) > 0) {
-      Atomics.sub(control, ${SIMULATED_FULL}, 1);
-      taken = -1;
-      errno = ${EAGAIN};
-    } else {
-      taken = sendmmsg(fd, base + blockAt + sent * ${MMSGHDR}, count - sent, ${MSG_DONTWAIT});
-      if (taken < 0) errno = koffi.errno();
-    }
-    Atomics.add(control, ${SEND_CALLS}, 1);
-    if (taken > 0) {
-      let datagrams = 0;
-      for (let m = sent; m < sent + taken; m++) datagrams += control[packets + m];
-      Atomics.add(control, ${DATAGRAMS_SENT}, datagrams);
-      Atomics.add(control, ${MESSAGES_SENT}, taken);
-      sent += taken;
-      continue;
-    }
-    if (errno === ${EAGAIN} || errno === ${ENOBUFS} || errno === ${EINTR}) {
-      // The socket buffer is full: try again shortly (UDP has no writability event to wait for).
-      Atomics.add(control, ${SEND_BLOCKED}, 1);
-      Atomics.wait(control, ${SEND_CLOSING}, Atomics.load(control, ${SEND_CLOSING}), 1);
-      continue;
-    }
-    const failed = sent++;
-    if (control[packets + failed] > 1 && (errno === ${EINVAL} || errno === ${EMSGSIZE} || errno === ${ENOPROTOOPT} || errno === ${EIO})) {
-      // This kernel or route cannot segment (no UDP_SEGMENT, or a segment above the route's
-      // MTU): the main thread sends one datagram per message from now on; RC retransmits this one.
-      Atomics.compareExchange(control, ${GSO_OFF_ERRNO}, 0, errno);
-      continue;
-    }
-    // This message cannot go (e.g. EMSGSIZE, an unreachable destination): drop and report it.
-    Atomics.add(control, ${SEND_ERRORS}, 1);
-    const name = blockAt + namesAt + failed * ${SOCKADDR_IN};
-    parentPort.postMessage({ errno, address: bytes[name + 4] + '.' + bytes[name + 5] + '.' + bytes[name + 6] + '.' + bytes[name + 7], port: (bytes[name + 2] << 8) | bytes[name + 3] });
-  }
-  Atomics.store(control, ${WRITTEN}, (written + 1) | 0);
-  Atomics.notify(control, ${WRITTEN});
-}
-`;
 
 export class BatchedUdpSocket implements TurnParticipant {
   readonly stats: BatchedUdpStatistics;

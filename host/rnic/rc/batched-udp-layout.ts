@@ -1,0 +1,107 @@
+// The batched UDP socket's memory layout, shared by the RC thread (batched-udp-socket.ts) and the
+// worker threads whose sources are in batched-udp-workers.ts: Linux's struct offsets and
+// constants, the send blocks' control words and the receive ring's control words.
+
+// Linux constants (x86_64 and arm64 agree on all of these).
+export const AF_INET = 2;
+export const SOCK_DGRAM = 2;
+export const SOCK_CLOEXEC = 0o2000000;
+export const SOL_SOCKET = 1;
+export const SO_SNDBUF = 7;
+export const SO_RCVBUF = 8;
+export const SHUT_RDWR = 2;
+export const MSG_DONTWAIT = 0x40;
+export const MSG_TRUNC = 0x20;
+export const EINTR = 4;
+export const EIO = 5;
+export const EMSGSIZE = 90;
+export const ENOPROTOOPT = 92;
+export const EAGAIN = 11;
+export const EINVAL = 22;
+export const ENOBUFS = 105;
+
+// struct mmsghdr on LP64: msghdr (56 octets) + msg_len, padded to 64.
+export const MMSGHDR = 64;
+export const MSG_NAME = 0;
+export const MSG_NAMELEN = 8;
+export const MSG_IOV = 16;
+export const MSG_IOVLEN = 24;
+export const MSG_CONTROL = 32;
+export const MSG_CONTROLLEN = 40;
+export const MSG_FLAGS = 48;
+export const MSG_LEN = 56;
+export const IOVEC = 16;
+export const SOCKADDR_IN = 16;
+/** Parts of one outbound packet (header, payload, trailer): every packet has three iovecs, empty ones of length 0. */
+export const MAX_PARTS = 3;
+/** Octets of small parts a queued packet copies instead of pointing at. */
+export const COPY_ROOM = 336;
+/** A part at least this long is pointed at, not copied: its buffer is off the V8 heap (it cannot move). */
+export const REFERENCE_AT = 256;
+/** Control message room: CMSG_SPACE(sizeof(int)) on LP64. */
+export const CMSG_ROOM = 24;
+export const SOL_UDP = 17;
+export const UDP_SEGMENT = 103;
+export const UDP_GRO = 104;
+/** GSO limits: segments per message (UDP_MAX_SEGMENTS on older kernels) and octets (a UDP datagram's). */
+export const MAX_SEGMENTS = 64;
+export const MAX_GSO_BYTES = 65507;
+
+/** Packets queued at most before the queue is written at once. */
+export const DEFAULT_SEND_BATCH = 256;
+/** Send blocks: one fills while the send worker writes the others. */
+export const SEND_BLOCKS = 4;
+/** How long a packet waits for a send block to come back before it is dropped (a loss to RC). */
+export const SEND_BLOCK_WAIT_MS = 20;
+/**
+ * A turn's queue of at most this many packets (ACKs, NAKs, a Read request), or of at most this
+ * many octets (a turn's Read requests: many packets, few octets, one GSO message), is written by
+ * the main thread itself when no block is with the send worker: one system call costs less than
+ * waking the worker (and its latency, which a Read pays once per request round), and an
+ * acknowledgement is in the peer's socket before the turn ends (RC's ACK timer relies on that:
+ * see Requester.expire).
+ */
+export const DIRECT_SEND_PACKETS = 4;
+export const DIRECT_SEND_OCTETS = 2048;
+// The send control words (Int32 indices): blocks submitted and written (counters), closing, the
+// errno that turned GSO off, the test hook's remaining simulated EAGAINs, statistics; then per
+// block its message count, then per block and message its packet count.
+export const SUBMITTED = 0;
+export const WRITTEN = 1;
+export const SEND_CLOSING = 2;
+export const GSO_OFF_ERRNO = 3;
+export const SIMULATED_FULL = 4;
+export const SEND_CALLS = 5;
+export const MESSAGES_SENT = 6;
+export const DATAGRAMS_SENT = 7;
+export const SEND_BLOCKED = 8;
+export const SEND_ERRORS = 9;
+/** 1 while the send worker sleeps: only then does a submission wake it (a wake costs a system call and often a context switch). */
+export const SENDER_SLEEPING = 10;
+export const BLOCK_MESSAGES = 16;
+/** Per block, the first message the worker writes (the main thread may have written some). */
+export const BLOCK_START = BLOCK_MESSAGES + SEND_BLOCKS;
+export const MESSAGE_PACKETS = BLOCK_START + SEND_BLOCKS;
+/** Receive ring: slots and octets per slot (a GRO run reaches 64 KiB). */
+export const DEFAULT_RECEIVE_SLOTS = 64;
+export const DEFAULT_SLOT_BYTES = 65536;
+/** Ring slots one recvmmsg fills at most. */
+export const RECEIVE_BATCH = 32;
+
+// The control words at the start of the receive ring (Int32 indices).
+export const PRODUCED = 0;
+export const CONSUMED = 1;
+export const WAKE_PENDING = 2;
+export const CLOSING = 3;
+export const WORKER_ERRNO = 4;
+/** Held (1) by whichever thread is taking datagrams into the ring: the worker or receiveNow. */
+export const PRODUCER_LOCK = 5;
+/** Per receive slot: ICRC verdicts of its first datagrams (a GRO run holds at most 64, UDP_GRO_CNT_MAX). */
+export const VERDICTS_PER_SLOT = 64;
+/** Where the worker keeps its struct pollfd. */
+export const POLLFD_AT = 32;
+export const CONTROL_BYTES = 64;
+
+/** What the receive worker found of a datagram's RoCEv2 ICRC. */
+export const IcrcVerdict = { Unchecked: 0, Good: 1, Bad: 2 } as const;
+export type IcrcVerdict = (typeof IcrcVerdict)[keyof typeof IcrcVerdict];
