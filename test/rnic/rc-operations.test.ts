@@ -6,6 +6,7 @@ import { test } from 'uvu';
 import * as assert from 'uvu/assert';
 import { Random } from '../../host/util/random.ts';
 import { WcStatus, type PacketLink, type SendWorkRequest } from '../../host/rnic/verbs.ts';
+import { psnAdd } from '../../host/rnic/wire/ib-headers.ts';
 import { IbOpcode } from '../../host/rnic/wire/ib-opcodes.ts';
 import { completions, expectSuccess, rcPair, type RcPair, type RcPairOptions } from '../support/rc.ts';
 
@@ -305,6 +306,52 @@ test('a lost Read Response packet costs the rest of its chunk, asked for alone, 
     // would have sent the 58 after it again.
     const sent = server.qp.statistics.packetsSent;
     assert.ok(sent > 64 && sent <= 64 + 16, `the responder sent ${sent} packets`);
+  } finally {
+    await pair.close();
+  }
+});
+
+/** Makes `link` drop the packets it sends with `psn` (BTH octets 9-11), the first `times` times; returns how many it dropped. */
+function dropPsn(link: PacketLink, psn: () => number, times: number): () => number {
+  const send = link.send.bind(link);
+  let dropped = 0;
+  link.send = (to, header, payload, trailer) => {
+    if (dropped < times && ((header[9]! << 16) | (header[10]! << 8) | header[11]!) === psn()) {
+      dropped++;
+      return;
+    }
+    send(to, header, payload, trailer);
+  };
+  return () => dropped;
+}
+
+test('a Read whose retried response is lost again is still answered after later Reads completed past it (ORD slots free oldest first)', async () => {
+  // Two responder resources, a 16 KiB Read per chunk (path MTU 1024) and a PSN window of 512:
+  // Read 1's sixth response is lost, and its retry too. Reads 2 and 3 complete meanwhile. Had
+  // Read 2's ORD slot been freed while Read 1 still waited, Read 3's request would have taken
+  // the responder resource Read 1's next retry needs (the ring overwrites its oldest entry), and
+  // that retry would be dropped at every ACK timeout until the retry count ends the QP.
+  const pair = await rcPair({ pathMtu: 1024, ird: 2, ord: 2, maxUnackedPackets: 512, ackTimeoutMs: 100, retryCount: 3 });
+  try {
+    const { client, server } = pair;
+    const dropped = dropPsn(server.link, () => psnAdd(client.qp.path!.sendPsn, 5), 2);
+    fill(server.memory.subarray(0, 64 * 1024), 21);
+    for (let i = 0; i < 4; i++) {
+      client.qp.postSend({
+        wrId: i + 1,
+        opcode: 'RDMA_READ',
+        sgList: [{ lkey: client.mr.lkey, offset: MiB + i * 16 * 1024, length: 16 * 1024 }],
+        remote: { stag: server.mr.rkey, taggedOffset: i * 16 * 1024 },
+      });
+    }
+    const done = await completions(client.cq, 4, 20_000);
+    expectSuccess(done);
+    assert.equal(
+      done.map((wc) => wc.wrId),
+      [1, 2, 3, 4],
+    );
+    assert.is(dropped(), 2, 'the response and its first retry were lost');
+    same(client.memory.subarray(MiB, MiB + 64 * 1024), server.memory.subarray(0, 64 * 1024), 'read data');
   } finally {
     await pair.close();
   }

@@ -54,8 +54,6 @@ interface Wqe {
   readonly localError?: { status: WcStatus; text: string };
   firstPsn: number;
   started: boolean;
-  /** Counted against ORD (Reads and atomics, from first transmission to completion). */
-  counted: boolean;
   /** Read: response packets received in order; Send/Write: packets acknowledged. */
   received: number;
   /** Read: response packets asked for so far (the first transmission of each chunk counts). */
@@ -81,6 +79,16 @@ export class Requester {
   private sentEnd = 0;
   /** Every PSN up to and including this one is acknowledged. */
   private lastAcked = 0;
+  /**
+   * The responder resources this side's Read chunks and atomics hold, oldest first (a ring of
+   * `ord` entries): the WQE and the packet count its answer is complete at. The responder keeps
+   * its last `ird` requests and overwrites the oldest; a chunk answered out of order (past a
+   * lost response of an older one) therefore frees nothing until every older one is answered,
+   * or a new request would take the resource the older one's retry needs.
+   */
+  private resourceWqes: Array<Wqe | undefined> = [];
+  private resourceEnds = new Int32Array(0);
+  private resourceHead = 0;
   private readsOutstanding = 0;
   private mtu = 1024;
   private window = 128;
@@ -118,6 +126,10 @@ export class Requester {
     this.mtu = path.pathMtu;
     this.window = path.maxUnackedPackets ?? 128;
     this.ord = Math.max(1, path.ord);
+    this.resourceWqes = new Array<Wqe | undefined>(this.ord).fill(undefined);
+    this.resourceEnds = new Int32Array(this.ord);
+    this.resourceHead = 0;
+    this.readsOutstanding = 0;
     this.retryCount = path.retryCount ?? UNLIMITED_RETRIES;
     this.rnrRetry = path.rnrRetry ?? UNLIMITED_RETRIES;
     this.retriesLeft = this.retryCount;
@@ -203,7 +215,6 @@ export class Requester {
       ...(localError === undefined ? {} : { localError }),
       firstPsn: 0,
       started: false,
-      counted: false,
       received: 0,
       requested: 0,
       done: false,
@@ -287,8 +298,7 @@ export class Requester {
         wqe.firstPsn = this.nextPsn;
         qp.stats.messagesSent++;
       }
-      if (newChunk) this.readsOutstanding++;
-      if (wqe.kind === Kind.Atomic && newChunk) wqe.counted = true;
+      if (newChunk) this.holdResource(wqe, wqe.kind === Kind.Read ? chunkEnd : 1);
       if (psnCompare(this.nextPsn, this.sentEnd) < 0) qp.stats.retransmittedPackets++;
       else if (this.rttPsn < 0) {
         this.rttPsn = this.nextPsn;
@@ -410,6 +420,7 @@ export class Requester {
     } else {
       if (h.opcode === IbOpcode.AtomicAcknowledge) this.atomicAcknowledge(h, psn);
       else this.readResponse(h, psn, payload);
+      this.releaseResources();
       // A response may complete older Writes implicitly even when it answers nothing itself (a
       // Read Response overtaking a lost Atomic Acknowledge): the acknowledged PSN follows, or the
       // ACK timer would go back to a PSN no queued WQE holds and retransmit nothing.
@@ -528,11 +539,8 @@ export class Requester {
       return;
     }
     const arrived = wqe.arrived;
-    do {
-      wqe.received++;
-      // A chunk fully arrived frees its ORD slot.
-      if (wqe.received % READ_CHUNK_PACKETS === 0 || wqe.received === wqe.packets) this.readsOutstanding--;
-    } while (arrived !== undefined && wqe.received < wqe.packets && arrived[wqe.received] === 1);
+    do wqe.received++;
+    while (arrived !== undefined && wqe.received < wqe.packets && arrived[wqe.received] === 1);
     if (wqe.received === wqe.packets) this.finishResponse(wqe);
   }
 
@@ -630,8 +638,23 @@ export class Requester {
 
   private finishResponse(wqe: Wqe): void {
     wqe.done = true;
-    if (wqe.counted) {
-      wqe.counted = false;
+  }
+
+  private holdResource(wqe: Wqe, answeredAt: number): void {
+    const slot = (this.resourceHead + this.readsOutstanding) % this.ord;
+    this.resourceWqes[slot] = wqe;
+    this.resourceEnds[slot] = answeredAt;
+    this.readsOutstanding++;
+  }
+
+  /** Frees the ORD slots of the oldest requests whose answers are complete, in issue order. */
+  private releaseResources(): void {
+    while (this.readsOutstanding > 0) {
+      const slot = this.resourceHead;
+      const wqe = this.resourceWqes[slot]!;
+      if (!wqe.done && wqe.received < this.resourceEnds[slot]!) return;
+      this.resourceWqes[slot] = undefined;
+      this.resourceHead = (slot + 1) % this.ord;
       this.readsOutstanding--;
     }
   }
