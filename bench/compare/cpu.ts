@@ -1,10 +1,15 @@
-// CPU time per request on each side, from /proc: a server process's utime + stime across a
-// client run, and the client's as a child waited for by a shell (its cutime + cstime). Two runs
-// of N and 3N requests; the difference over 2N is the cost of one request, start-up, connection
-// setup and preparation cancelling out. Figures are CPU time, not wall time: less sensitive to
-// other load on the machine, though a busy machine still costs caches and wake-ups.
+// CPU time per request on each side: a server process's CPU across a client run, and the client's
+// as a child waited for by a shell. Two runs of N and 3N requests after a warm-up; the difference
+// over 2N is the cost of one request, start-up, connection setup and preparation cancelling out.
+// Figures are CPU time, not wall time: less sensitive to other load on the machine, though a busy
+// machine still costs caches and wake-ups.
+//
+// Both clocks are read finely: /proc's utime and stime count clock ticks (10 ms), too coarse for
+// the difference of two short runs (at --cpu-requests 2000 the target's came out 0 us: its
+// 16-session runs differ by a few ticks, and 150-250 ms of connection setup and JIT work on its
+// compiler threads moved between them by more than that, so the clamped difference was 0).
 import { spawn, type ChildProcess } from 'node:child_process';
-import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { run, track } from './tools.ts';
@@ -12,36 +17,57 @@ import { run, track } from './tools.ts';
 /** Clock ticks per second of /proc's utime and stime (USER_HZ; 100 on Linux). */
 const TICKS_PER_SECOND = 100;
 
-/** utime + stime of `pid`, in microseconds. */
+/**
+ * CPU time `pid` has used so far, in microseconds: the sum of its threads' run time from
+ * /proc/PID/task/TID/schedstat (nanoseconds). A thread that exited drops out of the sum, so this
+ * is for servers whose threads live as long as they do (a kbtp target, redis-server). Falls back
+ * to utime + stime from /proc/PID/stat (clock ticks) where the kernel keeps no schedstat.
+ */
 export function processCpuUs(pid: number): number {
+  try {
+    let nanoseconds = 0;
+    for (const thread of readdirSync(`/proc/${pid}/task`)) {
+      nanoseconds += Number(readFileSync(`/proc/${pid}/task/${thread}/schedstat`, 'utf8').split(' ')[0]);
+    }
+    if (Number.isFinite(nanoseconds)) return nanoseconds / 1000;
+  } catch (error) {
+    if ((error as NodeJS.ErrnoException).code !== 'ENOENT') throw error;
+  }
   const stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
   const fields = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
   // After the command name: state is field 3, so utime (14) and stime (15) are at 11 and 12.
   return ((Number(fields[11]) + Number(fields[12])) * 1e6) / TICKS_PER_SECOND;
 }
 
-/** Runs `command` to completion; resolves with the CPU time it (and its children) used, in microseconds. */
+/**
+ * Runs `command` to completion; resolves with the CPU time it (and its children) used, in
+ * microseconds. bash's `time` reports getrusage(RUSAGE_CHILDREN) to the millisecond
+ * (TIMEFORMAT %3U %3S), where a child's cutime/cstime in /proc are whole clock ticks.
+ */
 export async function childCpuUs(command: string, args: string[], timeoutMs: number): Promise<number> {
-  // The shell waits for the command, then prints its own stat: cutime + cstime are the command's.
-  const out = await run('sh', ['-c', '"$@" >/dev/null 2>&1 || exit $?; cat /proc/$$/stat', 'sh', command, ...args], timeoutMs);
-  const fields = out
-    .slice(out.lastIndexOf(')') + 2)
-    .trim()
-    .split(' ');
-  return ((Number(fields[13]) + Number(fields[14])) * 1e6) / TICKS_PER_SECOND;
+  const out = await run('bash', ['-c', 'TIMEFORMAT="cpu %3U %3S"; { time "$@" >/dev/null 2>&1 || exit $?; } 2>&1', 'bash', command, ...args], timeoutMs);
+  const match = /cpu ([0-9.]+) ([0-9.]+)\s*$/.exec(out);
+  if (match === null) throw new Error(`cannot read the CPU time of ${command} from bash's time: ${JSON.stringify(out)}`);
+  return (Number(match[1]) + Number(match[2])) * 1e6;
 }
 
 export interface CpuPerOp {
-  /** Server (kbtp target or redis-server) CPU per request, microseconds. */
-  server_us: number;
-  /** Client (kbtp bench or redis-benchmark) CPU per request, microseconds. */
-  client_us: number;
+  /** Server (kbtp target or redis-server) CPU per request, microseconds; null when not measurable. */
+  server_us: number | null;
+  /** Client (kbtp bench or redis-benchmark) CPU per request, microseconds; null when not measurable. */
+  client_us: number | null;
   requests: number;
 }
 
-/** The difference method: `client(n)` runs n requests against the server `pid`. */
+/**
+ * The difference method: `client(n)` runs n requests against the server `pid`. The warm-up is two
+ * runs of `requests`: a fresh server spends its first few thousand requests compiling (V8's
+ * compiler threads ran 150-250 ms in one 4,000-request run of a new target and nothing two runs
+ * later), which would otherwise land in the N run and shrink or reverse the difference. A difference
+ * that is not positive is reported as null (not measurable: more requests needed), never as 0.
+ */
 export async function cpuPerOp(pid: number, requests: number, client: (count: number) => Promise<number>): Promise<CpuPerOp> {
-  await client(Math.max(1, Math.round(requests / 2))); // warm-up: the server's JIT settles before counting
+  for (let warm = 0; warm < 2; warm++) await client(requests);
   const measure = async (count: number): Promise<[number, number]> => {
     const before = processCpuUs(pid);
     const clientUs = await client(count);
@@ -49,7 +75,7 @@ export async function cpuPerOp(pid: number, requests: number, client: (count: nu
   };
   const [server1, client1] = await measure(requests);
   const [server3, client3] = await measure(3 * requests);
-  const per = (small: number, large: number): number => +Math.max(0, (large - small) / (2 * requests)).toFixed(1);
+  const per = (small: number, large: number): number | null => (large > small ? +((large - small) / (2 * requests)).toFixed(1) : null);
   return { server_us: per(server1, server3), client_us: per(client1, client3), requests };
 }
 
