@@ -7,7 +7,7 @@ import { Access, AccessStatus } from './memory.ts';
 import type { QueuePair } from './qp.ts';
 import { accessStatusText, checkSge, hex, localAccessText, taggedErrorFor } from './qp-checks.ts';
 import { RnicError } from './errors.ts';
-import { taggedOffsetText, type FpduReceiver, type ReceiveSink } from './receive.ts';
+import type { FpduReceiver, ReceiveSink } from './receive.ts';
 import type { TerminateCause } from './terminate.ts';
 import { decodeAtomicRequest, decodeAtomicResponse, decodeImmediateData } from './wire/atomics.ts';
 import {
@@ -21,6 +21,7 @@ import {
   DDP_ETYPE_UNTAGGED,
   DDP_UNTAGGED_HEADER_LENGTH,
   readUint32,
+  taggedOffsetText,
 } from './wire/ddp.ts';
 import { MPA_ERROR_NO_MATCHING_RTR, MPA_LENGTH_FIELD } from './wire/mpa.ts';
 import {

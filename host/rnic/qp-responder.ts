@@ -6,8 +6,7 @@ import { Access, AccessStatus } from './memory.ts';
 import type { QueuePair } from './qp.ts';
 import { accessStatusText, hex, rdmapProtectionCode } from './qp-checks.ts';
 import { ATOMIC_RESPONSE_HEADER_LENGTH, AtomicOpcode, encodeAtomicResponse, type AtomicRequestHeader } from './wire/atomics.ts';
-import { DDP_ECODE_UNTAGGED_NO_BUFFER, DDP_ETYPE_UNTAGGED, QN_ATOMIC_RESPONSE, readUint32 } from './wire/ddp.ts';
-import { taggedOffsetText } from './receive.ts';
+import { DDP_ECODE_UNTAGGED_NO_BUFFER, DDP_ETYPE_UNTAGGED, QN_ATOMIC_RESPONSE, readUint32, taggedOffsetText } from './wire/ddp.ts';
 import {
   RDMAP_ECODE_CATASTROPHIC_STREAM,
   RDMAP_ECODE_UNEXPECTED_OPCODE,

@@ -10,44 +10,31 @@
 import { CRC_LENGTH, crc32cUpdate, readCrc } from './wire/crc.ts';
 import {
   DDP_ECODE_CATASTROPHIC,
-  DDP_ECODE_TAGGED_BASE_BOUNDS,
-  DDP_ECODE_TAGGED_INVALID_STAG,
-  DDP_ECODE_TAGGED_VERSION,
-  DDP_ECODE_UNTAGGED_INVALID_MO,
-  DDP_ECODE_UNTAGGED_INVALID_QN,
-  DDP_ECODE_UNTAGGED_MSN_RANGE,
-  DDP_ECODE_UNTAGGED_TOO_LONG,
-  DDP_ECODE_UNTAGGED_VERSION,
   DDP_ETYPE_CATASTROPHIC,
-  DDP_ETYPE_TAGGED,
-  DDP_ETYPE_UNTAGGED,
   DDP_FLAG_LAST,
   DDP_FLAG_TAGGED,
   DDP_TAGGED_HEADER_LENGTH,
   DDP_UNTAGGED_HEADER_LENGTH,
-  DDP_VERSION,
-  DDP_VERSION_MASK,
-  QN_ATOMIC_RESPONSE,
-  QN_READ_REQUEST,
   QN_SEND,
-  QN_TERMINATE,
   QUEUE_COUNT,
   readUint32,
 } from './wire/ddp.ts';
 import { decodeMarker, MARKER_INTERVAL, MARKER_LENGTH } from './wire/markers.ts';
 import { fpduPadding, MPA_ERROR_CONNECTION_LOST, MPA_ERROR_CRC, MPA_ERROR_MARKER, MPA_LENGTH_FIELD, MPA_MAX_ULPDU } from './wire/mpa.ts';
+import { LLP_ETYPE_MPA, TerminateLayer, untaggedQueueOf } from './wire/rdmap.ts';
+import { copyPayload } from './payload-copy.ts';
 import {
-  LLP_ETYPE_MPA,
-  RDMAP_ECODE_INVALID_VERSION,
-  RDMAP_ECODE_UNEXPECTED_OPCODE,
-  RDMAP_ETYPE_REMOTE_OPERATION,
-  RDMAP_VERSION,
-  RdmapOpcode,
-  TERMINATE_CONTROL_LENGTH,
-  TerminateLayer,
-} from './wire/rdmap.ts';
-import { rdmapHeaderLength, type TerminateCause } from './terminate.ts';
-import { ViewCache } from './view-cache.ts';
+  controlOctetsFault,
+  controlSegmentFault,
+  isControlOpcode,
+  queueFault,
+  sendSegmentFault,
+  taggedContinuationFault,
+  ulpduLengthFault,
+} from './receive-checks.ts';
+import { commitEnded, commitStarted, newStagingBuffer, sharedStagingBuffer, STAGING_SIZE, type StagingBuffer } from './receive-staging.ts';
+import type { TerminateCause } from './terminate.ts';
+import type { ViewCache } from './view-cache.ts';
 
 /** What the receive path asks of the RDMAP layer above it (implemented by the QP). */
 export interface ReceiveSink {
@@ -89,16 +76,6 @@ export interface ReceiveOptions {
 const SMALL_COPY = 64;
 /** Payloads at least this long are read by the kernel straight into their target. */
 export const DIRECT_PLACEMENT_MIN = 32 * 1024;
-const STAGING_SIZE = 64 * 1024;
-/**
- * V8 copies into SharedArrayBuffer memory (a target's pool and request contexts are WebAssembly
- * shared memory) word by word only when source and destination agree in alignment mod 8, else
- * octet by octet: a 16 KiB inline STORE's payload took 10-20 us to place instead of ~0.7 (issue 16,
- * session 4). Such copies go through a bounce buffer laid out with the destination's alignment.
- */
-const ALIGNMENT = 8;
-/** Shorter misaligned copies are cheap enough either way. */
-const BOUNCE_MIN = 256;
 /** Small FPDUs that may follow a large one before reads go back to filling the staging buffer. */
 const BULK_CREDIT = 4;
 /** Length field plus the longest header collected whole (Atomic Request, full Terminate). */
@@ -112,56 +89,9 @@ const UNTAGGED_PREFIX = MPA_LENGTH_FIELD + DDP_UNTAGGED_HEADER_LENGTH;
  * FPDU instead of two or three.
  */
 const OVERREAD_MAX = 3 + CRC_LENGTH + UNTAGGED_PREFIX;
-const TERMINATE_MIN_ULPDU = DDP_UNTAGGED_HEADER_LENGTH + TERMINATE_CONTROL_LENGTH;
-const TERMINATE_MAX_ULPDU = DDP_UNTAGGED_HEADER_LENGTH + TERMINATE_CONTROL_LENGTH + 2 + DDP_UNTAGGED_HEADER_LENGTH + 28;
 
 const State = { Header: 0, Payload: 1, Trailer: 2, Dead: 3 } as const;
-
-/**
- * One staging buffer per thread, shared by every receiver: a read into it is consumed entirely
- * by the commit that follows (headers and trailers are copied out, small payloads placed), and
- * reads of different sockets never overlap on one thread. A thousand connections therefore cost
- * 64 KiB of staging, not 64 MiB. A receiver fed while another commit is running (in-memory
- * channels wired back to back) uses a buffer of its own instead.
- */
-let sharedStaging: Uint8Array | undefined;
-/**
- * Views of the staging buffer's ranges, for the copy of a staged payload (`set()` needs a view of
- * exactly the payload): the same offsets recur (a stream of like messages lays out each read
- * alike), and a view per copy was an allocation per staged message (issue 16).
- */
-let sharedStagingViews: ViewCache | undefined;
-/** Commits in progress on this thread; a nested one (bytes fed from inside a commit) gets its own buffer. */
-let stagingDepth = 0;
-/** This thread's bounce buffer for misaligned copies into shared memory (copyPayload), made on first use. */
-let bounce: Uint8Array | undefined;
-/** Views of `bounce`, by alignment skew and length. */
-let bounceViews: ViewCache | undefined;
-/** Offsets of a staging buffer whose views are kept; a read's layout seldom has more. */
-const STAGING_VIEW_OFFSETS = 256;
 type State = (typeof State)[keyof typeof State];
-
-/** Queue an untagged opcode must arrive on, or -1 for tagged opcodes. */
-function queueOf(opcode: number): number {
-  switch (opcode) {
-    case RdmapOpcode.Send:
-    case RdmapOpcode.SendWithInvalidate:
-    case RdmapOpcode.SendWithSolicitedEvent:
-    case RdmapOpcode.SendWithSolicitedEventAndInvalidate:
-    case RdmapOpcode.ImmediateData:
-    case RdmapOpcode.ImmediateDataWithSolicitedEvent:
-      return QN_SEND;
-    case RdmapOpcode.RdmaReadRequest:
-    case RdmapOpcode.AtomicRequest:
-      return QN_READ_REQUEST;
-    case RdmapOpcode.Terminate:
-      return QN_TERMINATE;
-    case RdmapOpcode.AtomicResponse:
-      return QN_ATOMIC_RESPONSE;
-    default:
-      return -1;
-  }
-}
 
 export class FpduReceiver {
   private state: State = State.Header;
@@ -231,10 +161,9 @@ export class FpduReceiver {
   /** What a direct read brought past its payload, consumed from here like a staging read. */
   private readonly overreadBytes = new Uint8Array(OVERREAD_MAX);
   /** The staging buffer handed out by the last `readBuffer()` otherwise. */
-  private readStaging: Uint8Array | undefined;
+  private readStaging: StagingBuffer | undefined;
   /** Used only when a receiver is fed from inside another receiver's commit. */
-  private ownStaging: Uint8Array | undefined;
-  private ownStagingViews: ViewCache | undefined;
+  private ownStaging: StagingBuffer | undefined;
 
   fpdusReceived = 0;
   messagesReceived = 0;
@@ -279,21 +208,14 @@ export class FpduReceiver {
       }
     }
     this.directView = undefined;
-    if (stagingDepth === 0) {
-      if (sharedStaging === undefined) {
-        sharedStaging = new Uint8Array(STAGING_SIZE);
-        sharedStagingViews = new ViewCache(sharedStaging, STAGING_VIEW_OFFSETS);
-      }
-      this.readStaging = sharedStaging;
-    } else {
-      if (this.ownStaging === undefined) {
-        this.ownStaging = new Uint8Array(STAGING_SIZE);
-        this.ownStagingViews = new ViewCache(this.ownStaging, STAGING_VIEW_OFFSETS);
-      }
-      this.readStaging = this.ownStaging;
+    let staging = sharedStagingBuffer();
+    if (staging === undefined) {
+      if (this.ownStaging === undefined) this.ownStaging = newStagingBuffer();
+      staging = this.ownStaging;
     }
+    this.readStaging = staging;
     const want = this.stagingWant();
-    return want === STAGING_SIZE ? this.readStaging : this.readStaging.subarray(0, want);
+    return want === STAGING_SIZE ? staging.bytes : staging.views.view(0, want);
   }
 
   /** `length` octets were written into the buffer returned by the last `readBuffer()`. */
@@ -321,11 +243,11 @@ export class FpduReceiver {
     const staging = this.readStaging;
     if (staging === undefined) return;
     this.readStaging = undefined;
-    stagingDepth++;
+    commitStarted();
     try {
-      this.consume(staging, 0, Math.min(length, staging.length));
+      this.consume(staging.bytes, 0, Math.min(length, STAGING_SIZE), staging.views);
     } finally {
-      stagingDepth--;
+      commitEnded();
     }
   }
 
@@ -449,7 +371,6 @@ export class FpduReceiver {
     return Math.max(1, Math.min(STAGING_SIZE, want));
   }
 
-  /** Processes `source[start..end)`; returns the offset reached (end, unless the stream died). */
   /** `header[0, length)`, the same view for the same length (it aliases the header, as a subarray would). */
   private headerView(length: number): Uint8Array {
     let view = this.headerViews[length];
@@ -460,7 +381,8 @@ export class FpduReceiver {
     return view;
   }
 
-  private consume(source: Uint8Array, start: number, end: number): number {
+  /** Processes `source[start..end)`; returns the offset reached (end, unless the stream died). */
+  private consume(source: Uint8Array, start: number, end: number, sourceViews?: ViewCache): number {
     let offset = start;
     while (offset < end && this.state !== State.Dead) {
       let limit = end;
@@ -507,8 +429,7 @@ export class FpduReceiver {
           if (length <= SMALL_COPY) {
             for (let i = 0, at = this.targetPosition; i < length; i++) target[at + i] = source[offset + i]!;
           } else {
-            const views = source === sharedStaging ? sharedStagingViews : source === this.ownStaging ? this.ownStagingViews : undefined;
-            copyPayload(target, this.targetPosition, source, offset, length, views);
+            copyPayload(target, this.targetPosition, source, offset, length, sourceViews);
           }
           offset += length;
           this.placed(length);
@@ -598,78 +519,20 @@ export class FpduReceiver {
     else if (this.bulkCredit > 0) this.bulkCredit--;
     this.bulk = this.bulkCredit > 0;
     this.padding = fpduPadding(this.ulpduLength);
-    if (this.ulpduLength > this.maxUlpdu) {
-      this.reportNow(
-        TerminateLayer.Ddp,
-        DDP_ETYPE_CATASTROPHIC,
-        DDP_ECODE_CATASTROPHIC,
-        `ULPDU_Length ${this.ulpduLength} exceeds the ${this.maxUlpdu}-octet maximum`,
-      );
-      return;
-    }
-    if (this.ulpduLength < ddpHeaderLength) {
-      this.reportNow(
-        TerminateLayer.Ddp,
-        DDP_ETYPE_CATASTROPHIC,
-        DDP_ECODE_CATASTROPHIC,
-        `ULPDU_Length ${this.ulpduLength} cannot hold the ${ddpHeaderLength}-octet DDP header`,
-      );
+    const extentFault = ulpduLengthFault(this.ulpduLength, ddpHeaderLength, this.maxUlpdu);
+    if (extentFault !== undefined) {
+      this.report({ ...extentFault, failedFpdu: this.header.slice(0, this.headerHave) });
       return;
     }
     // From here the FPDU's extent is known, so errors wait for its CRC.
     this.headerNeed = MPA_LENGTH_FIELD + ddpHeaderLength;
-    if ((ddpControl & DDP_VERSION_MASK) !== DDP_VERSION) {
-      this.failWhole(
-        TerminateLayer.Ddp,
-        this.tagged ? DDP_ETYPE_TAGGED : DDP_ETYPE_UNTAGGED,
-        this.tagged ? DDP_ECODE_TAGGED_VERSION : DDP_ECODE_UNTAGGED_VERSION,
-        `DDP version ${ddpControl & DDP_VERSION_MASK} is not 1`,
-      );
+    const headerFault = controlOctetsFault(this.ulpduLength, ddpControl, rdmapControl, this.tagged, this.opcode);
+    if (headerFault !== undefined) {
+      this.failWhole(headerFault);
       return;
     }
-    if (rdmapControl >> 6 !== RDMAP_VERSION) {
-      this.failWhole(TerminateLayer.Rdmap, RDMAP_ETYPE_REMOTE_OPERATION, RDMAP_ECODE_INVALID_VERSION, `RDMAP version ${rdmapControl >> 6} is not 1`);
-      return;
-    }
-    const tagExpected = this.opcode === RdmapOpcode.RdmaWrite || this.opcode === RdmapOpcode.RdmaReadResponse;
-    if (this.opcode > RdmapOpcode.AtomicResponse || tagExpected !== this.tagged) {
-      this.failWhole(
-        TerminateLayer.Rdmap,
-        RDMAP_ETYPE_REMOTE_OPERATION,
-        RDMAP_ECODE_UNEXPECTED_OPCODE,
-        `opcode 0x${this.opcode.toString(16)} in a ${this.tagged ? 'tagged' : 'untagged'} segment`,
-      );
-      return;
-    }
-    const queue = queueOf(this.opcode);
-    this.control =
-      queue !== -1 && queue !== QN_SEND ? true : this.opcode === RdmapOpcode.ImmediateData || this.opcode === RdmapOpcode.ImmediateDataWithSolicitedEvent;
-    if (this.control) {
-      if (this.opcode === RdmapOpcode.Terminate) {
-        if (this.ulpduLength < TERMINATE_MIN_ULPDU || this.ulpduLength > TERMINATE_MAX_ULPDU) {
-          this.failWhole(
-            TerminateLayer.Ddp,
-            DDP_ETYPE_UNTAGGED,
-            DDP_ECODE_UNTAGGED_TOO_LONG,
-            `Terminate ULPDU of ${this.ulpduLength} octets (allowed ${TERMINATE_MIN_ULPDU}..${TERMINATE_MAX_ULPDU})`,
-          );
-          return;
-        }
-      } else {
-        const expected = DDP_UNTAGGED_HEADER_LENGTH + rdmapHeaderLength(this.opcode);
-        if (this.ulpduLength !== expected) {
-          const longer = this.ulpduLength > expected;
-          this.failWhole(
-            TerminateLayer.Ddp,
-            longer ? DDP_ETYPE_UNTAGGED : DDP_ETYPE_CATASTROPHIC,
-            longer ? DDP_ECODE_UNTAGGED_TOO_LONG : DDP_ECODE_CATASTROPHIC,
-            `a ${rdmapOpcodeLabel(this.opcode)} is a ${expected}-octet ULPDU, got ${this.ulpduLength}`,
-          );
-          return;
-        }
-      }
-      this.headerNeed = MPA_LENGTH_FIELD + this.ulpduLength;
-    }
+    this.control = isControlOpcode(this.opcode);
+    if (this.control) this.headerNeed = MPA_LENGTH_FIELD + this.ulpduLength;
     if (this.headerHave === this.headerNeed) this.dispatchHeader();
   }
 
@@ -690,18 +553,18 @@ export class FpduReceiver {
       const toLow = readUint32(header, 10 + 2);
       const first = !this.taggedInProgress;
       if (!first) {
-        if (this.opcode !== this.taggedOpcode || stag !== this.taggedStag) {
-          this.fail(TerminateLayer.Ddp, DDP_ETYPE_TAGGED, DDP_ECODE_TAGGED_INVALID_STAG, 'tagged segment does not continue the message in progress');
-          this.proceedAfterHeader();
-          return;
-        }
-        if (toHigh !== this.taggedNextHigh || toLow !== this.taggedNextLow) {
-          this.fail(
-            TerminateLayer.Ddp,
-            DDP_ETYPE_TAGGED,
-            DDP_ECODE_TAGGED_BASE_BOUNDS,
-            `tagged offset ${taggedOffsetText(toHigh, toLow)} does not continue at ${taggedOffsetText(this.taggedNextHigh, this.taggedNextLow)}`,
-          );
+        const continuation = taggedContinuationFault(
+          this.opcode,
+          stag,
+          toHigh,
+          toLow,
+          this.taggedOpcode,
+          this.taggedStag,
+          this.taggedNextHigh,
+          this.taggedNextLow,
+        );
+        if (continuation !== undefined) {
+          this.failSegment(continuation);
           this.proceedAfterHeader();
           return;
         }
@@ -721,40 +584,22 @@ export class FpduReceiver {
       const queue = readUint32(header, 8);
       const msn = readUint32(header, 12);
       const messageOffset = readUint32(header, 16);
-      const wanted = queueOf(this.opcode);
-      if (queue !== wanted) {
-        this.fail(
-          TerminateLayer.Ddp,
-          DDP_ETYPE_UNTAGGED,
-          DDP_ECODE_UNTAGGED_INVALID_QN,
-          `${rdmapOpcodeLabel(this.opcode)} on queue ${queue}, expected ${wanted}`,
-        );
+      const wrongQueue = queueFault(this.opcode, queue);
+      if (wrongQueue !== undefined) {
+        this.failSegment(wrongQueue);
         this.proceedAfterHeader();
         return;
       }
       if (this.control) {
-        if (msn !== this.expectedMsn[queue]) {
-          this.fail(TerminateLayer.Ddp, DDP_ETYPE_UNTAGGED, DDP_ECODE_UNTAGGED_MSN_RANGE, `MSN ${msn} on queue ${queue}, expected ${this.expectedMsn[queue]}`);
-        } else if (messageOffset !== 0) {
-          this.fail(TerminateLayer.Ddp, DDP_ETYPE_UNTAGGED, DDP_ECODE_UNTAGGED_INVALID_MO, `MO ${messageOffset} in a single-segment message`);
-        } else if (!this.last) {
-          this.fail(TerminateLayer.Ddp, DDP_ETYPE_UNTAGGED, DDP_ECODE_UNTAGGED_TOO_LONG, `${rdmapOpcodeLabel(this.opcode)} does not fit one segment`);
-        } else if (queue === QN_SEND && this.sendInProgress) {
-          this.fail(TerminateLayer.Ddp, DDP_ETYPE_UNTAGGED, DDP_ECODE_UNTAGGED_MSN_RANGE, 'Immediate Data inside an unfinished Send');
-        }
+        const controlFault = controlSegmentFault(this.opcode, queue, msn, this.expectedMsn[queue]!, messageOffset, this.last, this.sendInProgress);
+        if (controlFault !== undefined) this.failSegment(controlFault);
         this.proceedAfterHeader();
         return;
       }
       const first = !this.sendInProgress;
-      const expectedMsn = this.expectedMsn[QN_SEND]!;
-      if (msn !== expectedMsn) {
-        this.fail(TerminateLayer.Ddp, DDP_ETYPE_UNTAGGED, DDP_ECODE_UNTAGGED_MSN_RANGE, `Send MSN ${msn}, expected ${expectedMsn}`);
-        this.proceedAfterHeader();
-        return;
-      }
-      const expectedOffset = first ? 0 : this.sendReceived;
-      if (messageOffset !== expectedOffset || (!first && this.opcode !== this.sendOpcode)) {
-        this.fail(TerminateLayer.Ddp, DDP_ETYPE_UNTAGGED, DDP_ECODE_UNTAGGED_INVALID_MO, `Send MO ${messageOffset}, expected ${expectedOffset}`);
+      const sendFault = sendSegmentFault(this.opcode, msn, this.expectedMsn[QN_SEND]!, messageOffset, first ? 0 : this.sendReceived, first, this.sendOpcode);
+      if (sendFault !== undefined) {
+        this.failSegment(sendFault);
         this.proceedAfterHeader();
         return;
       }
@@ -801,9 +646,13 @@ export class FpduReceiver {
     }
   }
 
+  private failSegment(cause: TerminateCause): void {
+    this.fail(cause.layer, cause.errorType, cause.errorCode, cause.reason);
+  }
+
   /** Fails a segment whose header is not fully read yet: skip the rest of the ULPDU, then report. */
-  private failWhole(layer: number, errorType: number, errorCode: number, reason: string): void {
-    this.fail(layer, errorType, errorCode, reason);
+  private failWhole(cause: TerminateCause): void {
+    this.failSegment(cause);
     if (!this.crcEnabled) {
       this.proceedAfterHeader();
       return;
@@ -821,10 +670,6 @@ export class FpduReceiver {
     if (this.pendingError === undefined) {
       this.fail(TerminateLayer.Ddp, DDP_ETYPE_CATASTROPHIC, DDP_ECODE_CATASTROPHIC, 'segment refused without a reason');
     }
-  }
-
-  private reportNow(layer: number, errorType: number, errorCode: number, reason: string): void {
-    this.report({ layer, errorType, errorCode, reason, failedFpdu: this.header.slice(0, this.headerHave) });
   }
 
   private enterTrailer(): void {
@@ -883,7 +728,7 @@ export class FpduReceiver {
       return;
     }
     if (this.control) {
-      const queue = queueOf(opcode);
+      const queue = untaggedQueueOf(opcode);
       this.expectedMsn[queue] = (this.expectedMsn[queue]! + 1) >>> 0;
       this.messagesReceived++;
       this.sink.controlMessage(opcode, this.headerView(headerLength));
@@ -911,47 +756,4 @@ export class FpduReceiver {
     this.target = undefined;
     this.markerMismatch = false;
   }
-}
-
-/** A tagged offset given as halves, in decimal (for messages). */
-export function taggedOffsetText(high: number, low: number): string {
-  return ((BigInt(high) << 32n) | BigInt(low)).toString();
-}
-
-function rdmapOpcodeLabel(opcode: number): string {
-  switch (opcode) {
-    case RdmapOpcode.RdmaReadRequest:
-      return 'RDMA Read Request';
-    case RdmapOpcode.AtomicRequest:
-      return 'Atomic Request';
-    case RdmapOpcode.AtomicResponse:
-      return 'Atomic Response';
-    case RdmapOpcode.ImmediateData:
-    case RdmapOpcode.ImmediateDataWithSolicitedEvent:
-      return 'Immediate Data message';
-    case RdmapOpcode.Terminate:
-      return 'Terminate';
-    default:
-      return `opcode 0x${opcode.toString(16)} message`;
-  }
-}
-
-/**
- * Copies `length` octets of `source` from `from` into `target` at `at`. Into shared memory with
- * the two ends misaligned (see ALIGNMENT), the octets first go to a bounce buffer at the target's
- * alignment (a plain memmove), then across in aligned words: two fast copies instead of one slow one.
- */
-export function copyPayload(target: Uint8Array, at: number, source: Uint8Array, from: number, length: number, sourceViews?: ViewCache): void {
-  const piece = sourceViews !== undefined ? sourceViews.view(from, length) : source.subarray(from, from + length);
-  const skew = (target.byteOffset + at) % ALIGNMENT;
-  if (length < BOUNCE_MIN || skew === (source.byteOffset + from) % ALIGNMENT || !(target.buffer instanceof SharedArrayBuffer)) {
-    target.set(piece, at);
-    return;
-  }
-  if (bounce === undefined || bounceViews === undefined || bounce.length < skew + length) {
-    bounce = new Uint8Array(Math.max(STAGING_SIZE, length) + ALIGNMENT);
-    bounceViews = new ViewCache(bounce, ALIGNMENT);
-  }
-  bounce.set(piece, skew);
-  target.set(bounceViews.view(skew, length), at);
 }

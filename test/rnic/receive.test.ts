@@ -3,7 +3,8 @@
 // marker removal, and a receiver fed from inside another one's commit.
 import { test } from 'uvu';
 import * as assert from 'uvu/assert';
-import { FpduReceiver, DIRECT_PLACEMENT_MIN, copyPayload, type ReceiveSink } from '../../host/rnic/receive.ts';
+import { FpduReceiver, DIRECT_PLACEMENT_MIN, type ReceiveSink } from '../../host/rnic/receive.ts';
+import { copyPayload } from '../../host/rnic/payload-copy.ts';
 import { feed } from '../../host/rnic/channel.ts';
 import type { TerminateCause } from '../../host/rnic/terminate.ts';
 import { encodeFpdu } from '../../host/rnic/wire/mpa.ts';

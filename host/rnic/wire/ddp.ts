@@ -71,6 +71,11 @@ export function ddpControl(tagged: boolean, last: boolean, version = DDP_VERSION
   return (tagged ? DDP_FLAG_TAGGED : 0) | (last ? DDP_FLAG_LAST : 0) | (version & DDP_VERSION_MASK);
 }
 
+/** A tagged offset given as 32-bit halves, in decimal (for messages; no BigInt on the data path). */
+export function taggedOffsetText(high: number, low: number): string {
+  return ((BigInt(high) << 32n) | BigInt(low)).toString();
+}
+
 export function writeUint32(target: Uint8Array, offset: number, value: number): void {
   target[offset] = value >>> 24;
   target[offset + 1] = (value >>> 16) & 0xff;

@@ -5,6 +5,10 @@
 import {
   DDP_TAGGED_HEADER_LENGTH,
   DDP_UNTAGGED_HEADER_LENGTH,
+  QN_ATOMIC_RESPONSE,
+  QN_READ_REQUEST,
+  QN_SEND,
+  QN_TERMINATE,
   decodeDdpHeader,
   readUint32,
   readUint64,
@@ -94,6 +98,28 @@ export function isSolicitedEvent(opcode: number): boolean {
 /** Whether a message with this opcode travels in tagged DDP segments. */
 export function isTaggedOpcode(opcode: number): boolean {
   return opcode === RdmapOpcode.RdmaWrite || opcode === RdmapOpcode.RdmaReadResponse;
+}
+
+/** The DDP queue an untagged opcode travels on (RFC 5040 section 5.1, RFC 7306), or -1 for tagged opcodes. */
+export function untaggedQueueOf(opcode: number): number {
+  switch (opcode) {
+    case RdmapOpcode.Send:
+    case RdmapOpcode.SendWithInvalidate:
+    case RdmapOpcode.SendWithSolicitedEvent:
+    case RdmapOpcode.SendWithSolicitedEventAndInvalidate:
+    case RdmapOpcode.ImmediateData:
+    case RdmapOpcode.ImmediateDataWithSolicitedEvent:
+      return QN_SEND;
+    case RdmapOpcode.RdmaReadRequest:
+    case RdmapOpcode.AtomicRequest:
+      return QN_READ_REQUEST;
+    case RdmapOpcode.Terminate:
+      return QN_TERMINATE;
+    case RdmapOpcode.AtomicResponse:
+      return QN_ATOMIC_RESPONSE;
+    default:
+      return -1;
+  }
 }
 
 // --- RDMA Read Request header (28 octets after the untagged DDP header) ---------------------
