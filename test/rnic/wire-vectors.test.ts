@@ -2,7 +2,10 @@
 // encoded and decoded byte for byte.
 import { test } from 'uvu';
 import * as assert from 'uvu/assert';
-import { crc32cOf, crc32cUpdate, readCrc } from '../../host/rnic/wire/crc.ts';
+import { crc32c as nodeRsCrc32c } from '@node-rs/crc32';
+import { crc32cOf, crc32cUpdate, mpaCrcImplementation, readCrc } from '../../host/rnic/wire/crc.ts';
+import { loadIsal } from '../../host/util/isal.ts';
+import { Random } from '../../host/util/random.ts';
 import { decodeFpdu, decodeMpaFrame, encodeFpdu, encodeMpaFrame, fpduLength, computeMulpdu, MPA_REVISION_2 } from '../../host/rnic/wire/mpa.ts';
 import { encodeFpduWithMarkers, stripMarkers, decodeMarker } from '../../host/rnic/wire/markers.ts';
 import { decodeDdpHeader, encodeTaggedHeader, encodeUntaggedHeader, DDP_VERSION } from '../../host/rnic/wire/ddp.ts';
@@ -46,6 +49,24 @@ test('CRC32c test vectors of iwarp.md §2.5 (RFC 3720 B.4)', () => {
   const data = ascii('123456789');
   assert.is(crc32cUpdate(crc32cUpdate(0, data.subarray(0, 4)), data.subarray(4)), 0xe3069283);
   assert.is(crc32cUpdate(0x1234, new Uint8Array(0)), 0x1234);
+});
+
+test('MPA CRC32c from 64 octets up (ISA-L where libisal2 loads) equals @node-rs/crc32 over any split, in shared and plain memory', () => {
+  const isal = loadIsal();
+  if (!(isal instanceof Error) && process.env.KBTP_CRC32C !== 'node-rs') assert.match(mpaCrcImplementation(), /^ISA-L/);
+  const random = new Random(15);
+  for (const shared of [false, true]) {
+    const memory = shared ? new Uint8Array(new SharedArrayBuffer(80_000)) : new Uint8Array(80_000);
+    for (let i = 0; i < memory.length; i++) memory[i] = random.next() & 0xff;
+    for (const length of [63, 64, 65, 1000, 4096, 4113, 65_536, 70_001]) {
+      const start = random.below(memory.length - length);
+      const bytes = memory.subarray(start, start + length);
+      const whole = nodeRsCrc32c(Buffer.from(bytes), 0);
+      assert.is(crc32cOf(bytes), whole, `${length} octets at ${start}${shared ? ' (shared)' : ''}`);
+      const split = random.below(length);
+      assert.is(crc32cUpdate(crc32cUpdate(0, bytes.subarray(0, split)), bytes.subarray(split)), whole, `${length} octets split at ${split}`);
+    }
+  }
 });
 
 const FIG5 = hex(`
