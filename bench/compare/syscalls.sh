@@ -50,13 +50,9 @@ done
 [ -f dist/host/cli.js ] || { echo "syscalls.sh: run make build first" >&2; exit 2; }
 
 . bench/compare/servers.sh # $work, $pids and their clean-up; start_kbtp_target, start_redis
-tick=$(getconf CLK_TCK)
 
-# utime + stime of a process, in clock ticks.
-cpu_ticks() { awk '{ print $14 + $15 }' "/proc/$1/stat"; }
-# cutime + cstime of this shell: the CPU of every child it waited for.
-# (fields after the command name: state is 1, so cutime and cstime are 14 and 15)
-children_ticks() { local rest; read -r rest < "/proc/$$/stat"; rest=${rest#*) }; set -- $rest; echo $(( ${14} + ${15} )); }
+# CPU time of a process so far, in nanoseconds: its threads' run time (the servers keep theirs).
+cpu_ns() { cat /proc/"$1"/task/*/schedstat 2>/dev/null | awk '{ s += $1 } END { printf "%.0f\n", s }'; }
 
 # `strace -c` summary -> "name calls" lines.
 summary() { awk '/^[ ]*[0-9.]+ +[0-9.]+ +[0-9]+ +[0-9]+/ && $NF != "total" { print $NF, $4 }' "$1"; }
@@ -76,12 +72,15 @@ measure() {
       kill -INT "$tracer"; wait "$tracer" 2>/dev/null || true
     done
   fi
-  "$@" "$requests" >/dev/null 2>"$work/$tag.err" # warm-up: the server's JIT settles before CPU is counted
-  local before_s before_c
+  # Warm-up: the server's JIT settles before CPU is counted (a fresh kbtp target's compiler threads
+  # run for its first few thousand requests).
+  "$@" "$requests" >/dev/null 2>"$work/$tag.err"
+  "$@" "$requests" >/dev/null 2>"$work/$tag.err"
+  local before_s TIMEFORMAT='%3U %3S'
   for n in 1 3; do
-    before_s=$(cpu_ticks "$server"); before_c=$(children_ticks)
-    "$@" "$((n * requests))" >/dev/null 2>"$work/$tag.err"
-    echo "$(( $(cpu_ticks "$server") - before_s )) $(( $(children_ticks) - before_c ))" > "$work/$tag$n.cpu"
+    before_s=$(cpu_ns "$server")
+    { time "$@" "$((n * requests))" >/dev/null 2>"$work/$tag.err"; } 2>"$work/$tag$n.time"
+    echo "$(( $(cpu_ns "$server") - before_s )) $(awk '{ printf "%.0f", ($1 + $2) * 1e9 }' "$work/$tag$n.time")" > "$work/$tag$n.cpu"
   done
 }
 
@@ -100,8 +99,8 @@ report() {
       awk '{ total[$1] += $3; print "  " $0 } END { printf "  total: server %.2f, client %.2f system calls per request\n", total["server"], total["client"] }'
   fi
   read -r s1 c1 < "$work/$small.cpu"; read -r s3 c3 < "$work/$large.cpu"
-  awk -v s="$((s3 - s1))" -v c="$((c3 - c1))" -v n="$((2 * requests))" -v hz="$tick" \
-    'BEGIN { printf "  CPU per request: server %.1f us, client %.1f us\n", s * 1e6 / hz / n, c * 1e6 / hz / n }'
+  awk -v s="$((s3 - s1))" -v c="$((c3 - c1))" -v n="$((2 * requests))" \
+    'BEGIN { printf "  CPU per request: server %.1f us, client %.1f us\n", s / 1e3 / n, c / 1e3 / n }'
 }
 
 # --- kbtp -------------------------------------------------------------------------------------
