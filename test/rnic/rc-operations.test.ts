@@ -357,6 +357,38 @@ test('a Read whose retried response is lost again is still answered after later 
   }
 });
 
+test('Reads keep ORD chunks in flight past the 128-PSN Send/Write window (their losses are asked for again per chunk, not by going back N)', async () => {
+  // A 2 MiB Read at path MTU 4096 is 512 response PSNs in chunks of 16. While no response
+  // comes back, the requester asks for as many chunks as the Read window (256 PSNs) and ORD
+  // (16) allow: 16, where the 128-PSN window admitted 8. Then the responses flow (the ACK timer
+  // asks again; the responder answers from its resources) and the Read completes, data exact.
+  const pair = await rcPair({ bytes: 4 * MiB, ackTimeoutMs: 200 });
+  try {
+    const { client, server } = pair;
+    let held = true;
+    const send = server.link.send.bind(server.link);
+    server.link.send = (to, header, payload, trailer) => {
+      if (!held) send(to, header, payload, trailer);
+    };
+    fill(server.memory.subarray(0, 2 * MiB), 31);
+    client.qp.postSend({
+      wrId: 1,
+      opcode: 'RDMA_READ',
+      sgList: [{ lkey: client.mr.lkey, offset: 2 * MiB, length: 2 * MiB }],
+      remote: { stag: server.mr.rkey, taggedOffset: 0 },
+    });
+    const deadline = Date.now() + 5_000;
+    while (server.qp.statistics.messagesReceived < 16 && Date.now() < deadline) await new Promise((resolve) => setTimeout(resolve, 10));
+    await new Promise((resolve) => setTimeout(resolve, 100));
+    assert.is(server.qp.statistics.messagesReceived, 16, 'Read requests the responder took while none was answered');
+    held = false;
+    expectSuccess(await completions(client.cq, 1, 20_000));
+    same(client.memory.subarray(2 * MiB, 4 * MiB), server.memory.subarray(0, 2 * MiB), 'read data');
+  } finally {
+    await pair.close();
+  }
+});
+
 test('RNR: a Send before its receive is posted is retried until the receive appears', async () => {
   const pair = await rcPair({ pathMtu: 1024, minRnrTimer: 1 });
   try {

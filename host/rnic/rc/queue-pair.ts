@@ -50,7 +50,11 @@ export interface RcPathParameters {
   rnrRetry?: number;
   /** RNR timer code this side's RNR NAKs carry (default 12, 0.64 ms). */
   minRnrTimer?: number;
-  /** PSNs sent and not yet acknowledged at most (default 128, rxe's RXE_MAX_UNACKED_PSNS). */
+  /**
+   * PSNs sent and not yet acknowledged at most (default 128, rxe's RXE_MAX_UNACKED_PSNS, for Sends,
+   * Writes and atomics; Read chunks by default up to 256, as ORD allows: requester.ts). Given, it
+   * bounds every operation.
+   */
   maxUnackedPackets?: number;
   pkey?: number;
 }

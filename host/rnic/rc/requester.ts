@@ -39,6 +39,15 @@ const EARLY_MAX_BACKOFF = 64;
  * chunk again, not the rest of a 1 MiB Read, and the burst a responder sends stays small.
  */
 const READ_CHUNK_PACKETS = 16;
+/**
+ * PSNs a Read chunk may reach past the oldest unacknowledged one (by default; an explicit
+ * `maxUnackedPackets` bounds every operation). The PSN window exists because a loss costs
+ * everything sent after it under go-back-N; a lost Read Response costs only the rest of its
+ * chunk (asked for again alone), so Reads are bounded by ORD (the responder's resources) and
+ * this, not by the Send/Write window: 256 is 16 chunks, ORD's default, so 1 MiB is in flight at
+ * path MTU 4096 where the 128-PSN window held 512 KiB.
+ */
+const READ_WINDOW_PACKETS = 256;
 const EMPTY: Uint8Array = new Uint8Array(0);
 
 interface Wqe {
@@ -92,6 +101,8 @@ export class Requester {
   private readsOutstanding = 0;
   private mtu = 1024;
   private window = 128;
+  /** The window Read chunks are admitted by (READ_WINDOW_PACKETS unless the path names one window for all). */
+  private readWindow = READ_WINDOW_PACKETS;
   private ord = 1;
   private timeoutMs = 0;
   private retryCount = UNLIMITED_RETRIES;
@@ -125,6 +136,7 @@ export class Requester {
   start(path: RcPathParameters): void {
     this.mtu = path.pathMtu;
     this.window = path.maxUnackedPackets ?? 128;
+    this.readWindow = path.maxUnackedPackets ?? READ_WINDOW_PACKETS;
     this.ord = Math.max(1, path.ord);
     this.resourceWqes = new Array<Wqe | undefined>(this.ord).fill(undefined);
     this.resourceEnds = new Int32Array(this.ord);
@@ -292,7 +304,7 @@ export class Requester {
       // The window: a Read chunk needs its whole response range unless nothing else is unacknowledged.
       const needed = wqe.kind === Kind.Read ? chunkEnd - this.txPacket : 1;
       const unacked = psnCompare(this.nextPsn, this.lastAcked) - 1;
-      if (unacked > 0 && unacked + needed > this.window) break;
+      if (unacked > 0 && unacked + needed > (wqe.kind === Kind.Read ? this.readWindow : this.window)) break;
       if (firstTime) {
         wqe.started = true;
         wqe.firstPsn = this.nextPsn;
