@@ -547,6 +547,7 @@ export class FpduReceiver {
       this.proceedAfterHeader();
       return;
     }
+    let target: Uint8Array | undefined;
     if (this.tagged) {
       const stag = readUint32(header, 4);
       const toHigh = readUint32(header, 6 + 2);
@@ -564,30 +565,22 @@ export class FpduReceiver {
           this.taggedNextLow,
         );
         if (continuation !== undefined) {
-          this.failSegment(continuation);
-          this.proceedAfterHeader();
+          this.rejectSegment(continuation);
           return;
         }
       }
       this.segmentStag = stag;
       this.segmentToHigh = toHigh;
       this.segmentToLow = toLow;
-      const target = this.sink.placeTagged(this.opcode, stag, toHigh, toLow, this.payloadLength, first, this.last);
-      if (this.state === State.Dead) return;
-      if (target === undefined) {
-        this.failIfSilent();
-        this.proceedAfterHeader();
-        return;
-      }
-      this.target = target;
+      target = this.acceptTarget(this.sink.placeTagged(this.opcode, stag, toHigh, toLow, this.payloadLength, first, this.last));
+      if (target === undefined) return;
     } else {
       const queue = readUint32(header, 8);
       const msn = readUint32(header, 12);
       const messageOffset = readUint32(header, 16);
       const wrongQueue = queueFault(this.opcode, queue);
       if (wrongQueue !== undefined) {
-        this.failSegment(wrongQueue);
-        this.proceedAfterHeader();
+        this.rejectSegment(wrongQueue);
         return;
       }
       if (this.control) {
@@ -599,24 +592,17 @@ export class FpduReceiver {
       const first = !this.sendInProgress;
       const sendFault = sendSegmentFault(this.opcode, msn, this.expectedMsn[QN_SEND]!, messageOffset, first ? 0 : this.sendReceived, first, this.sendOpcode);
       if (sendFault !== undefined) {
-        this.failSegment(sendFault);
-        this.proceedAfterHeader();
+        this.rejectSegment(sendFault);
         return;
       }
       this.segmentMessageOffset = messageOffset;
       this.segmentInvalidateStag = readUint32(header, 4);
-      const target = this.sink.placeSend(this.opcode, messageOffset, this.payloadLength, first, this.segmentInvalidateStag);
-      if (this.state === State.Dead) return;
-      if (target === undefined) {
-        this.failIfSilent();
-        this.proceedAfterHeader();
-        return;
-      }
-      this.target = target;
+      target = this.acceptTarget(this.sink.placeSend(this.opcode, messageOffset, this.payloadLength, first, this.segmentInvalidateStag));
+      if (target === undefined) return;
     }
     this.state = this.payloadRemaining > 0 ? State.Payload : State.Trailer;
     if (this.state === State.Trailer) this.enterTrailer();
-    else if (this.target !== undefined && this.target.length === 0) {
+    else if (target.length === 0) {
       const next = this.sink.nextSendView();
       if (this.dead) return;
       if (next === undefined || next.length === 0) {
@@ -644,6 +630,27 @@ export class FpduReceiver {
       this.state = this.payloadRemaining > 0 ? State.Payload : State.Trailer;
       if (this.state === State.Trailer) this.enterTrailer();
     }
+  }
+
+  /**
+   * Takes the sink's destination for the segment's payload; undefined when the segment goes no
+   * further (the stream died in the sink, or the sink refused it and said why).
+   */
+  private acceptTarget(target: Uint8Array | undefined): Uint8Array | undefined {
+    if (this.state === State.Dead) return undefined;
+    if (target === undefined) {
+      this.failIfSilent();
+      this.proceedAfterHeader();
+      return undefined;
+    }
+    this.target = target;
+    return target;
+  }
+
+  /** A header check failed: skip the segment (reported after its CRC, or at once without CRC). */
+  private rejectSegment(cause: TerminateCause): void {
+    this.failSegment(cause);
+    this.proceedAfterHeader();
   }
 
   private failSegment(cause: TerminateCause): void {
