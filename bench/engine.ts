@@ -4,7 +4,6 @@
 import { mkdirSync, writeFileSync, readFileSync, mkdtempSync, rmSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
 import { dirname, join } from 'node:path';
-import asc from 'assemblyscript/asc';
 import { tmpdir } from 'node:os';
 import * as K from '../assembly/kbtp-constants.ts';
 import { ACTION_DATA_AND_SEND, ACTION_NONE } from '../assembly/struct-offsets.ts';
@@ -12,6 +11,7 @@ import { Engine } from '../host/engine/engine.ts';
 import { ThreadArena } from '../host/engine/arena.ts';
 import { encodeRequest } from '../host/kbtp/wire/messages.ts';
 import { spawnWorker } from '../host/util/spawn-worker.ts';
+import { compileRelease } from './asc-compile.ts';
 import type { BenchJob, BenchRound } from './engine-worker.ts';
 
 const here = dirname(fileURLToPath(import.meta.url));
@@ -24,26 +24,7 @@ async function compileKernels(): Promise<WebAssembly.Module> {
   const work = mkdtempSync(join(tmpdir(), 'kbtp-bench-'));
   try {
     const outFile = join(work, 'kernels.wasm');
-    const { error, stderr } = await asc.main([
-      join(root, 'bench/assembly/engine-kernels.ts'),
-      '--outFile',
-      outFile,
-      '--runtime',
-      'stub',
-      '--importMemory',
-      '--sharedMemory',
-      '--initialMemory',
-      '1',
-      '--maximumMemory',
-      '65536',
-      '--enable',
-      'threads,simd',
-      '--use',
-      'abort=',
-      '--noAssert',
-      '-O3',
-    ]);
-    if (error !== null) throw new Error(`compiling the benchmark kernels failed: ${String(stderr)}`);
+    await compileRelease(join(root, 'bench/assembly/engine-kernels.ts'), outFile);
     return new WebAssembly.Module(readFileSync(outFile));
   } finally {
     rmSync(work, { recursive: true, force: true });

@@ -6,7 +6,7 @@ import * as assert from 'uvu/assert';
 import { mkdtempSync, cpSync, readFileSync, writeFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import asc from 'assemblyscript/asc';
+import { compileRelease } from '../../bench/asc-compile.ts';
 import { Engine } from '../../host/engine/engine.ts';
 import { auditPool, type AuditReport } from '../../host/engine/audit.ts';
 import { engineModule } from '../../host/engine/wasm.ts';
@@ -117,26 +117,7 @@ test('the same stress catches an engine whose FetchAdd is not atomic', async () 
       ),
     );
     const outFile = join(work, 'broken.wasm');
-    const { error, stderr } = await asc.main([
-      join(work, 'assembly', 'index.ts'),
-      '--outFile',
-      outFile,
-      '--runtime',
-      'stub',
-      '--importMemory',
-      '--sharedMemory',
-      '--initialMemory',
-      '1',
-      '--maximumMemory',
-      '65536',
-      '--enable',
-      'threads,simd',
-      '--use',
-      'abort=',
-      '--noAssert',
-      '-O3',
-    ]);
-    assert.is(error, null, String(stderr));
+    await compileRelease(join(work, 'assembly', 'index.ts'), outFile);
     const broken = Engine.create(config('masked'), new WebAssembly.Module(readFileSync(outFile)));
     assert.is.not(broken.module, engineModule());
     const { reports, audit } = await stress(broken, 250_000, 200_000, 0);
