@@ -25,6 +25,10 @@ if (address === '' || ![size, perSession, sessionCount, pipeline].every((n) => N
 }
 const sessions = await Promise.all(Array.from({ length: sessionCount }, () => connect(address, { tenant: 'default', pipeline })));
 const data = new Uint8Array(size).map((_, i) => i & 0xff);
+// Registered with every session, as an inference server registers the buffers it parks KV blocks
+// from: the target's RDMA Reads are served from `data` itself, with no copy into a request slot
+// (session.ts postStore), as fio writes from its own buffer. The buffer never changes.
+for (const session of sessions) session.registerLoadBuffer(data);
 
 /** Every session runs `request` over its handles with `pipeline` requests in flight. */
 function eachHandle(request: (session: Session, handle: bigint) => Promise<unknown>): Promise<unknown> {

@@ -7,7 +7,7 @@
 // perf records the target over the measured pass and the row ends with each thread's CPU per STORE
 // by kind of work (bench/tier-profile.ts; run node with --perf-basic-prof to name JS frames).
 //
-//   node [--perf-basic-prof] dist/bench/tier-row.js [--size 262144] [--mib 256] [--volatile] [--perf FILE]
+//   node [--perf-basic-prof] dist/bench/tier-row.js [--size 262144] [--mib 1024] [--volatile] [--perf FILE]
 import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
@@ -18,11 +18,11 @@ import { TargetProfile } from './tier-profile.ts';
 
 const parsed = parseCommandLine(
   'bench/tier-row',
-  'usage: node dist/bench/tier-row.js [--size OCTETS (default 262144)] [--mib N (MiB stored, default 256)] [--volatile (no durable tier)] [--dir PATH (default .cache/bench-tier-row)] [--perf FILE (perf record the target over the measured pass, print CPU per STORE by kind of work)]',
+  'usage: node dist/bench/tier-row.js [--size OCTETS (default 262144)] [--mib N (MiB stored, default 1024)] [--volatile (no durable tier)] [--dir PATH (default .cache/bench-tier-row)] [--perf FILE (perf record the target over the measured pass, print CPU per STORE by kind of work)]',
   process.argv.slice(2),
   {
     size: { type: 'string', default: '262144' },
-    mib: { type: 'string', default: '256' },
+    mib: { type: 'string', default: '1024' },
     volatile: { type: 'boolean', default: false },
     dir: { type: 'string' },
     perf: { type: 'string' },

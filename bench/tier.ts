@@ -6,9 +6,11 @@
 // Steady state on both sides: the clients store and free their blocks once before the measured
 // pass, and fio overwrites a file it laid out first, so that neither measures the first touch of
 // fresh memory (on a virtual machine that costs more than the write itself: docs/TIER.md).
-// Each figure is the median of RUNS runs, the three kinds interleaved so that a change of load
-// during the run shifts them alike; the CPU time of the target and of the clients per STORE is
-// printed with them.
+// Each run stores 1 GiB (--mib) in its measured pass: 1,024 STOREs at 1 MiB, 4,096 at 256 KiB
+// (session 5's 256 MiB gave 256 STOREs at 1 MiB, too few to be steady: /proc's 10 ms ticks were
+// ~40 us per STORE per thread, and V8 was still compiling). Each figure is the median of RUNS
+// runs, the three kinds interleaved so that a change of load during the run shifts them alike;
+// the CPU time of the target and of the clients per STORE is printed with them.
 // Writes bench/results/tier.json:
 //   { fio_write_gbps, rows: [{ size, sessions, persistent_store_gbps, volatile_store_gbps }],
 //     recovery: { blocks, seconds }, promotion_p99_us }
@@ -30,9 +32,9 @@ import { crc32cImplementation } from '../host/tier/checksum.ts';
 
 const parsed = parseCommandLine(
   'bench/tier',
-  'usage: node dist/bench/tier.js [--mib 256 (MiB stored per row)] [--dir PATH (default .cache/bench-tier)] [--output FILE (default bench/results/tier.json)]',
+  'usage: node dist/bench/tier.js [--mib 1024 (MiB stored per row and run; fio writes as much)] [--dir PATH (default .cache/bench-tier)] [--output FILE (default bench/results/tier.json)]',
   process.argv.slice(2),
-  { mib: { type: 'string', default: '256' }, dir: { type: 'string' }, output: { type: 'string' } },
+  { mib: { type: 'string', default: '1024' }, dir: { type: 'string' }, output: { type: 'string' } },
 );
 if (typeof parsed === 'number') process.exit(parsed);
 const { values } = parsed;
