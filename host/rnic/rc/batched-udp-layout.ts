@@ -34,10 +34,6 @@ export const IOVEC = 16;
 export const SOCKADDR_IN = 16;
 /** Parts of one outbound packet (header, payload, trailer): every packet has three iovecs, empty ones of length 0. */
 export const MAX_PARTS = 3;
-/** Octets of small parts a queued packet copies instead of pointing at. */
-export const COPY_ROOM = 336;
-/** A part at least this long is pointed at, not copied: its buffer is off the V8 heap (it cannot move). */
-export const REFERENCE_AT = 256;
 /** Control message room: CMSG_SPACE(sizeof(int)) on LP64. */
 export const CMSG_ROOM = 24;
 export const SOL_UDP = 17;
@@ -47,22 +43,8 @@ export const UDP_GRO = 104;
 export const MAX_SEGMENTS = 64;
 export const MAX_GSO_BYTES = 65507;
 
-/** Packets queued at most before the queue is written at once. */
-export const DEFAULT_SEND_BATCH = 256;
 /** Send blocks: one fills while the send worker writes the others. */
 export const SEND_BLOCKS = 4;
-/** How long a packet waits for a send block to come back before it is dropped (a loss to RC). */
-export const SEND_BLOCK_WAIT_MS = 20;
-/**
- * A turn's queue of at most this many packets (ACKs, NAKs, a Read request), or of at most this
- * many octets (a turn's Read requests: many packets, few octets, one GSO message), is written by
- * the main thread itself when no block is with the send worker: one system call costs less than
- * waking the worker (and its latency, which a Read pays once per request round), and an
- * acknowledgement is in the peer's socket before the turn ends (RC's ACK timer relies on that:
- * see Requester.expire).
- */
-export const DIRECT_SEND_PACKETS = 4;
-export const DIRECT_SEND_OCTETS = 2048;
 // The send control words (Int32 indices): blocks submitted and written (counters), closing, the
 // errno that turned GSO off, the test hook's remaining simulated EAGAINs, statistics; then per
 // block its message count, then per block and message its packet count.
@@ -82,11 +64,6 @@ export const BLOCK_MESSAGES = 16;
 /** Per block, the first message the worker writes (the main thread may have written some). */
 export const BLOCK_START = BLOCK_MESSAGES + SEND_BLOCKS;
 export const MESSAGE_PACKETS = BLOCK_START + SEND_BLOCKS;
-/** Receive ring: slots and octets per slot (a GRO run reaches 64 KiB). */
-export const DEFAULT_RECEIVE_SLOTS = 64;
-export const DEFAULT_SLOT_BYTES = 65536;
-/** Ring slots one recvmmsg fills at most. */
-export const RECEIVE_BATCH = 32;
 
 // The control words at the start of the receive ring (Int32 indices).
 export const PRODUCED = 0;

@@ -61,19 +61,13 @@ import {
   IOVEC,
   SOCKADDR_IN,
   MAX_PARTS,
-  COPY_ROOM,
-  REFERENCE_AT,
   CMSG_ROOM,
   SOL_UDP,
   UDP_SEGMENT,
   UDP_GRO,
   MAX_SEGMENTS,
   MAX_GSO_BYTES,
-  DEFAULT_SEND_BATCH,
   SEND_BLOCKS,
-  SEND_BLOCK_WAIT_MS,
-  DIRECT_SEND_PACKETS,
-  DIRECT_SEND_OCTETS,
   SUBMITTED,
   WRITTEN,
   SEND_CLOSING,
@@ -88,9 +82,6 @@ import {
   BLOCK_MESSAGES,
   BLOCK_START,
   MESSAGE_PACKETS,
-  DEFAULT_RECEIVE_SLOTS,
-  DEFAULT_SLOT_BYTES,
-  RECEIVE_BATCH,
   PRODUCED,
   CONSUMED,
   WAKE_PENDING,
@@ -102,7 +93,32 @@ import {
 } from './batched-udp-layout.ts';
 import { RECEIVE_WORKER, SEND_WORKER } from './batched-udp-workers.ts';
 import { IcrcVerdict } from './batched-udp-layout.ts';
-export { DEFAULT_SEND_BATCH, SEND_BLOCKS, DEFAULT_RECEIVE_SLOTS, DEFAULT_SLOT_BYTES, IcrcVerdict } from './batched-udp-layout.ts';
+export { SEND_BLOCKS, IcrcVerdict } from './batched-udp-layout.ts';
+
+// Tuning of this socket (the worker threads get what they need of it through workerData).
+/** Octets of small parts a queued packet copies instead of pointing at. */
+const COPY_ROOM = 336;
+/** A part at least this long is pointed at, not copied: its buffer is off the V8 heap (it cannot move). */
+const REFERENCE_AT = 256;
+/** Packets queued at most before the queue is written at once. */
+export const DEFAULT_SEND_BATCH = 256;
+/** How long a packet waits for a send block to come back before it is dropped (a loss to RC). */
+const SEND_BLOCK_WAIT_MS = 20;
+/**
+ * A turn's queue of at most this many packets (ACKs, NAKs, a Read request), or of at most this
+ * many octets (a turn's Read requests: many packets, few octets, one GSO message), is written by
+ * the main thread itself when no block is with the send worker: one system call costs less than
+ * waking the worker (and its latency, which a Read pays once per request round), and an
+ * acknowledgement is in the peer's socket before the turn ends (RC's ACK timer relies on that:
+ * see Requester.expire).
+ */
+const DIRECT_SEND_PACKETS = 4;
+const DIRECT_SEND_OCTETS = 2048;
+/** Receive ring: slots and octets per slot (a GRO run reaches 64 KiB). */
+export const DEFAULT_RECEIVE_SLOTS = 64;
+export const DEFAULT_SLOT_BYTES = 65536;
+/** Ring slots one recvmmsg fills at most. */
+const RECEIVE_BATCH = 32;
 
 interface Libc {
   socket(domain: number, type: number, protocol: number): number;
@@ -122,6 +138,38 @@ interface Libc {
 }
 
 let loaded: Libc | Error | undefined;
+
+/** What a worker posts once it runs (its other messages go to the socket). */
+const WORKER_READY = -1;
+
+/**
+ * Starts one of the socket's workers from its source: `started` resolves once it runs (or has
+ * ended), `exited` when it ends; its other messages go to `onMessage`, an error that ends it to
+ * `onError`.
+ */
+function startWorker<Message>(
+  source: string,
+  workerData: Record<string, unknown>,
+  onMessage: (value: Message) => void,
+  onError: (message: string) => void,
+): { started: Promise<void>; exited: Promise<void> } {
+  // The parent's --import hooks (tsx) would only slow the worker's start: it is plain JS.
+  const worker = new Worker(source, { eval: true, execArgv: [], workerData, stdout: false, stderr: false });
+  let ready: () => void = () => undefined;
+  const started = new Promise<void>((resolve) => (ready = resolve));
+  worker.on('message', (value: Message | typeof WORKER_READY) => {
+    if (value === WORKER_READY) ready();
+    else onMessage(value);
+  });
+  const exited = new Promise<void>((resolve) => {
+    worker.once('exit', () => {
+      ready();
+      resolve();
+    });
+    worker.once('error', (error: Error) => onError(error.message));
+  });
+  return { started, exited };
+}
 
 /**
  * Binds libc through koffi once per thread. Returns the reason as an Error when this platform
@@ -330,28 +378,15 @@ export class BatchedUdpSocket implements TurnParticipant {
       sendBlocked: { get: () => Atomics.load(control, SEND_BLOCKED), enumerable: true },
       sendErrors: { get: () => Atomics.load(control, SEND_ERRORS), enumerable: true },
     }) as BatchedUdpStatistics;
-    const sender = new Worker(SEND_WORKER, {
-      eval: true,
-      execArgv: [],
-      workerData: { koffiPath: libc.koffiPath, fd, blockBytes: this.blockBytes, namesAt: this.namesAt, sendBatch: n, control: sendControl, blocks },
-      stdout: false,
-      stderr: false,
-    });
-    let sendReady: () => void = () => undefined;
-    const sendStarted = new Promise<void>((resolve) => (sendReady = resolve));
-    sender.on('message', (value: number | { errno: number; address: string; port: number }) => {
-      if (value === -1) sendReady();
-      else if (typeof value === 'object') this.sendErrorHandler?.({ address: value.address, port: value.port }, value.errno);
-    });
-    this.sendExited = new Promise<void>((resolve) => {
-      sender.once('exit', () => {
-        sendReady();
-        resolve();
-      });
-      sender.once('error', (error: Error) => {
-        this.sendWorkerError = error.message;
-      });
-    });
+    const sender = startWorker(
+      SEND_WORKER,
+      { koffiPath: libc.koffiPath, fd, blockBytes: this.blockBytes, namesAt: this.namesAt, sendBatch: n, control: sendControl, blocks },
+      (value: number | { errno: number; address: string; port: number }) => {
+        if (typeof value === 'object') this.sendErrorHandler?.({ address: value.address, port: value.port }, value.errno);
+      },
+      (message) => (this.sendWorkerError = message),
+    );
+    this.sendExited = sender.exited;
 
     const records = CONTROL_BYTES;
     const iovecs = records + slots * MMSGHDR;
@@ -382,11 +417,9 @@ export class BatchedUdpSocket implements TurnParticipant {
         isal: !(loadIsal() instanceof Error),
       };
     }
-    const worker = new Worker(RECEIVE_WORKER, {
-      eval: true,
-      // The parent's --import hooks (tsx) would only slow the worker's start: it is plain JS.
-      execArgv: [],
-      workerData: {
+    const receiver = startWorker(
+      RECEIVE_WORKER,
+      {
         koffiPath: libc.koffiPath,
         fd,
         slots,
@@ -402,26 +435,15 @@ export class BatchedUdpSocket implements TurnParticipant {
         verdicts,
         ...icrc,
       },
-      stdout: false,
-      stderr: false,
-    });
-    let ready: () => void = () => undefined;
-    this.ready = Promise.all([new Promise<void>((resolve) => (ready = resolve)), sendStarted]).then(() => undefined);
-    worker.on('message', (value: number) => {
-      if (value === 0) this.drain();
-      else if (value === -1) ready();
-      else this.workerFailed(value);
-    });
-    this.exited = new Promise<void>((resolve) => {
-      worker.once('exit', () => {
-        ready();
-        resolve();
-      });
+      (value: number) => {
+        if (value === 0) this.drain();
+        else this.workerFailed(value);
+      },
       // A worker that fails to start (out of memory, koffi missing in it) ends receiving only.
-      worker.once('error', (error: Error) => {
-        this.workerError = error.message;
-      });
-    });
+      (message) => (this.workerError = message),
+    );
+    this.exited = receiver.exited;
+    this.ready = Promise.all([receiver.started, sender.started]).then(() => undefined);
   }
 
   /** Opens and binds the socket. Throws RnicError when batching is unavailable here or bind fails. */
