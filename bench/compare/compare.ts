@@ -36,6 +36,13 @@ export interface CompareRow extends RedisRowFigures {
   kbtp_gbps: number;
   kbtp_p50_us: number;
   kbtp_p99_us: number;
+  /**
+   * kbtp's CPU per request by thread over the row's window (the phase's LOAD or STORE requests):
+   * client = kbtp bench's main thread, target = the spawned target's workers, other = the process's
+   * remaining threads (V8's GC and compiler helpers); *_busy = that CPU time over the window's wall
+   * time (1.0 = a whole core: the thread that limits the row). Absent where /proc has no schedstat.
+   */
+  kbtp_cpu?: { client_us: number; target_us: number | null; other_us: number; client_busy: number; target_busy: number | null };
 }
 
 interface Table {
@@ -100,7 +107,27 @@ async function measure(sizes: number[], sessionCounts: number[], inFlight: numbe
         const r = redis.find(same);
         const c = redisComplete.find(same);
         if (k === undefined || r === undefined || c === undefined) continue;
-        rows.push({ op, size, sessions, kbtp_gbps: r3(gbit(k)), kbtp_p50_us: k.p50Us, kbtp_p99_us: k.p99Us, ...redisRowFigures(r, c) });
+        const cpu = k.cpu;
+        rows.push({
+          op,
+          size,
+          sessions,
+          kbtp_gbps: r3(gbit(k)),
+          kbtp_p50_us: k.p50Us,
+          kbtp_p99_us: k.p99Us,
+          ...redisRowFigures(r, c),
+          ...(cpu !== undefined
+            ? {
+                kbtp_cpu: {
+                  client_us: cpu.clientUsPerOp,
+                  target_us: cpu.targetUsPerOp ?? null,
+                  other_us: cpu.otherUsPerOp,
+                  client_busy: cpu.clientBusy,
+                  target_busy: cpu.targetBusy ?? null,
+                },
+              }
+            : {}),
+        });
       }
     }
   }
@@ -111,6 +138,24 @@ async function measure(sizes: number[], sessionCounts: number[], inFlight: numbe
 function rowMet(row: CompareRow, inFlight: number): boolean {
   if (inFlight > 1) return row.kbtp_gbps >= 1.5 * row.redis_gbps;
   return row.kbtp_gbps >= row.redis_gbps && row.kbtp_p50_us <= row.redis_p50_us;
+}
+
+/** Where kbtp's CPU went per row: the thread with busy near 1.0 is what limits the row. */
+function formatCpu(title: string, rows: readonly CompareRow[]): string {
+  return formatTable({
+    title,
+    columns: ['kbtp op', 'size', 'sessions', 'client us/req', 'target us/req', 'other us/req', 'client busy', 'target busy'],
+    rows: rows.map((row) => [
+      row.op.toUpperCase(),
+      formatSize(row.size),
+      row.sessions,
+      row.kbtp_cpu?.client_us ?? '-',
+      row.kbtp_cpu?.target_us ?? '-',
+      row.kbtp_cpu?.other_us ?? '-',
+      row.kbtp_cpu?.client_busy ?? '-',
+      row.kbtp_cpu?.target_busy ?? '-',
+    ]),
+  });
 }
 
 function formatCompare(title: string, rows: readonly CompareRow[], iperfGbps: number, inFlight: number): string {
@@ -285,6 +330,14 @@ async function main(): Promise<number> {
           table.rows,
           iperfDefault,
           table.inFlight,
+        ),
+      );
+      console.log('');
+      console.log(
+        formatCpu(
+          `kbtp CPU per request by thread, ${table.inFlight} in flight (client: kbtp bench's main thread; target: the spawned target's worker(s); ` +
+            "other: the process's other threads; busy: CPU time / wall time of the window, 1.0 = one core)",
+          table.rows,
         ),
       );
       console.log('');

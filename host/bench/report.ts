@@ -4,6 +4,7 @@ import { formatTable } from '../report/table.ts';
 import { barChart } from '../report/svg.ts';
 import { OP_LABELS, type OpName } from './mix.ts';
 import type { PhaseResult } from './workload.ts';
+import type { PhaseCpu } from './thread-cpu.ts';
 
 export interface BenchRow {
   op: OpName;
@@ -30,6 +31,11 @@ export interface BenchRow {
   /** Loads whose data was not what was stored. */
   corrupt: number;
   firstError?: string;
+  /**
+   * CPU per request of the row's phase by thread (all its operations together), and how busy each
+   * side was: client = the main thread, target = a spawned target's workers, other = the rest.
+   */
+  cpu?: PhaseCpu;
 }
 
 const round = (value: number, digits = 3): number => (Number.isFinite(value) ? +value.toFixed(digits) : value);
@@ -57,6 +63,7 @@ export function rowsOf(result: PhaseResult, phase = ''): BenchRow[] {
       corrupt: stats.corrupt,
     };
     if (stats.firstProblem !== undefined) row.firstError = stats.firstProblem;
+    if (result.cpu !== undefined) row.cpu = result.cpu;
     return row;
   });
 }
@@ -72,10 +79,17 @@ function errorText(row: BenchRow): string {
   return entries.length === 0 ? '0' : entries.map(([name, count]) => `${count} ${name}`).join(', ');
 }
 
+/** "client / target (client busy / target busy)", the target's parts only when it ran in this process. */
+function cpuText(cpu: PhaseCpu | undefined): string {
+  if (cpu === undefined) return '-';
+  if (cpu.targetUsPerOp === undefined) return `${cpu.clientUsPerOp} (${cpu.clientBusy})`;
+  return `${cpu.clientUsPerOp} / ${cpu.targetUsPerOp} (${cpu.clientBusy} / ${cpu.targetBusy})`;
+}
+
 export function formatRows(title: string, rows: readonly BenchRow[]): string {
   return formatTable({
     title,
-    columns: ['op', 'size', 'sessions', 'in flight', 'ops', 'ops/s', 'GB/s', 'p50 us', 'p99 us', 'p99.9 us', 'errors'],
+    columns: ['op', 'size', 'sessions', 'in flight', 'ops', 'ops/s', 'GB/s', 'p50 us', 'p99 us', 'p99.9 us', 'CPU us/req client/target (busy)', 'errors'],
     rows: rows.map((row) => [
       row.phase === OP_LABELS[row.op] ? row.phase : `${OP_LABELS[row.op]} (in ${row.phase})`,
       formatSize(row.size),
@@ -87,6 +101,7 @@ export function formatRows(title: string, rows: readonly BenchRow[]): string {
       row.p50Us,
       row.p99Us,
       row.p999Us,
+      cpuText(row.cpu),
       errorText(row),
     ]),
   });

@@ -9,6 +9,7 @@ import { OP_LABELS, usesDirect, type Phase } from './mix.ts';
 import { rowsOf, formatSize, type BenchRow } from './report.ts';
 import { spawnTarget } from './spawn.ts';
 import { runPhase, type Progress } from './workload.ts';
+import { ThreadCpu } from './thread-cpu.ts';
 
 export interface BenchConfig {
   /** host:port of a running target, or undefined to spawn one per block size. */
@@ -120,6 +121,7 @@ export async function runBench(config: BenchConfig, rows: BenchRow[] = []): Prom
       address = `127.0.0.1:${target.port}`;
     }
     let sessions: KbtpSession[] = [];
+    const threadCpu = ThreadCpu.open(target?.threadIds ?? []);
     try {
       sessions = await openSessions(address, config);
       const firstHandle = config.handleBase ?? sessions[0]?.hello.storeFirst ?? 0n;
@@ -137,6 +139,7 @@ export async function runBench(config: BenchConfig, rows: BenchRow[] = []): Prom
           ...(config.durationMs !== undefined ? { durationMs: config.durationMs } : {}),
           ...(config.count !== undefined ? { count: config.count } : {}),
           warmupMs: config.warmupMs,
+          ...(threadCpu !== undefined ? { threadCpu } : {}),
           ...(config.onProgress !== undefined ? { onProgress: (progress: Progress) => config.onProgress?.(label, progress) } : {}),
         });
         rows.push(...rowsOf(result, phaseLabel(phase)));

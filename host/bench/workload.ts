@@ -11,6 +11,7 @@ import { statusName } from '../kbtp/wire/messages.ts';
 import { BlockMaker, type ExpectedBlock } from './blocks.ts';
 import { LatencyHistogram } from './histogram.ts';
 import { OpPicker, sealingFor, type OpName, type Phase } from './mix.ts';
+import type { PhaseCpu, ThreadCpu, ThreadCpuSample } from './thread-cpu.ts';
 
 /** A settled promise: its then() runs a reaction after the current turn's synchronous work. */
 const SETTLED: Promise<void> = Promise.resolve();
@@ -50,6 +51,8 @@ export interface PhaseResult {
   /** Length of the measured window. */
   seconds: number;
   ops: OpStats[];
+  /** CPU per request by thread over the measured window (when a sampler was given, on Linux). */
+  cpu?: PhaseCpu;
 }
 
 export interface Progress {
@@ -83,6 +86,8 @@ export interface PhaseOptions {
    * of `inFlight` independent loadInto()/storeFrom() calls. Each request's latency is its batch's.
    */
   batched?: boolean;
+  /** Samples this process's threads at the measured window's start and the phase's end (PhaseResult.cpu). */
+  threadCpu?: ThreadCpu;
 }
 
 /** A FIFO of handle indices; round-robin reuse spreads requests over every handle. */
@@ -250,6 +255,8 @@ export async function runPhase(options: PhaseOptions): Promise<PhaseResult> {
   let completed = 0;
   let completedBytes = 0;
   let problems = 0;
+  /** Every request answered (in the window or not, with any outcome): the CPU figures' divisor. */
+  let answered = 0;
   let lastCompletion = start;
   const stopped = (): boolean => performance.now() >= endAt || issued >= countLimit;
 
@@ -318,6 +325,7 @@ export async function runPhase(options: PhaseOptions): Promise<PhaseResult> {
     };
     const done = (error: Error | undefined, dataLength: number): void => {
       const finished = performance.now();
+      answered += 1;
       if (error !== undefined) {
         // A failed request changes nothing at the target (kbtp-v1 section 6); a transport failure
         // (blocks.failed) must be seen before the next request, so failures are counted at once.
@@ -410,6 +418,7 @@ export async function runPhase(options: PhaseOptions): Promise<PhaseResult> {
         failedRequest(blocks, entry, handle, error);
       }
       const ended = performance.now();
+      answered += 1;
       if (ok && data !== undefined) ok = loadedRight(entry, data, expected, handle);
       if (ok) {
         if (made !== undefined) blocks.expected[index] = made;
@@ -468,6 +477,7 @@ export async function runPhase(options: PhaseOptions): Promise<PhaseResult> {
         problems += failedAt.size;
       }
       const ended = performance.now();
+      answered += handles.length;
       for (let i = 0; i < handles.length; i++) {
         const index = indices[i]!;
         blocks.idleBound.push(index);
@@ -497,6 +507,16 @@ export async function runPhase(options: PhaseOptions): Promise<PhaseResult> {
       errors: problems,
     });
   const timer = options.onProgress === undefined ? undefined : setInterval(report, options.progressIntervalMs ?? 1000);
+  // The CPU window opens with the measured one (after the warm-up) and closes when the last
+  // request is answered; the requests answered in between divide it.
+  const threadCpu = options.threadCpu;
+  let cpuFrom: { sample: ThreadCpuSample; answered: number } | undefined;
+  const openCpuWindow = (): void => {
+    if (threadCpu !== undefined && cpuFrom === undefined) cpuFrom = { sample: threadCpu.sample(), answered };
+  };
+  const cpuTimer = threadCpu !== undefined && warmupMs > 0 ? setTimeout(openCpuWindow, warmupMs) : undefined;
+  if (cpuTimer === undefined) openCpuWindow();
+  let cpu: PhaseCpu | undefined;
   try {
     if (batched) await Promise.all(all.map((blocks) => runBatches(blocks)));
     else if (single !== undefined)
@@ -504,8 +524,10 @@ export async function runPhase(options: PhaseOptions): Promise<PhaseResult> {
         all.flatMap((blocks) => Array.from({ length: inFlight }, () => new Promise<void>((resolve, reject) => runChain(blocks, single, resolve, reject)))),
       );
     else await Promise.all(all.flatMap((blocks, s) => Array.from({ length: inFlight }, (_, w) => runWorker(blocks, 1 + s * 977 + w * 131))));
+    if (threadCpu !== undefined && cpuFrom !== undefined) cpu = threadCpu.between(cpuFrom.sample, threadCpu.sample(), answered - cpuFrom.answered);
   } finally {
     if (timer !== undefined) clearInterval(timer);
+    if (cpuTimer !== undefined) clearTimeout(cpuTimer);
     for (const { session, buffer } of registered) {
       try {
         session.deregisterLoadBuffer(buffer);
@@ -529,5 +551,5 @@ export async function runPhase(options: PhaseOptions): Promise<PhaseResult> {
       ),
     );
   }
-  return { size, sessions: sessions.length, inFlight, seconds, ops: [...stats.values()] };
+  return { size, sessions: sessions.length, inFlight, seconds, ops: [...stats.values()], ...(cpu !== undefined ? { cpu } : {}) };
 }

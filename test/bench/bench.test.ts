@@ -12,6 +12,7 @@ import { parseMix } from '../../host/bench/mix.ts';
 import { runPhase } from '../../host/bench/workload.ts';
 import { rowsOf } from '../../host/bench/report.ts';
 import { BlockMaker } from '../../host/bench/blocks.ts';
+import { ThreadCpu } from '../../host/bench/thread-cpu.ts';
 import { kbtp as kbtpCli } from '../support/kbtp-cli.ts';
 
 const scratch = mkdtempSync(join(tmpdir(), 'kbtp-bench-test-'));
@@ -48,6 +49,41 @@ test('a weighted mix of every two-sided operation, counted, with no error', asyn
   assert.is(stats.internalErrors, 0);
   const audit = target.audit();
   assert.is(audit.bound, 0, 'the phase cleans up after itself');
+});
+
+test("CPU per request by thread: the spawned target's worker is told apart from the client", async () => {
+  assert.is(target.threadIds.length, 1);
+  const worker = target.threadIds[0] ?? 0;
+  assert.ok(worker > 0 && worker !== process.pid, `worker thread id ${worker}`);
+  const threadCpu = ThreadCpu.open(target.threadIds);
+  if (threadCpu === undefined) return; // no /proc/self/task/TID/schedstat here: the figures are absent
+  const [phase] = parseMix('load');
+  const result = await runPhase({ sessions, size: 16 * 1024, phase: phase ?? [], inFlight: 2, keysPerSession: 2, firstHandle: 0n, count: 2000, threadCpu });
+  const cpu = result.cpu;
+  assert.ok(cpu !== undefined, 'a sampler gives the phase CPU figures');
+  assert.ok(cpu.requests >= 2000, `${cpu.requests} requests`);
+  // Both sides do real work per request (a read and a write each at least); one thread is at most one core.
+  assert.ok(cpu.clientUsPerOp > 0 && (cpu.targetUsPerOp ?? 0) > 0, JSON.stringify(cpu));
+  assert.ok(cpu.clientBusy > 0 && cpu.clientBusy <= 1.05, `client busy ${cpu.clientBusy}`);
+  assert.ok((cpu.targetBusy ?? 0) > 0 && (cpu.targetBusy ?? 0) <= 1.05, `target busy ${cpu.targetBusy}`);
+  assert.equal(rowsOf(result)[0]?.cpu, cpu);
+});
+
+test('ThreadCpu.between: per request and busy share from two samples', () => {
+  const threadCpu = ThreadCpu.open([1]);
+  if (threadCpu === undefined) return;
+  const first = { at: 1000, clientNs: 5e6, targetNs: 1e6, otherNs: 2e6 };
+  const last = { at: 1100, clientNs: 5e6 + 50e6, targetNs: 1e6 + 20e6, otherNs: 2e6 + 1e6 };
+  assert.equal(threadCpu.between(first, last, 1000), {
+    requests: 1000,
+    clientUsPerOp: 50,
+    otherUsPerOp: 1,
+    clientBusy: 0.5,
+    targetUsPerOp: 20,
+    targetBusy: 0.2,
+  });
+  assert.is(threadCpu.between(first, last, 0), undefined, 'no request, no figure');
+  assert.is(ThreadCpu.open([])?.between(first, last, 10)?.targetUsPerOp, undefined, 'no target thread, no target figure');
 });
 
 test('a spawned target takes a whole 16 KiB block inline, so a STORE is one round trip', () => {

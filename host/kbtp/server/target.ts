@@ -54,6 +54,8 @@ export interface RunningTarget {
   readonly failure: Promise<Error>;
   /** Session slots in use now, all workers together. */
   slotsInUse(): number;
+  /** The worker threads' OS thread ids (Linux; 0 where unknown): kbtp bench reads their CPU time from /proc. */
+  readonly threadIds: readonly number[];
   /**
    * Replaces the tenant list (the engine's tenant records are the caller's to write first):
    * new sessions are admitted by it, sessions of tenants it drops or changes end.
@@ -134,6 +136,7 @@ export async function startTarget(settings: TargetSettings, options: TargetOptio
     throw error;
   }
   if (listening.type !== 'listening') throw new InternalError('target worker 1 did not report its listening socket');
+  const threadIds = [listening.threadId];
   try {
     const rest = [];
     for (let thread = 2; thread <= settings.workers; thread++) {
@@ -141,7 +144,7 @@ export async function startTarget(settings: TargetSettings, options: TargetOptio
       workers.push(started.worker);
       rest.push(started.first);
     }
-    await Promise.all(rest);
+    for (const ready of await Promise.all(rest)) threadIds.push(ready.type === 'ready' ? ready.threadId : 0);
   } catch (error) {
     await Promise.all(workers.map((worker) => worker.terminate()));
     await tier?.close();
@@ -200,6 +203,7 @@ export async function startTarget(settings: TargetSettings, options: TargetOptio
     drain,
     failure,
     slotsInUse: () => slots.inUse,
+    threadIds,
     updateTenants: (tenants) => {
       settings.tenants = tenants;
       for (const worker of workers) worker.postMessage({ type: 'tenants', tenants } satisfies MainToWorker);

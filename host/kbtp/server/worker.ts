@@ -3,6 +3,7 @@
 // session slots (or refuses them with a reason), enforces the stage timeouts, and serves them.
 // A failure nobody caught is reported to the main thread with its cause, after which this
 // worker ends its connections so that everything they held goes back to the engine.
+import { readlinkSync } from 'node:fs';
 import net from 'node:net';
 import { parentPort, workerData } from 'node:worker_threads';
 import { Engine, type EngineHandoff } from '../../engine/engine.ts';
@@ -32,8 +33,9 @@ export interface TargetWorkerData {
 }
 
 export type WorkerToMain =
-  | { type: 'listening'; fd: number; port: number; host: string }
-  | { type: 'ready' }
+  /** `threadId`: the worker's OS thread id (Linux), for per-thread CPU figures (kbtp bench); 0 where unknown. */
+  | { type: 'listening'; fd: number; port: number; host: string; threadId: number }
+  | { type: 'ready'; threadId: number }
   | { type: 'stats'; id: number; stats: ReturnType<TargetStats['snapshot']> }
   | { type: 'log'; line: string }
   | { type: 'error'; message: string }
@@ -42,6 +44,16 @@ export type WorkerToMain =
   | TierToMain;
 
 export type MainToWorker = { type: 'stats'; id: number } | { type: 'drain' } | TierToWorker | { type: 'tenants'; tenants: TenantSettings[] };
+
+/** This thread's OS thread id from /proc/thread-self ("PID/task/TID"), or 0 where there is none. */
+function osThreadId(): number {
+  try {
+    const tid = Number(readlinkSync('/proc/thread-self').split('/').pop());
+    return Number.isSafeInteger(tid) ? tid : 0;
+  } catch {
+    return 0;
+  }
+}
 
 function send(message: WorkerToMain): void {
   parentPort?.postMessage(message);
@@ -224,9 +236,15 @@ async function main(): Promise<void> {
 
   if (data.fd === undefined) {
     const address = server.address();
-    send({ type: 'listening', fd: listeningFd(server), port: typeof address === 'object' && address !== null ? address.port : 0, host: settings.listen.host });
+    send({
+      type: 'listening',
+      fd: listeningFd(server),
+      port: typeof address === 'object' && address !== null ? address.port : 0,
+      host: settings.listen.host,
+      threadId: osThreadId(),
+    });
   } else {
-    send({ type: 'ready' });
+    send({ type: 'ready', threadId: osThreadId() });
   }
 }
 
