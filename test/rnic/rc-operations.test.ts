@@ -8,7 +8,7 @@ import { Random } from '../../host/util/random.ts';
 import { WcStatus, type PacketLink, type SendWorkRequest } from '../../host/rnic/verbs.ts';
 import { psnAdd } from '../../host/rnic/wire/ib-headers.ts';
 import { IbOpcode } from '../../host/rnic/wire/ib-opcodes.ts';
-import { completions, expectSuccess, rcPair, type RcPair, type RcPairOptions } from '../support/rc.ts';
+import { completions, expectSuccess, rcPair, type RcPair, type RcPairOptions, type RcSide } from '../support/rc.ts';
 
 const MiB = 1024 * 1024;
 
@@ -26,6 +26,24 @@ function dropFirst(link: PacketLink, opcode: number, skip = 0): () => number {
   };
   return () => dropped;
 }
+
+/** Opens a pair with `options`, runs `body` on its two sides and closes it, whatever happens. */
+async function withPair(options: RcPairOptions, body: (pair: RcPair) => Promise<void>): Promise<void> {
+  const pair = await rcPair(options);
+  try {
+    await body(pair);
+  } finally {
+    await pair.close();
+  }
+}
+
+/** Posts an RDMA Read (server [remote, +length) into client [local, +length)) or Write (the other way). */
+function postRdma(opcode: 'RDMA_READ' | 'RDMA_WRITE', client: RcSide, server: RcSide, wrId: number, local: number, remote: number, length: number): void {
+  client.qp.postSend({ wrId, opcode, sgList: [{ lkey: client.mr.lkey, offset: local, length }], remote: { stag: server.mr.rkey, taggedOffset: remote } });
+}
+
+const postRead = postRdma.bind(undefined, 'RDMA_READ');
+const postWrite = postRdma.bind(undefined, 'RDMA_WRITE');
 
 function fill(bytes: Uint8Array, seed: number): void {
   const random = new Random(seed);
@@ -56,22 +74,12 @@ async function everyOperation(pair: RcPair, seed: number, sizes: number[]): Prom
   for (const size of sizes) {
     // RDMA Write: client [0, size) -> server [0, size).
     fill(client.memory.subarray(0, size), seed + size);
-    client.qp.postSend({
-      wrId: wrId++,
-      opcode: 'RDMA_WRITE',
-      sgList: [{ lkey: client.mr.lkey, offset: 0, length: size }],
-      remote: { stag: server.mr.rkey, taggedOffset: 0 },
-    });
+    postWrite(client, server, wrId++, 0, 0, size);
     expectSuccess(await completions(client.cq, 1));
     same(server.memory.subarray(0, size), client.memory.subarray(0, size), `Write of ${size}`);
     // RDMA Read: server [0, size) -> client [half, half + size).
     fill(server.memory.subarray(0, size), seed + size + 1);
-    client.qp.postSend({
-      wrId: wrId++,
-      opcode: 'RDMA_READ',
-      sgList: [{ lkey: client.mr.lkey, offset: half, length: size }],
-      remote: { stag: server.mr.rkey, taggedOffset: 0 },
-    });
+    postRead(client, server, wrId++, half, 0, size);
     const read = await completions(client.cq, 1);
     expectSuccess(read);
     assert.is(read[0]!.opcode, 'RDMA_READ');
@@ -222,24 +230,12 @@ test('a lost Atomic Acknowledge overtaken by a later Read Response is asked for 
   // the acknowledged PSN must move with it, or a retransmission starts from a PSN no WQE holds and
   // the atomic waits forever (the stall CI saw at 2 % loss). The Read Response's PSN is past the
   // missing one: that gap starts the retry, so a minute-long ACK timeout never comes into play.
-  const pair = await rcPair({ pathMtu: 1024, ackTimeoutMs: 60_000 });
-  try {
-    const { client, server } = pair;
+  await withPair({ pathMtu: 1024, ackTimeoutMs: 60_000 }, async ({ client, server }) => {
     const dropped = dropFirst(server.link, IbOpcode.AtomicAcknowledge);
     new DataView(server.memory.buffer).setBigUint64(3 * MiB, 40n, true);
-    client.qp.postSend({
-      wrId: 1,
-      opcode: 'RDMA_WRITE',
-      sgList: [{ lkey: client.mr.lkey, offset: 0, length: 1024 }],
-      remote: { stag: server.mr.rkey, taggedOffset: 2 * MiB },
-    });
+    postWrite(client, server, 1, 0, 2 * MiB, 1024);
     client.qp.postSend({ wrId: 2, opcode: 'ATOMIC_FETCH_ADD', remote: { stag: server.mr.rkey, taggedOffset: 3 * MiB }, atomic: { add: 2n } });
-    client.qp.postSend({
-      wrId: 3,
-      opcode: 'RDMA_READ',
-      sgList: [{ lkey: client.mr.lkey, offset: MiB, length: 1024 }],
-      remote: { stag: server.mr.rkey, taggedOffset: 2 * MiB },
-    });
+    postRead(client, server, 3, MiB, 2 * MiB, 1024);
     const done = await completions(client.cq, 3, 20_000);
     expectSuccess(done);
     assert.is(dropped(), 1, 'the Atomic Acknowledge was dropped once');
@@ -250,15 +246,11 @@ test('a lost Atomic Acknowledge overtaken by a later Read Response is asked for 
     assert.is(done[1]!.atomicResult, 40n, 'the retried atomic is answered from the responder resource');
     assert.is(new DataView(server.memory.buffer).getBigUint64(3 * MiB, true), 42n, 'the atomic ran once');
     assert.is(client.qp.statistics.timeouts, 0);
-  } finally {
-    await pair.close();
-  }
+  });
 });
 
 test('a lost last Read Response packet is asked for again when a later Read answers, not after the ACK timeout', async () => {
-  const pair = await rcPair({ pathMtu: 1024, ackTimeoutMs: 60_000 });
-  try {
-    const { client, server } = pair;
+  await withPair({ pathMtu: 1024, ackTimeoutMs: 60_000 }, async ({ client, server }) => {
     // The first Read's last response packet (3 packets: FIRST, MIDDLE, LAST), once.
     const dropped = dropFirst(server.link, IbOpcode.RdmaReadResponseLast);
     for (let i = 0; i < 256 * 1024; i++) server.memory[i] = (i * 13) & 0xff;
@@ -266,12 +258,7 @@ test('a lost last Read Response packet is asked for again when a later Read answ
       [1, 0],
       [2, 4096],
     ] as const) {
-      client.qp.postSend({
-        wrId,
-        opcode: 'RDMA_READ',
-        sgList: [{ lkey: client.mr.lkey, offset: MiB + offset, length: 3000 }],
-        remote: { stag: server.mr.rkey, taggedOffset: offset },
-      });
+      postRead(client, server, wrId, MiB + offset, offset, 3000);
     }
     const done = await completions(client.cq, 2, 20_000);
     expectSuccess(done);
@@ -279,25 +266,16 @@ test('a lost last Read Response packet is asked for again when a later Read answ
     assert.equal(client.memory.subarray(MiB, MiB + 3000), server.memory.subarray(0, 3000));
     assert.equal(client.memory.subarray(MiB + 4096, MiB + 4096 + 3000), server.memory.subarray(4096, 4096 + 3000));
     assert.is(client.qp.statistics.timeouts, 0);
-  } finally {
-    await pair.close();
-  }
+  });
 });
 
 test('a lost Read Response packet costs the rest of its chunk, asked for alone, not the Read responses sent after it', async () => {
-  const pair = await rcPair({ pathMtu: 1024, ackTimeoutMs: 60_000 });
-  try {
-    const { client, server } = pair;
+  await withPair({ pathMtu: 1024, ackTimeoutMs: 60_000 }, async ({ client, server }) => {
     // A 64 KiB Read at path MTU 1024: 64 responses in 4 requests of 16. The sixth MIDDLE (PSN
     // offset 6) is lost; the seventh reveals it.
     const dropped = dropFirst(server.link, IbOpcode.RdmaReadResponseMiddle, 5);
     fill(server.memory.subarray(0, 64 * 1024), 5);
-    client.qp.postSend({
-      wrId: 1,
-      opcode: 'RDMA_READ',
-      sgList: [{ lkey: client.mr.lkey, offset: MiB, length: 64 * 1024 }],
-      remote: { stag: server.mr.rkey, taggedOffset: 0 },
-    });
+    postRead(client, server, 1, MiB, 0, 64 * 1024);
     expectSuccess(await completions(client.cq, 1, 20_000));
     assert.is(dropped(), 1);
     same(client.memory.subarray(MiB, MiB + 64 * 1024), server.memory.subarray(0, 64 * 1024), 'read data');
@@ -306,9 +284,7 @@ test('a lost Read Response packet costs the rest of its chunk, asked for alone, 
     // would have sent the 58 after it again.
     const sent = server.qp.statistics.packetsSent;
     assert.ok(sent > 64 && sent <= 64 + 16, `the responder sent ${sent} packets`);
-  } finally {
-    await pair.close();
-  }
+  });
 });
 
 /** Makes `link` drop the packets it sends with `psn` (BTH octets 9-11), the first `times` times; returns how many it dropped. */
@@ -331,18 +307,11 @@ test('a Read whose retried response is lost again is still answered after later 
   // Read 2's ORD slot been freed while Read 1 still waited, Read 3's request would have taken
   // the responder resource Read 1's next retry needs (the ring overwrites its oldest entry), and
   // that retry would be dropped at every ACK timeout until the retry count ends the QP.
-  const pair = await rcPair({ pathMtu: 1024, ird: 2, ord: 2, maxUnackedPackets: 512, ackTimeoutMs: 100, retryCount: 3 });
-  try {
-    const { client, server } = pair;
+  await withPair({ pathMtu: 1024, ird: 2, ord: 2, maxUnackedPackets: 512, ackTimeoutMs: 100, retryCount: 3 }, async ({ client, server }) => {
     const dropped = dropPsn(server.link, () => psnAdd(client.qp.path!.sendPsn, 5), 2);
     fill(server.memory.subarray(0, 64 * 1024), 21);
     for (let i = 0; i < 4; i++) {
-      client.qp.postSend({
-        wrId: i + 1,
-        opcode: 'RDMA_READ',
-        sgList: [{ lkey: client.mr.lkey, offset: MiB + i * 16 * 1024, length: 16 * 1024 }],
-        remote: { stag: server.mr.rkey, taggedOffset: i * 16 * 1024 },
-      });
+      postRead(client, server, i + 1, MiB + i * 16 * 1024, i * 16 * 1024, 16 * 1024);
     }
     const done = await completions(client.cq, 4, 20_000);
     expectSuccess(done);
@@ -352,9 +321,7 @@ test('a Read whose retried response is lost again is still answered after later 
     );
     assert.is(dropped(), 2, 'the response and its first retry were lost');
     same(client.memory.subarray(MiB, MiB + 64 * 1024), server.memory.subarray(0, 64 * 1024), 'read data');
-  } finally {
-    await pair.close();
-  }
+  });
 });
 
 test('Reads keep ORD chunks in flight past the 128-PSN Send/Write window (their losses are asked for again per chunk, not by going back N)', async () => {
@@ -362,21 +329,14 @@ test('Reads keep ORD chunks in flight past the 128-PSN Send/Write window (their 
   // comes back, the requester asks for as many chunks as the Read window (256 PSNs) and ORD
   // (16) allow: 16, where the 128-PSN window admitted 8. Then the responses flow (the ACK timer
   // asks again; the responder answers from its resources) and the Read completes, data exact.
-  const pair = await rcPair({ bytes: 4 * MiB, ackTimeoutMs: 200 });
-  try {
-    const { client, server } = pair;
+  await withPair({ bytes: 4 * MiB, ackTimeoutMs: 200 }, async ({ client, server }) => {
     let held = true;
     const send = server.link.send.bind(server.link);
     server.link.send = (to, header, payload, trailer) => {
       if (!held) send(to, header, payload, trailer);
     };
     fill(server.memory.subarray(0, 2 * MiB), 31);
-    client.qp.postSend({
-      wrId: 1,
-      opcode: 'RDMA_READ',
-      sgList: [{ lkey: client.mr.lkey, offset: 2 * MiB, length: 2 * MiB }],
-      remote: { stag: server.mr.rkey, taggedOffset: 0 },
-    });
+    postRead(client, server, 1, 2 * MiB, 0, 2 * MiB);
     const deadline = Date.now() + 5_000;
     while (server.qp.statistics.messagesReceived < 16 && Date.now() < deadline) await new Promise((resolve) => setTimeout(resolve, 10));
     await new Promise((resolve) => setTimeout(resolve, 100));
@@ -384,15 +344,11 @@ test('Reads keep ORD chunks in flight past the 128-PSN Send/Write window (their 
     held = false;
     expectSuccess(await completions(client.cq, 1, 20_000));
     same(client.memory.subarray(2 * MiB, 4 * MiB), server.memory.subarray(0, 2 * MiB), 'read data');
-  } finally {
-    await pair.close();
-  }
+  });
 });
 
 test('RNR: a Send before its receive is posted is retried until the receive appears', async () => {
-  const pair = await rcPair({ pathMtu: 1024, minRnrTimer: 1 });
-  try {
-    const { client, server } = pair;
+  await withPair({ pathMtu: 1024, minRnrTimer: 1 }, async ({ client, server }) => {
     client.qp.postSend({ wrId: 1, opcode: 'SEND', sgList: [{ lkey: client.mr.lkey, offset: 0, length: 2048 }] });
     await new Promise((resolve) => setTimeout(resolve, 100));
     assert.is(client.cq.poll().length, 0, 'not complete without a receive');
@@ -401,17 +357,13 @@ test('RNR: a Send before its receive is posted is retried until the receive appe
     expectSuccess(await completions(server.cq, 1));
     assert.ok(server.qp.statistics.rnrNaksSent > 0);
     assert.ok(client.qp.statistics.rnrNaksReceived > 0);
-  } finally {
-    await pair.close();
-  }
+  });
 });
 
 test('an RNR wait longer than the ACK timeout spends no transport retries', async () => {
   // While the RNR timer runs nothing is unacknowledged by loss: the ACK timer must stay off, or a
   // receiver that is merely slow to post ends the QP with RETRY_EXC_ERR.
-  const pair = await rcPair({ pathMtu: 1024, minRnrTimer: 28, ackTimeoutMs: 60, retryCount: 3 });
-  try {
-    const { client, server } = pair;
+  await withPair({ pathMtu: 1024, minRnrTimer: 28, ackTimeoutMs: 60, retryCount: 3 }, async ({ client, server }) => {
     client.qp.postSend({ wrId: 1, opcode: 'SEND', sgList: [{ lkey: client.mr.lkey, offset: 0, length: 100 }] });
     await new Promise((resolve) => setTimeout(resolve, 400));
     server.qp.postRecv({ wrId: 2, sgList: [{ lkey: server.mr.lkey, offset: 0, length: 4096 }] });
@@ -419,49 +371,30 @@ test('an RNR wait longer than the ACK timeout spends no transport retries', asyn
     assert.is(done[0]!.status, WcStatus.Success, done[0]!.error);
     expectSuccess(await completions(server.cq, 1));
     assert.ok(server.qp.statistics.rnrNaksSent > 0);
-  } finally {
-    await pair.close();
-  }
+  });
 });
 
 test('a PSN window smaller than the AckReq interval: the packet that fills the window asks for the ACK, so a long Write never waits for the ACK timer', async () => {
   // 256 packets at path MTU 1024 through a window of 16 PSNs. The responder acknowledges only
   // packets that ask; with AckReq only every 64th packet and at the message's end, the
   // requester would stall at 16 unacknowledged until the (here 60 s) ACK timer.
-  const pair = await rcPair({ pathMtu: 1024, maxUnackedPackets: 16, ackTimeoutMs: 60_000 });
-  try {
-    const { client, server } = pair;
+  await withPair({ pathMtu: 1024, maxUnackedPackets: 16, ackTimeoutMs: 60_000 }, async ({ client, server }) => {
     fill(client.memory.subarray(0, 256 * 1024), 9);
-    client.qp.postSend({
-      wrId: 1,
-      opcode: 'RDMA_WRITE',
-      sgList: [{ lkey: client.mr.lkey, offset: 0, length: 256 * 1024 }],
-      remote: { stag: server.mr.rkey, taggedOffset: MiB },
-    });
+    postWrite(client, server, 1, 0, MiB, 256 * 1024);
     expectSuccess(await completions(client.cq, 1, 20_000));
     same(server.memory.subarray(MiB, MiB + 256 * 1024), client.memory.subarray(0, 256 * 1024), 'written data');
     assert.is(client.qp.statistics.timeouts, 0);
     assert.is(client.qp.statistics.retransmittedPackets, 0);
     assert.ok(server.qp.statistics.acksSent >= 256 / 16, `${server.qp.statistics.acksSent} ACKs`);
-  } finally {
-    await pair.close();
-  }
+  });
 });
 
 test('a lost NAK is recovered by the early retransmission, not the ACK timer (and costs no retry)', async () => {
   // The responder NAKs a gap once; when that NAK is lost the requester hears nothing until it
   // retransmits on its own. With a one-minute ACK timer and a retry count of 1, only the early
   // retransmission (a few round trips) lets the Write complete within 20 s without failing.
-  const pair = await rcPair({ pathMtu: 1024, ackTimeoutMs: 60_000, retryCount: 1 });
-  try {
-    const { client, server } = pair;
-    const write = (wrId: number, length: number): void =>
-      client.qp.postSend({
-        wrId,
-        opcode: 'RDMA_WRITE',
-        sgList: [{ lkey: client.mr.lkey, offset: 0, length }],
-        remote: { stag: server.mr.rkey, taggedOffset: MiB },
-      });
+  await withPair({ pathMtu: 1024, ackTimeoutMs: 60_000, retryCount: 1 }, async ({ client, server }) => {
+    const write = (wrId: number, length: number): void => postWrite(client, server, wrId, 0, MiB, length);
     write(1, 4096); // measures the round trip the early timer scales
     expectSuccess(await completions(client.cq, 1, 20_000));
     fill(client.memory.subarray(0, 64 * 1024), 12);
@@ -475,9 +408,7 @@ test('a lost NAK is recovered by the early retransmission, not the ACK timer (an
     assert.is(client.qp.statistics.timeouts, 0);
     assert.ok(client.qp.statistics.earlyRetransmissions >= 1);
     assert.is(server.qp.statistics.sequenceNaksSent, 1);
-  } finally {
-    await pair.close();
-  }
+  });
 });
 
 test('an ACK timer that fires while the ACK waits unread in the socket retransmits nothing', async () => {
@@ -485,16 +416,9 @@ test('an ACK timer that fires while the ACK waits unread in the socket retransmi
   // timer runs before the sockets are read, though the packet arrived and its ACK is on its way.
   // Going back N then would resend a whole window for nothing (the RoCE benchmark's losses on a
   // loaded machine); the timeout must count only when reading the sockets brought no progress.
-  const pair = await rcPair({ pathMtu: 1024, ackTimeoutMs: 10 });
-  try {
-    const { client, server } = pair;
+  await withPair({ pathMtu: 1024, ackTimeoutMs: 10 }, async ({ client, server }) => {
     for (let round = 0; round < 3; round++) {
-      client.qp.postSend({
-        wrId: round,
-        opcode: 'RDMA_WRITE',
-        sgList: [{ lkey: client.mr.lkey, offset: 0, length: 8192 }],
-        remote: { stag: server.mr.rkey, taggedOffset: 0 },
-      });
+      postWrite(client, server, round, 0, 0, 8192);
       // Queued after the requester's transmission, so it runs right after the packets left.
       setImmediate(() => {
         const until = Date.now() + 40;
@@ -507,9 +431,7 @@ test('an ACK timer that fires while the ACK waits unread in the socket retransmi
     const statistics = client.qp.statistics;
     assert.is(statistics.retransmittedPackets, 0, `retransmitted ${statistics.retransmittedPackets} packets (${statistics.timeouts} timeouts)`);
     assert.is(statistics.timeouts, 0);
-  } finally {
-    await pair.close();
-  }
+  });
 });
 
 test('RNR retry count exhausted: RNR_RETRY_EXC_ERR, QP in error, rest flushed', async () => {
@@ -568,38 +490,22 @@ test('bad rkey: NAK remote access error, REM_ACCESS_ERR, both QPs error and flus
 });
 
 test('a silent peer ends the QP with RETRY_EXC_ERR, not the process', async () => {
-  const pair = await rcPair({ pathMtu: 1024, ackTimeoutMs: 20, retryCount: 3 });
-  try {
-    const { client, server } = pair;
+  await withPair({ pathMtu: 1024, ackTimeoutMs: 20, retryCount: 3 }, async ({ client, server }) => {
     // The peer's port goes quiet (its socket closes) but the side channel stays up.
     await server.link.close();
-    client.qp.postSend({
-      wrId: 1,
-      opcode: 'RDMA_WRITE',
-      sgList: [{ lkey: client.mr.lkey, offset: 0, length: 5000 }],
-      remote: { stag: server.mr.rkey, taggedOffset: 0 },
-    });
-    client.qp.postSend({
-      wrId: 2,
-      opcode: 'RDMA_READ',
-      sgList: [{ lkey: client.mr.lkey, offset: 0, length: 8 }],
-      remote: { stag: server.mr.rkey, taggedOffset: 0 },
-    });
+    postWrite(client, server, 1, 0, 0, 5000);
+    postRead(client, server, 2, 0, 0, 8);
     const done = await completions(client.cq, 2);
     assert.is(done[0]!.status, WcStatus.RetryExceededError, done[0]!.error);
     assert.is(done[1]!.status, WcStatus.WrFlushError);
     const info = await client.qp.whenDisconnected();
     assert.is(info.reason, 'connection-lost');
     assert.ok(client.qp.statistics.timeouts >= 3);
-  } finally {
-    await pair.close();
-  }
+  });
 });
 
 test('disconnect on one side ends the other (side channel), posting after it flushes', async () => {
-  const pair = await rcPair({ pathMtu: 1024 });
-  try {
-    const { client, server } = pair;
+  await withPair({ pathMtu: 1024 }, async ({ client, server }) => {
     server.qp.postRecv({ wrId: 7, sgList: [{ lkey: server.mr.lkey, offset: 0, length: 16 }] });
     client.qp.disconnect();
     const info = await server.qp.whenDisconnected();
@@ -609,15 +515,11 @@ test('disconnect on one side ends the other (side channel), posting after it flu
     client.qp.postSend({ wrId: 8, opcode: 'SEND', sgList: [] });
     const after = await completions(client.cq, 1);
     assert.is(after[0]!.status, WcStatus.WrFlushError);
-  } finally {
-    await pair.close();
-  }
+  });
 });
 
 test('RC API checks: masked atomics and 64-bit immediates are iWARP-only', async () => {
-  const pair = await rcPair({ pathMtu: 1024 });
-  try {
-    const { client, server } = pair;
+  await withPair({ pathMtu: 1024 }, async ({ client, server }) => {
     assert.throws(
       () => client.qp.postSend({ wrId: 1, opcode: 'ATOMIC_FETCH_ADD', remote: { stag: server.mr.rkey, taggedOffset: 0 }, atomic: { add: 1n, addMask: 0xffn } }),
       /not masked/,
@@ -626,9 +528,7 @@ test('RC API checks: masked atomics and 64-bit immediates are iWARP-only', async
       () => client.qp.postSend({ wrId: 1, opcode: 'RDMA_WRITE_WITH_IMM', immediate: 1n << 40n, remote: { stag: server.mr.rkey, taggedOffset: 0 } }),
       /32 bits/,
     );
-  } finally {
-    await pair.close();
-  }
+  });
 });
 
 test.run();
