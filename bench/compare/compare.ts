@@ -86,6 +86,8 @@ async function measure(sizes: number[], sessionCounts: number[], inFlight: numbe
       batched: inFlight > 1,
       durationMs: seconds * 1000,
       warmupMs: 500,
+      // The first phase of each size meets a freshly spawned target still being compiled (run.ts).
+      firstWarmupMs: 2000,
       log: () => undefined,
     });
     for (const row of measured) {
