@@ -43,6 +43,8 @@ export interface CompareRow extends RedisRowFigures {
    * time (1.0 = a whole core: the thread that limits the row). Absent where /proc has no schedstat.
    */
   kbtp_cpu?: { client_us: number; target_us: number | null; other_us: number; client_busy: number; target_busy: number | null };
+  /** redis-server's CPU per request and busy share over redis-latency's run of the row (its one thread). */
+  redis_server_cpu?: { us: number; busy: number };
 }
 
 interface Table {
@@ -98,7 +100,7 @@ async function measure(sizes: number[], sessionCounts: number[], inFlight: numbe
       log(`redis-benchmark: SET and GET of ${formatSize(size)}, ${sessions} client(s), pipeline ${inFlight}`);
       redis.push(...(await redisBenchmark(redisServer.port, size, sessions, redisRequests(size, seconds), inFlight)));
       log(`redis-latency: the same, timed to each reply's last octet`);
-      redisComplete.push(...(await redisLatency(redisServer.port, size, sessions, redisRequests(size, seconds), inFlight)));
+      redisComplete.push(...(await redisLatency(redisServer.port, size, sessions, redisRequests(size, seconds), inFlight, redisServer.pid)));
     }
   }
   for (const sessions of sessionCounts) {
@@ -118,6 +120,7 @@ async function measure(sizes: number[], sessionCounts: number[], inFlight: numbe
           kbtp_p50_us: k.p50Us,
           kbtp_p99_us: k.p99Us,
           ...redisRowFigures(r, c),
+          ...(c.serverUsPerOp !== undefined && c.serverBusy !== undefined ? { redis_server_cpu: { us: c.serverUsPerOp, busy: c.serverBusy } } : {}),
           ...(cpu !== undefined
             ? {
                 kbtp_cpu: {
@@ -146,7 +149,18 @@ function rowMet(row: CompareRow, inFlight: number): boolean {
 function formatCpu(title: string, rows: readonly CompareRow[]): string {
   return formatTable({
     title,
-    columns: ['kbtp op', 'size', 'sessions', 'client us/req', 'target us/req', 'other us/req', 'client busy', 'target busy'],
+    columns: [
+      'kbtp op',
+      'size',
+      'sessions',
+      'client us/req',
+      'target us/req',
+      'other us/req',
+      'client busy',
+      'target busy',
+      'redis-server us/req',
+      'redis-server busy',
+    ],
     rows: rows.map((row) => [
       row.op.toUpperCase(),
       formatSize(row.size),
@@ -156,6 +170,8 @@ function formatCpu(title: string, rows: readonly CompareRow[]): string {
       row.kbtp_cpu?.other_us ?? '-',
       row.kbtp_cpu?.client_busy ?? '-',
       row.kbtp_cpu?.target_busy ?? '-',
+      row.redis_server_cpu?.us ?? '-',
+      row.redis_server_cpu?.busy ?? '-',
     ]),
   });
 }
@@ -338,7 +354,8 @@ async function main(): Promise<number> {
       console.log(
         formatCpu(
           `kbtp CPU per request by thread, ${table.inFlight} in flight (client: kbtp bench's main thread; target: the spawned target's worker(s); ` +
-            "other: the process's other threads; busy: CPU time / wall time of the window, 1.0 = one core)",
+            "other: the process's other threads; busy: CPU time / wall time of the window, 1.0 = one core; " +
+            "redis-server: its CPU per request and busy share over redis-latency's run of the row)",
           table.rows,
         ),
       );

@@ -10,6 +10,7 @@ import { existsSync, mkdirSync, renameSync, statSync } from 'node:fs';
 import { join } from 'node:path';
 import { LatencyHistogram } from '../../host/bench/histogram.ts';
 import { repoRoot, requireTool, run, type RedisResult } from './tools.ts';
+import { processCpuUs } from './cpu.ts';
 
 export interface RedisLatencyTest {
   test: string;
@@ -95,17 +96,41 @@ export function latencyResult(op: 'get' | 'set', size: number, clients: number, 
   };
 }
 
-/** SET then GET of `size`-octet values, as redisBenchmark() runs them, timed to the reply's last octet. */
-export async function redisLatency(port: number, size: number, clients: number, requests: number, pipeline = 1): Promise<RedisResult[]> {
+/**
+ * SET then GET of `size`-octet values, as redisBenchmark() runs them, timed to the reply's last
+ * octet. Given the server's pid, each operation runs on its own and the result carries
+ * redis-server's CPU per request and busy share over it (for make compare's CPU table; the run
+ * includes the client's connection setup, a few hundred microseconds).
+ */
+export async function redisLatency(port: number, size: number, clients: number, requests: number, pipeline = 1, serverPid?: number): Promise<RedisResult[]> {
   const binary = buildRedisLatency();
-  const args = ['--host', '127.0.0.1', '--port', String(port), '--tests', 'set,get', '--size', String(size)];
-  args.push('--clients', String(clients), '--requests', String(requests), '--pipeline', String(pipeline));
-  const parsed = parseRedisLatencyOutput(await run(binary, args, 300_000));
-  return (['set', 'get'] as const).map((op) => {
+  const args = (tests: string): string[] => [
+    ...['--host', '127.0.0.1', '--port', String(port), '--tests', tests, '--size', String(size)],
+    ...['--clients', String(clients), '--requests', String(requests), '--pipeline', String(pipeline)],
+  ];
+  if (serverPid === undefined) {
+    const parsed = parseRedisLatencyOutput(await run(binary, args('set,get'), 300_000));
+    return (['set', 'get'] as const).map((op) => {
+      const measured = parsed.get(op.toUpperCase());
+      if (measured === undefined) throw new Error(`redis-latency printed no ${op.toUpperCase()} result`);
+      return latencyResult(op, size, clients, pipeline, measured);
+    });
+  }
+  const results: RedisResult[] = [];
+  for (const op of ['set', 'get'] as const) {
+    const cpuBefore = processCpuUs(serverPid);
+    const wallBefore = performance.now();
+    const parsed = parseRedisLatencyOutput(await run(binary, args(op), 300_000));
+    const cpuUs = processCpuUs(serverPid) - cpuBefore;
+    const wallUs = (performance.now() - wallBefore) * 1000;
     const measured = parsed.get(op.toUpperCase());
     if (measured === undefined) throw new Error(`redis-latency printed no ${op.toUpperCase()} result`);
-    return latencyResult(op, size, clients, pipeline, measured);
-  });
+    const result = latencyResult(op, size, clients, pipeline, measured);
+    result.serverUsPerOp = +(cpuUs / measured.requests).toFixed(2);
+    result.serverBusy = +(cpuUs / wallUs).toFixed(3);
+    results.push(result);
+  }
+  return results;
 }
 
 /** make compare's Redis figures for one row: see docs/BENCH.md. */

@@ -142,6 +142,10 @@ export interface RedisResult {
   gbps: number;
   p50Us: number;
   p99Us: number;
+  /** redis-server's CPU per request over the run (redis-latency's runs, given the server's pid). */
+  serverUsPerOp?: number;
+  /** That CPU time over the run's wall time: 1.0 = redis-server's one thread never idle. */
+  serverBusy?: number;
 }
 
 /** Parses redis-benchmark --csv output (Redis 7: test, rps, avg, min, p50, p95, p99, max in ms). */
