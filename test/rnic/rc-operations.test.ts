@@ -417,10 +417,19 @@ test('an ACK timer that fires while the ACK waits unread in the socket retransmi
   // Going back N then would resend a whole window for nothing (the RoCE benchmark's losses on a
   // loaded machine); the timeout must count only when reading the sockets brought no progress.
   await withPair({ pathMtu: 1024, ackTimeoutMs: 10 }, async ({ client, server }) => {
+    // A batched link's send worker writes the packets: the block starts once they are in the
+    // peer's socket (a send worker starved on a loaded machine would otherwise hold them past
+    // the block, and the timeout would be real).
+    const sent = (): number => (client.link as { stats?: { datagramsSent: number } }).stats?.datagramsSent ?? Number.POSITIVE_INFINITY;
     for (let round = 0; round < 3; round++) {
+      const before = sent();
       postWrite(client, server, round, 0, 0, 8192);
       // Queued after the requester's transmission, so it runs right after the packets left.
       setImmediate(() => {
+        const written = Date.now() + 5_000;
+        while (sent() < before + 8 && Date.now() < written) {
+          // waits for the send worker
+        }
         const until = Date.now() + 40;
         while (Date.now() < until) {
           // the event loop is blocked on purpose
