@@ -139,6 +139,13 @@ export async function startTargetProcess(
   return { port, pid: child.pid ?? 0, child };
 }
 
+/** kbtp bench --json's client CPU over its window (all rows' phase together), microseconds; undefined without the figures. */
+function windowCpu(json: string): number | undefined {
+  const report = JSON.parse(json) as { rows?: Array<{ cpu?: { requests: number; clientUsPerOp: number; otherUsPerOp: number } }> };
+  const cpu = report.rows?.[0]?.cpu;
+  return cpu === undefined ? undefined : (cpu.clientUsPerOp + cpu.otherUsPerOp) * cpu.requests;
+}
+
 /**
  * CPU per request of kbtp (issue 16): `kbtp bench --mix load` (or `mix`) of `size`-octet blocks
  * from `sessions` sessions x `inFlight` in flight against a `kbtp target` of its own (1 worker,
@@ -154,30 +161,32 @@ export async function kbtpCpuPerOp(
   const cli = join(repoRoot, 'dist', 'host', 'cli.js');
   const target = await startTargetProcess(repoRoot, size, sessions * inFlight + 16, options.maxInline);
   try {
-    return await cpuPerOp(target.pid, requests, (count) =>
-      childCpuUs(
-        process.execPath,
-        [
-          cli,
-          'bench',
-          '--target',
-          `127.0.0.1:${target.port}`,
-          '--sizes',
-          String(size),
-          '--mix',
-          options.mix ?? 'load',
-          '--sessions',
-          String(sessions),
-          '--in-flight',
-          String(inFlight),
-          '--count',
-          String(count),
-          '--quiet',
-          ...(options.extra ?? []),
-        ],
-        600_000,
-      ),
-    );
+    const args = (count: number): string[] => [
+      cli,
+      'bench',
+      '--target',
+      `127.0.0.1:${target.port}`,
+      '--sizes',
+      String(size),
+      '--mix',
+      options.mix ?? 'load',
+      '--sessions',
+      String(sessions),
+      '--in-flight',
+      String(inFlight),
+      '--count',
+      String(count),
+      '--json',
+      ...(options.extra ?? []),
+    ];
+    return await cpuPerOp(target.pid, requests, async (count) => {
+      // The client's CPU over its measured window (kbtp bench's own per-thread figures: the main
+      // thread and the process's other threads), not over the whole process: a fresh Node
+      // process's start-up and module loading cost 0.5-0.7 s of CPU and varied by +/-80 ms
+      // between runs, +/-20 us per request at 2,000 requests, which the difference did not cancel.
+      const cpu = windowCpu(await run(process.execPath, args(count), 600_000));
+      return cpu ?? (await childCpuUs(process.execPath, args(count), 600_000));
+    });
   } finally {
     target.child.kill('SIGTERM');
   }
