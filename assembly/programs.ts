@@ -352,7 +352,11 @@ function proceed(engine: usize, request: usize): u32 {
   const tenant = tenantOf(request);
   const opcode = opcodeOf(request);
   const flags = flagsOf(request);
-  if (load<u32>(session + S.SESSION_DRAINING) != 0) return finish(engine, request, K.STATUS_SHUTTING_DOWN);
+  // The node-wide word is set by the main thread before it tells the workers: a request a worker
+  // reads before that message arrives is refused all the same.
+  if (load<u32>(session + S.SESSION_DRAINING) != 0 || atomic.load<u32>(engine + S.ENGINE_DRAINING) != 0) {
+    return finish(engine, request, K.STATUS_SHUTTING_DOWN);
+  }
   const capabilities = load<u32>(session + S.SESSION_CAPABILITIES);
   if ((flags & K.FLAG_RECORD) != 0 && (capabilities & K.CAP_RECORD_COMPLETION) == 0) {
     return finish(engine, request, K.STATUS_NOT_SUPPORTED);

@@ -25,6 +25,7 @@ export const ENGINE_STAGING = 60; // u32 address of staging block 0 (right after
 export const ENGINE_STAGING_COUNT = 64; // u32
 export const ENGINE_STAGING_FLAGS = 68; // u32 address of one u32 per staging block (1: in use)
 export const ENGINE_STAGING_HINT = 72; // u32 where the next search starts (atomic)
+export const ENGINE_DRAINING = 76; // u32 1 once the node drains: every session's new requests get SHUTTING_DOWN (atomic)
 export const ENGINE_SIZE = 128;
 
 // Ring descriptor, three cache lines: fields written once (read by every operation), then Tail

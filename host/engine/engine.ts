@@ -135,6 +135,19 @@ export class Engine {
     return this.layout.table + S.ENTRY_SIZE * index;
   }
 
+  /**
+   * The node drains: from this call on, every thread's engine answers new requests of every
+   * session with SHUTTING_DOWN (requests already admitted finish). Shared memory, so it needs no
+   * message to reach the workers first.
+   */
+  startDraining(): void {
+    Atomics.store(this.words, (this.address + S.ENGINE_DRAINING) >> 2, 1);
+  }
+
+  get draining(): boolean {
+    return Atomics.load(this.words, (this.address + S.ENGINE_DRAINING) >> 2) !== 0;
+  }
+
   /** The handle was used now (least-recently-used order for demotion and drops). */
   stamp(index: number): void {
     Atomics.store(this.words, (this.layout.handleStamps >> 2) + index, Atomics.add(this.words, this.layout.lruClock >> 2, 1) + 1);

@@ -260,6 +260,19 @@ test('TOO_MANY_REQUESTS past the credits and SHUTTING_DOWN while draining; neith
   expectStatus('SUCCESS', r.send(narrow, { opcode: K.OPCODE_FREE, handle: 1000n }).status);
 });
 
+test("a node drain (the engine's word the main thread sets) refuses every session's new requests; nothing changes", () => {
+  const r = setup();
+  expectStatus('SUCCESS', store(r, r.alpha, 1000n, 'kept').status);
+  const before = snapshot(r);
+  assert.is(r.engine.draining, false);
+  r.engine.startDraining();
+  assert.is(r.engine.draining, true);
+  for (const session of [r.alpha, r.beta, r.gamma]) expectStatus('SHUTTING_DOWN', r.send(session, { opcode: K.OPCODE_FREE, handle: 1000n }).status);
+  expectStatus('SHUTTING_DOWN', store(r, r.beta, 1010n, 'late').status);
+  expectStatus('SHUTTING_DOWN', r.send(r.alpha, { opcode: K.OPCODE_LOAD, handle: 1000n }).status);
+  assert.ok(snapshot(r).equals(before));
+});
+
 test('NO_SPACE beyond the quota; a FREE gives the unit back', () => {
   const r = setup();
   for (const handle of [1000n, 1001n, 1002n]) expectStatus('SUCCESS', store(r, r.alpha, handle, 'q').status);

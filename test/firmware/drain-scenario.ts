@@ -5,6 +5,7 @@
 // SIGTERM's drain() must refuse new requests (SHUTTING_DOWN) in the same tick as /readyz turns to
 // "draining", even while a scheduled job is still running and drain() waits for it. Prints one
 // line and exits 0 when it holds; prints what happened instead and exits 1.
+import { fileURLToPath } from 'node:url';
 import { Appliance } from '../../firmware/appliance.ts';
 import { resolveApplianceSettings } from '../../firmware/appliance-config.ts';
 import { createLogger } from '../../firmware/logger.ts';
@@ -58,23 +59,25 @@ async function main(): Promise<string | undefined> {
   }
 }
 
-// A drain that never ends must fail the test, not hang the suite.
-setTimeout(() => {
-  process.stderr.write('drain scenario: no verdict within 60 s\n');
-  process.exit(1);
-}, 60_000).unref();
-
-main().then(
-  (failure) => {
-    if (failure === undefined) {
-      process.stdout.write('drain: SHUTTING_DOWN while a scheduled job was still running\n');
-      process.exit(0);
-    }
-    process.stderr.write(`${failure}\n`);
+// Only as a program: a test runner that imports every file of the folder must not run it.
+if (process.argv[1] === fileURLToPath(import.meta.url)) {
+  // A drain that never ends must fail the test, not hang the suite.
+  setTimeout(() => {
+    process.stderr.write('drain scenario: no verdict within 60 s\n');
     process.exit(1);
-  },
-  (error: unknown) => {
-    process.stderr.write(`${error instanceof Error ? (error.stack ?? error.message) : String(error)}\n`);
-    process.exit(1);
-  },
-);
+  }, 60_000).unref();
+  main().then(
+    (failure) => {
+      if (failure === undefined) {
+        process.stdout.write('drain: SHUTTING_DOWN while a scheduled job was still running\n');
+        process.exit(0);
+      }
+      process.stderr.write(`${failure}\n`);
+      process.exit(1);
+    },
+    (error: unknown) => {
+      process.stderr.write(`${error instanceof Error ? (error.stack ?? error.message) : String(error)}\n`);
+      process.exit(1);
+    },
+  );
+}

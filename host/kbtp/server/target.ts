@@ -184,6 +184,9 @@ export async function startTarget(settings: TargetSettings, options: TargetOptio
     });
 
   const drain = (): void => {
+    // First the engine's drain word, which workers see at their next request; the message then
+    // ends idle sessions and closes the listeners.
+    engine.startDraining();
     for (const worker of workers) worker.postMessage({ type: 'drain' } satisfies MainToWorker);
   };
   const stats = async (): Promise<StatsSnapshot> => {

@@ -139,7 +139,7 @@ async function main(): Promise<void> {
 
   const accept = async (request: AnyConnectionRequest): Promise<void> => {
     const peer = `${request.remoteAddress ?? '?'}:${request.remotePort ?? '?'}`;
-    if (draining) {
+    if (draining || engine.draining) {
       refuse(request, peer, 'draining', 'the target is shutting down');
       return;
     }
