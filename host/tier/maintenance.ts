@@ -114,6 +114,7 @@ export abstract class TierMaintenance extends GroupCommit {
     return this.exclusive(async () => {
       const lookup = tenantLookup(tenants);
       this.options.tenants = tenants;
+      this.tenantOf = lookup;
       this.tenantHeld.length = 0;
       this.tenantDropsInFlight.length = 0;
       for (let i = 0; i < tenants.length; i++) {

@@ -8,6 +8,7 @@ import { FreeSlots } from './free-slots.ts';
 import type { TierSizing } from './capacity.ts';
 import type { BlockRecord, RecoveryReport, recoverTier } from './recovery.ts';
 import type { TierOptions } from './tier-types.ts';
+import { tenantLookup } from './tenant-lookup.ts';
 
 export type RecoveredTier = Awaited<ReturnType<typeof recoverTier>>;
 
@@ -20,6 +21,8 @@ export abstract class TierState {
   protected readonly freeSlots = new FreeSlots();
   protected highSlot: number;
   protected readonly tenantHeld: number[];
+  /** Handle index -> tenant index (-1 for none), for the tenants as configured now (setTenants replaces it). */
+  protected tenantOf: (index: number) => number;
   protected journal!: TierFile;
   protected journalSequence: number;
   /** Number of the next group commit; every attempt takes one, so a journal's groups are consecutive. */
@@ -68,6 +71,7 @@ export abstract class TierState {
     this.previousCheckpoint = state.usedCheckpoint;
     this.recovery = { ...state.report, seconds };
     this.maxBatch = options.maxBatch ?? 256;
+    this.tenantOf = tenantLookup(options.tenants);
     this.tenantHeld = options.tenants.map(() => 0);
     this.tenantDropsInFlight = options.tenants.map(() => 0);
     const used = new Uint8Array(this.highSlot);

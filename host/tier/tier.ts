@@ -91,7 +91,7 @@ export class DurableTier extends TierMaintenance {
       generation,
       data,
       crc,
-      tenant: tenantLookup(this.options.tenants)(index),
+      tenant: this.tenantOf(index),
       slot: -1,
       done,
     }));
