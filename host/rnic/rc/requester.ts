@@ -10,6 +10,7 @@ import { localAccessText } from '../qp-checks.ts';
 import { psnAdd, psnCompare, RNR_TIMER_MICROS, Syndrome, type IbHeaders } from '../wire/ib-headers.ts';
 import { IbOpcode } from '../wire/ib-opcodes.ts';
 import { wcOpcodeFor, WcStatus, type SendWorkRequest, type Sge } from '../work.ts';
+import { Deadline } from './deadline.ts';
 import { copyInto } from './shared-copy.ts';
 import type { RcPathParameters, RcQueuePair } from './queue-pair.ts';
 
@@ -109,12 +110,13 @@ export class Requester {
   private rnrRetry = UNLIMITED_RETRIES;
   private retriesLeft = UNLIMITED_RETRIES;
   private rnrRetriesLeft = UNLIMITED_RETRIES;
-  private timer: NodeJS.Timeout | undefined;
+  /** The local ACK timer (restarted at every acknowledgement: a Deadline, not a setTimeout each time). */
+  private readonly ackTimer = new Deadline(() => this.expire());
   private rnrTimer: NodeJS.Timeout | undefined;
   /** The ACK timer fired; the retransmission waits for the sockets to be read once more. */
   private expiry: NodeJS.Immediate | undefined;
   /** Early retransmission (EARLY_RTTS): its timer, its wait's multiplier, the round trip it scales. */
-  private earlyTimer: NodeJS.Timeout | undefined;
+  private readonly earlyTimer = new Deadline(() => this.earlyExpire());
   private earlyBackoff = 1;
   /** Smoothed time (ms) from sending a new packet to the acknowledgement covering it; 0 until measured. */
   private smoothedRtt = 0;
@@ -157,13 +159,12 @@ export class Requester {
 
   stop(): void {
     this.running = false;
-    if (this.timer !== undefined) clearTimeout(this.timer);
+    this.ackTimer.stop();
+    this.earlyTimer.stop();
     if (this.rnrTimer !== undefined) clearTimeout(this.rnrTimer);
     if (this.expiry !== undefined) clearImmediate(this.expiry);
-    this.timer = undefined;
     this.rnrTimer = undefined;
     this.expiry = undefined;
-    this.cancelEarly();
   }
 
   post(wr: SendWorkRequest): void {
@@ -456,11 +457,10 @@ export class Requester {
         return;
       }
       this.rewind(psn);
-      if (this.timer !== undefined) clearTimeout(this.timer);
+      this.ackTimer.disarm();
       if (this.expiry !== undefined) clearImmediate(this.expiry);
-      this.timer = undefined;
       this.expiry = undefined;
-      this.cancelEarly();
+      this.earlyTimer.disarm();
       if (this.rnrTimer !== undefined) clearTimeout(this.rnrTimer);
       this.rnrTimer = setTimeout(
         () => {
@@ -687,9 +687,8 @@ export class Requester {
       this.retriesLeft = this.retryCount;
       this.rnrRetriesLeft = this.rnrRetry;
       this.readRewoundTo = -1;
-      if (this.timer !== undefined) clearTimeout(this.timer);
-      this.timer = undefined;
-      this.cancelEarly();
+      this.ackTimer.disarm();
+      this.earlyTimer.disarm();
       this.earlyBackoff = 1;
       if (this.rttPsn >= 0 && psnCompare(acked, this.rttPsn) >= 0) {
         const sample = performance.now() - this.rttSentAt;
@@ -722,27 +721,15 @@ export class Requester {
   private armTimer(): void {
     if (this.expiry !== undefined || this.timeoutMs === 0 || !this.running || this.rnrTimer !== undefined) return;
     if (psnCompare(this.sentEnd, psnAdd(this.lastAcked, 1)) <= 0) return;
-    if (this.timer === undefined) {
-      this.timer = setTimeout(() => this.expire(), this.timeoutMs);
-      this.timer.unref?.();
-    }
-    if (this.earlyTimer === undefined && this.smoothedRtt > 0) {
+    if (!this.ackTimer.armed) this.ackTimer.arm(this.timeoutMs);
+    if (!this.earlyTimer.armed && this.smoothedRtt > 0) {
       const wait = Math.max(EARLY_MIN_MS, EARLY_RTTS * this.smoothedRtt) * this.earlyBackoff;
-      if (wait < this.timeoutMs) {
-        this.earlyTimer = setTimeout(this.earlyExpire, wait);
-        this.earlyTimer.unref?.();
-      }
+      if (wait < this.timeoutMs) this.earlyTimer.arm(wait);
     }
-  }
-
-  private cancelEarly(): void {
-    if (this.earlyTimer !== undefined) clearTimeout(this.earlyTimer);
-    this.earlyTimer = undefined;
   }
 
   /** The early timer: the same double check as expire(), then go back N without spending a retry. */
-  private readonly earlyExpire = (): void => {
-    this.earlyTimer = undefined;
+  private earlyExpire(): void {
     const acknowledged = this.lastAcked;
     setImmediate(() => {
       setImmediate(() => {
@@ -757,12 +744,11 @@ export class Requester {
         this.rewind(psnAdd(this.lastAcked, 1));
         // The ACK timer counts from this retransmission: it judges the peer silent only once the
         // early waits (doubling) have grown past it, i.e. failure comes at most ~2 timeouts late.
-        if (this.timer !== undefined) clearTimeout(this.timer);
-        this.timer = undefined;
+        this.ackTimer.disarm();
         this.armTimer();
       });
     });
-  };
+  }
 
   /**
    * Timers run before the event loop reads its sockets: on a busy or starved process the ACK
@@ -773,7 +759,6 @@ export class Requester {
    * no progress either.
    */
   private expire(): void {
-    this.timer = undefined;
     const acknowledged = this.lastAcked;
     this.expiry = setImmediate(() => {
       this.expiry = setImmediate(() => {
