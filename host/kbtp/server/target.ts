@@ -16,6 +16,7 @@ import { mergeStats, type StatsSnapshot } from './stats.ts';
 import { SessionSlots } from './slots.ts';
 import type { TargetWorkerData, WorkerToMain, MainToWorker } from './worker.ts';
 import { TierHost } from './tier-host.ts';
+import { TierAnswers } from './tier-answers.ts';
 import type { RecoveryReport } from '../../tier/recovery.ts';
 import type { FileLayer } from '../../tier/files.ts';
 
@@ -88,13 +89,14 @@ function startWorker(
     worker.once('error', reject);
   });
   worker.on('error', (error) => failed(new InternalError(`worker ${data.thread} failed: ${error.stack ?? error.message}`, { cause: error })));
+  const answers = new TierAnswers((message) => worker.postMessage(message satisfies MainToWorker));
   worker.on('message', (message: WorkerToMain) => {
     if (message.type === 'log') log(message.line);
     else if (message.type === 'error') log(`worker ${data.thread}: ${message.message}`);
     else if (message.type === 'fatal') failed(new InternalError(`worker ${data.thread} failed: ${message.message}`));
     else if (message.type === 'tier') {
       if (tier === undefined) return;
-      void tier.answer(message.ask).then((answer) => worker.postMessage({ type: 'tier', id: message.id, answer } satisfies MainToWorker));
+      void tier.answer(message.ask).then((answer) => answers.add(message.id, answer));
     }
   });
   return { worker, first };

@@ -36,6 +36,11 @@ export class TierClient {
     });
   }
 
+  /** A message of answers from the main thread (TierToWorker): triples of ask id, ok (1 or 0), outcome. */
+  answeredAll(answers: readonly number[]): void {
+    for (let i = 0; i + 2 < answers.length; i += 3) this.answered(answers[i] ?? 0, { ok: answers[i + 1] === 1, outcome: answers[i + 2] ?? 0 });
+  }
+
   answered(id: number, answer: TierAnswer): void {
     const resolve = this.waiting.get(id);
     if (resolve === undefined) return;

@@ -16,4 +16,9 @@ export interface TierAnswer {
 }
 
 export type TierToMain = { type: 'tier'; id: number; ask: TierAsk };
-export type TierToWorker = { type: 'tier'; id: number; answer: TierAnswer };
+/**
+ * The main thread's answers to one worker, as triples: ask id, 1 when ok (else 0), outcome. A group
+ * commit settles all of its asks at once, and one message per worker and group (tier-answers.ts)
+ * costs the main thread one post and the worker one wake-up, instead of one per ask.
+ */
+export type TierToWorker = { type: 'tier'; answers: number[] };

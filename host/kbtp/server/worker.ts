@@ -214,7 +214,7 @@ async function main(): Promise<void> {
 
   parentPort?.on('message', (message: MainToWorker) => {
     if (message.type === 'tier') {
-      context.tier?.answered(message.id, message.answer);
+      context.tier?.answeredAll(message.answers);
     } else if (message.type === 'stats') {
       const snapshot = stats.snapshot();
       if (observer !== undefined) {
