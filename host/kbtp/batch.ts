@@ -10,6 +10,7 @@ import { AbortedError, BatchError, TimeoutError, type BatchFailure } from './err
 import { statusName } from './wire/messages.ts';
 import type { DeadlineEntry, Deadlines } from './deadlines.ts';
 import type { SlotOwner } from './slots.ts';
+import { monotonicMs } from '../util/clock.ts';
 
 export { BatchError };
 
@@ -86,7 +87,7 @@ export class Batch implements SlotOwner, DeadlineEntry {
       this.reject(new AbortedError(`${this.what()}: aborted`, this.signal.reason));
       return;
     }
-    this.deadline = performance.now() + this.timeoutMs;
+    this.deadline = monotonicMs() + this.timeoutMs;
     this.host.deadlines.add(this);
     this.signal?.addEventListener('abort', this.onAbortBound, { once: true });
     this.issue();

@@ -2,6 +2,7 @@
 // its { signal, timeoutMs } (bounded()), so nothing the library does can wait forever.
 import { AbortedError, TimeoutError, UsageError } from './errors.ts';
 import type { DeadlineEntry, Deadlines } from './deadlines.ts';
+import { monotonicMs } from '../util/clock.ts';
 
 /** What every call takes: an AbortSignal and a time limit (default: the session's `callTimeoutMs`). */
 export interface CallOptions {
@@ -48,7 +49,7 @@ export async function bounded<T>(
   let entry: DeadlineEntry | undefined;
   if (deadlines === undefined) timer = setTimeout(expired, options.timeoutMs);
   else {
-    entry = { deadline: performance.now() + options.timeoutMs, expired, previousDeadline: undefined, nextDeadline: undefined, inDeadlines: false };
+    entry = { deadline: monotonicMs() + options.timeoutMs, expired, previousDeadline: undefined, nextDeadline: undefined, inDeadlines: false };
     deadlines.add(entry);
   }
   const work = body(controller.signal);

@@ -4,9 +4,11 @@
 // deadline it knows of and re-armed only when it fires or a call needs an earlier one; calls that
 // end before their deadline just leave the list, so a busy session re-arms about once per timeout.
 
+import { monotonicMs } from '../util/clock.ts';
+
 /** A call with a deadline (intrusive list links, so registering allocates nothing). */
 export interface DeadlineEntry {
-  /** performance.now() value after which the call has failed. */
+  /** monotonicMs() value after which the call has failed. */
   deadline: number;
   /** The deadline passed: fail the call (it has already left the list). */
   expired(): void;
@@ -75,13 +77,13 @@ export class Deadlines {
     if (this.timer !== undefined) clearTimeout(this.timer);
     this.armedAt = at;
     // setTimeout may fire a little early (it rounds to whole milliseconds); sweep() re-arms then.
-    this.timer = setTimeout(this.sweepBound, Math.max(1, Math.ceil(at - performance.now())));
+    this.timer = setTimeout(this.sweepBound, Math.max(1, Math.ceil(at - monotonicMs())));
   }
 
   private sweep(): void {
     this.timer = undefined;
     this.armedAt = Number.POSITIVE_INFINITY;
-    const now = performance.now();
+    const now = monotonicMs();
     // expired() may end other listed calls (a call's inner request), so each expiry rescans from the head.
     for (let entry = this.head; entry !== undefined; ) {
       if (entry.deadline <= now) {

@@ -10,6 +10,7 @@ import { decodeCompletion, requestName } from './wire/messages.ts';
 import type { DeadlineEntry, Deadlines } from './deadlines.ts';
 import type { SlotOwner } from './slots.ts';
 import type { BlockInfo, LoadResult } from './session-types.ts';
+import { monotonicMs } from '../util/clock.ts';
 
 /**
  * How a callback-style call ends (KbtpSession.loadInto / storeFrom): `error` undefined on success,
@@ -109,7 +110,7 @@ export class SlotCall implements SlotOwner, DeadlineEntry {
         return;
       }
       this.signal = signal;
-      this.deadline = performance.now() + timeoutMs;
+      this.deadline = monotonicMs() + timeoutMs;
       this.host.deadlines.add(this);
       signal?.addEventListener('abort', this.onAbortBound, { once: true });
       this.issue();
