@@ -27,7 +27,14 @@ export const AccessStatus = {
 } as const;
 export type AccessStatus = (typeof AccessStatus)[keyof typeof AccessStatus];
 
-const STAG_INDEX_LIMIT = 0x00ffffff;
+/**
+ * Indices the table picks itself stay below 2^23, so the STags it hands out (index << 8 | key)
+ * are below 2^31: V8 keeps such a number as a small integer, where an STag at or above 2^31 is
+ * a heap number allocated at every call boundary it crosses (16 octets each; half the devices
+ * drew such an index and paid 16-40 octets per request, issue 16). STags given by the caller
+ * (`options.stag`) may use the whole 24-bit index.
+ */
+const PICKED_INDEX_LIMIT = 0x007fffff;
 const TWO_POW_64 = 1n << 64n;
 /** Views a region keeps (MemoryRegion.view): a pool's blocks and a session's slots, not a byte map. */
 const VIEW_CACHE_LIMIT = 4096;
@@ -149,7 +156,7 @@ export class MemoryTable {
     private readonly observer: NicObserver | undefined,
   ) {
     // siw also randomises the first index so STags are not guessable from a fresh device.
-    this.nextIndex = 1 + Math.floor(Math.random() * STAG_INDEX_LIMIT);
+    this.nextIndex = 1 + Math.floor(Math.random() * PICKED_INDEX_LIMIT);
   }
 
   get size(): number {
@@ -315,10 +322,10 @@ export class MemoryTable {
   }
 
   private allocateIndex(): number {
-    if (this.regions.size >= STAG_INDEX_LIMIT) throw new RnicError('ENOMEM', 'STag table is full (16M regions)');
+    if (this.regions.size >= PICKED_INDEX_LIMIT) throw new RnicError('ENOMEM', 'STag table is full (8M regions)');
     let index = this.nextIndex;
-    while (this.regions.has(index)) index = index >= STAG_INDEX_LIMIT ? 1 : index + 1;
-    this.nextIndex = index >= STAG_INDEX_LIMIT ? 1 : index + 1;
+    while (this.regions.has(index)) index = index >= PICKED_INDEX_LIMIT ? 1 : index + 1;
+    this.nextIndex = index >= PICKED_INDEX_LIMIT ? 1 : index + 1;
     return index;
   }
 }

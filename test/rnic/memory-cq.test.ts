@@ -14,6 +14,12 @@ test('STags are a 24-bit index plus the key byte; checks run STag -> PD -> right
   const region = table.register(pd, new ArrayBuffer(4096), { access: Access.LocalWrite | Access.RemoteWrite, key: 0x5a, taggedOffsetBase: 1000n });
   assert.is(region.stag & 0xff, 0x5a);
   assert.ok(region.stag >>> 8 >= 1 && region.stag >>> 8 <= 0xffffff);
+  // STags the table picks stay below 2^31 (a small integer to V8; issue 16), whatever the first index drawn.
+  for (let device = 0; device < 64; device++) {
+    const fresh = new MemoryTable(2 + device, undefined);
+    const picked = fresh.register(fresh.allocatePd(), new ArrayBuffer(16), { access: Access.LocalWrite, key: 0xff });
+    assert.ok(picked.stag <= 0x7fffffff, `STag 0x${picked.stag.toString(16)} at or above 2^31`);
+  }
   assert.is(region.lkey, region.stag);
   const check = (stag: number, usePd = pd, access: number = Access.RemoteWrite, to = 1000n, length = 10) => table.checkRemote(stag, usePd, access, to, length);
   assert.is(check(region.stag), AccessStatus.Ok);
