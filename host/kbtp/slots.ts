@@ -33,12 +33,17 @@ export class RequestSlots {
     for (let slot = 0; slot < slots; slot++) this.ownerOfSlot.push(undefined);
   }
 
-  /** `owner` sends a request from `slot`: returns the low 32 bits of its request id (the high ones are SLOT_ID_MARK). */
+  /**
+   * `owner` sends a request from `slot`: returns the low 32 bits of its request id (the high ones
+   * are SLOT_ID_MARK) as a signed 32-bit integer, the same octets on the wire: as an unsigned
+   * value half the sequences put it at or above 2^31, a heap number (16 octets) wherever it
+   * crossed a call (issue 16).
+   */
   begin(slot: number, owner: SlotOwner): number {
     const sequence = (this.sequence[slot]! + 1) & 0xffff;
     this.sequence[slot] = sequence;
     this.ownerOfSlot[slot] = owner;
-    return sequence * 0x10000 + slot;
+    return (sequence << 16) | slot;
   }
 
   /**
