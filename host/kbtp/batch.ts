@@ -39,58 +39,93 @@ export interface BatchHost {
   landed(slot: number): boolean;
   readonly failure: Error | undefined;
   readonly deadlines: Deadlines;
+  /** The batch's call ended with no request on the wire: the record may run another call. */
+  recycleBatch(batch: Batch): void;
 }
 
+const NONE: readonly never[] = Object.freeze([]);
+
+function noop(): void {}
+
 export class Batch implements SlotOwner, DeadlineEntry {
+  // The call this record runs now (records are reused: the session keeps the idle ones).
+  private opcode = 0;
+  private flags = 0;
+  private handles: readonly bigint[] = NONE;
+  private buffers: readonly Uint8Array[] = NONE;
+  /** LOAD: octets each block held; filled as answers arrive. */
+  private lengths: Uint32Array | undefined;
+  /** The caller's signal, if any: requests not yet posted when it fires never are. */
+  private signal: AbortSignal | undefined;
+  private timeoutMs = 0;
   private next = 0;
   private answers = 0;
+  /** Requests posted and not answered yet: the record is reused only once the call ended with none. */
+  private inFlight = 0;
   private readonly indexOfSlot: Int32Array;
-  private resolve!: () => void;
-  private reject!: (error: Error) => void;
-  readonly done: Promise<void>;
+  private resolve: () => void = noop;
+  private reject: (error: Error) => void = noop;
+  private readonly executor = (resolve: () => void, reject: (error: Error) => void): void => {
+    this.resolve = resolve;
+    this.reject = reject;
+  };
   private failures: BatchFailure[] | undefined;
   private firstFailure = '';
   private readonly resumeBound = (): void => this.issue();
   private readonly onAbortBound = (): void => this.stop(new AbortedError(`${this.what()}: aborted`, this.signal?.reason));
   private waiting = false;
   /** The call ended (settled, timed out or aborted): nothing more is posted or written to its buffers. */
-  private ended = false;
+  private ended = true;
   deadline = 0;
   previousDeadline: DeadlineEntry | undefined;
   nextDeadline: DeadlineEntry | undefined;
   inDeadlines = false;
 
+  /** A record for batches of a session with `slots` request slots. */
   constructor(
     private readonly host: BatchHost,
-    private readonly opcode: number,
-    private readonly flags: number,
-    private readonly handles: readonly bigint[],
-    private readonly buffers: readonly Uint8Array[],
-    /** LOAD: octets each block held; filled as answers arrive. */
-    private readonly lengths: Uint32Array | undefined,
     slots: number,
-    /** The caller's signal, if any: requests not yet posted when it fires never are. */
-    private readonly signal: AbortSignal | undefined,
-    private readonly timeoutMs: number,
   ) {
     this.indexOfSlot = new Int32Array(slots).fill(-1);
-    this.done = new Promise<void>((resolve, reject) => {
-      this.resolve = resolve;
-      this.reject = reject;
-    });
   }
 
-  /** Starts the call: within its deadline and the caller's signal, posts what free slots allow. */
-  start(): void {
-    if (this.signal?.aborted === true) {
-      this.ended = true;
-      this.reject(new AbortedError(`${this.what()}: aborted`, this.signal.reason));
-      return;
+  /**
+   * Starts a call on this idle record: `opcode` (LOAD or STORE) of `handles[i]` into or from
+   * `buffers[i]`, within `timeoutMs` and `signal`; posts what free slots allow. The promise
+   * settles once every request is answered, or at the deadline, the signal or the session's failure.
+   */
+  start(
+    opcode: number,
+    flags: number,
+    handles: readonly bigint[],
+    buffers: readonly Uint8Array[],
+    lengths: Uint32Array | undefined,
+    signal: AbortSignal | undefined,
+    timeoutMs: number,
+  ): Promise<void> {
+    this.opcode = opcode;
+    this.flags = flags;
+    this.handles = handles;
+    this.buffers = buffers;
+    this.lengths = lengths;
+    this.signal = signal;
+    this.timeoutMs = timeoutMs;
+    this.next = 0;
+    this.answers = 0;
+    this.failures = undefined;
+    this.firstFailure = '';
+    this.waiting = false;
+    this.ended = false;
+    const done = new Promise<void>(this.executor);
+    if (signal?.aborted === true) {
+      this.settle(new AbortedError(`${this.what()}: aborted`, signal.reason));
+      return done;
     }
-    this.deadline = monotonicMs() + this.timeoutMs;
+    this.deadline = monotonicMs() + timeoutMs;
     this.host.deadlines.add(this);
-    this.signal?.addEventListener('abort', this.onAbortBound, { once: true });
+    signal?.addEventListener('abort', this.onAbortBound, { once: true });
     this.issue();
+    return done;
   }
 
   private what(): string {
@@ -113,8 +148,24 @@ export class Batch implements SlotOwner, DeadlineEntry {
     this.ended = true;
     this.host.deadlines.remove(this);
     this.signal?.removeEventListener('abort', this.onAbortBound);
-    if (error === undefined) this.resolve();
-    else this.reject(error);
+    this.signal = undefined;
+    const { resolve, reject } = this;
+    this.resolve = noop;
+    this.reject = noop;
+    if (error === undefined) resolve();
+    else reject(error);
+    this.recycleIfIdle();
+  }
+
+  /** An ended call with no request left on the wire: nothing refers to the record any more. */
+  private recycleIfIdle(): void {
+    if (!this.ended || this.inFlight > 0) return;
+    // The caller's arrays are the caller's: the idle record keeps none of them alive.
+    this.handles = NONE;
+    this.buffers = NONE;
+    this.lengths = undefined;
+    this.failures = undefined;
+    this.host.recycleBatch(this);
   }
 
   /** Posts as many requests as there are free slots; the rest follow as answers free slots. */
@@ -135,6 +186,7 @@ export class Batch implements SlotOwner, DeadlineEntry {
       }
       const index = this.next++;
       this.indexOfSlot[slot] = index;
+      this.inFlight++;
       host.post(slot, this, this.opcode, this.flags, this.handles[index]!, this.buffers[index]!);
     }
     if (this.handles.length === 0) this.settle(undefined);
@@ -144,9 +196,11 @@ export class Batch implements SlotOwner, DeadlineEntry {
   answered(slot: number, status: number, dataLength: number): void {
     const index = this.indexOfSlot[slot]!;
     this.indexOfSlot[slot] = -1;
+    this.inFlight--;
     if (this.ended) {
       // The call already gave up: its caller may be using its buffers again, so nothing lands there.
       this.host.releaseSlot(slot);
+      this.recycleIfIdle();
       return;
     }
     if (status === K.STATUS_SUCCESS) {
@@ -159,12 +213,14 @@ export class Batch implements SlotOwner, DeadlineEntry {
     } else {
       this.failed(index, status, statusName(status));
     }
-    this.host.releaseSlot(slot);
     this.answers++;
     if (this.answers === this.handles.length) {
+      // Settled before the slot goes back: a waiter woken by releaseSlot may take this record.
       this.settle(this.failures === undefined ? undefined : new BatchError(this.failures, this.firstFailure));
+      this.host.releaseSlot(slot);
       return;
     }
+    this.host.releaseSlot(slot);
     if (this.next < this.handles.length) this.issue();
   }
 

@@ -24,6 +24,7 @@ import { Batch, type BatchHost } from './batch.ts';
 import { RequestSlots, SLOT_ID_MARK } from './slots.ts';
 import { callBackLater, SlotCall, type CallDone, type SlotCallHost } from './slot-call.ts';
 import { Deadlines } from './deadlines.ts';
+import { RecordPool } from './record-pool.ts';
 import { LandingBuffers } from './landing.ts';
 import { encodeHello, decodeHelloAck, type HelloAck } from './wire/hello.ts';
 import { type KbtpError, KbtpStatusError, ProtocolError, SessionClosedError, TargetRefusedError, TransportError, UsageError } from './errors.ts';
@@ -33,7 +34,7 @@ import { ALL_ONES, directLoadConsistent, readBlock, readEntry, takeBlock, writeB
 import type { TableEntry } from '../engine/table-entry.ts';
 
 const RECV_SLOT = 128;
-/** The options of a callback-style call that passed none: a default `{}` was an object per call. Never written. */
+/** The options of a call that passed none: a default `{}` was an object per call. Never written. */
 const NO_OPTIONS: Readonly<StoreOptions & LoadOptions> = Object.freeze({});
 const CONTROL_SIZE = 256;
 const RECV_BASE = 0x10000000;
@@ -88,7 +89,9 @@ export class KbtpSession {
   /** What batches and single calls use of the session. */
   private readonly slotHost: BatchHost & SlotCallHost;
   /** Finished single calls, reused. */
-  private readonly callPool: SlotCall[] = [];
+  private readonly callPool = new RecordPool<SlotCall>();
+  /** Idle batch records (batch.ts), reused by loadMany/storeMany. */
+  private readonly batchPool = new RecordPool<Batch>();
   private readonly directHost: DirectHost;
   /** Caller buffers LOADs land in directly (registerLoadBuffer). */
   private readonly landing: LandingBuffers;
@@ -148,7 +151,10 @@ export class KbtpSession {
       landed: (slot) => this.landing.landed(slot),
       describeFailure: (handle, status) => this.describeFailure(handle, status),
       recycle: (call) => {
-        this.callPool.push(call);
+        this.callPool.give(call);
+      },
+      recycleBatch: (batch) => {
+        this.batchPool.give(batch);
       },
     };
     this.directHost = {
@@ -459,7 +465,7 @@ export class KbtpSession {
 
   /** A single-call record (reused) for `opcode` on `handle`. */
   private singleCall(opcode: number, handle: bigint, flags: number, generation: number | undefined): SlotCall {
-    const call = this.callPool.pop() ?? new SlotCall(this.slotHost);
+    const call = this.callPool.take() ?? new SlotCall(this.slotHost);
     call.opcode = opcode;
     call.handle = handle;
     call.flags = flags;
@@ -492,7 +498,7 @@ export class KbtpSession {
     } catch (error) {
       call.data = undefined;
       call.into = undefined;
-      this.callPool.push(call);
+      this.callPool.give(call);
       return error instanceof Error ? error : new UsageError(String(error));
     }
   }
@@ -558,7 +564,7 @@ export class KbtpSession {
    * `data` is a view of it: a caller that reuses its buffer then allocates nothing per load,
    * which matters for large blocks, where fresh memory costs more in page faults than the copy.
    */
-  load(handle: bigint, options: LoadOptions = {}): Promise<LoadResult> {
+  load(handle: bigint, options: LoadOptions = NO_OPTIONS): Promise<LoadResult> {
     const call = this.singleCall(K.OPCODE_LOAD, handle, options.allowUnsealed === true ? K.FLAG_ALLOW_UNSEALED : 0, options.generation);
     call.into = options.into;
     // A LOAD's call resolves with a LoadResult (slot-call.ts answered()).
@@ -617,7 +623,7 @@ export class KbtpSession {
   }
 
   /** Block Mapped Store (draft 6.2) into a bound, unsealed handle. */
-  store(handle: bigint, data: Uint8Array, options: StoreOptions = {}): Promise<BlockInfo> {
+  store(handle: bigint, data: Uint8Array, options: StoreOptions = NO_OPTIONS): Promise<BlockInfo> {
     return this.storeCall(K.OPCODE_STORE, handle, data, options);
   }
 
@@ -633,44 +639,45 @@ export class KbtpSession {
   loadMany(
     handles: readonly bigint[],
     into: readonly Uint8Array[],
-    options: { allowUnsealed?: boolean; lengths?: Uint32Array } & CallOptions = {},
+    options: { allowUnsealed?: boolean; lengths?: Uint32Array } & CallOptions = NO_OPTIONS,
   ): Promise<void> {
     try {
       const timeoutMs = this.admit(options);
       if (into.length !== handles.length) throw new UsageError(`${handles.length} handles but ${into.length} buffers`);
       if (options.lengths !== undefined && options.lengths.length < handles.length) throw new UsageError('lengths is shorter than handles');
       const flags = options.allowUnsealed === true ? K.FLAG_ALLOW_UNSEALED : 0;
-      return this.startBatch(new Batch(this.slotHost, K.OPCODE_LOAD, flags, handles, into, options.lengths, this.slots.count, options.signal, timeoutMs));
+      return this.batchRecord().start(K.OPCODE_LOAD, flags, handles, into, options.lengths, options.signal, timeoutMs);
     } catch (error) {
       return Promise.reject(error);
     }
   }
 
   /** STOREs `data[i]` into bound, unsealed `handles[i]` for every i, posted together as loadMany does. */
-  storeMany(handles: readonly bigint[], data: readonly Uint8Array[], options: { seal?: boolean } & CallOptions = {}): Promise<void> {
+  storeMany(handles: readonly bigint[], data: readonly Uint8Array[], options: { seal?: boolean } & CallOptions = NO_OPTIONS): Promise<void> {
     try {
       const timeoutMs = this.admit(options);
       if (data.length !== handles.length) throw new UsageError(`${handles.length} handles but ${data.length} buffers`);
-      for (const block of data) this.checkLength(block);
+      // An index loop: for-of made an array iterator per call.
+      for (let i = 0; i < data.length; i++) this.checkLength(data[i]!);
       const flags = options.seal === true ? K.FLAG_SEAL : 0;
-      return this.startBatch(new Batch(this.slotHost, K.OPCODE_STORE, flags, handles, data, undefined, this.slots.count, options.signal, timeoutMs));
+      return this.batchRecord().start(K.OPCODE_STORE, flags, handles, data, undefined, options.signal, timeoutMs);
     } catch (error) {
       return Promise.reject(error);
     }
   }
 
-  private startBatch(batch: Batch): Promise<void> {
-    batch.start();
-    return batch.done;
+  /** An idle batch record: batches reuse theirs once ended with nothing on the wire (no object per batch, issue 16). */
+  private batchRecord(): Batch {
+    return this.batchPool.take() ?? new Batch(this.slotHost, this.slots.count);
   }
 
   /** Block Unmapped Store (draft 6.3): allocate, write and bind in one round trip. */
-  allocStore(handle: bigint, data: Uint8Array, options: StoreOptions = {}): Promise<BlockInfo> {
+  allocStore(handle: bigint, data: Uint8Array, options: StoreOptions = NO_OPTIONS): Promise<BlockInfo> {
     return this.storeCall(K.OPCODE_ALLOC_STORE, handle, data, options);
   }
 
   /** Block Free (draft 6.4). */
-  free(handle: bigint, options: { generation?: number } & CallOptions = {}): Promise<BlockInfo> {
+  free(handle: bigint, options: { generation?: number } & CallOptions = NO_OPTIONS): Promise<BlockInfo> {
     return this.startCall(this.singleCall(K.OPCODE_FREE, handle, 0, options.generation), options);
   }
 

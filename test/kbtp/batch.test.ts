@@ -144,6 +144,21 @@ test('a batch keeps to its call options: a bad shape is a usage error; an abort 
     const again = handles.map(() => new Uint8Array(512));
     await session.loadMany(handles, again, { allowUnsealed: true, timeoutMs: 30_000 });
     for (const block of again) assert.is(block[511], 7);
+    // Batches reuse their records once ended with nothing on the wire (the aborted one too, once
+    // its late answers came back): later batches still land only in their own buffers.
+    await session.storeMany(
+      handles,
+      handles.map((_, i) => new Uint8Array(512).fill(20 + i)),
+    );
+    for (let round = 0; round < 3; round++) {
+      const later = handles.map(() => new Uint8Array(512));
+      await session.loadMany(handles, later, { allowUnsealed: true });
+      for (let i = 0; i < later.length; i++)
+        assert.ok(
+          later[i]!.every((octet) => octet === 20 + i),
+          `round ${round}, block ${i}`,
+        );
+    }
     for (const block of into)
       assert.ok(
         block.every((octet) => octet === 0),
