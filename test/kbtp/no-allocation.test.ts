@@ -4,12 +4,12 @@
 // transmit and receive and engine calls, and the RNIC's on the initiator side), once through the
 // initiator library's batched loadMany/storeMany with caller buffers. Both run without sockets
 // (LinkedChannel), so they measure kbtp's code, not the kernel's or libuv's. What is still
-// allocated (and collected) per request is measured as well, from the used heap over short runs
-// in which no collection ran (a count of octets, independent of the machine's load), and held
-// under a budget: the RNIC frames into a ring, reuses views and CQ records, and a change that
-// brings back an allocation per message or per completion (each about 100 octets or more, per
-// request several) fails here. docs/BENCH.md keeps the profile by allocating site
-// (bench/alloc-profile.ts).
+// allocated (and collected) per request is measured as well, from the used heap over runs of
+// 16,000 requests in which no collection ran (a count of octets, independent of the machine's
+// load), and held under a budget: under one octet per request for the target and for the
+// initiator's callback API (loadInto/storeFrom), i.e. nothing per request; the promise APIs pay
+// their promises. A change that brings back an allocation per message, completion or call fails
+// here. docs/BENCH.md keeps the profile by allocating site (bench/alloc-profile.ts).
 import { PerformanceObserver } from 'node:perf_hooks';
 import v8 from 'node:v8';
 import vm from 'node:vm';
@@ -24,6 +24,12 @@ const collect = vm.runInNewContext('gc') as () => void;
 
 const REQUESTS = 1_000_000;
 /**
+ * Requests per sampled run: long enough that what a run costs once (the drive's own promises,
+ * about 1.2 KB) stays under 0.1 octets per request; halved down to 1,000 should every run see a
+ * collection (each a multiple of 8, the initiator drives' handles).
+ */
+const SAMPLE_REQUESTS = 16_000;
+/**
  * Octets allocated per request, at most: every side in one thread (the target, both RNICs, and
  * for the initiator tests the initiator library). Measured 2026-12-01 (session 3, after calls got
  * one deadline sweep per session and reused call records): target about 510-550, loadMany/storeMany
@@ -37,16 +43,19 @@ const REQUESTS = 1_000_000;
  * caches with several lengths per offset and for staged payloads, no closure context per channel
  * write or callback call, no clock read per request for the connection's timeouts): target 46-58,
  * loadMany/storeMany 272-288, loadInto/storeFrom 54-95, load()/store() 578-620 (two runs), then 853 in the lead's clean-clone
- * make test (13:17, load 1.9: over the 850 first set here, so 1,000). What is left on the target
- * is the stats' two clock reads per request (V8 boxes each: 16 octets) and a few octets the
- * profile does not pin down. The margin covers V8 tiering and sampling variation on a loaded
- * machine; a view per message (about 100 octets), a closure context per call (about 60), an
- * object per message or completion, or a per-call timer (about 4 KB) goes over it.
+ * make test (13:17, load 1.9: over the 850 first set here, so 1,000). Session 6 (h16c, 14:25,
+ * load 10: a clock read that does not box, STags and slot request ids below 2^31, batch records
+ * reused, runs of 16,000 requests and collections no longer missed at a run's end): target 0.08,
+ * loadInto/storeFrom 0.30, loadMany/storeMany 64, load()/store() 506 (three runs alike). The
+ * target and the callback API are held to the goal itself, under one octet per request: a heap
+ * number in one request of eight already goes over it. The promise APIs keep a promise (and for
+ * load()/store() a result) per call by design; their margin is under a closure context or a view
+ * per call (about 60 and 100 octets).
  */
-const TARGET_BUDGET = 120;
-const BATCH_BUDGET = 400;
-const CALL_BUDGET = 1_000;
-const CALLBACK_BUDGET = 160;
+const TARGET_BUDGET = 1;
+const BATCH_BUDGET = 100;
+const CALL_BUDGET = 650;
+const CALLBACK_BUDGET = 1;
 
 function heapAfterFullCollection(): number {
   collect();
@@ -56,16 +65,18 @@ function heapAfterFullCollection(): number {
 }
 
 /**
- * Octets allocated per request: heap growth over short runs in which no collection ran (a run
- * with one is discarded); the smallest of several samples. Should every run of `requests` see a
- * collection (a young generation V8 shrank), shorter runs are tried.
+ * Octets allocated per request: heap growth over runs in which no collection ran (a run with one
+ * is discarded); the smallest of several samples. Should every run of `requests` see a collection
+ * (load()/store() allocate about 8 MB in 16,000 requests, and after other test files V8 may have
+ * shrunk its young generation below that), shorter runs are tried, down to 1,000 requests.
  */
 async function allocatedPerRequest(requests: number, run: (requests: number) => Promise<void>): Promise<number> {
-  for (let count = requests; count >= requests / 4; count /= 2) {
+  let count = requests;
+  for (; count >= 1000; count /= 2) {
     const best = await sampleRuns(count, () => run(count));
     if (!Number.isNaN(best)) return best;
   }
-  throw new Error(`every run of ${requests / 4} to ${requests} requests saw a garbage collection: cannot measure allocation`);
+  throw new Error(`every run of ${count * 2} to ${requests} requests saw a garbage collection: cannot measure allocation`);
 }
 
 async function sampleRuns(requests: number, run: () => Promise<void>): Promise<number> {
@@ -82,7 +93,10 @@ async function sampleRuns(requests: number, run: () => Promise<void>): Promise<n
       await run();
       const after = v8.getHeapStatistics().used_heap_size;
       const ended = performance.now();
-      await new Promise((resolve) => setImmediate(resolve)); // gc entries arrive asynchronously
+      // gc entries arrive asynchronously: Node creates one from a native immediate after the
+      // collection and hands it to observers from a second one, so a single setImmediate missed
+      // a collection in the run's last turn (and a missed one makes a run look cheap).
+      await new Promise((resolve) => setTimeout(resolve, 20));
       if (collections.some((at) => at >= started && at <= ended) || after < before) continue;
       const perRequest = (after - before) / requests;
       if (Number.isNaN(best) || perRequest < best) best = perRequest;
@@ -97,7 +111,7 @@ test('target: a million LOADs and STOREs from a bare QP keep nothing', async () 
   const driver = await HotPathDriver.open(1024, 8);
   try {
     await driver.run(100_000, 4); // warm-up: compile, grow the queues to their working size
-    const sampled = await allocatedPerRequest(1000, (count) => driver.run(count, 4));
+    const sampled = await allocatedPerRequest(SAMPLE_REQUESTS, (count) => driver.run(count, 4));
     const before = heapAfterFullCollection();
     const started = performance.now();
     const cpu = process.cpuUsage();
@@ -112,10 +126,10 @@ test('target: a million LOADs and STOREs from a bare QP keep nothing', async () 
     const growth = (after - before) / REQUESTS;
     console.log(
       `  target: ${REQUESTS} requests in ${seconds.toFixed(1)} s (${cpuUs.toFixed(1)} us CPU each); heap growth ${growth.toFixed(3)} octets/request; ` +
-        `${sampled.toFixed(0)} octets allocated and collected per request (both RNICs and the target)`,
+        `${sampled.toFixed(2)} octets allocated and collected per request (both RNICs and the target)`,
     );
     assert.ok(growth < 1, `heap grew ${growth.toFixed(2)} octets per request`);
-    assert.ok(sampled <= TARGET_BUDGET, `${sampled.toFixed(0)} octets allocated per request, over the budget of ${TARGET_BUDGET}`);
+    assert.ok(sampled < TARGET_BUDGET, `${sampled.toFixed(2)} octets allocated per request, not under the budget of ${TARGET_BUDGET}`);
   } finally {
     await driver.close();
   }
@@ -123,7 +137,7 @@ test('target: a million LOADs and STOREs from a bare QP keep nothing', async () 
 
 /**
  * Drives `run(requests)` through the initiator library against an in-process target: a warm-up,
- * the octets allocated per request (at most `budget`), then a million requests after which the
+ * the octets allocated per request (under `budget`), then a million requests after which the
  * heap, after a full collection, must not have grown by an octet per request.
  */
 async function initiatorKeepsNothing(
@@ -139,7 +153,7 @@ async function initiatorKeepsNothing(
     const blocks = handles.map((_, i) => new Uint8Array(1024).fill(i + 1));
     const run = drive(session, handles, into, blocks);
     await run(80_000);
-    const sampled = await allocatedPerRequest(800, run);
+    const sampled = await allocatedPerRequest(SAMPLE_REQUESTS, run);
     const before = heapAfterFullCollection();
     const started = performance.now();
     const cpu = process.cpuUsage();
@@ -156,10 +170,10 @@ async function initiatorKeepsNothing(
     const growth = (after - before) / REQUESTS;
     console.log(
       `  initiator ${what}: ${REQUESTS} requests in ${seconds.toFixed(1)} s (${cpuUs.toFixed(1)} us CPU each); heap growth ${growth.toFixed(3)} octets/request; ` +
-        `${sampled.toFixed(0)} octets allocated and collected per request (initiator, target and both RNICs)`,
+        `${sampled.toFixed(2)} octets allocated and collected per request (initiator, target and both RNICs)`,
     );
     assert.ok(growth < 1, `heap grew ${growth.toFixed(2)} octets per request`);
-    assert.ok(sampled <= budget, `${sampled.toFixed(0)} octets allocated per request, over the budget of ${budget}`);
+    assert.ok(sampled < budget, `${sampled.toFixed(2)} octets allocated per request, not under the budget of ${budget}`);
   } finally {
     await session.close(500);
     await target.stop();
