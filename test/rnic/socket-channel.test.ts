@@ -87,6 +87,52 @@ test('writes arrive whole and in order, dones in order, while the receiver holds
   }
 });
 
+test('hundreds of writes held back at once complete in write order (the done queue compacts in place)', async () => {
+  const { channel, server, remote } = await connectPair();
+  try {
+    remote.pause();
+    const received: Buffer[] = [];
+    remote.on('data', (chunk: Buffer) => received.push(chunk));
+    const dones: number[] = [];
+    let failures = 0;
+    const record = (m: number) => (error?: Error | null) => {
+      if (error) failures++;
+      dones.push(m);
+    };
+    // 16 MiB first, more than the loopback buffers hold, so every later write is queued behind it.
+    const big = pattern(16 * 1024 * 1024, 1);
+    channel.write([big], 1, record(-1));
+    await new Promise((resolve) => setImmediate(resolve));
+    // Each small write in a turn of its own: a batch each, all waiting at once (past the 256 at which
+    // the queue of dones compacts while later ones still wait).
+    const messages = 700;
+    const small: Uint8Array[] = [];
+    for (let m = 0; m < messages; m++) {
+      small.push(pattern(8, m));
+      channel.write([small[m]!], 1, record(m));
+      await new Promise((resolve) => setImmediate(resolve));
+    }
+    assert.ok(dones.length < 2, 'the writes were held back');
+    remote.resume();
+    const deadline = Date.now() + 60_000;
+    while (dones.length < messages + 1 && Date.now() < deadline) await new Promise((resolve) => setTimeout(resolve, 10));
+    assert.is(failures, 0);
+    assert.equal(
+      dones,
+      Array.from({ length: messages + 1 }, (_, i) => i - 1),
+    );
+    while (received.reduce((sum, chunk) => sum + chunk.length, 0) < big.length + 8 * messages && Date.now() < deadline)
+      await new Promise((resolve) => setTimeout(resolve, 10));
+    const all = Buffer.concat(received);
+    assert.ok(all.subarray(0, big.length).equals(big), 'the large write');
+    assert.ok(all.subarray(big.length).equals(Buffer.concat(small)), 'the small writes, in order');
+  } finally {
+    channel.destroy();
+    remote.destroy();
+    server.close();
+  }
+});
+
 test('a write to a reset connection completes with an error and the channel closes', async () => {
   const { channel, server, remote } = await connectPair();
   try {
