@@ -6,8 +6,11 @@
 //   many    loadMany/storeMany with caller buffers, batches of 8 (3:1)
 //   target  a bare initiator QP (bench/hot-path-driver.ts), 8 in flight, LOAD:STORE 3:1: what
 //           remains is the target's (connection, RNIC transmit and receive, engine calls)
+//   socket  the target drive over a TCP connection on 127.0.0.1 (SocketChannel at both ends):
+//           what the socket channel and Node's net module add (both ends' share)
+//   callback  loadInto/storeFrom, each completion issuing the next call
 //
-//   make bench-build && node dist/bench/alloc-profile.js [load|many|target] [requests 20000] [rows 30]
+//   make bench-build && node dist/bench/alloc-profile.js [load|many|callback|target|socket] [requests 20000] [rows 30]
 import { Session } from 'node:inspector/promises';
 import { resolveTargetSettings } from '../firmware/config.ts';
 import { connectChannel } from '../host/kbtp/initiator.ts';
@@ -86,8 +89,8 @@ async function sessionDrive(how: 'many' | 'load' | 'callback'): Promise<{ drive:
   };
 }
 
-async function targetDrive(): Promise<{ drive: Drive; close: () => Promise<void> }> {
-  const driver = await HotPathDriver.open(1024, BATCH);
+async function targetDrive(overTcp: boolean): Promise<{ drive: Drive; close: () => Promise<void> }> {
+  const driver = overTcp ? await HotPathDriver.openOverTcp(1024, BATCH) : await HotPathDriver.open(1024, BATCH);
   return {
     drive: async (count) => {
       await driver.run(count, 4);
@@ -97,8 +100,13 @@ async function targetDrive(): Promise<{ drive: Drive; close: () => Promise<void>
   };
 }
 
-const chosen = mode === 'target' ? await targetDrive() : mode === 'many' || mode === 'load' || mode === 'callback' ? await sessionDrive(mode) : undefined;
-if (chosen === undefined) throw new Error(`unknown drive '${mode}': load, callback, many or target`);
+const chosen =
+  mode === 'target' || mode === 'socket'
+    ? await targetDrive(mode === 'socket')
+    : mode === 'many' || mode === 'load' || mode === 'callback'
+      ? await sessionDrive(mode)
+      : undefined;
+if (chosen === undefined) throw new Error(`unknown drive '${mode}': load, callback, many, target or socket`);
 await chosen.drive(20_000); // warm-up: compile, grow queues to their working size
 const inspector = new Session();
 inspector.connect();

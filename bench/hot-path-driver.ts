@@ -9,7 +9,9 @@ import { resolveTargetSettings } from '../firmware/config.ts';
 import { InProcessTarget } from '../host/kbtp/server/in-process.ts';
 import { encodeHello, decodeHelloAck } from '../host/kbtp/wire/hello.ts';
 import { encodeRequest } from '../host/kbtp/wire/messages.ts';
+import { createServer, type Server } from 'node:net';
 import { LinkedChannel } from '../host/rnic/linked-channel.ts';
+import { SocketChannel, type StreamChannel } from '../host/rnic/channel.ts';
 import { Access, createRnic, WcStatus, type CompletionQueue, type QueuePair, type Rnic, type WorkCompletion } from '../host/rnic/verbs.ts';
 
 const SLOT = 128;
@@ -47,7 +49,9 @@ export class HotPathDriver {
   private constructor(
     readonly blockSize: number,
     readonly depth: number,
-    private readonly channels: [LinkedChannel, LinkedChannel],
+    private readonly channels: [StreamChannel, StreamChannel],
+    /** The loopback listener of a drive over TCP (openOverTcp), closed with the driver. */
+    private readonly server?: Server,
   ) {
     const settings = resolveTargetSettings({
       listen: '127.0.0.1:0',
@@ -90,6 +94,22 @@ export class HotPathDriver {
   /** A target with `depth` credits and a session to it, every slot's handle bound to a block. */
   static async open(blockSize: number, depth: number): Promise<HotPathDriver> {
     const driver = new HotPathDriver(blockSize, depth, LinkedChannel.pair());
+    await driver.connect();
+    return driver;
+  }
+
+  /**
+   * The same drive over a TCP connection on 127.0.0.1 (SocketChannel at both ends, the target's
+   * real path through the kernel), to see what the socket channel and Node's net module add.
+   */
+  static async openOverTcp(blockSize: number, depth: number): Promise<HotPathDriver> {
+    const server = createServer();
+    const accepted = new Promise<SocketChannel>((resolve) => server.once('connection', (socket) => resolve(new SocketChannel(socket))));
+    await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+    const address = server.address();
+    if (address === null || typeof address === 'string') throw new Error('the loopback listener has no port');
+    const initiatorEnd = await SocketChannel.connect('127.0.0.1', address.port, 5000);
+    const driver = new HotPathDriver(blockSize, depth, [await accepted, initiatorEnd], server);
     await driver.connect();
     return driver;
   }
@@ -202,5 +222,6 @@ export class HotPathDriver {
     this.qp.disconnect();
     await this.rnic.close();
     await this.target.stop();
+    if (this.server !== undefined) await new Promise<void>((resolve) => this.server!.close(() => resolve()));
   }
 }
