@@ -42,7 +42,9 @@ workload:
                          of independent loadInto()/storeFrom() calls; a request's latency is its batch's
   --duration SECS        measured time per phase (default 3)
   --count N              instead of a duration: requests per phase over all sessions
-  --warmup SECS          unmeasured time before each timed phase (default 0.5)
+  --warmup SECS          unmeasured time before each timed phase (default 0.5; with
+                         --spawn, 2 for the first phase at each size: the new target is
+                         still being compiled)
 
 trace replay (--trace FILE, e.g. test/fixtures/traces/mooncake-conversation.jsonl):
   --block-size SIZE      octets per trace block (default 16K)
@@ -197,6 +199,9 @@ export const command: Command = {
           ? { count: parseInteger(values.count, '--count', 1) }
           : { durationMs: parseNumber(values.duration, '--duration', 3, 0.001) * 1000 }),
         warmupMs: parseNumber(values.warmup, '--warmup', 0.5) * 1000,
+        // A target spawned per size is still being compiled for a second or two (host/bench/run.ts):
+        // without an explicit --warmup its first phase waits 2 s before measuring.
+        ...(target === undefined && values.warmup === undefined ? { firstWarmupMs: 2000 } : {}),
         ...(handleBase !== undefined ? { handleBase } : {}),
         ...(quiet ? {} : { onProgress: progressPrinter(false) }),
         log,
