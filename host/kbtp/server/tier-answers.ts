@@ -1,9 +1,10 @@
 // The main thread's answers to one worker's tier asks (tier-messages.ts), gathered while a group
 // commit settles its requests and posted as one message. Every answer of a group is settled in the
 // same run of microtasks (group-commit.ts applyDurable), so a flush queued behind the first one
-// goes out after the last. One post per ask cost the main thread a message each, and the worker a
-// wake-up each: in an interleaved A/B (docs/notes/2026-12-01/issue-12-session6.md) the main
-// thread's CPU per 1 MiB STORE fell in 3 of 3 pairs and throughput rose in 5 of 6.
+// goes out after the last. One post per ask cost the main thread a message each (strace of a
+// 256 KiB bench row: the process's write calls fell by ~0.8 per tier request); on the loaded
+// machine of session 6 the effect on CPU time and throughput stayed within the noise
+// (docs/notes/2026-12-01/issue-12-session6.md).
 import type { TierAnswer, TierToWorker } from './tier-messages.ts';
 
 export class TierAnswers {
