@@ -384,7 +384,11 @@ test('a PSN window smaller than the AckReq interval: the packet that fills the w
     expectSuccess(await completions(client.cq, 1, 20_000));
     same(server.memory.subarray(MiB, MiB + 256 * 1024), client.memory.subarray(0, 256 * 1024), 'written data');
     assert.is(client.qp.statistics.timeouts, 0);
-    assert.is(client.qp.statistics.retransmittedPackets, 0);
+    // Without the AckReq every one of the 16 windows would stall until the early retransmission
+    // resent it; on a loaded machine a scheduling pause may still fire that timer once or twice
+    // spuriously (a clean-clone make test at load 12 saw one window resent), so a few are allowed.
+    const early = client.qp.statistics.earlyRetransmissions;
+    assert.ok(early <= 3, `${early} early retransmissions (${client.qp.statistics.retransmittedPackets} packets resent)`);
     assert.ok(server.qp.statistics.acksSent >= 256 / 16, `${server.qp.statistics.acksSent} ACKs`);
   });
 });
