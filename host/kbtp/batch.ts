@@ -10,7 +10,10 @@ import { AbortedError, BatchError, TimeoutError, type BatchFailure } from './err
 import { statusName } from './wire/messages.ts';
 import type { DeadlineEntry, Deadlines } from './deadlines.ts';
 import type { SlotOwner } from './slots.ts';
-import { monotonicMs } from '../util/clock.ts';
+import { monotonicMsInto } from '../util/clock.ts';
+
+/** This thread's clock reading for a call's deadline (monotonicMsInto: no heap number per call). */
+const clock = new Float64Array(1);
 
 export { BatchError };
 
@@ -121,7 +124,8 @@ export class Batch implements SlotOwner, DeadlineEntry {
       this.settle(new AbortedError(`${this.what()}: aborted`, signal.reason));
       return done;
     }
-    this.deadline = monotonicMs() + timeoutMs;
+    monotonicMsInto(clock, 0);
+    this.deadline = (clock[0] as number) + timeoutMs;
     this.host.deadlines.add(this);
     signal?.addEventListener('abort', this.onAbortBound, { once: true });
     this.issue();

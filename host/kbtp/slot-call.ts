@@ -10,7 +10,10 @@ import { decodeCompletion, requestName } from './wire/messages.ts';
 import type { DeadlineEntry, Deadlines } from './deadlines.ts';
 import type { SlotOwner } from './slots.ts';
 import type { BlockInfo, LoadResult } from './session-types.ts';
-import { monotonicMs } from '../util/clock.ts';
+import { monotonicMsInto } from '../util/clock.ts';
+
+/** This thread's clock reading for a call's deadline (monotonicMsInto: no heap number per call). */
+const clock = new Float64Array(1);
 
 /**
  * How a callback-style call ends (KbtpSession.loadInto / storeFrom): `error` undefined on success,
@@ -110,7 +113,8 @@ export class SlotCall implements SlotOwner, DeadlineEntry {
         return;
       }
       this.signal = signal;
-      this.deadline = monotonicMs() + timeoutMs;
+      monotonicMsInto(clock, 0);
+      this.deadline = (clock[0] as number) + timeoutMs;
       this.host.deadlines.add(this);
       signal?.addEventListener('abort', this.onAbortBound, { once: true });
       this.issue();

@@ -4,7 +4,7 @@
 // What happens before a session exists (refusals, handshake failures, timeouts) is counted
 // always, whatever the log level.
 import { statusName } from '../wire/messages.ts';
-import { monotonicMs } from '../../util/clock.ts';
+import { monotonicMsInto } from '../../util/clock.ts';
 import type { DurableStats } from './tier-host.ts';
 
 const OPCODE_NAMES: Record<number, string> = { 0x10: 'LOAD', 0x11: 'STORE', 0x12: 'ALLOC_STORE', 0x13: 'FREE', 0x14: 'BIND' };
@@ -95,6 +95,8 @@ export class TargetStats {
   private readonly tenantSessions = new Map<string, number>();
   /** monotonicMs() at each request context's arrival, by context index. */
   private readonly arrivals: Float64Array;
+  /** The completion's clock reading (monotonicMsInto: no heap number however V8 compiles it). */
+  private readonly clock = new Float64Array(1);
   /** Per timed opcode, LATENCY_BOUNDS_SECONDS.length + 1 bucket counts. */
   private readonly latencyCounts = new Float64Array(LATENCY_OPCODES * (LATENCY_BOUNDS_SECONDS.length + 1));
   private readonly latencySums = new Float64Array(LATENCY_OPCODES);
@@ -164,7 +166,7 @@ export class TargetStats {
   /** A request landed in the context at `request` (its address). */
   arrived(request: number): void {
     const index = (request - this.requestBase) / this.requestSize;
-    if (index >= 0 && index < this.arrivals.length) this.arrivals[index] = monotonicMs();
+    if (index >= 0 && index < this.arrivals.length) monotonicMsInto(this.arrivals, index);
   }
   /** Its COMPLETION is being posted: counted by opcode and status, timed since arrived(). */
   completed(opcode: number, status: number, request = -1): void {
@@ -173,7 +175,8 @@ export class TargetStats {
     const op = opcode - FIRST_OPCODE;
     const index = (request - this.requestBase) / this.requestSize;
     if (op < 0 || op >= LATENCY_OPCODES || !(index >= 0 && index < this.arrivals.length)) return;
-    const seconds = (monotonicMs() - (this.arrivals[index] ?? 0)) / 1000;
+    monotonicMsInto(this.clock, 0);
+    const seconds = ((this.clock[0] as number) - (this.arrivals[index] ?? 0)) / 1000;
     let bucket = 0;
     while (bucket < LATENCY_BOUNDS_SECONDS.length && seconds > (LATENCY_BOUNDS_SECONDS[bucket] ?? 0)) bucket += 1;
     this.latencyCounts[op * (LATENCY_BOUNDS_SECONDS.length + 1) + bucket] = (this.latencyCounts[op * (LATENCY_BOUNDS_SECONDS.length + 1) + bucket] ?? 0) + 1;
