@@ -17,7 +17,7 @@ import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import net from 'node:net';
 import { parseCommandLine } from '../host/commands/command-line.ts';
-import { loadBatchedUdp } from '../host/rnic/rc/batched-udp-socket.ts';
+import { loadBatchedUdp } from '../host/rnic/rc/batched-udp-libc.ts';
 import {
   Access,
   createRnic,

@@ -4,7 +4,8 @@
 // peer on node:dgram, rxe or a hardware RNIC sees the same wire.
 
 import { RnicError } from '../errors.ts';
-import { BatchedUdpSocket, errnoName, IcrcVerdict, type BatchedUdpSocketOptions, type BatchedUdpStatistics } from './batched-udp-socket.ts';
+import { errnoName } from './batched-udp-libc.ts';
+import { BatchedUdpSocket, IcrcVerdict, type BatchedUdpSocketOptions, type BatchedUdpStatistics } from './batched-udp-socket.ts';
 import { fillIcrcAfterUdp, SocketHeaderCache, type LinkSendErrorHandler, type PacketLink, type PacketReceiver, type PeerAddress } from './link.ts';
 
 export type BatchedUdpLinkOptions = BatchedUdpSocketOptions;

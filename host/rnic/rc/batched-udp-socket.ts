@@ -30,7 +30,6 @@
 import { createRequire } from 'node:module';
 import { lookup } from 'node:dns/promises';
 import { isIPv4 } from 'node:net';
-import os from 'node:os';
 import { Worker } from 'node:worker_threads';
 import { loadIsal } from '../../util/isal.ts';
 import { RnicError } from '../errors.ts';
@@ -92,6 +91,7 @@ import {
   CONTROL_BYTES,
 } from './batched-udp-layout.ts';
 import { RECEIVE_WORKER, SEND_WORKER } from './batched-udp-workers.ts';
+import { errnoName, type Libc, loadBatchedUdp, readSockaddrAddress, writeSockaddr } from './batched-udp-libc.ts';
 import { IcrcVerdict } from './batched-udp-layout.ts';
 export { SEND_BLOCKS, IcrcVerdict } from './batched-udp-layout.ts';
 
@@ -119,25 +119,6 @@ export const DEFAULT_RECEIVE_SLOTS = 64;
 export const DEFAULT_SLOT_BYTES = 65536;
 /** Ring slots one recvmmsg fills at most. */
 const RECEIVE_BATCH = 32;
-
-interface Libc {
-  socket(domain: number, type: number, protocol: number): number;
-  bind(fd: number, address: Uint8Array, length: number): number;
-  getsockname(fd: number, address: Uint8Array, length: Int32Array): number;
-  setsockopt(fd: number, level: number, name: number, value: Uint8Array, length: number): number;
-  shutdown(fd: number, how: number): number;
-  close(fd: number): number;
-  sendmmsg(fd: number, vector: number, count: number, flags: number): number;
-  recvmmsg(fd: number, vector: number, count: number, flags: number, timeout: number): number;
-  /** Returns its first argument: the address of a typed array's first octet. */
-  addressOf(target: Uint8Array): number;
-  /** memmove between raw addresses (shared-copy.ts). */
-  moveBytes(to: number, from: number, length: number): void;
-  errno(): number;
-  koffiPath: string;
-}
-
-let loaded: Libc | Error | undefined;
 
 /** What a worker posts once it runs (its other messages go to the socket). */
 const WORKER_READY = -1;
@@ -169,40 +150,6 @@ function startWorker<Message>(
     worker.once('error', (error: Error) => onError(error.message));
   });
   return { started, exited };
-}
-
-/**
- * Binds libc through koffi once per thread. Returns the reason as an Error when this platform
- * or installation cannot batch (no koffi, not Linux, not little-endian 64-bit, no glibc).
- */
-export function loadBatchedUdp(): Libc | Error {
-  if (loaded !== undefined) return loaded;
-  try {
-    if (process.platform !== 'linux') throw new Error(`batched UDP needs Linux (this is ${process.platform})`);
-    if (os.endianness() !== 'LE' || (process.arch !== 'x64' && process.arch !== 'arm64')) {
-      throw new Error(`batched UDP needs x64 or arm64 (this is ${process.arch})`);
-    }
-    const require = createRequire(import.meta.url);
-    const koffiPath = require.resolve('koffi');
-    const koffi = require(koffiPath) as typeof import('koffi');
-    const libc = koffi.load('libc.so.6');
-    const socket = libc.func('int socket(int, int, int)') as Libc['socket'];
-    const bind = libc.func('int bind(int, void *, uint32_t)') as Libc['bind'];
-    const getsockname = libc.func('int getsockname(int, void *, void *)') as Libc['getsockname'];
-    const setsockopt = libc.func('int setsockopt(int, int, int, void *, uint32_t)') as Libc['setsockopt'];
-    const shutdown = libc.func('int shutdown(int, int)') as Libc['shutdown'];
-    const close = libc.func('int close(int)') as Libc['close'];
-    const sendmmsg = libc.func('int sendmmsg(int, intptr_t, unsigned int, int)') as Libc['sendmmsg'];
-    const recvmmsg = libc.func('int recvmmsg(int, intptr_t, unsigned int, int, intptr_t)') as Libc['recvmmsg'];
-    const memmove = libc.func('intptr_t memmove(void *, void *, size_t)') as (a: Uint8Array, b: Uint8Array, n: number) => number | bigint;
-    const addressOf = (target: Uint8Array): number => Number(memmove(target, target, 0));
-    // Declared void: the result (its first argument) is not needed, and a returned address could come back as a BigInt.
-    const moveBytes = libc.func('void memmove(intptr_t, intptr_t, size_t)') as Libc['moveBytes'];
-    loaded = { socket, bind, getsockname, setsockopt, shutdown, close, sendmmsg, recvmmsg, addressOf, moveBytes, errno: () => koffi.errno(), koffiPath };
-  } catch (error) {
-    loaded = error instanceof Error ? error : new Error(String(error));
-  }
-  return loaded;
 }
 
 export interface BatchedUdpSocketOptions {
@@ -870,38 +817,4 @@ export class BatchedUdpSocket implements TurnParticipant {
     this.outboundWords[word] = value % 4294967296;
     this.outboundWords[word + 1] = Math.floor(value / 4294967296);
   }
-}
-
-function writeSockaddr(target: Uint8Array, offset: number, address: Uint8Array, port: number): void {
-  target[offset] = AF_INET; // sa_family is in host order: little-endian here
-  target[offset + 1] = 0;
-  target[offset + 2] = port >>> 8;
-  target[offset + 3] = port & 0xff;
-  target.set(address, offset + 4);
-}
-
-function readSockaddrAddress(source: Uint8Array, offset: number): string {
-  return `${source[offset + 4]}.${source[offset + 5]}.${source[offset + 6]}.${source[offset + 7]}`;
-}
-
-const ERRNO_NAMES: Record<number, string> = {
-  1: 'EPERM',
-  5: 'EIO',
-  9: 'EBADF',
-  11: 'EAGAIN',
-  13: 'EACCES',
-  22: 'EINVAL',
-  90: 'EMSGSIZE',
-  92: 'ENOPROTOOPT',
-  97: 'EAFNOSUPPORT',
-  98: 'EADDRINUSE',
-  99: 'EADDRNOTAVAIL',
-  101: 'ENETUNREACH',
-  105: 'ENOBUFS',
-  111: 'ECONNREFUSED',
-  113: 'EHOSTUNREACH',
-};
-
-export function errnoName(errno: number): string {
-  return ERRNO_NAMES[errno] ?? `errno ${errno}`;
 }

@@ -8,7 +8,7 @@
 // may live on the V8 heap, and V8 copies plain memory with memmove already). Where koffi does
 // not load, TypedArray.set does the copy.
 
-import { loadBatchedUdp } from './batched-udp-socket.ts';
+import { loadBatchedUdp } from './batched-udp-libc.ts';
 
 /** Below this many octets the native call costs more than V8's own copy saves. */
 const NATIVE_FROM = 512;

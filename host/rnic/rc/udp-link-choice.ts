@@ -5,7 +5,7 @@
 
 import { UsageError } from '../../errors.ts';
 import { BatchedUdpLink } from './batched-udp-link.ts';
-import { loadBatchedUdp } from './batched-udp-socket.ts';
+import { loadBatchedUdp } from './batched-udp-libc.ts';
 import { UdpLink, type PacketLink, type UdpLinkOptions } from './link.ts';
 
 export const UDP_LINK_KINDS = ['auto', 'batched', 'dgram'] as const;
