@@ -2,13 +2,9 @@
 // the way `make wasm` compiles the engine: the options come from asconfig.json's shared options
 // and its release target, so what is measured or tested is built like what ships.
 import { readFileSync } from 'node:fs';
-import { dirname, join } from 'node:path';
-import { fileURLToPath } from 'node:url';
+import { join } from 'node:path';
 import asc from 'assemblyscript/asc';
-
-const here = dirname(fileURLToPath(import.meta.url));
-// Run from source (bench/) or built (dist/bench/): the checkout's root either way.
-const root = here.endsWith(join('dist', 'bench')) ? join(here, '../..') : join(here, '..');
+import { checkoutRoot } from './checkout-root.ts';
 
 interface AsconfigOptions {
   runtime?: string;
@@ -29,7 +25,7 @@ interface Asconfig {
 }
 
 /** asconfig.json's release build as command-line flags (file names and bindings left out). */
-export function releaseCompilerFlags(asconfigPath = join(root, 'asconfig.json')): string[] {
+export function releaseCompilerFlags(asconfigPath = join(checkoutRoot, 'asconfig.json')): string[] {
   const config = JSON.parse(readFileSync(asconfigPath, 'utf8')) as Asconfig;
   const options = { ...config.options, ...config.targets.release };
   const flags: string[] = [];

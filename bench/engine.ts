@@ -2,8 +2,7 @@
 // second, in WebAssembly and in plain TypeScript over the same shared memory, with 1 and 2
 // worker threads; and the heap growth of the request hot path. Writes bench/results/engine.json.
 import { mkdirSync, writeFileSync, readFileSync, mkdtempSync, rmSync } from 'node:fs';
-import { fileURLToPath } from 'node:url';
-import { dirname, join } from 'node:path';
+import { join } from 'node:path';
 import { tmpdir } from 'node:os';
 import * as K from '../assembly/kbtp-constants.ts';
 import { ACTION_DATA_AND_SEND, ACTION_NONE } from '../assembly/struct-offsets.ts';
@@ -12,10 +11,10 @@ import { ThreadArena } from '../host/engine/arena.ts';
 import { encodeRequest } from '../host/kbtp/wire/messages.ts';
 import { spawnWorker } from '../host/util/spawn-worker.ts';
 import { compileRelease } from './asc-compile.ts';
+import { checkoutRoot } from './checkout-root.ts';
 import type { BenchJob, BenchRound } from './engine-worker.ts';
 
-const here = dirname(fileURLToPath(import.meta.url));
-const root = here.endsWith(join('dist', 'bench')) ? join(here, '../..') : join(here, '..');
+const root = checkoutRoot;
 const COPY_SIZES = [16384, 262144, 1048576];
 const MILLISECONDS = Number(process.env.KBTP_BENCH_MS ?? 700);
 const LOOKUP_HANDLES = 4096;

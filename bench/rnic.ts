@@ -14,7 +14,6 @@
 
 import { mkdirSync, writeFileSync } from 'node:fs';
 import { dirname, join } from 'node:path';
-import { fileURLToPath } from 'node:url';
 import net from 'node:net';
 import { parseCommandLine } from '../host/commands/command-line.ts';
 import { loadBatchedUdp } from '../host/rnic/rc/batched-udp-libc.ts';
@@ -29,6 +28,7 @@ import {
   type UdpLinkKind,
 } from '../host/rnic/verbs.ts';
 import { batchedPair, dgramPair, udpPairRun } from './udp-pairs.ts';
+import { checkoutRoot } from './checkout-root.ts';
 
 interface Row {
   /**
@@ -79,9 +79,7 @@ const { values } = parsed;
 
 /** bench/results/rnic.json of the source tree, whether this runs from bench/ or dist/bench/. */
 function defaultOutput(): string {
-  const here = dirname(fileURLToPath(import.meta.url));
-  const root = here.endsWith(join('dist', 'bench')) ? join(here, '..', '..') : join(here, '..');
-  return join(root, 'bench', 'results', 'rnic.json');
+  return join(checkoutRoot, 'bench', 'results', 'rnic.json');
 }
 
 const bytesPerRun = Number(values['mib-per-run']) * 1024 * 1024;

@@ -3,13 +3,13 @@
 // set larger than the cache, so hits, misses, evictions and write-backs all happen), then
 // replayed for a short, fixed wall-clock time per configuration. Results: bench/results/sram.json.
 import { mkdirSync, writeFileSync } from 'node:fs';
-import { dirname, join } from 'node:path';
-import { fileURLToPath } from 'node:url';
+import { join } from 'node:path';
 import { SramCache } from '../host/sram/cache.ts';
 import { EntryKind } from '../host/sram/kinds.ts';
 import { SramNicObserver } from '../host/sram/nic-observer.ts';
 import { createPolicy } from '../host/sram/policy.ts';
 import { Random } from '../host/util/random.ts';
+import { checkoutRoot } from './checkout-root.ts';
 
 const STREAM = 1 << 20;
 const SECONDS_PER_CASE = Number(process.env.SRAM_BENCH_SECONDS ?? 1.5);
@@ -207,9 +207,7 @@ console.log(
     `target ${TARGET_PER_SECOND / 1e6} M/s: ${passed ? 'met' : 'NOT met'}`,
 );
 
-const here = dirname(fileURLToPath(import.meta.url));
-// From dist/bench/ the results still go to the source tree's bench/results/.
-const resultsDir = here.endsWith(join('dist', 'bench')) ? join(here, '..', '..', 'bench', 'results') : join(here, 'results');
+const resultsDir = join(checkoutRoot, 'bench', 'results');
 mkdirSync(resultsDir, { recursive: true });
 const output = {
   benchmark: 'sram',

@@ -11,10 +11,10 @@
 import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
-import { fileURLToPath } from 'node:url';
 import { parseCommandLine } from '../host/commands/command-line.ts';
 import { storeRun } from './tier-store-run.ts';
 import { TargetProfile } from './tier-profile.ts';
+import { checkoutRoot } from './checkout-root.ts';
 
 const parsed = parseCommandLine(
   'bench/tier-row',
@@ -36,8 +36,7 @@ if (!Number.isInteger(size) || size < 4096 || !Number.isFinite(mib) || mib <= 0)
   console.error('bench/tier-row: --size takes a block size in octets (at least 4096), --mib a positive number of MiB');
   process.exit(2);
 }
-const here = path.dirname(fileURLToPath(import.meta.url));
-const root = here.endsWith(path.join('dist', 'bench')) ? path.join(here, '..', '..') : path.join(here, '..');
+const root = checkoutRoot;
 const dir = values.dir ?? path.join(root, '.cache', 'bench-tier-row');
 fs.rmSync(dir, { recursive: true, force: true });
 fs.mkdirSync(dir, { recursive: true });

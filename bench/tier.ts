@@ -21,7 +21,6 @@ import { execFileSync, spawnSync } from 'node:child_process';
 import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
-import { fileURLToPath } from 'node:url';
 import { parseCommandLine } from '../host/commands/command-line.ts';
 import { resolveTargetSettings } from '../firmware/config.ts';
 import { SESSIONS, storeRun, type StoreRun } from './tier-store-run.ts';
@@ -29,6 +28,7 @@ import { startTarget } from '../host/kbtp/server/target.ts';
 import { connect } from '../host/kbtp/initiator.ts';
 import { DurableTier } from '../host/tier/tier.ts';
 import { crc32cImplementation } from '../host/tier/checksum.ts';
+import { checkoutRoot } from './checkout-root.ts';
 
 const parsed = parseCommandLine(
   'bench/tier',
@@ -38,8 +38,7 @@ const parsed = parseCommandLine(
 );
 if (typeof parsed === 'number') process.exit(parsed);
 const { values } = parsed;
-const here = path.dirname(fileURLToPath(import.meta.url));
-const root = here.endsWith(path.join('dist', 'bench')) ? path.join(here, '..', '..') : path.join(here, '..');
+const root = checkoutRoot;
 const output = values.output ?? path.join(root, 'bench', 'results', 'tier.json');
 const base = values.dir ?? path.join(root, '.cache', 'bench-tier');
 const bytesPerRow = Number(values.mib) * 2 ** 20;

@@ -4,12 +4,9 @@ import { spawn, spawnSync, type ChildProcess } from 'node:child_process';
 import { mkdtempSync, rmSync } from 'node:fs';
 import net from 'node:net';
 import { tmpdir } from 'node:os';
-import { dirname, join } from 'node:path';
-import { fileURLToPath } from 'node:url';
+import { join } from 'node:path';
 
-const here = dirname(fileURLToPath(import.meta.url));
-/** The checkout's root, whether this runs from bench/compare (tsx) or dist/bench/compare (built). */
-export const repoRoot = here.includes(join('dist', 'bench')) ? join(here, '..', '..', '..') : join(here, '..', '..');
+export { checkoutRoot as repoRoot } from '../checkout-root.ts';
 
 export async function freePort(): Promise<number> {
   return new Promise((resolve, reject) => {
