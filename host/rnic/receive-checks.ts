@@ -69,8 +69,18 @@ export function isControlOpcode(opcode: number): boolean {
   return queue !== -1 && queue !== QN_SEND ? true : opcode === RdmapOpcode.ImmediateData || opcode === RdmapOpcode.ImmediateDataWithSolicitedEvent;
 }
 
-/** The DDP and RDMAP control octets, and a control message's length, once the FPDU's extent is known. */
-export function controlOctetsFault(ulpduLength: number, ddpControl: number, rdmapControl: number, tagged: boolean, opcode: number): TerminateCause | undefined {
+/**
+ * The DDP and RDMAP control octets, and a control message's length, once the FPDU's extent is
+ * known; `control` is isControlOpcode(opcode), which the receiver needs as well.
+ */
+export function controlOctetsFault(
+  ulpduLength: number,
+  ddpControl: number,
+  rdmapControl: number,
+  tagged: boolean,
+  opcode: number,
+  control: boolean,
+): TerminateCause | undefined {
   if ((ddpControl & DDP_VERSION_MASK) !== DDP_VERSION) {
     return fault(
       TerminateLayer.Ddp,
@@ -90,7 +100,7 @@ export function controlOctetsFault(ulpduLength: number, ddpControl: number, rdma
       `opcode 0x${opcode.toString(16)} in a ${tagged ? 'tagged' : 'untagged'} segment`,
     );
   }
-  if (!isControlOpcode(opcode)) return undefined;
+  if (!control) return undefined;
   if (opcode === RdmapOpcode.Terminate) {
     if (ulpduLength < TERMINATE_MIN_ULPDU || ulpduLength > TERMINATE_MAX_ULPDU) {
       return fault(

@@ -526,12 +526,13 @@ export class FpduReceiver {
     }
     // From here the FPDU's extent is known, so errors wait for its CRC.
     this.headerNeed = MPA_LENGTH_FIELD + ddpHeaderLength;
-    const headerFault = controlOctetsFault(this.ulpduLength, ddpControl, rdmapControl, this.tagged, this.opcode);
+    const control = isControlOpcode(this.opcode);
+    const headerFault = controlOctetsFault(this.ulpduLength, ddpControl, rdmapControl, this.tagged, this.opcode, control);
     if (headerFault !== undefined) {
       this.failWhole(headerFault);
       return;
     }
-    this.control = isControlOpcode(this.opcode);
+    this.control = control;
     if (this.control) this.headerNeed = MPA_LENGTH_FIELD + this.ulpduLength;
     if (this.headerHave === this.headerNeed) this.dispatchHeader();
   }
