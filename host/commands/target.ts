@@ -106,6 +106,7 @@ async function statusLine(target: RunningTarget): Promise<string> {
         ok: audit.ok,
         bound: audit.bound,
         inRings: audit.inRings,
+        inStaging: audit.inStaging,
         lost: audit.lost.length,
         doubled: audit.doubled.length,
         problems: audit.problems.length,
@@ -263,7 +264,10 @@ export const command: Command = {
     const final = await target.stop();
     const audit = target.audit();
     console.log(describe(final));
-    console.log(`pool audit: ${audit.bound} bound, ${audit.inRings} free, lost ${audit.lost.length}, doubled ${audit.doubled.length}`);
+    console.log(
+      `pool audit: ${audit.bound} bound, ${audit.inRings} free, lost ${audit.lost.length}, doubled ${audit.doubled.length}` +
+        (audit.inStaging > 0 ? `, ${audit.inStaging} staging blocks of the durable tier` : ''),
+    );
     return audit.ok && failure === undefined ? 0 : 1;
   },
 };
