@@ -1,7 +1,8 @@
 // The batched UDP socket and link (sendmmsg + GSO, recvmmsg + GRO through koffi): datagram
 // boundaries through batching and GSO runs, the send worker behind a full socket (EAGAIN), a datagram larger
-// than a receive slot, the worker's ICRC check, close while the receive worker waits, a send the kernel refuses ending
-// the QP, and the choice between the batched link and node:dgram's.
+// than a receive slot, the worker's ICRC check, datagrams between two sockets of one thread (taken
+// by that thread in the turn that wrote them, ICRC checked by the link), close while the receive
+// worker waits, a send the kernel refuses ending the QP, and the choice between the batched link and node:dgram's.
 import dgram from 'node:dgram';
 import { test } from 'uvu';
 import * as assert from 'uvu/assert';
@@ -236,6 +237,82 @@ test('the receive worker checks ICRCs: good and corrupted packets, single and in
     assert.is(link.stats.datagramsReceived, 2);
   } finally {
     sender.close();
+    await endpoint.close();
+  }
+});
+
+test('between two sockets of one thread, datagrams arrive in the turn that wrote them (no worker hand-over); datagrams from elsewhere still arrive', async () => {
+  const sender = await BatchedUdpSocket.open();
+  const receiver = await BatchedUdpSocket.open();
+  const plain = dgram.createSocket('udp4');
+  try {
+    const received: Uint8Array[] = [];
+    receiver.setReceiver((data) => received.push(data.slice()));
+    // More than a turn the RC thread would write itself to any other peer (4 packets, 2 KiB).
+    const sent = Array.from({ length: 20 }, (_, index) => datagram(index, 4112));
+    for (const bytes of sent) sender.send(receiver.local, bytes.subarray(0, 12), bytes.subarray(12, 4108), bytes.subarray(4108));
+    assert.is(received.length, 0);
+    await Promise.resolve(); // the turn ends in the microtask it enlisted before this one
+    assert.is(received.length, sent.length, 'every datagram arrived before the turn ended');
+    for (let i = 0; i < sent.length; i++) assert.equal(received[i], new Uint8Array(sent[i]!), `datagram ${i}`);
+    assert.is(sender.stats.sendCalls, 1);
+    assert.is(sender.pending, 0);
+    // Another round after the receive worker was woken for nothing (it sleeps a moment now).
+    await new Promise((resolve) => setTimeout(resolve, 5));
+    for (const bytes of sent.slice(0, 3)) sender.send(receiver.local, bytes, EMPTY, EMPTY);
+    await Promise.resolve();
+    assert.is(received.length, sent.length + 3);
+    // A datagram from another socket (node:dgram here) goes through the receive worker as before.
+    const back = collect(receiver, 2);
+    plain.send(Buffer.alloc(30, 3), receiver.local.port, '127.0.0.1');
+    plain.send(Buffer.alloc(4112, 4), receiver.local.port, '127.0.0.1');
+    assert.equal(await back, [new Uint8Array(30).fill(3), new Uint8Array(4112).fill(4)]);
+  } finally {
+    plain.close();
+    await sender.close();
+    await receiver.close();
+  }
+});
+
+test('a socket closed while datagrams from its own thread wait for the end of the turn closes promptly', async () => {
+  for (let round = 0; round < 3; round++) {
+    const sender = await BatchedUdpSocket.open();
+    const receiver = await BatchedUdpSocket.open();
+    for (let i = 0; i < 8; i++) sender.send(receiver.local, datagram(i, 4112), EMPTY, EMPTY);
+    sender.flush(); // written now: the receiver's ring is held for this thread until its turn ends
+    await Promise.race([
+      Promise.all([receiver.close(), sender.close()]),
+      new Promise<never>((_, reject) => setTimeout(() => reject(new Error('close did not end within 10 s')), 10_000).unref()),
+    ]);
+  }
+});
+
+test('a datagram the thread took itself gets its ICRC checked by the link: the endpoint counts a corrupted one', async () => {
+  const from = await BatchedUdpLink.open();
+  const to = await BatchedUdpLink.open();
+  const endpoint = new RoceEndpoint(to);
+  try {
+    const ip = new Uint8Array(20);
+    const udp = new Uint8Array(8);
+    const length = 4096; // long enough for the ISA-L path where it is installed
+    socketIcrcHeaders(ip, udp, from.local, to.local, ibPacketLength(IbOpcode.RdmaWriteOnly, length));
+    const good = encodeIbPacket(
+      headersFrom({ opcode: IbOpcode.RdmaWriteOnly, destQp: 0x12, psn: 1, dmaLength: length }),
+      new Uint8Array(length).fill(9),
+      ip,
+      udp,
+    );
+    const bad = good.slice();
+    bad[2000] = bad[2000]! ^ 0x10;
+    // Through the socket, not the link: the link would compute the ICRC afresh.
+    from.socket.send(to.local, bad, EMPTY, EMPTY);
+    from.socket.send(to.local, good, EMPTY, EMPTY);
+    await Promise.resolve();
+    assert.is(endpoint.stats.packets, 2);
+    assert.is(endpoint.stats.icrcErrors, 1);
+    assert.is(endpoint.stats.unknownQp, 1); // the good one passed the check and found no QP 0x12
+  } finally {
+    await from.close();
     await endpoint.close();
   }
 });

@@ -6,7 +6,15 @@
 import { RnicError } from '../errors.ts';
 import { errnoName } from './batched-udp-libc.ts';
 import { BatchedUdpSocket, IcrcVerdict, type BatchedUdpSocketOptions, type BatchedUdpStatistics } from './batched-udp-socket.ts';
-import { fillIcrcAfterUdp, SocketHeaderCache, type LinkSendErrorHandler, type PacketLink, type PacketReceiver, type PeerAddress } from './link.ts';
+import {
+  fillIcrcAfterUdp,
+  icrcMatchesAfterUdp,
+  SocketHeaderCache,
+  type LinkSendErrorHandler,
+  type PacketLink,
+  type PacketReceiver,
+  type PeerAddress,
+} from './link.ts';
 
 export type BatchedUdpLinkOptions = BatchedUdpSocketOptions;
 
@@ -70,7 +78,9 @@ export class BatchedUdpLink implements PacketLink {
     if (receiver === undefined) return;
     const headers = this.inbound;
     headers.update(from, data.length);
-    if (icrc === IcrcVerdict.Unchecked) receiver(data, headers.ip, headers.udp, from);
-    else receiver(data, headers.ip, headers.udp, from, icrc === IcrcVerdict.Good);
+    // Unchecked: taken by this thread (receiveNow, a datagram from a socket of this thread), or
+    // the socket does not check. Checked here as the worker would, from the cached headers' ICRC.
+    const good = icrc === IcrcVerdict.Unchecked ? icrcMatchesAfterUdp(headers.afterUdp, data) : icrc === IcrcVerdict.Good;
+    receiver(data, headers.ip, headers.udp, from, good);
   }
 }

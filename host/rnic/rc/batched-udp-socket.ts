@@ -24,6 +24,14 @@
 // when it is not already due to look. Closing shuts the socket down, which wakes the waiting
 // worker; poll's 200 ms timeout bounds the wait should a kernel not do so.
 //
+// Between two sockets of one thread (both ends of a benchmark or test, or any two RNICs one
+// thread runs) neither worker is in the way: the thread writes such datagrams itself whatever
+// their number, and the receiving socket takes them at the end of the same turn, holding its ring
+// from before the write so that its worker, which the datagrams wake, does not take them first;
+// that worker then sleeps a moment instead of being woken by every such datagram. This is what a
+// loopback TCP pair in one event loop gets for free: a Read's round trip without four thread
+// hand-offs.
+//
 // Little-endian LP64 Linux with glibc only (x86_64, arm64): elsewhere `loadBatchedUdp` says why
 // not and the caller keeps node:dgram.
 
@@ -86,6 +94,7 @@ import {
   WAKE_PENDING,
   CLOSING,
   PRODUCER_LOCK,
+  PARKED,
   VERDICTS_PER_SLOT,
   POLLFD_AT,
   CONTROL_BYTES,
@@ -119,6 +128,15 @@ export const DEFAULT_RECEIVE_SLOTS = 64;
 export const DEFAULT_SLOT_BYTES = 65536;
 /** Ring slots one recvmmsg fills at most. */
 const RECEIVE_BATCH = 32;
+
+/**
+ * This thread's open sockets by address and port (module state is per thread). A datagram to
+ * one of them is in its kernel queue when sendmmsg returns (loopback delivers inside the call),
+ * so the thread can write it itself and take it at once, as a TCP pair in one event loop reads
+ * what it wrote in the same loop iteration: no send worker, receive worker or wake-up between.
+ */
+const sameThread = new Map<number, BatchedUdpSocket>();
+const socketKey = (octets: Uint8Array, port: number): number => ((octets[0]! << 24) | (octets[1]! << 16) | (octets[2]! << 8) | octets[3]!) * 65536 + port;
 
 /** What a worker posts once it runs (its other messages go to the socket). */
 const WORKER_READY = -1;
@@ -249,6 +267,13 @@ export class BatchedUdpSocket implements TurnParticipant {
   /** Blocks handed to the send worker (the one being filled is `submitted % SEND_BLOCKS`). */
   private submitted = 0;
   private flushEnlisted = false;
+  /** Messages of the block being filled that go to a socket of this thread, and those sockets (one entry each). */
+  private sameThreadMessages = 0;
+  private readonly sameThreadPeers: BatchedUdpSocket[] = [];
+  /** A socket of this thread wrote datagrams to this one: take them at the end of the turn. */
+  private sameThreadPending = false;
+  /** This thread holds the receive ring's PRODUCER_LOCK for them (reserveForOwnReceive). */
+  private heldForOwnReceive = false;
   /** The last destination's address, parsed once: consecutive packets mostly go to one peer. */
   private lastDestination = '';
   private destinationOctets: Uint8Array = new Uint8Array(4);
@@ -436,6 +461,7 @@ export class BatchedUdpSocket implements TurnParticipant {
       }
       const local = { address: readSockaddrAddress(sockaddr, 0), port: (sockaddr[2]! << 8) | sockaddr[3]! };
       socket = new BatchedUdpSocket(libc, fd, local, sendBatch, options.gso ?? true, slots, slotBytes, options.checkRoceIcrc ?? false);
+      sameThread.set(socketKey(sockaddr.subarray(4, 8), local.port), socket);
     } catch (error) {
       libc.close(fd);
       throw error;
@@ -541,6 +567,11 @@ export class BatchedUdpSocket implements TurnParticipant {
       const message = this.messages;
       try {
         this.writeDestination(blockAt + this.namesAt + message * SOCKADDR_IN, to);
+        const peer = sameThread.get(socketKey(this.destinationOctets, to.port));
+        if (peer !== undefined) {
+          this.sameThreadMessages++;
+          if (!this.sameThreadPeers.includes(peer)) this.sameThreadPeers.push(peer);
+        }
       } catch {
         Atomics.add(this.sendControl, SEND_ERRORS, 1);
         this.sendErrorHandler?.(to, EINVAL);
@@ -570,10 +601,34 @@ export class BatchedUdpSocket implements TurnParticipant {
     }
   }
 
-  /** End of the turn: everything queued goes out. */
+  /** End of the turn: everything queued goes out, and what this thread wrote to this socket comes in. */
   endTurn(): void {
     this.flushEnlisted = false;
     this.flush();
+    if (this.sameThreadPending) {
+      this.sameThreadPending = false;
+      this.receiveOwn();
+    }
+  }
+
+  /**
+   * A socket of this thread is about to write to this one: the ring is held for this thread
+   * (PRODUCER_LOCK) until receiveOwn takes them, so that the worker, which the datagrams wake,
+   * does not take them first and hand them over a wake-up later. Not held if the worker is
+   * receiving right now (it then hands them over itself).
+   */
+  private reserveForOwnReceive(): void {
+    if (this.closed || this.heldForOwnReceive) return;
+    if (Atomics.compareExchange(this.control, PRODUCER_LOCK, 0, 1) === 0) this.heldForOwnReceive = true;
+  }
+
+  /** A socket of this thread has written datagrams to this one: they are taken at the end of this turn. */
+  private expectSameThread(): void {
+    this.sameThreadPending = true;
+    if (!this.flushEnlisted) {
+      this.flushEnlisted = true;
+      turn.flushLater(this);
+    }
   }
 
   /**
@@ -605,11 +660,17 @@ export class BatchedUdpSocket implements TurnParticipant {
     const control = this.sendControl;
     const block = this.submitted % SEND_BLOCKS;
     let start = 0;
-    const small = this.packets <= DIRECT_SEND_PACKETS || this.queuedOctets <= DIRECT_SEND_OCTETS;
+    // Datagrams to this thread's own sockets are written here too, whatever their number: the
+    // receiving socket takes them at the end of the turn (expectSameThread).
+    const sameThread = this.sameThreadMessages === this.messages;
+    const direct = sameThread || this.packets <= DIRECT_SEND_PACKETS || this.queuedOctets <= DIRECT_SEND_OCTETS;
+    const peers = this.sameThreadPeers;
     this.queuedOctets = 0;
-    if (small && Atomics.load(control, WRITTEN) === this.submitted && Atomics.load(control, SIMULATED_FULL) === 0) {
+    this.sameThreadMessages = 0;
+    if (direct && Atomics.load(control, WRITTEN) === this.submitted && Atomics.load(control, SIMULATED_FULL) === 0) {
       // Nothing is with the worker, so writing here keeps the order; anything the kernel does
       // not take at once (a full buffer, an error) goes to the worker, which handles it.
+      for (let p = 0; p < peers.length; p++) peers[p]!.reserveForOwnReceive();
       const taken = this.libc.sendmmsg(this.fd, this.outboundBase + this.blockAt, this.messages, MSG_DONTWAIT);
       Atomics.add(control, SEND_CALLS, 1);
       if (taken > 0) {
@@ -619,6 +680,8 @@ export class BatchedUdpSocket implements TurnParticipant {
         Atomics.add(control, MESSAGES_SENT, taken);
         start = taken;
       }
+      for (let p = 0; p < peers.length; p++) peers[p]!.expectSameThread();
+      peers.length = 0;
       if (start === this.messages) {
         // Written: the block is filled again from the front (its pointed-at parts released).
         this.pinned[block]!.fill(this.outbound, 0, this.packets * MAX_PARTS);
@@ -627,6 +690,7 @@ export class BatchedUdpSocket implements TurnParticipant {
         return;
       }
     }
+    peers.length = 0;
     control[BLOCK_START + block] = start;
     control[BLOCK_MESSAGES + block] = this.messages;
     this.blockPackets[block] = this.packets;
@@ -649,13 +713,33 @@ export class BatchedUdpSocket implements TurnParticipant {
 
     const control = this.control;
     let waited = 0;
-    while (Atomics.compareExchange(control, PRODUCER_LOCK, 0, 1) !== 0) {
+    while (!this.heldForOwnReceive && Atomics.compareExchange(control, PRODUCER_LOCK, 0, 1) !== 0) {
       if (waited++ >= 20) {
         this.drain();
         return;
       }
       Atomics.wait(control, PRODUCER_LOCK, 1, 10);
     }
+    this.heldForOwnReceive = false;
+    this.takeLocked();
+    this.drain();
+  }
+
+  /**
+   * Takes what this thread's own sockets wrote to this one, unless the worker is taking
+   * datagrams right now (then it hands them over itself: nothing here waits for it).
+   */
+  private receiveOwn(): void {
+    if (this.closed || this.draining) return;
+    if (!this.heldForOwnReceive && Atomics.compareExchange(this.control, PRODUCER_LOCK, 0, 1) !== 0) return;
+    this.heldForOwnReceive = false;
+    this.takeLocked();
+    this.drain();
+  }
+
+  /** With PRODUCER_LOCK held: moves every datagram the kernel holds into the ring (as far as it has room), then releases the lock. */
+  private takeLocked(): void {
+    const control = this.control;
     try {
       for (;;) {
         const produced = Atomics.load(control, PRODUCED);
@@ -680,7 +764,6 @@ export class BatchedUdpSocket implements TurnParticipant {
       Atomics.store(control, PRODUCER_LOCK, 0);
       Atomics.notify(control, PRODUCER_LOCK);
     }
-    this.drain();
   }
 
   /** Test hook: the next `count` sendmmsg calls are answered as if the socket buffer were full (EAGAIN). */
@@ -692,6 +775,8 @@ export class BatchedUdpSocket implements TurnParticipant {
     if (this.closed) return;
     this.flush();
     this.closed = true;
+    const key = socketKey(parseIpv4(this.local.address), this.local.port);
+    if (sameThread.get(key) === this) sameThread.delete(key);
     // The send worker writes what was submitted, then ends; a socket that stays full is given
     // up after a second (what was left is lost, as in any close of a UDP socket).
     Atomics.store(this.sendControl, SEND_CLOSING, 1);
@@ -703,6 +788,12 @@ export class BatchedUdpSocket implements TurnParticipant {
     await this.sendExited;
     clearTimeout(giveUp);
     Atomics.store(this.control, CLOSING, 1);
+    Atomics.notify(this.control, PARKED);
+    if (this.heldForOwnReceive) {
+      this.heldForOwnReceive = false;
+      Atomics.store(this.control, PRODUCER_LOCK, 0);
+      Atomics.notify(this.control, PRODUCER_LOCK);
+    }
     // Wakes the worker from poll (Linux wakes waiters on a shut-down UDP socket) or from waiting
     // for ring space; poll's timeout covers a kernel that would not.
     this.libc.shutdown(this.fd, SHUT_RDWR);

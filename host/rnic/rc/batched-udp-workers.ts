@@ -33,6 +33,8 @@ import {
   MSG_TRUNC,
   PRODUCED,
   PRODUCER_LOCK,
+  PARKED,
+  PARK_MS,
   SENDER_SLEEPING,
   SEND_BLOCKED,
   SEND_BLOCKS,
@@ -175,7 +177,13 @@ while (Atomics.load(control, ${CLOSING}) === 0) {
     if (Atomics.compareExchange(control, ${WAKE_PENDING}, 0, 1) === 0) parentPort.postMessage(0);
     continue;
   }
-  if (got === 0 || errno === ${EINTR} || errno === ${EAGAIN}) continue; // the main thread took them
+  if (got === 0 || errno === ${EAGAIN}) {
+    // The main thread took them: it reads this socket itself while its own sockets write to it
+    // (receiveOwn). Waiting in poll now would be woken by each of those datagrams again.
+    Atomics.wait(control, ${PARKED}, 0, ${PARK_MS});
+    continue;
+  }
+  if (errno === ${EINTR}) continue;
   Atomics.store(control, ${WORKER_ERRNO}, errno);
   parentPort.postMessage(errno);
   break;

@@ -8,7 +8,8 @@ import dgram from 'node:dgram';
 import dns from 'node:dns';
 import { isIPv4 } from 'node:net';
 import { loadIsal, type Isal } from '../../util/isal.ts';
-import { icrcAfterUdp, icrcContinue, icrcContinueBth, icrcContinueRange, writeIcrc } from '../wire/icrc.ts';
+import { icrcAfterUdp, icrcContinue, icrcContinueBth, icrcContinueRange, readIcrc, writeIcrc } from '../wire/icrc.ts';
+import { BTH_LENGTH, ICRC_LENGTH } from '../wire/ib-opcodes.ts';
 import { sharedAddress } from './shared-copy.ts';
 import { encodeIpv4Header, encodeUdpHeader, IPV4_HEADER_LENGTH, parseIpv4, UDP_HEADER_LENGTH } from '../wire/roce-frame.ts';
 
@@ -90,6 +91,29 @@ function continueOverPayload(running: number, payload: Uint8Array): number {
     if (address >= 0) return isalCrc!(running, address, payload.length);
   }
   return icrcContinue(running, payload);
+}
+
+/**
+ * Whether `packet` (BTH .. ICRC) carries the ICRC it should after the IP and UDP headers whose
+ * running ICRC is `afterUdp` (`SocketHeaderCache.afterUdp`): the receive worker's check, for a
+ * datagram the RC thread took itself. A packet in shared memory (a receive ring) is read in
+ * place by ISA-L where installed.
+ */
+export function icrcMatchesAfterUdp(afterUdp: number, packet: Uint8Array): boolean {
+  const end = packet.length - ICRC_LENGTH;
+  if (end < BTH_LENGTH) return false;
+  let crc = icrcContinueBth(afterUdp, packet);
+  if (end - BTH_LENGTH >= ISAL_FROM) {
+    if (isalCrc === undefined) {
+      const isal = loadIsal();
+      isalCrc = isal instanceof Error ? null : isal.crc32AtAddress;
+    }
+    const address = isalCrc === null ? -1 : sharedAddress(packet);
+    crc = address >= 0 ? isalCrc!(crc, address + BTH_LENGTH, end - BTH_LENGTH) : icrcContinueRange(crc, packet, BTH_LENGTH, end);
+  } else {
+    crc = icrcContinueRange(crc, packet, BTH_LENGTH, end);
+  }
+  return crc === readIcrc(packet, end);
 }
 
 /** `fillIcrc` from the running ICRC after the IP and UDP headers (`SocketHeaderCache.afterUdp`). */
