@@ -10,7 +10,12 @@
 // next to plain UDP socket pairs pumping datagrams of one RoCE packet's size (bench/udp-pairs.ts:
 // "udp" through node:dgram, "udp-batched" through the batched socket: what each carries without RC).
 //
-//   node --import tsx bench/rnic.ts [--mib-per-run N] [--trials N] [--sizes 16384,262144] [--output path]
+//   node --import tsx bench/rnic.ts [--mib-per-run N] [--trials N] [--sizes 16384,262144] [--rows iwarp,roce] [--ops read] [--output path]
+//
+// --rows runs some of the rows only (a quicker A/B): tcp (both plain TCP pairs), udp (both plain
+// UDP pairs), iwarp (Write/Read, CRC off and on), roce (loss-free, the default link), roce-loss
+// (1 % loss), roce-dgram (over node:dgram); --ops write or read measures one RDMA operation
+// only. Ratios are printed where both of their rows ran.
 
 import { mkdirSync, writeFileSync } from 'node:fs';
 import { dirname, join } from 'node:path';
@@ -63,14 +68,20 @@ interface Row {
   ofLossFree?: number;
 }
 
+/** What --rows can name. */
+const ROW_GROUPS = ['tcp', 'udp', 'iwarp', 'roce', 'roce-loss', 'roce-dgram'] as const;
+type RowGroup = (typeof ROW_GROUPS)[number];
+
 const parsed = parseCommandLine(
   'bench/rnic',
-  'usage: node --import tsx bench/rnic.ts [--mib-per-run 128] [--trials 3] [--sizes 16384,262144,1048576] [--output path]',
+  `usage: node --import tsx bench/rnic.ts [--mib-per-run 128] [--trials 3] [--sizes 16384,262144,1048576] [--rows ${ROW_GROUPS.join(',')}] [--ops write,read] [--output path]`,
   process.argv.slice(2),
   {
     'mib-per-run': { type: 'string', default: '128' },
     trials: { type: 'string', default: '3' },
     sizes: { type: 'string', default: `${16 * 1024},${256 * 1024},${1024 * 1024}` },
+    rows: { type: 'string', default: ROW_GROUPS.join(',') },
+    ops: { type: 'string', default: 'write,read' },
     output: { type: 'string', default: defaultOutput() },
   },
 );
@@ -89,6 +100,20 @@ if (!(bytesPerRun > 0) || !(trials > 0) || sizes.some((size) => !(size > 0))) {
   console.error('bench/rnic: --mib-per-run, --trials and --sizes must be positive numbers');
   process.exit(2);
 }
+const rowNames = values.rows.split(',').filter((name) => name !== '');
+const unknownRow = rowNames.find((name) => !(ROW_GROUPS as readonly string[]).includes(name));
+if (unknownRow !== undefined || rowNames.length === 0) {
+  console.error(`bench/rnic: --rows takes a list of ${ROW_GROUPS.join(', ')}${unknownRow === undefined ? '' : ` (not ${unknownRow})`}`);
+  process.exit(2);
+}
+const rowsRun = new Set(rowNames as RowGroup[]);
+const opNames = values.ops.split(',').filter((name) => name !== '');
+if (opNames.length === 0 || opNames.some((name) => name !== 'write' && name !== 'read')) {
+  console.error('bench/rnic: --ops takes write, read or both');
+  process.exit(2);
+}
+/** The RDMA operations measured, Write before Read whatever the order given. */
+const ops = new Set((['write', 'read'] as const).filter((op) => opNames.includes(op)));
 
 const gbps = (bytes: number, nanoseconds: bigint): number => (bytes * 8) / Number(nanoseconds);
 
@@ -327,9 +352,12 @@ async function measure(bytes: number, run: () => Promise<number>): Promise<Measu
 
 async function main(): Promise<void> {
   const largest = Math.max(...sizes);
+  const running = (group: RowGroup): boolean => rowsRun.has(group);
   // Warm up every path (JIT, socket buffer autotuning) before anything is timed.
-  await tcpRun(largest, 32 << 20);
-  await tcpOnreadRun(largest, 32 << 20);
+  if (running('tcp')) {
+    await tcpRun(largest, 32 << 20);
+    await tcpOnreadRun(largest, 32 << 20);
+  }
   // The batched link where koffi loads (it does on Linux x64/arm64 with glibc); elsewhere the
   // RoCE rows run over node:dgram only and say so.
   const batchedUnavailable = loadBatchedUdp();
@@ -337,42 +365,46 @@ async function main(): Promise<void> {
   if (!batched) console.log(`bench/rnic: batched UDP unavailable (${batchedUnavailable.message}); RoCE rows over node:dgram only`);
   const mainLink: UdpLinkKind = batched ? 'batched' : 'dgram';
   // Pairs stay open across runs, as the RDMA pairs do: a run measures moving data, not opening sockets.
-  const plainUdp = await dgramPair();
-  const batchedUdp = batched ? await batchedPair() : undefined;
-  await udpPairRun(plainUdp, 32 << 20);
+  const plainUdp = running('udp') ? await dgramPair() : undefined;
+  const batchedUdp = running('udp') && batched ? await batchedPair() : undefined;
+  if (plainUdp !== undefined) await udpPairRun(plainUdp, 32 << 20);
   if (batchedUdp !== undefined) await udpPairRun(batchedUdp, 32 << 20);
   const pairs = new Map<boolean, RdmaPair>();
-  for (const crc of [false, true]) pairs.set(crc, await rdmaPair(crc, largest));
+  if (running('iwarp')) for (const crc of [false, true]) pairs.set(crc, await rdmaPair(crc, largest));
   type RoceKey = `${UdpLinkKind}/${number}`;
   const roce = new Map<RoceKey, RdmaPair>();
-  for (const loss of [0, 0.01]) roce.set(`${mainLink}/${loss}`, await rocePair(loss, largest, mainLink));
-  if (batched) roce.set('dgram/0', await rocePair(0, largest, 'dgram'));
+  if (running('roce')) roce.set(`${mainLink}/0`, await rocePair(0, largest, mainLink));
+  if (running('roce-loss')) roce.set(`${mainLink}/0.01`, await rocePair(0.01, largest, mainLink));
+  if (running('roce-dgram') && batched) roce.set('dgram/0', await rocePair(0, largest, 'dgram'));
   for (const pair of [...pairs.values(), ...roce.values()]) {
-    await writeRun(pair, largest, 32 << 20);
-    await readRun(pair, largest, 32 << 20);
+    if (ops.has('write')) await writeRun(pair, largest, 32 << 20);
+    if (ops.has('read')) await readRun(pair, largest, 32 << 20);
   }
   type Key = `${Row['op']}/${Row['transport']}/${boolean}/${number}/${string}`;
   type Case = { op: Row['op']; transport: Row['transport']; crc: boolean; loss: number; link?: Row['link']; run: (size: number) => Promise<number> };
-  const roceCases = (link: 'batched' | 'dgram', losses: number[]): Case[] =>
-    losses.flatMap((loss) => [
-      { op: 'write', transport: 'roce', crc: true, loss, link, run: (size: number) => writeRun(roce.get(`${link}/${loss}`)!, size, bytesPerRun) },
-      { op: 'read', transport: 'roce', crc: true, loss, link, run: (size: number) => readRun(roce.get(`${link}/${loss}`)!, size, bytesPerRun) },
-    ]);
-  const cases: Case[] = [
-    { op: 'tcp', transport: 'iwarp', crc: false, loss: 0, run: (size) => tcpRun(size, bytesPerRun) },
-    { op: 'tcp-onread', transport: 'iwarp', crc: false, loss: 0, run: (size) => tcpOnreadRun(size, bytesPerRun) },
-    { op: 'udp', transport: 'roce', crc: false, loss: 0, run: () => udpPairRun(plainUdp, bytesPerRun) },
-    ...(batchedUdp !== undefined
-      ? [{ op: 'udp-batched', transport: 'roce', crc: false, loss: 0, run: () => udpPairRun(batchedUdp, bytesPerRun) } satisfies Case]
-      : []),
-    { op: 'write', transport: 'iwarp', crc: false, loss: 0, run: (size) => writeRun(pairs.get(false)!, size, bytesPerRun) },
-    { op: 'write', transport: 'iwarp', crc: true, loss: 0, run: (size) => writeRun(pairs.get(true)!, size, bytesPerRun) },
-    { op: 'read', transport: 'iwarp', crc: false, loss: 0, run: (size) => readRun(pairs.get(false)!, size, bytesPerRun) },
-    { op: 'read', transport: 'iwarp', crc: true, loss: 0, run: (size) => readRun(pairs.get(true)!, size, bytesPerRun) },
-    // RoCE always carries the ICRC (crc: true), the iWARP rows' CRC-on counterpart.
-    ...roceCases(mainLink, [0, 0.01]),
-    ...(batched ? roceCases('dgram', [0]) : []),
-  ];
+  const rdmaCases = (transport: Row['transport'], crc: boolean, loss: number, pair: RdmaPair, link?: Row['link']): Case[] =>
+    [...ops].map((op) => ({
+      op,
+      transport,
+      crc,
+      loss,
+      ...(link === undefined ? {} : { link }),
+      run: (size: number) => (op === 'write' ? writeRun(pair, size, bytesPerRun) : readRun(pair, size, bytesPerRun)),
+    }));
+  const cases: Case[] = [];
+  if (running('tcp')) {
+    cases.push({ op: 'tcp', transport: 'iwarp', crc: false, loss: 0, run: (size) => tcpRun(size, bytesPerRun) });
+    cases.push({ op: 'tcp-onread', transport: 'iwarp', crc: false, loss: 0, run: (size) => tcpOnreadRun(size, bytesPerRun) });
+  }
+  if (plainUdp !== undefined) cases.push({ op: 'udp', transport: 'roce', crc: false, loss: 0, run: () => udpPairRun(plainUdp, bytesPerRun) });
+  if (batchedUdp !== undefined) cases.push({ op: 'udp-batched', transport: 'roce', crc: false, loss: 0, run: () => udpPairRun(batchedUdp, bytesPerRun) });
+  // Write then Read, CRC off then on, as before --rows: the order the interleaved trials keep.
+  for (const op of ops) for (const [crc, pair] of pairs) cases.push(...rdmaCases('iwarp', crc, 0, pair).filter((entry) => entry.op === op));
+  // RoCE always carries the ICRC (crc: true), the iWARP rows' CRC-on counterpart.
+  for (const [roceKey, pair] of roce) {
+    const [link, loss] = roceKey.split('/') as [UdpLinkKind, string];
+    cases.push(...rdmaCases('roce', true, Number(loss), pair, link === 'dgram' ? 'dgram' : 'batched'));
+  }
   const key = (entry: Case): Key => `${entry.op}/${entry.transport}/${entry.crc}/${entry.loss}/${entry.link ?? ''}`;
   const rows: Row[] = [];
   for (const size of sizes) {
@@ -389,13 +421,17 @@ async function main(): Promise<void> {
         });
       }
     }
-    const at = (k: Key): Measurement => bestOf.get(k)!;
+    const at = (k: Key): Measurement | undefined => bestOf.get(k);
+    /** a / b of two rows' throughput, when both ran. */
+    const ratio = (a: Measurement | undefined, b: Measurement | undefined): number | undefined =>
+      a === undefined || b === undefined ? undefined : a.gbps / b.gbps;
+    const cpu = (m: Measurement | undefined): string => (m === undefined ? '-' : (m.cpuMsPerGiB / 1000).toFixed(2));
     for (const entry of cases) {
       const measured = bestOf.get(key(entry))!;
       const rdma = entry.transport === 'roce' && (entry.op === 'write' || entry.op === 'read');
-      const iwarpOn = rdma ? at(`${entry.op}/iwarp/true/0/`).gbps : 0;
-      const iwarpOff = rdma ? at(`${entry.op}/iwarp/false/0/`).gbps : 0;
-      const lossFree = rdma && entry.loss > 0 ? at(`${entry.op}/roce/true/0/${entry.link ?? ''}`).gbps : 0;
+      const crcOn = rdma ? ratio(measured, at(`${entry.op}/iwarp/true/0/`)) : undefined;
+      const crcOff = rdma ? ratio(measured, at(`${entry.op}/iwarp/false/0/`)) : undefined;
+      const ofLossFree = rdma && entry.loss > 0 ? ratio(measured, at(`${entry.op}/roce/true/0/${entry.link ?? ''}`)) : undefined;
       rows.push({
         op: entry.op,
         transport: entry.transport,
@@ -407,62 +443,66 @@ async function main(): Promise<void> {
         bytes: bytesPerRun,
         trials,
         cpuMsPerGiB: Math.round(measured.cpuMsPerGiB),
-        ...(rdma ? { ofIwarp: { crcOn: round(measured.gbps / iwarpOn), crcOff: round(measured.gbps / iwarpOff) } } : {}),
-        ...(lossFree > 0 ? { ofLossFree: round(measured.gbps / lossFree) } : {}),
+        ...(crcOn !== undefined && crcOff !== undefined ? { ofIwarp: { crcOn: round(crcOn), crcOff: round(crcOff) } } : {}),
+        ...(ofLossFree !== undefined ? { ofLossFree: round(ofLossFree) } : {}),
       });
       console.log(
         `${entry.op.padEnd(11)} ${entry.transport.padEnd(5)} ${(entry.link ?? '').padEnd(7)} crc=${String(entry.crc).padEnd(5)} loss=${String(entry.loss).padEnd(4)} size=${String(size).padStart(8)}  ${measured.gbps.toFixed(2).padStart(6)} Gb/s  ${measured.cpuMsPerGiB.toFixed(0).padStart(5)} ms CPU/GiB`,
       );
     }
-    const tcp = at('tcp/iwarp/false/0/').gbps;
-    const onread = at('tcp-onread/iwarp/false/0/').gbps;
-    const write = at('write/iwarp/false/0/').gbps;
-    console.log(
-      `size ${size}: RDMA Write (CRC off) at ${((100 * write) / tcp).toFixed(0)}% of the plain socket pair, ` +
-        `${((100 * write) / onread).toFixed(0)}% of the onread socket pair`,
-    );
-    const udp = at('udp/roce/false/0/');
-    if (batched) {
-      const pair = at('udp-batched/roce/false/0/');
+    const write = at('write/iwarp/false/0/');
+    const tcp = ratio(write, at('tcp/iwarp/false/0/'));
+    const onread = ratio(write, at('tcp-onread/iwarp/false/0/'));
+    if (tcp !== undefined && onread !== undefined) {
       console.log(
-        `size ${size}: UDP pairs: batched ${(pair.cpuMsPerGiB / 1000).toFixed(2)} CPU-s/GiB, node:dgram ${(udp.cpuMsPerGiB / 1000).toFixed(2)} ` +
+        `size ${size}: RDMA Write (CRC off) at ${(100 * tcp).toFixed(0)}% of the plain socket pair, ${(100 * onread).toFixed(0)}% of the onread socket pair`,
+      );
+    }
+    const udp = at('udp/roce/false/0/');
+    const pair = at('udp-batched/roce/false/0/');
+    if (udp !== undefined && pair !== undefined) {
+      console.log(
+        `size ${size}: UDP pairs: batched ${cpu(pair)} CPU-s/GiB, node:dgram ${cpu(udp)} ` +
           `(${(udp.cpuMsPerGiB / pair.cpuMsPerGiB).toFixed(2)}x); ${pair.gbps.toFixed(2)} vs ${udp.gbps.toFixed(2)} Gb/s`,
       );
     }
-    for (const op of ['write', 'read'] as const) {
+    for (const op of ops) {
       const iwarp = at(`${op}/iwarp/false/0/`);
       const iwarpCrc = at(`${op}/iwarp/true/0/`);
       const clean = at(`${op}/roce/true/0/${mainLink}`);
       const lossy = at(`${op}/roce/true/0.01/${mainLink}`);
-      const cpu = (m: Measurement): string => (m.cpuMsPerGiB / 1000).toFixed(2);
+      const dgram = at(`${op}/roce/true/0/dgram`);
+      if (clean === undefined && lossy === undefined) continue;
       console.log(
-        `size ${size}: RoCE ${op} (${mainLink}) at ${(clean.gbps / iwarpCrc.gbps).toFixed(2)} of iWARP with its CRC on (the default; target 0.8) and ` +
-          `${(clean.gbps / iwarp.gbps).toFixed(2)} of iWARP with it off, ` +
-          `at 1% loss ${(lossy.gbps / clean.gbps).toFixed(2)} of loss-free (target 0.5); CPU-s/GiB RoCE ${cpu(clean)}, iWARP ${cpu(iwarp)} (CRC on ${cpu(iwarpCrc)})` +
-          (batched
-            ? `; over node:dgram ${(at(`${op}/roce/true/0/dgram`).gbps / iwarp.gbps).toFixed(2)} of iWARP, ${cpu(at(`${op}/roce/true/0/dgram`))} CPU-s/GiB`
-            : ''),
+        `size ${size}: RoCE ${op} (${mainLink}) at ${fixed(ratio(clean, iwarpCrc))} of iWARP with its CRC on (the default; target 0.8) and ` +
+          `${fixed(ratio(clean, iwarp))} of iWARP with it off, ` +
+          `at 1% loss ${fixed(ratio(lossy, clean))} of loss-free (target 0.5); CPU-s/GiB RoCE ${cpu(clean)}, iWARP ${cpu(iwarp)} (CRC on ${cpu(iwarpCrc)})` +
+          (batched && dgram !== undefined ? `; over node:dgram ${fixed(ratio(dgram, iwarp))} of iWARP, ${cpu(dgram)} CPU-s/GiB` : ''),
       );
     }
   }
   // The aim of issue 15, every size at once: RoCE within 0.8 of iWARP, and at 1 % loss at least half of loss-free.
   console.log('RoCE throughput as a fraction of iWARP (CRC on / CRC off) and at 1 % loss of loss-free:');
-  for (const op of ['write', 'read'] as const) {
+  for (const op of ops) {
     const cells = sizes.map((size) => {
       const clean = rows.find((row) => row.op === op && row.transport === 'roce' && row.loss === 0 && row.link === mainLink && row.size === size);
       const lossy = rows.find((row) => row.op === op && row.transport === 'roce' && row.loss > 0 && row.size === size);
       const of = clean?.ofIwarp;
-      return `${size >= 1 << 20 ? `${size >> 20} MiB` : `${size >> 10} KiB`} ${of?.crcOn.toFixed(2)} / ${of?.crcOff.toFixed(2)}, loss ${lossy?.ofLossFree?.toFixed(2)}`;
+      return `${size >= 1 << 20 ? `${size >> 20} MiB` : `${size >> 10} KiB`} ${fixed(of?.crcOn)} / ${fixed(of?.crcOff)}, loss ${fixed(lossy?.ofLossFree)}`;
     });
     console.log(`  ${op.padEnd(5)} ${cells.join('; ')}`);
   }
   for (const pair of [...pairs.values(), ...roce.values()]) await pair.close();
-  await plainUdp.close();
+  await plainUdp?.close();
   await batchedUdp?.close();
   const output = values.output;
   mkdirSync(dirname(output), { recursive: true });
   writeFileSync(output, `${JSON.stringify(rows, null, 2)}\n`);
   console.log(`wrote ${output}`);
+}
+
+function fixed(value: number | undefined): string {
+  return value === undefined ? '-' : value.toFixed(2);
 }
 
 function round(value: number): number {
