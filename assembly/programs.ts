@@ -8,10 +8,10 @@ import * as K from './kbtp-constants';
 import { loadU16, loadU32, loadU64, storeU16, storeU32, storeU64 } from './big-endian';
 import {
   entryAddress, entryLock, entryFlagsGeneration, entryDataLength, entryBlockOffset, entryBind, entryUnbind,
-  entryUpdateStore, entrySealStore, tryLockShared, tryLockExclusive, unlockShared, unlockExclusive, entryPlace,
-  generationWithinMark, nextGeneration,
+  entryUpdateStore, tryLockShared, tryLockExclusive, unlockShared, unlockExclusive, entryPlace, generationWithinMark,
+  nextGeneration,
 } from './table';
-import { blockAddress, homeRing, releaseBlock } from './blocks';
+import { blockAddress, releaseBlock } from './blocks';
 import {
   CONSUMED, ringTakeTicket, ringSlotOffset, ringTryTake, ringTicketAbandoned, ringTicketTaken, ringSlotHolds,
   ringClaimTicket,
@@ -275,58 +275,31 @@ function askPersist(request: usize, kind: u32, generation: u32, blockOffset: u64
 }
 
 /**
- * Takes a free staging slot (kbtp-v1 section 12: a sealing request's data waits in its block until
- * it is durable), recording it and its block's address in the request; false when all are in use
- * (the request runs again).
+ * Takes a free staging block (kbtp-v1 section 12: a sealing request's data waits there until it
+ * is durable), recording it in the request; false when all are in use (the request runs again).
  */
 function takeStaging(engine: usize, request: usize): bool {
   const count = load<u32>(engine + S.ENGINE_STAGING_COUNT);
   const flags = <usize>load<u32>(engine + S.ENGINE_STAGING_FLAGS);
   const start = atomic.add<u32>(engine + S.ENGINE_STAGING_HINT, 1);
   for (let k: u32 = 0; k < count; k++) {
-    const slot = (start + k) % count;
-    if (atomic.cmpxchg<u32>(flags + <usize>slot * 4, 0, 1) == 0) {
-      const block = <u64>load<u32>(<usize>load<u32>(engine + S.ENGINE_STAGING_BLOCKS) + <usize>slot * 4);
-      store<u32>(request + S.REQUEST_STAGING, <u32>blockAddress(engine, block * <u64>load<u32>(engine + S.ENGINE_BLOCK_SIZE)));
-      store<u32>(request + S.REQUEST_STAGING_SLOT, slot);
+    const index = (start + k) % count;
+    if (atomic.cmpxchg<u32>(flags + <usize>index * 4, 0, 1) == 0) {
+      const address = <usize>load<u32>(engine + S.ENGINE_STAGING) + <usize>index * <usize>load<u32>(engine + S.ENGINE_BLOCK_SIZE);
+      store<u32>(request + S.REQUEST_STAGING, <u32>address);
       return true;
     }
   }
   return false;
 }
 
-/** Gives back the request's staging slot, if it holds one; the slot keeps its block. */
+/** Gives back the request's staging block, if it holds one. */
 function releaseStaging(engine: usize, request: usize): void {
-  if (load<u32>(request + S.REQUEST_STAGING) == 0) return;
+  const address = <usize>load<u32>(request + S.REQUEST_STAGING);
+  if (address == 0) return;
   store<u32>(request + S.REQUEST_STAGING, 0);
-  const slot = <usize>load<u32>(request + S.REQUEST_STAGING_SLOT);
-  atomic.store<u32>(<usize>load<u32>(engine + S.ENGINE_STAGING_FLAGS) + slot * 4, 0);
-}
-
-/**
- * A staged seal is durable: its data enters the pool in `blockOffset`'s place, the block the entry
- * would have held (its unsealed block, or its ticket's). A block of the shared ring's set trades
- * places with the staging block: the entry takes the staging block and the staging slot keeps
- * `blockOffset` (no copy). A partition's block cannot leave its partition (the Partition STag
- * covers that range only), so it gets the data copied in. Returns the block the entry names now.
- */
-function placeStaged(engine: usize, request: usize, blockOffset: u64, length: u32): u64 {
-  const staging = <usize>load<u32>(request + S.REQUEST_STAGING);
-  const blockSize = load<u32>(engine + S.ENGINE_BLOCK_SIZE);
-  // A staging block has held other tenants' data: past Data Length it is zeroed before an entry
-  // names it. Where that zeroing costs more than the copy (a block less than half full), copy.
-  const shared = homeRing(engine, blockOffset) == <usize>load<u32>(engine + S.ENGINE_SHARED_RING);
-  if (!shared || length < blockSize - length) {
-    memory.copy(blockAddress(engine, blockOffset), staging, length);
-    releaseStaging(engine, request);
-    return blockOffset;
-  }
-  if (length < blockSize) memory.fill(staging + <usize>length, 0, blockSize - length);
-  const slot = <usize>load<u32>(request + S.REQUEST_STAGING_SLOT);
-  store<u32>(<usize>load<u32>(engine + S.ENGINE_STAGING_BLOCKS) + slot * 4, <u32>(blockOffset / <u64>blockSize));
-  const traded = <u64>(staging - <usize>load<u32>(engine + S.ENGINE_POOL_BASE));
-  releaseStaging(engine, request);
-  return traded;
+  const index = (address - <usize>load<u32>(engine + S.ENGINE_STAGING)) / <usize>load<u32>(engine + S.ENGINE_BLOCK_SIZE);
+  atomic.store<u32>(<usize>load<u32>(engine + S.ENGINE_STAGING_FLAGS) + index * 4, 0);
 }
 
 /** Describes the RDMA operation the host carries out before complete(). */
@@ -533,12 +506,14 @@ function continueAllocation(engine: usize, request: usize): u32 {
   return finish(engine, request, K.STATUS_SUCCESS);
 }
 
-/** A durable ALLOC_STORE's seal is durable: the entry gets the staged data, in its ticket's block's place. */
+/** A durable ALLOC_STORE's seal is durable: its ticket's block gets the staged data and the entry. */
 function continuePlacement(engine: usize, request: usize): u32 {
   const blockOffset = blockOfTicket(request);
   if (blockOffset == CONSUMED) return S.ACTION_RETRY;
   const length = load<u32>(request + S.REQUEST_DATA_LENGTH);
-  entryBind(<usize>load<u32>(request + S.REQUEST_ENTRY), placeStaged(engine, request, blockOffset, length), length, true);
+  memory.copy(blockAddress(engine, blockOffset), <usize>load<u32>(request + S.REQUEST_STAGING), length);
+  releaseStaging(engine, request);
+  entryBind(<usize>load<u32>(request + S.REQUEST_ENTRY), blockOffset, length, true);
   return finish(engine, request, K.STATUS_SUCCESS);
 }
 
@@ -649,8 +624,9 @@ export function persisted(engine: usize, request: usize, ok: bool): u32 {
     return finish(engine, request, K.STATUS_TIER_ERROR);
   }
   if (opcode == K.OPCODE_STORE) {
-    // An unsealed block is never demoted, so the entry still names a pool block.
-    entrySealStore(entry, placeStaged(engine, request, blockOffset, length), length);
+    memory.copy(blockAddress(engine, blockOffset), <usize>load<u32>(request + S.REQUEST_STAGING), length);
+    releaseStaging(engine, request);
+    entryUpdateStore(entry, length, true);
     return finish(engine, request, K.STATUS_SUCCESS);
   }
   if (opcode == K.OPCODE_ALLOC_STORE) {

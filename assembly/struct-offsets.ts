@@ -20,14 +20,10 @@ export const ENGINE_TENANTS = 52; // u32 address of the first tenant
 export const ENGINE_TENANT_COUNT = 56; // u32
 // Staging blocks (durable tier only): a sealing STORE or ALLOC_STORE lands its data in one and
 // the tier writes it from there, so a request the tier fails leaves the pool block and the ring
-// as they were (kbtp-v1 sections 6 and 12). They are pool blocks (counted in F, covered by the
-// Pool STag) held by no ring and no entry: each staging slot holds one. Once the seal is durable,
-// a block of the shared ring's set trades places with the staging block (the entry takes the
-// staging block, the slot the other), so the data is never copied; a partition's block (which
-// must stay inside its partition) gets the data copied in.
-export const ENGINE_STAGING_BLOCKS = 60; // u32 address of one u32 per staging slot: index of the block it holds
-export const ENGINE_STAGING_COUNT = 64; // u32 staging slots
-export const ENGINE_STAGING_FLAGS = 68; // u32 address of one u32 per staging slot (1: in use)
+// as they were (kbtp-v1 sections 6 and 12). The data enters the pool only once it is durable.
+export const ENGINE_STAGING = 60; // u32 address of staging block 0 (right after the pool)
+export const ENGINE_STAGING_COUNT = 64; // u32
+export const ENGINE_STAGING_FLAGS = 68; // u32 address of one u32 per staging block (1: in use)
 export const ENGINE_STAGING_HINT = 72; // u32 where the next search starts (atomic)
 export const ENGINE_DRAINING = 76; // u32 1 once the node drains: every session's new requests get SHUTTING_DOWN (atomic)
 export const ENGINE_SIZE = 128;
@@ -110,9 +106,8 @@ export const REQUEST_TIER_GENERATION = 128; // u32 Generation the tier record ca
 export const REQUEST_NO_EVICT = 132; // u32 1: the host found nothing to demote, answer NO_SPACE
 export const REQUEST_EVICT_TENANT = 136; // u32 tenant address whose quota is full (ACTION_EVICT)
 export const REQUEST_OWNER = 140; // u32 tenant address that owns the handle (promotion)
-export const REQUEST_STAGING = 144; // u32 address of the staging block the request holds (0: none)
+export const REQUEST_STAGING = 144; // u32 staging block the request holds (0: none)
 export const REQUEST_UNDO_STATUS = 148; // u32 status a BIND answers once its durable seal is undone (TIER_UNBIND_UNDO)
-export const REQUEST_STAGING_SLOT = 152; // u32 staging slot whose block REQUEST_STAGING is (while REQUEST_STAGING is not 0)
 export const REQUEST_MESSAGE = 192; // the request as received
 export const REQUEST_HEADER_SIZE = 192;
 

@@ -103,18 +103,6 @@ export function entryUpdateStore(entry: usize, dataLength: u32, seal: bool): voi
   }
 }
 
-/**
- * A staged sealing STORE is durable: Data Length and Block Offset (the block its data is in now,
- * which a trade with a staging block may have changed), then SEALED; the Generation stays. A
- * direct reader sees SEALED only with the new Block Offset, and its two entry reads differ across
- * the change.
- */
-export function entrySealStore(entry: usize, blockOffset: u64, dataLength: u32): void {
-  atomicStoreU32(entry + ENTRY_DATA_LENGTH, dataLength);
-  atomicStoreU64(entry + ENTRY_BLOCK_OFFSET, blockOffset);
-  atomicStoreU32(entry, entryFlagsGeneration(entry) | (<u32>ENTRY_SEALED << 16));
-}
-
 /** Shared lock for LOAD: many readers, no writer. Never waits: false means try again later. */
 export function tryLockShared(lock: usize): bool {
   let observed = atomic.load<u32>(lock);

@@ -106,7 +106,6 @@ async function statusLine(target: RunningTarget): Promise<string> {
         ok: audit.ok,
         bound: audit.bound,
         inRings: audit.inRings,
-        inStaging: audit.inStaging,
         lost: audit.lost.length,
         doubled: audit.doubled.length,
         problems: audit.problems.length,
@@ -264,10 +263,7 @@ export const command: Command = {
     const final = await target.stop();
     const audit = target.audit();
     console.log(describe(final));
-    console.log(
-      `pool audit: ${audit.bound} bound, ${audit.inRings} free, lost ${audit.lost.length}, doubled ${audit.doubled.length}` +
-        (audit.inStaging > 0 ? `, ${audit.inStaging} staging blocks of the durable tier` : ''),
-    );
+    console.log(`pool audit: ${audit.bound} bound, ${audit.inRings} free, lost ${audit.lost.length}, doubled ${audit.doubled.length}`);
     return audit.ok && failure === undefined ? 0 : 1;
   },
 };

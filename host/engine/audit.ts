@@ -1,6 +1,5 @@
-// The pool audit: at a quiet moment every one of the pool's F blocks must be exactly once either
-// bound in the table, held by a ring (in a filled slot or in a parked free) or held by a staging
-// slot of the durable tier. Anything else is a lost or doubled block.
+// The pool audit: at a quiet moment every block must be exactly once either bound in the table
+// or held by a ring (in a filled slot or in a parked free). Anything else is a lost or doubled block.
 import * as S from '../../assembly/struct-offsets.ts';
 import { ENTRY_VALID } from '../../assembly/kbtp-constants.ts';
 import type { Engine } from './engine.ts';
@@ -11,8 +10,6 @@ export interface AuditReport {
   ok: boolean;
   bound: number;
   inRings: number;
-  /** Blocks held by the durable tier's staging slots (pool blocks in no ring: docs/TIER.md). */
-  inStaging: number;
   /** Block indices found nowhere. */
   lost: number[];
   /** Block indices found more than once, with where. */
@@ -23,17 +20,21 @@ export interface AuditReport {
 
 export function auditPool(engine: Engine): AuditReport {
   const { config, layout, view } = engine;
-  const places: string[][] = Array.from({ length: config.poolBlocks }, () => []);
+  const places: string[][] = Array.from({ length: config.blockCount }, () => []);
   const problems: string[] = [];
-  /** Notes a block's place; `ring` is the descriptor of the ring it must belong to, when that is known. */
-  const note = (blockOffset: bigint, place: string, ring?: number): void => {
+  const note = (blockOffset: bigint, place: string, homeRing?: number): void => {
     const index = Number(blockOffset / BigInt(config.blockSize));
-    if (blockOffset % BigInt(config.blockSize) !== 0n || index >= config.poolBlocks) {
+    if (blockOffset % BigInt(config.blockSize) !== 0n || index >= config.blockCount) {
       problems.push(`${place} holds ${blockOffset}, which is not a block offset`);
       return;
     }
     places[index]?.push(place);
-    if (ring !== undefined && engine.homeRingOf(index) !== ring) problems.push(`block ${index} sits in ${place}, which is not its home ring's`);
+    if (homeRing !== undefined) {
+      const ring = layout.rings[homeRing];
+      if (ring !== undefined && (index < ring.firstBlock || index >= ring.firstBlock + ring.blocks)) {
+        problems.push(`block ${index} sits on ring ${homeRing}, which is not its home`);
+      }
+    }
   };
 
   let bound = 0;
@@ -60,20 +61,13 @@ export function auditPool(engine: Engine): AuditReport {
       if (blockOffset === ALL_ONES) continue;
       if ((sequence & (slotCount - 1)) !== slot) problems.push(`ring ${ringIndex} slot ${slot} holds Sequence ${sequence} of another slot`);
       inRings += 1;
-      note(blockOffset, `ring ${ringIndex} slot ${slot} (ticket ${sequence})`, ring.descriptor);
+      note(blockOffset, `ring ${ringIndex} slot ${slot} (ticket ${sequence})`, ringIndex);
     }
     for (const parked of engine.parkedFrees(ring)) {
       inRings += 1;
-      note(parked.blockOffset, `ring ${ringIndex} parked free (ticket ${parked.ticket})`, ring.descriptor);
+      note(parked.blockOffset, `ring ${ringIndex} parked free (ticket ${parked.ticket})`, ringIndex);
     }
   });
-
-  // Staging blocks belong to the shared ring's set: only its blocks trade places with them.
-  let inStaging = 0;
-  for (const staging of engine.stagingSlots()) {
-    inStaging += 1;
-    note(staging.blockOffset, `staging slot ${staging.slot}`, engine.sharedRing.descriptor);
-  }
 
   const lost: number[] = [];
   const doubled: Array<{ block: number; places: string[] }> = [];
@@ -81,5 +75,5 @@ export function auditPool(engine: Engine): AuditReport {
     if (where.length === 0) lost.push(block);
     else if (where.length > 1) doubled.push({ block, places: where });
   });
-  return { ok: lost.length === 0 && doubled.length === 0 && problems.length === 0, bound, inRings, inStaging, lost, doubled, problems };
+  return { ok: lost.length === 0 && doubled.length === 0 && problems.length === 0, bound, inRings, lost, doubled, problems };
 }

@@ -51,10 +51,7 @@ export interface EngineConfig {
   requestsPerThread?: number;
   /** A durable tier keeps sealed blocks (kbtp-v1 section 12): sealing and freeing wait for it. */
   durable?: boolean;
-  /**
-   * Staging blocks for sealing requests (durable only); default: 64 MiB of them, 4 to 256. They are
-   * pool blocks besides the blockCount the rings hold, so F (the HELLO_ACK's Block Count) counts them.
-   */
+  /** Staging blocks for sealing requests (durable only); default: 64 MiB of them, 4 to 256. */
   stagingBlocks?: number;
 }
 
@@ -76,13 +73,7 @@ export interface ResolvedTenant {
 
 export interface ResolvedEngineConfig {
   blockSize: number;
-  /** The blocks the rings hold (the shared ring's and the partitions'): the configured blockCount. */
   blockCount: number;
-  /**
-   * F, the pool's Block Count (HELLO_ACK): the rings' blocks plus the staging blocks, which are
-   * pool blocks that sit in no ring (docs/TIER.md). Equal to blockCount without a durable tier.
-   */
-  poolBlocks: number;
   sharedBlocks: number;
   ringOrder: number;
   ringMode: RingMode;
@@ -203,13 +194,7 @@ export function resolveEngineConfig(config: EngineConfig): ResolvedEngineConfig 
     partitions.push({ blocks: partition.blocks, ringOrder, firstBlock: nextBlock });
   });
   const sharedBlocks = nextBlock;
-  const durable = config.durable ?? false;
-  const stagingBlocks = durable ? (config.stagingBlocks ?? Math.min(256, Math.max(4, Math.floor((64 << 20) / config.blockSize)))) : 0;
-  if (durable) positiveInteger('stagingBlocks', stagingBlocks, 'give how many sealing requests may stage their data at once');
-  // The ring never holds more than its own blocks at once (the staging slots always hold theirs),
-  // but by default it is sized for its whole set, staging blocks included, so that N >= F (draft
-  // 3.3) still holds without partitions.
-  const ringOrder = config.ringOrder ?? ringOrderFor(sharedBlocks + stagingBlocks);
+  const ringOrder = config.ringOrder ?? ringOrderFor(sharedBlocks);
   checkRingOrder('ringOrder', ringOrder, sharedBlocks);
 
   const tenantsIn = config.tenants ?? [
@@ -221,6 +206,7 @@ export function resolveEngineConfig(config: EngineConfig): ResolvedEngineConfig 
     },
   ];
   const tenants: ResolvedTenant[] = [];
+  const durable = config.durable ?? false;
   let sharedQuota = 0;
   const partitionOwners = new Map<number, string>();
   tenantsIn.forEach((tenant, index) => {
@@ -318,10 +304,12 @@ export function resolveEngineConfig(config: EngineConfig): ResolvedEngineConfig 
   positiveInteger('sessionsPerThread', sessionsPerThread, 'give the sessions one thread may hold');
   positiveInteger('requestsPerThread', requestsPerThread, 'give the request contexts (posted receives) of one thread');
 
+  const stagingBlocks = durable ? (config.stagingBlocks ?? Math.min(256, Math.max(4, Math.floor((64 << 20) / config.blockSize)))) : 0;
+  if (durable) positiveInteger('stagingBlocks', stagingBlocks, 'give how many sealing requests may stage their data at once');
+
   return {
     blockSize: config.blockSize,
     blockCount: config.blockCount,
-    poolBlocks: config.blockCount + stagingBlocks,
     sharedBlocks,
     ringOrder,
     ringMode,

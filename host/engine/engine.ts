@@ -125,22 +125,6 @@ export class Engine {
     return parked;
   }
 
-  /** The pool block each staging slot holds now (trades move them: docs/TIER.md), and whether a request holds the slot. */
-  stagingSlots(): Array<{ slot: number; blockOffset: bigint; inUse: boolean }> {
-    const slots: Array<{ slot: number; blockOffset: bigint; inUse: boolean }> = [];
-    for (let slot = 0; slot < this.config.stagingBlocks; slot++) {
-      const block = Atomics.load(this.words, (this.layout.stagingBlocks >> 2) + slot);
-      const inUse = Atomics.load(this.words, (this.layout.stagingFlags >> 2) + slot) !== 0;
-      slots.push({ slot, blockOffset: BigInt(block) * BigInt(this.config.blockSize), inUse });
-    }
-    return slots;
-  }
-
-  /** Descriptor address of the ring a pool block returns to when freed (its home). */
-  homeRingOf(blockIndex: number): number {
-    return this.view.getUint32(this.layout.blockRings + 4 * blockIndex, true);
-  }
-
   /** Handle index (from the table's base handle) of an entry address. */
   entryIndex(entry: number): number {
     return (entry - this.layout.table) / S.ENTRY_SIZE;

@@ -18,7 +18,7 @@ export function initializeEngine(memory: WebAssembly.Memory, config: ResolvedEng
   const engine = layout.engine;
   view.setUint32(engine + S.ENGINE_POOL_BASE, layout.pool, true);
   view.setUint32(engine + S.ENGINE_BLOCK_SIZE, config.blockSize, true);
-  view.setUint32(engine + S.ENGINE_BLOCK_COUNT, config.poolBlocks, true);
+  view.setUint32(engine + S.ENGINE_BLOCK_COUNT, config.blockCount, true);
   view.setUint32(engine + S.ENGINE_TABLE_BASE, layout.table, true);
   view.setUint32(engine + S.ENGINE_HANDLE_COUNT, config.handleCount, true);
   view.setUint32(engine + S.ENGINE_HANDLE_LOCKS, layout.handleLocks, true);
@@ -30,7 +30,7 @@ export function initializeEngine(memory: WebAssembly.Memory, config: ResolvedEng
   view.setUint32(engine + S.ENGINE_GENERATION_MARKS, layout.generationMarks, true);
   view.setUint32(engine + S.ENGINE_TENANTS, layout.tenants, true);
   view.setUint32(engine + S.ENGINE_TENANT_COUNT, config.tenants.length, true);
-  view.setUint32(engine + S.ENGINE_STAGING_BLOCKS, layout.stagingBlocks, true);
+  view.setUint32(engine + S.ENGINE_STAGING, layout.staging, true);
   view.setUint32(engine + S.ENGINE_STAGING_COUNT, config.stagingBlocks, true);
   view.setUint32(engine + S.ENGINE_STAGING_FLAGS, layout.stagingFlags, true);
 
@@ -67,14 +67,6 @@ export function initializeEngine(memory: WebAssembly.Memory, config: ResolvedEng
       view.setUint32(layout.blockRings + 4 * block, d, true);
     }
   });
-
-  // The staging blocks start out as the pool's last blocks; they belong to the shared ring's set,
-  // whose blocks trade places with them (docs/TIER.md), so FREE returns any of them there.
-  const sharedRing = layout.rings[0]?.descriptor ?? 0;
-  for (let slot = 0; slot < config.stagingBlocks; slot++) {
-    view.setUint32(layout.stagingBlocks + 4 * slot, config.blockCount + slot, true);
-    view.setUint32(layout.blockRings + 4 * (config.blockCount + slot), sharedRing, true);
-  }
 
   for (let index = 0; index < config.handleCount; index++) {
     view.setUint32(layout.table + S.ENTRY_SIZE * index, 1, false);

@@ -43,15 +43,14 @@ export interface EngineLayout {
   handleStamps: number;
   /** u32 counter the stamps are taken from. */
   lruClock: number;
-  /** One u32 per staging slot: 1 while a request holds it. */
+  /** One u32 per staging block: 1 while a request holds it. */
   stagingFlags: number;
-  /** One u32 per staging slot: index of the pool block it holds (trades change it). */
-  stagingBlocks: number;
-  /** One u32 per pool block: address of its home ring's descriptor (staging blocks: the shared ring's). */
+  /** Staging blocks, right after the pool so that one local registration covers both. */
+  staging: number;
+  stagingBytes: number;
   blockRings: number;
   table: number;
   pool: number;
-  /** F blocks: what the Pool STag covers and what the connections register. */
   poolBytes: number;
   totalBytes: number;
   pages: number;
@@ -85,8 +84,7 @@ export function computeLayout(config: ResolvedEngineConfig, heapBase: number): E
   const handleStamps = take(4 * config.handleCount, 64);
   const lruClock = take(64, 64);
   const stagingFlags = take(4 * Math.max(1, config.stagingBlocks), 64);
-  const blockRings = take(4 * config.poolBlocks, 64);
-  const stagingBlocks = take(4 * Math.max(1, config.stagingBlocks), 64);
+  const blockRings = take(4 * config.blockCount, 64);
   const rings: RingLayout[] = ringSpecs.map((spec, index) => {
     const slotCount = 2 ** spec.order;
     // Head alone on its cache line right before slot 0.
@@ -103,9 +101,10 @@ export function computeLayout(config: ResolvedEngineConfig, heapBase: number): E
     };
   });
   const table = take(ENTRY_SIZE * config.handleCount, 64);
-  // F blocks: the rings' blocks first, then the staging blocks (blockCount .. F - 1 at the start).
-  const poolBytes = config.blockSize * config.poolBlocks;
+  const poolBytes = config.blockSize * config.blockCount;
   const pool = take(poolBytes, 4096);
+  const stagingBytes = config.blockSize * config.stagingBlocks;
+  const staging = take(stagingBytes, 1);
   const totalBytes = cursor;
   const pages = Math.ceil(totalBytes / WASM_PAGE);
   if (pages > MAX_PAGES) {
@@ -129,7 +128,8 @@ export function computeLayout(config: ResolvedEngineConfig, heapBase: number): E
     handleStamps,
     lruClock,
     stagingFlags,
-    stagingBlocks,
+    staging,
+    stagingBytes,
     blockRings,
     table,
     pool,

@@ -135,20 +135,13 @@ function setup(options: { quota?: number; eviction?: 'none' | 'demote' } = {}) {
     if (completion.status === K.STATUS_SUCCESS) engine.stamp(Number(handle - 1000n));
     return { completion, text: new TextDecoder().decode(into.subarray(0, completion.dataLength)) };
   };
-  const snapshot = (): Buffer => {
-    // Every pool block but the ones the staging slots hold now, whose contents are scratch (which
-    // blocks those are is in the staging table, compared with the rest).
-    const scratch = new Set(engine.stagingSlots().map((slot) => Number(slot.blockOffset) / BLOCK));
-    const pool = Array.from({ length: engine.config.poolBlocks }, (_, index) => index)
-      .filter((index) => !scratch.has(index))
-      .map((index) => engine.block(BigInt(index * BLOCK)).slice());
-    return Buffer.concat([
+  const snapshot = (): Buffer =>
+    Buffer.concat([
       engine.bytes.slice(engine.layout.rings[0]?.descriptor ?? 0, engine.layout.sessions),
       engine.bytes.slice(engine.layout.handleLocks, engine.layout.generationMarks),
-      engine.bytes.slice(engine.layout.blockRings, engine.layout.pool),
-      ...pool,
+      // Everything up to the staging blocks, whose contents are scratch.
+      engine.bytes.slice(engine.layout.blockRings, engine.layout.staging),
     ]);
-  };
   return { engine, arena, tier, demoter, mover, alpha, beta, gamma, send, store, loadText, snapshot };
 }
 
@@ -380,151 +373,6 @@ test('a sealing BIND whose ticket is reclaimed while the tier works undoes its d
   assert.not.ok(r.tier.blocks.has(33), 'the tier still holds the undone seal');
   assert.equal(r.engine.readEntry(1033n), entry);
   assert.is(r.engine.tenantUsage(2), 0);
-  assert.ok(auditPool(r.engine).ok);
-});
-
-/** The pool blocks the staging slots hold now. */
-const stagingSet = (r: ReturnType<typeof setup>): Set<bigint> => new Set(r.engine.stagingSlots().map((slot) => slot.blockOffset));
-/** The block the shared ring's next ticket takes. */
-const nextSharedBlock = (r: ReturnType<typeof setup>): bigint => {
-  const ring = r.engine.sharedRing;
-  return r.engine.readSlot(ring, r.engine.readCounters(ring).headSlotOffset / S.SLOT_SIZE).blockOffset;
-};
-const blockBytes = (r: ReturnType<typeof setup>, blockOffset: bigint): Uint8Array => r.engine.block(blockOffset, BLOCK).slice();
-
-test("F counts the staging blocks: pool blocks in no ring, homed on the shared ring's set, each once in the audit", () => {
-  const r = setup();
-  const staging = r.engine.config.stagingBlocks;
-  assert.ok(staging > 0);
-  assert.is(r.engine.config.poolBlocks, 10 + staging);
-  assert.is(r.engine.view.getUint32(r.engine.address + S.ENGINE_BLOCK_COUNT, true), 10 + staging);
-  assert.is(r.engine.layout.poolBytes, (10 + staging) * BLOCK);
-  const audit = auditPool(r.engine);
-  assert.ok(audit.ok, JSON.stringify(audit));
-  assert.is(audit.inRings, 10);
-  assert.is(audit.inStaging, staging);
-  for (const slot of r.engine.stagingSlots()) assert.is(r.engine.homeRingOf(Number(slot.blockOffset) / BLOCK), r.engine.sharedRing.descriptor);
-});
-
-test("a durable sealing ALLOC_STORE on the shared ring trades places: the entry takes the staging block, the ticket's block becomes staging", () => {
-  const r = setup();
-  // Earlier requests' octets in every staging block: none of them may show past Data Length.
-  for (const slot of r.engine.stagingSlots()) r.engine.block(slot.blockOffset).fill(0xaa);
-  const ticketBlock = nextSharedBlock(r);
-  r.engine.block(ticketBlock).fill(0x55);
-  const before = stagingSet(r);
-  const text = 'kv'.repeat(100); // 200 octets inline: at least half the block, so traded rather than copied
-  const stored = r.store(r.alpha, 1000n, text);
-  expectStatus('SUCCESS', stored);
-  const after = stagingSet(r);
-  assert.ok(before.has(stored.blockOffset), 'the entry names the staging block its data landed in');
-  assert.not.ok(after.has(stored.blockOffset), 'a traded block stays a staging block too');
-  assert.ok(after.has(ticketBlock), "the ticket's block became a staging block");
-  assert.ok(
-    blockBytes(r, ticketBlock).every((octet) => octet === 0x55),
-    "the data was copied into the ticket's block",
-  );
-  const block = blockBytes(r, stored.blockOffset);
-  assert.is(new TextDecoder().decode(block.subarray(0, 200)), text);
-  assert.ok(
-    block.subarray(200).every((octet) => octet === 0),
-    'past Data Length the traded block still holds an earlier staged octet',
-  );
-  assert.is(r.loadText(r.beta, 1000n).text, text);
-  assert.is(new TextDecoder().decode(r.tier.blocks.get(0)), text);
-  const audit = auditPool(r.engine);
-  assert.ok(audit.ok, JSON.stringify(audit));
-  assert.is(audit.inStaging, r.engine.config.stagingBlocks);
-  // FREE sends the traded block to the shared ring, its home; it comes back as any ring block.
-  expectStatus('SUCCESS', r.send(r.alpha, { opcode: K.OPCODE_FREE, handle: 1000n }));
-  assert.ok(auditPool(r.engine).ok);
-  assert.is(auditPool(r.engine).inRings, 10);
-});
-
-test('a durable sealing STORE to an unsealed block trades places too; demotion and promotion of the traded block', () => {
-  const r = setup();
-  const draft = r.store(r.alpha, 1001n, 'draft', false);
-  expectStatus('SUCCESS', draft);
-  const before = stagingSet(r);
-  assert.not.ok(before.has(draft.blockOffset), 'an unsealed ALLOC_STORE takes no staging block');
-  const source = new Uint8Array(BLOCK).map((_, i) => (i * 7 + 3) & 0xff); // a whole block, by RDMA Read
-  const sealed = r.send(r.alpha, {
-    opcode: K.OPCODE_STORE,
-    flags: K.FLAG_SEAL,
-    handle: 1001n,
-    descriptor: { stag: r.mover.register(source), taggedOffset: 0n, length: BLOCK },
-  });
-  expectStatus('SUCCESS', sealed);
-  assert.is(sealed.generation, draft.generation, 'a STORE keeps the Generation');
-  assert.is.not(sealed.blockOffset, draft.blockOffset);
-  assert.ok(before.has(sealed.blockOffset), 'the entry names the former staging block');
-  assert.ok(stagingSet(r).has(draft.blockOffset), 'the unsealed block became a staging block');
-  const entry = r.engine.readEntry(1001n);
-  assert.is(entry?.blockOffset, sealed.blockOffset);
-  assert.is((entry?.flags ?? 0) & 3, 3);
-  assert.is(entry?.dataLength, BLOCK);
-  assert.equal(blockBytes(r, sealed.blockOffset), source);
-  assert.ok(auditPool(r.engine).ok, JSON.stringify(auditPool(r.engine)));
-  // Demotion returns the traded block to the shared ring; promotion takes a ring block.
-  const epoch = epochOf(entry?.flags ?? 0);
-  assert.is(r.engine.demote(1), S.DEMOTED);
-  assert.ok(auditPool(r.engine).ok);
-  const into = new Uint8Array(BLOCK);
-  const loaded = r.send(r.beta, { opcode: K.OPCODE_LOAD, handle: 1001n, descriptor: { stag: r.mover.register(into), taggedOffset: 0n, length: BLOCK } });
-  expectStatus('SUCCESS', loaded);
-  assert.equal(into, source);
-  assert.is(epochOf(r.engine.readEntry(1001n)?.flags ?? 0), (epoch + 2) & 0xff);
-  assert.ok(auditPool(r.engine).ok);
-});
-
-test("a partition tenant's seal is copied: its block never leaves the partition; a short block is copied too", () => {
-  const r = setup();
-  const before = stagingSet(r);
-  const partition = r.engine.partitionRing(0);
-  const text = 'p'.repeat(200);
-  const stored = r.store(r.gamma, 1032n, text);
-  expectStatus('SUCCESS', stored);
-  const index = Number(stored.blockOffset) / BLOCK;
-  assert.ok(index >= partition.firstBlock && index < partition.firstBlock + partition.blocks, `block ${index} is outside the partition`);
-  assert.equal(stagingSet(r), before, 'a partition seal traded a staging block');
-  assert.is(r.loadText(r.gamma, 1032n).text, text);
-  // Less than half a block: zeroing the rest of a staging block would cost more than the copy.
-  const ticketBlock = nextSharedBlock(r);
-  const short = r.store(r.alpha, 1002n, 'short');
-  expectStatus('SUCCESS', short);
-  assert.is(short.blockOffset, ticketBlock);
-  assert.equal(stagingSet(r), before);
-  assert.is(r.loadText(r.alpha, 1002n).text, 'short');
-  assert.ok(auditPool(r.engine).ok);
-});
-
-test('the audit catches a traded block left in two places, and a partition block in a staging slot', () => {
-  const r = setup();
-  const stored = r.store(r.alpha, 1003n, 't'.repeat(200));
-  expectStatus('SUCCESS', stored);
-  assert.ok(auditPool(r.engine).ok);
-  const table = r.engine.layout.stagingBlocks;
-  const held = r.engine.view.getUint32(table, true);
-  // Slot 0 still naming the block the entry took, as a trade that forgot the slot would leave it.
-  r.engine.view.setUint32(table, Number(stored.blockOffset) / BLOCK, true);
-  const doubled = auditPool(r.engine);
-  assert.not.ok(doubled.ok);
-  assert.equal(
-    doubled.doubled.map((d) => d.block),
-    [Number(stored.blockOffset) / BLOCK],
-  );
-  assert.ok(doubled.doubled[0]?.places.includes('staging slot 0'));
-  assert.ok(doubled.doubled[0]?.places.includes('handle 1003'));
-  assert.ok(doubled.lost.includes(held) || held === Number(stored.blockOffset) / BLOCK);
-  // A partition's block in a staging slot: its home is not the shared ring.
-  r.engine.view.setUint32(table, r.engine.partitionRing(0).firstBlock, true);
-  const foreign = auditPool(r.engine);
-  assert.not.ok(foreign.ok);
-  assert.ok(
-    foreign.problems.some((problem) => problem.includes('staging slot 0')),
-    JSON.stringify(foreign.problems),
-  );
-  r.engine.view.setUint32(table, held, true);
   assert.ok(auditPool(r.engine).ok);
 });
 

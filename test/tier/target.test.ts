@@ -147,32 +147,6 @@ test('demotion and promotion under concurrent LOADs and DIRECT_LOADs: the right 
   }
 });
 
-test('F counts the staging blocks, the Pool STag covers them: a DIRECT_LOAD reads a block that traded places', async () => {
-  const volatile = await startRig();
-  try {
-    const session = await volatile.session('gamma', { capabilities: K.CAP_DIRECT_LOAD });
-    assert.is(session.hello.blockCount, 64, 'without a durable tier F is the configured pool');
-  } finally {
-    await volatile.stop();
-  }
-  const rig = await startRig(durableSettings(dataDir()));
-  try {
-    const { config } = rig.target.engine;
-    const alpha = await rig.session('alpha');
-    const gamma = await rig.session('gamma', { capabilities: K.CAP_DIRECT_LOAD });
-    assert.ok(config.stagingBlocks > 0);
-    assert.is(gamma.hello.blockCount, 64 + config.stagingBlocks, "HELLO_ACK's Block Count counts the staging blocks");
-    const data = content(9n, 1, 4096);
-    const stored = await alpha.allocStore(9n, data, { seal: true });
-    // The staging slots start with the blocks past the rings' 64: the entry took one of them.
-    assert.ok(stored.blockOffset >= 64n * 4096n, `block offset ${stored.blockOffset} is a ring block: the seal was copied`);
-    assert.equal((await gamma.directLoad(9n)).data, data);
-    assert.ok(rig.target.audit().ok, JSON.stringify(rig.target.audit()));
-  } finally {
-    await rig.stop();
-  }
-});
-
 test("Durable Quota: past it, the tenant's least recently used blocks on the tier alone are dropped, as if freed", async () => {
   const dir = dataDir();
   const base = testSettings();

@@ -169,11 +169,11 @@ export class TargetConnection {
     const { rnic, engine, arena } = ctx;
     const buffer = engine.memory.buffer;
     this.controlRegion = rnic.registerMemory(pd, this.control, { access: Access.LocalWrite });
-    // All F blocks, the durable tier's staging blocks among them: sealing requests read into those.
+    // The staging blocks follow the pool: sealing requests of a durable target read into them.
     this.poolRegion = rnic.registerMemory(pd, buffer, {
       access: Access.LocalWrite,
       offset: engine.layout.pool,
-      length: engine.layout.poolBytes,
+      length: engine.layout.poolBytes + engine.layout.stagingBytes,
     });
     this.requestRegion = rnic.registerMemory(pd, buffer, { access: Access.LocalWrite, offset: arena.requestArea.address, length: arena.requestArea.bytes });
   }
@@ -566,7 +566,7 @@ export class TargetConnection {
       ...refusal(requestId, K.STATUS_SUCCESS),
       capabilities: admission.capabilities,
       blockSize: config.blockSize,
-      blockCount: config.poolBlocks,
+      blockCount: config.blockCount,
       targetCredits: credits,
       sharedRingOrder: config.ringOrder,
       maxInline: config.maxInline,
