@@ -60,6 +60,12 @@ output:
   -q, --quiet            no progress on standard error
   -h, --help             show this help
 
+environment:
+  KBTP_BUSY_POLL_US=N    after each socket read or write, keep polling instead of sleeping for
+                         up to N us (this process's threads: the sessions and a spawned target's
+                         workers; default 0, off). Lower latency for much more CPU and system
+                         calls, and only with a CPU per polling thread: docs/BENCH.md
+
 A run cut short (an error, Ctrl-C) still prints the phases it finished.
 
 exit codes: 0 success, 1 errors or wrong data seen (or the target failed), 2 usage error,

@@ -9,6 +9,7 @@ import type { ByteSink, WriteDone } from './transmit.ts';
 import { turn, type TurnParticipant } from './turn.ts';
 import { RnicError } from './errors.ts';
 import { HandleWriter, WRITE_DONE, WRITE_QUEUED, writeError } from './handle-writer.ts';
+import { busyPoll } from './busy-poll.ts';
 
 /** Something that takes bytes from the stream. */
 export interface StreamConsumer {
@@ -212,6 +213,7 @@ export class SocketChannel implements StreamChannel, TurnParticipant {
 
   private delivered(length: number): void {
     // What the bytes cause (completions, new sends) settles when the delivery ends: one writev.
+    busyPoll.activity();
     turn.enter();
     try {
       const owner = this.readOwner;
@@ -292,6 +294,7 @@ export class SocketChannel implements StreamChannel, TurnParticipant {
       return;
     }
     this.batchSizes.push(batch);
+    busyPoll.activity();
     const direct = this.direct;
     if (direct !== undefined) {
       // A batch of dones without bytes still completes behind the writes before it: an empty write keeps its place.
