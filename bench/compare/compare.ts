@@ -26,6 +26,7 @@ import { loadavg } from 'node:os';
 import { iperf3, redisBenchmark, repoRoot, startRedis, stopAll, type RedisResult, type RedisServer } from './tools.ts';
 import { childCpuUs, cpuPerOp, kbtpCpuPerOp, type CpuPerOp } from './cpu.ts';
 import { nodeSocketGbps } from './node-socket.ts';
+import { tcpPingPong, type PingPongResult } from './tcp-pingpong.ts';
 import { redisLatency, redisRowFigures, type RedisRowFigures } from './redis-latency.ts';
 
 /** redis_p50_us / redis_p99_us: to the reply's last octet; redis_benchmark_*: redis-benchmark's first read. */
@@ -251,6 +252,22 @@ function chart(rows: readonly CompareRow[], iperfGbps: number, inFlight: number)
   return stack(charts);
 }
 
+/**
+ * The p99 target's line: kbtp's and Redis's p99 / p50 per row, and the same ratio of the barest
+ * loopback exchange at each size, which no server on this machine goes below (docs/BENCH.md, session 7).
+ */
+function tailLine(table: Table, bare: readonly PingPongResult[]): string {
+  const ratio = (p99: number, p50: number): string => (p50 > 0 ? (p99 / p50).toFixed(2) : 'n/a');
+  const label = (row: CompareRow): string => `${row.op.toUpperCase()} ${formatSize(row.size)} x${row.sessions}`;
+  const met = table.rows.filter((row) => row.kbtp_p99_us <= 2 * row.kbtp_p50_us).length;
+  return (
+    `target p99 <= 2x p50 at ${table.inFlight} in flight: met in ${met} of ${table.rows.length} rows; p99/p50 kbtp / Redis: ` +
+    table.rows.map((row) => `${label(row)} ${ratio(row.kbtp_p99_us, row.kbtp_p50_us)} / ${ratio(row.redis_p99_us, row.redis_p50_us)}`).join(', ') +
+    '; the bare loopback exchange (tcp-pingpong.c, 1 x 1) p50 / p99 us: ' +
+    bare.map((row) => `${formatSize(row.size)} ${row.p50Us} / ${row.p99Us} = ${ratio(row.p99Us, row.p50Us)}`).join(', ')
+  );
+}
+
 async function main(): Promise<number> {
   const parsed = parseCommandLine(
     'bench/compare',
@@ -292,6 +309,9 @@ async function main(): Promise<number> {
     const loadBefore = loadavg().map((value) => +value.toFixed(2));
     log(`node sockets: ${formatSize(1024 * 1024)} blocks, 16 connections x 1 request in flight (the plain Node.js baseline)`);
     const nodeSocket = r3(await nodeSocketGbps(1024 * 1024, 16, seconds));
+    log(`tcp-pingpong: the barest loopback exchange at ${sizes.map(formatSize).join(', ')}, 1 connection x 1 in flight (the p99 target's reference)`);
+    const bare: PingPongResult[] = [];
+    for (const size of sizes) bare.push(await tcpPingPong(size, Math.min(2, seconds)));
     const redisServer = await startRedis();
     let primary: Table;
     let extra: Table | undefined;
@@ -316,6 +336,7 @@ async function main(): Promise<number> {
       kbtp_cpu_us_per_op: cpuFields(cpu.kbtp),
       redis_cpu_us_per_op: cpuFields(cpu.redis),
       load_average: { before: loadBefore, after: loadAfter },
+      tcp_pingpong: bare.map((row) => ({ size: row.size, p50_us: row.p50Us, p99_us: row.p99Us })),
       rows: primary.rows,
     };
     writeFileSync(join(out, 'compare.json'), `${JSON.stringify(result, null, 2)}\n`);
@@ -329,6 +350,7 @@ async function main(): Promise<number> {
           loadAverage: { before: loadBefore, after: loadAfter },
           iperf3: { defaultWritesGbps: iperf3Gbps, oneMiBWritesGbps: r3(iperfLarge) },
           nodeSocketGbps: nodeSocket,
+          tcpPingPong: bare,
           cpuPerOp: { kbtp: cpu.kbtp, redis: cpu.redis, what: '16 KiB LOAD / GET, 16 connections x 1 in flight, difference of N and 3N requests, from /proc' },
           units: 'Gbit/s = 1e9 bits per second of block data; p50/p99 and CPU in microseconds',
           tables: [primary, ...(extra !== undefined ? [extra] : [])],
@@ -386,6 +408,7 @@ async function main(): Promise<number> {
         `target ${table.inFlight > 1 ? 'kbtp >= 1.5x Redis' : 'kbtp >= Redis in GB/s and p50'} at ${table.inFlight} in flight: met in ${met} of ${table.rows.length} rows`,
       );
     }
+    console.log(tailLine(primary, bare));
     const load1m = primary.rows.find((row) => row.op === 'load' && row.size === 1024 * 1024 && row.sessions === 16);
     if (load1m !== undefined) {
       console.log(

@@ -5,11 +5,8 @@
 // reads. bench/compare/redis-latency.c, compiled here with the machine's C compiler, is a client
 // shaped like redis-benchmark (one thread, N connections, -P requests written together, every
 // reply parsed) that records both instants; the percentiles come from kbtp bench's own histogram.
-import { spawnSync } from 'node:child_process';
-import { existsSync, mkdirSync, renameSync, statSync } from 'node:fs';
-import { join } from 'node:path';
 import { LatencyHistogram } from '../../host/bench/histogram.ts';
-import { repoRoot, requireTool, run, type RedisResult } from './tools.ts';
+import { buildC, run, type RedisResult } from './tools.ts';
 import { processCpuUs } from './cpu.ts';
 
 export interface RedisLatencyTest {
@@ -64,21 +61,8 @@ export function parseRedisLatencyOutput(text: string): Map<string, RedisLatencyT
   return tests;
 }
 
-const source = (): string => join(repoRoot, 'bench', 'compare', 'redis-latency.c');
-
-/** Compiles redis-latency.c (with `cc`, -O2) into dist/bench/compare/ unless the binary is newer; returns its path. */
-export function buildRedisLatency(): string {
-  const binary = join(repoRoot, 'dist', 'bench', 'compare', 'redis-latency');
-  if (existsSync(binary) && statSync(binary).mtimeMs >= statSync(source()).mtimeMs) return binary;
-  requireTool('cc');
-  mkdirSync(join(repoRoot, 'dist', 'bench', 'compare'), { recursive: true });
-  // Built under a name of its own and renamed, so that two runs building at once never run half a file.
-  const building = `${binary}.${process.pid}`;
-  const built = spawnSync('cc', ['-O2', '-Wall', '-Wextra', '-o', building, source()], { encoding: 'utf8' });
-  if (built.status !== 0) throw new Error(`cc could not build ${source()}: ${(built.stderr || built.stdout || String(built.error)).trim()}`);
-  renameSync(building, binary);
-  return binary;
-}
+/** Compiles redis-latency.c into dist/bench/compare/ unless the binary is newer; returns its path. */
+export const buildRedisLatency = (): string => buildC('redis-latency');
 
 /** A run's test as make compare's row: ops/s and GB/s over the run, p50/p99 of the complete reply. */
 export function latencyResult(op: 'get' | 'set', size: number, clients: number, pipeline: number, measured: RedisLatencyTest): RedisResult {

@@ -1,12 +1,14 @@
 // The reference programs of bench/compare: a Redis server and redis-benchmark, and iperf3, each
 // started on 127.0.0.1 only, on a free port, and stopped by whoever started them.
 import { spawn, spawnSync, type ChildProcess } from 'node:child_process';
-import { mkdtempSync, rmSync } from 'node:fs';
+import { existsSync, mkdirSync, mkdtempSync, renameSync, rmSync, statSync } from 'node:fs';
 import net from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 
-export { checkoutRoot as repoRoot } from '../checkout-root.ts';
+import { checkoutRoot } from '../checkout-root.ts';
+
+export { checkoutRoot as repoRoot };
 
 export async function freePort(): Promise<number> {
   return new Promise((resolve, reject) => {
@@ -23,6 +25,24 @@ export async function freePort(): Promise<number> {
 export function requireTool(name: string): void {
   const found = spawnSync('sh', ['-c', `command -v ${name}`], { encoding: 'utf8' });
   if (found.status !== 0) throw new Error(`${name} is not installed; run bench/compare/deps.sh (or 'make compare', which does)`);
+}
+
+/**
+ * Compiles bench/compare/NAME.c (with `cc`, -O2) into dist/bench/compare/NAME unless the binary is
+ * newer than its source; returns the binary's path.
+ */
+export function buildC(name: string): string {
+  const source = join(checkoutRoot, 'bench', 'compare', `${name}.c`);
+  const binary = join(checkoutRoot, 'dist', 'bench', 'compare', name);
+  if (existsSync(binary) && statSync(binary).mtimeMs >= statSync(source).mtimeMs) return binary;
+  requireTool('cc');
+  mkdirSync(join(checkoutRoot, 'dist', 'bench', 'compare'), { recursive: true });
+  // Built under a name of its own and renamed, so that two runs building at once never run half a file.
+  const building = `${binary}.${process.pid}`;
+  const built = spawnSync('cc', ['-O2', '-Wall', '-Wextra', '-o', building, source], { encoding: 'utf8' });
+  if (built.status !== 0) throw new Error(`cc could not build ${source}: ${(built.stderr || built.stdout || String(built.error)).trim()}`);
+  renameSync(building, binary);
+  return binary;
 }
 
 /** Children this process started; stopAll() ends each by its own pid. */
