@@ -36,17 +36,10 @@ while [ $# -gt 0 ]; do
     *) echo "busy-poll.sh: unknown option $1 (see --help)" >&2; exit 2 ;;
   esac
 done
-case "$op" in
-  load) redis_op=get ;;
-  store) redis_op=set ;;
-  *) echo "busy-poll.sh: --op $op: write load or store" >&2; exit 2 ;;
-esac
-for tool in perf taskset redis-server redis-cli redis-benchmark cc node; do
-  command -v "$tool" >/dev/null || { echo "busy-poll.sh: $tool is missing (bench/compare/deps.sh; apt-get install linux-perf)" >&2; exit 2; }
-done
+. bench/compare/servers.sh # $work, $pids and their clean-up; start_kbtp_target, start_redis, redis_op_for, require_tools
+redis_op=$(redis_op_for "$op") || exit 2
+require_tools "run bench/compare/deps.sh (perf: apt-get install linux-perf)" perf taskset redis-server redis-cli redis-benchmark cc node
 [ -f dist/host/cli.js ] || { echo "busy-poll.sh: run make bench-build first" >&2; exit 2; }
-
-. bench/compare/servers.sh # $work, $pids and their clean-up; start_kbtp_target, start_redis
 
 latency_binary=$(node --input-type=module -e "import('./dist/bench/compare/redis-latency.js').then((m) => console.log(m.buildRedisLatency()))")
 

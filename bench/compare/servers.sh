@@ -1,6 +1,7 @@
 # The scratch folder and the servers of the shell benchmarks, sourced by bench/compare/syscalls.sh
 # and bench/critical-path.sh from the repository root: sets $work (a scratch folder) and $pids (the
-# processes to stop), both cleaned up on exit, and defines start_kbtp_target and start_redis.
+# processes to stop), both cleaned up on exit, and defines start_kbtp_target, start_redis,
+# redis_op_for and require_tools.
 work=$(mktemp -d "/tmp/kbtp-$(basename "$0" .sh).XXXXXX")
 pids=()
 cleanup() {
@@ -34,4 +35,21 @@ start_redis() {
   local _
   for _ in $(seq 100); do redis-cli -p "$rport" ping 2>/dev/null | grep -q PONG && break; sleep 0.1; done
   redis-benchmark -p "$rport" -t set -d "$1" -n 100 -c 1 -q >/dev/null # GET needs the value there
+}
+
+# redis_op_for OP: Redis's operation for a kbtp one (load -> get, store -> set); a usage error else.
+redis_op_for() {
+  case "$1" in
+    load) echo get ;;
+    store) echo set ;;
+    *) echo "$(basename "$0"): --op $1: write load or store" >&2; return 2 ;;
+  esac
+}
+
+# require_tools HINT TOOL...: a usage error naming the first TOOL not installed, and HINT.
+require_tools() {
+  local hint=$1 tool; shift
+  for tool in "$@"; do
+    command -v "$tool" >/dev/null || { echo "$(basename "$0"): $tool is missing; $hint" >&2; exit 2; }
+  done
 }

@@ -36,20 +36,13 @@ while [ $# -gt 0 ]; do
     *) echo "syscalls.sh: unknown option $1 (see --help)" >&2; exit 2 ;;
   esac
 done
-case "$op" in
-  load) redis_op=get ;;
-  store) redis_op=set ;;
-  *) echo "syscalls.sh: --op $op: write load or store" >&2; exit 2 ;;
-esac
+. bench/compare/servers.sh # $work, $pids and their clean-up; start_kbtp_target, start_redis, redis_op_for, require_tools
+redis_op=$(redis_op_for "$op") || exit 2
 kbtp_batch=()
 [ "$in_flight" = 1 ] || kbtp_batch=(--batch)
-for tool in redis-server redis-benchmark node; do
-  command -v "$tool" >/dev/null || { echo "syscalls.sh: $tool is missing; run bench/compare/deps.sh" >&2; exit 2; }
-done
+require_tools "run bench/compare/deps.sh" redis-server redis-benchmark node
 [ "$use_strace" = 0 ] || command -v strace >/dev/null || { echo "syscalls.sh: strace is missing (apt-get install strace)" >&2; exit 2; }
 [ -f dist/host/cli.js ] || { echo "syscalls.sh: run make build first" >&2; exit 2; }
-
-. bench/compare/servers.sh # $work, $pids and their clean-up; start_kbtp_target, start_redis
 
 # CPU time of a process so far, in nanoseconds: its threads' run time (the servers keep theirs).
 cpu_ns() { cat /proc/"$1"/task/*/schedstat 2>/dev/null | awk '{ s += $1 } END { printf "%.0f\n", s }'; }
