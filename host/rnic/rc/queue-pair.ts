@@ -12,15 +12,18 @@ import type { MemoryTable, ProtectionDomain } from '../memory.ts';
 import type { NicObserver } from '../nic-observer.ts';
 import type { DisconnectInfo, QpState, QueuePairOptions, QueuePairStatistics } from '../qp.ts';
 import { checkSendRequest, limit, positive } from '../qp-checks.ts';
+import { ViewCache } from '../view-cache.ts';
 import { encodeHeaders, IbHeaders, padFor } from '../wire/ib-headers.ts';
 import { headerLength, ICRC_LENGTH, OPCODES } from '../wire/ib-opcodes.ts';
 import type { ReceiveWorkRequest, SendWorkRequest, WorkCompletion } from '../work.ts';
-import { wcOpcodeFor, WcStatus } from '../work.ts';
+import { wcOpcodeFor, type WcOpcode, WcStatus } from '../work.ts';
 import type { PacketLink, PeerAddress } from './link.ts';
 import { Requester } from './requester.ts';
 import { Responder } from './responder.ts';
 
 export const PATH_MTUS = [256, 512, 1024, 2048, 4096] as const;
+/** Offsets of a receive ring whose payload views a QP keeps (a 64-slot ring of GRO runs uses a few hundred). */
+const RING_VIEW_OFFSETS = 4096;
 export type PathMtu = (typeof PATH_MTUS)[number];
 
 /** The same queue sizes and limits as an iWARP QP; `ird` is max_dest_rd_atomic (responder
@@ -128,6 +131,9 @@ export class RcQueuePair extends EventEmitter<RcQueuePairEvents> {
   /** By header length: the header's view of packetScratch, then the trailer's by pad (1 + pad). */
   private readonly packetViews: Uint8Array[][] = [];
   private readonly disconnectWaiters: Array<(info: DisconnectInfo) => void> = [];
+  /** The receive ring whose payload views are kept, and the views (payloadView). */
+  private ringViewsOf: ArrayBufferLike | undefined;
+  private ringViews: ViewCache | undefined;
   private readonly establishedWaiters: Array<{ resolve: () => void; reject: (error: Error) => void }> = [];
   /** Called once when the QP leaves RTS (the connection layer closes its side channel). */
   onLeaveRts: ((info: DisconnectInfo) => void) | undefined;
@@ -324,7 +330,7 @@ export class RcQueuePair extends EventEmitter<RcQueuePairEvents> {
   receive(h: IbHeaders, packet: Uint8Array): void {
     if (this.state !== 'rts') return;
     this.stats.packetsReceived++;
-    const payload = packet.subarray(h.payloadOffset, h.payloadOffset + h.payloadLength);
+    const payload = this.payloadView(packet, h.payloadOffset, h.payloadLength);
     try {
       if (h.opcode >= 0x0d && h.opcode <= 0x12) this.requester.response(h, payload);
       else this.responder.request(h, payload);
@@ -332,6 +338,21 @@ export class RcQueuePair extends EventEmitter<RcQueuePairEvents> {
       // A bug must end this QP, never the process or another QP.
       this.enterError({ reason: 'connection-lost', message: `internal error: ${error instanceof Error ? error.message : String(error)}` });
     }
+  }
+
+  /**
+   * `packet[offset, offset + length)`. A packet in shared memory lies in a link's receive ring,
+   * whose slots carry the same ranges packet after packet: their views are kept (ViewCache)
+   * instead of made per packet.
+   */
+  private payloadView(packet: Uint8Array, offset: number, length: number): Uint8Array {
+    const buffer = packet.buffer;
+    if (buffer !== this.ringViewsOf) {
+      if (!(buffer instanceof SharedArrayBuffer)) return packet.subarray(offset, offset + length);
+      this.ringViewsOf = buffer;
+      this.ringViews = new ViewCache(new Uint8Array(buffer), RING_VIEW_OFFSETS);
+    }
+    return this.ringViews!.view(packet.byteOffset + offset, length);
   }
 
   /** Sends one packet with the fields in `h` (PSN, opcode, ...) and `payload`. */
@@ -388,11 +409,20 @@ export class RcQueuePair extends EventEmitter<RcQueuePairEvents> {
     return h;
   }
 
+  /** Adds a completion from its fields (no object per completion); returns its CQ record, undefined on overrun. */
+  addCompletion(cq: CompletionQueue, wrId: bigint | number, status: WcStatus, opcode: WcOpcode, byteLength: number, error: string | undefined) {
+    const record = cq.add(wrId, status, opcode, this.qpNumber, byteLength, undefined, error);
+    if (record === undefined) this.overran(cq);
+    return record;
+  }
+
   pushCompletion(cq: CompletionQueue, completion: WorkCompletion): void {
-    if (!cq.push(completion) && this.state !== 'error') {
-      // A CQ overrun is a catastrophic local error: the QP cannot report its work any more.
-      queueMicrotask(() => this.enterError({ reason: 'connection-lost', message: `completion queue ${cq.number} overran` }));
-    }
+    if (!cq.push(completion)) this.overran(cq);
+  }
+
+  private overran(cq: CompletionQueue): void {
+    // A CQ overrun is a catastrophic local error: the QP cannot report its work any more.
+    if (this.state !== 'error') queueMicrotask(() => this.enterError({ reason: 'connection-lost', message: `completion queue ${cq.number} overran` }));
   }
 }
 

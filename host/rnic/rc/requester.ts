@@ -5,7 +5,7 @@
 // going back to the first unacknowledged PSN: on a NAK sequence error, on a gap in a Read
 // Response, on an ACK past an unanswered Read, and when the local ACK timer expires.
 
-import { Access, AccessStatus } from '../memory.ts';
+import { Access, AccessStatus, type MemoryRegion } from '../memory.ts';
 import { localAccessText } from '../qp-checks.ts';
 import { psnAdd, psnCompare, RNR_TIMER_MICROS, Syndrome, type IbHeaders } from '../wire/ib-headers.ts';
 import { IbOpcode } from '../wire/ib-opcodes.ts';
@@ -60,6 +60,11 @@ interface Wqe {
   readonly packets: number;
   /** Send/Write: the data; Read: the sink; Atomic: the 8-octet result (or empty). */
   readonly local: Uint8Array;
+  /** Where `local` lies when it is one SGE's range of a region: its segments are the region's cached views. */
+  readonly region: MemoryRegion | undefined;
+  readonly regionOffset: number;
+  /** The remote address (RETH) as a BigInt, made once per WR. */
+  readonly remoteAddress: bigint;
   /** A local check failed at post time: the WR completes with this status. */
   readonly localError?: { status: WcStatus; text: string };
   firstPsn: number;
@@ -128,6 +133,9 @@ export class Requester {
   /** A gap in a Read Response already caused a rewind to this PSN (avoid one per late packet). */
   private readRewoundTo = -1;
   private running = false;
+  /** Region and offset of the range the last `resolve` returned. */
+  private resolvedRegion: MemoryRegion | undefined;
+  private resolvedOffset = 0;
 
   constructor(private readonly qp: RcQueuePair) {}
 
@@ -190,6 +198,8 @@ export class Requester {
         kind = Kind.Send;
     }
     let local: Uint8Array = EMPTY;
+    let region: MemoryRegion | undefined;
+    let regionOffset = 0;
     let localError: Wqe['localError'];
     const required = kind === Kind.Read || kind === Kind.Atomic ? Access.LocalWrite : 0;
     const views: Uint8Array[] = [];
@@ -202,8 +212,11 @@ export class Requester {
       views.push(view);
     }
     if (localError === undefined) {
-      if (views.length === 1) local = views[0]!;
-      else if (views.length > 1) {
+      if (views.length === 1) {
+        local = views[0]!;
+        region = this.resolvedRegion;
+        regionOffset = this.resolvedOffset;
+      } else if (views.length > 1) {
         // Several SGEs: gathered once, so every (re)transmission cuts the same MTU segments.
         local = new Uint8Array(views.reduce((sum, view) => sum + view.length, 0));
         let offset = 0;
@@ -225,6 +238,10 @@ export class Requester {
       length,
       packets,
       local,
+      region,
+      regionOffset,
+      // Checked at post (qp-checks) for the operations that name one; a Send's is not looked at.
+      remoteAddress: kind === Kind.Write || kind === Kind.Read || kind === Kind.Atomic ? BigInt(wr.remote!.taggedOffset) : 0n,
       ...(localError === undefined ? {} : { localError }),
       firstPsn: 0,
       started: false,
@@ -377,13 +394,14 @@ export class Requester {
       h.invalidateRkey = wqe.wr.invalidateStag ?? 0;
     }
     if (first && wqe.kind === Kind.Write) {
-      h.virtualAddress = BigInt(wqe.wr.remote!.taggedOffset);
+      h.virtualAddress = wqe.remoteAddress;
       h.rkey = wqe.wr.remote!.stag;
       h.dmaLength = wqe.length;
     }
     h.ackRequest = this.ackRequest(last || windowFull);
     const start = index * mtu;
-    const payload = wqe.local.subarray(start, Math.min(wqe.length, start + mtu));
+    const length = Math.min(wqe.length, start + mtu) - start;
+    const payload = wqe.region === undefined ? wqe.local.subarray(start, start + length) : wqe.region.view(wqe.regionOffset + start, length);
     qp.stats.payloadBytesSent += payload.length;
     qp.sendPacket(h, payload);
   }
@@ -393,7 +411,7 @@ export class Requester {
     const mtu = this.mtuFor();
     const skipped = fromPacket * mtu;
     const h = this.qp.headers(IbOpcode.RdmaReadRequest, psnAdd(wqe.firstPsn, fromPacket));
-    h.virtualAddress = BigInt(wqe.wr.remote!.taggedOffset) + BigInt(skipped);
+    h.virtualAddress = skipped === 0 ? wqe.remoteAddress : wqe.remoteAddress + BigInt(skipped);
     h.rkey = wqe.wr.remote!.stag;
     h.dmaLength = Math.min(wqe.length, toPacket * mtu) - skipped;
     h.ackRequest = this.ackRequest(true);
@@ -403,7 +421,7 @@ export class Requester {
   private sendAtomic(wqe: Wqe): void {
     const fetchAdd = wqe.wr.opcode === 'ATOMIC_FETCH_ADD';
     const h = this.qp.headers(fetchAdd ? IbOpcode.FetchAdd : IbOpcode.CompareSwap, wqe.firstPsn);
-    h.virtualAddress = BigInt(wqe.wr.remote!.taggedOffset);
+    h.virtualAddress = wqe.remoteAddress;
     h.rkey = wqe.wr.remote!.stag;
     h.swapOrAdd = BigInt.asUintN(64, fetchAdd ? wqe.wr.atomic!.add! : wqe.wr.atomic!.swap!);
     h.compare = fetchAdd ? 0n : BigInt.asUintN(64, wqe.wr.atomic!.compare!);
@@ -836,15 +854,9 @@ export class Requester {
         this.nextPsn = psnAdd(wqe.firstPsn, wqe.packets);
       }
       if (wqe.signaled || wqe.status !== WcStatus.Success) {
-        qp.pushCompletion(qp.sendCq, {
-          wrId: wqe.wr.wrId,
-          status: wqe.status,
-          opcode: wcOpcodeFor(wqe.wr.opcode),
-          qpNumber: qp.qpNumber,
-          byteLength: wqe.length,
-          ...(wqe.atomicResult === undefined ? {} : { atomicResult: wqe.atomicResult }),
-          ...(wqe.error === undefined ? {} : { error: wqe.error }),
-        });
+        // From its fields into the CQ's ring: no completion object per WR.
+        const record = qp.addCompletion(qp.sendCq, wqe.wr.wrId, wqe.status, wcOpcodeFor(wqe.wr.opcode), wqe.length, wqe.error);
+        if (record !== undefined && wqe.atomicResult !== undefined) record.atomicResult = wqe.atomicResult;
       }
     }
     if (this.head > 256 && this.head * 2 > this.queue.length) {
@@ -859,6 +871,8 @@ export class Requester {
     const status = memory.checkLocal(sge.lkey, this.qp.pd, required, sge.offset, sge.length);
     if (status !== AccessStatus.Ok) return localAccessText(status, sge);
     const region = memory.resolvedRegion!;
-    return region.bytes.subarray(memory.resolvedOffset, memory.resolvedOffset + sge.length);
+    this.resolvedRegion = region;
+    this.resolvedOffset = memory.resolvedOffset;
+    return region.view(memory.resolvedOffset, sge.length);
   }
 }

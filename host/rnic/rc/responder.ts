@@ -145,7 +145,7 @@ export class Responder {
           this.fatal(Syndrome.NakRemoteOperationalError, h.psn, `receive WR ${String(recv.wr.wrId)}: ${localAccessText(status, sge)}`);
           return;
         }
-        views.push(qp.memory.resolvedRegion!.bytes.subarray(qp.memory.resolvedOffset, qp.memory.resolvedOffset + sge.length));
+        views.push(qp.memory.resolvedRegion!.view(qp.memory.resolvedOffset, sge.length));
       }
       this.recv = recv;
       this.scatter = views;
@@ -261,13 +261,13 @@ export class Responder {
       this.fatal(Syndrome.NakInvalidRequest, h.psn, `RDMA Read DMA length ${length} exceeds 2^31`);
       return;
     }
-    if (length > 0 && this.remote(h, Access.RemoteRead, length, 'RDMA Read') === undefined) return;
+    if (length > 0 && !this.remoteAllowed(h, Access.RemoteRead, length, 'RDMA Read')) return;
     const packets = Math.max(1, Math.ceil(length / this.mtu));
     this.remember({ kind: 'read', psn: h.psn, packets, virtualAddress: h.virtualAddress, rkey: h.rkey, length, original: 0n });
     this.msn = (this.msn + 1) & 0xffffff;
     this.qp.stats.messagesReceived++;
     this.expectedPsn = psnAdd(h.psn, packets);
-    this.sendReadResponse(h.psn, h.virtualAddress, h.rkey, length);
+    this.sendReadResponse(h.psn, length);
   }
 
   private atomic(h: IbHeaders): void {
@@ -276,7 +276,7 @@ export class Responder {
       this.fatal(Syndrome.NakInvalidRequest, h.psn, `atomic target 0x${h.virtualAddress.toString(16)} is not 8-octet aligned`);
       return;
     }
-    if (this.remote(h, Access.RemoteAtomic, 8, 'atomic') === undefined) return;
+    if (!this.remoteAllowed(h, Access.RemoteAtomic, 8, 'atomic')) return;
     const region = qp.memory.resolvedRegion!;
     const offset = qp.memory.resolvedOffset;
     if (!isAtomicAligned(region, offset)) {
@@ -319,24 +319,23 @@ export class Responder {
         // A retried Read may ask for the tail of the original range only, same rkey.
         const start = h.virtualAddress - resource.virtualAddress;
         if (h.rkey !== resource.rkey || start < 0n || start + BigInt(h.dmaLength) > BigInt(resource.length)) return;
-        if (h.dmaLength > 0 && this.remote(h, Access.RemoteRead, h.dmaLength, 'RDMA Read (repeated)') === undefined) return;
-        this.sendReadResponse(h.psn, h.virtualAddress, h.rkey, h.dmaLength);
+        if (h.dmaLength > 0 && !this.remoteAllowed(h, Access.RemoteRead, h.dmaLength, 'RDMA Read (repeated)')) return;
+        this.sendReadResponse(h.psn, h.dmaLength);
         return;
       }
     }
     // No resource holds it any more: drop (roce.md §6.3).
   }
 
-  private sendReadResponse(psn: number, virtualAddress: bigint, rkey: number, length: number): void {
+  /**
+   * Answers a Read of `length` octets from where the caller's `remoteAllowed` just resolved it
+   * (the region and offset the memory table holds until its next check).
+   */
+  private sendReadResponse(psn: number, length: number): void {
     const qp = this.qp;
     this.cancelPendingAck(); // the responses acknowledge everything before them
-    let data: Uint8Array = EMPTY;
-    if (length > 0) {
-      // Checked by the caller a moment ago; resolved again because placement moved the cursor.
-      qp.memory.checkRemote(rkey, qp.pd, Access.RemoteRead, virtualAddress, length);
-      const region: MemoryRegion = qp.memory.resolvedRegion!;
-      data = region.bytes.subarray(qp.memory.resolvedOffset, qp.memory.resolvedOffset + length);
-    }
+    const region: MemoryRegion | undefined = length > 0 ? qp.memory.resolvedRegion! : undefined;
+    const start = qp.memory.resolvedOffset;
     const packets = Math.max(1, Math.ceil(length / this.mtu));
     for (let index = 0; index < packets; index++) {
       const opcode =
@@ -350,7 +349,8 @@ export class Responder {
       const h = qp.headers(opcode, psnAdd(psn, index));
       h.syndrome = Syndrome.AckUnlimitedCredits;
       h.msn = this.msn;
-      const payload = data.subarray(index * this.mtu, Math.min(length, (index + 1) * this.mtu));
+      // The region's cached views: the same ranges are read again and again (pool blocks).
+      const payload = region === undefined ? EMPTY : region.view(start + index * this.mtu, Math.min(this.mtu, length - index * this.mtu));
       qp.stats.payloadBytesSent += payload.length;
       qp.sendPacket(h, payload);
     }
@@ -405,19 +405,26 @@ export class Responder {
     this.sendAck(Syndrome.TypeRnrNak | (this.minRnrTimer & 0x1f), psn);
   }
 
-  /** Resolves the remote range of a request; on failure sends NAK remote access error. */
+  /**
+   * Checks the remote range of a request (the memory table then holds its region and offset);
+   * on failure sends NAK remote access error. The address's two halves: no BigInt per request.
+   */
+  private remoteAllowed(h: IbHeaders, right: number, length: number, what: string): boolean {
+    const status = this.qp.memory.checkRemoteAt(h.rkey, this.qp.pd, right, h.virtualAddressHigh, h.virtualAddressLow, length);
+    if (status === AccessStatus.Ok) return true;
+    this.fatal(
+      Syndrome.NakRemoteAccessError,
+      h.psn,
+      `${what} rkey 0x${h.rkey.toString(16)} VA 0x${h.virtualAddress.toString(16)} length ${length}: ${accessStatusText(status)}`,
+    );
+    return false;
+  }
+
+  /** The remote range of a request as a view, or undefined after the NAK (remoteAllowed). */
   private remote(h: IbHeaders, right: number, length: number, what: string): Uint8Array | undefined {
+    if (!this.remoteAllowed(h, right, length, what)) return undefined;
     const memory = this.qp.memory;
-    const status = memory.checkRemote(h.rkey, this.qp.pd, right, h.virtualAddress, length);
-    if (status !== AccessStatus.Ok) {
-      this.fatal(
-        Syndrome.NakRemoteAccessError,
-        h.psn,
-        `${what} rkey 0x${h.rkey.toString(16)} VA 0x${h.virtualAddress.toString(16)} length ${length}: ${accessStatusText(status)}`,
-      );
-      return undefined;
-    }
-    return memory.resolvedRegion!.bytes.subarray(memory.resolvedOffset, memory.resolvedOffset + length);
+    return memory.resolvedRegion!.view(memory.resolvedOffset, length);
   }
 
   private remember(resource: Resource): void {

@@ -74,6 +74,9 @@ export class IbHeaders {
   psn = 0;
   // RETH / AtomicETH
   virtualAddress = 0n;
+  /** The virtual address's high and low 32 bits (decode only): memory checks without a BigInt. */
+  virtualAddressHigh = 0;
+  virtualAddressLow = 0;
   rkey = 0;
   dmaLength = 0;
   swapOrAdd = 0n;
@@ -145,6 +148,8 @@ export function decodeHeaders(packet: Uint8Array, out: IbHeaders): string | unde
   if ((headers & H_RETH) !== 0) {
     if (offset + RETH_LENGTH > end) return `${info.name} too short for its RETH`;
     out.virtualAddress = u64(packet, offset);
+    out.virtualAddressHigh = u32(packet, offset);
+    out.virtualAddressLow = u32(packet, offset + 4);
     out.rkey = u32(packet, offset + 8);
     out.dmaLength = u32(packet, offset + 12);
     offset += RETH_LENGTH;
@@ -158,6 +163,8 @@ export function decodeHeaders(packet: Uint8Array, out: IbHeaders): string | unde
   if ((headers & H_ATOMIC_ETH) !== 0) {
     if (offset + ATOMIC_ETH_LENGTH > end) return `${info.name} too short for its AtomicETH`;
     out.virtualAddress = u64(packet, offset);
+    out.virtualAddressHigh = u32(packet, offset);
+    out.virtualAddressLow = u32(packet, offset + 4);
     out.rkey = u32(packet, offset + 8);
     out.swapOrAdd = u64(packet, offset + 12);
     out.compare = u64(packet, offset + 20);
