@@ -5,7 +5,7 @@
 import { test } from 'uvu';
 import * as assert from 'uvu/assert';
 import { Random } from '../../host/util/random.ts';
-import { WcStatus, type PacketLink, type SendWorkRequest } from '../../host/rnic/verbs.ts';
+import { Access, WcStatus, type PacketLink, type SendWorkRequest } from '../../host/rnic/verbs.ts';
 import { psnAdd } from '../../host/rnic/wire/ib-headers.ts';
 import { IbOpcode } from '../../host/rnic/wire/ib-opcodes.ts';
 import { completions, expectSuccess, rcPair, type RcPair, type RcPairOptions, type RcSide } from '../support/rc.ts';
@@ -500,6 +500,49 @@ test('bad rkey: NAK remote access error, REM_ACCESS_ERR, both QPs error and flus
       await pair.close();
     }
   }
+});
+
+test('a region whose tagged offsets lie above 2^32: Write, Read and FetchAdd land at the right octets; below its base is REM_ACCESS_ERR', async () => {
+  await withPair({ pathMtu: 1024 }, async ({ client, server }) => {
+    const base = 0x1_2345_6789_0000n;
+    const high = server.rnic.registerMemory(server.qp.pd, server.memory, {
+      access: Access.LocalWrite | Access.RemoteWrite | Access.RemoteRead | Access.RemoteAtomic,
+      taggedOffsetBase: base,
+    });
+    const at = 8192;
+    fill(client.memory.subarray(0, 3000), 5);
+    client.qp.postSend({
+      wrId: 1,
+      opcode: 'RDMA_WRITE',
+      sgList: [{ lkey: client.mr.lkey, offset: 0, length: 3000 }],
+      remote: { stag: high.rkey, taggedOffset: base + BigInt(at) },
+    });
+    client.qp.postSend({
+      wrId: 2,
+      opcode: 'RDMA_READ',
+      sgList: [{ lkey: client.mr.lkey, offset: 4096, length: 3000 }],
+      remote: { stag: high.rkey, taggedOffset: base + BigInt(at) },
+    });
+    client.qp.postSend({
+      wrId: 3,
+      opcode: 'ATOMIC_FETCH_ADD',
+      sgList: [{ lkey: client.mr.lkey, offset: 8192, length: 8 }],
+      remote: { stag: high.rkey, taggedOffset: base + 16384n },
+      atomic: { add: 5n },
+    });
+    expectSuccess(await completions(client.cq, 3));
+    same(server.memory.subarray(at, at + 3000), client.memory.subarray(0, 3000), 'Write at base + 8192');
+    same(client.memory.subarray(4096, 4096 + 3000), client.memory.subarray(0, 3000), 'Read back');
+    assert.is(new DataView(server.memory.buffer, 16384, 8).getBigUint64(0, true), 5n);
+    client.qp.postSend({
+      wrId: 4,
+      opcode: 'RDMA_READ',
+      sgList: [{ lkey: client.mr.lkey, offset: 0, length: 8 }],
+      remote: { stag: high.rkey, taggedOffset: base - 8n },
+    });
+    const [below] = await completions(client.cq, 1);
+    assert.is(below!.status, WcStatus.RemoteAccessError, below!.error);
+  });
 });
 
 test('a silent peer ends the QP with RETRY_EXC_ERR, not the process', async () => {

@@ -296,6 +296,12 @@ test('header bytes per RC opcode are exactly rxe_opcode.c (§3.1), and each roun
     const reencoded = encodeIbPacket(back, packet.subarray(back.payloadOffset, back.payloadOffset + back.payloadLength), ip, udp);
     assert.is(toHex(reencoded), toHex(packet), info.name);
     if ((info.headers & 0x01) !== 0) assert.is(back.rkey, 0xdeadbeef);
+    if ((info.headers & 0x05) !== 0) {
+      // RETH or AtomicETH: the address also as its 32-bit halves (the responder's access check)
+      assert.is(back.virtualAddress, 0x0123456789abcdefn);
+      assert.is(back.virtualAddressHigh, 0x01234567);
+      assert.is(back.virtualAddressLow, 0x89abcdef);
+    }
     if ((info.headers & 0x04) !== 0) assert.is(back.compare, 0x1111222233334444n);
     if ((info.headers & 0x08) !== 0) assert.is(back.originalData, 0x8000000000000001n);
     if ((info.headers & 0x10) !== 0) assert.is(back.immediate, 0xcafef00d);
