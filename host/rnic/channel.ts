@@ -213,7 +213,7 @@ export class SocketChannel implements StreamChannel, TurnParticipant {
 
   private delivered(length: number): void {
     // What the bytes cause (completions, new sends) settles when the delivery ends: one writev.
-    busyPoll.activity();
+    busyPoll.received();
     turn.enter();
     try {
       const owner = this.readOwner;

@@ -97,4 +97,32 @@ test('with a budget: a write and a read keep the loop polling, for the budget an
   assert.is(busyPoll.polling, false);
 });
 
+test('reads that keep arriving just after the poll gives up make it back off; reads caught while polling do not', async () => {
+  busyPoll.configure(300);
+  try {
+    const waitIdle = async (): Promise<void> => {
+      while (busyPoll.polling) await new Promise((resolve) => setImmediate(resolve));
+    };
+    // Every read lands while the loop still polls: the poll is where it should be.
+    for (let i = 0; i < 40; i++) {
+      busyPoll.activity();
+      busyPoll.received();
+    }
+    await waitIdle();
+    assert.is(busyPoll.suspended, false);
+    // Every read lands right after the budget ran out, as when the peer waits for this thread's CPU.
+    for (let i = 0; i < 40; i++) {
+      await waitIdle();
+      busyPoll.received();
+    }
+    assert.is(busyPoll.suspended, true);
+    await waitIdle();
+    busyPoll.activity();
+    assert.is(busyPoll.polling, false, 'backed off: no polling');
+  } finally {
+    busyPoll.configure(0);
+  }
+  assert.is(busyPoll.suspended, false);
+});
+
 test.run();
