@@ -13,7 +13,7 @@ import { monotonicMsInto } from '../util/clock.ts';
 /** The environment variable that sets the budget, in microseconds (0 or unset: off). */
 export const BUSY_POLL_ENV = 'KBTP_BUSY_POLL_US';
 /** The largest budget accepted: a poll that never sleeps is a spinning thread, not a poll. */
-export const MAX_BUSY_POLL_US = 100_000;
+export const MAX_BUSY_POLL_US = 10_000;
 
 /** A budget from text (the environment variable, a command-line option); undefined if it is not one. */
 export function parseBusyPollUs(text: string | undefined): number | undefined {
@@ -27,8 +27,12 @@ export function parseBusyPollUs(text: string | undefined): number | undefined {
 const JUDGED_READS = 32;
 /** A read this soon after a poll gave up was probably waiting for the poller's CPU. */
 const LATE_READ_MS = 0.5;
-/** How long the poll stays off once it found itself in the way, before it tries again. */
-const BACK_OFF_MS = 1000;
+/**
+ * How long the poll stays off once it found itself in the way, before it tries again (each try
+ * costs up to JUDGED_READS x the budget of latency): doubled after every judgement lost in a row.
+ */
+const FIRST_BACK_OFF_MS = 1000;
+const LAST_BACK_OFF_MS = 64_000;
 
 // Slots of the clock array (monotonic ms, written in place: no boxed numbers on the hot path).
 const LAST_ACTIVITY = 0;
@@ -43,6 +47,7 @@ class BusyPoll {
   /** Of the reads since the last judgement: found while polling, and arrived just after it gave up. */
   private caught = 0;
   private late = 0;
+  private backOffMs = FIRST_BACK_OFF_MS;
   private readonly spinBound = (): void => this.spin();
 
   constructor() {
@@ -60,8 +65,13 @@ class BusyPoll {
 
   /** The poll found itself in its peer's way and is off for a while. */
   get suspended(): boolean {
+    return this.suspendedForMs > 0;
+  }
+
+  /** How much longer the poll stays off, in milliseconds (0: it is not backing off). */
+  get suspendedForMs(): number {
     monotonicMsInto(this.clock, NOW);
-    return (this.clock[NOW] as number) < (this.clock[SUSPENDED_UNTIL] as number);
+    return Math.max(0, (this.clock[SUSPENDED_UNTIL] as number) - (this.clock[NOW] as number));
   }
 
   /** The budget of this thread in microseconds (0: off). */
@@ -75,6 +85,7 @@ class BusyPoll {
       throw new RangeError(`busy poll budget ${budgetUs} us: from 0 to ${MAX_BUSY_POLL_US}`);
     this.budgetMs = budgetUs / 1000;
     this.clock[SUSPENDED_UNTIL] = 0;
+    this.backOffMs = FIRST_BACK_OFF_MS;
     this.caught = 0;
     this.late = 0;
   }
@@ -91,7 +102,12 @@ class BusyPoll {
     if (this.spinning) this.caught++;
     else if ((this.clock[NOW] as number) - (this.clock[SPIN_ENDED] as number) < LATE_READ_MS) this.late++;
     if (this.caught + this.late >= JUDGED_READS) {
-      if (this.late > this.caught) this.clock[SUSPENDED_UNTIL] = (this.clock[NOW] as number) + BACK_OFF_MS;
+      if (this.late > this.caught) {
+        this.clock[SUSPENDED_UNTIL] = (this.clock[NOW] as number) + this.backOffMs;
+        this.backOffMs = Math.min(LAST_BACK_OFF_MS, this.backOffMs * 2);
+      } else {
+        this.backOffMs = FIRST_BACK_OFF_MS;
+      }
       this.caught = 0;
       this.late = 0;
     }

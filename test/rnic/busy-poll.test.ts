@@ -62,7 +62,7 @@ test('off by default: a write and a read leave the loop free to sleep', async ()
 
 test('with a budget: a write and a read keep the loop polling, for the budget and no longer', async () => {
   const { channel, server, remote } = await connectPair();
-  busyPoll.configure(40_000);
+  busyPoll.configure(10_000);
   try {
     const collector = new Collector();
     channel.setConsumer(collector);
@@ -77,7 +77,7 @@ test('with a budget: a write and a read keep the loop polling, for the budget an
     while (busyPoll.polling && performance.now() - start < 2000) await sleep(5);
     const polledMs = performance.now() - start;
     assert.is(busyPoll.polling, false);
-    assert.ok(polledMs >= 25 && polledMs < 1000, `polled for ${polledMs.toFixed(1)} ms with a 40 ms budget`);
+    assert.ok(polledMs >= 5 && polledMs < 1000, `polled for ${polledMs.toFixed(1)} ms with a 10 ms budget`);
     assert.equal(new Uint8Array(Buffer.concat(received)), sent);
     // A read starts it again, and the bytes reach the consumer as without polling.
     remote.write(Uint8Array.from({ length: 5000 }, (_, i) => (i * 7) & 0xff));
@@ -119,6 +119,17 @@ test('reads that keep arriving just after the poll gives up make it back off; re
     await waitIdle();
     busyPoll.activity();
     assert.is(busyPoll.polling, false, 'backed off: no polling');
+    assert.ok(busyPoll.suspendedForMs > 500 && busyPoll.suspendedForMs <= 1000, `first back-off ${busyPoll.suspendedForMs} ms`);
+    // Lost again right after: the back-off doubles.
+    while (busyPoll.suspended) await sleep(20);
+    for (let i = 0; i < 40; i++) {
+      await waitIdle();
+      busyPoll.received();
+    }
+    assert.ok(busyPoll.suspendedForMs > 1500 && busyPoll.suspendedForMs <= 2000, `second back-off ${busyPoll.suspendedForMs} ms`);
+    // configure() forgets the back-off (and its doubling).
+    busyPoll.configure(300);
+    assert.is(busyPoll.suspended, false);
   } finally {
     busyPoll.configure(0);
   }
