@@ -50,6 +50,7 @@ const READ_CHUNK_PACKETS = 16;
  */
 const READ_WINDOW_PACKETS = 256;
 const EMPTY: Uint8Array = new Uint8Array(0);
+const NO_SGES: readonly Sge[] = [];
 
 interface Wqe {
   readonly wr: SendWorkRequest;
@@ -66,7 +67,7 @@ interface Wqe {
   /** The remote address (RETH) as a BigInt, made once per WR. */
   readonly remoteAddress: bigint;
   /** A local check failed at post time: the WR completes with this status. */
-  readonly localError?: { status: WcStatus; text: string };
+  readonly localError: { status: WcStatus; text: string } | undefined;
   firstPsn: number;
   started: boolean;
   /** Read: response packets received in order; Send/Write: packets acknowledged. */
@@ -177,7 +178,7 @@ export class Requester {
 
   post(wr: SendWorkRequest): void {
     const qp = this.qp;
-    const sgList = wr.sgList ?? [];
+    const sgList = wr.sgList ?? NO_SGES;
     let kind: Kind;
     switch (wr.opcode) {
       case 'RDMA_WRITE':
@@ -202,21 +203,26 @@ export class Requester {
     let regionOffset = 0;
     let localError: Wqe['localError'];
     const required = kind === Kind.Read || kind === Kind.Atomic ? Access.LocalWrite : 0;
-    const views: Uint8Array[] = [];
-    for (const sge of sgList) {
-      const view = this.resolve(sge, required);
-      if (typeof view === 'string') {
-        localError = { status: WcStatus.LocalProtectionError, text: view };
-        break;
-      }
-      views.push(view);
-    }
-    if (localError === undefined) {
-      if (views.length === 1) {
-        local = views[0]!;
+    if (sgList.length === 1) {
+      // The common case: the region's own (cached) view, no array of views.
+      const view = this.resolve(sgList[0]!, required);
+      if (typeof view === 'string') localError = { status: WcStatus.LocalProtectionError, text: view };
+      else {
+        local = view;
         region = this.resolvedRegion;
         regionOffset = this.resolvedOffset;
-      } else if (views.length > 1) {
+      }
+    } else if (sgList.length > 1) {
+      const views: Uint8Array[] = [];
+      for (const sge of sgList) {
+        const view = this.resolve(sge, required);
+        if (typeof view === 'string') {
+          localError = { status: WcStatus.LocalProtectionError, text: view };
+          break;
+        }
+        views.push(view);
+      }
+      if (localError === undefined) {
         // Several SGEs: gathered once, so every (re)transmission cuts the same MTU segments.
         local = new Uint8Array(views.reduce((sum, view) => sum + view.length, 0));
         let offset = 0;
@@ -242,7 +248,7 @@ export class Requester {
       regionOffset,
       // Checked at post (qp-checks) for the operations that name one; a Send's is not looked at.
       remoteAddress: kind === Kind.Write || kind === Kind.Read || kind === Kind.Atomic ? BigInt(wr.remote!.taggedOffset) : 0n,
-      ...(localError === undefined ? {} : { localError }),
+      localError,
       firstPsn: 0,
       started: false,
       received: 0,
