@@ -76,10 +76,13 @@ export const PRODUCER_LOCK = 5;
 /**
  * The receive worker sleeps on this word for PARK_MS after a wake-up that found nothing (the
  * RC thread had taken the datagrams itself: they came from a socket of its own thread), instead
- * of in poll, where every datagram the RC thread takes would wake it again. Close wakes it.
+ * of in poll, where every datagram the RC thread takes would wake it again, and sleeps again
+ * while the RC thread keeps taking datagrams (OWN_TAKES moved). Close wakes it.
  */
 export const PARKED = 6;
 export const PARK_MS = 1;
+/** Counts the RC thread's takes of datagrams from the kernel (receiveNow, receiveOwn). */
+export const OWN_TAKES = 7;
 /** Per receive slot: ICRC verdicts of its first datagrams (a GRO run holds at most 64, UDP_GRO_CNT_MAX). */
 export const VERDICTS_PER_SLOT = 64;
 /** Where the worker keeps its struct pollfd. */

@@ -96,6 +96,7 @@ import {
   CLOSING,
   PRODUCER_LOCK,
   PARKED,
+  OWN_TAKES,
   VERDICTS_PER_SLOT,
   POLLFD_AT,
   CONTROL_BYTES,
@@ -760,6 +761,7 @@ export class BatchedUdpSocket implements TurnParticipant {
         }
         const got = this.libc.recvmmsg(this.fd, this.ringBase + this.recordsAt + start * MMSGHDR, count, MSG_DONTWAIT, 0);
         if (got <= 0) break;
+        Atomics.add(control, OWN_TAKES, 1); // a parked worker stays parked while this thread takes
         // Taken here, not by the worker: nothing checked their ICRCs (the receiver does).
         if (this.verdictsAt >= 0) this.ringBytes.fill(0, this.verdictsAt + start * VERDICTS_PER_SLOT, this.verdictsAt + (start + got) * VERDICTS_PER_SLOT);
         Atomics.store(control, PRODUCED, (produced + got) | 0);

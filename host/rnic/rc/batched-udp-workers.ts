@@ -35,6 +35,7 @@ import {
   PRODUCER_LOCK,
   PARKED,
   PARK_MS,
+  OWN_TAKES,
   SENDER_SLEEPING,
   SEND_BLOCKED,
   SEND_BLOCKS,
@@ -179,8 +180,14 @@ while (Atomics.load(control, ${CLOSING}) === 0) {
   }
   if (got === 0 || errno === ${EAGAIN}) {
     // The main thread took them: it reads this socket itself while its own sockets write to it
-    // (receiveOwn). Waiting in poll now would be woken by each of those datagrams again.
-    Atomics.wait(control, ${PARKED}, 0, ${PARK_MS});
+    // (receiveOwn). Waiting in poll now would be woken by each of those datagrams again, so the
+    // worker sleeps, and sleeps again as long as the main thread took some meanwhile.
+    for (let seen = -1; Atomics.load(control, ${CLOSING}) === 0; ) {
+      const taken = Atomics.load(control, ${OWN_TAKES});
+      if (taken === seen) break;
+      seen = taken;
+      Atomics.wait(control, ${PARKED}, 0, ${PARK_MS});
+    }
     continue;
   }
   if (errno === ${EINTR}) continue;
