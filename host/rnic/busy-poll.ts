@@ -1,12 +1,13 @@
 // A bounded busy poll of this thread's event loop (issue 16), off unless the operator asks for it.
-// After a socket read or write the loop keeps polling (libuv's epoll with a zero timeout, driven
+// After a read or write of an iWARP TCP channel (SocketChannel; RoCE's UDP link is not covered)
+// the loop keeps polling (libuv's epoll with a zero timeout, driven
 // by setImmediate) instead of sleeping, for up to a budget of microseconds since the last such
 // activity: the answer to a request just written, or the next request of a busy session, is then
 // found by a poll instead of by a wake-up of a sleeping thread (as RDMA stacks poll their
 // completion queues). It trades CPU and system calls for latency: every spin is one more
 // `epoll_pwait` and a thread that spins holds its CPU for the whole budget, so the default is 0
 // (off); docs/BENCH.md has both figures. Set with KBTP_BUSY_POLL_US (every thread of the process
-// that reads sockets, workers included: they inherit the environment) or `kbtp bench --busy-poll`.
+// that reads sockets, workers included: they inherit the environment); configure() sets a thread's.
 
 import { monotonicMsInto } from '../util/clock.ts';
 
