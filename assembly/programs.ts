@@ -276,7 +276,8 @@ function askPersist(request: usize, kind: u32, generation: u32, blockOffset: u64
 
 /**
  * Takes a free staging block (kbtp-v1 section 12: a sealing request's data waits there until it
- * is durable), recording it in the request; false when all are in use (the request runs again).
+ * is durable), recording it in the request; false when all are in use (the request runs again,
+ * marked REQUEST_STAGING_WAIT).
  */
 function takeStaging(engine: usize, request: usize): bool {
   const count = load<u32>(engine + S.ENGINE_STAGING_COUNT);
@@ -290,6 +291,7 @@ function takeStaging(engine: usize, request: usize): bool {
       return true;
     }
   }
+  store<u32>(request + S.REQUEST_STAGING_WAIT, 1);
   return false;
 }
 
@@ -318,6 +320,7 @@ function emitData(request: usize, kind: u32, localAddress: usize, length: u32): 
  * REQUEST_MESSAGE, REQUEST_STATE 0), or resumes one that returned ACTION_RETRY.
  */
 export function run(engine: usize, request: usize): u32 {
+  store<u32>(request + S.REQUEST_STAGING_WAIT, 0);
   const state = load<u32>(request + S.REQUEST_STATE);
   if (state == S.REQUEST_STATE_NEW) return start(engine, request);
   if (state == S.REQUEST_STATE_CREDITED) return proceed(engine, request);

@@ -108,6 +108,9 @@ export const REQUEST_EVICT_TENANT = 136; // u32 tenant address whose quota is fu
 export const REQUEST_OWNER = 140; // u32 tenant address that owns the handle (promotion)
 export const REQUEST_STAGING = 144; // u32 staging block the request holds (0: none)
 export const REQUEST_UNDO_STATUS = 148; // u32 status a BIND answers once its durable seal is undone (TIER_UNBIND_UNDO)
+// u32 1 when run() returned ACTION_RETRY because every staging block is in use: one frees only
+// when a seal in flight is answered (a group commit ends), so the host need not retry at once.
+export const REQUEST_STAGING_WAIT = 152;
 export const REQUEST_MESSAGE = 192; // the request as received
 export const REQUEST_HEADER_SIZE = 192;
 

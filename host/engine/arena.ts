@@ -215,6 +215,14 @@ export class ThreadArena {
     return this.engine.exports.fail(this.engine.address, request, status);
   }
 
+  /**
+   * Whether the request's ACTION_RETRY waits for a staging block (every one holds a seal in flight,
+   * so none frees before a group commit ends): such a retry need not run at the very next turn.
+   */
+  waitsForStaging(request: number): boolean {
+    return this.engine.view.getUint32(request + S.REQUEST_STAGING_WAIT, true) !== 0;
+  }
+
   /** After ACTION_EVICT found nothing to demote: the next run() answers NO_SPACE. */
   noEviction(request: number): void {
     this.engine.view.setUint32(request + S.REQUEST_NO_EVICT, 1, true);

@@ -376,4 +376,43 @@ test('a sealing BIND whose ticket is reclaimed while the tier works undoes its d
   assert.ok(auditPool(r.engine).ok);
 });
 
+test('a sealing request that finds every staging block in use retries marked as waiting for one; a busy handle does not', () => {
+  const r = setup();
+  const flags = r.engine.layout.stagingFlags;
+  const count = r.engine.config.stagingBlocks;
+  for (let slot = 0; slot < count; slot++) r.engine.view.setUint32(flags + 4 * slot, 1, true);
+  const request = r.arena.acquireRequest(r.alpha);
+  try {
+    r.arena.place(
+      request,
+      encodeRequest({
+        requestId: 77n,
+        opcode: K.OPCODE_ALLOC_STORE,
+        flags: K.FLAG_INLINE | K.FLAG_SEAL,
+        handle: 1009n,
+        inline: new TextEncoder().encode('waits'),
+      }),
+    );
+    assert.is(r.arena.run(request), S.ACTION_RETRY);
+    assert.ok(r.arena.waitsForStaging(request), 'the retry does not say it waits for a staging block');
+    assert.is(r.engine.tenantUsage(0), 0, 'the waiting ALLOC_STORE keeps no unit of quota');
+    // Another request holds the handle: a retry, but not one that waits for a staging block.
+    const lock = r.engine.layout.handleLocks + 4 * 9;
+    r.engine.view.setUint32(lock, 1, true);
+    assert.is(r.arena.run(request), S.ACTION_RETRY);
+    assert.not.ok(r.arena.waitsForStaging(request));
+    r.engine.view.setUint32(lock, 0, true);
+    r.engine.view.setUint32(flags, 0, true); // a seal in flight was answered: its staging block is free
+    assert.is(r.arena.run(request), S.ACTION_PERSIST);
+    assert.not.ok(r.arena.waitsForStaging(request));
+    assert.is(r.arena.persisted(request, true), S.ACTION_SEND);
+    assert.is(statusName(decodeCompletion(r.arena.completion(request).slice()).status), 'SUCCESS');
+  } finally {
+    r.arena.releaseRequest(request);
+  }
+  for (let slot = 1; slot < count; slot++) r.engine.view.setUint32(flags + 4 * slot, 0, true);
+  assert.is(r.loadText(r.beta, 1009n).text, 'waits');
+  assert.ok(auditPool(r.engine).ok);
+});
+
 test.run();
