@@ -43,6 +43,8 @@ const WR_COMPLETION = 1;
 const WR_DATA = 2;
 const WR_CONTROL = 3;
 const WR_KIND_MASK = 63;
+/** How long a request waiting for a staging block waits before it tries again (see settle()). */
+const STAGING_RETRY_MS = 1;
 
 /** What every connection of one worker thread shares. */
 export interface WorkerContext {
@@ -340,7 +342,11 @@ export class TargetConnection {
         this.retries.push(request);
         if (!this.retryScheduled) {
           this.retryScheduled = true;
-          setImmediate(() => this.runRetries());
+          // Every staging block holds a seal in flight: none frees before a group commit ends, so
+          // try again in a millisecond rather than at every turn (which spun the worker meanwhile).
+          // Other retries (a busy handle, an unfilled ring slot) run at the next turn.
+          if (this.ctx.arena.waitsForStaging(request)) setTimeout(() => this.runRetries(), STAGING_RETRY_MS);
+          else setImmediate(() => this.runRetries());
         }
         return;
       case S.ACTION_GOODBYE:
