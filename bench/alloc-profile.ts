@@ -12,7 +12,7 @@
 //
 //   make bench-build && node dist/bench/alloc-profile.js [load|many|callback|target|socket] [requests 20000] [rows 30]
 import { Session } from 'node:inspector/promises';
-import { resolveTargetSettings } from '../firmware/config.ts';
+import { resolveTargetSettings } from '../host/kbtp/server/target-config.ts';
 import { connectChannel } from '../host/kbtp/initiator.ts';
 import { InProcessTarget } from '../host/kbtp/server/in-process.ts';
 import { LinkedChannel } from '../host/rnic/linked-channel.ts';

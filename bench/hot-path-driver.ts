@@ -5,7 +5,7 @@
 // requests needs no timer, promise or event-loop turn per request: whatever the run allocates
 // is the target's (connection, RNIC transmit and receive, engine calls) and the RNIC's.
 import * as K from '../assembly/kbtp-constants.ts';
-import { resolveTargetSettings } from '../firmware/config.ts';
+import { resolveTargetSettings } from '../host/kbtp/server/target-config.ts';
 import { InProcessTarget } from '../host/kbtp/server/in-process.ts';
 import { encodeHello, decodeHelloAck } from '../host/kbtp/wire/hello.ts';
 import { encodeRequest } from '../host/kbtp/wire/messages.ts';

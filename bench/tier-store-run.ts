@@ -5,7 +5,7 @@
 import { spawn, spawnSync } from 'node:child_process';
 import fs from 'node:fs';
 import { fileURLToPath } from 'node:url';
-import { resolveTargetSettings, type TargetSettings } from '../firmware/config.ts';
+import { resolveTargetSettings, type TargetSettings } from '../host/kbtp/server/target-config.ts';
 import { startTarget } from '../host/kbtp/server/target.ts';
 import type { DurableStats } from '../host/kbtp/server/target.ts';
 

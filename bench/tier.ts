@@ -22,7 +22,7 @@ import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { parseCommandLine } from '../host/commands/command-line.ts';
-import { resolveTargetSettings } from '../firmware/config.ts';
+import { resolveTargetSettings } from '../host/kbtp/server/target-config.ts';
 import { SESSIONS, storeRun, type StoreRun } from './tier-store-run.ts';
 import { startTarget } from '../host/kbtp/server/target.ts';
 import { connect } from '../host/kbtp/initiator.ts';

@@ -1,9 +1,9 @@
 // The appliance's configuration: the target's settings (firmware/config.ts) plus the sections only
 // the daemon reads (management server, data directory, logging, drain bound), from the same JSON
 // file, validated the same way: every error names the field and the fix.
-import { resolveTargetSettings, readConfigFile, parseListen, isLoopback, ConfigError, type TargetSettings } from './config.ts';
+import { resolveTargetSettings, readConfigFile, parseListen, isLoopback, ConfigError, type TargetSettings } from '../host/kbtp/server/target-config.ts';
 import cron from 'node-cron';
-import { ObjectReader, isJsonObject, type Json, type JsonObject } from './config-reader.ts';
+import { ObjectReader, isJsonObject, type Json, type JsonObject } from '../host/util/config-reader.ts';
 
 export const DEFAULT_MANAGEMENT_PORT = 7118;
 export type LogLevel = 'error' | 'warn' | 'info' | 'debug';

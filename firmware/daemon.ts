@@ -8,7 +8,7 @@ import { Appliance, KbtpListenError } from './appliance.ts';
 import type { Logger } from './logger.ts';
 import type { WarningLog } from './warnings.ts';
 import { ManagementListenError } from './management-server.ts';
-import { ConfigError } from './config.ts';
+import { ConfigError } from '../host/kbtp/server/target-config.ts';
 
 export interface DaemonOptions {
   /** Printed lines for a person starting it by hand (`make run`): where to reach the node. */

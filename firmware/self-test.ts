@@ -10,7 +10,7 @@ import { connect } from '../host/kbtp/initiator.ts';
 import { KbtpStatusError } from '../host/kbtp/errors.ts';
 import { DEFAULT_PORT, parseHostPort } from '../host/kbtp/address.ts';
 import { CheckFailedError, UsageError } from '../host/errors.ts';
-import { jsonSyntaxProblem } from './json-syntax.ts';
+import { jsonSyntaxProblem } from '../host/util/json-syntax.ts';
 
 export interface SelfTestTarget {
   port: number;

@@ -3,8 +3,8 @@
 // a new tenant's secret exists only as a salted scrypt hash in it (the caller prints it once).
 import { renameSync, writeFileSync, statSync } from 'node:fs';
 import { hashSecret, newSecret } from '../host/kbtp/server/secret-hash.ts';
-import { readConfigFile, ConfigError } from './config.ts';
-import { isJsonObject, type Json, type JsonObject } from './config-reader.ts';
+import { readConfigFile, ConfigError } from '../host/kbtp/server/target-config.ts';
+import { isJsonObject, type Json, type JsonObject } from '../host/util/config-reader.ts';
 import { resolveApplianceSettings, type ApplianceSettings } from './appliance-config.ts';
 
 export interface NewTenant {

@@ -6,7 +6,7 @@
 import { resolveEngineConfig } from '../host/engine/config.ts';
 import type { Engine } from '../host/engine/engine.ts';
 import type { TenantRecord } from '../host/engine/tenant-record.ts';
-import { ConfigError, engineConfigFor, type TargetSettings, type TenantSettings } from './config.ts';
+import { ConfigError, engineConfigFor, type TargetSettings, type TenantSettings } from '../host/kbtp/server/target-config.ts';
 
 export interface TenantReloadPlan {
   /** The new list, every tenant with its engine slot. */

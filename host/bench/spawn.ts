@@ -1,6 +1,6 @@
 // `kbtp bench --spawn`: a target started in this process (its workers are threads of their own,
 // the benchmark's sessions run on the main thread), on a free loopback port, sized for the run.
-import { resolveTargetSettings } from '../../firmware/config.ts';
+import { resolveTargetSettings } from '../kbtp/server/target-config.ts';
 import { startTarget, type RunningTarget } from '../kbtp/server/target.ts';
 
 export interface SpawnOptions {

@@ -2,7 +2,7 @@
 // settings; the daemon itself lives in firmware/ (the CLI is the one layer that may import it).
 import type { Command } from '../cli.ts';
 import { parseCommandLine } from './command-line.ts';
-import { ConfigError, parseListen, setDurable } from '../../firmware/config.ts';
+import { ConfigError, parseListen, setDurable } from '../kbtp/server/target-config.ts';
 import {
   loadApplianceSettings,
   checkManagementExposure,

@@ -11,7 +11,7 @@ import {
   setDurable,
   parseBytes,
   type TargetSettings,
-} from '../../firmware/config.ts';
+} from '../kbtp/server/target-config.ts';
 import { TierCapacityError } from '../tier/capacity.ts';
 import { TierConfigMismatchError } from '../tier/recovery.ts';
 import { crc32cImplementation } from '../tier/checksum.ts';

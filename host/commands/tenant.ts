@@ -2,7 +2,7 @@
 // (firmware/tenant-file.ts). A new tenant's secret is printed once and stored only as a hash.
 import type { Command } from '../cli.ts';
 import { parseCommandLine } from './command-line.ts';
-import { ConfigError } from '../../firmware/config.ts';
+import { ConfigError } from '../kbtp/server/target-config.ts';
 import { addTenant, listTenants, removeTenant } from '../../firmware/tenant-file.ts';
 
 const HELP = `usage: kbtp tenant add NAME [--quota N] [--handles N] [--durable-quota N] [--trusted-direct-load] [--config FILE]

@@ -4,7 +4,7 @@
 import { test } from 'uvu';
 import * as assert from 'uvu/assert';
 import { resolveApplianceSettings, storageSummary } from '../../firmware/appliance-config.ts';
-import type { Json } from '../../firmware/config-reader.ts';
+import type { Json } from '../../host/util/config-reader.ts';
 
 const DATA = '/var/lib/kbtp';
 const base = { listen: '127.0.0.1:7117', tenants: [{ name: 'fleet', secret: 'a-secret-of-some-length', quota: 16 }] };

@@ -11,7 +11,7 @@ import { connect, type KbtpSession } from '../../host/kbtp/initiator.ts';
 import { statusOf } from '../support/status.ts';
 import { startDaemon, get, eventually, longJournals, runCli, SMALL_POOL, type Daemon } from './daemon.ts';
 import { DurableTier } from '../../host/tier/tier.ts';
-import { defaultDurableCapacity } from '../../firmware/config.ts';
+import { defaultDurableCapacity } from '../../host/kbtp/server/target-config.ts';
 import { journalFrames, corrupt, isGroupWith } from '../tier/journal-frames.ts';
 import { parseExposition, type Exposition } from './exposition.ts';
 

@@ -1,7 +1,7 @@
 import { test } from 'uvu';
 import { hashSecret } from '../../host/kbtp/server/secret-hash.ts';
 import * as assert from 'uvu/assert';
-import { resolveTargetSettings, engineConfigFor, describeSettings, ConfigError, setDurable } from '../../firmware/config.ts';
+import { resolveTargetSettings, engineConfigFor, describeSettings, ConfigError, setDurable } from '../../host/kbtp/server/target-config.ts';
 import { resolveEngineConfig, EngineConfigError } from '../../host/engine/config.ts';
 import { computeLayout } from '../../host/engine/layout.ts';
 

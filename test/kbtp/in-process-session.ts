@@ -1,6 +1,6 @@
 // A KBTP session to a target served in this process over an in-memory LinkedChannel pair: no
 // sockets, no worker threads (the batch and allocation tests).
-import { resolveTargetSettings } from '../../firmware/config.ts';
+import { resolveTargetSettings } from '../../host/kbtp/server/target-config.ts';
 import { connectChannel, type KbtpSession } from '../../host/kbtp/initiator.ts';
 import { InProcessTarget } from '../../host/kbtp/server/in-process.ts';
 import { LinkedChannel } from '../../host/rnic/linked-channel.ts';

@@ -2,7 +2,7 @@
 import { test } from 'uvu';
 import * as assert from 'uvu/assert';
 import { createHash } from 'node:crypto';
-import { resolveTargetSettings } from '../../firmware/config.ts';
+import { resolveTargetSettings } from '../../host/kbtp/server/target-config.ts';
 import { startRig } from '../support/rig.ts';
 
 test('32 sessions x 8 requests in flight, 2 workers: all data comes back intact', async () => {

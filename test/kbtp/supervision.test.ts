@@ -6,7 +6,7 @@ import { test } from 'uvu';
 import * as assert from 'uvu/assert';
 import { startRig, testSettings, SECRETS } from '../support/rig.ts';
 import { connect, TargetRefusedError } from '../../host/kbtp/initiator.ts';
-import { resolveTargetSettings } from '../../firmware/config.ts';
+import { resolveTargetSettings } from '../../host/kbtp/server/target-config.ts';
 import { TargetProcess, LegitimateClient, RawPeer, connectPatiently, sleep } from './hostile-peers.ts';
 
 test('an internal error on one connection releases its handle lock, credit, block and quota; other sessions go on', async () => {

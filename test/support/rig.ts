@@ -1,6 +1,6 @@
 // A target started in-process on a free loopback port, with four tenants, and a raw KBTP client
 // that sends arbitrary bytes over kbtp's RNIC, for the tests of the target and the initiator.
-import { resolveTargetSettings, type TargetSettings } from '../../firmware/config.ts';
+import { resolveTargetSettings, type TargetSettings } from '../../host/kbtp/server/target-config.ts';
 import { startTarget, type RunningTarget } from '../../host/kbtp/server/target.ts';
 import { connect, type ConnectOptions, type KbtpSession } from '../../host/kbtp/initiator.ts';
 import {

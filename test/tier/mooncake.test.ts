@@ -10,7 +10,7 @@ import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { resolveTargetSettings } from '../../firmware/config.ts';
+import { resolveTargetSettings } from '../../host/kbtp/server/target-config.ts';
 import { startTarget } from '../../host/kbtp/server/target.ts';
 import { connect, type KbtpSession } from '../../host/kbtp/initiator.ts';
 import { KbtpStatusError } from '../../host/kbtp/errors.ts';

@@ -3,7 +3,7 @@
 // the clear, and the capabilities a session is granted. Credentials are never logged.
 import { timingSafeEqual, createHash } from 'node:crypto';
 import * as K from '../../../assembly/kbtp-constants.ts';
-import type { TenantSettings } from '../../../firmware/config.ts';
+import type { TenantSettings } from './target-config.ts';
 import type { SecretVerifier } from './secret-hash.ts';
 
 export type Admission = { ok: true; tenantIndex: number; tenant: TenantSettings; capabilities: number } | { ok: false; status: number; reason: string };

@@ -25,7 +25,7 @@ import {
   type Sge,
 } from '../../rnic/verbs.ts';
 import type { DataOperation } from '../../engine/arena.ts';
-import type { TargetSettings, TenantSettings } from '../../../firmware/config.ts';
+import type { TargetSettings, TenantSettings } from './target-config.ts';
 import { decodeHello, encodeHelloAck, refusal, type HelloAck } from '../wire/hello.ts';
 import { MessageFormatError, encodeCompletion } from '../wire/messages.ts';
 import { admit, type Admission } from './auth.ts';

@@ -6,7 +6,7 @@
 import { Engine } from '../../engine/engine.ts';
 import { ThreadArena } from '../../engine/arena.ts';
 import { createRnic, type StreamChannel } from '../../rnic/verbs.ts';
-import { engineConfigFor, type TargetSettings } from '../../../firmware/config.ts';
+import { engineConfigFor, type TargetSettings } from './target-config.ts';
 import { TargetConnection, type WorkerContext } from './connection.ts';
 import { SessionSlots } from './slots.ts';
 import { TargetStats } from './stats.ts';

@@ -10,7 +10,7 @@ import { Engine } from '../../engine/engine.ts';
 import { auditPool, type AuditReport } from '../../engine/audit.ts';
 import { spawnWorker } from '../../util/spawn-worker.ts';
 import { InternalError, ListenError } from '../../errors.ts';
-import { engineConfigFor, type TargetSettings, type TenantSettings } from '../../../firmware/config.ts';
+import { engineConfigFor, type TargetSettings, type TenantSettings } from './target-config.ts';
 import { loadSramConfig } from '../../sram/index.ts';
 import { mergeStats, type StatsSnapshot } from './stats.ts';
 import { SessionSlots } from './slots.ts';

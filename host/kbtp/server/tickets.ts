@@ -4,7 +4,7 @@
 import type { Engine } from '../../engine/engine.ts';
 import type { RingLayout } from '../../engine/layout.ts';
 import type { MemoryRegion, Rnic } from '../../rnic/verbs.ts';
-import type { TargetSettings } from '../../../firmware/config.ts';
+import type { TargetSettings } from './target-config.ts';
 import type { TargetStats } from './stats.ts';
 import type { Demoter } from '../../engine/demotion.ts';
 

@@ -7,12 +7,12 @@ import type { Engine } from '../../engine/engine.ts';
 import { DurableTier, TierError, type TierStats, type DropGate, type TierTenant, type CheckpointResult, type ScrubResult } from '../../tier/tier.ts';
 import { generationPlus, GENERATION_RESERVE_BATCH } from '../../tier/generations.ts';
 import type { FileLayer } from '../../tier/files.ts';
-import type { TargetSettings, TenantSettings } from '../../../firmware/config.ts';
+import type { TargetSettings, TenantSettings } from './target-config.ts';
 import { ENTRY_VALID, ENTRY_SEALED } from '../../../assembly/kbtp-constants.ts';
 import type { TierAsk, TierAnswer } from './tier-messages.ts';
 import { InternalError } from '../../errors.ts';
 import { WatermarkDemoter } from '../../engine/watermark.ts';
-import { DEFAULT_LOW_WATERMARK } from '../../../firmware/config.ts';
+import { DEFAULT_LOW_WATERMARK } from './target-config.ts';
 
 export interface DurableStats extends TierStats {
   /** Sealed blocks that left the pool for the tier alone: at a quota (all workers) and at the pool's low watermark. */

@@ -10,7 +10,7 @@ import { Engine, type EngineHandoff } from '../../engine/engine.ts';
 import { ThreadArena } from '../../engine/arena.ts';
 import { createRnic, RnicError, RcConnectionRequest, RcQueuePair, type AnyConnectionRequest, type AnyQueuePair } from '../../rnic/verbs.ts';
 import { openSramModel, formatSramNicReport, type SramNicObserver } from '../../sram/index.ts';
-import type { TargetSettings, TenantSettings } from '../../../firmware/config.ts';
+import type { TargetSettings, TenantSettings } from './target-config.ts';
 import { TargetConnection, type WorkerContext } from './connection.ts';
 import { LateReclaims } from './tickets.ts';
 import { TargetStats, type RefusalReason } from './stats.ts';

@@ -1,7 +1,7 @@
 // Reading a JSON configuration strictly: every object declares the keys it knows, so a typo at
 // any depth is an error naming its path and the nearest known key, never a silently ignored
 // setting. Each reader method checks one value and names the path and the fix when it is wrong.
-import { ConfigError } from '../host/errors.ts';
+import { ConfigError } from '../errors.ts';
 
 export type Json = null | boolean | number | string | Json[] | { [key: string]: Json };
 export type JsonObject = { [key: string]: Json };

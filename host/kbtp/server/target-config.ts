@@ -1,13 +1,13 @@
 // The target's configuration file (JSON): read, validated with messages that name the field and
 // the fix, filled with defaults, and turned into the engine's configuration.
 import { readFileSync } from 'node:fs';
-import type { EngineConfig, TenantConfig } from '../host/engine/config.ts';
-import { DEFAULT_PORT, parseHostPort, type HostPort } from '../host/kbtp/address.ts';
+import type { EngineConfig, TenantConfig } from '../../engine/config.ts';
+import { DEFAULT_PORT, parseHostPort, type HostPort } from '../address.ts';
 
 export { DEFAULT_PORT };
-import { ConfigError, ObjectReader, isJsonObject, type Json } from './config-reader.ts';
-import { parseSecretHash } from '../host/kbtp/server/secret-hash.ts';
-import { jsonSyntaxProblem } from './json-syntax.ts';
+import { ConfigError, ObjectReader, isJsonObject, type Json } from '../../util/config-reader.ts';
+import { parseSecretHash } from './secret-hash.ts';
+import { jsonSyntaxProblem } from '../../util/json-syntax.ts';
 
 export interface TenantSettings {
   name: string;
@@ -89,7 +89,7 @@ export interface TargetSettings {
   durable: DurableSettings | undefined;
 }
 
-export { ConfigError } from './config-reader.ts';
+export { ConfigError } from '../../util/config-reader.ts';
 
 const DEFAULT_BLOCK_SIZE = 64 * 1024;
 const DEFAULT_BLOCK_COUNT = 4096; // 256 MiB
