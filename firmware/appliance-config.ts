@@ -1,4 +1,4 @@
-// The appliance's configuration: the target's settings (firmware/config.ts) plus the sections only
+// The appliance's configuration: the target's settings (host/kbtp/server/target-config.ts) plus the sections only
 // the daemon reads (management server, data directory, logging, drain bound), from the same JSON
 // file, validated the same way: every error names the field and the fix.
 import { resolveTargetSettings, readConfigFile, parseListen, isLoopback, ConfigError, type TargetSettings } from '../host/kbtp/server/target-config.ts';

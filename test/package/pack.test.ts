@@ -73,7 +73,7 @@ test('npm pack: the built client, CLI, engine and firmware; no tests, benchmarks
     'dist/host/kbtp/index.d.ts',
     'dist/host/cli.js',
     'dist/host/kbtp/server/worker.js',
-    'dist/firmware/config.js',
+    'dist/firmware/appliance.js',
     'build/engine.wasm',
     'docs/CLIENT.md',
   ]) {
