@@ -7,6 +7,7 @@ import {
   parseListen,
   ConfigError,
   describeSettings,
+  checkBusyPoll,
   engineConfigFor,
   setDurable,
   parseBytes,
@@ -21,6 +22,7 @@ import { computeLayout } from '../engine/layout.ts';
 import { SramConfigError, loadSramConfig } from '../sram/index.ts';
 import type { StatsSnapshot } from '../kbtp/server/stats.ts';
 import type { RunningTarget } from '../kbtp/server/target.ts';
+import { MAX_BUSY_POLL_US } from '../rnic/busy-poll.ts';
 
 const HELP = `usage: kbtp target [options]
 
@@ -42,6 +44,10 @@ options:
   --blocks N             blocks in the pool (default 4096)
   --credits N            requests a session may have outstanding (default 64)
   --sram-model FILE      model the RNIC's on-chip SRAM cache with this config (docs/SRAM.md)
+  --busy-poll-us N       iwarp: workers keep polling their sockets for N us after each read or write
+                         instead of sleeping (0 = off, the default; at most 10000): lower latency
+                         when each polling thread has a CPU of its own, more CPU and system calls
+                         (docs/BENCH.md); overrides $KBTP_BUSY_POLL_US
   --data-dir DIR         keep sealed blocks on a durable tier in DIR/tier (docs/TIER.md): they survive
                          restarts, kill -9 and power loss; the target recovers them before it listens.
                          Tenants without an "eviction" in the config get "demote"; an explicit one is kept
@@ -127,6 +133,7 @@ export const command: Command = {
       blocks: { type: 'string' },
       credits: { type: 'string' },
       'sram-model': { type: 'string' },
+      'busy-poll-us': { type: 'string' },
       'stats-interval': { type: 'string' },
       'data-dir': { type: 'string' },
       'durable-capacity': { type: 'string' },
@@ -173,6 +180,13 @@ export const command: Command = {
       if (blockSize !== undefined) settings.pool.maxInline = Math.min(settings.pool.maxInline, blockSize);
       settings.session.credits = integer('credits', values.credits, 1) ?? settings.session.credits;
       if (values['sram-model'] !== undefined) settings.sramModel = values['sram-model'];
+      const busyPollUs = integer('busy-poll-us', values['busy-poll-us'], 0);
+      if (busyPollUs !== undefined) {
+        if (busyPollUs > MAX_BUSY_POLL_US)
+          throw new ConfigError('--busy-poll-us', `${busyPollUs} is more than ${MAX_BUSY_POLL_US}`, 'give 0 (off) to 10000 microseconds');
+        settings.busyPollUs = busyPollUs;
+      }
+      checkBusyPoll(settings.transport, settings.busyPollUs, values['busy-poll-us'] !== undefined ? '--busy-poll-us' : 'busyPollUs');
       if (values['no-durable'] === true && (values['data-dir'] !== undefined || values['durable-capacity'] !== undefined)) {
         throw new ConfigError('--no-durable', 'contradicts --data-dir/--durable-capacity', 'give one or the other');
       }

@@ -115,6 +115,25 @@ test('target --check-config: typos name their path and the nearest key; a valid 
   rmSync(dir, { recursive: true, force: true });
 });
 
+test('target --busy-poll-us: overrides the file, shown by --check-config; out of range or with roce is a configuration error', async () => {
+  const dir = mkdtempSync(join(tmpdir(), 'kbtp-config-'));
+  const file = join(dir, 'poll.json');
+  writeFileSync(file, JSON.stringify({ busyPollUs: 100, pool: { blockCount: 64, blockSize: 4096 } }));
+  const fromFile = await kbtp(['target', '--check-config', file]);
+  assert.is(fromFile.code, 0, fromFile.stderr);
+  assert.is((JSON.parse(fromFile.stdout.toString()) as { busyPollUs: number }).busyPollUs, 100);
+  const flag = await kbtp(['target', '--check-config', file, '--busy-poll-us', '250']);
+  assert.is(flag.code, 0, flag.stderr);
+  assert.is((JSON.parse(flag.stdout.toString()) as { busyPollUs: number }).busyPollUs, 250);
+  const tooMuch = await kbtp(['target', '--check-config', file, '--busy-poll-us', '20000']);
+  assert.is(tooMuch.code, 2);
+  assert.match(tooMuch.stderr, /--busy-poll-us: 20000 is more than 10000/);
+  const roce = await kbtp(['target', '--check-config', file, '--transport', 'roce', '--busy-poll-us', '50']);
+  assert.is(roce.code, 2);
+  assert.match(roce.stderr, /--busy-poll-us: the busy poll covers the iwarp transport only/);
+  rmSync(dir, { recursive: true, force: true });
+});
+
 test("bench: the target's block size without --sizes; a run cut short prints what it finished; bad --target is usage", async () => {
   const common = [
     'bench',

@@ -8,6 +8,7 @@ export { DEFAULT_PORT };
 import { ConfigError, ObjectReader, isJsonObject, type Json } from '../../util/config-reader.ts';
 import { parseSecretHash } from './secret-hash.ts';
 import { jsonSyntaxProblem } from '../../util/json-syntax.ts';
+import { BUSY_POLL_ENV, MAX_BUSY_POLL_US } from '../../rnic/busy-poll.ts';
 
 export interface TenantSettings {
   name: string;
@@ -85,6 +86,11 @@ export interface TargetSettings {
    */
   tenantSlots: number;
   sramModel: string | undefined;
+  /**
+   * The workers' bounded busy poll after socket reads and writes, in microseconds (0: off; docs/BENCH.md,
+   * host/rnic/busy-poll.ts). Undefined: $KBTP_BUSY_POLL_US decides, as for any kbtp process.
+   */
+  busyPollUs: number | undefined;
   /** Absent: DRAM only (PERSISTENT is never granted). */
   durable: DurableSettings | undefined;
 }
@@ -98,7 +104,7 @@ const DEFAULT_TIMEOUTS: TimeoutSettings = { mpaRequestMs: 10_000, rtrMs: 10_000,
 const MAX_TIMEOUT_MS = 2 ** 31 - 1; // setTimeout's limit
 
 // The keys each object of the file may hold; a key read below must be listed here.
-const TOP_KEYS = ['listen', 'workers', 'pool', 'session', 'timeouts', 'tenants', 'sramModel', 'durable', 'transport'] as const;
+const TOP_KEYS = ['listen', 'workers', 'pool', 'session', 'timeouts', 'tenants', 'sramModel', 'durable', 'transport', 'busyPollUs'] as const;
 const DURABLE_KEYS = ['enabled', 'dataDir', 'capacity', 'lowWatermark'] as const;
 /** Default percent of each ring kept free by demotion ahead of need. */
 export const DEFAULT_LOW_WATERMARK = 5;
@@ -349,10 +355,13 @@ export function resolveTargetSettings(input: Json, otherSections: readonly strin
   if (sramModel !== undefined && typeof sramModel !== 'string') {
     throw new ConfigError('sramModel', 'must be the path of an SRAM model config file', 'e.g. "sram.json"');
   }
+  const busyPollUs = top.has('busyPollUs') ? top.integer('busyPollUs', { min: 0, max: MAX_BUSY_POLL_US }) : undefined;
+  checkBusyPoll(transport, busyPollUs, 'busyPollUs');
   return {
     listen,
     transport,
     workers,
+    busyPollUs,
     session,
     timeouts,
     tenants,
@@ -395,6 +404,12 @@ export function setDurable(settings: TargetSettings, dataDir: string | null, cap
   }
 }
 
+/** The busy poll serves the iWARP transport's TCP sockets (host/rnic/channel.ts); RoCE's UDP link has none. */
+export function checkBusyPoll(transport: Transport, busyPollUs: number | undefined, field: string): void {
+  if (transport === 'roce' && busyPollUs !== undefined && busyPollUs > 0)
+    throw new ConfigError(field, 'the busy poll covers the iwarp transport only (its TCP sockets)', 'give 0, or use --transport iwarp');
+}
+
 /** The effective configuration as JSON, for `kbtp target --check-config`: secrets masked, handles as strings past 2^53. */
 export function describeSettings(settings: TargetSettings): string {
   const handle = (value: bigint): number | string => (value <= BigInt(Number.MAX_SAFE_INTEGER) ? Number(value) : value.toString());
@@ -405,6 +420,7 @@ export function describeSettings(settings: TargetSettings): string {
       listen: `${listen.host.includes(':') ? `[${listen.host}]` : listen.host}:${listen.port}`,
       transport: settings.transport,
       workers: settings.workers,
+      busyPollUs: settings.busyPollUs ?? `from $${BUSY_POLL_ENV} (unset: 0, off)`,
       pool: { ...pool, handleBase: handle(pool.handleBase), ringOrder: pool.ringOrder ?? 'smallest that fits' },
       session: settings.session,
       timeouts: settings.timeouts,

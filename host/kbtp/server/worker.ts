@@ -9,6 +9,7 @@ import { parentPort, workerData } from 'node:worker_threads';
 import { Engine, type EngineHandoff } from '../../engine/engine.ts';
 import { ThreadArena } from '../../engine/arena.ts';
 import { createRnic, RnicError, RcConnectionRequest, RcQueuePair, type AnyConnectionRequest, type AnyQueuePair } from '../../rnic/verbs.ts';
+import { busyPoll } from '../../rnic/busy-poll.ts';
 import { openSramModel, formatSramNicReport, type SramNicObserver } from '../../sram/index.ts';
 import type { TargetSettings, TenantSettings } from './target-config.ts';
 import { TargetConnection, type WorkerContext } from './connection.ts';
@@ -81,6 +82,8 @@ function sweepPeriod(settings: TargetSettings): number {
 async function main(): Promise<void> {
   const data = workerData as TargetWorkerData;
   const { settings } = data;
+  // The configuration's budget wins over the environment variable the thread started with.
+  if (settings.busyPollUs !== undefined) busyPoll.configure(settings.busyPollUs);
   const engine = Engine.attach(data.handoff);
   // All workers share the one arena slice; the session slots say which part is whose.
   const arena = new ThreadArena(engine, 0);
