@@ -20,7 +20,11 @@ test('busyPollUs: absent leaves the environment variable in charge; a number is 
 
 test('busyPollUs: out of range, not an integer, or with the roce transport is a configuration error', () => {
   for (const bad of [-1, 10_001, 2.5, '50']) {
-    assert.throws(() => iwarp({ busyPollUs: bad }), (error: unknown) => error instanceof ConfigError && /busyPollUs/.test(error.message), `${bad}`);
+    assert.throws(
+      () => iwarp({ busyPollUs: bad }),
+      (error: unknown) => error instanceof ConfigError && /busyPollUs/.test(error.message),
+      `${bad}`,
+    );
   }
   assert.throws(
     () => testSettings({ transport: 'roce', busyPollUs: 50 }),
