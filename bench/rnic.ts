@@ -15,7 +15,11 @@
 // --rows runs some of the rows only (a quicker A/B): tcp (both plain TCP pairs), udp (both plain
 // UDP pairs), iwarp (Write/Read, CRC off and on), roce (loss-free, the default link), roce-loss
 // (1 % loss), roce-dgram (over node:dgram); --ops write or read measures one RDMA operation
-// only. Ratios are printed where both of their rows ran.
+// only. Ratios are printed where both of their rows ran. threads: Reads with the responder on a
+// worker thread of its own (bench/rnic-responder.ts), iWARP (CRC off) and RoCE: the shape of a
+// deployed target, whose initiators run elsewhere, so a round trip crosses what a deployed one
+// crosses (one-thread RoCE rows take the batched link's same-thread path, which a target and its
+// initiators in different processes never take: docs/RNIC.md).
 
 import { mkdirSync, writeFileSync } from 'node:fs';
 import { dirname, join } from 'node:path';
@@ -33,6 +37,8 @@ import {
   type UdpLinkKind,
 } from '../host/rnic/verbs.ts';
 import { batchedPair, dgramPair, udpPairRun } from './udp-pairs.ts';
+import { spawnWorker } from '../host/util/spawn-worker.ts';
+import type { ResponderMessage, ResponderSetup } from './rnic-responder.ts';
 import { checkoutRoot } from './checkout-root.ts';
 
 interface Row {
@@ -66,10 +72,14 @@ interface Row {
   ofIwarp?: { crcOn: number; crcOff: number };
   /** RoCE rows with loss: throughput as a fraction of the same row loss-free. */
   ofLossFree?: number;
+  /** 2: the responder ran on a worker thread of its own (the `threads` rows); absent: both ends on this thread. */
+  threads?: 2;
+  /** Two-thread RoCE Read rows: throughput as a fraction of the two-thread iWARP Read row (CRC off). */
+  ofIwarpTwoThreads?: number;
 }
 
 /** What --rows can name. */
-const ROW_GROUPS = ['tcp', 'udp', 'iwarp', 'roce', 'roce-loss', 'roce-dgram'] as const;
+const ROW_GROUPS = ['tcp', 'udp', 'iwarp', 'roce', 'roce-loss', 'roce-dgram', 'threads'] as const;
 type RowGroup = (typeof ROW_GROUPS)[number];
 
 const parsed = parseCommandLine(
@@ -307,9 +317,59 @@ async function writeRun(pair: RdmaPair, size: number, total: number): Promise<nu
   return gbps(count * size, elapsed);
 }
 
+/** The requester's end and the responder's region key: all a Read run needs. */
+interface ReadPair {
+  client: { qp: AnyQueuePair; cq: CompletionQueue; mr: MemoryRegion };
+  remoteKey: number;
+  close(): Promise<void>;
+}
+
+const readPairOf = (pair: RdmaPair): ReadPair => ({ client: pair.client, remoteKey: pair.server.mr.rkey, close: () => pair.close() });
+
+/**
+ * A requester on this thread and a responder on a worker thread of its own (bench/rnic-responder.ts),
+ * iWARP or RoCE over the default UDP link, ORD/IRD 16 as in the one-thread pairs.
+ */
+async function twoThreadPair(transport: 'iwarp' | 'roce', regionSize: number, udpLink: UdpLinkKind): Promise<ReadPair> {
+  const extension = import.meta.url.endsWith('.ts') ? '.ts' : '.js';
+  const setup: ResponderSetup = { transport, crc: false, regionSize, udpLink };
+  const worker = spawnWorker(new URL(`./rnic-responder${extension}`, import.meta.url), { workerData: setup });
+  const failed = new Promise<never>((_, reject) => worker.once('error', reject));
+  const listening = await Promise.race([new Promise<ResponderMessage>((resolve) => worker.once('message', resolve)), failed]);
+  if (listening.type !== 'listening') throw new Error('bench/rnic: the responder thread did not listen');
+  const rnic = createRnic({ name: 'initiator' });
+  if (transport === 'roce') await rnic.openRoce({ link: await openUdpLink({ udpLink }) });
+  const pd = rnic.allocPd();
+  const mr = rnic.registerMemory(pd, new SharedArrayBuffer(regionSize), { access: Access.LocalWrite | Access.RemoteWrite | Access.RemoteRead });
+  const cq = rnic.createCq({ depth: 65536 });
+  const qpOptions = { pd, sendCq: cq, recvCq: cq, maxSendWr: 65536, ird: 16, ord: 16 };
+  let qp: AnyQueuePair;
+  if (transport === 'roce') {
+    const rcQp = rnic.createRcQp(qpOptions);
+    await rnic.connectRc(rcQp, { host: '127.0.0.1', port: listening.port, pathMtu: 4096 });
+    qp = rcQp;
+  } else {
+    const iwarpQp = rnic.createQp(qpOptions);
+    await rnic.connect(iwarpQp, { host: '127.0.0.1', port: listening.port, crc: false });
+    qp = iwarpQp;
+  }
+  return {
+    client: { qp, cq, mr },
+    remoteKey: listening.rkey,
+    async close() {
+      if (transport === 'roce') await rnic.close();
+      else qp.destroy();
+      const closed = new Promise<void>((resolve) => worker.once('message', () => resolve()));
+      worker.postMessage('close');
+      await closed;
+      await worker.terminate();
+    },
+  };
+}
+
 /** RDMA Reads of `size` octets, up to ORD outstanding; timed until the last completes. */
-async function readRun(pair: RdmaPair, size: number, total: number): Promise<number> {
-  const { client, server } = pair;
+async function readRun(pair: ReadPair, size: number, total: number): Promise<number> {
+  const { client, remoteKey } = pair;
   const count = Math.ceil(total / size);
   const window = 16;
   const started = process.hrtime.bigint();
@@ -321,7 +381,7 @@ async function readRun(pair: RdmaPair, size: number, total: number): Promise<num
         wrId: posted,
         opcode: 'RDMA_READ',
         sgList: [{ lkey: client.mr.lkey, offset: 0, length: size }],
-        remote: { stag: server.mr.rkey, taggedOffset: 0 },
+        remote: { stag: remoteKey, taggedOffset: 0 },
       });
       posted++;
     }
@@ -333,7 +393,6 @@ async function readRun(pair: RdmaPair, size: number, total: number): Promise<num
     if (completed === before) await client.cq.wait();
   }
   const elapsed = process.hrtime.bigint() - started;
-  void server;
   return gbps(count * size, elapsed);
 }
 
@@ -378,10 +437,24 @@ async function main(): Promise<void> {
   if (running('roce-dgram') && batched) roce.set('dgram/0', await rocePair(0, largest, 'dgram'));
   for (const pair of [...pairs.values(), ...roce.values()]) {
     if (ops.has('write')) await writeRun(pair, largest, 32 << 20);
-    if (ops.has('read')) await readRun(pair, largest, 32 << 20);
+    if (ops.has('read')) await readRun(readPairOf(pair), largest, 32 << 20);
+  }
+  // The two-thread rows measure Reads only: the operation whose one-thread RoCE figure rests on the same-thread path.
+  const twoThreads = new Map<'iwarp' | 'roce', ReadPair>();
+  if (running('threads') && ops.has('read')) {
+    for (const transport of ['iwarp', 'roce'] as const) twoThreads.set(transport, await twoThreadPair(transport, largest, mainLink));
+    for (const pair of twoThreads.values()) await readRun(pair, largest, 32 << 20);
   }
   type Key = `${Row['op']}/${Row['transport']}/${boolean}/${number}/${string}`;
-  type Case = { op: Row['op']; transport: Row['transport']; crc: boolean; loss: number; link?: Row['link']; run: (size: number) => Promise<number> };
+  type Case = {
+    op: Row['op'];
+    transport: Row['transport'];
+    crc: boolean;
+    loss: number;
+    link?: Row['link'];
+    threads?: 2;
+    run: (size: number) => Promise<number>;
+  };
   const rdmaCases = (transport: Row['transport'], crc: boolean, loss: number, pair: RdmaPair, link?: Row['link']): Case[] =>
     [...ops].map((op) => ({
       op,
@@ -389,7 +462,7 @@ async function main(): Promise<void> {
       crc,
       loss,
       ...(link === undefined ? {} : { link }),
-      run: (size: number) => (op === 'write' ? writeRun(pair, size, bytesPerRun) : readRun(pair, size, bytesPerRun)),
+      run: (size: number) => (op === 'write' ? writeRun(pair, size, bytesPerRun) : readRun(readPairOf(pair), size, bytesPerRun)),
     }));
   const cases: Case[] = [];
   if (running('tcp')) {
@@ -405,7 +478,18 @@ async function main(): Promise<void> {
     const [link, loss] = roceKey.split('/') as [UdpLinkKind, string];
     cases.push(...rdmaCases('roce', true, Number(loss), pair, link === 'dgram' ? 'dgram' : 'batched'));
   }
-  const key = (entry: Case): Key => `${entry.op}/${entry.transport}/${entry.crc}/${entry.loss}/${entry.link ?? ''}`;
+  for (const [transport, pair] of twoThreads) {
+    cases.push({
+      op: 'read',
+      transport,
+      crc: transport === 'roce',
+      loss: 0,
+      ...(transport === 'roce' ? { link: mainLink } : {}),
+      threads: 2,
+      run: (size) => readRun(pair, size, bytesPerRun),
+    });
+  }
+  const key = (entry: Case): Key => `${entry.op}/${entry.transport}/${entry.crc}/${entry.loss}/${entry.link ?? ''}${entry.threads === 2 ? '+2t' : ''}`;
   const rows: Row[] = [];
   for (const size of sizes) {
     // Trials interleave the cases, so a burst of load from elsewhere hits them alike; each
@@ -428,7 +512,8 @@ async function main(): Promise<void> {
     const cpu = (m: Measurement | undefined): string => (m === undefined ? '-' : (m.cpuMsPerGiB / 1000).toFixed(2));
     for (const entry of cases) {
       const measured = bestOf.get(key(entry))!;
-      const rdma = entry.transport === 'roce' && (entry.op === 'write' || entry.op === 'read');
+      const rdma = entry.transport === 'roce' && (entry.op === 'write' || entry.op === 'read') && entry.threads === undefined;
+      const ofTwoThreadIwarp = entry.transport === 'roce' && entry.threads === 2 ? ratio(measured, at('read/iwarp/false/0/+2t')) : undefined;
       const crcOn = rdma ? ratio(measured, at(`${entry.op}/iwarp/true/0/`)) : undefined;
       const crcOff = rdma ? ratio(measured, at(`${entry.op}/iwarp/false/0/`)) : undefined;
       const ofLossFree = rdma && entry.loss > 0 ? ratio(measured, at(`${entry.op}/roce/true/0/${entry.link ?? ''}`)) : undefined;
@@ -445,9 +530,11 @@ async function main(): Promise<void> {
         cpuMsPerGiB: Math.round(measured.cpuMsPerGiB),
         ...(crcOn !== undefined && crcOff !== undefined ? { ofIwarp: { crcOn: round(crcOn), crcOff: round(crcOff) } } : {}),
         ...(ofLossFree !== undefined ? { ofLossFree: round(ofLossFree) } : {}),
+        ...(entry.threads === 2 ? { threads: 2 as const } : {}),
+        ...(ofTwoThreadIwarp !== undefined ? { ofIwarpTwoThreads: round(ofTwoThreadIwarp) } : {}),
       });
       console.log(
-        `${entry.op.padEnd(11)} ${entry.transport.padEnd(5)} ${(entry.link ?? '').padEnd(7)} crc=${String(entry.crc).padEnd(5)} loss=${String(entry.loss).padEnd(4)} size=${String(size).padStart(8)}  ${measured.gbps.toFixed(2).padStart(6)} Gb/s  ${measured.cpuMsPerGiB.toFixed(0).padStart(5)} ms CPU/GiB`,
+        `${entry.op.padEnd(11)} ${entry.transport.padEnd(5)} ${`${entry.link ?? ''}${entry.threads === 2 ? ' 2thr' : ''}`.padEnd(12)} crc=${String(entry.crc).padEnd(5)} loss=${String(entry.loss).padEnd(4)} size=${String(size).padStart(8)}  ${measured.gbps.toFixed(2).padStart(6)} Gb/s  ${measured.cpuMsPerGiB.toFixed(0).padStart(5)} ms CPU/GiB`,
       );
     }
     const write = at('write/iwarp/false/0/');
@@ -464,6 +551,14 @@ async function main(): Promise<void> {
       console.log(
         `size ${size}: UDP pairs: batched ${cpu(pair)} CPU-s/GiB, node:dgram ${cpu(udp)} ` +
           `(${(udp.cpuMsPerGiB / pair.cpuMsPerGiB).toFixed(2)}x); ${pair.gbps.toFixed(2)} vs ${udp.gbps.toFixed(2)} Gb/s`,
+      );
+    }
+    const twoThreadIwarp = at('read/iwarp/false/0/+2t');
+    const twoThreadRoce = at(`read/roce/true/0/${mainLink}+2t`);
+    if (twoThreadIwarp !== undefined && twoThreadRoce !== undefined) {
+      console.log(
+        `size ${size}: responder on its own thread: RoCE Read ${twoThreadRoce.gbps.toFixed(2)} Gb/s at ${fixed(ratio(twoThreadRoce, twoThreadIwarp))} of iWARP's ` +
+          `(CRC off, ${twoThreadIwarp.gbps.toFixed(2)} Gb/s); CPU-s/GiB RoCE ${cpu(twoThreadRoce)}, iWARP ${cpu(twoThreadIwarp)}`,
       );
     }
     for (const op of ops) {
@@ -492,7 +587,14 @@ async function main(): Promise<void> {
     });
     console.log(`  ${op.padEnd(5)} ${cells.join('; ')}`);
   }
-  for (const pair of [...pairs.values(), ...roce.values()]) await pair.close();
+  if (twoThreads.size > 0) {
+    const cells = sizes.map((size) => {
+      const row = rows.find((entry) => entry.op === 'read' && entry.transport === 'roce' && entry.threads === 2 && entry.size === size);
+      return `${size >= 1 << 20 ? `${size >> 20} MiB` : `${size >> 10} KiB`} ${fixed(row?.ofIwarpTwoThreads)}`;
+    });
+    console.log(`  read, responder on its own thread (RoCE / iWARP CRC off): ${cells.join('; ')}`);
+  }
+  for (const pair of [...pairs.values(), ...roce.values(), ...twoThreads.values()]) await pair.close();
   await plainUdp?.close();
   await batchedUdp?.close();
   const output = values.output;
