@@ -11,10 +11,11 @@
 // space. Consecutive packets to one destination of one size (the last may be shorter, as GSO
 // allows) share one message with a UDP_SEGMENT control message: the kernel cuts it into exactly
 // those datagrams. At the end of the event-loop turn (host/rnic/turn.ts), or at once when it is
-// full, the block goes to a send worker thread, which writes it with sendmmsg while the next
-// block fills: on loopback the system call also runs the receiving side's kernel path, the
-// largest single cost of the thread that runs RC, so it runs beside it. Blocks return to the
-// queue once written; a lone packet waits only for its turn and the worker's wake-up.
+// full, the thread writes the block itself with one non-blocking sendmmsg when no block is with
+// the send worker (a cross-thread wake-up costs more than the call on this VM, and a Read's round
+// trip would pay it twice); a block the kernel does not take whole, or one filled while the
+// worker still writes an earlier one, goes to the send worker thread, which writes it while the
+// next block fills. Blocks return to the queue once written.
 //
 // Receive: a worker thread waits in poll on the same descriptor, then one recvmmsg lets the kernel write
 // straight into slots of a SharedArrayBuffer ring (records, source addresses, control messages
@@ -115,16 +116,6 @@ const REFERENCE_AT = 256;
 export const DEFAULT_SEND_BATCH = 256;
 /** How long a packet waits for a send block to come back before it is dropped (a loss to RC). */
 const SEND_BLOCK_WAIT_MS = 20;
-/**
- * A turn's queue of at most this many packets (ACKs, NAKs, a Read request), or of at most this
- * many octets (a turn's Read requests: many packets, few octets, one GSO message), is written by
- * the main thread itself when no block is with the send worker: one system call costs less than
- * waking the worker (and its latency, which a Read pays once per request round), and an
- * acknowledgement is in the peer's socket before the turn ends (RC's ACK timer relies on that:
- * see Requester.expire).
- */
-const DIRECT_SEND_PACKETS = 4;
-const DIRECT_SEND_OCTETS = 2048;
 /** Receive ring: slots and octets per slot (a GRO run reaches 64 KiB). */
 export const DEFAULT_RECEIVE_SLOTS = 64;
 export const DEFAULT_SLOT_BYTES = 65536;
@@ -266,13 +257,10 @@ export class BatchedUdpSocket implements TurnParticipant {
   private messagePacketsAt = MESSAGE_PACKETS;
   private packets = 0;
   private messages = 0;
-  /** Octets of the packets in the block being filled. */
-  private queuedOctets = 0;
   /** Blocks handed to the send worker (the one being filled is `submitted % SEND_BLOCKS`). */
   private submitted = 0;
   private flushEnlisted = false;
-  /** Messages of the block being filled that go to a socket of this thread, and those sockets (one entry each). */
-  private sameThreadMessages = 0;
+  /** The sockets of this thread that messages of the block being filled go to (one entry each). */
   private readonly sameThreadPeers: BatchedUdpSocket[] = [];
   /** A socket of this thread wrote datagrams to this one: take them at the end of the turn. */
   private sameThreadPending = false;
@@ -574,10 +562,7 @@ export class BatchedUdpSocket implements TurnParticipant {
       try {
         this.writeDestination(blockAt + this.namesAt + message * SOCKADDR_IN, to);
         const peer = sameThread.get(socketKey(this.destinationOctets, to.port));
-        if (peer !== undefined) {
-          this.sameThreadMessages++;
-          if (!this.sameThreadPeers.includes(peer)) this.sameThreadPeers.push(peer);
-        }
+        if (peer !== undefined && !this.sameThreadPeers.includes(peer)) this.sameThreadPeers.push(peer);
       } catch {
         Atomics.add(this.sendControl, SEND_ERRORS, 1);
         this.sendErrorHandler?.(to, EINVAL);
@@ -599,7 +584,6 @@ export class BatchedUdpSocket implements TurnParticipant {
       this.messages = message + 1;
     }
     this.packets = packet + 1;
-    this.queuedOctets += length;
     if (this.packets === this.sendBatch) this.flush();
     else if (!this.flushEnlisted) {
       this.flushEnlisted = true;
@@ -660,20 +644,21 @@ export class BatchedUdpSocket implements TurnParticipant {
     return true;
   }
 
-  /** Hands the block being filled to the send worker, which writes it with as few sendmmsg calls as the kernel allows. */
+  /** Writes the block being filled here (nothing with the send worker) or hands it to the send worker, which writes it with as few sendmmsg calls as the kernel allows. */
   flush(): void {
     if (this.messages === 0 || this.closed) return;
     const control = this.sendControl;
     const block = this.submitted % SEND_BLOCKS;
     let start = 0;
-    // Datagrams to this thread's own sockets are written here too, whatever their number: the
-    // receiving socket takes them at the end of the turn (expectSameThread).
-    const sameThread = this.sameThreadMessages === this.messages;
-    const direct = sameThread || this.packets <= DIRECT_SEND_PACKETS || this.queuedOctets <= DIRECT_SEND_OCTETS;
     const peers = this.sameThreadPeers;
-    this.queuedOctets = 0;
-    this.sameThreadMessages = 0;
-    if (direct && Atomics.load(control, WRITTEN) === this.submitted && Atomics.load(control, SIMULATED_FULL) === 0) {
+    // When nothing is with the worker this thread writes the block itself, whatever its size (one
+    // non-blocking sendmmsg): handing it over costs a cross-thread wake-up, 100-200 us on this VM,
+    // which every Read round trip and every Write window would pay (session 7: a responder on a
+    // thread of its own, 16 KiB to 1 MiB Reads, +20-30 % and less CPU per GiB than with a threshold
+    // of 4 packets); and an acknowledgement is in the peer's socket before the turn ends (RC's ACK
+    // timer relies on that: see Requester.expire). Datagrams to this thread's own sockets are
+    // taken by them at the end of the turn (expectSameThread).
+    if (Atomics.load(control, WRITTEN) === this.submitted && Atomics.load(control, SIMULATED_FULL) === 0) {
       // Nothing is with the worker, so writing here keeps the order; anything the kernel does
       // not take at once (a full buffer, an error) goes to the worker, which handles it.
       for (let p = 0; p < peers.length; p++) peers[p]!.reserveForOwnReceive();
