@@ -3,6 +3,7 @@
 // closing a session leaves no timer behind. The target is made silent by dropping everything the
 // initiator sends once the session is open, so requests are never answered (no timing assertion:
 // only that the calls end, and how).
+import { createHook } from 'node:async_hooks';
 import { test } from 'uvu';
 import * as assert from 'uvu/assert';
 import { Deadlines, type DeadlineEntry } from '../../host/kbtp/deadlines.ts';
@@ -65,7 +66,22 @@ async function silentTarget(credits: number) {
   return opened;
 }
 
-const timers = (): number => process.getActiveResourcesInfo().filter((kind) => kind === 'Timeout').length;
+/**
+ * The timers created from now on that are still alive. Only these: make test runs every test file
+ * in one process, so a count of all the process's timers also sees other files' timers come and go.
+ */
+function trackTimers(): { alive(): number; stop(): void } {
+  const alive = new Set<number>();
+  const hook = createHook({
+    init(asyncId, type) {
+      if (type === 'Timeout') alive.add(asyncId);
+    },
+    destroy(asyncId) {
+      alive.delete(asyncId);
+    },
+  }).enable();
+  return { alive: () => alive.size, stop: () => hook.disable() };
+}
 
 test('a call past its deadline fails with KBTP_TIMEOUT naming the call: on the wire, waiting for a slot, and a batch', async () => {
   const { session, target } = await silentTarget(2);
@@ -123,14 +139,20 @@ test("a caller's abort ends a call on the wire or waiting for a slot with KBTP_A
 });
 
 test('a pending call holds a timer; after close none is left behind', async () => {
-  const before = timers();
-  const { session, target } = await silentTarget(2);
-  const pending = failure(session.load(1n, { timeoutMs: 60_000, allowUnsealed: true }));
-  assert.ok(timers() > before, 'a call waiting for its answer keeps a timer (and the process) alive');
-  await session.close(50);
-  assert.is((await pending).code, 'KBTP_CLOSED');
-  await target.stop();
-  assert.is(timers(), before, 'no timer left after close');
+  const timers = trackTimers();
+  try {
+    const { session, target } = await silentTarget(2);
+    const pending = failure(session.load(1n, { timeoutMs: 60_000, allowUnsealed: true }));
+    assert.ok(timers.alive() > 0, 'a call waiting for its answer keeps a timer (and the process) alive');
+    await session.close(50);
+    assert.is((await pending).code, 'KBTP_CLOSED');
+    await target.stop();
+    // Destroy hooks of cleared timers run after the call that cleared them.
+    await new Promise((resolve) => setImmediate(resolve));
+    assert.is(timers.alive(), 0, 'no timer left after close');
+  } finally {
+    timers.stop();
+  }
 });
 
 test('Deadlines: expires what passed its deadline, not what left, and disarms on close', async () => {
