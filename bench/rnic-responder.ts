@@ -1,8 +1,9 @@
 // The responder end of bench/rnic.ts's two-thread rows: an RNIC with one registered region on a
 // worker thread of its own, as a deployed target serves its initiators from another thread (in
-// fact another process), so a Read's round trip crosses what a deployed one crosses. It answers
-// RDMA Reads by itself (the responder needs no work request), so it only listens, accepts one
-// connection and stays until told to close.
+// fact another process), so a round trip crosses what a deployed one crosses. It answers RDMA
+// Reads and places RDMA Writes by itself (the responder needs no work request); for a Write run
+// it posts one receive for the Send that ends the run and says when it arrived. It stays until
+// told to close.
 import { parentPort, workerData } from 'node:worker_threads';
 import { Access, createRnic, openUdpLink, type UdpLinkKind } from '../host/rnic/verbs.ts';
 
@@ -14,8 +15,15 @@ export interface ResponderSetup {
   udpLink: UdpLinkKind;
 }
 
-/** What the responder posts: where to connect and the region's key, then `closed` when asked to close. */
-export type ResponderMessage = { type: 'listening'; port: number; rkey: number } | { type: 'closed' };
+/** What the responder posts: where to connect and the region's key; `ready` and `received` for a Write run's closing Send; `closed`. */
+export type ResponderMessage =
+  | { type: 'listening'; port: number; rkey: number }
+  | { type: 'ready' }
+  | { type: 'received'; status: number }
+  | { type: 'closed' };
+
+/** What the responder is told: post a receive for the Send that ends a Write run, or close. */
+export type ResponderCommand = { type: 'expect-send' } | { type: 'close' };
 
 async function main(): Promise<void> {
   const port = parentPort;
@@ -28,8 +36,10 @@ async function main(): Promise<void> {
   const cq = rnic.createCq({ depth: 1024 });
   const qpOptions = { pd, sendCq: cq, recvCq: cq, maxSendWr: 1024, ird: 16, ord: 16 };
   let close: () => Promise<void>;
+  let postReceive: () => void;
   if (setup.transport === 'roce') {
     const qp = rnic.createRcQp(qpOptions);
+    postReceive = () => qp.postRecv({ wrId: 0, sgList: [] });
     const listener = await rnic.listenRc({ host: '127.0.0.1', port: 0 });
     port.postMessage({ type: 'listening', port: listener.port, rkey: mr.rkey } satisfies ResponderMessage);
     await (await listener.next()).accept(qp, { pathMtu: 4096 });
@@ -37,6 +47,7 @@ async function main(): Promise<void> {
     close = () => rnic.close();
   } else {
     const qp = rnic.createQp(qpOptions);
+    postReceive = () => qp.postRecv({ wrId: 0, sgList: [] });
     const listener = await rnic.listen({ host: '127.0.0.1', port: 0 });
     port.postMessage({ type: 'listening', port: listener.port, rkey: mr.rkey } satisfies ResponderMessage);
     await (await listener.next()).accept(qp, { crc: setup.crc });
@@ -45,7 +56,22 @@ async function main(): Promise<void> {
       await listener.close();
     };
   }
-  port.once('message', () => {
+  port.on('message', (command: ResponderCommand) => {
+    if (command.type === 'expect-send') {
+      postReceive();
+      port.postMessage({ type: 'ready' } satisfies ResponderMessage);
+      void (async () => {
+        for (;;) {
+          const [completion] = cq.poll(1);
+          if (completion !== undefined) {
+            port.postMessage({ type: 'received', status: completion.status } satisfies ResponderMessage);
+            return;
+          }
+          await cq.wait();
+        }
+      })();
+      return;
+    }
     void close().then(() => {
       port.postMessage({ type: 'closed' } satisfies ResponderMessage);
       port.close();

@@ -15,7 +15,7 @@
 // --rows runs some of the rows only (a quicker A/B): tcp (both plain TCP pairs), udp (both plain
 // UDP pairs), iwarp (Write/Read, CRC off and on), roce (loss-free, the default link), roce-loss
 // (1 % loss), roce-dgram (over node:dgram); --ops write or read measures one RDMA operation
-// only. Ratios are printed where both of their rows ran. threads: Reads with the responder on a
+// only. Ratios are printed where both of their rows ran. threads: Writes and Reads with the responder on a
 // worker thread of its own (bench/rnic-responder.ts), iWARP (CRC off) and RoCE: the shape of a
 // deployed target, whose initiators run elsewhere, so a round trip crosses what a deployed one
 // crosses (one-thread RoCE rows take the batched link's same-thread path, which a target and its
@@ -38,7 +38,7 @@ import {
 } from '../host/rnic/verbs.ts';
 import { batchedPair, dgramPair, udpPairRun } from './udp-pairs.ts';
 import { spawnWorker } from '../host/util/spawn-worker.ts';
-import type { ResponderMessage, ResponderSetup } from './rnic-responder.ts';
+import type { ResponderCommand, ResponderMessage, ResponderSetup } from './rnic-responder.ts';
 import { checkoutRoot } from './checkout-root.ts';
 
 interface Row {
@@ -74,7 +74,7 @@ interface Row {
   ofLossFree?: number;
   /** 2: the responder ran on a worker thread of its own (the `threads` rows); absent: both ends on this thread. */
   threads?: 2;
-  /** Two-thread RoCE Read rows: throughput as a fraction of the two-thread iWARP Read row (CRC off). */
+  /** Two-thread RoCE rows: throughput as a fraction of the two-thread iWARP row of the same operation (CRC off). */
   ofIwarpTwoThreads?: number;
 }
 
@@ -280,13 +280,13 @@ async function drain(cq: CompletionQueue, count: number): Promise<void> {
 }
 
 /** RDMA Writes of `size` octets, then a Send; timed until the Send arrives (all Writes placed). */
-async function writeRun(pair: RdmaPair, size: number, total: number): Promise<number> {
-  const { client, server } = pair;
+async function writeRun(pair: RequesterPair, size: number, total: number): Promise<number> {
+  const { client, remoteKey } = pair;
   const count = Math.ceil(total / size);
   // Keep about 16 MiB in flight; signal every 16th Write so the send queue keeps moving.
   const window = Math.max(4, Math.ceil((16 << 20) / size));
   const signalEvery = Math.max(1, Math.min(16, window >> 1));
-  server.qp.postRecv({ wrId: 0, sgList: [] });
+  const sendArrived = await pair.expectSend();
   const started = process.hrtime.bigint();
   let posted = 0;
   let signaled = 0;
@@ -299,7 +299,7 @@ async function writeRun(pair: RdmaPair, size: number, total: number): Promise<nu
         wrId: posted,
         opcode: 'RDMA_WRITE',
         sgList: [{ lkey: client.mr.lkey, offset: 0, length: size }],
-        remote: { stag: server.mr.rkey, taggedOffset: 0 },
+        remote: { stag: remoteKey, taggedOffset: 0 },
         signaled: signal,
       });
       if (signal) signaled++;
@@ -311,31 +311,46 @@ async function writeRun(pair: RdmaPair, size: number, total: number): Promise<nu
     }
   }
   client.qp.postSend({ wrId: 'end' as unknown as number, opcode: 'SEND', sgList: [], signaled: false });
-  await drain(server.cq, 1);
+  await sendArrived();
   const elapsed = process.hrtime.bigint() - started;
   await drain(client.cq, signaled - completed);
   return gbps(count * size, elapsed);
 }
 
-/** The requester's end and the responder's region key: all a Read run needs. */
-interface ReadPair {
+/**
+ * The requester's end and the responder's region key, all a Read run needs; a Write run also asks
+ * the responder for a receive (`expectSend`) and waits for the Send that ends the run in it.
+ */
+interface RequesterPair {
   client: { qp: AnyQueuePair; cq: CompletionQueue; mr: MemoryRegion };
   remoteKey: number;
+  /** Posts a receive at the responder; resolves, once it is posted, to a wait for its completion. */
+  expectSend(): Promise<() => Promise<void>>;
   close(): Promise<void>;
 }
 
-const readPairOf = (pair: RdmaPair): ReadPair => ({ client: pair.client, remoteKey: pair.server.mr.rkey, close: () => pair.close() });
+const requesterPairOf = (pair: RdmaPair): RequesterPair => ({
+  client: pair.client,
+  remoteKey: pair.server.mr.rkey,
+  async expectSend() {
+    pair.server.qp.postRecv({ wrId: 0, sgList: [] });
+    return () => drain(pair.server.cq, 1);
+  },
+  close: () => pair.close(),
+});
 
 /**
  * A requester on this thread and a responder on a worker thread of its own (bench/rnic-responder.ts),
  * iWARP or RoCE over the default UDP link, ORD/IRD 16 as in the one-thread pairs.
  */
-async function twoThreadPair(transport: 'iwarp' | 'roce', regionSize: number, udpLink: UdpLinkKind): Promise<ReadPair> {
+async function twoThreadPair(transport: 'iwarp' | 'roce', regionSize: number, udpLink: UdpLinkKind): Promise<RequesterPair> {
   const extension = import.meta.url.endsWith('.ts') ? '.ts' : '.js';
   const setup: ResponderSetup = { transport, crc: false, regionSize, udpLink };
   const worker = spawnWorker(new URL(`./rnic-responder${extension}`, import.meta.url), { workerData: setup });
   const failed = new Promise<never>((_, reject) => worker.once('error', reject));
-  const listening = await Promise.race([new Promise<ResponderMessage>((resolve) => worker.once('message', resolve)), failed]);
+  const next = (): Promise<ResponderMessage> => Promise.race([new Promise<ResponderMessage>((resolve) => worker.once('message', resolve)), failed]);
+  const tell = (command: ResponderCommand): void => worker.postMessage(command);
+  const listening = await next();
   if (listening.type !== 'listening') throw new Error('bench/rnic: the responder thread did not listen');
   const rnic = createRnic({ name: 'initiator' });
   if (transport === 'roce') await rnic.openRoce({ link: await openUdpLink({ udpLink }) });
@@ -356,11 +371,20 @@ async function twoThreadPair(transport: 'iwarp' | 'roce', regionSize: number, ud
   return {
     client: { qp, cq, mr },
     remoteKey: listening.rkey,
+    async expectSend() {
+      tell({ type: 'expect-send' });
+      if ((await next()).type !== 'ready') throw new Error('bench/rnic: the responder thread did not post its receive');
+      return async () => {
+        const received = await next();
+        if (received.type !== 'received' || received.status !== 0)
+          throw new Error(`bench/rnic: the closing Send failed at the responder (${JSON.stringify(received)})`);
+      };
+    },
     async close() {
       if (transport === 'roce') await rnic.close();
       else qp.destroy();
-      const closed = new Promise<void>((resolve) => worker.once('message', () => resolve()));
-      worker.postMessage('close');
+      const closed = next();
+      tell({ type: 'close' });
       await closed;
       await worker.terminate();
     },
@@ -368,7 +392,7 @@ async function twoThreadPair(transport: 'iwarp' | 'roce', regionSize: number, ud
 }
 
 /** RDMA Reads of `size` octets, up to ORD outstanding; timed until the last completes. */
-async function readRun(pair: ReadPair, size: number, total: number): Promise<number> {
+async function readRun(pair: RequesterPair, size: number, total: number): Promise<number> {
   const { client, remoteKey } = pair;
   const count = Math.ceil(total / size);
   const window = 16;
@@ -436,14 +460,16 @@ async function main(): Promise<void> {
   if (running('roce-loss')) roce.set(`${mainLink}/0.01`, await rocePair(0.01, largest, mainLink));
   if (running('roce-dgram') && batched) roce.set('dgram/0', await rocePair(0, largest, 'dgram'));
   for (const pair of [...pairs.values(), ...roce.values()]) {
-    if (ops.has('write')) await writeRun(pair, largest, 32 << 20);
-    if (ops.has('read')) await readRun(readPairOf(pair), largest, 32 << 20);
+    if (ops.has('write')) await writeRun(requesterPairOf(pair), largest, 32 << 20);
+    if (ops.has('read')) await readRun(requesterPairOf(pair), largest, 32 << 20);
   }
-  // The two-thread rows measure Reads only: the operation whose one-thread RoCE figure rests on the same-thread path.
-  const twoThreads = new Map<'iwarp' | 'roce', ReadPair>();
-  if (running('threads') && ops.has('read')) {
+  const twoThreads = new Map<'iwarp' | 'roce', RequesterPair>();
+  if (running('threads')) {
     for (const transport of ['iwarp', 'roce'] as const) twoThreads.set(transport, await twoThreadPair(transport, largest, mainLink));
-    for (const pair of twoThreads.values()) await readRun(pair, largest, 32 << 20);
+    for (const pair of twoThreads.values()) {
+      if (ops.has('write')) await writeRun(pair, largest, 32 << 20);
+      if (ops.has('read')) await readRun(pair, largest, 32 << 20);
+    }
   }
   type Key = `${Row['op']}/${Row['transport']}/${boolean}/${number}/${string}`;
   type Case = {
@@ -462,7 +488,7 @@ async function main(): Promise<void> {
       crc,
       loss,
       ...(link === undefined ? {} : { link }),
-      run: (size: number) => (op === 'write' ? writeRun(pair, size, bytesPerRun) : readRun(readPairOf(pair), size, bytesPerRun)),
+      run: (size: number) => (op === 'write' ? writeRun(requesterPairOf(pair), size, bytesPerRun) : readRun(requesterPairOf(pair), size, bytesPerRun)),
     }));
   const cases: Case[] = [];
   if (running('tcp')) {
@@ -478,16 +504,18 @@ async function main(): Promise<void> {
     const [link, loss] = roceKey.split('/') as [UdpLinkKind, string];
     cases.push(...rdmaCases('roce', true, Number(loss), pair, link === 'dgram' ? 'dgram' : 'batched'));
   }
-  for (const [transport, pair] of twoThreads) {
-    cases.push({
-      op: 'read',
-      transport,
-      crc: transport === 'roce',
-      loss: 0,
-      ...(transport === 'roce' ? { link: mainLink } : {}),
-      threads: 2,
-      run: (size) => readRun(pair, size, bytesPerRun),
-    });
+  for (const op of ops) {
+    for (const [transport, pair] of twoThreads) {
+      cases.push({
+        op,
+        transport,
+        crc: transport === 'roce',
+        loss: 0,
+        ...(transport === 'roce' ? { link: mainLink } : {}),
+        threads: 2,
+        run: (size) => (op === 'write' ? writeRun(pair, size, bytesPerRun) : readRun(pair, size, bytesPerRun)),
+      });
+    }
   }
   const key = (entry: Case): Key => `${entry.op}/${entry.transport}/${entry.crc}/${entry.loss}/${entry.link ?? ''}${entry.threads === 2 ? '+2t' : ''}`;
   const rows: Row[] = [];
@@ -513,7 +541,7 @@ async function main(): Promise<void> {
     for (const entry of cases) {
       const measured = bestOf.get(key(entry))!;
       const rdma = entry.transport === 'roce' && (entry.op === 'write' || entry.op === 'read') && entry.threads === undefined;
-      const ofTwoThreadIwarp = entry.transport === 'roce' && entry.threads === 2 ? ratio(measured, at('read/iwarp/false/0/+2t')) : undefined;
+      const ofTwoThreadIwarp = entry.transport === 'roce' && entry.threads === 2 ? ratio(measured, at(`${entry.op}/iwarp/false/0/+2t`)) : undefined;
       const crcOn = rdma ? ratio(measured, at(`${entry.op}/iwarp/true/0/`)) : undefined;
       const crcOff = rdma ? ratio(measured, at(`${entry.op}/iwarp/false/0/`)) : undefined;
       const ofLossFree = rdma && entry.loss > 0 ? ratio(measured, at(`${entry.op}/roce/true/0/${entry.link ?? ''}`)) : undefined;
@@ -553,11 +581,12 @@ async function main(): Promise<void> {
           `(${(udp.cpuMsPerGiB / pair.cpuMsPerGiB).toFixed(2)}x); ${pair.gbps.toFixed(2)} vs ${udp.gbps.toFixed(2)} Gb/s`,
       );
     }
-    const twoThreadIwarp = at('read/iwarp/false/0/+2t');
-    const twoThreadRoce = at(`read/roce/true/0/${mainLink}+2t`);
-    if (twoThreadIwarp !== undefined && twoThreadRoce !== undefined) {
+    for (const op of ops) {
+      const twoThreadIwarp = at(`${op}/iwarp/false/0/+2t`);
+      const twoThreadRoce = at(`${op}/roce/true/0/${mainLink}+2t`);
+      if (twoThreadIwarp === undefined || twoThreadRoce === undefined) continue;
       console.log(
-        `size ${size}: responder on its own thread: RoCE Read ${twoThreadRoce.gbps.toFixed(2)} Gb/s at ${fixed(ratio(twoThreadRoce, twoThreadIwarp))} of iWARP's ` +
+        `size ${size}: responder on its own thread: RoCE ${op} ${twoThreadRoce.gbps.toFixed(2)} Gb/s at ${fixed(ratio(twoThreadRoce, twoThreadIwarp))} of iWARP's ` +
           `(CRC off, ${twoThreadIwarp.gbps.toFixed(2)} Gb/s); CPU-s/GiB RoCE ${cpu(twoThreadRoce)}, iWARP ${cpu(twoThreadIwarp)}`,
       );
     }
@@ -587,12 +616,12 @@ async function main(): Promise<void> {
     });
     console.log(`  ${op.padEnd(5)} ${cells.join('; ')}`);
   }
-  if (twoThreads.size > 0) {
+  for (const op of twoThreads.size > 0 ? ops : []) {
     const cells = sizes.map((size) => {
-      const row = rows.find((entry) => entry.op === 'read' && entry.transport === 'roce' && entry.threads === 2 && entry.size === size);
+      const row = rows.find((entry) => entry.op === op && entry.transport === 'roce' && entry.threads === 2 && entry.size === size);
       return `${size >= 1 << 20 ? `${size >> 20} MiB` : `${size >> 10} KiB`} ${fixed(row?.ofIwarpTwoThreads)}`;
     });
-    console.log(`  read, responder on its own thread (RoCE / iWARP CRC off): ${cells.join('; ')}`);
+    console.log(`  ${op}, responder on its own thread (RoCE / iWARP CRC off): ${cells.join('; ')}`);
   }
   for (const pair of [...pairs.values(), ...roce.values(), ...twoThreads.values()]) await pair.close();
   await plainUdp?.close();
