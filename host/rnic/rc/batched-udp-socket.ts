@@ -39,7 +39,6 @@
 import { createRequire } from 'node:module';
 import { lookup } from 'node:dns/promises';
 import { isIPv4 } from 'node:net';
-import { Worker } from 'node:worker_threads';
 import { loadIsal } from '../../util/isal.ts';
 import { RnicError } from '../errors.ts';
 import { turn, type TurnParticipant } from '../turn.ts';
@@ -102,7 +101,7 @@ import {
   POLLFD_AT,
   CONTROL_BYTES,
 } from './batched-udp-layout.ts';
-import { RECEIVE_WORKER, SEND_WORKER } from './batched-udp-workers.ts';
+import { RECEIVE_WORKER, SEND_WORKER, startWorker } from './batched-udp-workers.ts';
 import { errnoName, type Libc, loadBatchedUdp, readSockaddrAddress, writeSockaddr } from './batched-udp-libc.ts';
 import { IcrcVerdict } from './batched-udp-layout.ts';
 export { SEND_BLOCKS, IcrcVerdict } from './batched-udp-layout.ts';
@@ -132,38 +131,6 @@ const RECEIVE_BATCH = 32;
  */
 const sameThread = new Map<number, BatchedUdpSocket>();
 const socketKey = (octets: Uint8Array, port: number): number => ((octets[0]! << 24) | (octets[1]! << 16) | (octets[2]! << 8) | octets[3]!) * 65536 + port;
-
-/** What a worker posts once it runs (its other messages go to the socket). */
-const WORKER_READY = -1;
-
-/**
- * Starts one of the socket's workers from its source: `started` resolves once it runs (or has
- * ended), `exited` when it ends; its other messages go to `onMessage`, an error that ends it to
- * `onError`.
- */
-function startWorker<Message>(
-  source: string,
-  workerData: Record<string, unknown>,
-  onMessage: (value: Message) => void,
-  onError: (message: string) => void,
-): { started: Promise<void>; exited: Promise<void> } {
-  // The parent's --import hooks (tsx) would only slow the worker's start: it is plain JS.
-  const worker = new Worker(source, { eval: true, execArgv: [], workerData, stdout: false, stderr: false });
-  let ready: () => void = () => undefined;
-  const started = new Promise<void>((resolve) => (ready = resolve));
-  worker.on('message', (value: Message | typeof WORKER_READY) => {
-    if (value === WORKER_READY) ready();
-    else onMessage(value);
-  });
-  const exited = new Promise<void>((resolve) => {
-    worker.once('exit', () => {
-      ready();
-      resolve();
-    });
-    worker.once('error', (error: Error) => onError(error.message));
-  });
-  return { started, exited };
-}
 
 export interface BatchedUdpSocketOptions {
   /** Address to bind (default 127.0.0.1; a name is resolved to its first IPv4 address). */

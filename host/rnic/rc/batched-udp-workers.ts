@@ -1,7 +1,8 @@
 // Sources of the batched UDP socket's two worker threads (plain JavaScript: workers do not load
-// TypeScript under tsx), with the layout constants written into them; batched-udp-socket.ts
-// starts them.
+// TypeScript under tsx), with the layout constants written into them, and how
+// batched-udp-socket.ts starts them.
 
+import { Worker } from 'node:worker_threads';
 import {
   BLOCK_MESSAGES,
   BLOCK_START,
@@ -53,6 +54,38 @@ import {
   WRITTEN,
   IcrcVerdict,
 } from './batched-udp-layout.ts';
+
+/** What a worker posts once it runs (its other messages go to the socket). */
+const WORKER_READY = -1;
+
+/**
+ * Starts one of the socket's workers from its source: `started` resolves once it runs (or has
+ * ended), `exited` when it ends; its other messages go to `onMessage`, an error that ends it to
+ * `onError`.
+ */
+export function startWorker<Message>(
+  source: string,
+  workerData: Record<string, unknown>,
+  onMessage: (value: Message) => void,
+  onError: (message: string) => void,
+): { started: Promise<void>; exited: Promise<void> } {
+  // The parent's --import hooks (tsx) would only slow the worker's start: it is plain JS.
+  const worker = new Worker(source, { eval: true, execArgv: [], workerData, stdout: false, stderr: false });
+  let ready: () => void = () => undefined;
+  const started = new Promise<void>((resolve) => (ready = resolve));
+  worker.on('message', (value: Message | typeof WORKER_READY) => {
+    if (value === WORKER_READY) ready();
+    else onMessage(value);
+  });
+  const exited = new Promise<void>((resolve) => {
+    worker.once('exit', () => {
+      ready();
+      resolve();
+    });
+    worker.once('error', (error: Error) => onError(error.message));
+  });
+  return { started, exited };
+}
 
 /** Source code of the receive worker (plain JS: workers do not load TypeScript under tsx). */
 export const RECEIVE_WORKER = `
@@ -143,7 +176,7 @@ function check(slot) {
     bytes[at + k] = crc === carried ? ${IcrcVerdict.Good} : ${IcrcVerdict.Bad};
   }
 }
-parentPort.postMessage(-1); // ready: open() resolves only now, so no packet waits for a worker to start
+parentPort.postMessage(${WORKER_READY}); // ready: open() resolves only now, so no packet waits for a worker to start
 while (Atomics.load(control, ${CLOSING}) === 0) {
   if (slots - ((Atomics.load(control, ${PRODUCED}) - Atomics.load(control, ${CONSUMED})) | 0) === 0) {
     Atomics.wait(control, ${CONSUMED}, Atomics.load(control, ${CONSUMED}), 200);
@@ -214,7 +247,7 @@ const { fd, blockBytes, namesAt } = workerData;
 const control = new Int32Array(workerData.control);
 const bytes = new Uint8Array(workerData.blocks);
 const base = Number(memmove(bytes, bytes, 0));
-parentPort.postMessage(-1); // ready
+parentPort.postMessage(${WORKER_READY}); // ready
 for (;;) {
   const submitted = Atomics.load(control, ${SUBMITTED});
   const written = Atomics.load(control, ${WRITTEN});
