@@ -5,7 +5,8 @@
 // it posts one receive for the Send that ends the run and says when it arrived. It stays until
 // told to close.
 import { parentPort, workerData } from 'node:worker_threads';
-import { Access, createRnic, openUdpLink, type UdpLinkKind } from '../host/rnic/verbs.ts';
+import { openUdpLink, type CompletionQueue, type UdpLinkKind } from '../host/rnic/verbs.ts';
+import { iwarpEndpoint, roceEndpoint } from './rnic-endpoint.ts';
 
 export interface ResponderSetup {
   transport: 'iwarp' | 'roce';
@@ -29,16 +30,14 @@ async function main(): Promise<void> {
   const port = parentPort;
   if (port === null) throw new Error('bench/rnic-responder runs as a worker thread');
   const setup = workerData as ResponderSetup;
-  const rnic = createRnic({ name: 'target' });
-  if (setup.transport === 'roce') await rnic.openRoce({ link: await openUdpLink({ udpLink: setup.udpLink }) });
-  const pd = rnic.allocPd();
-  const mr = rnic.registerMemory(pd, new SharedArrayBuffer(setup.regionSize), { access: Access.LocalWrite | Access.RemoteWrite | Access.RemoteRead });
-  const cq = rnic.createCq({ depth: 1024 });
-  const qpOptions = { pd, sendCq: cq, recvCq: cq, maxSendWr: 1024, ird: 16, ord: 16 };
+  // The responder posts no work request but one receive per Write run: a shallow CQ serves it.
+  const depth = 1024;
   let close: () => Promise<void>;
   let postReceive: () => void;
+  let cq: CompletionQueue;
   if (setup.transport === 'roce') {
-    const qp = rnic.createRcQp(qpOptions);
+    const { rnic, mr, qp, cq: roceCq } = await roceEndpoint('target', setup.regionSize, await openUdpLink({ udpLink: setup.udpLink }), depth);
+    cq = roceCq;
     postReceive = () => qp.postRecv({ wrId: 0, sgList: [] });
     const listener = await rnic.listenRc({ host: '127.0.0.1', port: 0 });
     port.postMessage({ type: 'listening', port: listener.port, rkey: mr.rkey } satisfies ResponderMessage);
@@ -46,7 +45,8 @@ async function main(): Promise<void> {
     await listener.close();
     close = () => rnic.close();
   } else {
-    const qp = rnic.createQp(qpOptions);
+    const { rnic, mr, qp, cq: iwarpCq } = iwarpEndpoint('target', setup.regionSize, depth);
+    cq = iwarpCq;
     postReceive = () => qp.postRecv({ wrId: 0, sgList: [] });
     const listener = await rnic.listen({ host: '127.0.0.1', port: 0 });
     port.postMessage({ type: 'listening', port: listener.port, rkey: mr.rkey } satisfies ResponderMessage);

@@ -26,17 +26,9 @@ import { dirname, join } from 'node:path';
 import net from 'node:net';
 import { parseCommandLine } from '../host/commands/command-line.ts';
 import { loadBatchedUdp } from '../host/rnic/rc/batched-udp-libc.ts';
-import {
-  Access,
-  createRnic,
-  ImpairedLink,
-  openUdpLink,
-  type AnyQueuePair,
-  type CompletionQueue,
-  type MemoryRegion,
-  type UdpLinkKind,
-} from '../host/rnic/verbs.ts';
+import { ImpairedLink, openUdpLink, type AnyQueuePair, type CompletionQueue, type MemoryRegion, type UdpLinkKind } from '../host/rnic/verbs.ts';
 import { batchedPair, dgramPair, udpPairRun } from './udp-pairs.ts';
+import { iwarpEndpoint, roceEndpoint, type Endpoint } from './rnic-endpoint.ts';
 import { spawnWorker } from '../host/util/spawn-worker.ts';
 import type { ResponderCommand, ResponderMessage, ResponderSetup } from './rnic-responder.ts';
 import { checkoutRoot } from './checkout-root.ts';
@@ -210,16 +202,8 @@ interface RdmaPair {
 }
 
 async function rdmaPair(crc: boolean, regionSize: number): Promise<RdmaPair> {
-  const make = (name: string) => {
-    const rnic = createRnic({ name });
-    const pd = rnic.allocPd();
-    const mr = rnic.registerMemory(pd, new SharedArrayBuffer(regionSize), { access: Access.LocalWrite | Access.RemoteWrite | Access.RemoteRead });
-    const cq = rnic.createCq({ depth: 65536 });
-    const qp = rnic.createQp({ pd, sendCq: cq, recvCq: cq, maxSendWr: 65536, ird: 16, ord: 16 });
-    return { rnic, qp, cq, mr };
-  };
-  const server = make('target');
-  const client = make('initiator');
+  const server = iwarpEndpoint('target', regionSize);
+  const client = iwarpEndpoint('initiator', regionSize);
   const listener = await server.rnic.listen({ host: '127.0.0.1', port: 0 });
   const accepted = listener.next().then((request) => request.accept(server.qp, { crc }));
   await client.rnic.connect(client.qp, { host: '127.0.0.1', port: listener.port, crc });
@@ -238,14 +222,8 @@ async function rdmaPair(crc: boolean, regionSize: number): Promise<RdmaPair> {
 /** Two RNICs joined by RC over loopback UDP. With loss, each side's link drops that fraction of what it sends. */
 async function rocePair(loss: number, regionSize: number, udpLink: UdpLinkKind): Promise<RdmaPair> {
   const make = async (name: string, seed: number) => {
-    const rnic = createRnic({ name });
     const udp = await openUdpLink({ udpLink });
-    await rnic.openRoce({ link: loss > 0 ? new ImpairedLink(udp, { loss, seed }) : udp });
-    const pd = rnic.allocPd();
-    const mr = rnic.registerMemory(pd, new SharedArrayBuffer(regionSize), { access: Access.LocalWrite | Access.RemoteWrite | Access.RemoteRead });
-    const cq = rnic.createCq({ depth: 65536 });
-    const qp = rnic.createRcQp({ pd, sendCq: cq, recvCq: cq, maxSendWr: 65536, ird: 16, ord: 16 });
-    return { rnic, qp, cq, mr };
+    return roceEndpoint(name, regionSize, loss > 0 ? new ImpairedLink(udp, { loss, seed }) : udp);
   };
   const server = await make('target', 3);
   const client = await make('initiator', 5);
@@ -352,22 +330,17 @@ async function twoThreadPair(transport: 'iwarp' | 'roce', regionSize: number, ud
   const tell = (command: ResponderCommand): void => worker.postMessage(command);
   const listening = await next();
   if (listening.type !== 'listening') throw new Error('bench/rnic: the responder thread did not listen');
-  const rnic = createRnic({ name: 'initiator' });
-  if (transport === 'roce') await rnic.openRoce({ link: await openUdpLink({ udpLink }) });
-  const pd = rnic.allocPd();
-  const mr = rnic.registerMemory(pd, new SharedArrayBuffer(regionSize), { access: Access.LocalWrite | Access.RemoteWrite | Access.RemoteRead });
-  const cq = rnic.createCq({ depth: 65536 });
-  const qpOptions = { pd, sendCq: cq, recvCq: cq, maxSendWr: 65536, ird: 16, ord: 16 };
-  let qp: AnyQueuePair;
+  let end: Endpoint<AnyQueuePair>;
   if (transport === 'roce') {
-    const rcQp = rnic.createRcQp(qpOptions);
-    await rnic.connectRc(rcQp, { host: '127.0.0.1', port: listening.port, pathMtu: 4096 });
-    qp = rcQp;
+    const roce = await roceEndpoint('initiator', regionSize, await openUdpLink({ udpLink }));
+    await roce.rnic.connectRc(roce.qp, { host: '127.0.0.1', port: listening.port, pathMtu: 4096 });
+    end = roce;
   } else {
-    const iwarpQp = rnic.createQp(qpOptions);
-    await rnic.connect(iwarpQp, { host: '127.0.0.1', port: listening.port, crc: false });
-    qp = iwarpQp;
+    const iwarp = iwarpEndpoint('initiator', regionSize);
+    await iwarp.rnic.connect(iwarp.qp, { host: '127.0.0.1', port: listening.port, crc: false });
+    end = iwarp;
   }
+  const { rnic, qp, cq, mr } = end;
   return {
     client: { qp, cq, mr },
     remoteKey: listening.rkey,
