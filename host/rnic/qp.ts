@@ -6,13 +6,12 @@
 // Terminate codes. Connection setup (MPA) is ./connection.ts; this starts once the stream is in
 // full operation.
 
-import { EventEmitter } from 'node:events';
 import type { StreamChannel } from './channel.ts';
 import type { CompletionQueue } from './cq.ts';
 import { RnicError, type TerminateInfo } from './errors.ts';
-import type { MemoryRegion, MemoryTable, ProtectionDomain } from './memory.ts';
+import type { MemoryRegion, MemoryTable } from './memory.ts';
 import type { NicObserver } from './nic-observer.ts';
-import { limit, positive } from './qp-checks.ts';
+import { QueuePairAttributes, type QueuePairOptions } from './qp-attributes.ts';
 import { Placement } from './qp-placement.ts';
 import { Requester } from './qp-requester.ts';
 import { Responder } from './qp-responder.ts';
@@ -26,23 +25,7 @@ import type { ReceiveWorkRequest, SendWorkRequest, WcOpcode, WcStatus, WorkCompl
 
 export type QpState = 'idle' | 'connecting' | 'rts' | 'error';
 
-export interface QueuePairOptions {
-  pd: ProtectionDomain;
-  sendCq: CompletionQueue;
-  recvCq: CompletionQueue;
-  /** Most send work requests outstanding (posted, not yet completed); default 1024. */
-  maxSendWr?: number;
-  /** Most receive work requests posted; default 1024. */
-  maxRecvWr?: number;
-  /** Most scatter/gather elements per work request; default 16. */
-  maxSge?: number;
-  /** Complete every send WR, not only those posted with `signaled: true` (default true). */
-  signalAll?: boolean;
-  /** Inbound RDMA Read / Atomic Requests this side accepts at once (IRD, default 16). */
-  ird?: number;
-  /** RDMA Reads / atomics this side issues at once (ORD, default 16). */
-  ord?: number;
-}
+export type { QueuePairOptions };
 
 /** Which ready-to-receive message the stream starts with (RFC 6581). */
 export type RtrType = 'write' | 'read' | 'send';
@@ -87,17 +70,8 @@ export interface QueuePairStatistics {
   payloadBytesReceived: number;
 }
 
-export class QueuePair extends EventEmitter<QueuePairEvents> {
-  readonly pd: ProtectionDomain;
-  readonly sendCq: CompletionQueue;
-  readonly recvCq: CompletionQueue;
-  readonly maxSendWr: number;
-  readonly maxRecvWr: number;
-  readonly maxSge: number;
-  readonly signalAll: boolean;
-  /** Requested limits; the negotiated ones are in `ird` / `ord` once connected. */
-  readonly requestedIrd: number;
-  readonly requestedOrd: number;
+export class QueuePair extends QueuePairAttributes<QueuePairEvents> {
+  /** Negotiated limits (requestedIrd / requestedOrd until connected). */
   ird = 0;
   ord = 0;
   state: QpState = 'idle';
@@ -133,16 +107,7 @@ export class QueuePair extends EventEmitter<QueuePairEvents> {
     options: QueuePairOptions,
     private readonly onDestroyed: (qp: QueuePair) => void,
   ) {
-    super();
-    this.pd = options.pd;
-    this.sendCq = options.sendCq;
-    this.recvCq = options.recvCq;
-    this.maxSendWr = positive('maxSendWr', options.maxSendWr ?? 1024);
-    this.maxRecvWr = positive('maxRecvWr', options.maxRecvWr ?? 1024);
-    this.maxSge = positive('maxSge', options.maxSge ?? 16);
-    this.signalAll = options.signalAll ?? true;
-    this.requestedIrd = limit('ird', options.ird ?? 16);
-    this.requestedOrd = limit('ord', options.ord ?? 16);
+    super(options);
     this.requester = new Requester(this);
     this.responder = new Responder(this);
     this.placement = new Placement(this);

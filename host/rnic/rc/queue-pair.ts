@@ -5,13 +5,13 @@
 // the requester (send queue, segmentation, ACK/NAK handling, retransmission) and the responder
 // (inbound requests, responder resources, duplicates, ACK generation) are their own files.
 
-import { EventEmitter } from 'node:events';
 import type { CompletionQueue } from '../cq.ts';
 import { RnicError } from '../errors.ts';
-import type { MemoryTable, ProtectionDomain } from '../memory.ts';
+import type { MemoryTable } from '../memory.ts';
 import type { NicObserver } from '../nic-observer.ts';
-import type { DisconnectInfo, QpState, QueuePairOptions, QueuePairStatistics } from '../qp.ts';
-import { checkSendRequest, limit, positive } from '../qp-checks.ts';
+import type { DisconnectInfo, QpState, QueuePairStatistics } from '../qp.ts';
+import { checkSendRequest } from '../qp-checks.ts';
+import { QueuePairAttributes, type QueuePairOptions } from '../qp-attributes.ts';
 import { ViewCache } from '../view-cache.ts';
 import { encodeHeaders, IbHeaders, padFor } from '../wire/ib-headers.ts';
 import { headerLength, ICRC_LENGTH, OPCODES } from '../wire/ib-opcodes.ts';
@@ -87,17 +87,8 @@ export interface RcStatistics extends QueuePairStatistics {
   earlyRetransmissions: number;
 }
 
-export class RcQueuePair extends EventEmitter<RcQueuePairEvents> {
+export class RcQueuePair extends QueuePairAttributes<RcQueuePairEvents> {
   readonly transport = 'roce' as const;
-  readonly pd: ProtectionDomain;
-  readonly sendCq: CompletionQueue;
-  readonly recvCq: CompletionQueue;
-  readonly maxSendWr: number;
-  readonly maxRecvWr: number;
-  readonly maxSge: number;
-  readonly signalAll: boolean;
-  readonly requestedIrd: number;
-  readonly requestedOrd: number;
   state: QpState = 'idle';
   disconnectInfo: DisconnectInfo | undefined;
   /** Private data the peer sent during connection setup. */
@@ -145,16 +136,7 @@ export class RcQueuePair extends EventEmitter<RcQueuePairEvents> {
     options: RcQueuePairOptions,
     private readonly onDestroyed: (qp: RcQueuePair) => void,
   ) {
-    super();
-    this.pd = options.pd;
-    this.sendCq = options.sendCq;
-    this.recvCq = options.recvCq;
-    this.maxSendWr = positive('maxSendWr', options.maxSendWr ?? 1024);
-    this.maxRecvWr = positive('maxRecvWr', options.maxRecvWr ?? 1024);
-    this.maxSge = positive('maxSge', options.maxSge ?? 16);
-    this.signalAll = options.signalAll ?? true;
-    this.requestedIrd = limit('ird', options.ird ?? 16);
-    this.requestedOrd = limit('ord', options.ord ?? 16);
+    super(options);
     this.requester = new Requester(this);
     this.responder = new Responder(this);
   }
