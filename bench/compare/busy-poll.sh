@@ -105,7 +105,7 @@ redis_row() {
   s=$(perf_totals "$work/server.perf")
   c=$(perf_totals "$work/client.perf")
   tail -n +2 "$work/redis.out" | awk '{ print $1 }' | sort -n | awk -v label="Redis ${redis_op^^}" -v s="$s" -v c="$c" -v n="$requests" -v size="$size" \
-    -v elapsed="$(head -1 "$work/redis.out" | awk '{ print $NF }')" -v load="$load_before" '
+    -v elapsed="$(head -1 "$work/redis.out" | awk '{ print $6 }')" -v load="$load_before" '
     { v[NR] = $1 }
     END {
       split(s, sv, " "); split(c, cv, " ")

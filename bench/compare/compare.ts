@@ -46,6 +46,12 @@ export interface CompareRow extends RedisRowFigures {
   kbtp_cpu?: { client_us: number; target_us: number | null; other_us: number; client_busy: number; target_busy: number | null };
   /** redis-server's CPU per request and busy share over redis-latency's run of the row (its one thread). */
   redis_server_cpu?: { us: number; busy: number };
+  /**
+   * redis-latency's own CPU per request and busy share over the same run: the Redis side's client,
+   * to set beside kbtp_cpu.client_us (kbtp bench's); the GB/s of a row with both sides at busy ~1
+   * is set by these per-request costs (docs/BENCH.md, session 8).
+   */
+  redis_client_cpu?: { us: number; busy: number };
 }
 
 interface Table {
@@ -122,6 +128,7 @@ async function measure(sizes: number[], sessionCounts: number[], inFlight: numbe
           kbtp_p99_us: k.p99Us,
           ...redisRowFigures(r, c),
           ...(c.serverUsPerOp !== undefined && c.serverBusy !== undefined ? { redis_server_cpu: { us: c.serverUsPerOp, busy: c.serverBusy } } : {}),
+          ...(c.clientUsPerOp !== undefined && c.clientBusy !== undefined ? { redis_client_cpu: { us: c.clientUsPerOp, busy: c.clientBusy } } : {}),
           ...(cpu !== undefined
             ? {
                 kbtp_cpu: {
@@ -161,6 +168,8 @@ function formatCpu(title: string, rows: readonly CompareRow[]): string {
       'target busy',
       'redis-server us/req',
       'redis-server busy',
+      'redis-latency us/req',
+      'redis-latency busy',
     ],
     rows: rows.map((row) => [
       row.op.toUpperCase(),
@@ -173,6 +182,8 @@ function formatCpu(title: string, rows: readonly CompareRow[]): string {
       row.kbtp_cpu?.target_busy ?? '-',
       row.redis_server_cpu?.us ?? '-',
       row.redis_server_cpu?.busy ?? '-',
+      row.redis_client_cpu?.us ?? '-',
+      row.redis_client_cpu?.busy ?? '-',
     ]),
   });
 }
@@ -377,7 +388,7 @@ async function main(): Promise<number> {
         formatCpu(
           `kbtp CPU per request by thread, ${table.inFlight} in flight (client: kbtp bench's main thread; target: the spawned target's worker(s); ` +
             "other: the process's other threads; busy: CPU time / wall time of the window, 1.0 = one core; " +
-            "redis-server: its CPU per request and busy share over redis-latency's run of the row)",
+            "redis-server: its CPU per request and busy share over redis-latency's run of the row; redis-latency: that client's own, the Redis side's counterpart of kbtp's client)",
           table.rows,
         ),
       );

@@ -14,7 +14,9 @@
  *                 [--requests 10000] [--pipeline 1]
  *
  * Output, per test in the order given (bench/compare/tools.ts parses it):
- *   test GET requests N elapsed_ns E
+ *   test GET requests N elapsed_ns E cpu_ns C
+ *   (C: this client's CPU time over the test, user and system, from CLOCK_THREAD_CPUTIME_ID: the
+ *   client's cost per request beside the server's, as make compare reports kbtp's client's)
  *   then N lines "<complete_ns> <first_read_ns>": each request's latency to its reply's last
  *   octet, and to the first read event after its write (what redis-benchmark reports).
  * Errors go to standard error with exit status 1 (2 for usage).
@@ -84,11 +86,13 @@ static void die(const char *format, const char *detail) {
   exit(1);
 }
 
-static uint64_t now_ns(void) {
+static uint64_t clock_ns(clockid_t clock) {
   struct timespec t;
-  clock_gettime(CLOCK_MONOTONIC, &t);
+  clock_gettime(clock, &t);
   return (uint64_t)t.tv_sec * 1000000000u + (uint64_t)t.tv_nsec;
 }
+
+static uint64_t now_ns(void) { return clock_ns(CLOCK_MONOTONIC); }
 
 static void *checked_malloc(size_t length) {
   void *memory = malloc(length);
@@ -274,6 +278,7 @@ static void run_test(int is_set, struct connection *connections) {
   issued = 0;
   finished = 0;
   uint64_t start = now_ns();
+  uint64_t cpu_start = clock_ns(CLOCK_THREAD_CPUTIME_ID);
   for (int i = 0; i < clients; i++) issue(&connections[i]);
   struct epoll_event events[64];
   while (finished < requests) {
@@ -289,8 +294,9 @@ static void run_test(int is_set, struct connection *connections) {
       if (events[i].events & (EPOLLIN | EPOLLERR | EPOLLHUP)) readable(c);
     }
   }
+  uint64_t cpu = clock_ns(CLOCK_THREAD_CPUTIME_ID) - cpu_start;
   uint64_t elapsed = now_ns() - start;
-  printf("test %s requests %ld elapsed_ns %llu\n", test_name, requests, (unsigned long long)elapsed);
+  printf("test %s requests %ld elapsed_ns %llu cpu_ns %llu\n", test_name, requests, (unsigned long long)elapsed, (unsigned long long)cpu);
   for (long i = 0; i < requests; i++) printf("%llu %llu\n", (unsigned long long)complete_ns[i], (unsigned long long)first_ns[i]);
 }
 

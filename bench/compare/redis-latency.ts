@@ -13,6 +13,8 @@ export interface RedisLatencyTest {
   test: string;
   requests: number;
   elapsedNs: number;
+  /** The client's own CPU time over the test (user and system; it runs on one thread). */
+  cpuNs: number;
   /** Each request's latency to its reply's last octet. */
   complete: LatencyHistogram;
   /** Each request's latency to the first read event after its write (redis-benchmark's). */
@@ -20,7 +22,7 @@ export interface RedisLatencyTest {
 }
 
 /**
- * Parses redis-latency's output: per test a line `test NAME requests N elapsed_ns E`, then N
+ * Parses redis-latency's output: per test a line `test NAME requests N elapsed_ns E cpu_ns C`, then N
  * lines `<complete_ns> <first_read_ns>`. Anything else (a short or garbled list, a first read
  * after the reply's end) is an error: a silently short list would bias the percentiles.
  */
@@ -37,12 +39,13 @@ export function parseRedisLatencyOutput(text: string): Map<string, RedisLatencyT
     index++;
     if (line === '') continue;
     const words = line.split(' ');
-    if (words.length !== 6 || words[0] !== 'test' || words[2] !== 'requests' || words[4] !== 'elapsed_ns') {
-      throw new Error(`redis-latency: expected 'test NAME requests N elapsed_ns E', got '${line}'`);
+    if (words.length !== 8 || words[0] !== 'test' || words[2] !== 'requests' || words[4] !== 'elapsed_ns' || words[6] !== 'cpu_ns') {
+      throw new Error(`redis-latency: expected 'test NAME requests N elapsed_ns E cpu_ns C', got '${line}'`);
     }
     const name = words[1] ?? '';
     const requests = integer(words[3], 'the request count');
     const elapsedNs = integer(words[5], 'the elapsed time');
+    const cpuNs = integer(words[7], 'the CPU time');
     if (requests === 0 || elapsedNs === 0) throw new Error(`redis-latency: ${name} ran no requests or took no time`);
     const complete = new LatencyHistogram();
     const firstRead = new LatencyHistogram();
@@ -56,7 +59,7 @@ export function parseRedisLatencyOutput(text: string): Map<string, RedisLatencyT
       firstRead.record(firstNs);
     }
     if (tests.has(name)) throw new Error(`redis-latency: ${name} reported twice`);
-    tests.set(name, { test: name, requests, elapsedNs, complete, firstRead });
+    tests.set(name, { test: name, requests, elapsedNs, cpuNs, complete, firstRead });
   }
   return tests;
 }
@@ -64,7 +67,10 @@ export function parseRedisLatencyOutput(text: string): Map<string, RedisLatencyT
 /** Compiles redis-latency.c into dist/bench/compare/ unless the binary is newer; returns its path. */
 export const buildRedisLatency = (): string => buildC('redis-latency');
 
-/** A run's test as make compare's row: ops/s and GB/s over the run, p50/p99 of the complete reply. */
+/**
+ * A run's test as make compare's row: ops/s and GB/s over the run, p50/p99 of the complete reply,
+ * and the client's CPU per request and busy share (1.0: its one thread never idle).
+ */
 export function latencyResult(op: 'get' | 'set', size: number, clients: number, pipeline: number, measured: RedisLatencyTest): RedisResult {
   const opsPerSec = measured.requests / (measured.elapsedNs / 1e9);
   return {
@@ -77,6 +83,8 @@ export function latencyResult(op: 'get' | 'set', size: number, clients: number, 
     gbps: (opsPerSec * size * 8) / 1e9,
     p50Us: measured.complete.percentileNs(0.5) / 1000,
     p99Us: measured.complete.percentileNs(0.99) / 1000,
+    clientUsPerOp: +(measured.cpuNs / 1000 / measured.requests).toFixed(2),
+    clientBusy: +(measured.cpuNs / measured.elapsedNs).toFixed(3),
   };
 }
 

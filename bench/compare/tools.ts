@@ -163,6 +163,9 @@ export interface RedisResult {
   serverUsPerOp?: number;
   /** That CPU time over the run's wall time: 1.0 = redis-server's one thread never idle. */
   serverBusy?: number;
+  /** The client's CPU per request and busy share (redis-latency's runs; redis-benchmark reports none). */
+  clientUsPerOp?: number;
+  clientBusy?: number;
 }
 
 /** Parses redis-benchmark --csv output (Redis 7: test, rps, avg, min, p50, p95, p99, max in ms). */

@@ -11,7 +11,8 @@ import type { RedisResult } from '../../bench/compare/tools.ts';
 import { runProgram } from '../support/program.ts';
 
 test('the output parser reads every test and its latencies into histograms', () => {
-  const text = 'test SET requests 3 elapsed_ns 3000000\n10000 9000\n20000 20000\n30000 1000\ntest GET requests 2 elapsed_ns 1000\n5 5\n7 6\n';
+  const text =
+    'test SET requests 3 elapsed_ns 3000000 cpu_ns 1500000\n10000 9000\n20000 20000\n30000 1000\ntest GET requests 2 elapsed_ns 1000 cpu_ns 900\n5 5\n7 6\n';
   const tests = parseRedisLatencyOutput(text);
   const set = tests.get('SET');
   assert.ok(set !== undefined);
@@ -23,16 +24,26 @@ test('the output parser reads every test and its latencies into histograms', () 
   assert.is(row.opsPerSec, 1000); // 3 requests in 3 ms
   assert.is(row.gbps, (1000 * 1000 * 8) / 1e9);
   assert.ok(Math.abs(row.p50Us - 20) < 20 / 64, `p50 ${row.p50Us}`);
+  // The client's own CPU: 1.5 ms over 3 requests in 3 ms of wall time.
+  assert.is(set.cpuNs, 1_500_000);
+  assert.is(row.clientUsPerOp, 500);
+  assert.is(row.clientBusy, 0.5);
   assert.is(tests.get('GET')?.complete.count, 2);
 });
 
 test('a short, garbled or inconsistent output is an error, never fewer latencies', () => {
-  assert.throws(() => parseRedisLatencyOutput('test GET requests 3 elapsed_ns 100\n1 1\n2 2\n'), /printed 2 of 3/);
-  assert.throws(() => parseRedisLatencyOutput('test GET requests 2 elapsed_ns 100\n1 1\nx 2\n'), /not a number/);
+  assert.throws(() => parseRedisLatencyOutput('test GET requests 3 elapsed_ns 100 cpu_ns 50\n1 1\n2 2\n'), /printed 2 of 3/);
+  assert.throws(() => parseRedisLatencyOutput('test GET requests 2 elapsed_ns 100 cpu_ns 50\n1 1\nx 2\n'), /not a number/);
   assert.throws(() => parseRedisLatencyOutput('GET 2 100\n'), /expected 'test NAME/);
-  assert.throws(() => parseRedisLatencyOutput('test GET requests 1 elapsed_ns 100\n5 9\n'), /read first after its reply had ended/);
-  assert.throws(() => parseRedisLatencyOutput('test GET requests 0 elapsed_ns 100\n'), /ran no requests/);
-  assert.throws(() => parseRedisLatencyOutput('test GET requests 1 elapsed_ns 100\n1 1\ntest GET requests 1 elapsed_ns 100\n1 1\n'), /reported twice/);
+  // A client without the CPU field (an old binary) is an error, not a row without the figure.
+  assert.throws(() => parseRedisLatencyOutput('test GET requests 1 elapsed_ns 100\n1 1\n'), /expected 'test NAME requests N elapsed_ns E cpu_ns C'/);
+  assert.throws(() => parseRedisLatencyOutput('test GET requests 1 elapsed_ns 100 cpu_ns x\n1 1\n'), /the CPU time is not a number/);
+  assert.throws(() => parseRedisLatencyOutput('test GET requests 1 elapsed_ns 100 cpu_ns 50\n5 9\n'), /read first after its reply had ended/);
+  assert.throws(() => parseRedisLatencyOutput('test GET requests 0 elapsed_ns 100 cpu_ns 50\n'), /ran no requests/);
+  assert.throws(
+    () => parseRedisLatencyOutput('test GET requests 1 elapsed_ns 100 cpu_ns 50\n1 1\ntest GET requests 1 elapsed_ns 100 cpu_ns 50\n1 1\n'),
+    /reported twice/,
+  );
 });
 
 test("a row takes the complete reply's latency and the better client's GB/s", () => {
@@ -161,6 +172,14 @@ test('pipelined over several connections: every request is sent, answered and ti
     const tests = parseRedisLatencyOutput(run.out);
     assert.is(tests.get('SET')?.complete.count, 10);
     assert.is(tests.get('GET')?.complete.count, 10);
+    // The client timed its own CPU over each test: some, and no more than the test's wall time.
+    for (const name of ['SET', 'GET']) {
+      const measured = tests.get(name);
+      assert.ok(
+        measured !== undefined && measured.cpuNs > 0 && measured.cpuNs <= measured.elapsedNs,
+        `${name} cpu ${measured?.cpuNs} of ${measured?.elapsedNs} ns`,
+      );
+    }
     assert.is(server.commands.filter((command) => command === 'SET key:__rand_int__ <70000 octets>').length, 10);
     assert.is(server.commands.filter((command) => command === 'GET key:__rand_int__').length, 10);
     assert.is(server.commands.length, 20);
