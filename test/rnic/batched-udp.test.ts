@@ -1,14 +1,18 @@
 // The batched UDP socket and link (sendmmsg + GSO, recvmmsg + GRO through koffi): datagram
 // boundaries through batching and GSO runs, the send worker behind a full socket (EAGAIN), a datagram larger
-// than a receive slot, the worker's ICRC check, datagrams between two sockets of one thread (taken
-// by that thread in the turn that wrote them, ICRC checked by the link), close while the receive
-// worker waits, a send the kernel refuses ending the QP, and the choice between the batched link and node:dgram's.
+// than a receive slot, the link's ICRC check, receiving on the socket's own thread (no receive
+// worker; idle, a burst larger than the receive area, a throwing receiver, a peer on another
+// thread), close with datagrams queued and the poll handle released (the process exits), a send
+// the kernel refuses ending the QP, and the choice between the batched link and node:dgram's.
+import { execFile, type ExecFileException } from 'node:child_process';
 import dgram from 'node:dgram';
+import { readdirSync } from 'node:fs';
+import { Worker } from 'node:worker_threads';
 import { test } from 'uvu';
 import * as assert from 'uvu/assert';
 import { UsageError } from '../../host/errors.ts';
 import { loadBatchedUdp } from '../../host/rnic/rc/batched-udp-libc.ts';
-import { BatchedUdpSocket, IcrcVerdict, SEND_BLOCKS } from '../../host/rnic/rc/batched-udp-socket.ts';
+import { BatchedUdpSocket, SEND_BLOCKS } from '../../host/rnic/rc/batched-udp-socket.ts';
 import { RoceEndpoint } from '../../host/rnic/rc/endpoint.ts';
 import { headersFrom } from '../../host/rnic/wire/ib-headers.ts';
 import { IbOpcode } from '../../host/rnic/wire/ib-opcodes.ts';
@@ -160,16 +164,17 @@ test('a datagram larger than a receive slot is counted and dropped; the next one
   }
 });
 
-test('the receive worker checks ICRCs: good and corrupted packets, single and in GRO runs, get their verdicts; the endpoint counts the bad', async () => {
-  const receiver = await BatchedUdpSocket.open({ checkRoceIcrc: true });
+test('the link checks every datagram ICRC, single and in GRO runs, from a node:dgram peer and from a batched one: the endpoint counts the bad', async () => {
+  const link = await BatchedUdpLink.open();
+  const endpoint = new RoceEndpoint(link);
   const plain = dgram.createSocket('udp4');
   await new Promise<void>((resolve) => plain.bind(0, '127.0.0.1', resolve));
-  const from = { address: '127.0.0.1', port: plain.address().port };
-  /** An RDMA Write Only of `length` octets to QP 0x12, its ICRC as a packet from `plain` to `receiver`; `corrupt` flips one payload octet after. */
-  const packet = (length: number, psn: number, corrupt: boolean): Buffer => {
+  const batched = await BatchedUdpSocket.open();
+  /** An RDMA Write Only of `length` octets to QP 0x12, its ICRC as a packet from `from` to the link; `corrupt` flips one payload octet after. */
+  const packet = (from: { address: string; port: number }, length: number, psn: number, corrupt: boolean): Uint8Array => {
     const ip = new Uint8Array(20);
     const udp = new Uint8Array(8);
-    socketIcrcHeaders(ip, udp, from, receiver.local, ibPacketLength(IbOpcode.RdmaWriteOnly, length));
+    socketIcrcHeaders(ip, udp, from, link.local, ibPacketLength(IbOpcode.RdmaWriteOnly, length));
     const bytes = encodeIbPacket(
       headersFrom({ opcode: IbOpcode.RdmaWriteOnly, destQp: 0x12, psn, dmaLength: length }),
       new Uint8Array(length).fill(psn),
@@ -177,109 +182,151 @@ test('the receive worker checks ICRCs: good and corrupted packets, single and in
       udp,
     );
     if (corrupt) bytes[40] = bytes[40]! ^ 1;
-    return Buffer.from(bytes);
+    return bytes;
   };
+  // Lengths vary (each its own running ICRC) and repeat (runs the kernel may merge by GRO); 4096
+  // octets take the ISA-L path where it is installed.
+  const plan: Array<[number, boolean]> = [
+    [4096, false],
+    [4096, true],
+    [4096, false],
+    [100, false],
+    [100, true],
+    [1024, true],
+    [1024, false],
+    [4096, false],
+  ];
+  const bad = plan.filter(([, corrupt]) => corrupt).length;
   try {
-    const verdicts: IcrcVerdict[] = [];
-    const sizes: number[] = [];
-    const done = new Promise<void>((resolve) => {
-      receiver.setReceiver((data, _from, icrc) => {
-        verdicts.push(icrc);
-        sizes.push(data.length);
-        if (verdicts.length === 8) resolve();
-      });
-    });
-    // Lengths vary (each its own prefix) and repeat (runs the kernel may merge by GRO).
-    const plan: Array<[number, boolean]> = [
-      [4096, false],
-      [4096, true],
-      [4096, false],
-      [100, false],
-      [100, true],
-      [1024, true],
-      [1024, false],
-      [4096, false],
-    ];
-    for (const [psn, [length, corrupt]] of plan.entries()) plain.send(packet(length, psn, corrupt), receiver.local.port, '127.0.0.1');
-    await done;
-    assert.equal(
-      sizes,
-      plan.map(([length]) => ibPacketLength(IbOpcode.RdmaWriteOnly, length)),
-    );
-    assert.equal(
-      verdicts,
-      plan.map(([, corrupt]) => (corrupt ? IcrcVerdict.Bad : IcrcVerdict.Good)),
-    );
+    const plainFrom = { address: '127.0.0.1', port: plain.address().port };
+    for (const [psn, [length, corrupt]] of plan.entries()) plain.send(packet(plainFrom, length, psn, corrupt), link.local.port, '127.0.0.1');
+    // Through a batched socket, not a link: a link would compute the ICRC afresh. One sendmmsg, GSO runs.
+    for (const [psn, [length, corrupt]] of plan.entries()) batched.send(link.local, packet(batched.local, length, psn, corrupt), EMPTY, EMPTY);
+    for (let waited = 0; endpoint.stats.packets < 2 * plan.length && waited < 400; waited++) await new Promise((resolve) => setTimeout(resolve, 25));
+    assert.is(endpoint.stats.packets, 2 * plan.length);
+    assert.is(endpoint.stats.icrcErrors, 2 * bad);
+    assert.is(endpoint.stats.unknownQp, 2 * (plan.length - bad)); // the good ones passed the check and found no QP 0x12
+    assert.is(link.stats.datagramsReceived, 2 * plan.length);
   } finally {
     plain.close();
-    await receiver.close();
-  }
-
-  // Through the link: the worker's verdict decides; a corrupted packet counts as an ICRC error, a good one gets past the check.
-  const link = await BatchedUdpLink.open();
-  const endpoint = new RoceEndpoint(link);
-  const sender = dgram.createSocket('udp4');
-  await new Promise<void>((resolve) => sender.bind(0, '127.0.0.1', resolve));
-  try {
-    from.port = sender.address().port;
-    const ip = new Uint8Array(20);
-    const udp = new Uint8Array(8);
-    socketIcrcHeaders(ip, udp, from, link.local, ibPacketLength(IbOpcode.RdmaWriteOnly, 64));
-    const good = Buffer.from(encodeIbPacket(headersFrom({ opcode: IbOpcode.RdmaWriteOnly, destQp: 0x12, psn: 1, dmaLength: 64 }), new Uint8Array(64), ip, udp));
-    const bad = Buffer.from(good);
-    bad[50] = bad[50]! ^ 0x80;
-    sender.send(bad, link.local.port, '127.0.0.1');
-    sender.send(good, link.local.port, '127.0.0.1');
-    for (let waited = 0; endpoint.stats.packets < 2 && waited < 200; waited++) await new Promise((resolve) => setTimeout(resolve, 25));
-    assert.is(endpoint.stats.packets, 2);
-    assert.is(endpoint.stats.icrcErrors, 1);
-    assert.is(endpoint.stats.unknownQp, 1); // the good one passed the ICRC check and found no QP 0x12
-    assert.is(link.stats.datagramsReceived, 2);
-  } finally {
-    sender.close();
+    await batched.close();
     await endpoint.close();
   }
 });
 
-test('between two sockets of one thread, datagrams arrive in the turn that wrote them (no worker hand-over); datagrams from elsewhere still arrive', async () => {
-  const sender = await BatchedUdpSocket.open();
-  const receiver = await BatchedUdpSocket.open();
+/** This process's threads (Linux). */
+const threads = (): number => readdirSync('/proc/self/task').length;
+
+test('the thread that owns the socket receives: no receive thread; a datagram arriving while the thread is idle is taken by it', async () => {
+  const before = threads();
+  const socket = await BatchedUdpSocket.open();
   const plain = dgram.createSocket('udp4');
+  await new Promise<void>((resolve) => plain.bind(0, '127.0.0.1', resolve));
   try {
-    const received: Uint8Array[] = [];
-    receiver.setReceiver((data) => received.push(data.slice()));
-    // More than a turn the RC thread would write itself to any other peer (4 packets, 2 KiB).
-    const sent = Array.from({ length: 20 }, (_, index) => datagram(index, 4112));
-    for (const bytes of sent) sender.send(receiver.local, bytes.subarray(0, 12), bytes.subarray(12, 4108), bytes.subarray(4108));
-    assert.is(received.length, 0);
-    await Promise.resolve(); // the turn ends in the microtask it enlisted before this one
-    assert.is(received.length, sent.length, 'every datagram arrived before the turn ended');
-    for (let i = 0; i < sent.length; i++) assert.equal(received[i], new Uint8Array(sent[i]!), `datagram ${i}`);
-    assert.is(sender.stats.sendCalls, 1);
-    assert.is(sender.pending, 0);
-    // Another round after the receive worker was woken for nothing (it sleeps a moment now).
-    await new Promise((resolve) => setTimeout(resolve, 5));
-    for (const bytes of sent.slice(0, 3)) sender.send(receiver.local, bytes, EMPTY, EMPTY);
-    await Promise.resolve();
-    assert.is(received.length, sent.length + 3);
-    // A datagram from another socket (node:dgram here) goes through the receive worker as before.
-    const back = collect(receiver, 2);
-    plain.send(Buffer.alloc(30, 3), receiver.local.port, '127.0.0.1');
-    plain.send(Buffer.alloc(4112, 4), receiver.local.port, '127.0.0.1');
-    assert.equal(await back, [new Uint8Array(30).fill(3), new Uint8Array(4112).fill(4)]);
+    // One thread more: the send worker. Session 7's socket had a receive worker too.
+    assert.is(threads() - before, 1);
+    const arrived = collect(socket, 1);
+    await new Promise((resolve) => setTimeout(resolve, 50)); // idle: nothing runs on this thread
+    plain.send(Buffer.alloc(333, 7), socket.local.port, '127.0.0.1');
+    assert.equal(await arrived, [new Uint8Array(333).fill(7)]);
+    assert.is(socket.stats.receiveBatches, 1);
+    assert.is(socket.receiveError, undefined);
   } finally {
     plain.close();
+    await socket.close();
+  }
+});
+
+test('a burst larger than the receive area arrives whole and in order, a few batches per wake-up', async () => {
+  const sender = await BatchedUdpSocket.open();
+  const receiver = await BatchedUdpSocket.open({ receiveSlots: 4, gro: false });
+  try {
+    const count = 200; // 50 times the 4 slots one recvmmsg fills
+    const arrived = collect(receiver, count);
+    for (let i = 0; i < count; i++) sender.send(receiver.local, datagram(i, 1000), EMPTY, EMPTY);
+    const received = await arrived;
+    for (let i = 0; i < count; i++) assert.equal(received[i], new Uint8Array(datagram(i, 1000)), `datagram ${i}`);
+    assert.is(receiver.stats.slotsReceived, count);
+    assert.ok(receiver.stats.receiveBatches >= count / 4, `${receiver.stats.receiveBatches} batches`);
+  } finally {
     await sender.close();
     await receiver.close();
   }
 });
 
-test('a socket closed while datagrams from its own thread wait for the end of the turn closes promptly', async () => {
+test('a receiver that throws loses that datagram only: the next ones arrive', async () => {
+  const sender = await BatchedUdpSocket.open();
+  const receiver = await BatchedUdpSocket.open({ gro: false });
+  try {
+    const received: number[] = [];
+    const done = new Promise<void>((resolve) =>
+      receiver.setReceiver((data) => {
+        if (data[0] === 1) throw new Error('a receiver bug');
+        received.push(data[0]!);
+        if (received.length === 2) resolve();
+      }),
+    );
+    for (const first of [0, 1, 2]) sender.send(receiver.local, new Uint8Array(300).fill(first), EMPTY, EMPTY);
+    await done;
+    assert.equal(received, [0, 2]);
+  } finally {
+    await sender.close();
+    await receiver.close();
+  }
+});
+
+test('a batched socket on another thread: 300 round trips, each way through a socket its own thread receives on', async () => {
+  const socket = await BatchedUdpSocket.open();
+  // A plain-JS worker that loads the socket through tsx (as spawnWorker does) and echoes every datagram.
+  const moduleUrl = new URL('../../host/rnic/rc/batched-udp-socket.ts', import.meta.url).href;
+  const worker = new Worker(
+    `const { parentPort } = require('node:worker_threads');
+     import('tsx/esm/api').then((tsx) => { tsx.register(); return import(${JSON.stringify(moduleUrl)}); }).then(async ({ BatchedUdpSocket }) => {
+       const echo = await BatchedUdpSocket.open();
+       const empty = new Uint8Array(0);
+       echo.setReceiver((data, from) => echo.send(from, data.slice(), empty, empty));
+       parentPort.once('message', () => echo.close().then(() => parentPort.postMessage('closed')));
+       parentPort.postMessage(echo.local.port);
+     });`,
+    { eval: true },
+  );
+  try {
+    const port = await new Promise<number>((resolve, reject) => {
+      worker.once('message', resolve);
+      worker.once('error', reject);
+    });
+    const peer = { address: '127.0.0.1', port };
+    let round = 0;
+    const done = new Promise<void>((resolve, reject) => {
+      const timer = setTimeout(() => reject(new Error(`round trip ${round} did not come back within 20 s`)), 20_000);
+      socket.setReceiver((data) => {
+        if (data.length !== 4112 || data[0] !== (round & 0xff)) {
+          clearTimeout(timer);
+          reject(new Error(`round ${round}: got ${data.length} octets starting ${data[0]}`));
+          return;
+        }
+        if (++round === 300) {
+          clearTimeout(timer);
+          resolve();
+        } else socket.send(peer, new Uint8Array(4112).fill(round & 0xff), EMPTY, EMPTY);
+      });
+    });
+    socket.send(peer, new Uint8Array(4112).fill(0), EMPTY, EMPTY);
+    await done;
+    worker.postMessage('close');
+    assert.is(await new Promise((resolve) => worker.once('message', resolve)), 'closed');
+  } finally {
+    await worker.terminate();
+    await socket.close();
+  }
+});
+
+test('a socket closed with datagrams waiting in its kernel queue closes promptly', async () => {
   for (let round = 0; round < 3; round++) {
     const sender = await BatchedUdpSocket.open();
     const receiver = await BatchedUdpSocket.open();
     for (let i = 0; i < 8; i++) sender.send(receiver.local, datagram(i, 4112), EMPTY, EMPTY);
-    sender.flush(); // written now: the receiver's ring is held for this thread until its turn ends
+    sender.flush(); // written now: readable before the event loop gets to the receiver
     await Promise.race([
       Promise.all([receiver.close(), sender.close()]),
       new Promise<never>((_, reject) => setTimeout(() => reject(new Error('close did not end within 10 s')), 10_000).unref()),
@@ -287,48 +334,41 @@ test('a socket closed while datagrams from its own thread wait for the end of th
   }
 });
 
-test('a datagram the thread took itself gets its ICRC checked by the link: the endpoint counts a corrupted one', async () => {
-  const from = await BatchedUdpLink.open();
-  const to = await BatchedUdpLink.open();
-  const endpoint = new RoceEndpoint(to);
-  try {
-    const ip = new Uint8Array(20);
-    const udp = new Uint8Array(8);
-    const length = 4096; // long enough for the ISA-L path where it is installed
-    socketIcrcHeaders(ip, udp, from.local, to.local, ibPacketLength(IbOpcode.RdmaWriteOnly, length));
-    const good = encodeIbPacket(
-      headersFrom({ opcode: IbOpcode.RdmaWriteOnly, destQp: 0x12, psn: 1, dmaLength: length }),
-      new Uint8Array(length).fill(9),
-      ip,
-      udp,
-    );
-    const bad = good.slice();
-    bad[2000] = bad[2000]! ^ 0x10;
-    // Through the socket, not the link: the link would compute the ICRC afresh.
-    from.socket.send(to.local, bad, EMPTY, EMPTY);
-    from.socket.send(to.local, good, EMPTY, EMPTY);
-    await Promise.resolve();
-    assert.is(endpoint.stats.packets, 2);
-    assert.is(endpoint.stats.icrcErrors, 1);
-    assert.is(endpoint.stats.unknownQp, 1); // the good one passed the check and found no QP 0x12
-  } finally {
-    await from.close();
-    await endpoint.close();
-  }
-});
-
-test('close while the receive worker waits ends it promptly; sends after close are ignored; close twice is harmless', async () => {
+test('close releases the poll handle: sends after close are ignored, close twice is harmless, and a process whose sockets closed exits', async () => {
   for (let round = 0; round < 3; round++) {
     const socket = await BatchedUdpSocket.open();
-    await new Promise((resolve) => setTimeout(resolve, 20)); // the worker is waiting in poll now
+    await new Promise((resolve) => setTimeout(resolve, 20));
     const started = Date.now();
     await socket.close();
-    // Generous bound for a loaded machine: poll's own timeout is 200 ms, shutdown wakes it at once.
     assert.ok(Date.now() - started < 5000, `close took ${Date.now() - started} ms`);
     socket.send({ address: '127.0.0.1', port: 9 }, datagram(0, 10), EMPTY, EMPTY);
     await socket.close();
     assert.is(socket.stats.datagramsSent, 0);
   }
+  // A process that opened two sockets, moved datagrams between them and closed them ends by
+  // itself: nothing (a poll handle, a worker) keeps its event loop alive. A datagram that reaches
+  // a closed socket's port afterwards changes nothing.
+  const moduleUrl = new URL('../../host/rnic/rc/batched-udp-socket.ts', import.meta.url).href;
+  const script = `
+    const { BatchedUdpSocket } = await import(${JSON.stringify(moduleUrl)});
+    const a = await BatchedUdpSocket.open();
+    const b = await BatchedUdpSocket.open();
+    const empty = new Uint8Array(0);
+    await new Promise((resolve) => { b.setReceiver(resolve); a.send(b.local, new Uint8Array(100), empty, empty); });
+    await b.close();
+    a.send(b.local, new Uint8Array(100), empty, empty);
+    await a.close();
+    console.log('closed');
+  `;
+  const run = await new Promise<{ error: ExecFileException | null; stdout: string; stderr: string }>((resolve) =>
+    execFile(process.execPath, ['--import', 'tsx', '--input-type=module', '-e', script], { timeout: 20_000 }, (error, stdout, stderr) =>
+      resolve({ error, stdout, stderr }),
+    ),
+  );
+  assert.is(run.error?.killed ?? false, false, 'the process did not exit within 20 s of closing its sockets');
+  assert.is(run.stderr, '');
+  assert.is(run.stdout.trim(), 'closed');
+  assert.is(run.error, null);
 });
 
 test('a packet the kernel refuses to send (port 0: EINVAL) ends the QP at once with the reason, not after its retries', async () => {

@@ -1,6 +1,6 @@
 // The batched UDP socket's memory layout, shared by the RC thread (batched-udp-socket.ts) and the
-// worker threads whose sources are in batched-udp-workers.ts: Linux's struct offsets and
-// constants, the send blocks' control words and the receive ring's control words.
+// send worker whose source is in batched-udp-workers.ts: Linux's struct offsets and constants,
+// and the send blocks' control words.
 
 // Linux constants (x86_64 and arm64 agree on all of these).
 export const AF_INET = 2;
@@ -9,7 +9,6 @@ export const SOCK_CLOEXEC = 0o2000000;
 export const SOL_SOCKET = 1;
 export const SO_SNDBUF = 7;
 export const SO_RCVBUF = 8;
-export const SHUT_RDWR = 2;
 export const MSG_DONTWAIT = 0x40;
 export const MSG_TRUNC = 0x20;
 export const EINTR = 4;
@@ -64,31 +63,3 @@ export const BLOCK_MESSAGES = 16;
 /** Per block, the first message the worker writes (the main thread may have written some). */
 export const BLOCK_START = BLOCK_MESSAGES + SEND_BLOCKS;
 export const MESSAGE_PACKETS = BLOCK_START + SEND_BLOCKS;
-
-// The control words at the start of the receive ring (Int32 indices).
-export const PRODUCED = 0;
-export const CONSUMED = 1;
-export const WAKE_PENDING = 2;
-export const CLOSING = 3;
-export const WORKER_ERRNO = 4;
-/** Held (1) by whichever thread is taking datagrams into the ring: the worker or receiveNow. */
-export const PRODUCER_LOCK = 5;
-/**
- * The receive worker sleeps on this word for PARK_MS after a wake-up that found nothing (the
- * RC thread had taken the datagrams itself: they came from a socket of its own thread), instead
- * of in poll, where every datagram the RC thread takes would wake it again, and sleeps again
- * while the RC thread keeps taking datagrams (OWN_TAKES moved). Close wakes it.
- */
-export const PARKED = 6;
-export const PARK_MS = 1;
-/** Counts the RC thread's takes of datagrams from the kernel (receiveNow, receiveOwn). */
-export const OWN_TAKES = 7;
-/** Per receive slot: ICRC verdicts of its first datagrams (a GRO run holds at most 64, UDP_GRO_CNT_MAX). */
-export const VERDICTS_PER_SLOT = 64;
-/** Where the worker keeps its struct pollfd. */
-export const POLLFD_AT = 32;
-export const CONTROL_BYTES = 64;
-
-/** What the receive worker found of a datagram's RoCEv2 ICRC. */
-export const IcrcVerdict = { Unchecked: 0, Good: 1, Bad: 2 } as const;
-export type IcrcVerdict = (typeof IcrcVerdict)[keyof typeof IcrcVerdict];

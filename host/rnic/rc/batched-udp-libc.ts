@@ -11,7 +11,6 @@ export interface Libc {
   bind(fd: number, address: Uint8Array, length: number): number;
   getsockname(fd: number, address: Uint8Array, length: Int32Array): number;
   setsockopt(fd: number, level: number, name: number, value: Uint8Array, length: number): number;
-  shutdown(fd: number, how: number): number;
   close(fd: number): number;
   sendmmsg(fd: number, vector: number, count: number, flags: number): number;
   recvmmsg(fd: number, vector: number, count: number, flags: number, timeout: number): number;
@@ -21,7 +20,24 @@ export interface Libc {
   moveBytes(to: number, from: number, length: number): void;
   errno(): number;
   koffiPath: string;
+  /**
+   * Watches `fd` for readability on the calling thread's own event loop (a libuv poll handle:
+   * koffi.node.poll), or undefined when this koffi has no such call (the batched socket then
+   * cannot receive, and the link choice falls back to node:dgram).
+   */
+  pollReadable: ((fd: number, onReadable: (status: number) => void) => ReadablePoll) | undefined;
 }
+
+/** A libuv poll handle on a descriptor (koffi's PollHandle, as far as the socket uses it). */
+export interface ReadablePoll {
+  /** Stops watching and releases the handle (the event loop no longer waits for it). */
+  close(): void;
+}
+
+// koffi.node.poll is undocumented in koffi 3.3 (its changelog says it may change), which is why
+// package.json pins koffi's exact version. Its callback gets (status, events), although
+// index.d.ts declares only the events: the shape below is what koffi 3.3.4's uv.cc passes.
+type KoffiPoll = (fd: number, options: { readable: boolean }, callback: (status: number) => void) => ReadablePoll | null;
 
 let loaded: Libc | Error | undefined;
 
@@ -44,7 +60,6 @@ export function loadBatchedUdp(): Libc | Error {
     const bind = libc.func('int bind(int, void *, uint32_t)') as Libc['bind'];
     const getsockname = libc.func('int getsockname(int, void *, void *)') as Libc['getsockname'];
     const setsockopt = libc.func('int setsockopt(int, int, int, void *, uint32_t)') as Libc['setsockopt'];
-    const shutdown = libc.func('int shutdown(int, int)') as Libc['shutdown'];
     const close = libc.func('int close(int)') as Libc['close'];
     const sendmmsg = libc.func('int sendmmsg(int, intptr_t, unsigned int, int)') as Libc['sendmmsg'];
     const recvmmsg = libc.func('int recvmmsg(int, intptr_t, unsigned int, int, intptr_t)') as Libc['recvmmsg'];
@@ -52,7 +67,29 @@ export function loadBatchedUdp(): Libc | Error {
     const addressOf = (target: Uint8Array): number => Number(memmove(target, target, 0));
     // Declared void: the result (its first argument) is not needed, and a returned address could come back as a BigInt.
     const moveBytes = libc.func('void memmove(intptr_t, intptr_t, size_t)') as Libc['moveBytes'];
-    loaded = { socket, bind, getsockname, setsockopt, shutdown, close, sendmmsg, recvmmsg, addressOf, moveBytes, errno: () => koffi.errno(), koffiPath };
+    const poll = (koffi as unknown as { node?: { poll?: unknown } }).node?.poll;
+    const pollReadable =
+      typeof poll === 'function'
+        ? (fd: number, onReadable: (status: number) => void): ReadablePoll => {
+            const handle = (poll as KoffiPoll)(fd, { readable: true }, onReadable);
+            if (handle === null) throw new Error(`koffi.node.poll refused descriptor ${fd}`);
+            return handle;
+          }
+        : undefined;
+    loaded = {
+      socket,
+      bind,
+      getsockname,
+      setsockopt,
+      close,
+      sendmmsg,
+      recvmmsg,
+      addressOf,
+      moveBytes,
+      errno: () => koffi.errno(),
+      koffiPath,
+      pollReadable,
+    };
   } catch (error) {
     loaded = error instanceof Error ? error : new Error(String(error));
   }

@@ -5,7 +5,7 @@
 
 import { RnicError } from '../errors.ts';
 import { errnoName } from './batched-udp-libc.ts';
-import { BatchedUdpSocket, IcrcVerdict, type BatchedUdpSocketOptions, type BatchedUdpStatistics } from './batched-udp-socket.ts';
+import { BatchedUdpSocket, type BatchedUdpSocketOptions, type BatchedUdpStatistics } from './batched-udp-socket.ts';
 import {
   fillIcrcAfterUdp,
   icrcMatchesAfterUdp,
@@ -27,13 +27,12 @@ export class BatchedUdpLink implements PacketLink {
   private constructor(readonly socket: BatchedUdpSocket) {
     this.outbound = new SocketHeaderCache(socket.local, true);
     this.inbound = new SocketHeaderCache(socket.local, false);
-    socket.setReceiver((data, from, icrc) => this.incoming(data, from, icrc));
+    socket.setReceiver((data, from) => this.incoming(data, from));
   }
 
   /** Throws RnicError (EINVAL) when batching is unavailable here (no koffi, not Linux x64/arm64). */
   static async open(options: BatchedUdpLinkOptions = {}): Promise<BatchedUdpLink> {
-    // The receive worker checks ICRCs: it has the datagrams, and the RC thread is the bottleneck.
-    return new BatchedUdpLink(await BatchedUdpSocket.open({ checkRoceIcrc: true, ...options }));
+    return new BatchedUdpLink(await BatchedUdpSocket.open(options));
   }
 
   get local(): PeerAddress {
@@ -73,14 +72,12 @@ export class BatchedUdpLink implements PacketLink {
     await this.socket.close();
   }
 
-  private incoming(data: Uint8Array, from: PeerAddress, icrc: IcrcVerdict): void {
+  private incoming(data: Uint8Array, from: PeerAddress): void {
     const receiver = this.receiver;
     if (receiver === undefined) return;
     const headers = this.inbound;
     headers.update(from, data.length);
-    // Unchecked: taken by this thread (receiveNow, a datagram from a socket of this thread), or
-    // the socket does not check. Checked here as the worker would, from the cached headers' ICRC.
-    const good = icrc === IcrcVerdict.Unchecked ? icrcMatchesAfterUdp(headers.afterUdp, data) : icrc === IcrcVerdict.Good;
-    receiver(data, headers.ip, headers.udp, from, good);
+    // From the cached headers' running ICRC; the datagram is read in place (ISA-L) where it can be.
+    receiver(data, headers.ip, headers.udp, from, icrcMatchesAfterUdp(headers.afterUdp, data));
   }
 }

@@ -17,35 +17,28 @@
 // worker still writes an earlier one, goes to the send worker thread, which writes it while the
 // next block fills. Blocks return to the queue once written.
 //
-// Receive: a worker thread waits in poll on the same descriptor, then one recvmmsg lets the kernel write
-// straight into slots of a SharedArrayBuffer ring (records, source addresses, control messages
-// and octets all live there). With UDP_GRO a slot can hold a run of datagrams of one source and
-// size, with the size in a control message: they are handed up one by one, so packet
-// boundaries are the sender's. The main thread is woken with one message per batch, and only
-// when it is not already due to look. Closing shuts the socket down, which wakes the waiting
-// worker; poll's 200 ms timeout bounds the wait should a kernel not do so.
-//
-// Between two sockets of one thread (both ends of a benchmark or test, or any two RNICs one
-// thread runs) neither worker is in the way: the thread writes such datagrams itself whatever
-// their number, and the receiving socket takes them at the end of the same turn, holding its ring
-// from before the write so that its worker, which the datagrams wake, does not take them first;
-// that worker then sleeps a moment instead of being woken by every such datagram. This is what a
-// loopback TCP pair in one event loop gets for free: a Read's round trip without four thread
-// hand-offs.
+// Receive: the thread that runs RC takes its datagrams itself. A libuv poll handle on the
+// descriptor (koffi.node.poll) wakes this thread's event loop when the socket is readable, as a
+// TCP socket's read does for the iWARP path, and one non-blocking recvmmsg lets the kernel write
+// straight into the slots of a receive area (records, source addresses, control messages and
+// octets all live there). With UDP_GRO a slot can hold a run of datagrams of one source and size,
+// with the size in a control message: they are handed up one by one, so packet boundaries are the
+// sender's. A wake-up takes at most a few batches and leaves the rest to the next pass of the
+// event loop (the poll is level-triggered), so a flood cannot starve the thread's other work.
+// Session 7 received through a worker thread that polled the descriptor and woke the RC thread
+// with a message per batch: on this VM every such cross-thread wake-up cost 100-200 us, and a
+// Read's round trip paid two per direction, where the kernel's own wake-up is one.
 //
 // Little-endian LP64 Linux with glibc only (x86_64, arm64): elsewhere `loadBatchedUdp` says why
 // not and the caller keeps node:dgram.
 
-import { createRequire } from 'node:module';
 import { lookup } from 'node:dns/promises';
 import { isIPv4 } from 'node:net';
-import { loadIsal } from '../../util/isal.ts';
 import { RnicError } from '../errors.ts';
 import { turn, type TurnParticipant } from '../turn.ts';
 import { ViewCache } from '../view-cache.ts';
 import { parseIpv4 } from '../wire/roce-frame.ts';
-import { icrcMaskedPrefix } from '../wire/icrc.ts';
-import { socketIcrcHeaders, type PeerAddress } from './link.ts';
+import type { PeerAddress } from './link.ts';
 import {
   AF_INET,
   SOCK_DGRAM,
@@ -53,7 +46,6 @@ import {
   SOL_SOCKET,
   SO_SNDBUF,
   SO_RCVBUF,
-  SHUT_RDWR,
   MSG_DONTWAIT,
   MSG_TRUNC,
   EINVAL,
@@ -90,21 +82,12 @@ import {
   BLOCK_MESSAGES,
   BLOCK_START,
   MESSAGE_PACKETS,
-  PRODUCED,
-  CONSUMED,
-  WAKE_PENDING,
-  CLOSING,
-  PRODUCER_LOCK,
-  PARKED,
-  OWN_TAKES,
-  VERDICTS_PER_SLOT,
-  POLLFD_AT,
-  CONTROL_BYTES,
+  EAGAIN,
+  EINTR,
 } from './batched-udp-layout.ts';
-import { RECEIVE_WORKER, SEND_WORKER, startWorker } from './batched-udp-workers.ts';
-import { errnoName, type Libc, loadBatchedUdp, readSockaddrAddress, writeSockaddr } from './batched-udp-libc.ts';
-import { IcrcVerdict } from './batched-udp-layout.ts';
-export { SEND_BLOCKS, IcrcVerdict } from './batched-udp-layout.ts';
+import { SEND_WORKER, startWorker } from './batched-udp-workers.ts';
+import { errnoName, type Libc, loadBatchedUdp, type ReadablePoll, readSockaddrAddress, writeSockaddr } from './batched-udp-libc.ts';
+export { SEND_BLOCKS } from './batched-udp-layout.ts';
 
 // Tuning of this socket (the worker threads get what they need of it through workerData).
 /** Octets of small parts a queued packet copies instead of pointing at. */
@@ -115,22 +98,13 @@ const REFERENCE_AT = 256;
 export const DEFAULT_SEND_BATCH = 256;
 /** How long a packet waits for a send block to come back before it is dropped (a loss to RC). */
 const SEND_BLOCK_WAIT_MS = 20;
-/** Receive ring: slots and octets per slot (a GRO run reaches 64 KiB). */
+/** Receive area: slots (one recvmmsg fills at most all of them) and octets per slot (a GRO run reaches 64 KiB). */
 export const DEFAULT_RECEIVE_SLOTS = 64;
 export const DEFAULT_SLOT_BYTES = 65536;
 /** Datagram offsets per receive slot whose views are kept (a GRO run of 4 KiB packets has 16). */
 const DATAGRAM_VIEWS_PER_SLOT = 16;
-/** Ring slots one recvmmsg fills at most. */
-const RECEIVE_BATCH = 32;
-
-/**
- * This thread's open sockets by address and port (module state is per thread). A datagram to
- * one of them is in its kernel queue when sendmmsg returns (loopback delivers inside the call),
- * so the thread can write it itself and take it at once, as a TCP pair in one event loop reads
- * what it wrote in the same loop iteration: no send worker, receive worker or wake-up between.
- */
-const sameThread = new Map<number, BatchedUdpSocket>();
-const socketKey = (octets: Uint8Array, port: number): number => ((octets[0]! << 24) | (octets[1]! << 16) | (octets[2]! << 8) | octets[3]!) * 65536 + port;
+/** recvmmsg calls one readable event makes at most before the event loop gets its turn again. */
+const RECEIVE_CALLS_PER_WAKE = 4;
 
 export interface BatchedUdpSocketOptions {
   /** Address to bind (default 127.0.0.1; a name is resolved to its first IPv4 address). */
@@ -145,21 +119,13 @@ export interface BatchedUdpSocketOptions {
   gso?: boolean;
   /** Ask the kernel for GRO runs on receive (default true). */
   gro?: boolean;
-  /** Receive ring slots (a power of two, default 64) and octets per slot (default 65536: a larger datagram is dropped and counted). */
+  /** Receive slots taken per recvmmsg (a power of two, default 64) and octets per slot (default 65536: a larger datagram is dropped and counted). */
   receiveSlots?: number;
   slotBytes?: number;
-  /**
-   * The receive worker checks every datagram's RoCEv2 ICRC (as a packet from its source to this
-   * socket) and hands the verdict up with it, so the thread that runs RC does not (default false).
-   */
-  checkRoceIcrc?: boolean;
 }
 
-/**
- * Receives one datagram. `data` is valid only during the call (its slot is reused after).
- * `icrc` is Unchecked unless the socket checks ICRCs and its worker took the datagram.
- */
-export type DatagramReceiver = (data: Uint8Array, from: PeerAddress, icrc: IcrcVerdict) => void;
+/** Receives one datagram. `data` is valid only during the call (its slot is reused after). */
+export type DatagramReceiver = (data: Uint8Array, from: PeerAddress) => void;
 
 /** A send error the socket could not recover from by waiting (the datagrams are dropped). */
 export type SendErrorHandler = (to: PeerAddress, errno: number) => void;
@@ -175,7 +141,7 @@ export interface BatchedUdpStatistics {
   sendQueueDrops: number;
   /** Messages that failed with another error (dropped, reported to the error handler). */
   sendErrors: number;
-  /** Batches the receive worker handed over, slots in them, and the datagrams those held. */
+  /** recvmmsg calls that returned datagrams, the slots they filled, and the datagrams those held. */
   receiveBatches: number;
   slotsReceived: number;
   datagramsReceived: number;
@@ -187,15 +153,16 @@ export class BatchedUdpSocket implements TurnParticipant {
   readonly stats: BatchedUdpStatistics;
   /** Why the send worker stopped, if it failed (diagnostics). */
   sendWorkerError: string | undefined;
-  /** Why the receive worker stopped early, if it did (diagnostics). */
-  workerError: string | undefined;
+  /** Why receiving stopped, if it did (a poll or recvmmsg error other than EAGAIN; diagnostics). */
+  receiveError: string | undefined;
   private receiver: DatagramReceiver | undefined;
   private sendErrorHandler: SendErrorHandler | undefined;
   private closed = false;
-  private readonly exited: Promise<void>;
   private readonly sendExited: Promise<void>;
-  /** Resolves once both workers run (or have ended). */
+  /** Resolves once the send worker runs (or has ended). */
   private readonly ready: Promise<void>;
+  /** The poll handle that wakes this thread when the socket is readable (until close). */
+  private poll: ReadablePoll | undefined;
 
   // Send queue, in blocks of one layout: message records (sendmmsg takes them as one array), then
   // three iovecs per packet (consecutive packets' iovecs are one run, so a GSO message points at
@@ -227,35 +194,26 @@ export class BatchedUdpSocket implements TurnParticipant {
   /** Blocks handed to the send worker (the one being filled is `submitted % SEND_BLOCKS`). */
   private submitted = 0;
   private flushEnlisted = false;
-  /** The sockets of this thread that messages of the block being filled go to (one entry each). */
-  private readonly sameThreadPeers: BatchedUdpSocket[] = [];
-  /** A socket of this thread wrote datagrams to this one: take them at the end of the turn. */
-  private sameThreadPending = false;
-  /** This thread holds the receive ring's PRODUCER_LOCK for them (reserveForOwnReceive). */
-  private heldForOwnReceive = false;
   /** The last destination's address, parsed once: consecutive packets mostly go to one peer. */
   private lastDestination = '';
   private destinationOctets: Uint8Array = new Uint8Array(4);
   /** Base address of each ArrayBuffer a referenced part lives in (it never moves: off-heap). */
   private readonly bufferAddresses = new WeakMap<ArrayBufferLike, number>();
 
-  // Receive ring.
-  private readonly control: Int32Array;
+  // Receive area (shared memory: it never moves, and ISA-L reads a datagram's ICRC in place):
+  // per slot a message record, one iovec, a source address, a control message, and its octets.
   private readonly ringBytes: Uint8Array;
   private readonly ringWords: Uint32Array;
-  /** Where slot 0's octets start in the ring, and the views of datagrams in slots (the same ranges come back turn after turn). */
+  /** Where slot 0's octets start, and the views of datagrams in slots (the same ranges come back batch after batch). */
   private readonly dataAt: number;
   private readonly datagramViews: ViewCache;
-  private readonly recordsAt: number;
   private readonly addressesAt: number;
   private readonly receiveControlsAt: number;
-  /** Where the worker writes ICRC verdicts, or -1 when it does not check them. */
-  private readonly verdictsAt: number;
-  private consumed = 0;
-  /** A drain is handing datagrams over (a receiver that ends up in receiveNow must not re-enter it). */
-  private draining = false;
-  /** Address of the ring's first octet (the records the worker filled in hold absolute pointers). */
+  /** Handing datagrams over (a receiver that ends up in receiveNow must not re-enter it). */
+  private receiving = false;
+  /** Address of the area's first octet (its records hold absolute pointers). */
   private readonly ringBase: number;
+  private readonly onReadable = (status: number): void => this.readable(status);
   private lastSourceKey = -1;
   private lastSource: PeerAddress = { address: '', port: 0 };
 
@@ -267,7 +225,6 @@ export class BatchedUdpSocket implements TurnParticipant {
     gso: boolean,
     private readonly slots: number,
     private readonly slotBytes: number,
-    checkRoceIcrc: boolean,
   ) {
     this.gso = gso;
     const n = sendBatch;
@@ -321,68 +278,38 @@ export class BatchedUdpSocket implements TurnParticipant {
     );
     this.sendExited = sender.exited;
 
-    const records = CONTROL_BYTES;
-    const iovecs = records + slots * MMSGHDR;
+    this.ready = sender.started;
+
+    const iovecs = slots * MMSGHDR;
     const addresses = iovecs + slots * IOVEC;
     const controls = addresses + slots * SOCKADDR_IN;
-    const verdicts = controls + slots * CMSG_ROOM;
-    const data = verdicts + slots * VERDICTS_PER_SLOT;
-    const ring = new SharedArrayBuffer(data + slots * slotBytes);
-    this.control = new Int32Array(ring, 0, CONTROL_BYTES / 4);
-    this.ringBytes = new Uint8Array(ring);
-    this.ringWords = new Uint32Array(ring);
+    const data = controls + slots * CMSG_ROOM;
+    const area = new SharedArrayBuffer(data + slots * slotBytes);
+    this.ringBytes = new Uint8Array(area);
+    this.ringWords = new Uint32Array(area);
     this.ringBase = libc.addressOf(this.ringBytes);
     this.dataAt = data;
     this.datagramViews = new ViewCache(this.ringBytes, slots * DATAGRAM_VIEWS_PER_SLOT);
-    this.recordsAt = records;
     this.addressesAt = addresses;
     this.receiveControlsAt = controls;
-    this.verdictsAt = checkRoceIcrc ? verdicts : -1;
-    let icrc: { crc32Path: string; icrcPrefix: Uint8Array; isal: boolean } | undefined;
-    if (checkRoceIcrc) {
-      // The prefix of a packet from anywhere to this socket; the worker patches source and lengths.
-      const ip = new Uint8Array(20);
-      const udp = new Uint8Array(8);
-      socketIcrcHeaders(ip, udp, local, local, 0);
-      icrc = {
-        crc32Path: createRequire(import.meta.url).resolve('@node-rs/crc32'),
-        icrcPrefix: icrcMaskedPrefix(ip, udp),
-        isal: !(loadIsal() instanceof Error),
-      };
+    for (let i = 0; i < slots; i++) {
+      const record = i * MMSGHDR;
+      this.putRing64(record + MSG_NAME, this.ringBase + addresses + i * SOCKADDR_IN);
+      this.putRing64(record + MSG_IOV, this.ringBase + iovecs + i * IOVEC);
+      this.putRing64(record + MSG_IOVLEN, 1);
+      this.putRing64(record + MSG_CONTROL, this.ringBase + controls + i * CMSG_ROOM);
+      this.putRing64(iovecs + i * IOVEC, this.ringBase + data + i * slotBytes);
+      this.putRing64(iovecs + i * IOVEC + 8, slotBytes);
     }
-    const receiver = startWorker(
-      RECEIVE_WORKER,
-      {
-        koffiPath: libc.koffiPath,
-        fd,
-        slots,
-        slotBytes,
-        batch: Math.min(RECEIVE_BATCH, slots),
-        ring,
-        pollfd: POLLFD_AT,
-        records,
-        iovecs,
-        addresses,
-        controls,
-        data,
-        verdicts,
-        ...icrc,
-      },
-      (value: number) => {
-        if (value === 0) this.drain();
-        else this.workerFailed(value);
-      },
-      // A worker that fails to start (out of memory, koffi missing in it) ends receiving only.
-      (message) => (this.workerError = message),
-    );
-    this.exited = receiver.exited;
-    this.ready = Promise.all([receiver.started, sender.started]).then(() => undefined);
   }
 
   /** Opens and binds the socket. Throws RnicError when batching is unavailable here or bind fails. */
   static async open(options: BatchedUdpSocketOptions = {}): Promise<BatchedUdpSocket> {
     const libc = loadBatchedUdp();
     if (libc instanceof Error) throw new RnicError('EINVAL', `batched UDP unavailable: ${libc.message}`);
+    const pollReadable = libc.pollReadable;
+    if (pollReadable === undefined)
+      throw new RnicError('EINVAL', 'batched UDP unavailable: this koffi has no node.poll (package.json pins the version that has it)');
     const sendBatch = options.sendBatch ?? DEFAULT_SEND_BATCH;
     const slots = options.receiveSlots ?? DEFAULT_RECEIVE_SLOTS;
     const slotBytes = options.slotBytes ?? DEFAULT_SLOT_BYTES;
@@ -421,18 +348,21 @@ export class BatchedUdpSocket implements TurnParticipant {
         libc.setsockopt(fd, SOL_UDP, UDP_GRO, value, 4);
       }
       const local = { address: readSockaddrAddress(sockaddr, 0), port: (sockaddr[2]! << 8) | sockaddr[3]! };
-      socket = new BatchedUdpSocket(libc, fd, local, sendBatch, options.gso ?? true, slots, slotBytes, options.checkRoceIcrc ?? false);
-      sameThread.set(socketKey(sockaddr.subarray(4, 8), local.port), socket);
+      socket = new BatchedUdpSocket(libc, fd, local, sendBatch, options.gso ?? true, slots, slotBytes);
     } catch (error) {
       libc.close(fd);
       throw error;
     }
-    await socket.ready;
-    if (socket.workerError !== undefined || socket.sendWorkerError !== undefined) {
+    try {
+      socket.poll = pollReadable(fd, socket.onReadable);
+    } catch (error) {
       await socket.close(); // closes the descriptor
-      const which =
-        socket.workerError !== undefined ? `receive worker failed to start: ${socket.workerError}` : `send worker failed to start: ${socket.sendWorkerError}`;
-      throw new RnicError('EINVAL', `batched UDP ${which}`);
+      throw new RnicError('EINVAL', `batched UDP cannot watch its socket: ${error instanceof Error ? error.message : String(error)}`);
+    }
+    await socket.ready;
+    if (socket.sendWorkerError !== undefined) {
+      await socket.close();
+      throw new RnicError('EINVAL', `batched UDP send worker failed to start: ${socket.sendWorkerError}`);
     }
     return socket;
   }
@@ -528,8 +458,6 @@ export class BatchedUdpSocket implements TurnParticipant {
       const message = this.messages;
       try {
         this.writeDestination(blockAt + this.namesAt + message * SOCKADDR_IN, to);
-        const peer = sameThread.get(socketKey(this.destinationOctets, to.port));
-        if (peer !== undefined && !this.sameThreadPeers.includes(peer)) this.sameThreadPeers.push(peer);
       } catch {
         Atomics.add(this.sendControl, SEND_ERRORS, 1);
         this.sendErrorHandler?.(to, EINVAL);
@@ -558,34 +486,10 @@ export class BatchedUdpSocket implements TurnParticipant {
     }
   }
 
-  /** End of the turn: everything queued goes out, and what this thread wrote to this socket comes in. */
+  /** End of the turn: everything queued goes out. */
   endTurn(): void {
     this.flushEnlisted = false;
     this.flush();
-    if (this.sameThreadPending) {
-      this.sameThreadPending = false;
-      this.receiveOwn();
-    }
-  }
-
-  /**
-   * A socket of this thread is about to write to this one: the ring is held for this thread
-   * (PRODUCER_LOCK) until receiveOwn takes them, so that the worker, which the datagrams wake,
-   * does not take them first and hand them over a wake-up later. Not held if the worker is
-   * receiving right now (it then hands them over itself).
-   */
-  private reserveForOwnReceive(): void {
-    if (this.closed || this.heldForOwnReceive) return;
-    if (Atomics.compareExchange(this.control, PRODUCER_LOCK, 0, 1) === 0) this.heldForOwnReceive = true;
-  }
-
-  /** A socket of this thread has written datagrams to this one: they are taken at the end of this turn. */
-  private expectSameThread(): void {
-    this.sameThreadPending = true;
-    if (!this.flushEnlisted) {
-      this.flushEnlisted = true;
-      turn.flushLater(this);
-    }
   }
 
   /**
@@ -617,18 +521,15 @@ export class BatchedUdpSocket implements TurnParticipant {
     const control = this.sendControl;
     const block = this.submitted % SEND_BLOCKS;
     let start = 0;
-    const peers = this.sameThreadPeers;
     // When nothing is with the worker this thread writes the block itself, whatever its size (one
     // non-blocking sendmmsg): handing it over costs a cross-thread wake-up, 100-200 us on this VM,
     // which every Read round trip and every Write window would pay (session 7: a responder on a
     // thread of its own, 16 KiB to 1 MiB Reads, +20-30 % and less CPU per GiB than with a threshold
     // of 4 packets); and an acknowledgement is in the peer's socket before the turn ends (RC's ACK
-    // timer relies on that: see Requester.expire). Datagrams to this thread's own sockets are
-    // taken by them at the end of the turn (expectSameThread).
+    // timer relies on that: see Requester.expire).
     if (Atomics.load(control, WRITTEN) === this.submitted && Atomics.load(control, SIMULATED_FULL) === 0) {
       // Nothing is with the worker, so writing here keeps the order; anything the kernel does
       // not take at once (a full buffer, an error) goes to the worker, which handles it.
-      for (let p = 0; p < peers.length; p++) peers[p]!.reserveForOwnReceive();
       const taken = this.libc.sendmmsg(this.fd, this.outboundBase + this.blockAt, this.messages, MSG_DONTWAIT);
       Atomics.add(control, SEND_CALLS, 1);
       if (taken > 0) {
@@ -638,8 +539,6 @@ export class BatchedUdpSocket implements TurnParticipant {
         Atomics.add(control, MESSAGES_SENT, taken);
         start = taken;
       }
-      for (let p = 0; p < peers.length; p++) peers[p]!.expectSameThread();
-      peers.length = 0;
       if (start === this.messages) {
         // Written: the block is filled again from the front (its pointed-at parts released).
         this.pinned[block]!.fill(this.outbound, 0, this.packets * MAX_PARTS);
@@ -648,7 +547,6 @@ export class BatchedUdpSocket implements TurnParticipant {
         return;
       }
     }
-    peers.length = 0;
     control[BLOCK_START + block] = start;
     control[BLOCK_MESSAGES + block] = this.messages;
     this.blockPackets[block] = this.packets;
@@ -660,69 +558,56 @@ export class BatchedUdpSocket implements TurnParticipant {
   }
 
   /**
-   * Hands the receiver, now, every datagram that has reached this socket: those the worker has
-   * published and those still in the kernel's queue, taken here on the main thread. Callers that
-   * judge silence (an ACK timer, a peer's close) call it first: the worker's hand-over is a
-   * thread switch, which a loaded machine can delay past any timer. Waits at most ~200 ms for a
-   * worker in the middle of its own receive (it holds the ring for microseconds unless preempted).
+   * Hands the receiver, now, the datagrams that have reached this socket (as many as one
+   * readable event takes). Callers that judge silence (an ACK timer, a peer's close) call it
+   * first: the readable event waits for the event loop, which a long turn can delay.
    */
   receiveNow(): void {
-    if (this.closed || this.draining) return; // inside a delivery: the drain under way hands everything over
+    this.receive();
+  }
 
-    const control = this.control;
-    let waited = 0;
-    while (!this.heldForOwnReceive && Atomics.compareExchange(control, PRODUCER_LOCK, 0, 1) !== 0) {
-      if (waited++ >= 20) {
-        this.drain();
+  /** The poll handle's callback (koffi calls it from the event loop; nothing may escape it). */
+  private readable(status: number): void {
+    try {
+      if (status < 0) this.stopReceiving(`poll failed: ${errnoName(-status)}`);
+      else this.receive();
+    } catch (error) {
+      // An exception escaping koffi's poll callback leaves the process spinning (koffi 3.3.4):
+      // report it as an uncaught exception, from a callback of Node's own.
+      setImmediate(() => {
+        throw error;
+      });
+    }
+  }
+
+  /** Takes what the kernel holds for this socket, a batch per recvmmsg, each batch one turn. */
+  private receive(): void {
+    if (this.closed || this.receiving) return; // inside a delivery: the batch under way is handed over first
+    const words = this.ringWords;
+    for (let call = 0; call < RECEIVE_CALLS_PER_WAKE; call++) {
+      // The kernel overwrites both lengths with what it wrote: give every slot its full room again.
+      for (let i = 0; i < this.slots; i++) {
+        const record = i * MMSGHDR;
+        words[(record + MSG_NAMELEN) >>> 2] = SOCKADDR_IN;
+        words[(record + MSG_CONTROLLEN) >>> 2] = CMSG_ROOM;
+        words[((record + MSG_CONTROLLEN) >>> 2) + 1] = 0;
+      }
+      const got = this.libc.recvmmsg(this.fd, this.ringBase, this.slots, MSG_DONTWAIT, 0);
+      if (got <= 0) {
+        const errno = got < 0 ? this.libc.errno() : EAGAIN;
+        if (errno !== EAGAIN && errno !== EINTR) this.stopReceiving(`recvmmsg failed: ${errnoName(errno)}`);
         return;
       }
-      Atomics.wait(control, PRODUCER_LOCK, 1, 10);
+      this.deliver(got);
+      if (got < this.slots || this.closed) return;
     }
-    this.heldForOwnReceive = false;
-    this.takeLocked();
-    this.drain();
   }
 
-  /**
-   * Takes what this thread's own sockets wrote to this one, unless the worker is taking
-   * datagrams right now (then it hands them over itself: nothing here waits for it).
-   */
-  private receiveOwn(): void {
-    if (this.closed || this.draining) return;
-    if (!this.heldForOwnReceive && Atomics.compareExchange(this.control, PRODUCER_LOCK, 0, 1) !== 0) return;
-    this.heldForOwnReceive = false;
-    this.takeLocked();
-    this.drain();
-  }
-
-  /** With PRODUCER_LOCK held: moves every datagram the kernel holds into the ring (as far as it has room), then releases the lock. */
-  private takeLocked(): void {
-    const control = this.control;
-    try {
-      for (;;) {
-        const produced = Atomics.load(control, PRODUCED);
-        const free = this.slots - ((produced - this.consumed) | 0);
-        const start = (produced >>> 0) % this.slots;
-        const count = Math.min(free, this.slots - start, RECEIVE_BATCH);
-        if (count === 0) break;
-        for (let i = start; i < start + count; i++) {
-          const record = this.recordsAt + i * MMSGHDR;
-          this.ringWords[(record + MSG_NAMELEN) >>> 2] = SOCKADDR_IN;
-          this.ringWords[(record + MSG_CONTROLLEN) >>> 2] = CMSG_ROOM;
-          this.ringWords[((record + MSG_CONTROLLEN) >>> 2) + 1] = 0;
-        }
-        const got = this.libc.recvmmsg(this.fd, this.ringBase + this.recordsAt + start * MMSGHDR, count, MSG_DONTWAIT, 0);
-        if (got <= 0) break;
-        Atomics.add(control, OWN_TAKES, 1); // a parked worker stays parked while this thread takes
-        // Taken here, not by the worker: nothing checked their ICRCs (the receiver does).
-        if (this.verdictsAt >= 0) this.ringBytes.fill(0, this.verdictsAt + start * VERDICTS_PER_SLOT, this.verdictsAt + (start + got) * VERDICTS_PER_SLOT);
-        Atomics.store(control, PRODUCED, (produced + got) | 0);
-        if (got < count) break;
-      }
-    } finally {
-      Atomics.store(control, PRODUCER_LOCK, 0);
-      Atomics.notify(control, PRODUCER_LOCK);
-    }
+  /** Receiving cannot go on (the descriptor is unusable): stop watching it, say why. */
+  private stopReceiving(reason: string): void {
+    this.receiveError = reason;
+    this.poll?.close();
+    this.poll = undefined;
   }
 
   /** Test hook: the next `count` sendmmsg calls are answered as if the socket buffer were full (EAGAIN). */
@@ -734,8 +619,9 @@ export class BatchedUdpSocket implements TurnParticipant {
     if (this.closed) return;
     this.flush();
     this.closed = true;
-    const key = socketKey(parseIpv4(this.local.address), this.local.port);
-    if (sameThread.get(key) === this) sameThread.delete(key);
+    // Before the descriptor closes (libuv requires it), and so that nothing keeps the event loop waiting.
+    this.poll?.close();
+    this.poll = undefined;
     // The send worker writes what was submitted, then ends; a socket that stays full is given
     // up after a second (what was left is lost, as in any close of a UDP socket).
     Atomics.store(this.sendControl, SEND_CLOSING, 1);
@@ -746,40 +632,20 @@ export class BatchedUdpSocket implements TurnParticipant {
     }, 1000);
     await this.sendExited;
     clearTimeout(giveUp);
-    Atomics.store(this.control, CLOSING, 1);
-    Atomics.notify(this.control, PARKED);
-    if (this.heldForOwnReceive) {
-      this.heldForOwnReceive = false;
-      Atomics.store(this.control, PRODUCER_LOCK, 0);
-      Atomics.notify(this.control, PRODUCER_LOCK);
-    }
-    // Wakes the worker from poll (Linux wakes waiters on a shut-down UDP socket) or from waiting
-    // for ring space; poll's timeout covers a kernel that would not.
-    this.libc.shutdown(this.fd, SHUT_RDWR);
-    Atomics.notify(this.control, CONSUMED);
-    await this.exited;
-    // Only now: the descriptor's number could otherwise be reused while the worker still reads it.
+    // Only now: the descriptor's number could otherwise be reused while the send worker still writes to it.
     this.libc.close(this.fd);
   }
 
-  /** Hands every datagram the worker has published to the receiver, as one turn. */
-  private drain(): void {
-    Atomics.store(this.control, WAKE_PENDING, 0);
-    if (this.closed || this.draining) return;
-    const produced = Atomics.load(this.control, PRODUCED);
-    let consumed = this.consumed;
-    if (consumed === produced) return;
+  /** Hands the `count` slots recvmmsg filled to the receiver, as one turn. */
+  private deliver(count: number): void {
     this.stats.receiveBatches++;
-    const slots = this.slots;
     const words = this.ringWords;
-    this.draining = true;
+    this.receiving = true;
     turn.enter();
     try {
-      while (consumed !== produced) {
-        const slot = ((consumed >>> 0) % slots) | 0;
-        consumed = (consumed + 1) | 0;
+      for (let slot = 0; slot < count && !this.closed; slot++) {
         this.stats.slotsReceived++;
-        const record = this.recordsAt + slot * MMSGHDR;
+        const record = slot * MMSGHDR;
         const length = words[(record + MSG_LEN) >>> 2]!;
         if ((words[(record + MSG_FLAGS) >>> 2]! & MSG_TRUNC) !== 0 || length > this.slotBytes) {
           this.stats.truncated++;
@@ -800,34 +666,22 @@ export class BatchedUdpSocket implements TurnParticipant {
         }
         const from = this.source(this.addressesAt + slot * SOCKADDR_IN);
         const slotAt = this.dataAt + slot * this.slotBytes;
-        const verdicts = this.verdictsAt + slot * VERDICTS_PER_SLOT;
         let offset = 0;
-        let index = 0;
         do {
           const end = Math.min(offset + segment, length);
-          const verdict = this.verdictsAt >= 0 && index < VERDICTS_PER_SLOT ? (this.ringBytes[verdicts + index]! as IcrcVerdict) : IcrcVerdict.Unchecked;
-          index++;
           this.stats.datagramsReceived++;
           try {
-            receiver(this.datagramViews.view(slotAt + offset, end - offset), from, verdict);
+            receiver(this.datagramViews.view(slotAt + offset, end - offset), from);
           } catch {
-            // A receiver's bug must not stop the ring: the datagram counts as lost.
+            // A receiver's bug must not stop receiving: the datagram counts as lost.
           }
           offset = end;
         } while (offset < length);
       }
     } finally {
-      this.consumed = consumed;
-      Atomics.store(this.control, CONSUMED, consumed);
-      Atomics.notify(this.control, CONSUMED);
-      this.draining = false;
+      this.receiving = false;
       turn.leave();
     }
-  }
-
-  private workerFailed(errno: number): void {
-    this.workerError = `recvmmsg failed: ${errnoName(errno)}`;
-    this.drain();
   }
 
   /** The datagram's source; the same object while it does not change. */
@@ -859,6 +713,12 @@ export class BatchedUdpSocket implements TurnParticipant {
       this.bufferAddresses.set(buffer, base);
     }
     return base + part.byteOffset;
+  }
+
+  /** Writes a 64-bit value at `offset` within the receive area. */
+  private putRing64(offset: number, value: number): void {
+    this.ringWords[offset >>> 2] = value % 4294967296;
+    this.ringWords[(offset >>> 2) + 1] = Math.floor(value / 4294967296);
   }
 
   /** Writes a 64-bit value at `offset` within the block being filled. */
