@@ -28,6 +28,7 @@ import { childCpuUs, cpuPerOp, kbtpCpuPerOp, type CpuPerOp } from './cpu.ts';
 import { nodeSocketGbps } from './node-socket.ts';
 import { tcpPingPong, type PingPongResult } from './tcp-pingpong.ts';
 import { redisLatency, redisRowFigures, type RedisRowFigures } from './redis-latency.ts';
+import { rowCpuLine } from './row-cpu.ts';
 
 /** redis_p50_us / redis_p99_us: to the reply's last octet; redis_benchmark_*: redis-benchmark's first read. */
 export interface CompareRow extends RedisRowFigures {
@@ -437,6 +438,8 @@ async function main(): Promise<number> {
       `target CPU per 16 KiB LOAD <= 2x Redis GET: target ${cpu.kbtp.server_us} us vs redis-server ${cpu.redis.server_us} us -> ${cpuMet('server_us')}; ` +
         `client ${cpu.kbtp.client_us} us vs redis-benchmark ${cpu.redis.client_us} us -> ${cpuMet('client_us')}`,
     );
+    const perRequest = rowCpuLine(primary.rows);
+    if (perRequest !== undefined) console.log(perRequest);
     console.log(`load average before ${loadBefore.join(' ')}, after ${loadAfter.join(' ')} (2 cores)`);
     console.log(`wrote ${join(out, 'compare.json')}, compare-detail.json and compare.svg`);
     return 0;
