@@ -23,6 +23,9 @@ const KINDS: ReadonlyArray<readonly [string, RegExp]> = [
   ['group commit (JS)', /group-commit\.js|tier\.js|tier-host\.js|records\.js|msgpackr/],
   ['fs promises', /FSReqPromise|internal\/fs\/promises/],
   ['thread wake-ups', /futex/],
+  // A thread going to sleep or waking another: every cross-thread hand-off pays this on both sides
+  // (on this VM much of it under pvm_irq_enable in finish_task_switch).
+  ['scheduler (sleep, switch, wake)', /__schedule|finish_task_switch|try_to_wake_up/],
   ['garbage collection', /Scavenge|MarkCompact|CollectGarbage|ConcurrentMarking|Sweeper/],
   ['JIT compilation', /compiler::/],
   ['page faults', /asm_exc_page_fault/],

@@ -53,8 +53,14 @@ try {
   );
   for (const thread of run.threads ?? [])
     console.log(
-      `  ${thread.main ? 'main thread' : `thread ${thread.tid}`} (${thread.name}): ${us(thread.userUs)} us user + ${us(thread.systemUs)} us system per STORE`,
+      `  ${thread.main ? 'main thread' : `thread ${thread.tid}`} (${thread.name}): ${us(thread.userUs)} us user + ${us(thread.systemUs)} us system per STORE, context switches ${thread.voluntary.toFixed(2)} + ${thread.involuntary.toFixed(2)} involuntary`,
     );
+  const threads = run.threads ?? [];
+  if (threads.length > 0) {
+    const voluntary = threads.reduce((total, t) => total + t.voluntary, 0);
+    const involuntary = threads.reduce((total, t) => total + t.involuntary, 0);
+    console.log(`  context switches per STORE, all threads: ${voluntary.toFixed(2)} voluntary + ${involuntary.toFixed(2)} involuntary`);
+  }
   const durable = run.durable;
   if (durable !== undefined && durable.batchRecords > 0)
     console.log(

@@ -32,17 +32,32 @@ export interface StoreRun {
   clientCpuUs: number;
   /** Of targetCpuUs, the target's main thread: where the durable tier's group commit runs (the workers, libuv's and V8's threads are the rest). */
   mainThreadCpuUs: number;
-  /** With `threads`: every thread of this process that used CPU during the measured pass, microseconds per STORE (user, system). */
-  threads?: Array<{ tid: number; name: string; main: boolean; userUs: number; systemUs: number }>;
+  /**
+   * With `threads`: every thread of this process that used CPU during the measured pass, microseconds
+   * per STORE (user, system), and its context switches per STORE (voluntary: it slept and was woken,
+   * each one a cross-thread hand-off or an I/O wait; involuntary: preempted).
+   */
+  threads?: Array<{ tid: number; name: string; main: boolean; userUs: number; systemUs: number; voluntary: number; involuntary: number }>;
   /** STOREs in the measured pass. */
   stores: number;
   /** The durable tier's figures at the end of the run (group commits, fsyncs, batch sizes); undefined when volatile. */
   durable?: DurableStats | undefined;
 }
 
-/** CPU times of this process's threads in microseconds (Linux: /proc/self/task/TID/stat, in clock ticks); empty where there is no /proc. */
-function threadTimes(): Map<number, { name: string; user: number; system: number }> {
-  const times = new Map<number, { name: string; user: number; system: number }>();
+interface ThreadTimes {
+  name: string;
+  user: number;
+  system: number;
+  voluntary: number;
+  involuntary: number;
+}
+
+/**
+ * CPU times of this process's threads in microseconds (Linux: /proc/self/task/TID/stat, in clock
+ * ticks) and their context switches (.../status); empty where there is no /proc.
+ */
+function threadTimes(): Map<number, ThreadTimes> {
+  const times = new Map<number, ThreadTimes>();
   let tids: string[];
   try {
     tids = fs.readdirSync('/proc/self/task');
@@ -54,7 +69,15 @@ function threadTimes(): Map<number, { name: string; user: number; system: number
       const stat = fs.readFileSync(`/proc/self/task/${tid}/stat`, 'utf8');
       const fields = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
       const name = stat.slice(stat.indexOf('(') + 1, stat.lastIndexOf(')'));
-      times.set(Number(tid), { name, user: (Number(fields[11]) * 1e6) / CLOCK_TICKS, system: (Number(fields[12]) * 1e6) / CLOCK_TICKS });
+      const status = fs.readFileSync(`/proc/self/task/${tid}/status`, 'utf8');
+      const switches = (field: string): number => Number(new RegExp(`^${field}:\\s+(\\d+)`, 'm').exec(status)?.[1] ?? 0);
+      times.set(Number(tid), {
+        name,
+        user: (Number(fields[11]) * 1e6) / CLOCK_TICKS,
+        system: (Number(fields[12]) * 1e6) / CLOCK_TICKS,
+        voluntary: switches('voluntary_ctxt_switches'),
+        involuntary: switches('nonvoluntary_ctxt_switches'),
+      });
     } catch {
       // The thread ended meanwhile.
     }
@@ -82,7 +105,7 @@ export async function storeRun(
     });
     let out = '';
     let cpuBefore: NodeJS.CpuUsage | undefined;
-    let threadsBefore = new Map<number, { name: string; user: number; system: number }>();
+    let threadsBefore = new Map<number, ThreadTimes>();
     child.stdout.on('data', (chunk: Buffer) => {
       out += chunk.toString();
       // The warm-up is over: the measured pass starts.
@@ -101,9 +124,10 @@ export async function storeRun(
     const stores = perSession * SESSIONS;
     const threads: NonNullable<StoreRun['threads']> = [];
     for (const [tid, after] of threadsAfter) {
-      const before = threadsBefore.get(tid) ?? { user: 0, system: 0 };
+      const before = threadsBefore.get(tid) ?? { user: 0, system: 0, voluntary: 0, involuntary: 0 };
       const [userUs, systemUs] = [(after.user - before.user) / stores, (after.system - before.system) / stores];
-      if (userUs + systemUs > 0) threads.push({ tid, name: after.name, main: tid === process.pid, userUs, systemUs });
+      const [voluntary, involuntary] = [(after.voluntary - before.voluntary) / stores, (after.involuntary - before.involuntary) / stores];
+      if (userUs + systemUs > 0 || voluntary > 0) threads.push({ tid, name: after.name, main: tid === process.pid, userUs, systemUs, voluntary, involuntary });
     }
     threads.sort((a, b) => b.userUs + b.systemUs - (a.userUs + a.systemUs));
     const main = threads.find((thread) => thread.main);
