@@ -96,7 +96,10 @@ function startWorker(
     else if (message.type === 'fatal') failed(new InternalError(`worker ${data.thread} failed: ${message.message}`));
     else if (message.type === 'tier') {
       if (tier === undefined) return;
-      void tier.answer(message.ask).then((answer) => answers.add(message.id, answer));
+      message.asks.forEach((ask, i) => {
+        const id = message.ids[i] ?? 0;
+        void tier.answer(ask).then((answer) => answers.add(id, answer));
+      });
     }
   });
   return { worker, first };

@@ -12,6 +12,9 @@ export type TierRequest = Exclude<TierAsk, { op: 'seal' }> | Omit<Extract<TierAs
 export class TierClient {
   private nextId = 1;
   private readonly waiting = new Map<number, (answer: TierAnswer) => void>();
+  /** Asks of this turn of the event loop, posted together when the turn's I/O callbacks are done. */
+  private ids: number[] = [];
+  private asks: TierAsk[] = [];
 
   constructor(
     private readonly post: (message: TierToMain) => void,
@@ -32,9 +35,23 @@ export class TierClient {
     } else ask = request;
     return new Promise((resolve) => {
       this.waiting.set(id, resolve);
-      this.post({ type: 'tier', id, ask });
+      this.ids.push(id);
+      this.asks.push(ask);
+      // Posted after the poll phase (setImmediate), not at the end of this callback (a microtask):
+      // every socket callback of a turn drains the microtasks, so only setImmediate gathers the
+      // asks of all the sockets served in the turn. Each message wakes the main thread (100-200 us
+      // of latency and CPU on both sides here); one message a turn also hands the group commit
+      // its asks in bursts, so its groups are larger (docs/TIER.md, session 8).
+      if (this.ids.length === 1) setImmediate(this.flush);
     });
   }
+
+  private readonly flush = (): void => {
+    const message: TierToMain = { type: 'tier', ids: this.ids, asks: this.asks };
+    this.ids = [];
+    this.asks = [];
+    this.post(message);
+  };
 
   /** A message of answers from the main thread (TierToWorker): triples of ask id, ok (1 or 0), outcome. */
   answeredAll(answers: readonly number[]): void {

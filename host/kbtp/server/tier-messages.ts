@@ -15,7 +15,11 @@ export interface TierAnswer {
   outcome: number;
 }
 
-export type TierToMain = { type: 'tier'; id: number; ask: TierAsk };
+/**
+ * A worker's asks of one turn of its event loop (tier-client.ts), `ids[i]` naming `asks[i]`: one
+ * message, so one wake-up of the main thread, for all the seals its sockets brought in that turn.
+ */
+export type TierToMain = { type: 'tier'; ids: number[]; asks: TierAsk[] };
 /**
  * The main thread's answers to one worker, as triples: ask id, 1 when ok (else 0), outcome. A group
  * commit settles all of its asks at once, and one message per worker and group (tier-answers.ts)
