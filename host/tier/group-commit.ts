@@ -49,6 +49,8 @@ export abstract class GroupCommit extends CheckpointWriter {
   protected readonly undoRetries = new Map<number, number>();
   /** Wakes the commit loop when a request is queued while it waits on a group's sync. */
   protected arrived: (() => void) | undefined;
+  /** Settles when the data writes started so far have ended (writeData: one at a time). */
+  private dataWrites: Promise<void> = Promise.resolve();
   /** Maintenance tasks (scrub repair, checkpoint, tenant changes) waiting for the committer. */
   protected readonly exclusiveWaiters: Array<() => void> = [];
 
@@ -242,14 +244,29 @@ export abstract class GroupCommit extends CheckpointWriter {
   }
 
   /**
-   * Starts writing the seals' data into their slots; seals in consecutive slots go out in one
-   * vectored write (a full block fills its slot exactly). Resolves when every write has ended, and
-   * rejects (with the first error) only then, so that no write is still running into a slot that a
-   * failure gives back.
+   * Writes the seals' data into their slots; seals in consecutive slots go out in one vectored
+   * write (a full block fills its slot exactly). One data write is in flight at a time, across
+   * calls: concurrent writes to the one file wait for each other on its inode's lock in the
+   * kernel, each wait a sleep and a wake-up of a libuv thread (docs/TIER.md, session 8). Resolves
+   * when this call's writes have ended, and rejects (with the first error) only then, so that no
+   * write is still running into a slot that a failure gives back.
    */
   protected async writeData(batch: Op[]): Promise<void> {
+    const before = this.dataWrites;
+    let done = (): void => undefined;
+    this.dataWrites = new Promise<void>((resolve) => {
+      done = resolve;
+    });
+    await before;
+    try {
+      await this.writeDataNow(batch);
+    } finally {
+      done();
+    }
+  }
+
+  private async writeDataNow(batch: Op[]): Promise<void> {
     const seals = batch.filter((op): op is Extract<Op, { kind: 'seal' }> => op.kind === 'seal').sort((a, b) => a.slot - b.slot);
-    const writes: Array<Promise<void>> = [];
     for (let i = 0; i < seals.length; ) {
       const first = seals[i];
       if (first === undefined) break;
@@ -264,12 +281,9 @@ export abstract class GroupCommit extends CheckpointWriter {
         j += 1;
       }
       if (run.some((part) => part.length > 0))
-        writes.push(
-          run.length === 1 ? this.data.write(first.data, first.slot * this.sizing.slotSize) : this.data.writev(run, first.slot * this.sizing.slotSize),
-        );
+        await (run.length === 1 ? this.data.write(first.data, first.slot * this.sizing.slotSize) : this.data.writev(run, first.slot * this.sizing.slotSize));
       i = j;
     }
-    await settledAll(writes);
   }
 
   /**

@@ -6,6 +6,7 @@ import { DurableTier, TierError, type TierOptions, type DropGate } from '../../h
 import { generationDistance, generationPlus, GENERATION_RESERVE_BATCH } from '../../host/tier/generations.ts';
 import { Random } from '../../host/util/random.ts';
 import { MemoryFiles } from './memory-files.ts';
+import type { FileLayer, TierFile } from '../../host/tier/files.ts';
 import { journalFrames, corrupt, isGroupWith, type JournalFrame } from './journal-frames.ts';
 
 const DIR = '/tier';
@@ -101,6 +102,61 @@ test('freed slots are reused lowest first, so a group of seals goes out in a few
   const again = await DurableTier.open(options(files.afterCrash()));
   assert.is(again.recovery.blocksRecovered, 40 - 2 + 1);
   assert.equal((await readBack(again, 200)).data, blockData(200, 2));
+  await again.close();
+});
+
+/** `files` with the data file's writes taking a turn of the event loop each, counting how many run at once. */
+function slowDataWrites(files: MemoryFiles): { layer: FileLayer; mostAtOnce: () => number } {
+  let running = 0;
+  let most = 0;
+  const slow = async (write: () => Promise<void>): Promise<void> => {
+    running += 1;
+    most = Math.max(most, running);
+    try {
+      await new Promise((resolve) => setTimeout(resolve, 1));
+      await write();
+    } finally {
+      running -= 1;
+    }
+  };
+  const wrap = (file: TierFile): TierFile => ({
+    path: file.path,
+    write: (data, position) => slow(() => file.write(data, position)),
+    writev: (data, position) => slow(() => file.writev(data, position)),
+    read: (into, position) => file.read(into, position),
+    datasync: () => file.datasync(),
+    size: () => file.size(),
+    truncate: (length) => file.truncate(length),
+    close: () => file.close(),
+  });
+  const layer: FileLayer = {
+    open: async (file, create) => {
+      const opened = await files.open(file, create);
+      return file === `${DIR}/blocks` ? wrap(opened) : opened;
+    },
+    list: (directory) => files.list(directory),
+    exists: (file) => files.exists(file),
+    rename: (from, to) => files.rename(from, to),
+    remove: (file) => files.remove(file),
+    syncDirectory: (directory) => files.syncDirectory(directory),
+    makeDirectory: () => files.makeDirectory(),
+  };
+  return { layer, mostAtOnce: () => most };
+}
+
+test('one data write at a time: seals that cannot share a vectored write are written one after another', async () => {
+  const files = new MemoryFiles();
+  const slow = slowDataWrites(files);
+  const tier = await DurableTier.open({ ...options(files), files: slow.layer });
+  // Short blocks do not fill their slots, so each is a write of its own; all arrive together.
+  const short = (index: number): Uint8Array => blockData(index, 2).subarray(0, 100 + index);
+  await Promise.all(Array.from({ length: 24 }, (_, i) => tier.seal(i, 2, short(i))));
+  // Concurrent writes to one file wait for each other on its inode lock in the kernel, each wait a sleep and a wake-up.
+  assert.is(slow.mostAtOnce(), 1);
+  await tier.close();
+  const again = await DurableTier.open(options(files.afterCrash()));
+  assert.is(again.recovery.blocksRecovered, 24);
+  for (let i = 0; i < 24; i++) assert.equal((await readBack(again, i)).data, short(i));
   await again.close();
 });
 
