@@ -2,11 +2,14 @@
 // boundaries through batching and GSO runs, the send worker behind a full socket (EAGAIN), a datagram larger
 // than a receive slot, the link's ICRC check, receiving on the socket's own thread (no receive
 // worker; idle, a burst larger than the receive area, a throwing receiver, a peer on another
-// thread), close with datagrams queued and the poll handle released (the process exits), a send
+// thread), close with datagrams queued and the poll handle released (the process exits), a worker
+// ending with its socket open (the process survives), a send
 // the kernel refuses ending the QP, and the choice between the batched link and node:dgram's.
 import { execFile, type ExecFileException } from 'node:child_process';
 import dgram from 'node:dgram';
-import { readdirSync } from 'node:fs';
+import { mkdtempSync, readdirSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 import { Worker } from 'node:worker_threads';
 import { test } from 'uvu';
 import * as assert from 'uvu/assert';
@@ -368,6 +371,43 @@ test('close releases the poll handle: sends after close are ignored, close twice
   assert.is(run.error?.killed ?? false, false, 'the process did not exit within 20 s of closing its sockets');
   assert.is(run.stderr, '');
   assert.is(run.stdout.trim(), 'closed');
+  assert.is(run.error, null);
+});
+
+test('a worker thread that ends with its socket open (terminated, or by an uncaught exception) leaves the process running', async () => {
+  // In a child whose main thread never loads koffi: there Node unloads the addon with the
+  // worker, and koffi's close callback for the still-open poll handle ran in unmapped code
+  // (SIGSEGV) until batched-udp-libc.ts kept the binary loaded.
+  const moduleUrl = new URL('../../host/rnic/rc/batched-udp-socket.ts', import.meta.url).href;
+  const script = `
+    const { Worker } = await import('node:worker_threads');
+    const body = (ending) => \`
+      const { parentPort } = require('node:worker_threads');
+      import('tsx/esm/api').then((tsx) => { tsx.register(); return import(${JSON.stringify(moduleUrl)}); }).then(async ({ BatchedUdpSocket }) => {
+        const socket = await BatchedUdpSocket.open();
+        socket.setReceiver(() => undefined);
+        parentPort.postMessage(socket.local.port);
+        \${ending}
+      });\`;
+    for (const ending of ['', 'setTimeout(() => { throw new Error("worker bug"); }, 10);']) {
+      const worker = new Worker(body(ending), { eval: true });
+      worker.on('error', () => undefined);
+      await new Promise((resolve) => worker.once('message', resolve));
+      if (ending === '') await worker.terminate();
+      else await new Promise((resolve) => worker.once('exit', resolve));
+    }
+    console.log('survived');
+  `;
+  // From a file: an eval'd worker would inherit --input-type=module from an eval'd script.
+  const directory = mkdtempSync(join(tmpdir(), 'kbtp-batched-udp-'));
+  const file = join(directory, 'workers-end.mjs');
+  writeFileSync(file, script);
+  const run = await new Promise<{ error: ExecFileException | null; stdout: string; stderr: string }>((resolve) =>
+    execFile(process.execPath, ['--import', 'tsx', file], { timeout: 30_000 }, (error, stdout, stderr) => resolve({ error, stdout, stderr })),
+  );
+  rmSync(directory, { recursive: true, force: true });
+  assert.is(run.error?.signal ?? null, null, `the process died of ${run.error?.signal}`);
+  assert.is(run.stdout.trim(), 'survived', run.stderr);
   assert.is(run.error, null);
 });
 

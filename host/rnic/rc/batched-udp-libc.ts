@@ -2,6 +2,7 @@
 // koffi (prebuilt binaries in its npm package), with the IPv4 sockaddr layout and the errno names
 // its errors are reported with. Kept apart from the socket so that other users of the binding
 // (shared-copy.ts's memmove, the link choice's probe) need not load the socket's machinery.
+import { readFileSync } from 'node:fs';
 import { createRequire } from 'node:module';
 import os from 'node:os';
 import { AF_INET } from './batched-udp-layout.ts';
@@ -69,7 +70,7 @@ export function loadBatchedUdp(): Libc | Error {
     const moveBytes = libc.func('void memmove(intptr_t, intptr_t, size_t)') as Libc['moveBytes'];
     const poll = (koffi as unknown as { node?: { poll?: unknown } }).node?.poll;
     const pollReadable =
-      typeof poll === 'function'
+      typeof poll === 'function' && keepKoffiLoaded(koffi, libc)
         ? (fd: number, onReadable: (status: number) => void): ReadablePoll => {
             const handle = (poll as KoffiPoll)(fd, { readable: true }, onReadable);
             if (handle === null) throw new Error(`koffi.node.poll refused descriptor ${fd}`);
@@ -128,4 +129,36 @@ const ERRNO_NAMES: Record<number, string> = {
 
 export function errnoName(errno: number): string {
   return ERRNO_NAMES[errno] ?? `errno ${errno}`;
+}
+
+const RTLD_NOW = 2;
+const RTLD_NOLOAD = 4;
+const RTLD_NODELETE = 0x1000;
+
+/**
+ * Keeps koffi's native binary mapped until the process ends. A worker thread that ends (or is
+ * terminated) with a poll handle open has it closed during its teardown, and libuv calls the
+ * handle's close callback, which is koffi's code, after Node unloaded the addon if no other
+ * thread had loaded it: the process dies of SIGSEGV (koffi 3.3.4, Node 20). dlopen with
+ * RTLD_NODELETE on the loaded binary (RTLD_NOLOAD: only its flags change) prevents the unload.
+ * False when the binary cannot be pinned: then the socket is not used (node:dgram is).
+ */
+function keepKoffiLoaded(koffi: typeof import('koffi'), libc: ReturnType<typeof koffi.load>): boolean {
+  try {
+    const binary = readFileSync('/proc/self/maps', 'utf8')
+      .split('\n')
+      .map((line) => line.slice(line.indexOf('/')))
+      .find((path) => path.endsWith('/koffi.node'));
+    if (binary === undefined) return false;
+    let dlopen: (path: string, flags: number) => unknown;
+    try {
+      dlopen = libc.func('void *dlopen(const char *, int)') as typeof dlopen;
+    } catch {
+      // glibc before 2.34 keeps dlopen in libdl.
+      dlopen = koffi.load('libdl.so.2').func('void *dlopen(const char *, int)') as typeof dlopen;
+    }
+    return dlopen(binary, RTLD_NOW | RTLD_NOLOAD | RTLD_NODELETE) !== null;
+  } catch {
+    return false;
+  }
 }

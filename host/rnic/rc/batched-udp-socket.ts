@@ -309,7 +309,10 @@ export class BatchedUdpSocket implements TurnParticipant {
     if (libc instanceof Error) throw new RnicError('EINVAL', `batched UDP unavailable: ${libc.message}`);
     const pollReadable = libc.pollReadable;
     if (pollReadable === undefined)
-      throw new RnicError('EINVAL', 'batched UDP unavailable: this koffi has no node.poll (package.json pins the version that has it)');
+      throw new RnicError(
+        'EINVAL',
+        'batched UDP unavailable: koffi.node.poll is missing (package.json pins the koffi that has it) or koffi cannot be kept loaded',
+      );
     const sendBatch = options.sendBatch ?? DEFAULT_SEND_BATCH;
     const slots = options.receiveSlots ?? DEFAULT_RECEIVE_SLOTS;
     const slotBytes = options.slotBytes ?? DEFAULT_SLOT_BYTES;
