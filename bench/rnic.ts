@@ -18,8 +18,7 @@
 // only. Ratios are printed where both of their rows ran. threads: Writes and Reads with the responder on a
 // worker thread of its own (bench/rnic-responder.ts), iWARP (CRC off) and RoCE: the shape of a
 // deployed target, whose initiators run elsewhere, so a round trip crosses what a deployed one
-// crosses (one-thread RoCE rows take the batched link's same-thread path, which a target and its
-// initiators in different processes never take: docs/RNIC.md).
+// crosses (with both ends on one thread, one thread does the work of both: docs/RNIC.md).
 
 import { mkdirSync, writeFileSync } from 'node:fs';
 import { dirname, join } from 'node:path';

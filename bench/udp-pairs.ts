@@ -1,8 +1,8 @@
 // Plain UDP socket pairs moving datagrams of one RoCE packet's size (4112 octets: BTH, 4 KiB,
 // ICRC at path MTU 4096) with a bounded window: what a RoCE link's UDP layer itself carries,
 // without the RC transport. One pair through node:dgram (one send, one callback and one Buffer
-// per datagram), one through BatchedUdpSocket (sendmmsg + GSO per turn, recvmmsg + GRO in a
-// worker). Used by bench/rnic.ts (rows "udp" and "udp-batched") and bench/udp-batch.ts.
+// per datagram), one through BatchedUdpSocket (sendmmsg + GSO per turn, recvmmsg + GRO when
+// the socket is readable). Used by bench/rnic.ts (rows "udp" and "udp-batched") and bench/udp-batch.ts.
 
 import dgram from 'node:dgram';
 import { BatchedUdpSocket } from '../host/rnic/rc/batched-udp-socket.ts';

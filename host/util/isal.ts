@@ -2,8 +2,7 @@
 // with carry-less multiplies and run at 28-44 GB/s on the benchmark machine, where
 // @node-rs/crc32 runs at 3-6. Optional: where the library (or koffi) is missing, the reason comes
 // back as an Error and callers keep @node-rs/crc32. Users: the durable tier's CRC32C
-// (host/tier/checksum.ts) and the RoCE ICRC (host/rnic/wire/icrc.ts, and the batched link's
-// receive worker, which loads the same library itself).
+// (host/tier/checksum.ts) and the RoCE ICRC (host/rnic/wire/icrc.ts, host/rnic/rc/link.ts).
 import { createRequire } from 'node:module';
 import os from 'node:os';
 

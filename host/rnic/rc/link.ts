@@ -95,9 +95,9 @@ function continueOverPayload(running: number, payload: Uint8Array): number {
 
 /**
  * Whether `packet` (BTH .. ICRC) carries the ICRC it should after the IP and UDP headers whose
- * running ICRC is `afterUdp` (`SocketHeaderCache.afterUdp`): the receive worker's check, for a
- * datagram the RC thread took itself. A packet in shared memory (a receive ring) is read in
- * place by ISA-L where installed.
+ * running ICRC is `afterUdp` (`SocketHeaderCache.afterUdp`): the batched link's check of every
+ * datagram. A packet in shared memory (the batched socket's receive area) is read in place by
+ * ISA-L where installed.
  */
 export function icrcMatchesAfterUdp(afterUdp: number, packet: Uint8Array): boolean {
   const end = packet.length - ICRC_LENGTH;

@@ -33,7 +33,7 @@ export async function openUdpLink(options: UdpLinkChoice = {}): Promise<PacketLi
   try {
     return await BatchedUdpLink.open(socketOptions);
   } catch {
-    // koffi loaded but the batched socket could not start here (its receive worker, a kernel
+    // koffi loaded but the batched socket could not start here (no koffi.node.poll, its send worker, a kernel
     // without some call): node:dgram still works, and a real problem (the address) repeats there.
     return UdpLink.open(options);
   }
