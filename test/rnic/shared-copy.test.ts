@@ -85,4 +85,24 @@ test('the ICRC of a payload in shared memory (read in place by ISA-L where insta
   }
 });
 
+test('addresses kept per view stay right: views of several buffers, past the bound that starts the cache over', () => {
+  const buffers = [new SharedArrayBuffer(1 << 16), new SharedArrayBuffer(1 << 16)];
+  const bases = buffers.map((buffer) => sharedAddress(new Uint8Array(buffer)));
+  assert.ok(bases[0]! > 0 && bases[1]! > 0 && bases[0] !== bases[1]);
+  const views: Uint8Array[] = [];
+  for (let i = 0; i < 5000; i++) views.push(new Uint8Array(buffers[i & 1]!, (i * 13) % 60000, 512));
+  for (let pass = 0; pass < 2; pass++) {
+    for (let i = 0; i < views.length; i++) assert.is(sharedAddress(views[i]!), bases[i & 1]! + ((i * 13) % 60000), `view ${i}, pass ${pass}`);
+  }
+  // Plain memory is never taken for shared, however often it is asked about.
+  const plain = new Uint8Array(4096);
+  for (let i = 0; i < 3; i++) assert.is(sharedAddress(plain), -1);
+  // A copy between kept views lands where TypedArray.set puts it.
+  const source = views[2]!;
+  source.fill(0x5a);
+  const target = views[3]!;
+  copyInto(target, 0, source);
+  assert.equal(target, source);
+});
+
 test.run();

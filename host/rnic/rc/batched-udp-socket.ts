@@ -86,6 +86,7 @@ import {
   EINTR,
 } from './batched-udp-layout.ts';
 import { SEND_WORKER, startWorker } from './batched-udp-workers.ts';
+import { sharedAddress } from './shared-copy.ts';
 import { errnoName, type Libc, loadBatchedUdp, type ReadablePoll, readSockaddrAddress, writeSockaddr } from './batched-udp-libc.ts';
 export { SEND_BLOCKS } from './batched-udp-layout.ts';
 
@@ -709,6 +710,9 @@ export class BatchedUdpSocket implements TurnParticipant {
   }
 
   private addressOf(part: Uint8Array): number {
+    // Kept per view (see sharedAddress): a payload in shared memory, the common case, costs no `buffer` look-up.
+    const shared = sharedAddress(part);
+    if (shared >= 0) return shared;
     const buffer = part.buffer;
     let base = this.bufferAddresses.get(buffer);
     if (base === undefined) {
