@@ -2,8 +2,9 @@
 # One make compare row's threads, kbtp against Redis: for every thread that works, its busy share
 # (CPU time over wall time, 1.0 = a core), CPU per request and voluntary / involuntary context
 # switches per request, taken from /proc/PID/task/TID/{schedstat,status} over a window inside the
-# run. Tells a row whose cores are full (GB/s set by the busier thread's CPU per request) from one
-# that waits (threads idle, switches per request high): docs/BENCH.md, "Session 8".
+# run, and the machine's timer interrupts, IPIs and timer / network softirqs per request. Tells a
+# row whose cores are full (GB/s set by the busier thread's CPU per request) from one that waits
+# (threads idle, switches per request high): docs/BENCH.md, "Session 8".
 #
 #   bench/compare/threads.sh [--size 16384] [--op load|store] [--sessions 16] [--seconds 4]
 #                            [--rounds 1] [--workers 1]
@@ -34,7 +35,7 @@ while [ $# -gt 0 ]; do
     --seconds) seconds=$2; shift 2 ;;
     --rounds) rounds=$2; shift 2 ;;
     --workers) workers=$2; shift 2 ;;
-    -h|--help) sed -n '2,19p' "$0" | cut -c3-; exit 0 ;;
+    -h|--help) sed -n '2,20p' "$0" | cut -c3-; exit 0 ;;
     *) echo "threads.sh: unknown option $1 (see --help)" >&2; exit 2 ;;
   esac
 done
@@ -71,14 +72,33 @@ snapshot() {
   done
 }
 
+# kernel_events: the machine's local timer interrupts, rescheduling and function-call IPIs and
+# HRTIMER / NET_RX softirqs, each summed over the CPUs, as "NAME count" lines. Machine-wide (not
+# per process): meaningful under the benchmark lock. A 256 KiB STORE's client paid for TCP pacing
+# (BBR's pacing hrtimer, woken from idle) here: docs/notes/2026-12-01/issue-16-session8.md.
+kernel_events() {
+  local line name sum count
+  for file in /proc/interrupts /proc/softirqs; do
+    while read -r line; do
+      name=${line%%:*}
+      case "$name" in LOC|RES|CAL|HRTIMER|NET_RX) ;; *) continue ;; esac
+      sum=0
+      for count in ${line#*:}; do [[ "$count" =~ ^[0-9]+$ ]] && sum=$((sum + count)); done
+      echo "$name $sum"
+    done <"$file"
+  done
+}
+
 # window LABEL RATE_FILE PID...: snapshots now and 2 s later; prints the threads that worked.
 window() {
   local label=$1 rate_file=$2; shift 2
   local start end
   snapshot "$@" >"$work/before"
+  kernel_events >"$work/events.before"
   start=$(date +%s%N)
   sleep 2
   snapshot "$@" >"$work/after"
+  kernel_events >"$work/events.after"
   end=$(date +%s%N)
   echo "$label $((end - start))" >"$work/$rate_file.window"
 }
@@ -96,6 +116,10 @@ report() {
         label, $1, $2, busy, busy * 1e6 / rate, ($4 - vol[$1]) / requests, ($5 - inv[$1]) / requests
     }
     END { printf "  %-8s all threads busy %5.3f of 2 cores at %.0f requests/s\n", label, total, rate }' "$work/before" "$work/after"
+  awk -v rate="$rate" -v ns="$elapsed" -v label="$label" '
+    NR == FNR { before[$1] = $2; next }
+    ($1 in before) { line = line sprintf(" %s %.2f", $1, ($2 - before[$1]) / (rate * ns / 1e9)) }
+    END { printf "  %-8s machine per request (interrupts LOC timer, RES/CAL IPIs; softirqs):%s\n", label, line }' "$work/events.before" "$work/events.after"
 }
 
 redis_requests=$(awk -v s="$size" -v t="$seconds" 'BEGIN { r = s <= 16384 ? 100000 : s <= 262144 ? 20000 : 6000; print int(r * (t + 1)) }')

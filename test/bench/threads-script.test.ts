@@ -12,6 +12,7 @@ test('--help explains the options and what is measured', async () => {
   assert.is(run.code, 0, run.stderr);
   assert.match(run.stdout.toString(), /--size 16384\] \[--op load\|store\] \[--sessions 16\] \[--seconds 4\]/);
   assert.match(run.stdout.toString(), /voluntary \/ involuntary context/);
+  assert.match(run.stdout.toString(), /timer interrupts, IPIs and timer \/ network softirqs per request/);
 });
 
 test('bad options are usage errors (status 2) that say what is wrong', async () => {
