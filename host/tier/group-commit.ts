@@ -37,6 +37,7 @@ function dataOctets(ops: readonly Op[]): number {
 
 /** The settle of a request nobody waits for (an undo written again). */
 const UNANSWERED: Settle = { resolve: () => undefined, reject: () => undefined };
+const ignoreOutcome = (): void => undefined;
 
 export abstract class GroupCommit extends CheckpointWriter {
   protected queue: Op[] = [];
@@ -251,18 +252,11 @@ export abstract class GroupCommit extends CheckpointWriter {
    * when this call's writes have ended, and rejects (with the first error) only then, so that no
    * write is still running into a slot that a failure gives back.
    */
-  protected async writeData(batch: Op[]): Promise<void> {
-    const before = this.dataWrites;
-    let done = (): void => undefined;
-    this.dataWrites = new Promise<void>((resolve) => {
-      done = resolve;
-    });
-    await before;
-    try {
-      await this.writeDataNow(batch);
-    } finally {
-      done();
-    }
+  protected writeData(batch: Op[]): Promise<void> {
+    const written = this.dataWrites.then(() => this.writeDataNow(batch));
+    // The next call waits for this one to end, whether it failed or not (its caller sees the failure).
+    this.dataWrites = written.then(ignoreOutcome, ignoreOutcome);
+    return written;
   }
 
   private async writeDataNow(batch: Op[]): Promise<void> {
