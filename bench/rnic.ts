@@ -364,6 +364,11 @@ async function twoThreadPair(transport: 'iwarp' | 'roce', regionSize: number, ud
 }
 
 /** RDMA Reads of `size` octets, up to ORD outstanding; timed until the last completes. */
+/** A Write or a Read run: `total` octets in operations of `size`. */
+function rdmaRun(op: 'write' | 'read', pair: RequesterPair, size: number, total: number): Promise<number> {
+  return op === 'write' ? writeRun(pair, size, total) : readRun(pair, size, total);
+}
+
 async function readRun(pair: RequesterPair, size: number, total: number): Promise<number> {
   const { client, remoteKey } = pair;
   const count = Math.ceil(total / size);
@@ -431,17 +436,11 @@ async function main(): Promise<void> {
   if (running('roce')) roce.set(`${mainLink}/0`, await rocePair(0, largest, mainLink));
   if (running('roce-loss')) roce.set(`${mainLink}/0.01`, await rocePair(0.01, largest, mainLink));
   if (running('roce-dgram') && batched) roce.set('dgram/0', await rocePair(0, largest, 'dgram'));
-  for (const pair of [...pairs.values(), ...roce.values()]) {
-    if (ops.has('write')) await writeRun(requesterPairOf(pair), largest, 32 << 20);
-    if (ops.has('read')) await readRun(requesterPairOf(pair), largest, 32 << 20);
-  }
+  for (const pair of [...pairs.values(), ...roce.values()]) for (const op of ops) await rdmaRun(op, requesterPairOf(pair), largest, 32 << 20);
   const twoThreads = new Map<'iwarp' | 'roce', RequesterPair>();
   if (running('threads')) {
     for (const transport of ['iwarp', 'roce'] as const) twoThreads.set(transport, await twoThreadPair(transport, largest, mainLink));
-    for (const pair of twoThreads.values()) {
-      if (ops.has('write')) await writeRun(pair, largest, 32 << 20);
-      if (ops.has('read')) await readRun(pair, largest, 32 << 20);
-    }
+    for (const pair of twoThreads.values()) for (const op of ops) await rdmaRun(op, pair, largest, 32 << 20);
   }
   type Key = `${Row['op']}/${Row['transport']}/${boolean}/${number}/${string}`;
   type Case = {
@@ -460,7 +459,7 @@ async function main(): Promise<void> {
       crc,
       loss,
       ...(link === undefined ? {} : { link }),
-      run: (size: number) => (op === 'write' ? writeRun(requesterPairOf(pair), size, bytesPerRun) : readRun(requesterPairOf(pair), size, bytesPerRun)),
+      run: (size: number) => rdmaRun(op, requesterPairOf(pair), size, bytesPerRun),
     }));
   const cases: Case[] = [];
   if (running('tcp')) {
@@ -485,7 +484,7 @@ async function main(): Promise<void> {
         loss: 0,
         ...(transport === 'roce' ? { link: mainLink } : {}),
         threads: 2,
-        run: (size) => (op === 'write' ? writeRun(pair, size, bytesPerRun) : readRun(pair, size, bytesPerRun)),
+        run: (size) => rdmaRun(op, pair, size, bytesPerRun),
       });
     }
   }
