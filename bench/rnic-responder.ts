@@ -5,8 +5,8 @@
 // it posts one receive for the Send that ends the run and says when it arrived. It stays until
 // told to close.
 import { parentPort, workerData } from 'node:worker_threads';
-import { openUdpLink, type CompletionQueue, type UdpLinkKind } from '../host/rnic/verbs.ts';
-import { iwarpEndpoint, roceEndpoint } from './rnic-endpoint.ts';
+import { openUdpLink, type AnyQueuePair, type UdpLinkKind } from '../host/rnic/verbs.ts';
+import { iwarpEndpoint, roceEndpoint, type Endpoint } from './rnic-endpoint.ts';
 
 export interface ResponderSetup {
   transport: 'iwarp' | 'roce';
@@ -32,33 +32,31 @@ async function main(): Promise<void> {
   const setup = workerData as ResponderSetup;
   // The responder posts no work request but one receive per Write run: a shallow CQ serves it.
   const depth = 1024;
+  let end: Endpoint<AnyQueuePair>;
   let close: () => Promise<void>;
-  let postReceive: () => void;
-  let cq: CompletionQueue;
   if (setup.transport === 'roce') {
-    const { rnic, mr, qp, cq: roceCq } = await roceEndpoint('target', setup.regionSize, await openUdpLink({ udpLink: setup.udpLink }), depth);
-    cq = roceCq;
-    postReceive = () => qp.postRecv({ wrId: 0, sgList: [] });
-    const listener = await rnic.listenRc({ host: '127.0.0.1', port: 0 });
-    port.postMessage({ type: 'listening', port: listener.port, rkey: mr.rkey } satisfies ResponderMessage);
-    await (await listener.next()).accept(qp, { pathMtu: 4096 });
+    const roce = await roceEndpoint('target', setup.regionSize, await openUdpLink({ udpLink: setup.udpLink }), depth);
+    const listener = await roce.rnic.listenRc({ host: '127.0.0.1', port: 0 });
+    port.postMessage({ type: 'listening', port: listener.port, rkey: roce.mr.rkey } satisfies ResponderMessage);
+    await (await listener.next()).accept(roce.qp, { pathMtu: 4096 });
     await listener.close();
-    close = () => rnic.close();
+    end = roce;
+    close = () => roce.rnic.close();
   } else {
-    const { rnic, mr, qp, cq: iwarpCq } = iwarpEndpoint('target', setup.regionSize, depth);
-    cq = iwarpCq;
-    postReceive = () => qp.postRecv({ wrId: 0, sgList: [] });
-    const listener = await rnic.listen({ host: '127.0.0.1', port: 0 });
-    port.postMessage({ type: 'listening', port: listener.port, rkey: mr.rkey } satisfies ResponderMessage);
-    await (await listener.next()).accept(qp, { crc: setup.crc });
+    const iwarp = iwarpEndpoint('target', setup.regionSize, depth);
+    const listener = await iwarp.rnic.listen({ host: '127.0.0.1', port: 0 });
+    port.postMessage({ type: 'listening', port: listener.port, rkey: iwarp.mr.rkey } satisfies ResponderMessage);
+    await (await listener.next()).accept(iwarp.qp, { crc: setup.crc });
+    end = iwarp;
     close = async () => {
-      qp.destroy();
+      iwarp.qp.destroy();
       await listener.close();
     };
   }
+  const { qp, cq } = end;
   port.on('message', (command: ResponderCommand) => {
     if (command.type === 'expect-send') {
-      postReceive();
+      qp.postRecv({ wrId: 0, sgList: [] });
       port.postMessage({ type: 'ready' } satisfies ResponderMessage);
       void (async () => {
         for (;;) {
