@@ -4,13 +4,14 @@
 // clients' JavaScript does not share an event loop with the target's main thread, where the
 // durable tier's group commit runs.
 //
-// With WARMUP 1, every session first stores and frees its blocks once, unmeasured: the measured
+// With WARMUP N, every session first stores and frees its blocks N times, unmeasured: the measured
 // pass then finds the target as a long-running cache node has it (pool memory touched, the
-// tier's freed slots reused in a data file that exists), not a process that touches every page
-// for the first time. On a virtual machine a page's first touch costs more than the STORE itself;
-// bench/tier.ts has fio overwrite a laid-out file for the same reason (docs/TIER.md).
+// tier's freed slots reused in a data file that exists, its JavaScript compiled by V8), not a
+// process that touches every page or tiers up its functions for the first time. On a virtual
+// machine a page's first touch costs more than the STORE itself; bench/tier.ts has fio overwrite a
+// laid-out file for the same reason (docs/TIER.md). How many passes: bench/tier-store-run.ts.
 //
-//   node dist/bench/tier-load.js ADDRESS SIZE BLOCKS_PER_SESSION SESSIONS PIPELINE [WARMUP]
+//   node dist/bench/tier-load.js ADDRESS SIZE BLOCKS_PER_SESSION SESSIONS PIPELINE [WARMUP passes]
 import { connect, type KbtpSession as Session } from '../host/kbtp/initiator.ts';
 
 const [address = '', sizeText = '', perSessionText = '', sessionsText = '16', pipelineText = '4', warmupText = '0'] = process.argv.slice(2);
@@ -19,8 +20,8 @@ const perSession = Number(perSessionText);
 const sessionCount = Number(sessionsText);
 const pipeline = Number(pipelineText);
 const warmup = Number(warmupText);
-if (address === '' || ![size, perSession, sessionCount, pipeline].every((n) => Number.isInteger(n) && n > 0) || (warmup !== 0 && warmup !== 1)) {
-  console.error('usage: node dist/bench/tier-load.js ADDRESS SIZE BLOCKS_PER_SESSION SESSIONS PIPELINE [WARMUP 0|1]');
+if (address === '' || ![size, perSession, sessionCount, pipeline].every((n) => Number.isInteger(n) && n > 0) || !Number.isInteger(warmup) || warmup < 0) {
+  console.error('usage: node dist/bench/tier-load.js ADDRESS SIZE BLOCKS_PER_SESSION SESSIONS PIPELINE [WARMUP passes, 0 or more]');
   process.exit(2);
 }
 const sessions = await Promise.all(Array.from({ length: sessionCount }, () => connect(address, { tenant: 'default', pipeline })));
@@ -44,7 +45,7 @@ function eachHandle(request: (session: Session, handle: bigint) => Promise<unkno
   );
 }
 
-if (warmup === 1) {
+for (let pass = 0; pass < warmup; pass++) {
   await eachHandle((session, handle) => session.allocStore(handle, data, { seal: true }));
   await eachHandle((session, handle) => session.free(handle));
 }

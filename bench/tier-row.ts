@@ -7,7 +7,7 @@
 // perf records the target over the measured pass and the row ends with each thread's CPU per STORE
 // by kind of work (bench/tier-profile.ts; run node with --perf-basic-prof to name JS frames).
 //
-//   node [--perf-basic-prof] dist/bench/tier-row.js [--size 262144] [--mib 1024] [--volatile] [--perf FILE]
+//   node [--perf-basic-prof] dist/bench/tier-row.js [--size 262144] [--mib 1024] [--volatile] [--warmup N] [--perf FILE]
 import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
@@ -18,13 +18,14 @@ import { checkoutRoot } from './checkout-root.ts';
 
 const parsed = parseCommandLine(
   'bench/tier-row',
-  'usage: node dist/bench/tier-row.js [--size OCTETS (default 262144)] [--mib N (MiB stored, default 1024)] [--volatile (no durable tier)] [--dir PATH (default .cache/bench-tier-row)] [--perf FILE (perf record the target over the measured pass, print CPU per STORE by kind of work)]',
+  'usage: node dist/bench/tier-row.js [--size OCTETS (default 262144)] [--mib N (MiB stored, default 1024)] [--volatile (no durable tier)] [--dir PATH (default .cache/bench-tier-row)] [--warmup N (warm-up passes; default as bench/tier: enough for 4,096 STOREs, at least 2)] [--perf FILE (perf record the target over the measured pass, print CPU per STORE by kind of work)]',
   process.argv.slice(2),
   {
     size: { type: 'string', default: '262144' },
     mib: { type: 'string', default: '1024' },
     volatile: { type: 'boolean', default: false },
     dir: { type: 'string' },
+    warmup: { type: 'string' },
     perf: { type: 'string' },
   },
 );
@@ -32,8 +33,9 @@ if (typeof parsed === 'number') process.exit(parsed);
 const { values } = parsed;
 const size = Number(values.size);
 const mib = Number(values.mib);
-if (!Number.isInteger(size) || size < 4096 || !Number.isFinite(mib) || mib <= 0) {
-  console.error('bench/tier-row: --size takes a block size in octets (at least 4096), --mib a positive number of MiB');
+const warmup = values.warmup === undefined ? undefined : Number(values.warmup);
+if (!Number.isInteger(size) || size < 4096 || !Number.isFinite(mib) || mib <= 0 || (warmup !== undefined && !(Number.isInteger(warmup) && warmup >= 0))) {
+  console.error('bench/tier-row: --size takes a block size in octets (at least 4096), --mib a positive number of MiB, --warmup a number of passes (0 or more)');
   process.exit(2);
 }
 const root = checkoutRoot;
@@ -44,11 +46,12 @@ try {
   const profile = values.perf === undefined ? undefined : new TargetProfile(values.perf);
   const run = await storeRun(size, mib * 2 ** 20, values.volatile ? undefined : dir, {
     threads: true,
+    ...(warmup === undefined ? {} : { warmupPasses: warmup }),
     ...(profile === undefined ? {} : { measuredPass: profile }),
   });
   const us = (n: number): string => n.toFixed(0);
   console.log(
-    `${values.volatile ? 'volatile' : 'persistent'} STORE of ${size} octets x ${mib} MiB, 16 sessions: ${run.gbps.toFixed(3)} Gbit/s;` +
+    `${values.volatile ? 'volatile' : 'persistent'} STORE of ${size} octets x ${mib} MiB, 16 sessions, after ${run.warmupPasses} warm-up passes: ${run.gbps.toFixed(3)} Gbit/s;` +
       ` CPU per STORE: target ${us(run.targetCpuUs)} us, clients ${us(run.clientCpuUs)} us; load ${os.loadavg()[0]?.toFixed(1)}`,
   );
   for (const thread of run.threads ?? [])

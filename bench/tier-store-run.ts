@@ -1,6 +1,6 @@
 // One row of bench/tier.ts: a target (in this process, durable when given a data directory) and
 // SESSIONS client sessions in a process of their own (bench/tier-load.ts) storing sealed blocks,
-// measured after a warm-up pass, with the CPU time of both sides per STORE. Also used alone by
+// measured after warm-up passes (warmupPasses), with the CPU time of both sides per STORE. Also used alone by
 // bench/tier-row.ts, which lists the target's CPU by thread.
 import { spawn, spawnSync } from 'node:child_process';
 import fs from 'node:fs';
@@ -23,6 +23,23 @@ export function settingsFor(size: number, blocks: number, dataDir: string | unde
 
 /** Requests in flight per session. */
 const PIPELINE = 4;
+
+/** STOREs (each with its FREE) the warm-up makes at least, before the measured pass. */
+export const WARMUP_STORES = 4096;
+
+/**
+ * Warm-up passes (each stores and frees every block of the row once) before the measured pass:
+ * at least two, and enough for WARMUP_STORES. V8 compiles a function with TurboFan only after it
+ * ran often enough, counted in calls, not octets; the tier's per-group functions (the committer,
+ * the group's frames) run once per group of a handful of STOREs. After one pass of 1,024 STOREs at
+ * 1 MiB the measured pass still compiled 40 functions (~0.4 s of V8's compiler threads) and ran
+ * the main thread's commit loop as baseline code; after four it compiled 12 (~0.03 s), and the
+ * target's CPU per 1 MiB STORE fell ~20 % in both rows (docs/TIER.md, session 9). A cache node
+ * runs for days: the measured pass is meant to see it compiled, as it sees its memory touched.
+ */
+export function warmupPasses(storesPerPass: number): number {
+  return Math.max(2, Math.ceil(WARMUP_STORES / storesPerPass));
+}
 const loadScript = fileURLToPath(new URL(`./tier-load${import.meta.url.endsWith('.ts') ? '.ts' : '.js'}`, import.meta.url));
 
 export interface StoreRun {
@@ -40,6 +57,8 @@ export interface StoreRun {
   threads?: Array<{ tid: number; name: string; main: boolean; userUs: number; systemUs: number; voluntary: number; involuntary: number }>;
   /** STOREs in the measured pass. */
   stores: number;
+  /** Warm-up passes before it (each stores and frees every block once). */
+  warmupPasses: number;
   /** The durable tier's figures at the end of the run (group commits, fsyncs, batch sizes); undefined when volatile. */
   durable?: DurableStats | undefined;
 }
@@ -93,16 +112,21 @@ export async function storeRun(
   size: number,
   bytesPerRow: number,
   dataDir: string | undefined,
-  options: { threads?: boolean; measuredPass?: { start(): void; stop(): Promise<void> } } = {},
+  options: { threads?: boolean; measuredPass?: { start(): void; stop(): Promise<void> }; warmupPasses?: number } = {},
 ): Promise<StoreRun> {
   const blocks = Math.max(SESSIONS, Math.ceil(bytesPerRow / size));
   const target = await startTarget(settingsFor(size, blocks, dataDir), { log: () => undefined });
   try {
     const perSession = Math.floor(blocks / SESSIONS);
+    const passes = options.warmupPasses ?? warmupPasses(perSession * SESSIONS);
     const loader = loadScript.endsWith('.ts') ? ['--import', 'tsx', loadScript] : [loadScript];
-    const child = spawn(process.execPath, [...loader, `127.0.0.1:${target.port}`, String(size), String(perSession), String(SESSIONS), String(PIPELINE), '1'], {
-      stdio: ['ignore', 'pipe', 'inherit'],
-    });
+    const child = spawn(
+      process.execPath,
+      [...loader, `127.0.0.1:${target.port}`, String(size), String(perSession), String(SESSIONS), String(PIPELINE), String(passes)],
+      {
+        stdio: ['ignore', 'pipe', 'inherit'],
+      },
+    );
     let out = '';
     let cpuBefore: NodeJS.CpuUsage | undefined;
     let threadsBefore = new Map<number, ThreadTimes>();
@@ -134,6 +158,7 @@ export async function storeRun(
     return {
       gbps: (bytes * 8) / seconds / 1e9,
       stores,
+      warmupPasses: passes,
       targetCpuUs: (cpu.user + cpu.system) / stores,
       clientCpuUs: cpuMicros / stores,
       mainThreadCpuUs: threadsAfter.size === 0 ? Number.NaN : (main?.userUs ?? 0) + (main?.systemUs ?? 0),

@@ -3,9 +3,11 @@
 // bench/tier-load.ts) at 256 KiB and 1 MiB, fio writing
 // the same sizes to the same file system with an fdatasync every 8 writes in the same run,
 // recovery of a 100,000-block index, and the p99 of a LOAD that promotes a block from the tier.
-// Steady state on both sides: the clients store and free their blocks once before the measured
-// pass, and fio overwrites a file it laid out first, so that neither measures the first touch of
-// fresh memory (on a virtual machine that costs more than the write itself: docs/TIER.md).
+// Steady state on both sides: the clients store and free their blocks in warm-up passes before the
+// measured pass (enough for 4,096 STOREs, at least two: the target's JavaScript compiled by V8, its
+// memory touched), and fio overwrites a file it laid out first, so that neither measures the first
+// touch of fresh memory (on a virtual machine that costs more than the write itself) nor V8's
+// compiler at work (docs/TIER.md). Both rows, persistent and volatile, are warmed up alike.
 // Each run stores 1 GiB (--mib) in its measured pass: 1,024 STOREs at 1 MiB, 4,096 at 256 KiB
 // (session 5's 256 MiB gave 256 STOREs at 1 MiB, too few to be steady: /proc's 10 ms ticks were
 // ~40 us per STORE per thread, and V8 was still compiling). Each figure is the median of RUNS
@@ -23,7 +25,7 @@ import os from 'node:os';
 import path from 'node:path';
 import { parseCommandLine } from '../host/commands/command-line.ts';
 import { resolveTargetSettings } from '../host/kbtp/server/target-config.ts';
-import { SESSIONS, storeRun, type StoreRun } from './tier-store-run.ts';
+import { SESSIONS, storeRun, WARMUP_STORES, type StoreRun } from './tier-store-run.ts';
 import { startTarget } from '../host/kbtp/server/target.ts';
 import { connect } from '../host/kbtp/initiator.ts';
 import { DurableTier } from '../host/tier/tier.ts';
@@ -200,6 +202,10 @@ async function main(): Promise<void> {
       persistents.push(await storeRun(size, bytesPerRow, fresh(`persistent-${size}`)));
       volatiles.push(await storeRun(size, bytesPerRow, undefined));
       const [f, p, v] = [fios.at(-1) ?? 0, persistents.at(-1), volatiles.at(-1)];
+      if (run === 0)
+        console.log(
+          `  size ${size}: each STORE row measures one pass after ${p?.warmupPasses} warm-up passes (each stores and frees every block once; at least ${WARMUP_STORES} STOREs, at least 2 passes), persistent and volatile alike`,
+        );
       console.log(
         `  size ${size} run ${run + 1}: fio ${f.toFixed(3)}, persistent ${p?.gbps.toFixed(3)}, volatile ${v?.gbps.toFixed(3)} Gbit/s` +
           ` (persistent/volatile ${((p?.gbps ?? 0) / (v?.gbps ?? 1)).toFixed(2)}, persistent/fio ${((p?.gbps ?? 0) / f).toFixed(2)});` +
