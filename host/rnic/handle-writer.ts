@@ -69,6 +69,14 @@ export function writeError(status: number): RnicError {
 
 const EMPTY = new Uint8Array(0);
 
+/**
+ * Drops a kept list's references. A loop rather than Array fill(), which optimized code reaches
+ * only through a call into the runtime's C++ (issue 16: in the target's profile once per writev).
+ */
+function forgetChunks(list: Uint8Array[], count: number): void {
+  for (let i = 0; i < count; i++) list[i] = EMPTY;
+}
+
 /** What HandleWriter.write did. */
 export const WRITE_DONE = 0;
 export const WRITE_QUEUED = 1;
@@ -158,14 +166,14 @@ export class HandleWriter {
       request.writer = this;
       request.bytes = bytes;
       request.chunks = list === undefined ? [chunks[0]!] : list.slice();
-      list?.fill(EMPTY);
+      if (list !== undefined) forgetChunks(list, count);
       this.queuedBytes += bytes;
       this.request = this.newRequest();
       this.order.push(HELD);
       return WRITE_QUEUED;
     }
     // Done with the chunks either way; the kept list must not hold them until its next use.
-    list?.fill(EMPTY);
+    if (list !== undefined) forgetChunks(list, count);
     if (this.orderHead < this.order.length) {
       this.order.push(status);
       return WRITE_QUEUED;

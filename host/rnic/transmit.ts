@@ -298,8 +298,11 @@ class MessageFramer {
         this.spanStart = this.offset;
       }
     }
-    // Ring space is reused: PAD (and the CRC field when CRCs are off) must be zeroed.
-    arena.fill(0, this.offset, this.offset + padding + (crcOn ? 0 : CRC_LENGTH));
+    // Ring space is reused: PAD (and the CRC field when CRCs are off) must be zeroed. At most 7
+    // octets: a loop, not TypedArray fill(), which optimized code reaches only through a call
+    // into the runtime's C++ (issue 16: on both sides' profiles once per message).
+    const zeroEnd = this.offset + padding + (crcOn ? 0 : CRC_LENGTH);
+    for (let i = this.offset; i < zeroEnd; i++) arena[i] = 0;
     if (crcOn) {
       if (padding > 0) crc = crc32cUpdate(crc, this.span(this.offset, this.offset + padding));
       writeCrc(arena, this.offset + padding, crc);

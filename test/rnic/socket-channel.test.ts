@@ -210,4 +210,37 @@ test('a write done at once behind a held one is reported after it, failures too,
   assert.is(writer.write(two, 2), -32, 'a failure with nothing held is answered at once');
 });
 
+test('the chunk list a writev was given keeps none of its chunks once the write returned', () => {
+  // HandleWriter reuses one exact-length list per chunk count; a chunk it kept would stay
+  // reachable (a caller's buffer, a ring view) until the next write of that many chunks.
+  const wrap = (process as unknown as { binding(name: string): { streamBaseState: Int32Array; kLastWriteWasAsync: number; kBytesWritten: number } }).binding(
+    'stream_wrap',
+  );
+  const lists: Uint8Array[][] = [];
+  let async = false;
+  const handle = {
+    writev: (_request: unknown, chunks: Uint8Array[]) => {
+      lists.push(chunks);
+      wrap.streamBaseState[wrap.kLastWriteWasAsync] = async ? 1 : 0;
+      wrap.streamBaseState[wrap.kBytesWritten] = chunks.reduce((sum, chunk) => sum + chunk.length, 0);
+      return 0;
+    },
+    writeBuffer: () => 0,
+  };
+  const writer = HandleWriter.for({ _handle: handle } as unknown as net.Socket, () => undefined);
+  assert.ok(writer !== undefined);
+  const three = [new Uint8Array(10), new Uint8Array(20), new Uint8Array(30)];
+  assert.is(writer.write(three, 3), WRITE_DONE);
+  async = true;
+  assert.is(writer.write(three, 3), WRITE_QUEUED);
+  async = false;
+  assert.is(lists.length, 2);
+  assert.is(lists[0], lists[1], 'one kept list for three chunks');
+  assert.equal(
+    lists[0]!.map((chunk) => chunk.length),
+    [0, 0, 0],
+    'nothing of the caller left in it',
+  );
+});
+
 test.run();
