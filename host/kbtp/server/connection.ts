@@ -88,12 +88,12 @@ class ContextRequests {
   readonly completion: { wrId: number; opcode: SendOpcode; invalidateStag: number; sgList: Sge[] };
   readonly dataSge: MutableSge = { lkey: 0, offset: 0, length: 0 };
   readonly remote = { stag: 0, taggedOffset: 0 as number | bigint };
-  readonly data: { wrId: number; opcode: SendOpcode; sgList: Sge[]; remote: { stag: number; taggedOffset: number | bigint } };
+  readonly data: { wrId: number; opcode: SendOpcode; signaled: boolean; sgList: Sge[]; remote: { stag: number; taggedOffset: number | bigint } };
 
   constructor(request: number) {
     this.recv = { wrId: request | WR_RECV, sgList: [this.recvSge] };
     this.completion = { wrId: request | WR_COMPLETION, opcode: 'SEND', invalidateStag: 0, sgList: [this.completionSge] };
-    this.data = { wrId: request | WR_DATA, opcode: 'RDMA_WRITE', sgList: [this.dataSge], remote: this.remote };
+    this.data = { wrId: request | WR_DATA, opcode: 'RDMA_WRITE', signaled: true, sgList: [this.dataSge], remote: this.remote };
   }
 }
 
@@ -290,7 +290,11 @@ export class TargetConnection {
     if (completion.status !== WcStatus.Success) {
       // The stream is failing (a Terminate, a reset, a flush): release what the request holds.
       if (kind === WR_DATA) this.dataDone(request, false);
-      else if (kind === WR_COMPLETION) this.busy -= 1;
+      else if (kind === WR_COMPLETION) {
+        // A LOAD's unsignaled Write went out before this Send but is not known done: release its handle.
+        if (this.loadWriteOut(request)) this.dataDone(request, false);
+        this.busy -= 1;
+      }
       return;
     }
     switch (kind) {
@@ -301,6 +305,8 @@ export class TargetConnection {
         this.dataDone(request, true);
         return;
       case WR_COMPLETION:
+        // A LOAD's Write is unsignaled: the COMPLETION Send behind it on the stream is sent, so is the Write.
+        if (this.loadWriteOut(request)) this.dataDone(request, true);
         this.busy -= 1;
         if (this.state === 'open') this.postReceive(request);
         return;
@@ -331,11 +337,13 @@ export class TargetConnection {
         this.postCompletion(request);
         return;
       case S.ACTION_DATA:
-        this.postData(request);
+        this.postData(request, true);
         return;
       case S.ACTION_DATA_AND_SEND:
-        // LOAD: the Write and the COMPLETION go out together; the Send is delivered after the data is placed.
-        if (this.postData(request)) this.postCompletion(request);
+        // LOAD: the Write and the COMPLETION go out together; the Send is delivered after the data is
+        // placed. The Write is unsignaled: the Send's completion says both were sent (issue 16: one
+        // work completion fewer per LOAD, and its drain, dispatch and engine call).
+        if (this.postData(request, false)) this.postCompletion(request);
         else this.busy -= 1; // the stream is gone: no COMPLETION will be posted or confirmed
         return;
       case S.ACTION_RETRY:
@@ -431,8 +439,11 @@ export class TargetConnection {
     this.qp.postSend(wr);
   }
 
-  /** Posts the RDMA Write or Read the program described; false when the stream is already gone. */
-  private postData(request: number): boolean {
+  /**
+   * Posts the RDMA Write or Read the program described; false when the stream is already gone.
+   * `signaled` false: no completion unless it fails (a LOAD's Write, followed by its COMPLETION Send).
+   */
+  private postData(request: number, signaled: boolean): boolean {
     if (this.disconnected) {
       this.dataDone(request, false);
       return false;
@@ -442,12 +453,18 @@ export class TargetConnection {
     if (op.kind !== S.OP_WRITE_TO_INITIATOR && this.readsOutstanding++ === 0) this.readProgress++;
     const wrs = this.requests.get(request)!;
     wrs.data.opcode = op.kind === S.OP_WRITE_TO_INITIATOR ? 'RDMA_WRITE' : 'RDMA_READ';
+    wrs.data.signaled = signaled || op.kind !== S.OP_WRITE_TO_INITIATOR;
     wrs.dataSge.offset = op.local - this.ctx.engine.layout.pool;
     wrs.dataSge.length = op.length;
     wrs.remote.stag = op.stag;
     wrs.remote.taggedOffset = op.remoteOffset;
     this.qp.postSend(wrs.data);
     return true;
+  }
+
+  /** A LOAD whose unsignaled Write and COMPLETION are out, its handle still held (the engine's DATA_SENT). */
+  private loadWriteOut(request: number): boolean {
+    return this.ctx.engine.view.getUint32(request + S.REQUEST_STATE, true) === S.REQUEST_STATE_DATA_SENT;
   }
 
   /** The data operation finished (or failed): the program completes the request. */
