@@ -12,9 +12,7 @@ import { BlockMaker, type ExpectedBlock } from './blocks.ts';
 import { LatencyHistogram } from './histogram.ts';
 import { OpPicker, sealingFor, type OpName, type Phase } from './mix.ts';
 import type { PhaseCpu, ThreadCpu, ThreadCpuSample } from './thread-cpu.ts';
-
-/** A settled promise: its then() runs a reaction after the current turn's synchronous work. */
-const SETTLED: Promise<void> = Promise.resolve();
+import { turn, type TurnParticipant } from '../rnic/turn.ts';
 
 /** Operations that move a block's data (FREE moves none). */
 const MOVES_DATA: ReadonlySet<OpName> = new Set(['load', 'store', 'alloc-store', 'direct-load', 'direct-alloc']);
@@ -323,6 +321,7 @@ export async function runPhase(options: PhaseOptions): Promise<PhaseResult> {
       if (answeredMade !== undefined) blocks.expected[answeredIndex] = answeredMade;
       succeeded(entry, answeredBegan, answeredAt);
     };
+    const settler: TurnParticipant = { endTurn: settle };
     const done = (error: Error | undefined, dataLength: number): void => {
       const finished = performance.now();
       answered += 1;
@@ -343,12 +342,14 @@ export async function runPhase(options: PhaseOptions): Promise<PhaseResult> {
       blocks.idleBound.push(index);
       // Checking the block (a memcmp of all of it) and recording the latency ran before the next
       // request, so on the client's critical path: the next request is written only at the end
-      // of the event-loop turn that delivered this answer (host/rnic/turn.ts). As a reaction
-      // queued now, they run after that turn's write, while the next request is on the wire
-      // (issue 16, session 4). The reaction is queued before next() so it runs before anything
-      // next() sets off, including the next answer landing in `buffer` and the chain's end.
-      void SETTLED.then(settle);
+      // of the event-loop turn that delivered this answer (host/rnic/turn.ts). They run at that
+      // end instead, after the write, while the next request is on the wire (issue 16, session
+      // 4), as a participant enlisted behind the channel that next() enlists: before anything
+      // next() sets off (the next answer landing in `buffer` comes in a later delivery, the
+      // chain's end resolves a promise). Until session 9 a promise reaction did this: a microtask
+      // checkpoint per request on the client.
       next();
+      turn.flushLater(settler);
     };
     const next = (): void => {
       if (blocks.failed !== undefined || stopped()) return ended();

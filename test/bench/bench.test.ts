@@ -13,6 +13,7 @@ import { runPhase } from '../../host/bench/workload.ts';
 import { rowsOf } from '../../host/bench/report.ts';
 import { BlockMaker } from '../../host/bench/blocks.ts';
 import { ThreadCpu } from '../../host/bench/thread-cpu.ts';
+import { turn } from '../../host/rnic/turn.ts';
 import { kbtp as kbtpCli } from '../support/kbtp-cli.ts';
 
 const scratch = mkdtempSync(join(tmpdir(), 'kbtp-bench-test-'));
@@ -147,6 +148,48 @@ test('a LOAD chain writes its next request before it checks the block it loaded'
     assert.equal(
       seen,
       Array.from({ length: count }, (_, i) => Math.min(i + 2, count)),
+    );
+  } finally {
+    session.loadInto = original;
+    BlockMaker.prototype.check = check;
+  }
+});
+
+test('a LOAD chain checks each block at the end of the turn that delivered it, not in a later microtask', async () => {
+  const session = sessions[1];
+  if (session === undefined) throw new Error('no session');
+  // Until session 9 the check was a promise reaction: a microtask checkpoint per request on the
+  // client. It runs as a participant of the delivering turn now, behind the next request's write.
+  let checks = 0;
+  const checkedAtTurnEnd: number[] = [];
+  const atTurnEnd = { endTurn: (): void => void checkedAtTurnEnd.push(checks) };
+  const original = session.loadInto.bind(session);
+  session.loadInto = (handle, into, done, options): void =>
+    original(
+      handle,
+      into,
+      (error, dataLength, generation) => {
+        done(error, dataLength, generation);
+        turn.flushLater(atTurnEnd); // enlisted behind whatever done() enlisted
+      },
+      options,
+    );
+  const check = BlockMaker.prototype.check;
+  BlockMaker.prototype.check = function (this: BlockMaker, data, expected, handle) {
+    checks += 1;
+    return check.call(this, data, expected, handle);
+  };
+  try {
+    const [phase] = parseMix('load');
+    const count = 20;
+    const result = await runPhase({ sessions: [session], size: 4096, phase: phase ?? [], inFlight: 1, keysPerSession: 1, firstHandle: 70n, count });
+    const [row] = rowsOf(result);
+    assert.is(row?.ops, count);
+    assert.is(row?.corrupt, 0);
+    // At the end of the turn that delivered answer i (from 0), answers 0..i are checked.
+    assert.equal(
+      checkedAtTurnEnd,
+      Array.from({ length: count }, (_, i) => i + 1),
     );
   } finally {
     session.loadInto = original;
