@@ -120,81 +120,89 @@ test('a LOAD that returns other data is an error, not a fast answer', async () =
   }
 });
 
-test('a LOAD chain writes its next request before it checks the block it loaded', async () => {
+/**
+ * Runs a LOAD-only chain of `count` requests (1 in flight) on the second session with
+ * `loadInto` wrapped by `wrap` and `onCheck` called before each block check; asserts every
+ * request counted and none corrupt.
+ */
+async function loadChainWith(
+  firstHandle: bigint,
+  count: number,
+  wrap: (original: KbtpSession['loadInto']) => KbtpSession['loadInto'],
+  onCheck: () => void,
+): Promise<void> {
   const session = sessions[1];
   if (session === undefined) throw new Error('no session');
-  // The check (a memcmp of the whole block) is the benchmark's work, not the request's: it runs
-  // while the next request is on the wire, not between an answer and the next request.
-  let issued = 0;
-  const seen: number[] = [];
   const original = session.loadInto.bind(session);
-  session.loadInto = (handle, into, done, options): void => {
-    issued += 1;
-    original(handle, into, done, options);
-  };
+  session.loadInto = wrap(original);
   const check = BlockMaker.prototype.check;
   BlockMaker.prototype.check = function (this: BlockMaker, data, expected, handle) {
-    seen.push(issued);
+    onCheck();
     return check.call(this, data, expected, handle);
   };
   try {
     const [phase] = parseMix('load');
-    const count = 20;
-    const result = await runPhase({ sessions: [session], size: 4096, phase: phase ?? [], inFlight: 1, keysPerSession: 1, firstHandle: 60n, count });
+    const result = await runPhase({ sessions: [session], size: 4096, phase: phase ?? [], inFlight: 1, keysPerSession: 1, firstHandle, count });
     const [row] = rowsOf(result);
     assert.is(row?.ops, count);
     assert.is(row?.corrupt, 0);
-    // Answer i (from 0) is checked when request i + 1 has been issued (the last when none follows).
-    assert.equal(
-      seen,
-      Array.from({ length: count }, (_, i) => Math.min(i + 2, count)),
-    );
   } finally {
     session.loadInto = original;
     BlockMaker.prototype.check = check;
   }
+}
+
+test('a LOAD chain writes its next request before it checks the block it loaded', async () => {
+  // The check (a memcmp of the whole block) is the benchmark's work, not the request's: it runs
+  // while the next request is on the wire, not between an answer and the next request.
+  let issued = 0;
+  const seen: number[] = [];
+  const count = 20;
+  await loadChainWith(
+    60n,
+    count,
+    (original) => (handle, into, done, options) => {
+      issued += 1;
+      original(handle, into, done, options);
+    },
+    () => seen.push(issued),
+  );
+  // Answer i (from 0) is checked when request i + 1 has been issued (the last when none follows).
+  assert.equal(
+    seen,
+    Array.from({ length: count }, (_, i) => Math.min(i + 2, count)),
+  );
 });
 
 test('a LOAD chain checks each block at the end of the turn that delivered it, not in a later microtask', async () => {
-  const session = sessions[1];
-  if (session === undefined) throw new Error('no session');
   // Until session 9 the check was a promise reaction: a microtask checkpoint per request on the
   // client. It runs as a participant of the delivering turn now, behind the next request's write.
   let checks = 0;
   const checkedAtTurnEnd: number[] = [];
   const atTurnEnd = { endTurn: (): void => void checkedAtTurnEnd.push(checks) };
-  const original = session.loadInto.bind(session);
-  session.loadInto = (handle, into, done, options): void =>
-    original(
-      handle,
-      into,
-      (error, dataLength, generation) => {
-        done(error, dataLength, generation);
-        turn.flushLater(atTurnEnd); // enlisted behind whatever done() enlisted
-      },
-      options,
-    );
-  const check = BlockMaker.prototype.check;
-  BlockMaker.prototype.check = function (this: BlockMaker, data, expected, handle) {
-    checks += 1;
-    return check.call(this, data, expected, handle);
-  };
-  try {
-    const [phase] = parseMix('load');
-    const count = 20;
-    const result = await runPhase({ sessions: [session], size: 4096, phase: phase ?? [], inFlight: 1, keysPerSession: 1, firstHandle: 70n, count });
-    const [row] = rowsOf(result);
-    assert.is(row?.ops, count);
-    assert.is(row?.corrupt, 0);
-    // At the end of the turn that delivered answer i (from 0), answers 0..i are checked.
-    assert.equal(
-      checkedAtTurnEnd,
-      Array.from({ length: count }, (_, i) => i + 1),
-    );
-  } finally {
-    session.loadInto = original;
-    BlockMaker.prototype.check = check;
-  }
+  const count = 20;
+  await loadChainWith(
+    70n,
+    count,
+    (original) => (handle, into, done, options) =>
+      original(
+        handle,
+        into,
+        (error, dataLength, generation) => {
+          done(error, dataLength, generation);
+          turn.flushLater(atTurnEnd); // enlisted behind whatever done() enlisted
+        },
+        options,
+      ),
+    () => {
+      checks += 1;
+    },
+  );
+  // At the end of the turn that delivered answer i (from 0), answers 0..i are checked.
+  assert.equal(
+    checkedAtTurnEnd,
+    Array.from({ length: count }, (_, i) => i + 1),
+  );
 });
 
 test('batched LOAD and STORE phases (loadMany/storeMany): every request counted and checked', async () => {
