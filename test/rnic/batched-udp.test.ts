@@ -85,6 +85,42 @@ test('datagram boundaries survive batching and GSO runs: equal runs, a shorter l
   }
 });
 
+test('sendRun queues what as many sends would: a run longer than a queue, between single datagrams, in order, GSO-joined', async () => {
+  const sender = await BatchedUdpSocket.open({ sendBatch: 16 });
+  const receiver = await BatchedUdpSocket.open();
+  try {
+    const count = 40;
+    const headers = datagram(1, count * 12);
+    const payload = datagram(2, count * 4096);
+    for (let i = 0; i < payload.length; i++) payload[i] = (i * 31 + (i >>> 12) * 17) & 0xff; // no two segments alike
+    const trailers = datagram(3, count * 8);
+    const before = datagram(4, 4112);
+    const after = datagram(5, 300);
+    const arrived = collect(receiver, count + 2);
+    sender.send(receiver.local, before, EMPTY, EMPTY);
+    sender.sendRun(receiver.local, { headers, headerLength: 12, payload, segment: 4096, count, trailers, trailerLength: 8 });
+    sender.send(receiver.local, after, EMPTY, EMPTY);
+    const received = await arrived;
+    assert.equal(received[0], new Uint8Array(before));
+    for (let i = 0; i < count; i++) {
+      const expected = new Uint8Array(
+        Buffer.concat([headers.subarray(i * 12, i * 12 + 12), payload.subarray(i * 4096, i * 4096 + 4096), trailers.subarray(i * 8, i * 8 + 8)]),
+      );
+      assert.equal(received[1 + i], expected, `datagram ${i} of the run`);
+    }
+    assert.equal(received[count + 1], new Uint8Array(after));
+    assert.is(sender.stats.datagramsSent, count + 2);
+    assert.ok(sender.stats.messagesSent < count, `GSO joined the run: ${sender.stats.messagesSent} messages`);
+    assert.throws(
+      () => sender.sendRun(receiver.local, { headers, headerLength: 12, payload, segment: 4096, count: count + 1, trailers, trailerLength: 8 }),
+      RangeError,
+    );
+  } finally {
+    await sender.close();
+    await receiver.close();
+  }
+});
+
 test('GSO runs reach a node:dgram peer as separate datagrams, and its datagrams reach the batched socket', async () => {
   const batched = await BatchedUdpSocket.open();
   const plain = dgram.createSocket('udp4');

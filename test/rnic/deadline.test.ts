@@ -3,7 +3,7 @@
 // asserted (timers may run late on a loaded machine, never early).
 import { test } from 'uvu';
 import * as assert from 'uvu/assert';
-import { Deadline } from '../../host/rnic/rc/deadline.ts';
+import { clockBatch, Deadline } from '../../host/rnic/rc/deadline.ts';
 
 const sleep = (ms: number): Promise<void> => new Promise((resolve) => setTimeout(resolve, ms));
 
@@ -48,6 +48,36 @@ test('a Deadline moved earlier fires at the earlier one; disarmed, it does not f
   deadline.arm(5);
   await until(() => fired > 1);
   assert.is(fired, 2, 'armed again after stop');
+});
+
+test('inside a clock batch deadlines share clock readings (one per 16 arms) and still fire at their delay', async () => {
+  const realNow = performance.now.bind(performance);
+  let reads = 0;
+  performance.now = () => {
+    reads++;
+    return realNow();
+  };
+  const fired: number[] = [];
+  const deadlines = Array.from({ length: 32 }, () => new Deadline(() => fired.push(realNow())));
+  let armedAt = 0;
+  try {
+    for (const deadline of deadlines) deadline.arm(60_000);
+    assert.is(reads, 32, 'outside a batch: a reading per arm');
+    reads = 0;
+    clockBatch.begin();
+    armedAt = realNow();
+    for (const deadline of deadlines) deadline.arm(30);
+    clockBatch.end();
+    assert.is(reads, 2, 'inside a batch: one reading per 16 arms');
+    reads = 0;
+    deadlines[0]!.arm(30);
+    assert.is(reads, 1, 'after the batch: a reading per arm again');
+  } finally {
+    performance.now = realNow;
+  }
+  await until(() => fired.length === 32);
+  assert.is(fired.length, 32);
+  for (const at of fired) assert.ok(at - armedAt >= 29, `fired ${(at - armedAt).toFixed(1)} ms after the batch armed it (deadline 30)`);
 });
 
 test.run();

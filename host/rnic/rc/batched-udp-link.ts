@@ -8,9 +8,11 @@ import { errnoName } from './batched-udp-libc.ts';
 import { BatchedUdpSocket, type BatchedUdpSocketOptions, type BatchedUdpStatistics } from './batched-udp-socket.ts';
 import {
   fillIcrcAfterUdp,
+  fillRunIcrcs,
   icrcMatchesAfterUdp,
   SocketHeaderCache,
   type LinkSendErrorHandler,
+  type PacketRun,
   type PacketLink,
   type PacketReceiver,
   type PeerAddress,
@@ -60,6 +62,15 @@ export class BatchedUdpLink implements PacketLink {
     // header and trailer before send returns and points at the payload until the turn's flush.
     fillIcrcAfterUdp(headers.afterUdp, header, payload, trailer);
     this.socket.send(to, header, payload, trailer);
+  }
+
+  sendRun(to: PeerAddress, run: PacketRun): void {
+    if (this.closed) return;
+    if (run.trailerLength < 4) throw new RnicError('EINVAL', `a packet trailer holds at least the 4-octet ICRC (got ${run.trailerLength})`);
+    const cache = this.outbound;
+    cache.update(to, run.headerLength + run.segment + run.trailerLength);
+    fillRunIcrcs(cache.afterUdp, run);
+    this.socket.sendRun(to, run);
   }
 
   receiveNow(): void {

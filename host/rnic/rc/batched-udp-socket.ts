@@ -38,7 +38,7 @@ import { RnicError } from '../errors.ts';
 import { turn, type TurnParticipant } from '../turn.ts';
 import { ViewCache } from '../view-cache.ts';
 import { parseIpv4 } from '../wire/roce-frame.ts';
-import type { PeerAddress } from './link.ts';
+import type { PacketRun, PeerAddress } from './link.ts';
 import {
   AF_INET,
   SOCK_DGRAM,
@@ -86,6 +86,7 @@ import {
   EINTR,
 } from './batched-udp-layout.ts';
 import { SEND_WORKER, startWorker } from './batched-udp-workers.ts';
+import { clockBatch } from './deadline.ts';
 import { sharedAddress } from './shared-copy.ts';
 import { errnoName, type Libc, loadBatchedUdp, type ReadablePoll, readSockaddrAddress, writeSockaddr } from './batched-udp-libc.ts';
 export { SEND_BLOCKS } from './batched-udp-layout.ts';
@@ -406,12 +407,7 @@ export class BatchedUdpSocket implements TurnParticipant {
    * its acknowledgement).
    */
   send(to: PeerAddress, first: Uint8Array, second: Uint8Array, third: Uint8Array): void {
-    if (this.closed) return;
-    if (this.packets === 0 && !this.blockFree()) {
-      // Every block is still being written (a full socket buffer): a lost packet to RC.
-      this.stats.sendQueueDrops++;
-      return;
-    }
+    if (this.closed || !this.blockReady()) return;
     const pinned = this.pinned[this.submitted % SEND_BLOCKS]!;
     const blockAt = this.blockAt;
     const packet = this.packets;
@@ -436,8 +432,71 @@ export class BatchedUdpSocket implements TurnParticipant {
       this.put64(vector + 8, partLength);
       length += partLength;
     }
-    // Join the open message if this packet continues its run: same peer, the run's size (or
-    // shorter, which ends the run), within GSO's limits.
+    this.enqueue(to, length, packet, vectors);
+  }
+
+  /**
+   * Queues the datagrams of `run` (header, payload and trailer each) as as many calls of `send`
+   * would (headers and trailers copied now, the payload pointed at), without a call per datagram:
+   * RC sends the middle packets of a message so, equal datagrams that GSO carries in few
+   * messages. A header and a trailer together fit the copy room (336 octets).
+   */
+  sendRun(to: PeerAddress, run: PacketRun): void {
+    if (this.closed) return;
+    const { headers, headerLength, payload, segment, count, trailers, trailerLength } = run;
+    if (
+      headerLength + trailerLength > COPY_ROOM ||
+      payload.length < count * segment ||
+      headers.length < count * headerLength ||
+      trailers.length < count * trailerLength
+    ) {
+      throw new RangeError(`a run of ${count} datagrams does not fit its parts`);
+    }
+    const payloadAddress = this.addressOf(payload);
+    const bytes = this.outbound;
+    for (let i = 0; i < count; i++) {
+      if (!this.blockReady()) return;
+      const blockAt = this.blockAt;
+      const packet = this.packets;
+      const vectors = this.iovecsAt + packet * MAX_PARTS * IOVEC;
+      const copyAt = this.copyAt + packet * COPY_ROOM;
+      // Header and trailer side by side in the packet's copy room: short copies, no builtin call.
+      const headerAt = blockAt + copyAt;
+      const headerFrom = i * headerLength;
+      for (let b = 0; b < headerLength; b++) bytes[headerAt + b] = headers[headerFrom + b]!;
+      const trailerAt = headerAt + headerLength;
+      const trailerFrom = i * trailerLength;
+      for (let b = 0; b < trailerLength; b++) bytes[trailerAt + b] = trailers[trailerFrom + b]!;
+      this.put64(vectors, this.outboundBase + headerAt);
+      this.put64(vectors + 8, headerLength);
+      this.put64(vectors + IOVEC, payloadAddress + i * segment);
+      this.put64(vectors + IOVEC + 8, segment);
+      this.put64(vectors + 2 * IOVEC, this.outboundBase + trailerAt);
+      this.put64(vectors + 2 * IOVEC + 8, trailerLength);
+      this.pinned[this.submitted % SEND_BLOCKS]![packet * MAX_PARTS + 1] = payload;
+      this.enqueue(to, headerLength + segment + trailerLength, packet, vectors);
+    }
+  }
+
+  /**
+   * True when a packet can be queued: the block being filled has room, or (first packet of a
+   * block) the next block is back from the send worker. Otherwise the packet is dropped and
+   * counted (every block is still being written: a full socket buffer), a loss to RC.
+   */
+  private blockReady(): boolean {
+    if (this.packets !== 0 || this.blockFree()) return true;
+    this.stats.sendQueueDrops++;
+    return false;
+  }
+
+  /**
+   * Adds the packet whose iovecs were just written at `vectors` (`length` octets to `to`) to the
+   * block: it joins the open message if it continues its run (same peer, the run's size or
+   * shorter, which ends the run, within GSO's limits), else starts a message. Writes the block
+   * once it is full, else makes sure the turn's end does.
+   */
+  private enqueue(to: PeerAddress, length: number, packet: number, vectors: number): void {
+    const blockAt = this.blockAt;
     const last = this.messages - 1;
     const packets = this.sendControl;
     const lastPackets = this.messagePacketsAt + last;
@@ -465,7 +524,7 @@ export class BatchedUdpSocket implements TurnParticipant {
       } catch {
         Atomics.add(this.sendControl, SEND_ERRORS, 1);
         this.sendErrorHandler?.(to, EINVAL);
-        pinned.fill(this.outbound, packet * MAX_PARTS, packet * MAX_PARTS + MAX_PARTS);
+        this.pinned[this.submitted % SEND_BLOCKS]!.fill(this.outbound, packet * MAX_PARTS, packet * MAX_PARTS + MAX_PARTS);
         return;
       }
       const record = message * MMSGHDR;
@@ -646,6 +705,7 @@ export class BatchedUdpSocket implements TurnParticipant {
     const words = this.ringWords;
     this.receiving = true;
     turn.enter();
+    clockBatch.begin();
     try {
       for (let slot = 0; slot < count && !this.closed; slot++) {
         this.stats.slotsReceived++;
@@ -684,6 +744,7 @@ export class BatchedUdpSocket implements TurnParticipant {
       }
     } finally {
       this.receiving = false;
+      clockBatch.end();
       turn.leave();
     }
   }

@@ -14,14 +14,20 @@ import { checkSendRequest } from '../qp-checks.ts';
 import { QueuePairAttributes, type QueuePairOptions } from '../qp-attributes.ts';
 import { ViewCache } from '../view-cache.ts';
 import { encodeHeaders, IbHeaders, padFor } from '../wire/ib-headers.ts';
-import { headerLength, ICRC_LENGTH, OPCODES } from '../wire/ib-opcodes.ts';
+import { BTH_LENGTH, headerLength, ICRC_LENGTH, OPCODES } from '../wire/ib-opcodes.ts';
 import type { ReceiveWorkRequest, SendWorkRequest, WorkCompletion } from '../work.ts';
 import { wcOpcodeFor, type WcOpcode, WcStatus } from '../work.ts';
-import type { PacketLink, PeerAddress } from './link.ts';
+import type { PacketLink, PacketRun, PeerAddress } from './link.ts';
 import { Requester } from './requester.ts';
 import { Responder } from './responder.ts';
 
 export const PATH_MTUS = [256, 512, 1024, 2048, 4096] as const;
+/**
+ * Packets one `sendRun` carries at most: the middle packets of a message go to the link in runs
+ * (a Write's between its AckReq packets, every 64th: requester.ts).
+ */
+export const RUN_PACKETS = 64;
+const EMPTY_PAYLOAD = new Uint8Array(0);
 /** Offsets of a receive ring whose payload views a QP keeps (a 64-slot ring of GRO runs uses a few hundred). */
 const RING_VIEW_OFFSETS = 4096;
 export type PathMtu = (typeof PATH_MTUS)[number];
@@ -121,6 +127,16 @@ export class RcQueuePair extends QueuePairAttributes<RcQueuePairEvents> {
   private readonly packetScratch = new Uint8Array(64 + 8);
   /** By header length: the header's view of packetScratch, then the trailer's by pad (1 + pad). */
   private readonly packetViews: Uint8Array[][] = [];
+  /** The run of packets `sendRun` fills and hands to the link (its headers and trailers room for RUN_PACKETS). */
+  private readonly run: PacketRun = {
+    headers: new Uint8Array(RUN_PACKETS * BTH_LENGTH),
+    headerLength: BTH_LENGTH,
+    payload: EMPTY_PAYLOAD,
+    segment: 0,
+    count: 0,
+    trailers: new Uint8Array(RUN_PACKETS * ICRC_LENGTH),
+    trailerLength: ICRC_LENGTH,
+  };
   private readonly disconnectWaiters: Array<(info: DisconnectInfo) => void> = [];
   /** The receive ring whose payload views are kept, and the views (payloadView). */
   private ringViewsOf: ArrayBufferLike | undefined;
@@ -364,6 +380,55 @@ export class RcQueuePair extends QueuePairAttributes<RcQueuePairEvents> {
     trailer.fill(0); // pad octets are zero; the link writes the ICRC
     this.stats.packetsSent++;
     link.send(path.peer, views[0]!, payload, trailer);
+  }
+
+  /**
+   * How many packets one `sendRun` may carry now: RUN_PACKETS where the link takes runs, else 0
+   * (send them one by one). A link whose `send` was replaced on the instance (a test dropping
+   * packets) gets every packet through it.
+   */
+  get runLimit(): number {
+    const link = this.link;
+    return link?.sendRun !== undefined && !Object.hasOwn(link, 'send') ? RUN_PACKETS : 0;
+  }
+
+  /**
+   * Sends `count` (at most `runLimit`) packets of `opcode`, which has no header but the BTH (a
+   * Send, Write or Read Response MIDDLE), PSNs from `psn` on, packet i carrying
+   * `payload[i * segment, +segment)`; `segment` is a multiple of 4 (a path MTU: no pad). Only
+   * the last packet may ask for an ACK. The same packets as `count` calls of sendPacket, in one
+   * call of the link's sendRun.
+   */
+  sendRun(opcode: number, psn: number, count: number, payload: Uint8Array, segment: number, ackRequestLast: boolean): void {
+    const link = this.link;
+    const path = this.path;
+    if (link === undefined || path === undefined) return;
+    if (count < 1 || count > RUN_PACKETS || (segment & 3) !== 0 || headerLength(OPCODES[opcode]!.headers) !== BTH_LENGTH) {
+      throw new RangeError(`no run of ${count} packets of opcode 0x${opcode.toString(16)} with ${segment}-octet payloads`);
+    }
+    const h = this.headers(opcode, psn);
+    h.destQp = path.destQpNumber;
+    h.pkey = path.pkey ?? 0xffff;
+    h.padCount = 0;
+    const run = this.run;
+    const headers = run.headers;
+    encodeHeaders(headers, 0, h);
+    // The packets differ in their PSN only (and the last in AckReq).
+    for (let i = 1; i < count; i++) {
+      const at = i * BTH_LENGTH;
+      for (let b = 0; b < 9; b++) headers[at + b] = headers[b]!;
+      const next = (psn + i) & 0xffffff;
+      headers[at + 9] = next >>> 16;
+      headers[at + 10] = (next >>> 8) & 0xff;
+      headers[at + 11] = next & 0xff;
+    }
+    if (ackRequestLast) headers[(count - 1) * BTH_LENGTH + 8]! |= 0x80;
+    this.stats.packetsSent += count;
+    run.payload = payload;
+    run.segment = segment;
+    run.count = count;
+    link.sendRun!(path.peer, run);
+    run.payload = EMPTY_PAYLOAD; // not kept reachable by the QP
   }
 
   /**

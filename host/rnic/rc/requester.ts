@@ -354,6 +354,13 @@ export class Requester {
         this.nextPsn = psnAdd(this.nextPsn, 1);
         this.txIndex++;
         this.txPacket = 0;
+      } else if (this.txPacket > 0 && this.txPacket < wqe.packets - 2 && budget > 1 && this.qp.runLimit > 1) {
+        // Middle packets, two or more of them: one run to the link (the same packets, not a call
+        // chain per packet). `budget` counts this one; the run takes what it sends of the rest.
+        const sent = this.sendMiddleRun(wqe, unacked, budget);
+        this.nextPsn = psnAdd(this.nextPsn, sent);
+        this.txPacket += sent;
+        budget -= sent - 1;
       } else {
         // The packet that fills the PSN window asks for an ACK: nothing can follow it until one
         // comes, and the responder acknowledges only packets that ask (without it a window
@@ -410,6 +417,38 @@ export class Requester {
     const payload = wqe.region === undefined ? wqe.local.subarray(start, start + length) : wqe.region.view(wqe.regionOffset + start, length);
     qp.stats.payloadBytesSent += payload.length;
     qp.sendPacket(h, payload);
+  }
+
+  /**
+   * Sends MIDDLE packets of a Send or Write from `txPacket` on (at least one, which the caller
+   * admitted) as one run, as sendSegment would one by one: up to the message's last packet
+   * (not included), the PSN window (`unacked` before the first), the turn's `budget`, the link's
+   * run limit, and the next AckReq, which ends the run (every PACKETS_PER_ACK_REQUEST-th packet,
+   * or the one that fills the window); a run stays all new or all retransmitted, so the
+   * retransmission count and the round-trip timing see each packet as sendSegment does. Returns
+   * how many packets it sent.
+   */
+  private sendMiddleRun(wqe: Wqe, unacked: number, budget: number): number {
+    const qp = this.qp;
+    const mtu = this.mtuFor();
+    const index = this.txPacket;
+    let count = Math.min(wqe.packets - 1 - index, budget, qp.runLimit, PACKETS_PER_ACK_REQUEST - this.sinceAckRequest);
+    // Packet j of the run has unacked + j unacknowledged before it: it fits while that stays below the window.
+    count = Math.min(count, this.window - unacked);
+    const resent = psnCompare(this.sentEnd, this.nextPsn);
+    if (resent > 0) count = Math.min(count, resent);
+    count = Math.max(1, count);
+    // Only the last can ask for an ACK: the counter's 64th, or the one that fills the window.
+    const ackRequest = this.sinceAckRequest + count >= PACKETS_PER_ACK_REQUEST || unacked + count + 1 > this.window;
+    this.sinceAckRequest = ackRequest ? 0 : this.sinceAckRequest + count;
+    // The caller counted the first packet (a retransmission, or the one timed).
+    if (resent > 0) qp.stats.retransmittedPackets += count - 1;
+    const start = index * mtu;
+    const length = count * mtu;
+    const payload = wqe.region === undefined ? wqe.local.subarray(start, start + length) : wqe.region.view(wqe.regionOffset + start, length);
+    qp.stats.payloadBytesSent += length;
+    qp.sendRun(wqe.kind === Kind.Write ? IbOpcode.RdmaWriteMiddle : IbOpcode.SendMiddle, this.nextPsn, count, payload, mtu, ackRequest);
+    return count;
   }
 
   private sendReadRequest(wqe: Wqe, fromPacket: number, toPacket: number): void {

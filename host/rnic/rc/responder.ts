@@ -337,7 +337,17 @@ export class Responder {
     const region: MemoryRegion | undefined = length > 0 ? qp.memory.resolvedRegion! : undefined;
     const start = qp.memory.resolvedOffset;
     const packets = Math.max(1, Math.ceil(length / this.mtu));
+    const runLimit = region === undefined ? 0 : qp.runLimit;
     for (let index = 0; index < packets; index++) {
+      if (index > 0 && index < packets - 2 && runLimit > 1) {
+        // MIDDLE responses (all but the first and the last: two or more) go as one run.
+        const count = Math.min(packets - 1 - index, runLimit);
+        const bytes = count * this.mtu;
+        qp.stats.payloadBytesSent += bytes;
+        qp.sendRun(IbOpcode.RdmaReadResponseMiddle, psnAdd(psn, index), count, region!.view(start + index * this.mtu, bytes), this.mtu, false);
+        index += count - 1;
+        continue;
+      }
       const opcode =
         packets === 1
           ? IbOpcode.RdmaReadResponseOnly

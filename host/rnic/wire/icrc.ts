@@ -80,11 +80,11 @@ export function icrcAfterUdp(ipHeader: Uint8Array, udpHeader: Uint8Array): numbe
   return crc32Range(AFTER_LRH, scratch, 0, maskIpUdp(ipHeader, udpHeader, scratch, 0));
 }
 
-/** Continues `running` (from `icrcAfterUdp`) over the 12 BTH octets, its FECN/BECN/resv6 octet masked. */
-export function icrcContinueBth(running: number, bth: Uint8Array): number {
-  let c = ~crc32Range(running, bth, 0, 4);
+/** Continues `running` (from `icrcAfterUdp`) over the 12 BTH octets at `at`, its FECN/BECN/resv6 octet masked. */
+export function icrcContinueBth(running: number, bth: Uint8Array, at = 0): number {
+  let c = ~crc32Range(running, bth, at, at + 4);
   c = TABLE[(c ^ 0xff) & 0xff]! ^ (c >>> 8); // FECN, BECN, resv6
-  return crc32Range(~c >>> 0, bth, 5, 12);
+  return crc32Range(~c >>> 0, bth, at + 5, at + 12);
 }
 
 /**
