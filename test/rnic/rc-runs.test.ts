@@ -1,9 +1,12 @@
-// The middle packets of a message travel to the batched link as runs (PacketLink.sendRun: a
-// Write's and a Send's MIDDLE packets from the requester, a Read's MIDDLE responses from the
-// responder), not one call chain per packet. On the wire nothing may differ: every datagram a
-// run sends is recorded where the socket takes it and compared with what the per-packet path
-// sends for the same work (the same QPs with runs turned off), octet for octet but for the PSN
-// and the ICRC that covers it, and each ICRC is checked against the encoder's.
+// Runs of middle packets. Sending: a Write's and a Send's MIDDLE packets from the requester, a
+// Read's MIDDLE responses from the responder travel to the batched link as runs
+// (PacketLink.sendRun), not one call chain per packet. On the wire nothing may differ: every
+// datagram a run sends is recorded where the socket takes it and compared with what the
+// per-packet path sends for the same work (the same QPs with runs turned off), octet for octet
+// but for the PSN and the ICRC that covers it, and each ICRC is checked against the encoder's.
+// Receiving: Write MIDDLEs and Read Response MIDDLEs that continue the message in progress are
+// placed by the lean path (endpoint wants/take) without a decode or view each; anything else,
+// lost, duplicated or reordered packets included, by the full path, data exact either way.
 import { test } from 'uvu';
 import * as assert from 'uvu/assert';
 import { BatchedUdpLink } from '../../host/rnic/rc/batched-udp-link.ts';
@@ -12,7 +15,7 @@ import { socketIcrcHeaders, type PeerAddress } from '../../host/rnic/rc/link.ts'
 import { IbHeaders, decodeHeaders } from '../../host/rnic/wire/ib-headers.ts';
 import { IbOpcode } from '../../host/rnic/wire/ib-opcodes.ts';
 import { encodeIbPacket } from '../../host/rnic/wire/ib-packet.ts';
-import { completions, expectSuccess, rcPair, type RcSide } from '../support/rc.ts';
+import { completions, expectSuccess, rcPair, type RcPairOptions, type RcSide } from '../support/rc.ts';
 
 const KiB = 1024;
 
@@ -183,6 +186,48 @@ test('a Write and a Read go as runs of middle packets, and the wire carries what
       await pair.close();
     }
   }
+});
+
+/** A 1 MiB Write and a 1 MiB Read through a pair made with `options`, the data checked; the endpoints' lean counts. */
+async function writeAndRead(options: RcPairOptions): Promise<{ serverLean: number; clientLean: number; retransmitted: number }> {
+  const pair = await rcPair({ bytes: 4 * 1024 * KiB, ...options });
+  try {
+    const { client, server } = pair;
+    for (let i = 0; i < 1024 * KiB; i++) client.memory[i] = (i * 7 + (i >>> 12)) & 0xff;
+    for (let i = 0; i < 1024 * KiB; i++) server.memory[2048 * KiB + i] = (i * 11 + (i >>> 10)) & 0xff;
+    client.qp.postSend({
+      wrId: 1,
+      opcode: 'RDMA_WRITE',
+      sgList: [{ lkey: client.mr.lkey, offset: 0, length: 1024 * KiB }],
+      remote: { stag: server.mr.rkey, taggedOffset: 0 },
+    });
+    client.qp.postSend({
+      wrId: 2,
+      opcode: 'RDMA_READ',
+      sgList: [{ lkey: client.mr.lkey, offset: 2048 * KiB, length: 1024 * KiB }],
+      remote: { stag: server.mr.rkey, taggedOffset: 2048 * KiB },
+    });
+    expectSuccess(await completions(client.cq, 2, 60_000));
+    assert.equal(server.memory.subarray(0, 1024 * KiB), client.memory.subarray(0, 1024 * KiB), 'written data');
+    assert.equal(client.memory.subarray(2048 * KiB, 3072 * KiB), server.memory.subarray(2048 * KiB, 3072 * KiB), 'read data');
+    return {
+      serverLean: server.rnic.roceEndpoint!.stats.lean,
+      clientLean: client.rnic.roceEndpoint!.stats.lean,
+      retransmitted: client.qp.statistics.retransmittedPackets + server.qp.statistics.retransmittedPackets,
+    };
+  } finally {
+    await pair.close();
+  }
+}
+
+test('the lean path places the middle packets of a Write and a Read; with loss, duplication and reordering the full path takes what does not continue', async () => {
+  // Path MTU 4096: 256 packets each way, 254 of the Write's MIDDLE, 14 of each Read chunk's 16.
+  const clean = await writeAndRead({});
+  assert.ok(clean.serverLean > 200, `the responder placed ${clean.serverLean} Write MIDDLEs on the lean path`);
+  assert.ok(clean.clientLean > 150, `the requester placed ${clean.clientLean} Read Response MIDDLEs on the lean path`);
+  const impaired = await writeAndRead({ impairments: { loss: 0.03, duplicate: 0.03, reorder: 0.03 }, pathMtu: 1024 });
+  assert.ok(impaired.retransmitted > 0, 'packets were lost and sent again');
+  assert.ok(impaired.serverLean > 0 && impaired.clientLean > 0, `the lean path still placed packets (${impaired.serverLean}, ${impaired.clientLean})`);
 });
 
 test.run();

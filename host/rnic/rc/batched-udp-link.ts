@@ -10,7 +10,9 @@ import {
   fillIcrcAfterUdp,
   fillRunIcrcs,
   icrcMatchesAfterUdp,
+  icrcMatchesAt,
   SocketHeaderCache,
+  type LeanPacketReceiver,
   type LinkSendErrorHandler,
   type PacketRun,
   type PacketLink,
@@ -22,6 +24,7 @@ export type BatchedUdpLinkOptions = BatchedUdpSocketOptions;
 
 export class BatchedUdpLink implements PacketLink {
   private receiver: PacketReceiver | undefined;
+  private leanReceiver: LeanPacketReceiver | undefined;
   private readonly outbound: SocketHeaderCache;
   private readonly inbound: SocketHeaderCache;
   private closed = false;
@@ -47,6 +50,11 @@ export class BatchedUdpLink implements PacketLink {
 
   setReceiver(receiver: PacketReceiver): void {
     this.receiver = receiver;
+  }
+
+  setLeanReceiver(receiver: LeanPacketReceiver): void {
+    this.leanReceiver = receiver;
+    this.socket.setLeanReceiver((area, at, address, length, from) => this.lean(area, at, address, length, from));
   }
 
   setSendErrorHandler(handler: LinkSendErrorHandler): void {
@@ -81,6 +89,15 @@ export class BatchedUdpLink implements PacketLink {
     if (this.closed) return;
     this.closed = true;
     await this.socket.close();
+  }
+
+  /** A packet the lean receiver wants, ICRC good, goes to it; anything else (a bad ICRC too) to the full path. */
+  private lean(area: Uint8Array, at: number, address: number, length: number, from: PeerAddress): boolean {
+    const receiver = this.leanReceiver!;
+    if (!receiver.wants(area, at, length, from)) return false;
+    const headers = this.inbound;
+    headers.update(from, length);
+    return icrcMatchesAt(headers.afterUdp, area, at, address, length) && receiver.take(area, at, address, length);
   }
 
   private incoming(data: Uint8Array, from: PeerAddress): void {

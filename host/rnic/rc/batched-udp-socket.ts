@@ -129,6 +129,13 @@ export interface BatchedUdpSocketOptions {
 /** Receives one datagram. `data` is valid only during the call (its slot is reused after). */
 export type DatagramReceiver = (data: Uint8Array, from: PeerAddress) => void;
 
+/**
+ * Asked first about every datagram, as `area[at, at + length)` (the receive area) at the raw
+ * address `address`: returns true when it took the datagram, false to have it handed to the
+ * DatagramReceiver. For a receiver that takes most datagrams without a view of each.
+ */
+export type LeanDatagramReceiver = (area: Uint8Array, at: number, address: number, length: number, from: PeerAddress) => boolean;
+
 /** A send error the socket could not recover from by waiting (the datagrams are dropped). */
 export type SendErrorHandler = (to: PeerAddress, errno: number) => void;
 
@@ -158,6 +165,7 @@ export class BatchedUdpSocket implements TurnParticipant {
   /** Why receiving stopped, if it did (a poll or recvmmsg error other than EAGAIN; diagnostics). */
   receiveError: string | undefined;
   private receiver: DatagramReceiver | undefined;
+  private leanReceiver: LeanDatagramReceiver | undefined;
   private sendErrorHandler: SendErrorHandler | undefined;
   private closed = false;
   private readonly sendExited: Promise<void>;
@@ -370,6 +378,11 @@ export class BatchedUdpSocket implements TurnParticipant {
       throw new RnicError('EINVAL', `batched UDP send worker failed to start: ${socket.sendWorkerError}`);
     }
     return socket;
+  }
+
+  /** Asked before the receiver about every datagram (undefined: none). */
+  setLeanReceiver(receiver: LeanDatagramReceiver | undefined): void {
+    this.leanReceiver = receiver;
   }
 
   setReceiver(receiver: DatagramReceiver): void {
@@ -730,12 +743,15 @@ export class BatchedUdpSocket implements TurnParticipant {
         }
         const from = this.source(this.addressesAt + slot * SOCKADDR_IN);
         const slotAt = this.dataAt + slot * this.slotBytes;
+        const lean = this.leanReceiver;
         let offset = 0;
         do {
           const end = Math.min(offset + segment, length);
           this.stats.datagramsReceived++;
           try {
-            receiver(this.datagramViews.view(slotAt + offset, end - offset), from);
+            const at = slotAt + offset;
+            if (lean === undefined || !lean(this.ringBytes, at, this.ringBase + at, end - offset, from))
+              receiver(this.datagramViews.view(at, end - offset), from);
           } catch {
             // A receiver's bug must not stop receiving: the datagram counts as lost.
           }

@@ -5,13 +5,15 @@
 // traffic therefore never reaches, let alone harms, a QP that did not make the connection.
 
 import { decodeHeaders, IbHeaders } from '../wire/ib-headers.ts';
-import { ICRC_LENGTH } from '../wire/ib-opcodes.ts';
+import { BTH_LENGTH, IbOpcode, ICRC_LENGTH } from '../wire/ib-opcodes.ts';
 import { computeIcrc } from '../wire/icrc.ts';
-import type { PacketLink, PeerAddress } from './link.ts';
+import type { LeanPacketReceiver, PacketLink, PeerAddress } from './link.ts';
 import type { RcQueuePair } from './queue-pair.ts';
 
 export interface EndpointStatistics {
   packets: number;
+  /** Of those, the middle packets the lean path placed (no decode, view or demultiplexing each). */
+  lean: number;
   malformed: number;
   icrcErrors: number;
   badVersionOrKey: number;
@@ -24,7 +26,7 @@ export interface EndpointStatistics {
 /** Receives the UD packets addressed to QP1 (the GSI: connection management MADs). */
 export type GsiReceiver = (h: IbHeaders, payload: Uint8Array, from: PeerAddress) => void;
 
-export class RoceEndpoint {
+export class RoceEndpoint implements LeanPacketReceiver {
   private readonly queuePairs = new Map<number, RcQueuePair>();
   /**
    * Whoever serves QP1: a CM responder and each connection a CM initiator made (several at once,
@@ -33,12 +35,21 @@ export class RoceEndpoint {
    */
   private readonly gsiReceivers = new Set<GsiReceiver>();
   private readonly scratch = new IbHeaders();
-  readonly stats: EndpointStatistics = { packets: 0, malformed: 0, icrcErrors: 0, badVersionOrKey: 0, unknownQp: 0, wrongSource: 0, sendFailures: 0 };
+  readonly stats: EndpointStatistics = { packets: 0, lean: 0, malformed: 0, icrcErrors: 0, badVersionOrKey: 0, unknownQp: 0, wrongSource: 0, sendFailures: 0 };
   /** Last reason a packet was dropped (diagnostics, tests). */
   lastDrop = '';
+  /**
+   * The QP the last packet through every check went to, with the P_Key and source address it
+   * passed with: the lean path takes the middle packets that follow it (`wants`) when they name
+   * the same QP, P_Key and source.
+   */
+  private leanQp: RcQueuePair | undefined;
+  private leanPkey = -1;
+  private leanSource = '';
 
   constructor(readonly link: PacketLink) {
     link.setReceiver((packet, ip, udp, from, icrcChecked) => this.incoming(packet, ip, udp, from, icrcChecked));
+    link.setLeanReceiver?.(this);
     link.setSendErrorHandler?.((to, reason) => this.unsendable(to, reason));
   }
 
@@ -60,6 +71,36 @@ export class RoceEndpoint {
 
   detach(qp: RcQueuePair): void {
     if (this.queuePairs.get(qp.qpNumber) === qp) this.queuePairs.delete(qp.qpNumber);
+    if (this.leanQp === qp) this.leanQp = undefined;
+  }
+
+  /**
+   * The lean path's first look (before the ICRC): a Write MIDDLE or Read Response MIDDLE with no
+   * flags (no SE, MigReq or pad, TVer 0, reserved bits 0) to the QP, with the P_Key and from the
+   * source address, that the last fully checked packet went to. The QP decides in `take`.
+   */
+  wants(area: Uint8Array, at: number, length: number, from: PeerAddress): boolean {
+    const opcode = area[at]!;
+    if ((opcode !== IbOpcode.RdmaWriteMiddle && opcode !== IbOpcode.RdmaReadResponseMiddle) || area[at + 1] !== 0 || (area[at + 8]! & 0x7f) !== 0) return false;
+    const qp = this.leanQp;
+    return (
+      qp !== undefined &&
+      length > BTH_LENGTH + ICRC_LENGTH &&
+      ((area[at + 5]! << 16) | (area[at + 6]! << 8) | area[at + 7]!) === qp.qpNumber &&
+      ((area[at + 2]! << 8) | area[at + 3]!) === this.leanPkey &&
+      from.address === this.leanSource
+    );
+  }
+
+  /** The packet `wants` accepted, its ICRC good: placed by its QP, or false (the full path takes it). */
+  take(area: Uint8Array, at: number, address: number, length: number): boolean {
+    const psn = (area[at + 9]! << 16) | (area[at + 10]! << 8) | area[at + 11]!;
+    const taken = this.leanQp!.takeMiddle(area[at]!, psn, (area[at + 8]! & 0x80) !== 0, address + BTH_LENGTH, length - BTH_LENGTH - ICRC_LENGTH);
+    if (taken) {
+      this.stats.packets++;
+      this.stats.lean++;
+    }
+    return taken;
   }
 
   close(): Promise<void> {
@@ -106,6 +147,9 @@ export class RoceEndpoint {
       this.drop('badVersionOrKey', `P_Key 0x${h.pkey.toString(16)}`);
       return;
     }
+    this.leanQp = qp;
+    this.leanPkey = h.pkey;
+    this.leanSource = from.address;
     qp.receive(h, packet);
   }
 

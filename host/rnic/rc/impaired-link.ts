@@ -4,7 +4,7 @@
 // run replays exactly.
 
 import { Random } from '../../util/random.ts';
-import type { PacketLink, PacketReceiver, PeerAddress } from './link.ts';
+import type { LeanPacketReceiver, PacketLink, PacketReceiver, PeerAddress } from './link.ts';
 
 export interface Impairments {
   /** Probability that a sent packet is dropped. */
@@ -42,6 +42,11 @@ export class ImpairedLink implements PacketLink {
 
   setReceiver(receiver: PacketReceiver): void {
     this.inner.setReceiver(receiver);
+  }
+
+  /** Receiving is not impaired (the peer's link impairs what it sends): the inner link's lean path stays. */
+  setLeanReceiver(receiver: LeanPacketReceiver): void {
+    this.inner.setLeanReceiver?.(receiver);
   }
 
   receiveNow(): void {

@@ -26,6 +26,18 @@ export interface PeerAddress {
  */
 export type PacketReceiver = (packet: Uint8Array, ipHeader: Uint8Array, udpHeader: Uint8Array, from: PeerAddress, icrcChecked?: boolean) => void;
 
+/**
+ * The lean receive path (PacketLink.setLeanReceiver): the middle packets of a message in
+ * progress, placed without a view, a decode or a demultiplexing of each. The link asks `wants`
+ * about each packet (`area[at, at + length)`, BTH .. ICRC), checks the ICRC of those wanted and
+ * hands the good ones to `take`; a packet either declines goes through the PacketReceiver.
+ */
+export interface LeanPacketReceiver {
+  wants(area: Uint8Array, at: number, length: number, from: PeerAddress): boolean;
+  /** Takes the packet `wants` just accepted, its ICRC good, at raw address `address`; false: the full path gets it. */
+  take(area: Uint8Array, at: number, address: number, length: number): boolean;
+}
+
 export interface PacketLink {
   readonly local: PeerAddress;
   /**
@@ -45,6 +57,8 @@ export interface PacketLink {
    */
   sendRun?(to: PeerAddress, run: PacketRun): void;
   setReceiver(receiver: PacketReceiver): void;
+  /** Optional: a link that reads packets in place (the batched one) offers them to `receiver` first. */
+  setLeanReceiver?(receiver: LeanPacketReceiver): void;
   /**
    * Optional: where the link reports a packet it can never send to `to` (an error other than a
    * full buffer). RC would otherwise only see the loss and retransmit until its retry count.
@@ -130,17 +144,21 @@ function continueOverPayload(running: number, payload: Uint8Array): number {
  * ISA-L where installed.
  */
 export function icrcMatchesAfterUdp(afterUdp: number, packet: Uint8Array): boolean {
-  const end = packet.length - ICRC_LENGTH;
-  if (end < BTH_LENGTH) return false;
-  let crc = icrcContinueBth(afterUdp, packet);
-  if (end - BTH_LENGTH >= ISAL_FROM) {
-    const crcAt = isalCrcAtAddress();
-    const address = crcAt === null ? -1 : sharedAddress(packet);
-    crc = address >= 0 ? crcAt!(crc, address + BTH_LENGTH, end - BTH_LENGTH) : icrcContinueRange(crc, packet, BTH_LENGTH, end);
-  } else {
-    crc = icrcContinueRange(crc, packet, BTH_LENGTH, end);
-  }
-  return crc === readIcrc(packet, end);
+  const long = packet.length - BTH_LENGTH - ICRC_LENGTH >= ISAL_FROM && isalCrcAtAddress() !== null;
+  return icrcMatchesAt(afterUdp, packet, 0, long ? sharedAddress(packet) : -1, packet.length);
+}
+
+/**
+ * `icrcMatchesAfterUdp` for the packet `bytes[at, at + length)`, whose first octet lies at raw
+ * address `address` (-1: unknown; ISA-L then does not read it in place).
+ */
+export function icrcMatchesAt(afterUdp: number, bytes: Uint8Array, at: number, address: number, length: number): boolean {
+  const end = at + length - ICRC_LENGTH;
+  if (length < BTH_LENGTH + ICRC_LENGTH) return false;
+  let crc = icrcContinueBth(afterUdp, bytes, at);
+  const crcAt = length - BTH_LENGTH - ICRC_LENGTH >= ISAL_FROM && address >= 0 ? isalCrcAtAddress() : null;
+  crc = crcAt !== null ? crcAt(crc, address + BTH_LENGTH, length - BTH_LENGTH - ICRC_LENGTH) : icrcContinueRange(crc, bytes, at + BTH_LENGTH, end);
+  return crc === readIcrc(bytes, end);
 }
 
 /** `fillIcrc` from the running ICRC after the IP and UDP headers (`SocketHeaderCache.afterUdp`). */
@@ -181,6 +199,9 @@ export class SocketHeaderCache {
   private peerPort = -1;
   private packetLength = -1;
   private readonly afterUdpByLength = new Map<number, number>();
+  /** The last length asked about and its running ICRC (a flow's packets mostly repeat one length). */
+  private lastLength = -1;
+  private lastAfterUdp = 0;
 
   constructor(
     private readonly local: PeerAddress,
@@ -196,6 +217,7 @@ export class SocketHeaderCache {
       this.peerAddress = peer.address;
       this.peerPort = peer.port;
       this.afterUdpByLength.clear();
+      this.lastLength = -1;
       return;
     }
     const udpLength = UDP_HEADER_LENGTH + packetLength;
@@ -208,6 +230,7 @@ export class SocketHeaderCache {
 
   /** The running ICRC after `ip` and `udp` as the last `update` left them. */
   get afterUdp(): number {
+    if (this.packetLength === this.lastLength) return this.lastAfterUdp;
     let crc = this.afterUdpByLength.get(this.packetLength);
     if (crc === undefined) {
       crc = icrcAfterUdp(this.ip, this.udp);
@@ -215,6 +238,8 @@ export class SocketHeaderCache {
       if (this.afterUdpByLength.size >= 64) this.afterUdpByLength.clear();
       this.afterUdpByLength.set(this.packetLength, crc);
     }
+    this.lastLength = this.packetLength;
+    this.lastAfterUdp = crc;
     return crc;
   }
 }

@@ -14,7 +14,7 @@ import { checkSendRequest } from '../qp-checks.ts';
 import { QueuePairAttributes, type QueuePairOptions } from '../qp-attributes.ts';
 import { ViewCache } from '../view-cache.ts';
 import { encodeHeaders, IbHeaders, padFor } from '../wire/ib-headers.ts';
-import { BTH_LENGTH, headerLength, ICRC_LENGTH, OPCODES } from '../wire/ib-opcodes.ts';
+import { BTH_LENGTH, headerLength, IbOpcode, ICRC_LENGTH, OPCODES } from '../wire/ib-opcodes.ts';
 import type { ReceiveWorkRequest, SendWorkRequest, WorkCompletion } from '../work.ts';
 import { wcOpcodeFor, type WcOpcode, WcStatus } from '../work.ts';
 import type { PacketLink, PacketRun, PeerAddress } from './link.ts';
@@ -336,6 +336,31 @@ export class RcQueuePair extends QueuePairAttributes<RcQueuePairEvents> {
       // A bug must end this QP, never the process or another QP.
       this.enterError({ reason: 'connection-lost', message: `internal error: ${error instanceof Error ? error.message : String(error)}` });
     }
+  }
+
+  /**
+   * The lean receive path (endpoint.ts): a Write MIDDLE (`opcode`) for the responder or a Read
+   * Response MIDDLE for the requester, its payload at raw address `payloadAddress` in the link's
+   * receive area, ICRC and every endpoint check passed. Taken (true) only when it is exactly the
+   * packet the full path would place next without any other effect (the next PSN of the message
+   * in progress, a full path-MTU payload, not the message's last); otherwise false, and the
+   * packet goes through `receive`.
+   */
+  takeMiddle(opcode: number, psn: number, ackRequest: boolean, payloadAddress: number, length: number): boolean {
+    if (this.state !== 'rts') return false;
+    let taken: boolean;
+    try {
+      taken =
+        opcode === IbOpcode.RdmaWriteMiddle
+          ? this.responder.takeWriteMiddle(psn, ackRequest, payloadAddress, length)
+          : this.requester.takeReadMiddle(psn, payloadAddress, length);
+    } catch (error) {
+      // As in receive: a bug ends this QP, never the process or another QP.
+      this.enterError({ reason: 'connection-lost', message: `internal error: ${error instanceof Error ? error.message : String(error)}` });
+      return true;
+    }
+    if (taken) this.stats.packetsReceived++;
+    return taken;
   }
 
   /**

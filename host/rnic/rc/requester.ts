@@ -11,7 +11,7 @@ import { psnAdd, psnCompare, RNR_TIMER_MICROS, Syndrome, type IbHeaders } from '
 import { IbOpcode } from '../wire/ib-opcodes.ts';
 import { wcOpcodeFor, WcStatus, type SendWorkRequest, type Sge } from '../work.ts';
 import { Deadline } from './deadline.ts';
-import { copyInto } from './shared-copy.ts';
+import { copyInto, moveAt, sharedAddress } from './shared-copy.ts';
 import type { RcPathParameters, RcQueuePair } from './queue-pair.ts';
 
 const Kind = { Send: 0, Write: 1, Read: 2, Atomic: 3, Local: 4 } as const;
@@ -66,6 +66,8 @@ interface Wqe {
   readonly regionOffset: number;
   /** The remote address (RETH) as a BigInt, made once per WR. */
   readonly remoteAddress: bigint;
+  /** Read: the address of `local` in shared memory for the lean path; -2 until asked, -1 none. */
+  localAddress: number;
   /** A local check failed at post time: the WR completes with this status. */
   readonly localError: { status: WcStatus; text: string } | undefined;
   firstPsn: number;
@@ -249,6 +251,7 @@ export class Requester {
       // Checked at post (qp-checks) for the operations that name one; a Send's is not looked at.
       remoteAddress: kind === Kind.Write || kind === Kind.Read || kind === Kind.Atomic ? BigInt(wr.remote!.taggedOffset) : 0n,
       localError,
+      localAddress: -2,
       firstPsn: 0,
       started: false,
       received: 0,
@@ -577,6 +580,31 @@ export class Requester {
       progress = true;
     }
     if (progress || psnCompare(psn, this.lastAcked) > 0) this.advanced();
+  }
+
+  /**
+   * The lean path's Read Response MIDDLE (RcQueuePair.takeMiddle): placed when it is the next
+   * packet, in order, of the oldest outstanding WQE, a Read with nothing arrived out of order,
+   * not its last packet and asked for, a full path MTU: then `response` would find the same WQE
+   * with no other effect (no older Send or Write to complete, no older Read to retry) and place
+   * it at the same offset. The bookkeeping after it is response's own.
+   */
+  takeReadMiddle(psn: number, payloadAddress: number, length: number): boolean {
+    const wqe = this.queue[this.head];
+    if (!this.running || wqe === undefined || wqe.kind !== Kind.Read || wqe.done || !wqe.started || wqe.arrived !== undefined) return false;
+    const index = psnCompare(psn, wqe.firstPsn);
+    const mtu = this.mtuFor();
+    if (index !== wqe.received || index >= wqe.packets - 1 || index >= wqe.requested || length !== mtu) return false;
+    if (wqe.localAddress === -2) wqe.localAddress = sharedAddress(wqe.local);
+    if (wqe.localAddress < 0) return false;
+    moveAt(wqe.localAddress + index * mtu, payloadAddress, length);
+    this.qp.stats.payloadBytesReceived += length;
+    wqe.received++;
+    this.releaseResources();
+    this.advanced();
+    this.completeInOrder();
+    this.scheduleTransmit();
+    return true;
   }
 
   private readResponse(h: IbHeaders, psn: number, payload: Uint8Array): void {

@@ -13,7 +13,7 @@ import { AtomicOpcode, ALL_ONES_64 } from '../wire/atomics.ts';
 import { psnAdd, psnCompare, Syndrome, type IbHeaders } from '../wire/ib-headers.ts';
 import { IbOpcode, Kind, OPCODES, Position } from '../wire/ib-opcodes.ts';
 import { WcStatus } from '../work.ts';
-import { copyInto } from './shared-copy.ts';
+import { copyInto, moveAt, sharedAddress } from './shared-copy.ts';
 import type { RcPathParameters, RcQueuePair, RcRecvWqe } from './queue-pair.ts';
 
 const MAX_DMA_LENGTH = 0x80000000;
@@ -45,6 +45,8 @@ export class Responder {
   private placed = 0;
   // The inbound Write being placed.
   private writeTarget: Uint8Array = EMPTY;
+  /** Its address in shared memory, or -1 (plain memory, or no native copy): the lean path needs it. */
+  private writeAddress = -1;
   private writeLength = 0;
   private resources: Array<Resource | undefined> = [];
   private nextResource = 0;
@@ -214,11 +216,13 @@ export class Responder {
         return;
       }
       this.writeTarget = EMPTY;
+      this.writeAddress = -1;
       // A zero-length Write names no memory and is not checked (IBA C9-88, as rxe).
       if (h.dmaLength > 0) {
         const target = this.remote(h, Access.RemoteWrite, h.dmaLength, 'RDMA Write');
         if (target === undefined) return;
         this.writeTarget = target;
+        this.writeAddress = sharedAddress(target);
       }
       this.writeLength = h.dmaLength;
       this.placed = 0;
@@ -253,6 +257,33 @@ export class Responder {
       }
     }
     this.accepted(h);
+  }
+
+  /**
+   * The lean path's Write MIDDLE (RcQueuePair.takeMiddle): placed when it is the next PSN of the
+   * Write in progress, carries a full path MTU and leaves room for the LAST, exactly as `request`
+   * and `write` would place it (the rest goes through them: they check and NAK).
+   */
+  takeWriteMiddle(psn: number, ackRequest: boolean, payloadAddress: number, length: number): boolean {
+    if (
+      this.inProgress !== InProgress.Write ||
+      psn !== this.expectedPsn ||
+      length !== this.mtu ||
+      this.placed + length >= this.writeLength ||
+      this.writeAddress < 0
+    ) {
+      return false;
+    }
+    moveAt(this.writeAddress + this.placed, payloadAddress, length);
+    this.placed += length;
+    this.qp.stats.payloadBytesReceived += length;
+    this.nakSent = false;
+    this.expectedPsn = psnAdd(psn, 1);
+    if (ackRequest) {
+      this.pendingAck = psn;
+      this.ackImmediate ??= setImmediate(this.acknowledgeLater);
+    }
+    return true;
   }
 
   private readRequest(h: IbHeaders): void {

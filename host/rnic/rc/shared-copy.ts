@@ -73,6 +73,14 @@ function base(view: Uint8Array, buffer: ArrayBufferLike): number {
   return address;
 }
 
+/**
+ * memmove between raw addresses in shared memory (both from `sharedAddress`, which binds it: call
+ * only after it returned an address). The caller has checked the bounds.
+ */
+export function moveAt(to: number, from: number, length: number): void {
+  move!(to, from, length);
+}
+
 /** `target.set(source, offset)`, with memmove where both lie in shared memory. */
 export function copyInto(target: Uint8Array, offset: number, source: Uint8Array): void {
   const length = source.length;
