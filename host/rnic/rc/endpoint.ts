@@ -77,7 +77,8 @@ export class RoceEndpoint implements LeanPacketReceiver {
   /**
    * The lean path's first look (before the ICRC): a Write MIDDLE or Read Response MIDDLE with no
    * flags (no SE, MigReq or pad, TVer 0, reserved bits 0) to the QP, with the P_Key and from the
-   * source address, that the last fully checked packet went to. The QP decides in `take`.
+   * source address, that the last fully checked packet went to, and one that QP would place
+   * next (`acceptsMiddle`): anything else has its ICRC computed once, by the full path.
    */
   wants(area: Uint8Array, at: number, length: number, from: PeerAddress): boolean {
     const opcode = area[at]!;
@@ -88,7 +89,8 @@ export class RoceEndpoint implements LeanPacketReceiver {
       length > BTH_LENGTH + ICRC_LENGTH &&
       ((area[at + 5]! << 16) | (area[at + 6]! << 8) | area[at + 7]!) === qp.qpNumber &&
       ((area[at + 2]! << 8) | area[at + 3]!) === this.leanPkey &&
-      from.address === this.leanSource
+      from.address === this.leanSource &&
+      qp.acceptsMiddle(opcode, (area[at + 9]! << 16) | (area[at + 10]! << 8) | area[at + 11]!, length - BTH_LENGTH - ICRC_LENGTH)
     );
   }
 

@@ -346,6 +346,16 @@ export class RcQueuePair extends QueuePairAttributes<RcQueuePairEvents> {
    * in progress, a full path-MTU payload, not the message's last); otherwise false, and the
    * packet goes through `receive`.
    */
+  /**
+   * Whether `takeMiddle` would take such a packet now (no effect): asked before its ICRC is
+   * computed, so that a packet the full path gets anyway (past a gap, a duplicate) has its ICRC
+   * computed once.
+   */
+  acceptsMiddle(opcode: number, psn: number, length: number): boolean {
+    if (this.state !== 'rts') return false;
+    return opcode === IbOpcode.RdmaWriteMiddle ? this.responder.acceptsWriteMiddle(psn, length) : this.requester.acceptsReadMiddle(psn, length);
+  }
+
   takeMiddle(opcode: number, psn: number, ackRequest: boolean, payloadAddress: number, length: number): boolean {
     if (this.state !== 'rts') return false;
     let taken: boolean;

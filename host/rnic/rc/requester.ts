@@ -582,6 +582,14 @@ export class Requester {
     if (progress || psnCompare(psn, this.lastAcked) > 0) this.advanced();
   }
 
+  /** Whether takeReadMiddle would place a Read Response MIDDLE with `psn` and `length` payload octets now (no effect). */
+  acceptsReadMiddle(psn: number, length: number): boolean {
+    const wqe = this.queue[this.head];
+    if (!this.running || wqe === undefined || wqe.kind !== Kind.Read || wqe.done || !wqe.started || wqe.arrived !== undefined) return false;
+    const index = psnCompare(psn, wqe.firstPsn);
+    return index === wqe.received && index < wqe.packets - 1 && index < wqe.requested && length === this.mtuFor();
+  }
+
   /**
    * The lean path's Read Response MIDDLE (RcQueuePair.takeMiddle): placed when it is the next
    * packet, in order, of the oldest outstanding WQE, a Read with nothing arrived out of order,
@@ -590,14 +598,11 @@ export class Requester {
    * it at the same offset. The bookkeeping after it is response's own.
    */
   takeReadMiddle(psn: number, payloadAddress: number, length: number): boolean {
-    const wqe = this.queue[this.head];
-    if (!this.running || wqe === undefined || wqe.kind !== Kind.Read || wqe.done || !wqe.started || wqe.arrived !== undefined) return false;
-    const index = psnCompare(psn, wqe.firstPsn);
-    const mtu = this.mtuFor();
-    if (index !== wqe.received || index >= wqe.packets - 1 || index >= wqe.requested || length !== mtu) return false;
+    if (!this.acceptsReadMiddle(psn, length)) return false;
+    const wqe = this.queue[this.head]!;
     if (wqe.localAddress === -2) wqe.localAddress = sharedAddress(wqe.local);
     if (wqe.localAddress < 0) return false;
-    moveAt(wqe.localAddress + index * mtu, payloadAddress, length);
+    moveAt(wqe.localAddress + wqe.received * length, payloadAddress, length);
     this.qp.stats.payloadBytesReceived += length;
     wqe.received++;
     this.releaseResources();

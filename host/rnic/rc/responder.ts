@@ -259,21 +259,24 @@ export class Responder {
     this.accepted(h);
   }
 
+  /** Whether takeWriteMiddle would place a Write MIDDLE with `psn` and `length` payload octets now (no effect). */
+  acceptsWriteMiddle(psn: number, length: number): boolean {
+    return (
+      this.inProgress === InProgress.Write &&
+      psn === this.expectedPsn &&
+      length === this.mtu &&
+      this.placed + length < this.writeLength &&
+      this.writeAddress >= 0
+    );
+  }
+
   /**
    * The lean path's Write MIDDLE (RcQueuePair.takeMiddle): placed when it is the next PSN of the
    * Write in progress, carries a full path MTU and leaves room for the LAST, exactly as `request`
    * and `write` would place it (the rest goes through them: they check and NAK).
    */
   takeWriteMiddle(psn: number, ackRequest: boolean, payloadAddress: number, length: number): boolean {
-    if (
-      this.inProgress !== InProgress.Write ||
-      psn !== this.expectedPsn ||
-      length !== this.mtu ||
-      this.placed + length >= this.writeLength ||
-      this.writeAddress < 0
-    ) {
-      return false;
-    }
+    if (!this.acceptsWriteMiddle(psn, length)) return false;
     moveAt(this.writeAddress + this.placed, payloadAddress, length);
     this.placed += length;
     this.qp.stats.payloadBytesReceived += length;
