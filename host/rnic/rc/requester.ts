@@ -582,12 +582,15 @@ export class Requester {
     if (progress || psnCompare(psn, this.lastAcked) > 0) this.advanced();
   }
 
-  /** Whether takeReadMiddle would place a Read Response MIDDLE with `psn` and `length` payload octets now (no effect). */
+  /** Whether takeReadMiddle would place a Read Response MIDDLE with `psn` and `length` payload octets now (no effect but caching the sink's address). */
   acceptsReadMiddle(psn: number, length: number): boolean {
     const wqe = this.queue[this.head];
     if (!this.running || wqe === undefined || wqe.kind !== Kind.Read || wqe.done || !wqe.started || wqe.arrived !== undefined) return false;
     const index = psnCompare(psn, wqe.firstPsn);
-    return index === wqe.received && index < wqe.packets - 1 && index < wqe.requested && length === this.mtuFor();
+    if (index !== wqe.received || index >= wqe.packets - 1 || index >= wqe.requested || length !== this.mtuFor()) return false;
+    // Where the sink lies, looked up once per WQE (plain memory has none: the full path copies).
+    if (wqe.localAddress === -2) wqe.localAddress = sharedAddress(wqe.local);
+    return wqe.localAddress >= 0;
   }
 
   /**
@@ -600,8 +603,6 @@ export class Requester {
   takeReadMiddle(psn: number, payloadAddress: number, length: number): boolean {
     if (!this.acceptsReadMiddle(psn, length)) return false;
     const wqe = this.queue[this.head]!;
-    if (wqe.localAddress === -2) wqe.localAddress = sharedAddress(wqe.local);
-    if (wqe.localAddress < 0) return false;
     moveAt(wqe.localAddress + wqe.received * length, payloadAddress, length);
     this.qp.stats.payloadBytesReceived += length;
     wqe.received++;
