@@ -245,4 +245,38 @@ test('the lean path places the middle packets of a Write and a Read; with loss, 
   assert.is(clean.declined + impaired.declined, 0, 'no packet reached take that the QP would not place');
 });
 
+test('a middle packet with a bad ICRC, in sequence, is not placed by the lean path: the full path drops and counts it, the Write recovers', async () => {
+  const pair = await rcPair({ pathMtu: 1024 });
+  try {
+    const { client, server } = pair;
+    const socket = (client.link as BatchedUdpLink).socket;
+    const sendRun = socket.sendRun.bind(socket);
+    let corrupted = 0;
+    socket.sendRun = (to, run) => {
+      // The ICRC of the run's third packet, once: the link has filled the trailers.
+      if (corrupted === 0 && run.count > 3) {
+        const icrcAt = 2 * run.trailerLength;
+        run.trailers[icrcAt] = run.trailers[icrcAt]! ^ 0x01;
+        corrupted++;
+      }
+      sendRun(to, run);
+    };
+    for (let i = 0; i < 64 * KiB; i++) client.memory[i] = (i * 17 + 5) & 0xff;
+    client.qp.postSend({
+      wrId: 1,
+      opcode: 'RDMA_WRITE',
+      sgList: [{ lkey: client.mr.lkey, offset: 0, length: 64 * KiB }],
+      remote: { stag: server.mr.rkey, taggedOffset: 0 },
+    });
+    expectSuccess(await completions(client.cq, 1, 20_000));
+    assert.is(corrupted, 1);
+    assert.equal(server.memory.subarray(0, 64 * KiB), client.memory.subarray(0, 64 * KiB), 'written data');
+    const stats = server.rnic.roceEndpoint!.stats;
+    assert.is(stats.icrcErrors, 1, 'the bad packet was dropped and counted');
+    assert.ok(stats.lean > 0, 'the packets around it took the lean path');
+  } finally {
+    await pair.close();
+  }
+});
+
 test.run();

@@ -5,12 +5,13 @@
 
 import { RnicError } from '../errors.ts';
 import { errnoName } from './batched-udp-libc.ts';
+import { icrcContinueBthHead } from '../wire/icrc.ts';
 import { BatchedUdpSocket, type BatchedUdpSocketOptions, type BatchedUdpStatistics } from './batched-udp-socket.ts';
 import {
   fillIcrcAfterUdp,
   fillRunIcrcs,
   icrcMatchesAfterUdp,
-  icrcMatchesAt,
+  icrcMatchesAfterHead,
   SocketHeaderCache,
   type LeanPacketReceiver,
   type LinkSendErrorHandler,
@@ -28,6 +29,10 @@ export class BatchedUdpLink implements PacketLink {
   private readonly outbound: SocketHeaderCache;
   private readonly inbound: SocketHeaderCache;
   private closed = false;
+  /** bthHead's last result and what it covered (octets 0-7 of the BTH, the running ICRC before them). */
+  private readonly headKey = new Uint8Array(8);
+  private headAfterUdp = -1;
+  private headCrc = 0;
 
   private constructor(readonly socket: BatchedUdpSocket) {
     this.outbound = new SocketHeaderCache(socket.local, true);
@@ -97,7 +102,31 @@ export class BatchedUdpLink implements PacketLink {
     if (!receiver.wants(area, at, length, from)) return false;
     const headers = this.inbound;
     headers.update(from, length);
-    return icrcMatchesAt(headers.afterUdp, area, at, address, length) && receiver.take(area, at, address, length);
+    return icrcMatchesAfterHead(this.bthHead(headers.afterUdp, area, at), area, at, address, length) && receiver.take(area, at, address, length);
+  }
+
+  /**
+   * The running ICRC after the BTH's first 8 octets of the packet at `at`: the middle packets of
+   * one message share them (octet 4 is masked), so the last result is kept with what it covers.
+   */
+  private bthHead(afterUdp: number, area: Uint8Array, at: number): number {
+    const key = this.headKey;
+    if (
+      afterUdp === this.headAfterUdp &&
+      area[at] === key[0] &&
+      area[at + 1] === key[1] &&
+      area[at + 2] === key[2] &&
+      area[at + 3] === key[3] &&
+      area[at + 5] === key[5] &&
+      area[at + 6] === key[6] &&
+      area[at + 7] === key[7]
+    ) {
+      return this.headCrc;
+    }
+    for (let i = 0; i < 8; i++) key[i] = area[at + i]!;
+    this.headAfterUdp = afterUdp;
+    this.headCrc = icrcContinueBthHead(afterUdp, area, at);
+    return this.headCrc;
   }
 
   private incoming(data: Uint8Array, from: PeerAddress): void {

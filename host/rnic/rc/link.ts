@@ -8,7 +8,7 @@ import dgram from 'node:dgram';
 import dns from 'node:dns';
 import { isIPv4 } from 'node:net';
 import { loadIsal, type Isal } from '../../util/isal.ts';
-import { icrcAfterUdp, icrcContinue, icrcContinueBth, icrcContinueRange, readIcrc, writeIcrc } from '../wire/icrc.ts';
+import { icrcAfterUdp, icrcContinue, icrcContinueBth, icrcContinueBthHead, icrcContinueBthTail, icrcContinueRange, readIcrc, writeIcrc } from '../wire/icrc.ts';
 import { BTH_LENGTH, ICRC_LENGTH } from '../wire/ib-opcodes.ts';
 import { sharedAddress } from './shared-copy.ts';
 import { encodeIpv4Header, encodeUdpHeader, IPV4_HEADER_LENGTH, parseIpv4, UDP_HEADER_LENGTH } from '../wire/roce-frame.ts';
@@ -75,8 +75,10 @@ export interface PacketLink {
 /**
  * `count` packets of one length (PacketLink.sendRun): packet i is `headers[i * headerLength,
  * +headerLength)`, `payload[i * segment, +segment)` and `trailers[i * trailerLength,
- * +trailerLength)` (pad octets, then the 4 ICRC octets). The payload lies in memory that never
- * moves (a registered region). The sender keeps one and refills it run after run.
+ * +trailerLength)` (pad octets, then the 4 ICRC octets). The headers share their first 8
+ * octets (opcode, flags, P_Key, destination QP: the middle packets of one message); they differ
+ * from the 9th on (AckReq, PSN). The payload lies in memory that never moves (a registered
+ * region). The sender keeps one and refills it run after run.
  */
 export interface PacketRun {
   headers: Uint8Array;
@@ -153,9 +155,15 @@ export function icrcMatchesAfterUdp(afterUdp: number, packet: Uint8Array): boole
  * address `address` (-1: unknown; ISA-L then does not read it in place).
  */
 export function icrcMatchesAt(afterUdp: number, bytes: Uint8Array, at: number, address: number, length: number): boolean {
+  if (length < BTH_LENGTH + ICRC_LENGTH) return false;
+  return icrcMatchesAfterHead(icrcContinueBthHead(afterUdp, bytes, at), bytes, at, address, length);
+}
+
+/** `icrcMatchesAt` from the running ICRC after the BTH's first 8 octets (`icrcContinueBthHead`). */
+export function icrcMatchesAfterHead(head: number, bytes: Uint8Array, at: number, address: number, length: number): boolean {
   const end = at + length - ICRC_LENGTH;
   if (length < BTH_LENGTH + ICRC_LENGTH) return false;
-  let crc = icrcContinueBth(afterUdp, bytes, at);
+  let crc = icrcContinueBthTail(head, bytes, at);
   const crcAt = length - BTH_LENGTH - ICRC_LENGTH >= ISAL_FROM && address >= 0 ? isalCrcAtAddress() : null;
   crc = crcAt !== null ? crcAt(crc, address + BTH_LENGTH, length - BTH_LENGTH - ICRC_LENGTH) : icrcContinueRange(crc, bytes, at + BTH_LENGTH, end);
   return crc === readIcrc(bytes, end);
@@ -175,9 +183,11 @@ export function fillRunIcrcs(afterUdp: number, run: PacketRun): void {
   const { headers, headerLength, payload, segment, count, trailers, trailerLength } = run;
   const crcAt = segment >= ISAL_FROM ? isalCrcAtAddress() : null;
   const address = crcAt === null ? -1 : sharedAddress(payload);
+  // The headers' first 8 octets are the same in every packet of a run: their ICRC part once.
+  const head = icrcContinueBthHead(afterUdp, headers, 0);
   for (let i = 0; i < count; i++) {
     const headerAt = i * headerLength;
-    let crc = icrcContinueBth(afterUdp, headers, headerAt);
+    let crc = icrcContinueBthTail(head, headers, headerAt);
     crc = icrcContinueRange(crc, headers, headerAt + BTH_LENGTH, headerAt + headerLength);
     crc = address >= 0 ? crcAt!(crc, address + i * segment, segment) : icrcContinueRange(crc, payload, i * segment, (i + 1) * segment);
     const trailerEnd = (i + 1) * trailerLength;

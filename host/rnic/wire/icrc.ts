@@ -82,9 +82,22 @@ export function icrcAfterUdp(ipHeader: Uint8Array, udpHeader: Uint8Array): numbe
 
 /** Continues `running` (from `icrcAfterUdp`) over the 12 BTH octets at `at`, its FECN/BECN/resv6 octet masked. */
 export function icrcContinueBth(running: number, bth: Uint8Array, at = 0): number {
+  return icrcContinueBthTail(icrcContinueBthHead(running, bth, at), bth, at);
+}
+
+/**
+ * `icrcContinueBth` in two steps, for packets that share their BTH's first 8 octets (the middle
+ * packets of one message: opcode, flags, P_Key, destination QP): octets 0-7, the
+ * FECN/BECN/resv6 octet masked, then (`icrcContinueBthTail`) octets 8-11 (AckReq, PSN).
+ */
+export function icrcContinueBthHead(running: number, bth: Uint8Array, at = 0): number {
   let c = ~crc32Range(running, bth, at, at + 4);
   c = TABLE[(c ^ 0xff) & 0xff]! ^ (c >>> 8); // FECN, BECN, resv6
-  return crc32Range(~c >>> 0, bth, at + 5, at + 12);
+  return crc32Range(~c >>> 0, bth, at + 5, at + 8);
+}
+
+export function icrcContinueBthTail(running: number, bth: Uint8Array, at = 0): number {
+  return crc32Range(running, bth, at + 8, at + 12);
 }
 
 /**
