@@ -58,6 +58,10 @@ try {
     console.log(
       `  ${thread.main ? 'main thread' : `thread ${thread.tid}`} (${thread.name}): ${us(thread.userUs)} us user + ${us(thread.systemUs)} us system per STORE, context switches ${thread.voluntary.toFixed(2)} + ${thread.involuntary.toFixed(2)} involuntary`,
     );
+  for (const [index, worker] of (run.workers ?? []).entries())
+    console.log(
+      `  worker ${index + 1}: ${worker.sessions} sessions, ${worker.stores} STOREs, mean STORE ${us(worker.meanStoreUs)} us (request in to COMPLETION out)`,
+    );
   const threads = run.threads ?? [];
   if (threads.length > 0) {
     const voluntary = threads.reduce((total, t) => total + t.voluntary, 0);
@@ -69,6 +73,14 @@ try {
     console.log(
       `  tier (whole run, warm-up included): ${durable.groupCommits} group commits, ${durable.batchRecords} records, ${(durable.fsyncs / durable.batchRecords).toFixed(2)} fsyncs per record, largest group ${durable.batchLargest}, groups by size [1, 2-3, 4-7, 8-15, 16-31, 32+]: ${durable.batchHistogram.join(', ')}`,
     );
+  const groups = run.measuredGroups;
+  if (groups !== undefined && groups.groupCommits > 0) {
+    const wallMs = groups.seconds * 1000;
+    console.log(
+      `  group commit over the measured pass: ${groups.groupCommits} groups of ${(groups.records / groups.groupCommits).toFixed(1)} records, syncs ${(groups.syncMilliseconds / groups.groupCommits).toFixed(2)} ms each,` +
+        ` ${((wallMs - groups.syncMilliseconds) / groups.groupCommits).toFixed(2)} ms between them; syncs in flight ${((100 * groups.syncMilliseconds) / wallMs).toFixed(0)} % of the pass`,
+    );
+  }
   if (profile !== undefined) for (const line of profile.summary(run.stores, process.pid)) console.log(line);
 } finally {
   fs.rmSync(dir, { recursive: true, force: true });

@@ -8,6 +8,7 @@ import { fileURLToPath } from 'node:url';
 import { resolveTargetSettings, type TargetSettings } from '../host/kbtp/server/target-config.ts';
 import { startTarget } from '../host/kbtp/server/target.ts';
 import type { DurableStats } from '../host/kbtp/server/target.ts';
+import type { StatsSnapshot } from '../host/kbtp/server/stats.ts';
 
 export const SESSIONS = 16;
 
@@ -55,12 +56,23 @@ export interface StoreRun {
    * each one a cross-thread hand-off or an I/O wait; involuntary: preempted).
    */
   threads?: Array<{ tid: number; name: string; main: boolean; userUs: number; systemUs: number; voluntary: number; involuntary: number }>;
+  /**
+   * With `threads`: each worker's share of the measured pass: its sessions (opened since the
+   * target started), its STOREs and their mean latency as the worker sees it (request in to
+   * COMPLETION out), to tell a busy worker from one whose sessions wait longer.
+   */
+  workers?: Array<{ sessions: number; stores: number; meanStoreUs: number }>;
   /** STOREs in the measured pass. */
   stores: number;
   /** Warm-up passes before it (each stores and frees every block once). */
   warmupPasses: number;
   /** The durable tier's figures at the end of the run (group commits, fsyncs, batch sizes); undefined when volatile. */
   durable?: DurableStats | undefined;
+  /**
+   * With `threads`, when durable: the group commit over the measured pass (its `seconds` long):
+   * groups, their records, and the milliseconds their fdatasyncs were in flight.
+   */
+  measuredGroups?: { seconds: number; groupCommits: number; records: number; syncMilliseconds: number };
 }
 
 interface ThreadTimes {
@@ -130,6 +142,8 @@ export async function storeRun(
     let out = '';
     let cpuBefore: NodeJS.CpuUsage | undefined;
     let threadsBefore = new Map<number, ThreadTimes>();
+    let workersBefore: Promise<StatsSnapshot[]> | undefined;
+    let durableBefore: Promise<StatsSnapshot> | undefined;
     child.stdout.on('data', (chunk: Buffer) => {
       out += chunk.toString();
       // The warm-up is over: the measured pass starts.
@@ -137,6 +151,10 @@ export async function storeRun(
         options.measuredPass?.start();
         cpuBefore = process.cpuUsage();
         threadsBefore = threadTimes();
+        if (options.threads === true) {
+          workersBefore = target.workerStats();
+          durableBefore = target.stats();
+        }
       }
     });
     const code = await new Promise<number | null>((resolve) => child.once('exit', resolve));
@@ -155,6 +173,18 @@ export async function storeRun(
     }
     threads.sort((a, b) => b.userUs + b.systemUs - (a.userUs + a.systemUs));
     const main = threads.find((thread) => thread.main);
+    const workers = workersBefore === undefined ? undefined : workerShares(await workersBefore, await target.workerStats());
+    const durable = (await target.stats()).durable;
+    const before = (await durableBefore)?.durable;
+    const measuredGroups =
+      durable === undefined || before === undefined
+        ? undefined
+        : {
+            seconds,
+            groupCommits: durable.groupCommits - before.groupCommits,
+            records: durable.batchRecords - before.batchRecords,
+            syncMilliseconds: durable.syncMilliseconds - before.syncMilliseconds,
+          };
     return {
       gbps: (bytes * 8) / seconds / 1e9,
       stores,
@@ -163,9 +193,23 @@ export async function storeRun(
       clientCpuUs: cpuMicros / stores,
       mainThreadCpuUs: threadsAfter.size === 0 ? Number.NaN : (main?.userUs ?? 0) + (main?.systemUs ?? 0),
       ...(options.threads === true ? { threads } : {}),
-      durable: (await target.stats()).durable,
+      ...(workers === undefined ? {} : { workers }),
+      ...(measuredGroups === undefined ? {} : { measuredGroups }),
+      durable,
     };
   } finally {
     await target.stop(1000);
   }
+}
+
+/** Each worker's sessions, STOREs and mean STORE latency between two snapshots of its statistics. */
+function workerShares(before: readonly StatsSnapshot[], after: readonly StatsSnapshot[]): NonNullable<StoreRun['workers']> {
+  const storesOf = (stats: StatsSnapshot | undefined): number => Object.values(stats?.requests.ALLOC_STORE ?? {}).reduce((sum, n) => sum + n, 0);
+  return after.map((end, index) => {
+    const start = before[index];
+    const stores = storesOf(end) - storesOf(start);
+    const seconds = (end.latency.ALLOC_STORE?.sumSeconds ?? 0) - (start?.latency.ALLOC_STORE?.sumSeconds ?? 0);
+    const timed = (end.latency.ALLOC_STORE?.count ?? 0) - (start?.latency.ALLOC_STORE?.count ?? 0);
+    return { sessions: end.sessionsTotal, stores, meanStoreUs: timed > 0 ? (seconds * 1e6) / timed : Number.NaN };
+  });
 }

@@ -8,6 +8,7 @@ import { columnBytes, encodeFrame, JOURNAL_MAGIC, type BatchRecord, type GroupBo
 import { generationLater } from './generations.ts';
 import { TierError } from './tier-types.ts';
 import { CheckpointWriter } from './checkpoint-writer.ts';
+import { monotonicMs } from '../util/clock.ts';
 
 export type Op =
   | { kind: 'seal'; index: number; generation: number; data: Uint8Array; crc: number; tenant: number; slot: number; done: Settle }
@@ -301,9 +302,11 @@ export abstract class GroupCommit extends CheckpointWriter {
     const sealed = batch.some((op) => op.kind === 'seal');
     try {
       await settledAll([this.journal.write(journalBytes, this.journalSize), dataWritten]);
+      const syncStart = monotonicMs();
       const syncs = [this.journal.datasync()];
       if (sealed) syncs.push(this.data.datasync());
       await settledAll(syncs);
+      this.counters.syncMilliseconds += monotonicMs() - syncStart;
       this.counters.fsyncs += syncs.length;
     } catch (error) {
       this.counters.writeErrors += 1;

@@ -41,6 +41,7 @@ export abstract class TierState {
     drops: 0,
     fsyncs: 0,
     groupCommits: 0,
+    syncMilliseconds: 0,
     batchRecords: 0,
     batchLargest: 0,
     checksumFailures: 0,

@@ -85,6 +85,12 @@ export interface TierStats {
   drops: number;
   fsyncs: number;
   groupCommits: number;
+  /**
+   * Milliseconds that group commits spent in their fdatasyncs (from the first sync's start to the
+   * last one's end), summed: against the wall clock of a busy spell, the share of it that the disk
+   * was kept writing back; the rest is each group's close and the hand-overs between groups.
+   */
+  syncMilliseconds: number;
   /** Records per group commit: total (divide by groupCommits for the mean) and largest. */
   batchRecords: number;
   batchLargest: number;

@@ -136,6 +136,7 @@ export class DurableTier extends TierMaintenance {
       drops: c.drops,
       fsyncs: c.fsyncs,
       groupCommits: c.groupCommits,
+      syncMilliseconds: c.syncMilliseconds,
       batchRecords: c.batchRecords,
       batchLargest: c.batchLargest,
       batchHistogram: [...c.histogram],

@@ -171,6 +171,7 @@ test('concurrent seals share fdatasyncs and come back after a restart', async ()
   const stats = tier.stats();
   assert.is(stats.blocksDurable, 64);
   assert.ok(stats.batchLargest > 1);
+  assert.ok(stats.syncMilliseconds > 0, "the groups' time in fdatasync is counted");
   assert.is((await readBack(tier, 5)).data.length, 100);
   await tier.close();
 
