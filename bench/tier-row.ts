@@ -58,6 +58,9 @@ try {
     console.log(
       `  ${thread.main ? 'main thread' : `thread ${thread.tid}`} (${thread.name}): ${us(thread.userUs)} us user + ${us(thread.systemUs)} us system per STORE, context switches ${thread.voluntary.toFixed(2)} + ${thread.involuntary.toFixed(2)} involuntary`,
     );
+  console.log(
+    `  the measured pass: ${run.seconds.toFixed(3)} s; its first session was done at ${run.firstSessionSeconds.toFixed(3)} s (${((100 * run.firstSessionSeconds) / run.seconds).toFixed(0)} %), the others after`,
+  );
   for (const [index, worker] of (run.workers ?? []).entries())
     console.log(
       `  worker ${index + 1}: ${worker.sessions} sessions, ${worker.stores} STOREs, mean STORE ${us(worker.meanStoreUs)} us (request in to COMPLETION out)`,

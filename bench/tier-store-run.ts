@@ -64,6 +64,9 @@ export interface StoreRun {
   workers?: Array<{ sessions: number; stores: number; meanStoreUs: number }>;
   /** STOREs in the measured pass. */
   stores: number;
+  /** The measured pass's length, and when its first session was done (the rest of the pass has fewer requests in flight). */
+  seconds: number;
+  firstSessionSeconds: number;
   /** Warm-up passes before it (each stores and frees every block once). */
   warmupPasses: number;
   /** The durable tier's figures at the end of the run (group commits, fsyncs, batch sizes); undefined when volatile. */
@@ -162,7 +165,12 @@ export async function storeRun(
     const threadsAfter = threadTimes();
     await options.measuredPass?.stop();
     if (code !== 0 || cpuBefore === undefined) throw new Error(`bench/tier-load exited with ${code}: ${out}`);
-    const { seconds, bytes, cpuMicros } = JSON.parse(out.trim().split('\n').at(-1) ?? '{}') as { seconds: number; bytes: number; cpuMicros: number };
+    const { seconds, firstSessionSeconds, bytes, cpuMicros } = JSON.parse(out.trim().split('\n').at(-1) ?? '{}') as {
+      seconds: number;
+      firstSessionSeconds: number;
+      bytes: number;
+      cpuMicros: number;
+    };
     const stores = perSession * SESSIONS;
     const threads: NonNullable<StoreRun['threads']> = [];
     for (const [tid, after] of threadsAfter) {
@@ -188,6 +196,8 @@ export async function storeRun(
     return {
       gbps: (bytes * 8) / seconds / 1e9,
       stores,
+      seconds,
+      firstSessionSeconds,
       warmupPasses: passes,
       targetCpuUs: (cpu.user + cpu.system) / stores,
       clientCpuUs: cpuMicros / stores,
