@@ -18,7 +18,7 @@ import { checkoutRoot } from './checkout-root.ts';
 
 const parsed = parseCommandLine(
   'bench/tier-row',
-  'usage: node dist/bench/tier-row.js [--size OCTETS (default 262144)] [--mib N (MiB stored, default 1024)] [--volatile (no durable tier)] [--dir PATH (default .cache/bench-tier-row)] [--warmup N (warm-up passes; default as bench/tier: enough for 4,096 STOREs, at least 2)] [--perf FILE (perf record the target over the measured pass, print CPU per STORE by kind of work)]',
+  'usage: node dist/bench/tier-row.js [--size OCTETS (default 262144)] [--mib N (MiB stored, default 1024)] [--volatile (no durable tier)] [--dir PATH (default .cache/bench-tier-row)] [--warmup N (warm-up passes; default as bench/tier: enough for 4,096 STOREs, at least 2)] [--in-flight N (requests in flight per session, 1-16; default as bench/tier: 64 MiB in all, 16 at 256 KiB, 4 at 1 MiB)] [--perf FILE (perf record the target over the measured pass, print CPU per STORE by kind of work)]',
   process.argv.slice(2),
   {
     size: { type: 'string', default: '262144' },
@@ -26,6 +26,7 @@ const parsed = parseCommandLine(
     volatile: { type: 'boolean', default: false },
     dir: { type: 'string' },
     warmup: { type: 'string' },
+    'in-flight': { type: 'string' },
     perf: { type: 'string' },
   },
 );
@@ -34,8 +35,18 @@ const { values } = parsed;
 const size = Number(values.size);
 const mib = Number(values.mib);
 const warmup = values.warmup === undefined ? undefined : Number(values.warmup);
-if (!Number.isInteger(size) || size < 4096 || !Number.isFinite(mib) || mib <= 0 || (warmup !== undefined && !(Number.isInteger(warmup) && warmup >= 0))) {
-  console.error('bench/tier-row: --size takes a block size in octets (at least 4096), --mib a positive number of MiB, --warmup a number of passes (0 or more)');
+const inFlight = values['in-flight'] === undefined ? undefined : Number(values['in-flight']);
+if (
+  !Number.isInteger(size) ||
+  size < 4096 ||
+  !Number.isFinite(mib) ||
+  mib <= 0 ||
+  (warmup !== undefined && !(Number.isInteger(warmup) && warmup >= 0)) ||
+  (inFlight !== undefined && !(Number.isInteger(inFlight) && inFlight >= 1 && inFlight <= 16))
+) {
+  console.error(
+    "bench/tier-row: --size takes a block size in octets (at least 4096), --mib a positive number of MiB, --warmup a number of passes (0 or more), --in-flight a number of requests per session (1 to 16, the sessions' credits)",
+  );
   process.exit(2);
 }
 const root = checkoutRoot;
@@ -47,11 +58,12 @@ try {
   const run = await storeRun(size, mib * 2 ** 20, values.volatile ? undefined : dir, {
     threads: true,
     ...(warmup === undefined ? {} : { warmupPasses: warmup }),
+    ...(inFlight === undefined ? {} : { inFlight }),
     ...(profile === undefined ? {} : { measuredPass: profile }),
   });
   const us = (n: number): string => n.toFixed(0);
   console.log(
-    `${values.volatile ? 'volatile' : 'persistent'} STORE of ${size} octets x ${mib} MiB, 16 sessions, after ${run.warmupPasses} warm-up passes: ${run.gbps.toFixed(3)} Gbit/s;` +
+    `${values.volatile ? 'volatile' : 'persistent'} STORE of ${size} octets x ${mib} MiB, 16 sessions x ${run.inFlight} in flight, after ${run.warmupPasses} warm-up passes: ${run.gbps.toFixed(3)} Gbit/s;` +
       ` CPU per STORE: target ${us(run.targetCpuUs)} us, clients ${us(run.clientCpuUs)} us; load ${os.loadavg()[0]?.toFixed(1)}`,
   );
   for (const thread of run.threads ?? [])

@@ -11,19 +11,33 @@ import type { DurableStats } from '../host/kbtp/server/target.ts';
 import type { StatsSnapshot } from '../host/kbtp/server/stats.ts';
 
 export const SESSIONS = 16;
+/** Credits of each session: the most requests it may have in flight. */
+const CREDITS = 16;
 
 export function settingsFor(size: number, blocks: number, dataDir: string | undefined): TargetSettings {
   return resolveTargetSettings({
     listen: '127.0.0.1:0',
     workers: 2,
     pool: { blockSize: size, blockCount: blocks, handleCount: blocks * 4, maxInline: 0 },
-    session: { credits: 16, maxSessions: 64 },
+    session: { credits: CREDITS, maxSessions: 64 },
     ...(dataDir === undefined ? {} : { durable: { dataDir, capacity: 4 * blocks * size + 256 * 2 ** 20 } }),
   });
 }
 
-/** Requests in flight per session. */
-const PIPELINE = 4;
+/**
+ * Octets the 16 sessions keep in flight together, the same at every block size: 64 MiB, the target's
+ * default staging capacity for sealing requests (docs/TIER.md). A group commit's batch, and so the
+ * disk's work per fdatasync, is bounded by the bytes in flight, not by the number of requests: with a
+ * fixed 4 requests per session (until session 9) the 256 KiB row had a quarter of the 1 MiB row's
+ * bytes in flight, its groups a quarter of the size, and its STOREs waited on the group commit's
+ * fixed cost per group four times as often per byte.
+ */
+export const BYTES_IN_FLIGHT = 64 * 2 ** 20;
+
+/** Requests in flight per session at `size`: BYTES_IN_FLIGHT over the sessions, at least 1, at most a session's credits (4 at 1 MiB, 16 at 256 KiB). */
+export function inFlightPerSession(size: number): number {
+  return Math.max(1, Math.min(CREDITS, Math.floor(BYTES_IN_FLIGHT / (SESSIONS * size))));
+}
 
 /** STOREs (each with its FREE) the warm-up makes at least, before the measured pass. */
 export const WARMUP_STORES = 4096;
@@ -69,6 +83,8 @@ export interface StoreRun {
   firstSessionSeconds: number;
   /** Warm-up passes before it (each stores and frees every block once). */
   warmupPasses: number;
+  /** Requests each session kept in flight (inFlightPerSession unless set). */
+  inFlight: number;
   /** The durable tier's figures at the end of the run (group commits, fsyncs, batch sizes); undefined when volatile. */
   durable?: DurableStats | undefined;
   /**
@@ -127,17 +143,18 @@ export async function storeRun(
   size: number,
   bytesPerRow: number,
   dataDir: string | undefined,
-  options: { threads?: boolean; measuredPass?: { start(): void; stop(): Promise<void> }; warmupPasses?: number } = {},
+  options: { threads?: boolean; measuredPass?: { start(): void; stop(): Promise<void> }; warmupPasses?: number; inFlight?: number } = {},
 ): Promise<StoreRun> {
   const blocks = Math.max(SESSIONS, Math.ceil(bytesPerRow / size));
   const target = await startTarget(settingsFor(size, blocks, dataDir), { log: () => undefined });
   try {
     const perSession = Math.floor(blocks / SESSIONS);
     const passes = options.warmupPasses ?? warmupPasses(perSession * SESSIONS);
+    const inFlight = options.inFlight ?? inFlightPerSession(size);
     const loader = loadScript.endsWith('.ts') ? ['--import', 'tsx', loadScript] : [loadScript];
     const child = spawn(
       process.execPath,
-      [...loader, `127.0.0.1:${target.port}`, String(size), String(perSession), String(SESSIONS), String(PIPELINE), String(passes)],
+      [...loader, `127.0.0.1:${target.port}`, String(size), String(perSession), String(SESSIONS), String(inFlight), String(passes)],
       {
         stdio: ['ignore', 'pipe', 'inherit'],
       },
@@ -199,6 +216,7 @@ export async function storeRun(
       seconds,
       firstSessionSeconds,
       warmupPasses: passes,
+      inFlight,
       targetCpuUs: (cpu.user + cpu.system) / stores,
       clientCpuUs: cpuMicros / stores,
       mainThreadCpuUs: threadsAfter.size === 0 ? Number.NaN : (main?.userUs ?? 0) + (main?.systemUs ?? 0),

@@ -8,13 +8,16 @@
 // memory touched), and fio overwrites a file it laid out first, so that neither measures the first
 // touch of fresh memory (on a virtual machine that costs more than the write itself) nor V8's
 // compiler at work (docs/TIER.md). Both rows, persistent and volatile, are warmed up alike.
+// The sessions keep the same bytes in flight at every size (64 MiB: 16 requests each at 256 KiB, 4 at
+// 1 MiB; BYTES_IN_FLIGHT in bench/tier-store-run.ts), persistent and volatile alike; until session 9
+// it was 4 requests each at every size, a quarter of the bytes at 256 KiB.
 // Each run stores 1 GiB (--mib) in its measured pass: 1,024 STOREs at 1 MiB, 4,096 at 256 KiB
 // (session 5's 256 MiB gave 256 STOREs at 1 MiB, too few to be steady: /proc's 10 ms ticks were
 // ~40 us per STORE per thread, and V8 was still compiling). Each figure is the median of RUNS
 // runs, the three kinds interleaved so that a change of load during the run shifts them alike;
 // the CPU time of the target and of the clients per STORE is printed with them.
 // Writes bench/results/tier.json:
-//   { fio_write_gbps, rows: [{ size, sessions, persistent_store_gbps, volatile_store_gbps }],
+//   { fio_write_gbps, rows: [{ size, sessions, in_flight_per_session, persistent_store_gbps, volatile_store_gbps }],
 //     recovery: { blocks, seconds }, promotion_p99_us }
 // fio comes from Debian; the bench installs it when it is missing (apt-get).
 //
@@ -25,7 +28,7 @@ import os from 'node:os';
 import path from 'node:path';
 import { parseCommandLine } from '../host/commands/command-line.ts';
 import { resolveTargetSettings } from '../host/kbtp/server/target-config.ts';
-import { SESSIONS, storeRun, WARMUP_STORES, type StoreRun } from './tier-store-run.ts';
+import { BYTES_IN_FLIGHT, SESSIONS, storeRun, WARMUP_STORES, type StoreRun } from './tier-store-run.ts';
 import { startTarget } from '../host/kbtp/server/target.ts';
 import { connect } from '../host/kbtp/initiator.ts';
 import { DurableTier } from '../host/tier/tier.ts';
@@ -208,7 +211,7 @@ async function main(): Promise<void> {
       const [f, p, v] = [fios.at(-1) ?? 0, persistents.at(-1), volatiles.at(-1)];
       if (run === 0)
         console.log(
-          `  size ${size}: each STORE row measures one pass after ${p?.warmupPasses} warm-up passes (each stores and frees every block once; at least ${WARMUP_STORES} STOREs, at least 2 passes), persistent and volatile alike`,
+          `  size ${size}: each STORE row measures one pass after ${p?.warmupPasses} warm-up passes (each stores and frees every block once; at least ${WARMUP_STORES} STOREs, at least 2 passes), ${p?.inFlight} requests in flight per session (${BYTES_IN_FLIGHT / 2 ** 20} MiB in all), persistent and volatile alike`,
         );
       console.log(
         `  size ${size} run ${run + 1}: fio ${f.toFixed(3)}, persistent ${p?.gbps.toFixed(3)}, volatile ${v?.gbps.toFixed(3)} Gbit/s` +
@@ -221,7 +224,13 @@ async function main(): Promise<void> {
     const p = median(persistents.map((r) => r.gbps));
     const v = median(volatiles.map((r) => r.gbps));
     fioBySize[size] = f;
-    rows.push({ size, sessions: SESSIONS, persistent_store_gbps: +p.toFixed(3), volatile_store_gbps: +v.toFixed(3) });
+    rows.push({
+      size,
+      sessions: SESSIONS,
+      in_flight_per_session: persistents[0]?.inFlight,
+      persistent_store_gbps: +p.toFixed(3),
+      volatile_store_gbps: +v.toFixed(3),
+    });
     const cpu = (runs: StoreRun[]): string =>
       `target ${median(runs.map((r) => r.targetCpuUs)).toFixed(0)} us (main thread ${median(runs.map((r) => r.mainThreadCpuUs)).toFixed(0)}), clients ${median(runs.map((r) => r.clientCpuUs)).toFixed(0)} us`;
     console.log(
