@@ -339,14 +339,6 @@ export class RcQueuePair extends QueuePairAttributes<RcQueuePairEvents> {
   }
 
   /**
-   * The lean receive path (endpoint.ts): a Write MIDDLE (`opcode`) for the responder or a Read
-   * Response MIDDLE for the requester, its payload at raw address `payloadAddress` in the link's
-   * receive area, ICRC and every endpoint check passed. Taken (true) only when it is exactly the
-   * packet the full path would place next without any other effect (the next PSN of the message
-   * in progress, a full path-MTU payload, not the message's last); otherwise false, and the
-   * packet goes through `receive`.
-   */
-  /**
    * Whether `takeMiddle` would take such a packet now (no effect): asked before its ICRC is
    * computed, so that a packet the full path gets anyway (past a gap, a duplicate) has its ICRC
    * computed once.
@@ -356,6 +348,14 @@ export class RcQueuePair extends QueuePairAttributes<RcQueuePairEvents> {
     return opcode === IbOpcode.RdmaWriteMiddle ? this.responder.acceptsWriteMiddle(psn, length) : this.requester.acceptsReadMiddle(psn, length);
   }
 
+  /**
+   * The lean receive path (endpoint.ts): a Write MIDDLE (`opcode`) for the responder or a Read
+   * Response MIDDLE for the requester, its payload at raw address `payloadAddress` in the link's
+   * receive area, ICRC and every endpoint check passed. Taken (true) only when it is exactly the
+   * packet the full path would place next without any other effect (the next PSN of the message
+   * in progress, a full path-MTU payload, not the message's last); otherwise false, and the
+   * packet goes through `receive`.
+   */
   takeMiddle(opcode: number, psn: number, ackRequest: boolean, payloadAddress: number, length: number): boolean {
     if (this.state !== 'rts') return false;
     let taken: boolean;

@@ -281,11 +281,7 @@ export class Responder {
     this.placed += length;
     this.qp.stats.payloadBytesReceived += length;
     this.nakSent = false;
-    this.expectedPsn = psnAdd(psn, 1);
-    if (ackRequest) {
-      this.pendingAck = psn;
-      this.ackImmediate ??= setImmediate(this.acknowledgeLater);
-    }
+    this.acceptedPsn(psn, ackRequest);
     return true;
   }
 
@@ -411,9 +407,14 @@ export class Responder {
 
   /** The packet was executed: advance the PSN and acknowledge it if asked (coalesced per turn). */
   private accepted(h: IbHeaders): void {
-    this.expectedPsn = psnAdd(h.psn, 1);
-    if (!h.ackRequest) return;
-    this.pendingAck = h.psn;
+    this.acceptedPsn(h.psn, h.ackRequest);
+  }
+
+  /** The packet `psn` was taken (the full path or the lean one): the next is expected, an AckReq answered at the turn's end. */
+  private acceptedPsn(psn: number, ackRequest: boolean): void {
+    this.expectedPsn = psnAdd(psn, 1);
+    if (!ackRequest) return;
+    this.pendingAck = psn;
     this.ackImmediate ??= setImmediate(this.acknowledgeLater);
   }
 
