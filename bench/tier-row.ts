@@ -12,7 +12,7 @@ import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { parseCommandLine } from '../host/commands/command-line.ts';
-import { storeRun } from './tier-store-run.ts';
+import { CREDITS, storeRun } from './tier-store-run.ts';
 import { TargetProfile } from './tier-profile.ts';
 import { checkoutRoot } from './checkout-root.ts';
 
@@ -42,10 +42,10 @@ if (
   !Number.isFinite(mib) ||
   mib <= 0 ||
   (warmup !== undefined && !(Number.isInteger(warmup) && warmup >= 0)) ||
-  (inFlight !== undefined && !(Number.isInteger(inFlight) && inFlight >= 1 && inFlight <= 16))
+  (inFlight !== undefined && !(Number.isInteger(inFlight) && inFlight >= 1 && inFlight <= CREDITS))
 ) {
   console.error(
-    "bench/tier-row: --size takes a block size in octets (at least 4096), --mib a positive number of MiB, --warmup a number of passes (0 or more), --in-flight a number of requests per session (1 to 16, the sessions' credits)",
+    `bench/tier-row: --size takes a block size in octets (at least 4096), --mib a positive number of MiB, --warmup a number of passes (0 or more), --in-flight a number of requests per session (1 to ${CREDITS}, the sessions' credits)`,
   );
   process.exit(2);
 }

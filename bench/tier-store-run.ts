@@ -12,7 +12,7 @@ import type { StatsSnapshot } from '../host/kbtp/server/stats.ts';
 
 export const SESSIONS = 16;
 /** Credits of each session: the most requests it may have in flight. */
-const CREDITS = 16;
+export const CREDITS = 16;
 
 export function settingsFor(size: number, blocks: number, dataDir: string | undefined): TargetSettings {
   return resolveTargetSettings({
