@@ -90,7 +90,7 @@ try {
     );
   const groups = run.measuredGroups;
   if (groups !== undefined && groups.groupCommits > 0) {
-    const wallMs = groups.seconds * 1000;
+    const wallMs = run.seconds * 1000;
     console.log(
       `  group commit over the measured pass: ${groups.groupCommits} groups of ${(groups.records / groups.groupCommits).toFixed(1)} records, syncs ${(groups.syncMilliseconds / groups.groupCommits).toFixed(2)} ms each,` +
         ` ${((wallMs - groups.syncMilliseconds) / groups.groupCommits).toFixed(2)} ms between them; syncs in flight ${((100 * groups.syncMilliseconds) / wallMs).toFixed(0)} % of the pass`,

@@ -88,10 +88,10 @@ export interface StoreRun {
   /** The durable tier's figures at the end of the run (group commits, fsyncs, batch sizes); undefined when volatile. */
   durable?: DurableStats | undefined;
   /**
-   * With `threads`, when durable: the group commit over the measured pass (its `seconds` long):
+   * With `threads`, when durable: the group commit over the measured pass (the run's `seconds`):
    * groups, their records, and the milliseconds their fdatasyncs were in flight.
    */
-  measuredGroups?: { seconds: number; groupCommits: number; records: number; syncMilliseconds: number };
+  measuredGroups?: { groupCommits: number; records: number; syncMilliseconds: number };
 }
 
 interface ThreadTimes {
@@ -205,7 +205,6 @@ export async function storeRun(
       durable === undefined || before === undefined
         ? undefined
         : {
-            seconds,
             groupCommits: durable.groupCommits - before.groupCommits,
             records: durable.batchRecords - before.batchRecords,
             syncMilliseconds: durable.syncMilliseconds - before.syncMilliseconds,
