@@ -54,6 +54,8 @@ interface SlotSend {
   sgList: Array<{ lkey: number; offset: number; length: number }>;
 }
 
+type Mutable<T> = { -readonly [P in keyof T]: T[P] };
+
 interface Waiter {
   resolve(completion: WorkCompletion): void;
   reject(error: Error): void;
@@ -87,7 +89,7 @@ export class KbtpSession {
   /** Every call's deadline, swept by one timer. */
   private readonly deadlines = new Deadlines();
   /** What batches and single calls use of the session. */
-  private readonly slotHost: BatchHost & SlotCallHost;
+  private readonly slotHost: Mutable<BatchHost & SlotCallHost>;
   /** Finished single calls, reused. */
   private readonly callPool = new RecordPool<SlotCall>();
   /** Idle batch records (batch.ts), reused by loadMany/storeMany. */
@@ -128,13 +130,12 @@ export class KbtpSession {
     this.receiveBuffer = new Uint8Array(RECV_SLOT * this.receiveDepth);
     this.receiveView = new DataView(this.receiveBuffer.buffer);
     const session = this;
+    // Plain data fields, kept current by open() and fail(): getters here put the object in
+    // dictionary mode, and every load a call or batch made from it (several per request) was a
+    // generic LoadIC in optimized code (issue 16).
     this.slotHost = {
-      get blockSize() {
-        return session.hello.blockSize;
-      },
-      get failure() {
-        return session.failure;
-      },
+      blockSize: 0,
+      failure: undefined,
       deadlines: this.deadlines,
       claimSlot: () => this.freeSlots.pop() ?? -1,
       releaseSlot: (slot) => this.giveSlot(slot),
@@ -223,6 +224,7 @@ export class KbtpSession {
       throw new KbtpStatusError(answer.status, why[answer.status] ?? `the target refused the session of tenant '${tenant}'`);
     }
     this.hello = answer;
+    this.slotHost.blockSize = answer.blockSize;
     const depth = Math.min(this.receiveDepth - 2, answer.targetCredits);
     this.messageSize = K.HEADER_SIZE + 2 * K.DESCRIPTOR_SIZE + answer.maxInline;
     this.slotSize = Math.ceil(answer.blockSize / 64) * 64;
@@ -414,6 +416,7 @@ export class KbtpSession {
   private fail(error: KbtpError): void {
     if (this.failure !== undefined) return;
     this.failure = this.closing ? new SessionClosedError() : error;
+    this.slotHost.failure = this.failure;
     for (const pending of this.pending.values()) pending.reject(this.failure);
     this.pending.clear();
     for (const waiter of this.sendWaiters.values()) waiter.reject(this.failure);
