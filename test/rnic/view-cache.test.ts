@@ -40,4 +40,19 @@ test('a further length at a full offset replaces one, and the cache stays bounde
   assert.is(cache.view(24, 4)[0], 7);
 });
 
+test('many ranges that recur (the blocks of a pool) are all kept once the table has grown to them', () => {
+  const bytes = new Uint8Array(1 << 20);
+  const cache = new ViewCache(bytes, 4096);
+  const block = 16384;
+  const first = Array.from({ length: 64 }, (_, i) => cache.view(i * block, block));
+  // A 64-octet header at each block too: two lengths per offset.
+  const headers = Array.from({ length: 64 }, (_, i) => cache.view(i * block, 64));
+  for (let i = 0; i < 64; i++) {
+    assert.ok(cache.view(i * block, block) === first[i], `block ${i}`);
+    assert.ok(cache.view(i * block, 64) === headers[i], `header ${i}`);
+    assert.is(first[i]!.byteOffset, i * block);
+    assert.is(headers[i]!.length, 64);
+  }
+});
+
 test.run();
