@@ -10,6 +10,9 @@ import type { DurableStats } from './tier-host.ts';
 const OPCODE_NAMES: Record<number, string> = { 0x10: 'LOAD', 0x11: 'STORE', 0x12: 'ALLOC_STORE', 0x13: 'FREE', 0x14: 'BIND' };
 const FIRST_OPCODE = 0x10;
 const LATENCY_OPCODES = 5; // LOAD .. BIND; anything else is not timed
+/** Opcodes below this (every one KBTP defines) and statuses below COMMON_STATUSES are counted in a table. */
+const COMMON_OPCODES = 0x20;
+const COMMON_STATUSES = 0x20;
 
 /** Upper bounds (seconds) of the service-time histogram buckets; the last bucket is +Inf. */
 export const LATENCY_BOUNDS_SECONDS: readonly number[] = [
@@ -82,7 +85,12 @@ export class TargetStats {
   private readonly refusals: Record<string, number> = {};
   private readonly timeouts: Record<string, number> = {};
   private readonly setupFailures: Record<string, number> = {};
-  private readonly counts = new Map<number, number>(); // opcode << 16 | status
+  /**
+   * Requests by opcode and status: a table for the opcodes and statuses KBTP defines (a Map
+   * get and set per request was a hash probe each, issue 16), a Map for anything else a peer sent.
+   */
+  private readonly commonCounts = new Float64Array(COMMON_OPCODES * COMMON_STATUSES);
+  private readonly otherCounts = new Map<number, number>(); // opcode << 16 | status
   private received = 0;
   private moved = 0;
   private reclaimed = 0;
@@ -170,8 +178,13 @@ export class TargetStats {
   }
   /** Its COMPLETION is being posted: counted by opcode and status, timed since arrived(). */
   completed(opcode: number, status: number, request = -1): void {
-    const key = (opcode << 16) | status;
-    this.counts.set(key, (this.counts.get(key) ?? 0) + 1);
+    if (opcode < COMMON_OPCODES && status < COMMON_STATUSES) {
+      const at = opcode * COMMON_STATUSES + status;
+      this.commonCounts[at] = (this.commonCounts[at] as number) + 1;
+    } else {
+      const key = (opcode << 16) | status;
+      this.otherCounts.set(key, (this.otherCounts.get(key) ?? 0) + 1);
+    }
     const op = opcode - FIRST_OPCODE;
     const index = (request - this.requestBase) / this.requestSize;
     if (op < 0 || op >= LATENCY_OPCODES || !(index >= 0 && index < this.arrivals.length)) return;
@@ -185,12 +198,17 @@ export class TargetStats {
 
   snapshot(): StatsSnapshot {
     const requests: Record<string, Record<string, number>> = {};
-    for (const [key, count] of this.counts) {
-      const opcode = OPCODE_NAMES[key >>> 16] ?? `0x${(key >>> 16).toString(16)}`;
+    const count = (opcodeValue: number, status: number, n: number): void => {
+      const opcode = OPCODE_NAMES[opcodeValue] ?? `0x${opcodeValue.toString(16)}`;
       // biome-ignore lint/suspicious/noAssignInExpressions: creates the bucket on first use and names it
       const byStatus = (requests[opcode] ??= {});
-      byStatus[statusName(key & 0xffff)] = count;
+      byStatus[statusName(status)] = n;
+    };
+    for (let at = 0; at < this.commonCounts.length; at++) {
+      const n = this.commonCounts[at] as number;
+      if (n > 0) count(Math.floor(at / COMMON_STATUSES), at % COMMON_STATUSES, n);
     }
+    for (const [key, n] of this.otherCounts) count(key >>> 16, key & 0xffff, n);
     const latency: Record<string, LatencyHistogram> = {};
     const width = LATENCY_BOUNDS_SECONDS.length + 1;
     for (let op = 0; op < LATENCY_OPCODES; op++) {
