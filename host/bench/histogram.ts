@@ -11,13 +11,18 @@ const EXACT_LIMIT = 2 * SUB_COUNT; // values below this have their own bucket
 const MAX_EXPONENT = 48;
 const BUCKETS = EXACT_LIMIT + (MAX_EXPONENT - SUB_BITS) * SUB_COUNT;
 
+/** 2^-shift for every shift bucketOf uses: a multiplication instead of `2 ** shift` per value. */
+const SCALE = Float64Array.from({ length: MAX_EXPONENT }, (_, shift) => 2 ** -shift);
+
 /** Bucket of a non-negative integer value (nanoseconds). */
 export function bucketOf(value: number): number {
   if (value < EXACT_LIMIT) return value < 0 ? 0 : Math.floor(value);
-  const exponent = Math.min(MAX_EXPONENT - 1, Math.floor(Math.log2(value)));
+  // The exponent is the highest set bit's place, of the value's low or high 32 bits: exact (Math.log2
+  // rounded up just below a power of two) and no call into the math library per value (issue 16).
+  const exponent = value < 4294967296 ? 31 - Math.clz32(value) : value < 2 ** MAX_EXPONENT ? 63 - Math.clz32(value / 4294967296) : MAX_EXPONENT - 1;
   const shift = exponent - SUB_BITS;
-  // Math.log2 may round up just below a power of two; keep the sub-bucket in range.
-  const sub = Math.min(2 * SUB_COUNT - 1, Math.max(SUB_COUNT, Math.floor(value / 2 ** shift)));
+  // Clamped values (at or past 2^48) keep the sub-bucket in range.
+  const sub = Math.min(2 * SUB_COUNT - 1, Math.max(SUB_COUNT, Math.floor(value * (SCALE[shift] as number))));
   return Math.min(BUCKETS - 1, EXACT_LIMIT + (exponent - SUB_BITS - 1) * SUB_COUNT + (sub - SUB_COUNT));
 }
 

@@ -269,8 +269,8 @@ export async function runPhase(options: PhaseOptions): Promise<PhaseResult> {
     }
   };
   /** Checks a loaded block against what the benchmark stored there; counts it as CORRUPT if not. */
-  const loadedRight = (entry: OpStats, data: Uint8Array, expected: ExpectedBlock | undefined, handle: bigint): boolean => {
-    const wrong = expected === undefined ? `handle ${handle}: loaded a block the benchmark never stored` : maker.check(data, expected, handle);
+  const loadedRight = (entry: OpStats, data: Uint8Array, expected: ExpectedBlock | undefined, handle: bigint, stamp?: Uint8Array): boolean => {
+    const wrong = expected === undefined ? `handle ${handle}: loaded a block the benchmark never stored` : maker.check(data, expected, handle, stamp);
     if (wrong === undefined) return true;
     problems += 1;
     entry.corrupt += 1;
@@ -300,6 +300,7 @@ export async function runPhase(options: PhaseOptions): Promise<PhaseResult> {
     const entry = statsOf(op);
     const session = blocks.session;
     const buffer = op === 'load' ? loadBuffer(session) : storeBuffer(session);
+    const stamp = maker.stampOf(buffer);
     const loadOptions = { allowUnsealed: !sealed };
     let index = -1;
     let handle = 0n;
@@ -315,7 +316,9 @@ export async function runPhase(options: PhaseOptions): Promise<PhaseResult> {
     const settle = (): void => {
       if (
         op === 'load' &&
-        !loadedRight(entry, answeredLength === size ? buffer : buffer.subarray(0, answeredLength), blocks.expected[answeredIndex], answeredHandle)
+        !(answeredLength === size
+          ? loadedRight(entry, buffer, blocks.expected[answeredIndex], answeredHandle, stamp)
+          : loadedRight(entry, buffer.subarray(0, answeredLength), blocks.expected[answeredIndex], answeredHandle))
       )
         return;
       if (answeredMade !== undefined) blocks.expected[answeredIndex] = answeredMade;

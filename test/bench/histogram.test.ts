@@ -35,6 +35,18 @@ test('every value falls in the bucket whose range holds it, buckets in order', (
   }
 });
 
+test('fractional values beside every power of two fall in the bucket whose range holds them', () => {
+  for (let exponent = 8; exponent < 48; exponent++) {
+    for (const value of [2 ** exponent - 0.25, 2 ** exponent, 2 ** exponent + 0.5, 3 * 2 ** (exponent - 1) + 0.75]) {
+      const [low, high] = bucketRange(bucketOf(value));
+      assert.ok(low <= value && value < high, `${value} in [${low}, ${high})`);
+    }
+  }
+  // Past 2^48 ns everything is clamped into the last bucket.
+  const last = bucketOf(2 ** 48 - 1);
+  for (const value of [2 ** 48, 2 ** 60, 2 ** 70, Number.MAX_VALUE]) assert.is(bucketOf(value), last, `${value}`);
+});
+
 test('percentiles of a long-tailed sample are within 1/64 of the exact ones', () => {
   const random = seeded(7);
   const values: number[] = [];
