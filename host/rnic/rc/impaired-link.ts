@@ -4,7 +4,7 @@
 // run replays exactly.
 
 import { Random } from '../../util/random.ts';
-import type { LeanPacketReceiver, PacketLink, PacketReceiver, PeerAddress } from './link.ts';
+import type { LeanPacketReceiver, PacketLink, PacketReceiver, PacketRun, PeerAddress } from './link.ts';
 
 export interface Impairments {
   /** Probability that a sent packet is dropped. */
@@ -23,17 +23,30 @@ export interface ImpairmentCounts {
   reordered: number;
 }
 
+const EMPTY = new Uint8Array(0);
+
 export class ImpairedLink implements PacketLink {
   private readonly random: Random;
   private held: { to: PeerAddress; header: Uint8Array; payload: Uint8Array; trailer: Uint8Array; remaining: number } | undefined;
   private flushTimer: NodeJS.Timeout | undefined;
   readonly counts: ImpairmentCounts = { sent: 0, dropped: 0, duplicated: 0, reordered: 0 };
 
+  /**
+   * Present when the inner link takes runs: a run leaves as runs, less what is dropped, so a
+   * lossy link costs the sender what a lossy network would (the loss happens on the wire, the
+   * sender still writes runs), not a call chain per packet. Each packet draws from the
+   * generator exactly as `send` would, so a seed drops the same packets either way.
+   */
+  readonly sendRun?: (to: PeerAddress, run: PacketRun) => void;
+  /** The part of a run that goes on (sendRun), refilled per part. */
+  private readonly part: PacketRun = { headers: EMPTY, headerLength: 0, payload: EMPTY, segment: 0, count: 0, trailers: EMPTY, trailerLength: 0 };
+
   constructor(
     private readonly inner: PacketLink,
     private readonly impairments: Impairments,
   ) {
     this.random = new Random(impairments.seed ?? 1);
+    if (inner.sendRun !== undefined) this.sendRun = (to, run) => this.impairRun(to, run);
   }
 
   get local(): PeerAddress {
@@ -76,6 +89,56 @@ export class ImpairedLink implements PacketLink {
       this.inner.send(to, header, payload, trailer);
     }
     this.releaseHeld();
+  }
+
+  private impairRun(to: PeerAddress, run: PacketRun): void {
+    const { headers, headerLength, payload, segment, count, trailers, trailerLength } = run;
+    const { loss = 0, duplicate = 0, reorder = 0 } = this.impairments;
+    if (duplicate > 0 || reorder > 0 || this.held !== undefined) {
+      // Duplication and reordering act per packet: the run goes packet by packet through send.
+      for (let i = 0; i < count; i++) {
+        this.send(
+          to,
+          headers.subarray(i * headerLength, (i + 1) * headerLength),
+          payload.subarray(i * segment, (i + 1) * segment),
+          trailers.subarray(i * trailerLength, (i + 1) * trailerLength),
+        );
+      }
+      return;
+    }
+    let start = 0;
+    for (let i = 0; i < count; i++) {
+      this.counts.sent++;
+      if (this.random.float() < loss) {
+        this.counts.dropped++;
+        this.sendPart(to, run, start, i);
+        start = i + 1;
+      } else {
+        // The draws send makes for a packet it keeps (reorder, then duplicate), both zero here.
+        this.random.float();
+        this.random.float();
+      }
+    }
+    this.sendPart(to, run, start, count);
+  }
+
+  /** Packets [from, to) of `run` to the inner link as one run (the whole run when nothing was dropped). */
+  private sendPart(to: PeerAddress, run: PacketRun, from: number, end: number): void {
+    if (end <= from) return;
+    if (from === 0 && end === run.count) {
+      this.inner.sendRun!(to, run);
+      return;
+    }
+    const part = this.part;
+    part.headers = run.headers.subarray(from * run.headerLength, end * run.headerLength);
+    part.headerLength = run.headerLength;
+    part.payload = run.payload.subarray(from * run.segment, end * run.segment);
+    part.segment = run.segment;
+    part.count = end - from;
+    part.trailers = run.trailers.subarray(from * run.trailerLength, end * run.trailerLength);
+    part.trailerLength = run.trailerLength;
+    this.inner.sendRun!(to, part);
+    part.headers = part.payload = part.trailers = EMPTY; // nothing of the caller's kept reachable
   }
 
   async close(): Promise<void> {

@@ -11,6 +11,7 @@ import { psnAdd, psnCompare, RNR_TIMER_MICROS, Syndrome, type IbHeaders } from '
 import { IbOpcode } from '../wire/ib-opcodes.ts';
 import { wcOpcodeFor, WcStatus, type SendWorkRequest, type Sge } from '../work.ts';
 import { Deadline } from './deadline.ts';
+import { RoundTripEstimate } from './round-trip.ts';
 import { copyInto, moveAt, sharedAddress } from './shared-copy.ts';
 import type { RcPathParameters, RcQueuePair } from './queue-pair.ts';
 
@@ -23,16 +24,15 @@ const PACKETS_PER_TURN = 64;
 const PACKETS_PER_ACK_REQUEST = 64;
 const UNLIMITED_RETRIES = 7;
 /**
- * Early retransmission: without acknowledgement progress for this many smoothed round trips
- * (at least EARLY_MIN_MS), go back N before the ACK timer, doubling the wait each time it brings
- * nothing. The configured timer still decides failure (retry count, 'retry exceeded'); an early
- * retransmission costs no retry. A lost NAK or a lost retransmission of the NAK'd packet is
- * otherwise only recovered by the ACK timer (the responder NAKs a gap once), which at 1 % loss
- * was most of the benchmark's lossy time. Production RNICs adapt their retransmission timeout to
- * the measured round trip the same way; the wire sees only retransmissions, which RC allows.
+ * Early retransmission: without acknowledgement progress for the round trip's retransmission
+ * wait (round-trip.ts: srtt + 4 rttvar, at least 0.5 ms), go back N before the ACK timer,
+ * doubling the wait each time it brings nothing. The configured timer still decides failure
+ * (retry count, 'retry exceeded'); an early retransmission costs no retry. A lost NAK or a lost
+ * retransmission of the NAK'd packet is otherwise only recovered by the ACK timer (the responder
+ * NAKs a gap once), which at 1 % loss was most of the benchmark's lossy time. Production RNICs
+ * adapt their retransmission timeout to the measured round trip the same way; the wire sees
+ * only retransmissions, which RC allows.
  */
-const EARLY_RTTS = 4;
-const EARLY_MIN_MS = 2;
 const EARLY_MAX_BACKOFF = 64;
 /**
  * A Read is asked for in requests of at most this many response packets, each one responder
@@ -123,11 +123,11 @@ export class Requester {
   private rnrTimer: NodeJS.Timeout | undefined;
   /** The ACK timer fired; the retransmission waits for the sockets to be read once more. */
   private expiry: NodeJS.Immediate | undefined;
-  /** Early retransmission (EARLY_RTTS): its timer, its wait's multiplier, the round trip it scales. */
+  /** Early retransmission: its timer, its wait's multiplier, the round trip it derives the wait from. */
   private readonly earlyTimer = new Deadline(() => this.earlyExpire());
   private earlyBackoff = 1;
-  /** Smoothed time (ms) from sending a new packet to the acknowledgement covering it; 0 until measured. */
-  private smoothedRtt = 0;
+  /** Time from sending a new packet to the acknowledgement covering it. */
+  private readonly roundTrip = new RoundTripEstimate();
   /** The new packet being timed (-1: none; a retransmission cancels it, Karn's rule) and when it left. */
   private rttPsn = -1;
   private rttSentAt = 0;
@@ -296,6 +296,12 @@ export class Requester {
   }
 
   private readonly transmitLater = (): void => {
+    // A NAK may already wait in the socket: the responder sent it while this thread took the
+    // packets the last turn sent. Read it before sending more, or the whole next turn's packets
+    // (up to PACKETS_PER_TURN past the gap, which the responder drops) are sent only to be sent
+    // again: at 1 % loss that was most of what a Write retransmitted. An ACK read here frees the
+    // window a turn early. Still marked scheduled meanwhile: what the read brings schedules nothing.
+    if (psnCompare(this.sentEnd, psnAdd(this.lastAcked, 1)) > 0) this.qp.receiveNow();
     this.transmitScheduled = false;
     this.transmitQueued();
   };
@@ -788,8 +794,7 @@ export class Requester {
       this.earlyTimer.disarm();
       this.earlyBackoff = 1;
       if (this.rttPsn >= 0 && psnCompare(acked, this.rttPsn) >= 0) {
-        const sample = performance.now() - this.rttSentAt;
-        this.smoothedRtt = this.smoothedRtt === 0 ? sample : this.smoothedRtt + (sample - this.smoothedRtt) / 8;
+        this.roundTrip.sample(performance.now() - this.rttSentAt);
         this.rttPsn = -1;
       }
     }
@@ -819,8 +824,8 @@ export class Requester {
     if (this.expiry !== undefined || this.timeoutMs === 0 || !this.running || this.rnrTimer !== undefined) return;
     if (psnCompare(this.sentEnd, psnAdd(this.lastAcked, 1)) <= 0) return;
     if (!this.ackTimer.armed) this.ackTimer.arm(this.timeoutMs);
-    if (!this.earlyTimer.armed && this.smoothedRtt > 0) {
-      const wait = Math.max(EARLY_MIN_MS, EARLY_RTTS * this.smoothedRtt) * this.earlyBackoff;
+    if (!this.earlyTimer.armed && this.roundTrip.measured) {
+      const wait = this.roundTrip.earlyWait * this.earlyBackoff;
       if (wait < this.timeoutMs) this.earlyTimer.arm(wait);
     }
   }

@@ -1,0 +1,160 @@
+// How the RC transport recovers from loss, and what the lossy link of the tests and the RoCE
+// benchmark costs. A NAK that waits in the socket when the requester's next turn starts is read
+// before that turn's packets go out, so a Write goes back at the gap at once instead of first
+// sending a turn of packets the responder must drop (the responder NAKs the gap once and drops
+// the rest silently, IBA 9.7.5.1.2). The early retransmission waits RFC 6298's srtt + 4 rttvar
+// (at least 0.5 ms). An ImpairedLink around a link that takes runs passes runs on, less the
+// packets it drops, and drops exactly the packets the same seed drops packet by packet.
+import { test } from 'uvu';
+import * as assert from 'uvu/assert';
+import { ImpairedLink, type Impairments } from '../../host/rnic/rc/impaired-link.ts';
+import type { PacketLink, PacketReceiver, PacketRun, PeerAddress } from '../../host/rnic/rc/link.ts';
+import { EARLY_MIN_MS, RoundTripEstimate } from '../../host/rnic/rc/round-trip.ts';
+import { IbOpcode } from '../../host/rnic/wire/ib-opcodes.ts';
+import { completions, expectSuccess, rcPair } from '../support/rc.ts';
+
+const MiB = 1024 * 1024;
+
+test('a NAK waiting in the socket is read before the next turn sends: the Write goes back at the gap, not a turn of packets later', async () => {
+  const pair = await rcPair({ pathMtu: 4096, ackTimeoutMs: 60_000 });
+  try {
+    const { client, server } = pair;
+    if (client.link.receiveNow === undefined) {
+      // node:dgram's link ($KBTP_ROCE_UDP=dgram) reads only when the event loop polls it.
+      console.log('  (skipped: the link cannot be read on demand)');
+      return;
+    }
+    // A 1 MiB Write is 256 packets; the requester sends 64 per turn. Its 11th packet (PSN index
+    // 10, a MIDDLE) is lost: the responder NAKs PSN index 10 when the rest of the first turn's
+    // packets arrive, then drops them. Read at the start of the second turn, the NAK costs the
+    // first turn's packets after the gap again (indices 10-63: 54); read only in the next poll,
+    // after the second turn has sent indices 64-127 too, it cost 118.
+    const send = client.link.send.bind(client.link);
+    let middles = 0;
+    client.link.send = (to, header, payload, trailer) => {
+      if (header[0] === IbOpcode.RdmaWriteMiddle && middles++ === 9) return;
+      send(to, header, payload, trailer);
+    };
+    for (let i = 0; i < MiB; i++) client.memory[i] = (i * 31 + 7) & 0xff;
+    client.qp.postSend({
+      wrId: 1,
+      opcode: 'RDMA_WRITE',
+      sgList: [{ lkey: client.mr.lkey, offset: 0, length: MiB }],
+      remote: { stag: server.mr.rkey, taggedOffset: MiB },
+    });
+    expectSuccess(await completions(client.cq, 1, 20_000));
+    assert.equal(server.memory.subarray(MiB, 2 * MiB), client.memory.subarray(0, MiB), 'written data');
+    assert.is(server.qp.statistics.sequenceNaksSent, 1, 'one NAK for the gap; what follows it is dropped silently');
+    const { retransmittedPackets, earlyRetransmissions, timeouts } = client.qp.statistics;
+    assert.is(timeouts, 0);
+    // An early retransmission (a scheduling pause on a loaded machine) resends on its own account.
+    if (earlyRetransmissions === 0) assert.is(retransmittedPackets, 54, `${retransmittedPackets} packets resent for one loss`);
+    else assert.ok(retransmittedPackets < 118, `${retransmittedPackets} packets resent (${earlyRetransmissions} early retransmissions)`);
+  } finally {
+    await pair.close();
+  }
+});
+
+test('the early retransmission waits srtt + 4 rttvar (RFC 6298 gains), never less than its floor', () => {
+  const estimate = new RoundTripEstimate();
+  assert.is(estimate.measured, false, 'no early wait before a round trip is measured');
+  estimate.sample(2);
+  assert.is(estimate.measured, true);
+  assert.is(estimate.smoothed, 2);
+  assert.is(estimate.variation, 1);
+  assert.is(estimate.earlyWait, 6, 'first sample: R + 4 * R/2');
+  estimate.sample(1);
+  assert.is(estimate.variation, 0.75 * 1 + 0.25 * 1);
+  assert.is(estimate.smoothed, 2 + (1 - 2) / 8);
+  // A steady loopback round trip: the wait shrinks to the floor, not to a multiple of a fixed 2 ms.
+  const steady = new RoundTripEstimate();
+  for (let i = 0; i < 100; i++) steady.sample(0.1);
+  assert.ok(Math.abs(steady.smoothed - 0.1) < 1e-9);
+  assert.is(steady.earlyWait, EARLY_MIN_MS);
+  assert.is(EARLY_MIN_MS, 0.5);
+  // A jittery one (a loaded machine): the variation term widens the wait by itself.
+  const jittery = new RoundTripEstimate();
+  for (let i = 0; i < 100; i++) jittery.sample(i % 2 === 0 ? 0.2 : 3);
+  assert.ok(jittery.earlyWait > 3 * 2, `wait ${jittery.earlyWait} ms for round trips of 0.2-3 ms`);
+});
+
+/** A link that records what reaches it: the PSN of each packet, and how many calls of send and sendRun. */
+class RecordingLink implements PacketLink {
+  readonly local: PeerAddress = { address: '127.0.0.1', port: 1 };
+  readonly psns: number[] = [];
+  sends = 0;
+  runs = 0;
+  constructor(withRuns: boolean) {
+    if (!withRuns) this.sendRun = undefined;
+  }
+  send(_to: PeerAddress, header: Uint8Array, payload: Uint8Array, trailer: Uint8Array): void {
+    this.sends++;
+    assert.is(payload[0], header[11], 'payload travels with its header');
+    assert.is(trailer.length, 4);
+    this.psns.push(header[11]!);
+  }
+  sendRun? = (_to: PeerAddress, run: PacketRun): void => {
+    this.runs++;
+    for (let i = 0; i < run.count; i++) {
+      const psn = run.headers[i * run.headerLength + 11]!;
+      assert.is(run.payload[i * run.segment], psn, 'payload travels with its header');
+      this.psns.push(psn);
+    }
+  };
+  setReceiver(_receiver: PacketReceiver): void {}
+  async close(): Promise<void> {}
+}
+
+/** A run of `count` 12-octet BTHs (PSN in octet 11), 8-octet payloads starting with the PSN, 4-octet trailers. */
+function runOf(count: number): PacketRun {
+  const headers = new Uint8Array(count * 12);
+  const payload = new Uint8Array(count * 8);
+  for (let i = 0; i < count; i++) {
+    headers[i * 12 + 11] = i;
+    payload[i * 8] = i;
+  }
+  return { headers, headerLength: 12, payload, segment: 8, count, trailers: new Uint8Array(count * 4), trailerLength: 4 };
+}
+
+const TO: PeerAddress = { address: '127.0.0.1', port: 2 };
+
+/** What reaches the inner link when `impairments` act on runs of 50, through sendRun or packet by packet through send. */
+async function through(impairments: Impairments, asRuns: boolean): Promise<RecordingLink> {
+  const inner = new RecordingLink(true);
+  const link = new ImpairedLink(inner, impairments);
+  for (let round = 0; round < 4; round++) {
+    const run = runOf(50);
+    if (asRuns) link.sendRun!(TO, run);
+    else {
+      for (let i = 0; i < run.count; i++) {
+        link.send(TO, run.headers.subarray(i * 12, i * 12 + 12), run.payload.subarray(i * 8, i * 8 + 8), run.trailers.subarray(i * 4, i * 4 + 4));
+      }
+    }
+  }
+  await new Promise((resolve) => setTimeout(resolve, 10)); // a packet held back for reordering leaves
+  await link.close();
+  return inner;
+}
+
+test('an ImpairedLink passes runs on as runs, less what it drops, and drops what the same seed drops packet by packet', async () => {
+  const lossy = { loss: 0.05, seed: 3 };
+  const runs = await through(lossy, true);
+  const packets = await through(lossy, false);
+  assert.equal(runs.psns, packets.psns, 'the same packets, in the same order');
+  assert.ok(runs.psns.length < 200 && runs.psns.length > 150, `${runs.psns.length} of 200 packets kept`);
+  assert.is(runs.sends, 0, 'no packet went alone');
+  // A run leaves as at most one part more than it lost packets; with nothing lost, as itself.
+  assert.ok(runs.runs >= 4 && runs.runs <= 4 + (200 - runs.psns.length), `${runs.runs} runs`);
+  const clean = await through({ loss: 0, seed: 3 }, true);
+  assert.is(clean.runs, 4);
+  assert.is(clean.psns.length, 200);
+  // Duplication and reordering act per packet: the run goes through send, the same as packet by packet.
+  const mixed = { loss: 0.03, duplicate: 0.03, reorder: 0.03, seed: 5 };
+  const mixedRuns = await through(mixed, true);
+  assert.equal(mixedRuns.psns, (await through(mixed, false)).psns);
+  assert.is(mixedRuns.runs, 0);
+  // Around a link without runs there are none to pass on: the RC layer sends packet by packet.
+  assert.is(new ImpairedLink(new RecordingLink(false), lossy).sendRun, undefined);
+});
+
+test.run();
