@@ -132,6 +132,8 @@ export class Requester {
   private rttPsn = -1;
   private rttSentAt = 0;
   private transmitScheduled = false;
+  /** The last transmission turn ended at its packet budget (more to send: a stream). */
+  private budgetSpent = false;
   private sinceAckRequest = 0;
   /** A gap in a Read Response already caused a rewind to this PSN (avoid one per late packet). */
   private readRewoundTo = -1;
@@ -296,12 +298,16 @@ export class Requester {
   }
 
   private readonly transmitLater = (): void => {
-    // A NAK may already wait in the socket: the responder sent it while this thread took the
-    // packets the last turn sent. Read it before sending more, or the whole next turn's packets
-    // (up to PACKETS_PER_TURN past the gap, which the responder drops) are sent only to be sent
-    // again: at 1 % loss that was most of what a Write retransmitted. An ACK read here frees the
-    // window a turn early. Still marked scheduled meanwhile: what the read brings schedules nothing.
-    if (psnCompare(this.sentEnd, psnAdd(this.lastAcked, 1)) > 0) this.qp.receiveNow();
+    // A turn that used its whole packet budget continues here. A NAK may already wait in the
+    // socket: the responder sent it while this thread took the packets the last turn sent. Read
+    // it before sending more, or this turn's packets (up to PACKETS_PER_TURN past the gap, which
+    // the responder drops) are sent only to be sent again: at 1 % loss that was most of what a
+    // Write retransmitted. Only then: a turn started by a post or an ACK pays no extra read.
+    // Still marked scheduled meanwhile: what the read brings schedules nothing.
+    if (this.budgetSpent) {
+      this.budgetSpent = false;
+      if (psnCompare(this.sentEnd, psnAdd(this.lastAcked, 1)) > 0) this.qp.receiveNow();
+    }
     this.transmitScheduled = false;
     this.transmitQueued();
   };
@@ -386,7 +392,10 @@ export class Requester {
       budget--;
       this.armTimer();
     }
-    if (budget === 0) this.scheduleTransmit();
+    if (budget === 0) {
+      this.budgetSpent = true;
+      this.scheduleTransmit();
+    }
   }
 
   private sendSegment(wqe: Wqe, index: number, windowFull: boolean): void {
