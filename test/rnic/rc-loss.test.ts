@@ -2,7 +2,7 @@
 // benchmark costs. A NAK that waits in the socket when the requester's next turn starts is read
 // before that turn's packets go out, so a Write goes back at the gap at once instead of first
 // sending a turn of packets the responder must drop (the responder NAKs the gap once and drops
-// the rest silently, IBA 9.7.5.1.2). The early retransmission waits RFC 6298's srtt + 4 rttvar
+// the rest silently, IBA 9.7.5.1.2, before computing their ICRC). The early retransmission waits RFC 6298's srtt + 4 rttvar
 // (at least 0.5 ms). An ImpairedLink around a link that takes runs passes runs on, less the
 // packets it drops, and drops exactly the packets the same seed drops packet by packet.
 import { test } from 'uvu';
@@ -45,6 +45,9 @@ test('a NAK waiting in the socket is read before the next turn sends: the Write 
     expectSuccess(await completions(client.cq, 1, 20_000));
     assert.equal(server.memory.subarray(MiB, 2 * MiB), client.memory.subarray(0, MiB), 'written data');
     assert.is(server.qp.statistics.sequenceNaksSent, 1, 'one NAK for the gap; what follows it is dropped silently');
+    // The first packet past the gap (index 11) is checked in full and NAK'd; the 52 after it in
+    // that turn are dropped before their ICRC is computed.
+    assert.is(server.rnic.roceEndpoint!.stats.pastGap, 52, 'requests past the NAKed gap dropped unchecked');
     const { retransmittedPackets, earlyRetransmissions, timeouts } = client.qp.statistics;
     assert.is(timeouts, 0);
     // An early retransmission (a scheduling pause on a loaded machine) resends on its own account.

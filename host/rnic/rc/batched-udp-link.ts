@@ -13,6 +13,7 @@ import {
   icrcMatchesAfterUdp,
   icrcMatchesAfterHead,
   SocketHeaderCache,
+  LeanVerdict,
   type LeanPacketReceiver,
   type LinkSendErrorHandler,
   type PacketRun,
@@ -96,10 +97,11 @@ export class BatchedUdpLink implements PacketLink {
     await this.socket.close();
   }
 
-  /** A packet the lean receiver wants, ICRC good, goes to it; anything else (a bad ICRC too) to the full path. */
+  /** A packet the lean receiver takes, ICRC good, goes to it; one it dropped nowhere; anything else (a bad ICRC too) to the full path. */
   private lean(area: Uint8Array, at: number, address: number, length: number, from: PeerAddress): boolean {
     const receiver = this.leanReceiver!;
-    if (!receiver.wants(area, at, length, from)) return false;
+    const verdict = receiver.wants(area, at, length, from);
+    if (verdict !== LeanVerdict.Take) return verdict === LeanVerdict.Dropped;
     const headers = this.inbound;
     headers.update(from, length);
     return icrcMatchesAfterHead(this.bthHead(headers.afterUdp, area, at), area, at, address, length) && receiver.take(area, at, address, length);

@@ -7,13 +7,15 @@
 import { decodeHeaders, IbHeaders } from '../wire/ib-headers.ts';
 import { BTH_LENGTH, IbOpcode, ICRC_LENGTH } from '../wire/ib-opcodes.ts';
 import { computeIcrc } from '../wire/icrc.ts';
-import type { LeanPacketReceiver, PacketLink, PeerAddress } from './link.ts';
+import { LeanVerdict, type LeanPacketReceiver, type PacketLink, type PeerAddress } from './link.ts';
 import type { RcQueuePair } from './queue-pair.ts';
 
 export interface EndpointStatistics {
   packets: number;
   /** Of those, the middle packets the lean path placed (no decode, view or demultiplexing each). */
   lean: number;
+  /** Of those, requests past a gap their QP NAK'd, dropped before their ICRC (the full path would drop them unanswered). */
+  pastGap: number;
   malformed: number;
   icrcErrors: number;
   badVersionOrKey: number;
@@ -35,7 +37,17 @@ export class RoceEndpoint implements LeanPacketReceiver {
    */
   private readonly gsiReceivers = new Set<GsiReceiver>();
   private readonly scratch = new IbHeaders();
-  readonly stats: EndpointStatistics = { packets: 0, lean: 0, malformed: 0, icrcErrors: 0, badVersionOrKey: 0, unknownQp: 0, wrongSource: 0, sendFailures: 0 };
+  readonly stats: EndpointStatistics = {
+    packets: 0,
+    lean: 0,
+    pastGap: 0,
+    malformed: 0,
+    icrcErrors: 0,
+    badVersionOrKey: 0,
+    unknownQp: 0,
+    wrongSource: 0,
+    sendFailures: 0,
+  };
   /** Last reason a packet was dropped (diagnostics, tests). */
   lastDrop = '';
   /**
@@ -75,23 +87,38 @@ export class RoceEndpoint implements LeanPacketReceiver {
   }
 
   /**
-   * The lean path's first look (before the ICRC): a Write MIDDLE or Read Response MIDDLE with no
-   * flags (no SE, MigReq or pad, TVer 0, reserved bits 0) to the QP, with the P_Key and from the
-   * source address, that the last fully checked packet went to, and one that QP would place
-   * next (`acceptsMiddle`): anything else has its ICRC computed once, by the full path.
+   * The lean path's first look (before the ICRC), at packets to the QP, with the P_Key and from
+   * the source address, that the last fully checked packet went to:
+   * - a Send or Write request past a gap that QP NAK'd is dropped unchecked: the responder drops
+   *   whatever follows its NAK until the expected PSN arrives (IBA 9.7.5.1.2), so its ICRC, good
+   *   or bad, would change nothing. At 1 % loss go-back-N makes these about a quarter of what a
+   *   Write's responder receives;
+   * - a Write MIDDLE or Read Response MIDDLE with no flags (no SE, MigReq or pad, TVer 0,
+   *   reserved bits 0) that the QP would place next (`acceptsMiddle`) is taken once its ICRC is
+   *   good;
+   * anything else has its ICRC computed once, by the full path.
    */
-  wants(area: Uint8Array, at: number, length: number, from: PeerAddress): boolean {
-    const opcode = area[at]!;
-    if ((opcode !== IbOpcode.RdmaWriteMiddle && opcode !== IbOpcode.RdmaReadResponseMiddle) || area[at + 1] !== 0 || (area[at + 8]! & 0x7f) !== 0) return false;
+  wants(area: Uint8Array, at: number, length: number, from: PeerAddress): LeanVerdict {
     const qp = this.leanQp;
-    return (
-      qp !== undefined &&
-      length > BTH_LENGTH + ICRC_LENGTH &&
-      ((area[at + 5]! << 16) | (area[at + 6]! << 8) | area[at + 7]!) === qp.qpNumber &&
-      ((area[at + 2]! << 8) | area[at + 3]!) === this.leanPkey &&
-      from.address === this.leanSource &&
-      qp.acceptsMiddle(opcode, (area[at + 9]! << 16) | (area[at + 10]! << 8) | area[at + 11]!, length - BTH_LENGTH - ICRC_LENGTH)
-    );
+    if (
+      qp === undefined ||
+      length <= BTH_LENGTH + ICRC_LENGTH ||
+      ((area[at + 5]! << 16) | (area[at + 6]! << 8) | area[at + 7]!) !== qp.qpNumber ||
+      ((area[at + 2]! << 8) | area[at + 3]!) !== this.leanPkey ||
+      from.address !== this.leanSource
+    ) {
+      return LeanVerdict.FullPath;
+    }
+    const opcode = area[at]!;
+    const psn = (area[at + 9]! << 16) | (area[at + 10]! << 8) | area[at + 11]!;
+    if (opcode <= IbOpcode.RdmaWriteOnlyWithImmediate && qp.dropPastGap(psn)) {
+      this.stats.packets++;
+      this.stats.pastGap++;
+      return LeanVerdict.Dropped;
+    }
+    if ((opcode !== IbOpcode.RdmaWriteMiddle && opcode !== IbOpcode.RdmaReadResponseMiddle) || area[at + 1] !== 0 || (area[at + 8]! & 0x7f) !== 0)
+      return LeanVerdict.FullPath;
+    return qp.acceptsMiddle(opcode, psn, length - BTH_LENGTH - ICRC_LENGTH) ? LeanVerdict.Take : LeanVerdict.FullPath;
   }
 
   /** The packet `wants` accepted, its ICRC good: placed by its QP, or false (the full path takes it). */

@@ -26,14 +26,26 @@ export interface PeerAddress {
  */
 export type PacketReceiver = (packet: Uint8Array, ipHeader: Uint8Array, udpHeader: Uint8Array, from: PeerAddress, icrcChecked?: boolean) => void;
 
+/** What the lean receiver makes of a packet before its ICRC is computed (LeanPacketReceiver.wants). */
+export const LeanVerdict = {
+  /** Not the lean path's: the full path checks and handles it. */
+  FullPath: 0,
+  /** The lean path's: `take` gets it if its ICRC is good. */
+  Take: 1,
+  /** Dropped (and counted) unchecked: good ICRC or bad, the full path would drop it with no other effect. */
+  Dropped: 2,
+} as const;
+export type LeanVerdict = (typeof LeanVerdict)[keyof typeof LeanVerdict];
+
 /**
  * The lean receive path (PacketLink.setLeanReceiver): the middle packets of a message in
  * progress, placed without a view, a decode or a demultiplexing of each. The link asks `wants`
- * about each packet (`area[at, at + length)`, BTH .. ICRC), checks the ICRC of those wanted and
- * hands the good ones to `take`; a packet either declines goes through the PacketReceiver.
+ * about each packet (`area[at, at + length)`, BTH .. ICRC), checks the ICRC of those it takes and
+ * hands the good ones to `take`; a packet either declines goes through the PacketReceiver, one it
+ * dropped goes nowhere.
  */
 export interface LeanPacketReceiver {
-  wants(area: Uint8Array, at: number, length: number, from: PeerAddress): boolean;
+  wants(area: Uint8Array, at: number, length: number, from: PeerAddress): LeanVerdict;
   /** Takes the packet `wants` just accepted, its ICRC good, at raw address `address`; false: the full path gets it. */
   take(area: Uint8Array, at: number, address: number, length: number): boolean;
 }

@@ -349,6 +349,17 @@ export class RcQueuePair extends QueuePairAttributes<RcQueuePairEvents> {
   }
 
   /**
+   * The lean path's drop (endpoint.ts): a Send or Write request with `psn` past a gap the
+   * responder NAK'd, which `receive` would drop with no other effect; counted as received, as
+   * there.
+   */
+  dropPastGap(psn: number): boolean {
+    if (this.state !== 'rts' || !this.responder.dropsPastGap(psn)) return false;
+    this.stats.packetsReceived++;
+    return true;
+  }
+
+  /**
    * The lean receive path (endpoint.ts): a Write MIDDLE (`opcode`) for the responder or a Read
    * Response MIDDLE for the requester, its payload at raw address `payloadAddress` in the link's
    * receive area, ICRC and every endpoint check passed. Taken (true) only when it is exactly the

@@ -259,6 +259,11 @@ export class Responder {
     this.accepted(h);
   }
 
+  /** Whether `request` would drop a request with `psn` unanswered: past the gap this side NAK'd (no effect). */
+  dropsPastGap(psn: number): boolean {
+    return this.nakSent && psnCompare(psn, this.expectedPsn) > 0;
+  }
+
   /** Whether takeWriteMiddle would place a Write MIDDLE with `psn` and `length` payload octets now (no effect). */
   acceptsWriteMiddle(psn: number, length: number): boolean {
     return (
