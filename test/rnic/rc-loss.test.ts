@@ -2,9 +2,11 @@
 // benchmark costs. A NAK that waits in the socket when the requester's next turn starts is read
 // before that turn's packets go out, so a Write goes back at the gap at once instead of first
 // sending a turn of packets the responder must drop (the responder NAKs the gap once and drops
-// the rest silently, IBA 9.7.5.1.2, before computing their ICRC). The early retransmission waits RFC 6298's srtt + 4 rttvar
-// (at least 0.5 ms). An ImpairedLink around a link that takes runs passes runs on, less the
-// packets it drops, and drops exactly the packets the same seed drops packet by packet.
+// the rest silently, IBA 9.7.5.1.2, before computing their ICRC). A Read that lost a response
+// packet keeps the lean receive path for the packets past the gap and after it. The early
+// retransmission waits RFC 6298's srtt + 4 rttvar (at least 0.5 ms). An ImpairedLink around a
+// link that takes runs passes runs on, less the packets it drops, and drops exactly the packets
+// the same seed drops packet by packet.
 import { test } from 'uvu';
 import * as assert from 'uvu/assert';
 import { ImpairedLink, type Impairments } from '../../host/rnic/rc/impaired-link.ts';
@@ -53,6 +55,43 @@ test('a NAK waiting in the socket is read before the next turn sends: the Write 
     // An early retransmission (a scheduling pause on a loaded machine) resends on its own account.
     if (earlyRetransmissions === 0) assert.is(retransmittedPackets, 54, `${retransmittedPackets} packets resent for one loss`);
     else assert.ok(retransmittedPackets < 118, `${retransmittedPackets} packets resent (${earlyRetransmissions} early retransmissions)`);
+  } finally {
+    await pair.close();
+  }
+});
+
+test('a Read that lost a response packet keeps the lean path: the packets past the gap and after it are placed without the full path', async () => {
+  const pair = await rcPair({ pathMtu: 4096, ackTimeoutMs: 60_000 });
+  try {
+    const { client, server } = pair;
+    const endpoint = client.rnic.roceEndpoint!;
+    if (client.link.setLeanReceiver === undefined) {
+      console.log('  (skipped: the link has no lean receive path)');
+      return;
+    }
+    // A 1 MiB Read is asked for in 16 chunks of 16 response packets (FIRST, 14 MIDDLEs, LAST).
+    // The third MIDDLE of the first chunk (index 3) is lost; the requester asks for the rest of
+    // that chunk again when index 4 arrives, and that answer comes after every other chunk's.
+    const send = server.link.send.bind(server.link);
+    let middles = 0;
+    server.link.send = (to, header, payload, trailer) => {
+      if (header[0] === IbOpcode.RdmaReadResponseMiddle && middles++ === 2) return;
+      send(to, header, payload, trailer);
+    };
+    for (let i = 0; i < MiB; i++) server.memory[MiB + i] = (i * 13 + 5) & 0xff;
+    const before = endpoint.stats.lean;
+    client.qp.postSend({
+      wrId: 1,
+      opcode: 'RDMA_READ',
+      sgList: [{ lkey: client.mr.lkey, offset: 0, length: MiB }],
+      remote: { stag: server.mr.rkey, taggedOffset: MiB },
+    });
+    expectSuccess(await completions(client.cq, 1, 20_000));
+    assert.equal(client.memory.subarray(0, MiB), server.memory.subarray(MiB, 2 * MiB), 'read data');
+    // Every MIDDLE that arrived the first time, past the gap included (224 less the lost one);
+    // only the in-order ones before the gap (2) when a Read with a gap left the lean path.
+    assert.is(endpoint.stats.lean - before, 223, 'Read Response MIDDLEs placed by the lean path');
+    assert.is(client.qp.statistics.timeouts, 0);
   } finally {
     await pair.close();
   }

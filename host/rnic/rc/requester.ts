@@ -600,27 +600,31 @@ export class Requester {
   /** Whether takeReadMiddle would place a Read Response MIDDLE with `psn` and `length` payload octets now (no effect but caching the sink's address). */
   acceptsReadMiddle(psn: number, length: number): boolean {
     const wqe = this.queue[this.head];
-    if (!this.running || wqe === undefined || wqe.kind !== Kind.Read || wqe.done || !wqe.started || wqe.arrived !== undefined) return false;
+    if (!this.running || wqe === undefined || wqe.kind !== Kind.Read || wqe.done || !wqe.started) return false;
     const index = psnCompare(psn, wqe.firstPsn);
-    if (index !== wqe.received || index >= wqe.packets - 1 || index >= wqe.requested || length !== this.mtuFor()) return false;
+    if (index < wqe.received || index >= wqe.packets - 1 || index >= wqe.requested || length !== this.mtuFor() || wqe.arrived?.[index] === 1) return false;
     // Where the sink lies, looked up once per WQE (plain memory has none: the full path copies).
     if (wqe.localAddress === -2) wqe.localAddress = sharedAddress(wqe.local);
     return wqe.localAddress >= 0;
   }
 
   /**
-   * The lean path's Read Response MIDDLE (RcQueuePair.takeMiddle): placed when it is the next
-   * packet, in order, of the oldest outstanding WQE, a Read with nothing arrived out of order,
-   * not its last packet and asked for, a full path MTU: then `response` would find the same WQE
-   * with no other effect (no older Send or Write to complete, no older Read to retry) and place
-   * it at the same offset. The bookkeeping after it is response's own.
+   * The lean path's Read Response MIDDLE (RcQueuePair.takeMiddle): placed when it belongs to the
+   * oldest outstanding WQE, a Read, has not arrived yet, is not its last packet and was asked
+   * for, a full path MTU: then `response` would find the same WQE with no other effect (no older
+   * Send or Write to complete, no older Read to retry), place it at the same offset and count it
+   * the same way (`responseArrived`), in order or past a lost one. Past a lost one too: at 1 %
+   * loss most 1 MiB Reads lose a packet, and while the lean path took only in-order packets of
+   * Reads that had lost none, the full path took about 80 % of their responses. The bookkeeping
+   * after it is response's own.
    */
   takeReadMiddle(psn: number, payloadAddress: number, length: number): boolean {
     if (!this.acceptsReadMiddle(psn, length)) return false;
     const wqe = this.queue[this.head]!;
-    moveAt(wqe.localAddress + wqe.received * length, payloadAddress, length);
+    const index = psnCompare(psn, wqe.firstPsn);
+    moveAt(wqe.localAddress + index * length, payloadAddress, length);
     this.qp.stats.payloadBytesReceived += length;
-    wqe.received++;
+    this.responseArrived(wqe, index);
     this.releaseResources();
     this.advanced();
     this.completeInOrder();
@@ -655,6 +659,11 @@ export class Requester {
     }
     copyInto(wqe.local, index * mtu, payload);
     this.qp.stats.payloadBytesReceived += payload.length;
+    this.responseArrived(wqe, index);
+  }
+
+  /** Response packet `index` of the Read `wqe` (not arrived before) was placed: count it. */
+  private responseArrived(wqe: Wqe, index: number): void {
     if (index > wqe.received) {
       // Past a packet that went missing: keep this one, ask for the missing ones again.
       wqe.arrived ??= new Uint8Array(wqe.packets);
