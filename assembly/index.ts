@@ -7,7 +7,7 @@ export {
 } from './ring';
 export { entryAddress, entryBind, entryUnbind, entryUpdateStore } from './table';
 export { copyIntoBlock, copyFromBlock, clearBlock, homeRing, releaseBlock } from './blocks';
-export { run, complete, lookup, quotaAdjust, persisted, fetched, demote, dropClaim, dropSettle, fail } from './programs';
+export { run, placeInline, complete, lookup, quotaAdjust, persisted, fetched, demote, dropClaim, dropSettle, fail } from './programs';
 
 /** First free byte above the module's static data: the host lays its structures above it. */
 export function heapBase(): usize {

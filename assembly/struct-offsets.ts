@@ -100,7 +100,8 @@ export const REQUEST_OP_LOCAL = 56; // u32 address in this memory (inside the po
 export const REQUEST_OP_STAG = 60; // u32 initiator STag
 export const REQUEST_OP_REMOTE_OFFSET = 64; // u64 initiator tagged offset
 export const REQUEST_INVALIDATE_STAG = 72; // u32 STag for Send with Invalidate (0: plain Send)
-// 76..79: unused
+// u32 octets of an inline STORE's message in the context when placeInline() sent the rest to the block (0: none)
+export const REQUEST_PLACED = 76;
 export const REQUEST_COMPLETION = 80; // 40-octet COMPLETION message, big-endian
 export const REQUEST_TIER_GENERATION = 128; // u32 Generation the tier record carries (the entry's current one for TIER_RESERVE)
 export const REQUEST_NO_EVICT = 132; // u32 1: the host found nothing to demote, answer NO_SPACE
@@ -124,6 +125,10 @@ export const REQUEST_STATE_PERSIST = 6; // the tier is making the request's chan
 export const REQUEST_STATE_FETCH_SLOT = 7; // LOAD of a tier-only block holds a ticket of the owner's ring whose slot is not filled yet
 export const REQUEST_STATE_FETCH = 8; // the host is reading the block from the tier into the pool
 export const REQUEST_STATE_PLACE_SLOT = 9; // a durable ALLOC_STORE holds a ticket whose slot is not filled yet; its data is staged
+// An inline STORE passed its checks on its first segment and holds credit and handle while the
+// transport places the rest of its data straight into the block (placeInline()); run() finishes it
+// once all of it arrived, complete(request, false) gives back what it holds if it never does.
+export const REQUEST_STATE_PLACING = 10;
 
 export const LOCK_NONE = 0;
 export const LOCK_SHARED = 1;
@@ -148,6 +153,8 @@ export const ACTION_PERSIST = 7;
 export const ACTION_RESERVE = 8;
 export const ACTION_FETCH = 9;
 export const ACTION_EVICT = 10;
+// Internal to the engine: a STORE run by placeInline() passed every check (never returned to the host).
+export const ACTION_PLACE = 11;
 
 export const TIER_SEAL = 1; // data (REQUEST_BLOCK_OFFSET, REQUEST_DATA_LENGTH) and entry, Generation REQUEST_TIER_GENERATION
 export const TIER_UNBIND = 2; // the handle is not VALID with Generation REQUEST_TIER_GENERATION (FREE)

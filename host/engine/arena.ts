@@ -159,8 +159,30 @@ export class ThreadArena {
   /** Marks a message of `length` octets as arrived in the context and makes it runnable. */
   arrived(request: number, length: number): void {
     if (length > this.maxMessage) throw new UsageError(`message of ${length} octets exceeds the ${this.maxMessage}-octet receive`);
-    this.engine.view.setUint32(request + S.REQUEST_LENGTH, length, true);
-    this.engine.view.setUint32(request + S.REQUEST_STATE, S.REQUEST_STATE_NEW, true);
+    const view = this.engine.view;
+    view.setUint32(request + S.REQUEST_LENGTH, length, true);
+    // A STORE placeInline() let through on its first segment keeps its state: run() finishes it.
+    if (view.getUint32(request + S.REQUEST_STATE, true) !== S.REQUEST_STATE_PLACING) view.setUint32(request + S.REQUEST_STATE, S.REQUEST_STATE_NEW, true);
+  }
+
+  /**
+   * The first `received` octets of a message that has more are in the context: when it is an
+   * inline STORE that passes its checks now, the engine holds its credit and handle and this
+   * returns the address where the rest of the message belongs (its block), with
+   * `placingLength()` octets to come; 0 when the message should go on into the context.
+   */
+  placeInline(request: number, received: number): number {
+    return this.engine.exports.placeInline(this.engine.address, request, received);
+  }
+
+  /** Octets of a PLACING request's message still to come after placeInline(). */
+  placingLength(request: number): number {
+    return this.engine.view.getUint32(request + S.REQUEST_OP_LENGTH, true);
+  }
+
+  /** The request passed placeInline() and waits for the rest of its message. */
+  placing(request: number): boolean {
+    return this.engine.view.getUint32(request + S.REQUEST_STATE, true) === S.REQUEST_STATE_PLACING;
   }
 
   /** Copies a message into the context (for callers whose transport did not place it there). */

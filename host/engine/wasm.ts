@@ -31,6 +31,7 @@ export interface EngineExports {
   homeRing(engine: number, blockOffset: bigint): number;
   releaseBlock(engine: number, blockOffset: bigint): void;
   run(engine: number, request: number): number;
+  placeInline(engine: number, request: number, received: number): number;
   complete(engine: number, request: number, ok: number): number;
   quotaAdjust(tenant: number, delta: number): number;
   persisted(engine: number, request: number, ok: number): number;

@@ -54,6 +54,8 @@ interface RecvWqe {
   capacity: number;
   status: WcStatus;
   error: string | undefined;
+  /** wr.steer is still to be called (at the message's second segment). */
+  steerPending: boolean;
 }
 
 export class Placement implements ReceiveSink {
@@ -99,11 +101,12 @@ export class Placement implements ReceiveSink {
       });
       return;
     }
-    const wqe = this.pool.pop() ?? { wr, capacity, status: WcStatus.Success, error: undefined };
+    const wqe = this.pool.pop() ?? { wr, capacity, status: WcStatus.Success, error: undefined, steerPending: false };
     wqe.wr = wr;
     wqe.capacity = capacity;
     wqe.status = WcStatus.Success;
     wqe.error = undefined;
+    wqe.steerPending = wr.steer !== undefined;
     this.rq[this.rqTail++] = wqe;
   }
 
@@ -200,23 +203,21 @@ export class Placement implements ReceiveSink {
       }
       this.currentRecv = wqe;
       this.currentSolicited = isSolicitedEvent(opcode);
-      for (const sge of wqe.wr.sgList) {
-        if (sge.length === 0) continue;
-        const status = qp.memory.checkLocal(sge.lkey >>> 0, qp.pd, Access.LocalWrite, sge.offset, sge.length);
-        if (status !== AccessStatus.Ok) {
-          wqe.status = WcStatus.LocalProtectionError;
-          wqe.error = `receive buffer: ${localAccessText(status, sge)}`;
-          this.completeReceive(wqe, 0);
-          this.currentRecv = undefined;
-          receiver.fail(TerminateLayer.Ddp, DDP_ETYPE_CATASTROPHIC, DDP_ECODE_CATASTROPHIC, wqe.error);
-          return undefined;
-        }
-      }
+      if (!this.checkReceiveBuffer(wqe)) return undefined;
     }
     const wqe = this.currentRecv;
     if (wqe === undefined) {
       receiver.fail(TerminateLayer.Ddp, DDP_ETYPE_CATASTROPHIC, DDP_ECODE_CATASTROPHIC, 'Send segment with no receive in progress');
       return undefined;
+    }
+    if (!first && wqe.steerPending) {
+      // The first segment is placed and checked: the receiver may now say where the rest goes.
+      wqe.steerPending = false;
+      wqe.wr.steer!(messageOffset);
+      let capacity = 0;
+      for (const sge of wqe.wr.sgList) capacity += sge.length;
+      wqe.capacity = capacity;
+      if (!this.checkReceiveBuffer(wqe)) return undefined;
     }
     if (messageOffset + length > wqe.capacity) {
       wqe.status = WcStatus.LocalLengthError;
@@ -238,6 +239,24 @@ export class Placement implements ReceiveSink {
     this.scatterIndex = index;
     this.scatterOffset = remaining;
     return this.scatterView();
+  }
+
+  /** The receive's scatter elements are local memory of this QP's PD it may write; else the receive and the stream fail. */
+  private checkReceiveBuffer(wqe: RecvWqe): boolean {
+    const qp = this.qp;
+    for (const sge of wqe.wr.sgList) {
+      if (sge.length === 0) continue;
+      const status = qp.memory.checkLocal(sge.lkey >>> 0, qp.pd, Access.LocalWrite, sge.offset, sge.length);
+      if (status !== AccessStatus.Ok) {
+        wqe.status = WcStatus.LocalProtectionError;
+        wqe.error = `receive buffer: ${localAccessText(status, sge)}`;
+        this.completeReceive(wqe, 0);
+        this.currentRecv = undefined;
+        qp.receiver!.fail(TerminateLayer.Ddp, DDP_ETYPE_CATASTROPHIC, DDP_ECODE_CATASTROPHIC, wqe.error);
+        return false;
+      }
+    }
+    return true;
   }
 
   nextSendView(): Uint8Array | undefined {

@@ -63,6 +63,16 @@ export interface SendWorkRequest {
 export interface ReceiveWorkRequest {
   readonly wrId: bigint | number;
   readonly sgList: readonly Sge[];
+  /**
+   * Called once for a Send that fills this receive in more than one segment, when its first
+   * `received` octets are placed and their FPDU checked and before the next segment is placed: the
+   * receiver may then point the scatter list past `received` elsewhere (a KBTP target sends an
+   * inline STORE's data straight to its block once the header has said which; issue 16). The
+   * octets before `received` must stay where they are; the new elements are checked like posted
+   * ones and bound the message's length. A software-RNIC extension: the iWARP path calls it, the
+   * RoCE path does not (the receiver then gets the message where it was posted, as without it).
+   */
+  readonly steer?: (received: number) => void;
 }
 
 /** ibv_wc_status values. */
