@@ -1,0 +1,284 @@
+// The requester's handling of what the peer's responder sends back (requester.ts): ACKs (one may
+// complete many messages), NAKs (sequence error: go back N; RNR: wait and retry; the rest fail
+// the WQE and the QP), Read Responses (placed by PSN, in any order; a gap asked for again per
+// chunk; the lean path's in-place MIDDLEs), Atomic Acknowledges; and what a response past an
+// unanswered Read or atomic reveals was lost.
+
+import { psnAdd, psnCompare, Syndrome, type IbHeaders } from '../wire/ib-headers.ts';
+import { IbOpcode } from '../wire/ib-opcodes.ts';
+import { WcStatus } from '../work.ts';
+import type { RcQueuePair } from './queue-pair.ts';
+import type { Retransmission } from './requester-retransmit.ts';
+import type { Transmitter } from './requester-transmit.ts';
+import { Kind, READ_CHUNK_PACKETS, type SendQueue, type Wqe } from './send-queue.ts';
+import { copyInto, moveAt, sharedAddress } from './shared-copy.ts';
+
+export class Responses {
+  private readonly qp: RcQueuePair;
+  /** Wired by Requester: the parts refer to one another. */
+  transmitter!: Transmitter;
+  retransmission!: Retransmission;
+
+  constructor(private readonly queue: SendQueue) {
+    this.qp = queue.qp;
+  }
+
+  /** An ACK/NAK, Read Response or Atomic Acknowledge from the peer's responder. */
+  response(h: IbHeaders, payload: Uint8Array): void {
+    const queue = this.queue;
+    const psn = h.psn;
+    // Only PSNs this side sent and that are not yet acknowledged can be answered.
+    if (psnCompare(psn, queue.lastAcked) <= 0 || psnCompare(psn, queue.sentEnd) >= 0) return;
+    if (h.opcode === IbOpcode.Acknowledge) {
+      // ACKs and NAKs move the acknowledged PSN in ackThrough, before an RNR NAK turns the ACK
+      // timer off for its own wait.
+      this.acknowledge(h, psn);
+    } else {
+      if (h.opcode === IbOpcode.AtomicAcknowledge) this.atomicAcknowledge(h, psn);
+      else this.readResponse(h, psn, payload);
+      queue.releaseResources();
+      // A response may complete older Writes implicitly even when it answers nothing itself (a
+      // Read Response overtaking a lost Atomic Acknowledge): the acknowledged PSN follows, or the
+      // ACK timer would go back to a PSN no queued WQE holds and retransmit nothing.
+      this.retransmission.advanced();
+    }
+    queue.completeInOrder();
+    this.transmitter.scheduleTransmit();
+  }
+
+  private acknowledge(h: IbHeaders, psn: number): void {
+    const type = h.syndrome & Syndrome.TypeMask;
+    if (type === Syndrome.TypeAck) {
+      this.ackThrough(psn, true);
+      return;
+    }
+    this.ackThrough(psnAdd(psn, -1), false);
+    if (type === Syndrome.TypeRnrNak) {
+      this.qp.stats.rnrNaksReceived++;
+      this.retransmission.rnrNak(psn, h.syndrome);
+      return;
+    }
+    if (h.syndrome === Syndrome.NakPsnSequenceError) {
+      this.retransmission.rewind(psn);
+      return;
+    }
+    const [status, text] =
+      h.syndrome === Syndrome.NakInvalidRequest
+        ? [WcStatus.RemoteInvalidRequestError, 'the peer answered NAK invalid request']
+        : h.syndrome === Syndrome.NakRemoteAccessError
+          ? [WcStatus.RemoteAccessError, 'the peer answered NAK remote access error']
+          : h.syndrome === Syndrome.NakRemoteOperationalError
+            ? [WcStatus.RemoteOperationError, 'the peer answered NAK remote operational error']
+            : [WcStatus.BadResponseError, `the peer answered with reserved syndrome 0x${h.syndrome.toString(16)}`];
+    this.queue.failAt(psn, status, text);
+  }
+
+  /**
+   * Everything through `psn` is acknowledged: Sends and Writes ending there complete. A Read or
+   * atomic inside the range without its response means the response was lost: go back for it
+   * (only for a real ACK; a NAK names its own PSN).
+   */
+  private ackThrough(psn: number, retryLostResponses: boolean): void {
+    const queue = this.queue;
+    let progress = false;
+    for (let index = queue.head; index < queue.wqes.length; index++) {
+      const wqe = queue.wqes[index]!;
+      if (!wqe.started) break;
+      if (wqe.done) continue;
+      if (wqe.kind === Kind.Read || wqe.kind === Kind.Atomic) {
+        if (retryLostResponses && psnCompare(wqe.firstPsn, psn) <= 0) this.retransmission.rewind(psnAdd(wqe.firstPsn, wqe.received));
+        break;
+      }
+      const acknowledged = psnCompare(psn, wqe.firstPsn) + 1;
+      if (acknowledged < wqe.packets) {
+        // An AckReq inside a long message: part of it is acknowledged.
+        if (acknowledged > wqe.received) {
+          wqe.received = acknowledged;
+          progress = true;
+        }
+        break;
+      }
+      wqe.done = true;
+      progress = true;
+    }
+    if (progress || psnCompare(psn, queue.lastAcked) > 0) this.retransmission.advanced();
+  }
+
+  /** Whether takeReadMiddle would place a Read Response MIDDLE with `psn` and `length` payload octets now (no effect but caching the sink's address). */
+  acceptsReadMiddle(psn: number, length: number): boolean {
+    const queue = this.queue;
+    const wqe = queue.wqes[queue.head];
+    if (!queue.running || wqe === undefined || wqe.kind !== Kind.Read || wqe.done || !wqe.started) return false;
+    const index = psnCompare(psn, wqe.firstPsn);
+    if (index < wqe.received || index >= wqe.packets - 1 || index >= wqe.requested || length !== queue.mtuFor() || wqe.arrived?.[index] === 1) return false;
+    // Where the sink lies, looked up once per WQE (plain memory has none: the full path copies).
+    if (wqe.localAddress === -2) wqe.localAddress = sharedAddress(wqe.local);
+    return wqe.localAddress >= 0;
+  }
+
+  /**
+   * The lean path's Read Response MIDDLE (RcQueuePair.takeMiddle): placed when it belongs to the
+   * oldest outstanding WQE, a Read, has not arrived yet, is not its last packet and was asked
+   * for, a full path MTU: then `response` would find the same WQE with no other effect (no older
+   * Send or Write to complete, no older Read to retry), place it at the same offset and count it
+   * the same way (`responseArrived`), in order or past a lost one. Past a lost one too: at 1 %
+   * loss most 1 MiB Reads lose a packet, and while the lean path took only in-order packets of
+   * Reads that had lost none, the full path took about 80 % of their responses. The bookkeeping
+   * after it is response's own.
+   */
+  takeReadMiddle(psn: number, payloadAddress: number, length: number): boolean {
+    const queue = this.queue;
+    if (!this.acceptsReadMiddle(psn, length)) return false;
+    const wqe = queue.wqes[queue.head]!;
+    const index = psnCompare(psn, wqe.firstPsn);
+    moveAt(wqe.localAddress + index * length, payloadAddress, length);
+    this.qp.stats.payloadBytesReceived += length;
+    this.responseArrived(wqe, index);
+    queue.releaseResources();
+    this.retransmission.advanced();
+    queue.completeInOrder();
+    this.transmitter.scheduleTransmit();
+    return true;
+  }
+
+  private readResponse(h: IbHeaders, psn: number, payload: Uint8Array): void {
+    const queue = this.queue;
+    // Completes the Sends and Writes before the oldest Read or atomic (implicitly acknowledged).
+    if (this.oldestAwaitingResponse(psn) === undefined) return;
+    const wqe = this.readAnswered(psn);
+    if (wqe === undefined) return;
+    const index = psnCompare(psn, wqe.firstPsn);
+    if (index < wqe.received || wqe.arrived?.[index] === 1) return; // a duplicate of what already arrived
+    const mtu = queue.mtuFor();
+    const final = index === wqe.packets - 1;
+    // Each chunk (and each retried part of one) is its own response run, FIRST..LAST or ONLY;
+    // the PSN fixes where the data goes, so the checks are the length and the run's end.
+    const expectedLength = Math.min(mtu, wqe.length - index * mtu);
+    const endsRun = h.opcode === IbOpcode.RdmaReadResponseLast || h.opcode === IbOpcode.RdmaReadResponseOnly;
+    if (payload.length !== expectedLength || (final && !endsRun)) {
+      queue.failWqe(
+        wqe,
+        WcStatus.BadResponseError,
+        `Read Response PSN 0x${psn.toString(16)}: opcode 0x${h.opcode.toString(16)} with ${payload.length} octets, expected ${expectedLength}${final ? ' ending the Read' : ''}`,
+      );
+      return;
+    }
+    if (h.opcode !== IbOpcode.RdmaReadResponseMiddle && (h.syndrome & Syndrome.TypeMask) !== Syndrome.TypeAck) {
+      queue.failWqe(wqe, WcStatus.BadResponseError, `Read Response carries syndrome 0x${h.syndrome.toString(16)}`);
+      return;
+    }
+    copyInto(wqe.local, index * mtu, payload);
+    this.qp.stats.payloadBytesReceived += payload.length;
+    this.responseArrived(wqe, index);
+  }
+
+  /** Response packet `index` of the Read `wqe` (not arrived before) was placed: count it. */
+  private responseArrived(wqe: Wqe, index: number): void {
+    if (index > wqe.received) {
+      // Past a packet that went missing: keep this one, ask for the missing ones again.
+      wqe.arrived ??= new Uint8Array(wqe.packets);
+      wqe.arrived[index] = 1;
+      this.retryRead(wqe, index);
+      return;
+    }
+    const arrived = wqe.arrived;
+    do wqe.received++;
+    while (arrived !== undefined && wqe.received < wqe.packets && arrived[wqe.received] === 1);
+    if (wqe.received === wqe.packets) this.finishResponse(wqe);
+  }
+
+  /**
+   * The Read a response with `psn` answers. Responses are taken in any order (the PSN fixes
+   * where the data goes; Reads still complete in order), so a lost packet costs what its chunk
+   * sent after it, asked for again alone, not every response sent after it (go-back-N). A
+   * response past an older Read reveals what that one lost at its end: asked for at once, not
+   * after the ACK timeout. An Atomic Acknowledge overtaken that way goes back N: the atomic's
+   * PSN is asked again (the responder answers it from its resources, never executes it twice).
+   */
+  private readAnswered(psn: number): Wqe | undefined {
+    const queue = this.queue;
+    for (let index = queue.head; index < queue.wqes.length; index++) {
+      const wqe = queue.wqes[index]!;
+      if (!wqe.started) return undefined;
+      if (wqe.done) continue;
+      const end = psnAdd(wqe.firstPsn, wqe.packets);
+      const holds = psnCompare(psn, wqe.firstPsn) >= 0 && psnCompare(psn, end) < 0;
+      if (wqe.kind === Kind.Read) {
+        if (holds) return wqe;
+        this.retryRead(wqe, wqe.requested); // the response is past this Read: its own tail went missing
+      } else if (wqe.kind === Kind.Atomic) {
+        if (holds) return undefined; // a Read Response at an atomic's PSN: not ours to take
+        const expected = wqe.firstPsn;
+        this.retransmission.rewindOnceTo(expected);
+        return undefined;
+      } else if (psnCompare(psnAdd(end, -1), psn) < 0) {
+        // A Send or Write before the answered PSN: the responder executed it before answering.
+        wqe.done = true;
+      } else {
+        return undefined;
+      }
+    }
+    return undefined;
+  }
+
+  /**
+   * Asks again for the packets of `wqe` before `upTo` that have not arrived and were asked for
+   * already: per chunk (each is its own responder resource), from its first missing packet to
+   * the chunk's end, once per missing packet.
+   */
+  private retryRead(wqe: Wqe, upTo: number): void {
+    const limit = Math.min(upTo, wqe.requested);
+    const arrived = wqe.arrived;
+    let start = wqe.received;
+    while (start < limit) {
+      const chunk = Math.floor(start / READ_CHUNK_PACKETS);
+      const chunkEnd = Math.min(wqe.requested, (chunk + 1) * READ_CHUNK_PACKETS);
+      while (start < Math.min(chunkEnd, limit) && arrived !== undefined && arrived[start] === 1) start++;
+      if (start >= Math.min(chunkEnd, limit)) {
+        start = chunkEnd;
+        continue;
+      }
+      wqe.retried ??= new Int32Array(Math.ceil(wqe.packets / READ_CHUNK_PACKETS)).fill(-1);
+      if (wqe.retried[chunk] !== start) {
+        wqe.retried[chunk] = start;
+        this.qp.stats.retransmittedPackets++;
+        this.transmitter.sendReadRequest(wqe, start, chunkEnd);
+      }
+      start = chunkEnd;
+    }
+  }
+
+  private atomicAcknowledge(h: IbHeaders, psn: number): void {
+    const wqe = this.oldestAwaitingResponse(psn);
+    if (wqe === undefined || wqe.kind !== Kind.Atomic || wqe.firstPsn !== psn) return;
+    if ((h.syndrome & Syndrome.TypeMask) !== Syndrome.TypeAck) {
+      this.queue.failWqe(wqe, WcStatus.BadResponseError, `Atomic Acknowledge carries syndrome 0x${h.syndrome.toString(16)}`);
+      return;
+    }
+    wqe.atomicResult = h.originalData;
+    if (wqe.local.length === 8) {
+      // The original value lands in the requester's buffer in host order, as the target held it.
+      new DataView(wqe.local.buffer, wqe.local.byteOffset, 8).setBigUint64(0, h.originalData, true);
+    }
+    wqe.received = 1;
+    this.finishResponse(wqe);
+  }
+
+  /** Completes the Sends/Writes a response implicitly acknowledges and returns the WQE it answers. */
+  private oldestAwaitingResponse(psn: number): Wqe | undefined {
+    const queue = this.queue;
+    for (let index = queue.head; index < queue.wqes.length; index++) {
+      const wqe = queue.wqes[index]!;
+      if (!wqe.started) return undefined;
+      if (wqe.done) continue;
+      if (wqe.kind === Kind.Read || wqe.kind === Kind.Atomic) return wqe;
+      if (psnCompare(psnAdd(wqe.firstPsn, wqe.packets - 1), psn) >= 0) return undefined;
+      wqe.done = true;
+    }
+    return undefined;
+  }
+
+  private finishResponse(wqe: Wqe): void {
+    wqe.done = true;
+  }
+}

@@ -1,0 +1,240 @@
+// The requester's transmission (requester.ts): turns the send queue's WQEs into packets, one
+// PSN each, within the PSN window, ORD and fences and a per-turn packet budget: path-MTU segments
+// of Sends and Writes (their middle packets as runs to the link), Read requests per chunk of
+// response packets, atomics; AckReq on every 64th packet, a message's last and the packet that
+// fills the window. A rewind (requester-retransmit.ts) moves where it continues.
+
+import { AccessStatus } from '../memory.ts';
+import { psnAdd, psnCompare } from '../wire/ib-headers.ts';
+import { IbOpcode } from '../wire/ib-opcodes.ts';
+import { WcStatus } from '../work.ts';
+import type { RcQueuePair } from './queue-pair.ts';
+import type { Retransmission } from './requester-retransmit.ts';
+import { EMPTY, Kind, READ_CHUNK_PACKETS, type SendQueue, type Wqe } from './send-queue.ts';
+
+/** Packets sent per event-loop turn before yielding, so ACKs and other QPs get a turn. */
+const PACKETS_PER_TURN = 64;
+/** AckReq at least this often inside a long message (rxe: RXE_MAX_PKT_PER_ACK). */
+const PACKETS_PER_ACK_REQUEST = 64;
+
+export class Transmitter {
+  private readonly qp: RcQueuePair;
+  /** Wired by Requester: the parts refer to one another. */
+  retransmission!: Retransmission;
+  private transmitScheduled = false;
+  /** The last transmission turn ended at its packet budget (more to send: a stream). */
+  private budgetSpent = false;
+  private sinceAckRequest = 0;
+
+  constructor(private readonly queue: SendQueue) {
+    this.qp = queue.qp;
+  }
+
+  scheduleTransmit(): void {
+    if (this.transmitScheduled || !this.queue.running) return;
+    this.transmitScheduled = true;
+    setImmediate(this.transmitLater);
+  }
+
+  private readonly transmitLater = (): void => {
+    // A turn that used its whole packet budget continues here. A NAK may already wait in the
+    // socket: the responder sent it while this thread took the packets the last turn sent. Read
+    // it before sending more, or this turn's packets (up to PACKETS_PER_TURN past the gap, which
+    // the responder drops) are sent only to be sent again: at 1 % loss that was most of what a
+    // Write retransmitted. Only then: a turn started by a post or an ACK pays no extra read.
+    // Still marked scheduled meanwhile: what the read brings schedules nothing.
+    if (this.budgetSpent) {
+      this.budgetSpent = false;
+      if (psnCompare(this.queue.sentEnd, psnAdd(this.queue.lastAcked, 1)) > 0) this.qp.receiveNow();
+    }
+    this.transmitScheduled = false;
+    this.transmitQueued();
+  };
+
+  /** Sends what the send queue holds, within the PSN window, ORD and fences, and a per-turn packet budget (the rest next turn). */
+  transmitQueued(): void {
+    const queue = this.queue;
+    const qp = this.qp;
+    if (!queue.running || qp.state !== 'rts' || this.retransmission.rnrWaiting) return;
+    let budget = PACKETS_PER_TURN;
+    while (budget > 0 && queue.txIndex < queue.wqes.length) {
+      const wqe = queue.wqes[queue.txIndex]!;
+      if (wqe.localError !== undefined) break; // completes (and fails the QP) once it is the oldest
+      if (wqe.kind === Kind.Local) {
+        if (!wqe.started) {
+          wqe.started = true;
+          wqe.firstPsn = queue.nextPsn; // uses no PSN; keeps the PSN bookkeeping of completion simple
+          wqe.done = true;
+          const status = qp.memory.invalidate(wqe.wr.invalidateStag ?? 0, qp.pd);
+          if (status !== AccessStatus.Ok) {
+            wqe.status = WcStatus.LocalProtectionError;
+            wqe.error = `LOCAL_INV of STag 0x${(wqe.wr.invalidateStag ?? 0).toString(16)}: cannot invalidate`;
+          }
+        }
+        queue.txIndex++;
+        queue.completeInOrder();
+        continue;
+      }
+      const firstTime = !wqe.started;
+      if (firstTime && wqe.wr.fence === true && queue.readsOutstanding > 0) break;
+      const newChunk = wqe.kind === Kind.Read ? queue.txPacket >= wqe.requested : firstTime && wqe.kind === Kind.Atomic;
+      if (newChunk && queue.readsOutstanding >= queue.ord) break;
+      const chunkEnd = Math.min(wqe.packets, (Math.floor(queue.txPacket / READ_CHUNK_PACKETS) + 1) * READ_CHUNK_PACKETS);
+      // The window: a Read chunk needs its whole response range unless nothing else is unacknowledged.
+      const needed = wqe.kind === Kind.Read ? chunkEnd - queue.txPacket : 1;
+      const unacked = psnCompare(queue.nextPsn, queue.lastAcked) - 1;
+      if (unacked > 0 && unacked + needed > (wqe.kind === Kind.Read ? queue.readWindow : queue.window)) break;
+      if (firstTime) {
+        wqe.started = true;
+        wqe.firstPsn = queue.nextPsn;
+        qp.stats.messagesSent++;
+      }
+      if (newChunk) queue.holdResource(wqe, wqe.kind === Kind.Read ? chunkEnd : 1);
+      if (psnCompare(queue.nextPsn, queue.sentEnd) < 0) qp.stats.retransmittedPackets++;
+      else this.retransmission.timeNew(queue.nextPsn);
+      if (wqe.kind === Kind.Read) {
+        this.sendReadRequest(wqe, queue.txPacket, chunkEnd);
+        if (chunkEnd > wqe.requested) wqe.requested = chunkEnd;
+        queue.nextPsn = psnAdd(wqe.firstPsn, chunkEnd);
+        queue.txPacket = chunkEnd;
+        if (chunkEnd === wqe.packets) {
+          queue.txIndex++;
+          queue.txPacket = 0;
+        }
+      } else if (wqe.kind === Kind.Atomic) {
+        this.sendAtomic(wqe);
+        queue.nextPsn = psnAdd(queue.nextPsn, 1);
+        queue.txIndex++;
+        queue.txPacket = 0;
+      } else if (queue.txPacket > 0 && queue.txPacket < wqe.packets - 2 && budget > 1 && this.qp.runLimit > 1) {
+        // Middle packets, two or more of them: one run to the link (the same packets, not a call
+        // chain per packet). `budget` counts this one; the run takes what it sends of the rest.
+        const sent = this.sendMiddleRun(wqe, unacked, budget);
+        queue.nextPsn = psnAdd(queue.nextPsn, sent);
+        queue.txPacket += sent;
+        budget -= sent - 1;
+      } else {
+        // The packet that fills the PSN window asks for an ACK: nothing can follow it until one
+        // comes, and the responder acknowledges only packets that ask (without it a window
+        // smaller than PACKETS_PER_ACK_REQUEST, or one whose AckReq packets were dropped after
+        // a loss, waits for the ACK timer).
+        this.sendSegment(wqe, queue.txPacket, unacked + 2 > queue.window);
+        queue.nextPsn = psnAdd(queue.nextPsn, 1);
+        if (++queue.txPacket === wqe.packets) {
+          queue.txIndex++;
+          queue.txPacket = 0;
+        }
+      }
+      if (psnCompare(queue.nextPsn, queue.sentEnd) > 0) queue.sentEnd = queue.nextPsn;
+      budget--;
+      this.retransmission.armTimer();
+    }
+    if (budget === 0) {
+      this.budgetSpent = true;
+      this.scheduleTransmit();
+    }
+  }
+
+  private sendSegment(wqe: Wqe, index: number, windowFull: boolean): void {
+    const qp = this.qp;
+    const mtu = this.queue.mtuFor();
+    const last = index === wqe.packets - 1;
+    const first = index === 0;
+    const opcode = wqe.wr.opcode;
+    let code: number;
+    if (wqe.kind === Kind.Write) {
+      const immediate = opcode === 'RDMA_WRITE_WITH_IMM';
+      if (wqe.packets === 1) code = immediate ? IbOpcode.RdmaWriteOnlyWithImmediate : IbOpcode.RdmaWriteOnly;
+      else if (first) code = IbOpcode.RdmaWriteFirst;
+      else if (last) code = immediate ? IbOpcode.RdmaWriteLastWithImmediate : IbOpcode.RdmaWriteLast;
+      else code = IbOpcode.RdmaWriteMiddle;
+    } else {
+      const invalidate = opcode === 'SEND_WITH_INV' || opcode === 'SEND_WITH_SE_INV';
+      if (wqe.packets === 1) code = invalidate ? IbOpcode.SendOnlyWithInvalidate : IbOpcode.SendOnly;
+      else if (first) code = IbOpcode.SendFirst;
+      else if (last) code = invalidate ? IbOpcode.SendLastWithInvalidate : IbOpcode.SendLast;
+      else code = IbOpcode.SendMiddle;
+    }
+    const h = qp.headers(code, this.queue.nextPsn);
+    if (last) {
+      h.solicited = wqe.wr.solicited === true || opcode === 'SEND_WITH_SE' || opcode === 'SEND_WITH_SE_INV';
+      h.immediate = wqe.wr.immediate === undefined ? 0 : Number(wqe.wr.immediate & 0xffffffffn); // no BigInt made per message without one
+      h.invalidateRkey = wqe.wr.invalidateStag ?? 0;
+    }
+    if (first && wqe.kind === Kind.Write) {
+      h.virtualAddress = wqe.remoteAddress;
+      h.rkey = wqe.wr.remote!.stag;
+      h.dmaLength = wqe.length;
+    }
+    h.ackRequest = this.ackRequest(last || windowFull);
+    const start = index * mtu;
+    const length = Math.min(wqe.length, start + mtu) - start;
+    const payload = wqe.region === undefined ? wqe.local.subarray(start, start + length) : wqe.region.view(wqe.regionOffset + start, length);
+    qp.stats.payloadBytesSent += payload.length;
+    qp.sendPacket(h, payload);
+  }
+
+  /**
+   * Sends MIDDLE packets of a Send or Write from `txPacket` on (at least one, which the caller
+   * admitted) as one run, as sendSegment would one by one: up to the message's last packet
+   * (not included), the PSN window (`unacked` before the first), the turn's `budget`, the link's
+   * run limit, and the next AckReq, which ends the run (every PACKETS_PER_ACK_REQUEST-th packet,
+   * or the one that fills the window); a run stays all new or all retransmitted, so the
+   * retransmission count and the round-trip timing see each packet as sendSegment does. Returns
+   * how many packets it sent.
+   */
+  private sendMiddleRun(wqe: Wqe, unacked: number, budget: number): number {
+    const queue = this.queue;
+    const qp = this.qp;
+    const mtu = queue.mtuFor();
+    const index = queue.txPacket;
+    let count = Math.min(wqe.packets - 1 - index, budget, qp.runLimit, PACKETS_PER_ACK_REQUEST - this.sinceAckRequest);
+    // Packet j of the run has unacked + j unacknowledged before it: it fits while that stays below the window.
+    count = Math.min(count, queue.window - unacked);
+    const resent = psnCompare(queue.sentEnd, queue.nextPsn);
+    if (resent > 0) count = Math.min(count, resent);
+    count = Math.max(1, count);
+    // Only the last can ask for an ACK: the counter's 64th, or the one that fills the window.
+    const ackRequest = this.sinceAckRequest + count >= PACKETS_PER_ACK_REQUEST || unacked + count + 1 > queue.window;
+    this.sinceAckRequest = ackRequest ? 0 : this.sinceAckRequest + count;
+    // The caller counted the first packet (a retransmission, or the one timed).
+    if (resent > 0) qp.stats.retransmittedPackets += count - 1;
+    const start = index * mtu;
+    const length = count * mtu;
+    const payload = wqe.region === undefined ? wqe.local.subarray(start, start + length) : wqe.region.view(wqe.regionOffset + start, length);
+    qp.stats.payloadBytesSent += length;
+    qp.sendRun(wqe.kind === Kind.Write ? IbOpcode.RdmaWriteMiddle : IbOpcode.SendMiddle, queue.nextPsn, count, payload, mtu, ackRequest);
+    return count;
+  }
+
+  sendReadRequest(wqe: Wqe, fromPacket: number, toPacket: number): void {
+    // A retried Read asks only for what has not arrived, at that packet's PSN (roce.md §6.3).
+    const mtu = this.queue.mtuFor();
+    const skipped = fromPacket * mtu;
+    const h = this.qp.headers(IbOpcode.RdmaReadRequest, psnAdd(wqe.firstPsn, fromPacket));
+    h.virtualAddress = skipped === 0 ? wqe.remoteAddress : wqe.remoteAddress + BigInt(skipped);
+    h.rkey = wqe.wr.remote!.stag;
+    h.dmaLength = Math.min(wqe.length, toPacket * mtu) - skipped;
+    h.ackRequest = this.ackRequest(true);
+    this.qp.sendPacket(h, EMPTY);
+  }
+
+  private sendAtomic(wqe: Wqe): void {
+    const fetchAdd = wqe.wr.opcode === 'ATOMIC_FETCH_ADD';
+    const h = this.qp.headers(fetchAdd ? IbOpcode.FetchAdd : IbOpcode.CompareSwap, wqe.firstPsn);
+    h.virtualAddress = wqe.remoteAddress;
+    h.rkey = wqe.wr.remote!.stag;
+    h.swapOrAdd = BigInt.asUintN(64, fetchAdd ? wqe.wr.atomic!.add! : wqe.wr.atomic!.swap!);
+    h.compare = fetchAdd ? 0n : BigInt.asUintN(64, wqe.wr.atomic!.compare!);
+    h.ackRequest = this.ackRequest(true);
+    this.qp.sendPacket(h, EMPTY);
+  }
+
+  private ackRequest(endOfMessage: boolean): boolean {
+    if (endOfMessage || ++this.sinceAckRequest >= PACKETS_PER_ACK_REQUEST) {
+      this.sinceAckRequest = 0;
+      return true;
+    }
+    return false;
+  }
+}

@@ -1,0 +1,317 @@
+// The requester's send queue (requester.ts): the work requests posted and not yet completed,
+// as WQEs with their PSNs and progress; where transmission stands (the next WQE, packet and PSN,
+// the highest PSN sent, the highest acknowledged); the responder resources Read chunks and
+// atomics hold (ORD); completion in order and the failures that end the QP. The transmitter
+// (requester-transmit.ts), the retransmission (requester-retransmit.ts) and the response handling
+// (requester-responses.ts) share it.
+
+import { Access, AccessStatus, type MemoryRegion } from '../memory.ts';
+import { localAccessText } from '../qp-checks.ts';
+import { psnAdd, psnCompare } from '../wire/ib-headers.ts';
+import { wcOpcodeFor, WcStatus, type SendWorkRequest, type Sge } from '../work.ts';
+import type { RcPathParameters, RcQueuePair } from './queue-pair.ts';
+
+export const Kind = { Send: 0, Write: 1, Read: 2, Atomic: 3, Local: 4 } as const;
+export type Kind = (typeof Kind)[keyof typeof Kind];
+/**
+ * A Read is asked for in requests of at most this many response packets, each one responder
+ * resource (so at most ORD of them are outstanding): a lost response packet then costs one
+ * chunk again, not the rest of a 1 MiB Read, and the burst a responder sends stays small.
+ */
+export const READ_CHUNK_PACKETS = 16;
+/**
+ * PSNs a Read chunk may reach past the oldest unacknowledged one (by default; an explicit
+ * `maxUnackedPackets` bounds every operation). The PSN window exists because a loss costs
+ * everything sent after it under go-back-N; a lost Read Response costs only the rest of its
+ * chunk (asked for again alone), so Reads are bounded by ORD (the responder's resources) and
+ * this, not by the Send/Write window: 256 is 16 chunks, ORD's default, so 1 MiB is in flight at
+ * path MTU 4096 where the 128-PSN window held 512 KiB.
+ */
+const READ_WINDOW_PACKETS = 256;
+export const EMPTY: Uint8Array = new Uint8Array(0);
+const NO_SGES: readonly Sge[] = [];
+
+export interface Wqe {
+  readonly wr: SendWorkRequest;
+  readonly signaled: boolean;
+  readonly kind: Kind;
+  readonly length: number;
+  /** PSNs the message uses (a Read: one per response packet). */
+  readonly packets: number;
+  /** Send/Write: the data; Read: the sink; Atomic: the 8-octet result (or empty). */
+  readonly local: Uint8Array;
+  /** Where `local` lies when it is one SGE's range of a region: its segments are the region's cached views. */
+  readonly region: MemoryRegion | undefined;
+  readonly regionOffset: number;
+  /** The remote address (RETH) as a BigInt, made once per WR. */
+  readonly remoteAddress: bigint;
+  /** Read: the address of `local` in shared memory for the lean path; -2 until asked, -1 none. */
+  localAddress: number;
+  /** A local check failed at post time: the WR completes with this status. */
+  readonly localError: { status: WcStatus; text: string } | undefined;
+  firstPsn: number;
+  started: boolean;
+  /** Read: response packets received in order; Send/Write: packets acknowledged. */
+  received: number;
+  /** Read: response packets asked for so far (the first transmission of each chunk counts). */
+  requested: number;
+  /** Read: response packets that arrived past a missing one (allocated at the first such packet). */
+  arrived?: Uint8Array;
+  /** Read: per chunk, the missing packet it was last asked again from (one retry per gap). */
+  retried?: Int32Array;
+  done: boolean;
+  status: WcStatus;
+  error?: string;
+  atomicResult?: bigint;
+}
+
+export class SendQueue {
+  readonly wqes: Wqe[] = [];
+  head = 0;
+  /** Next WQE to transmit and the packet of it; nextPsn is that packet's PSN. */
+  txIndex = 0;
+  txPacket = 0;
+  nextPsn = 0;
+  /** PSN after the highest one ever sent. */
+  sentEnd = 0;
+  /** Every PSN up to and including this one is acknowledged. */
+  lastAcked = 0;
+  /**
+   * The responder resources this side's Read chunks and atomics hold, oldest first (a ring of
+   * `ord` entries): the WQE and the packet count its answer is complete at. The responder keeps
+   * its last `ird` requests and overwrites the oldest; a chunk answered out of order (past a
+   * lost response of an older one) therefore frees nothing until every older one is answered,
+   * or a new request would take the resource the older one's retry needs.
+   */
+  private resourceWqes: Array<Wqe | undefined> = [];
+  private resourceEnds = new Int32Array(0);
+  private resourceHead = 0;
+  readsOutstanding = 0;
+  private mtu = 1024;
+  window = 128;
+  /** The window Read chunks are admitted by (READ_WINDOW_PACKETS unless the path names one window for all). */
+  readWindow = READ_WINDOW_PACKETS;
+  ord = 1;
+  running = false;
+  /** Region and offset of the range the last `resolve` returned. */
+  private resolvedRegion: MemoryRegion | undefined;
+  private resolvedOffset = 0;
+
+  constructor(readonly qp: RcQueuePair) {}
+
+  /** Takes the path's MTU, windows, ORD and first PSN (the QP reaches RTS). */
+  configure(path: RcPathParameters): void {
+    this.mtu = path.pathMtu;
+    this.window = path.maxUnackedPackets ?? 128;
+    this.readWindow = path.maxUnackedPackets ?? READ_WINDOW_PACKETS;
+    this.ord = Math.max(1, path.ord);
+    this.resourceWqes = new Array<Wqe | undefined>(this.ord).fill(undefined);
+    this.resourceEnds = new Int32Array(this.ord);
+    this.resourceHead = 0;
+    this.readsOutstanding = 0;
+    this.nextPsn = path.sendPsn & 0xffffff;
+    this.sentEnd = this.nextPsn;
+    this.lastAcked = psnAdd(this.nextPsn, -1);
+  }
+
+  get outstanding(): number {
+    return this.wqes.length - this.head;
+  }
+
+  post(wr: SendWorkRequest): void {
+    const qp = this.qp;
+    const sgList = wr.sgList ?? NO_SGES;
+    let kind: Kind;
+    switch (wr.opcode) {
+      case 'RDMA_WRITE':
+      case 'RDMA_WRITE_WITH_IMM':
+        kind = Kind.Write;
+        break;
+      case 'RDMA_READ':
+        kind = Kind.Read;
+        break;
+      case 'ATOMIC_FETCH_ADD':
+      case 'ATOMIC_CMP_SWAP':
+        kind = Kind.Atomic;
+        break;
+      case 'LOCAL_INV':
+        kind = Kind.Local;
+        break;
+      default:
+        kind = Kind.Send;
+    }
+    let local: Uint8Array = EMPTY;
+    let region: MemoryRegion | undefined;
+    let regionOffset = 0;
+    let localError: Wqe['localError'];
+    const required = kind === Kind.Read || kind === Kind.Atomic ? Access.LocalWrite : 0;
+    if (sgList.length === 1) {
+      // The common case: the region's own (cached) view, no array of views.
+      const view = this.resolve(sgList[0]!, required);
+      if (typeof view === 'string') localError = { status: WcStatus.LocalProtectionError, text: view };
+      else {
+        local = view;
+        region = this.resolvedRegion;
+        regionOffset = this.resolvedOffset;
+      }
+    } else if (sgList.length > 1) {
+      const views: Uint8Array[] = [];
+      for (const sge of sgList) {
+        const view = this.resolve(sge, required);
+        if (typeof view === 'string') {
+          localError = { status: WcStatus.LocalProtectionError, text: view };
+          break;
+        }
+        views.push(view);
+      }
+      if (localError === undefined) {
+        // Several SGEs: gathered once, so every (re)transmission cuts the same MTU segments.
+        local = new Uint8Array(views.reduce((sum, view) => sum + view.length, 0));
+        let offset = 0;
+        for (const view of views) {
+          local.set(view, offset);
+          offset += view.length;
+        }
+      }
+    }
+    const length = kind === Kind.Atomic ? 8 : local.length;
+    if (localError === undefined && local.length > 0x80000000) {
+      localError = { status: WcStatus.LocalLengthError, text: `message of ${local.length} octets exceeds 2^31` };
+    }
+    const packets = kind === Kind.Local ? 0 : kind === Kind.Atomic ? 1 : Math.max(1, Math.ceil(length / this.mtuFor()));
+    this.wqes.push({
+      wr,
+      signaled: wr.signaled ?? qp.signalAll,
+      kind,
+      length,
+      packets,
+      local,
+      region,
+      regionOffset,
+      // Checked at post (qp-checks) for the operations that name one; a Send's is not looked at.
+      remoteAddress: kind === Kind.Write || kind === Kind.Read || kind === Kind.Atomic ? BigInt(wr.remote!.taggedOffset) : 0n,
+      localError,
+      localAddress: -2,
+      firstPsn: 0,
+      started: false,
+      received: 0,
+      requested: 0,
+      done: false,
+      status: WcStatus.Success,
+    });
+  }
+
+  /** Completes every WR still queued: failed ones with their status, the rest flushed. */
+  flush(): void {
+    const qp = this.qp;
+    while (this.head < this.wqes.length) {
+      const wqe = this.wqes[this.head++]!;
+      const failed = wqe.done && wqe.status !== WcStatus.Success;
+      if (wqe.done && !failed && !wqe.signaled) continue;
+      qp.pushCompletion(qp.sendCq, {
+        wrId: wqe.wr.wrId,
+        status: wqe.done ? wqe.status : WcStatus.WrFlushError,
+        opcode: wcOpcodeFor(wqe.wr.opcode),
+        qpNumber: qp.qpNumber,
+        byteLength: wqe.done ? wqe.length : 0,
+        ...(wqe.done ? (wqe.error === undefined ? {} : { error: wqe.error }) : { error: 'flushed: QP entered the error state' }),
+      });
+    }
+    this.wqes.length = 0;
+    this.head = 0;
+    this.txIndex = 0;
+  }
+
+  mtuFor(): number {
+    return this.qp.path?.pathMtu ?? this.mtu;
+  }
+
+  holdResource(wqe: Wqe, answeredAt: number): void {
+    const slot = (this.resourceHead + this.readsOutstanding) % this.ord;
+    this.resourceWqes[slot] = wqe;
+    this.resourceEnds[slot] = answeredAt;
+    this.readsOutstanding++;
+  }
+
+  /** Frees the ORD slots of the oldest requests whose answers are complete, in issue order. */
+  releaseResources(): void {
+    while (this.readsOutstanding > 0) {
+      const slot = this.resourceHead;
+      const wqe = this.resourceWqes[slot]!;
+      if (!wqe.done && wqe.received < this.resourceEnds[slot]!) return;
+      this.resourceWqes[slot] = undefined;
+      this.resourceHead = (slot + 1) % this.ord;
+      this.readsOutstanding--;
+    }
+  }
+
+  /** The WQE holding `psn` (or the oldest one) fails and the QP enters the error state. */
+  failAt(psn: number, status: WcStatus, text: string, reason: 'connection-lost' | 'terminate-received' = 'terminate-received'): void {
+    let target: Wqe | undefined;
+    for (let index = this.head; index < this.wqes.length; index++) {
+      const wqe = this.wqes[index]!;
+      if (wqe.done) continue;
+      target ??= wqe;
+      if (wqe.started && psnCompare(psn, wqe.firstPsn) >= 0 && psnCompare(psn, psnAdd(wqe.firstPsn, Math.max(1, wqe.packets))) < 0) {
+        target = wqe;
+        break;
+      }
+    }
+    if (target !== undefined) {
+      target.done = true;
+      target.status = status;
+      target.error = text;
+    }
+    this.qp.enterError({ reason, message: text });
+  }
+
+  failWqe(wqe: Wqe, status: WcStatus, text: string): void {
+    wqe.done = true;
+    wqe.status = status;
+    wqe.error = text;
+    this.qp.enterError({ reason: 'terminate-sent', message: text });
+  }
+
+  /** Reports finished WQEs oldest first; a locally failed one fails the QP when its turn comes. */
+  completeInOrder(): void {
+    const qp = this.qp;
+    while (this.head < this.wqes.length && qp.state === 'rts') {
+      const wqe = this.wqes[this.head]!;
+      if (wqe.localError !== undefined && !wqe.done) {
+        wqe.done = true;
+        wqe.status = wqe.localError.status;
+        wqe.error = wqe.localError.text;
+        qp.enterError({ reason: 'connection-lost', message: `local error: ${wqe.localError.text}` });
+        return;
+      }
+      if (!wqe.done) break;
+      this.head++;
+      if (this.txIndex < this.head) {
+        // A rewound transmission point passed by an acknowledgement resumes after that WQE.
+        this.txIndex = this.head;
+        this.txPacket = 0;
+        this.nextPsn = psnAdd(wqe.firstPsn, wqe.packets);
+      }
+      if (wqe.signaled || wqe.status !== WcStatus.Success) {
+        // From its fields into the CQ's ring: no completion object per WR.
+        const record = qp.addCompletion(qp.sendCq, wqe.wr.wrId, wqe.status, wcOpcodeFor(wqe.wr.opcode), wqe.length, wqe.error);
+        if (record !== undefined && wqe.atomicResult !== undefined) record.atomicResult = wqe.atomicResult;
+      }
+    }
+    if (this.head > 256 && this.head * 2 > this.wqes.length) {
+      this.wqes.splice(0, this.head);
+      this.txIndex -= this.head;
+      this.head = 0;
+    }
+  }
+
+  private resolve(sge: Sge, required: number): Uint8Array | string {
+    const memory = this.qp.memory;
+    const status = memory.checkLocal(sge.lkey, this.qp.pd, required, sge.offset, sge.length);
+    if (status !== AccessStatus.Ok) return localAccessText(status, sge);
+    const region = memory.resolvedRegion!;
+    this.resolvedRegion = region;
+    this.resolvedOffset = memory.resolvedOffset;
+    return region.view(memory.resolvedOffset, sge.length);
+  }
+}
