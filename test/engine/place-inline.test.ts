@@ -51,6 +51,16 @@ function firstSegment(r: Rig, session: number, message: Uint8Array, received: nu
   return request;
 }
 
+/** A LOAD of `handle` by session beta, placed in a context of its own and not run yet. */
+function placedLoad(r: Placing, handle: bigint, requestId: bigint): number {
+  const load = r.arena.acquireRequest(r.beta);
+  r.arena.place(
+    load,
+    encodeRequest({ opcode: K.OPCODE_LOAD, flags: K.FLAG_ALLOW_UNSEALED, requestId, handle, descriptor: { stag: 1, taggedOffset: 0n, length: 256 } }),
+  );
+  return load;
+}
+
 function loaded(r: Placing, handle: bigint, length: number): Uint8Array {
   const destination = new Uint8Array(length);
   const done = r.send(r.beta, {
@@ -76,17 +86,7 @@ test('an inline STORE passed on its first segment: the rest goes to the block, r
   assert.is(r.arena.placingLength(request), message.length - received);
   assert.ok(r.arena.placing(request));
   assert.is(r.arena.outstanding(r.alpha), 1, 'the credit is taken');
-  const load = r.arena.acquireRequest(r.beta);
-  r.arena.place(
-    load,
-    encodeRequest({
-      opcode: K.OPCODE_LOAD,
-      flags: K.FLAG_ALLOW_UNSEALED,
-      requestId: 6n,
-      handle: 1001n,
-      descriptor: { stag: 1, taggedOffset: 0n, length: 256 },
-    }),
-  );
+  const load = placedLoad(r, 1001n, 6n);
   assert.is(r.arena.run(load), S.ACTION_RETRY, 'the handle is held while the data arrives');
 
   // The transport places the rest in the block; the context never sees it.
@@ -149,17 +149,7 @@ test('a message placeInline() does not take runs on arrival exactly as before', 
   }
 
   // A STORE that finds the handle held waits for it on arrival, holding nothing meanwhile.
-  const load = r.arena.acquireRequest(r.beta);
-  r.arena.place(
-    load,
-    encodeRequest({
-      opcode: K.OPCODE_LOAD,
-      flags: K.FLAG_ALLOW_UNSEALED,
-      requestId: 7n,
-      handle: 1001n,
-      descriptor: { stag: 1, taggedOffset: 0n, length: 256 },
-    }),
-  );
+  const load = placedLoad(r, 1001n, 7n);
   assert.is(r.arena.run(load), S.ACTION_DATA_AND_SEND);
   const payload = data(100, 5);
   const message = encodeRequest({ opcode: K.OPCODE_STORE, flags: K.FLAG_INLINE, requestId: 8n, handle: 1001n, inline: payload });
