@@ -3,10 +3,11 @@
 // before that turn's packets go out, so a Write goes back at the gap at once instead of first
 // sending a turn of packets the responder must drop (the responder NAKs the gap once and drops
 // the rest silently, IBA 9.7.5.1.2, before computing their ICRC). A Read that lost a response
-// packet keeps the lean receive path for the packets past the gap and after it. The early
-// retransmission waits RFC 6298's srtt + 4 rttvar (at least 0.5 ms). An ImpairedLink around a
-// link that takes runs passes runs on, less the packets it drops, and drops exactly the packets
-// the same seed drops packet by packet.
+// packet keeps the lean receive path for the packets past the gap and after it, and asks again
+// for the lost packets only, not the rest of their chunk. The early retransmission waits RFC
+// 6298's srtt + 4 rttvar (at least 0.5 ms). An ImpairedLink around a link that takes runs passes
+// runs on, less the packets it drops, and drops exactly the packets the same seed drops packet
+// by packet.
 import { test } from 'uvu';
 import * as assert from 'uvu/assert';
 import { ImpairedLink, type Impairments } from '../../host/rnic/rc/impaired-link.ts';
@@ -80,6 +81,7 @@ test('a Read that lost a response packet keeps the lean path: the packets past t
     };
     for (let i = 0; i < MiB; i++) server.memory[MiB + i] = (i * 13 + 5) & 0xff;
     const before = endpoint.stats.lean;
+    const sentBefore = server.qp.statistics.packetsSent;
     client.qp.postSend({
       wrId: 1,
       opcode: 'RDMA_READ',
@@ -91,6 +93,9 @@ test('a Read that lost a response packet keeps the lean path: the packets past t
     // Every MIDDLE that arrived the first time, past the gap included (224 less the lost one);
     // only the in-order ones before the gap (2) when a Read with a gap left the lean path.
     assert.is(endpoint.stats.lean - before, 223, 'Read Response MIDDLEs placed by the lean path');
+    // The retry asks for the lost packet alone (a sub-range of the chunk's resource), not for the
+    // rest of its chunk (indices 3-15, 12 of which had arrived).
+    assert.is(server.qp.statistics.packetsSent - sentBefore, 256 + 1, 'response packets sent, the lost one twice');
     assert.is(client.qp.statistics.timeouts, 0);
   } finally {
     await pair.close();

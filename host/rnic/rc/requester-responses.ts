@@ -223,28 +223,31 @@ export class Responses {
 
   /**
    * Asks again for the packets of `wqe` before `upTo` that have not arrived and were asked for
-   * already: per chunk (each is its own responder resource), from its first missing packet to
-   * the chunk's end, once per missing packet.
+   * already: each run of missing packets, from its first to the next packet that arrived or its
+   * chunk's end (a chunk is one responder resource, and a retried Read may ask for any sub-range
+   * of it, roce.md §6.3), once per run start. Only the run: asking for the rest of the chunk, as
+   * before, had the responder send again what had arrived (at 1 % loss about 7 packets for each
+   * lost one).
    */
   private retryRead(wqe: Wqe, upTo: number): void {
     const limit = Math.min(upTo, wqe.requested);
     const arrived = wqe.arrived;
     let start = wqe.received;
     while (start < limit) {
-      const chunk = Math.floor(start / READ_CHUNK_PACKETS);
-      const chunkEnd = Math.min(wqe.requested, (chunk + 1) * READ_CHUNK_PACKETS);
-      while (start < Math.min(chunkEnd, limit) && arrived !== undefined && arrived[start] === 1) start++;
-      if (start >= Math.min(chunkEnd, limit)) {
-        start = chunkEnd;
+      if (arrived !== undefined && arrived[start] === 1) {
+        start++;
         continue;
       }
-      wqe.retried ??= new Int32Array(Math.ceil(wqe.packets / READ_CHUNK_PACKETS)).fill(-1);
-      if (wqe.retried[chunk] !== start) {
-        wqe.retried[chunk] = start;
+      const chunkEnd = Math.min(wqe.requested, (Math.floor(start / READ_CHUNK_PACKETS) + 1) * READ_CHUNK_PACKETS);
+      let end = start + 1;
+      while (end < chunkEnd && (arrived === undefined || arrived[end] !== 1)) end++;
+      wqe.retried ??= new Uint8Array(wqe.packets);
+      if (wqe.retried[start] === 0) {
+        wqe.retried[start] = 1;
         this.qp.stats.retransmittedPackets++;
-        this.transmitter.sendReadRequest(wqe, start, chunkEnd);
+        this.transmitter.sendReadRequest(wqe, start, end);
       }
-      start = chunkEnd;
+      start = end;
     }
   }
 

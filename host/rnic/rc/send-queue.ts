@@ -57,8 +57,8 @@ export interface Wqe {
   requested: number;
   /** Read: response packets that arrived past a missing one (allocated at the first such packet). */
   arrived?: Uint8Array;
-  /** Read: per chunk, the missing packet it was last asked again from (one retry per gap). */
-  retried?: Int32Array;
+  /** Read: 1 where a retry asked again from this missing packet (one retry per gap; allocated at the first). */
+  retried?: Uint8Array;
   done: boolean;
   status: WcStatus;
   error?: string;
