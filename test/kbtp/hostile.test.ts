@@ -13,6 +13,7 @@ import { encodeRequest } from '../../host/kbtp/wire/messages.ts';
 import { RdmapOpcode } from '../../host/rnic/wire/rdmap.ts';
 import { encodeMpaFrame } from '../../host/rnic/wire/mpa.ts';
 import { TargetProcess, LegitimateClient, RawPeer, connectPatiently, rawHello, rawSend, sleep, type TargetStatus } from './hostile-peers.ts';
+import { untagged } from '../support/raw-peer.ts';
 import { createRnic } from '../../host/rnic/verbs.ts';
 
 const MAX_SESSIONS = 10;
@@ -121,6 +122,29 @@ test('stalls at every handshake stage and after HELLO end by their timeouts, eac
   assert.ok(after.sessionsRefused >= before.sessionsRefused);
   for (const peer of [tcp, partial, noRtr, noHello, idle, silent]) peer.destroy();
   await settled('stalls');
+});
+
+test('an inline STORE whose data stops once the target holds its handle is timed out, and the handle is free again', async () => {
+  const before = await target.status();
+  const peer = await RawPeer.open(target.port);
+  rawHello(peer, 'other', 'other-secret');
+  await peer.nextSegment();
+  rawSend(peer, encodeRequest({ opcode: K.OPCODE_ALLOC_STORE, flags: K.FLAG_INLINE, requestId: 2n, handle: 70n, inline: new Uint8Array(100).fill(1) }), 2);
+  const bound = await peer.nextSegment();
+  assert.is(new DataView(bound!.payload.buffer, bound!.payload.byteOffset).getUint16(22), K.STATUS_SUCCESS);
+  // Two segments of a 1,000-octet inline STORE of the handle: at the second the target takes the
+  // handle and sends the rest to its block (connection.ts steer); the rest never comes.
+  const store = encodeRequest({ opcode: K.OPCODE_STORE, flags: K.FLAG_INLINE, requestId: 3n, handle: 70n, inline: new Uint8Array(1000).fill(2) });
+  peer.sendUlpdu(untagged(RdmapOpcode.Send, 0, 3, store.subarray(0, 100), { last: false, offset: 0 }));
+  peer.sendUlpdu(untagged(RdmapOpcode.Send, 0, 3, store.subarray(100, 200), { last: false, offset: 100 }));
+  await target.until((s) => sum(s.timeouts, 'rdma-read') > sum(before.timeouts, 'rdma-read'), 'the stalled STORE timed out');
+  await peer.closed(10_000);
+  peer.destroy();
+  // Were the handle still held, this FREE would wait for it until its call timed out.
+  const fresh = await connectPatiently(target.address, 'other', 'other-secret');
+  await fresh.free(70n, { timeoutMs: 3000 });
+  await fresh.close(1000);
+  await settled('a stalled inline STORE');
 });
 
 test('garbage at every stage is refused or closed, counted, and harms nobody else', async () => {

@@ -154,7 +154,10 @@ export class TargetConnection {
   private lastActivity = Date.now();
   private arrivals = 0;
   private arrivalsSwept = 0;
-  /** RDMA Read Requests out with the initiator; progress (one completed or the first went out) counted, timed by the sweep as above. */
+  /**
+   * STORE data awaited from the initiator (RDMA Read Requests out with it, inline STOREs whose rest
+   * goes to their held block); progress (one completed or the first began) counted, timed by the sweep as above.
+   */
   private readsOutstanding = 0;
   private readProgressAt = 0;
   private readProgress = 0;
@@ -257,7 +260,7 @@ export class TargetConnection {
     }
     if (this.readsOutstanding > 0 && now - this.readProgressAt > rdmaReadMs) {
       // Flushing the Read ends its request through the engine: nothing it held stays held.
-      this.timedOut('rdma-read', `the initiator answered no RDMA Read Request for ${rdmaReadMs} ms`);
+      this.timedOut('rdma-read', `the initiator delivered no STORE data (an RDMA Read Request, or an inline STORE's rest) for ${rdmaReadMs} ms`);
     } else if (idleSessionMs > 0 && this.busy === 0 && this.retries.length === 0 && now - this.lastActivity > idleSessionMs) {
       this.timedOut('idle-session', `session idle for ${idleSessionMs} ms`);
     }
@@ -324,6 +327,8 @@ export class TargetConnection {
       const block = arena.placeInline(request, received);
       if (block === 0) return;
       this.busy += 1;
+      // The handle is held until the rest arrives: a sender that stalls is timed like an unanswered Read.
+      if (this.readsOutstanding++ === 0) this.readProgress++;
       const wrs = this.contextOf(request);
       wrs.prefixSge.length = received;
       wrs.blockSge.offset = block - engine.layout.pool;
@@ -345,6 +350,7 @@ export class TargetConnection {
       if (kind === WR_RECV) {
         // A STORE whose data was going straight to its block never arrived whole.
         if (this.ctx.arena.placing(request)) {
+          this.placed();
           this.ctx.arena.complete(request, false);
           this.busy -= 1;
         }
@@ -386,9 +392,16 @@ export class TargetConnection {
     const placing = this.ctx.arena.placing(request);
     if (this.state !== 'open' && !placing) return; // after GOODBYE the initiator sends nothing more
     if (!placing) this.busy += 1;
+    else this.placed();
     this.ctx.stats.arrived(request);
     this.ctx.arena.arrived(request, length);
     this.settle(request, this.ctx.arena.run(request));
+  }
+
+  /** A STORE steer() sent to its block arrived whole, or never will: its data is no longer awaited. */
+  private placed(): void {
+    this.readsOutstanding -= 1;
+    this.readProgress++;
   }
 
   /** Carries out what the engine's program asked for. */
