@@ -12,6 +12,13 @@ const BOUNCE_MIN = 256;
 /** The bounce buffer's first size: a whole staging read's payload fits. */
 const BOUNCE_INITIAL = 64 * 1024;
 
+/**
+ * Uint8Array methods called through these constants: optimized code called the generic LoadIC to
+ * find \`set\` and \`subarray\` on the views here for every received payload (issue 16, session 10).
+ */
+const setBytes = Uint8Array.prototype.set;
+const subarrayOf = Uint8Array.prototype.subarray;
+
 /** This thread's bounce buffer, made on first use and grown to the longest copy seen. */
 let bounce: Uint8Array | undefined;
 /** Views of `bounce`, by alignment skew and length. */
@@ -23,10 +30,15 @@ let bounceViews: ViewCache | undefined;
  * without allocating one per copy.
  */
 export function copyPayload(target: Uint8Array, at: number, source: Uint8Array, from: number, length: number, sourceViews?: ViewCache): void {
-  const piece = sourceViews !== undefined ? sourceViews.view(from, length) : source.subarray(from, from + length);
+  const piece = sourceViews !== undefined ? sourceViews.view(from, length) : subarrayOf.call(source, from, from + length);
+  if (length < BOUNCE_MIN) {
+    // Short: no alignment to work out (byteOffset is a builtin call each in optimized code).
+    setBytes.call(target, piece, at);
+    return;
+  }
   const skew = (target.byteOffset + at) % ALIGNMENT;
-  if (length < BOUNCE_MIN || skew === (source.byteOffset + from) % ALIGNMENT || !(target.buffer instanceof SharedArrayBuffer)) {
-    target.set(piece, at);
+  if (skew === (source.byteOffset + from) % ALIGNMENT || !(target.buffer instanceof SharedArrayBuffer)) {
+    setBytes.call(target, piece, at);
     return;
   }
   if (bounce === undefined || bounceViews === undefined || bounce.length < skew + length) {

@@ -35,6 +35,13 @@ export interface TransmitOptions {
   mulpdu: number;
 }
 
+/**
+ * Uint8Array methods called through these constants: optimized code called the generic LoadIC to
+ * find \`set\` and \`subarray\` on the views at these sites on every message (issue 16, session 10).
+ */
+const setBytes = Uint8Array.prototype.set;
+const subarrayOf = Uint8Array.prototype.subarray;
+
 const NO_PAYLOAD: readonly Uint8Array[] = [];
 const EMPTY = new Uint8Array(0);
 
@@ -341,7 +348,7 @@ class MessageFramer {
         continue;
       }
       const bytes = Math.min(available, limit);
-      const piece = this.viewOffset === 0 && bytes === view.length ? view : view.subarray(this.viewOffset, this.viewOffset + bytes);
+      const piece = this.viewOffset === 0 && bytes === view.length ? view : subarrayOf.call(view, this.viewOffset, this.viewOffset + bytes);
       this.viewOffset += bytes;
       return piece;
     }
@@ -352,7 +359,7 @@ class MessageFramer {
     let remaining = length;
     while (remaining > 0) {
       const view = this.nextView(remaining);
-      this.arena.set(view, this.offset);
+      setBytes.call(this.arena, view, this.offset);
       this.offset += view.length;
       remaining -= view.length;
     }
