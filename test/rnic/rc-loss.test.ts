@@ -18,6 +18,16 @@ import { completions, expectSuccess, rcPair } from '../support/rc.ts';
 
 const MiB = 1024 * 1024;
 
+/** Makes `link` lose the packet with `opcode` after `skip` others with it (the per-packet path: a replaced `send` turns runs off). */
+function loseOne(link: PacketLink, opcode: number, skip: number): void {
+  const send = link.send.bind(link);
+  let seen = 0;
+  link.send = (to, header, payload, trailer) => {
+    if (header[0] === opcode && seen++ === skip) return;
+    send(to, header, payload, trailer);
+  };
+}
+
 test('a NAK waiting in the socket is read before the next turn sends: the Write goes back at the gap, not a turn of packets later', async () => {
   const pair = await rcPair({ pathMtu: 4096, ackTimeoutMs: 60_000 });
   try {
@@ -32,12 +42,7 @@ test('a NAK waiting in the socket is read before the next turn sends: the Write 
     // packets arrive, then drops them. Read at the start of the second turn, the NAK costs the
     // first turn's packets after the gap again (indices 10-63: 54); read only in the next poll,
     // after the second turn has sent indices 64-127 too, it cost 118.
-    const send = client.link.send.bind(client.link);
-    let middles = 0;
-    client.link.send = (to, header, payload, trailer) => {
-      if (header[0] === IbOpcode.RdmaWriteMiddle && middles++ === 9) return;
-      send(to, header, payload, trailer);
-    };
+    loseOne(client.link, IbOpcode.RdmaWriteMiddle, 9);
     for (let i = 0; i < MiB; i++) client.memory[i] = (i * 31 + 7) & 0xff;
     client.qp.postSend({
       wrId: 1,
@@ -71,14 +76,9 @@ test('a Read that lost a response packet keeps the lean path: the packets past t
       return;
     }
     // A 1 MiB Read is asked for in 16 chunks of 16 response packets (FIRST, 14 MIDDLEs, LAST).
-    // The third MIDDLE of the first chunk (index 3) is lost; the requester asks for the rest of
-    // that chunk again when index 4 arrives, and that answer comes after every other chunk's.
-    const send = server.link.send.bind(server.link);
-    let middles = 0;
-    server.link.send = (to, header, payload, trailer) => {
-      if (header[0] === IbOpcode.RdmaReadResponseMiddle && middles++ === 2) return;
-      send(to, header, payload, trailer);
-    };
+    // The third MIDDLE of the first chunk (index 3) is lost; the requester asks for it again
+    // when index 4 arrives, and that answer comes after every other chunk's.
+    loseOne(server.link, IbOpcode.RdmaReadResponseMiddle, 2);
     for (let i = 0; i < MiB; i++) server.memory[MiB + i] = (i * 13 + 5) & 0xff;
     const before = endpoint.stats.lean;
     const sentBefore = server.qp.statistics.packetsSent;
