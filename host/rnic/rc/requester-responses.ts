@@ -59,7 +59,7 @@ export class Responses {
       return;
     }
     if (h.syndrome === Syndrome.NakPsnSequenceError) {
-      this.retransmission.rewind(psn);
+      this.retransmission.sequenceError(psn);
       return;
     }
     const [status, text] =

@@ -22,6 +22,12 @@ const UNLIMITED_RETRIES = 7;
  * only retransmissions, which RC allows.
  */
 const EARLY_MAX_BACKOFF = 64;
+/**
+ * The path counts as lossy (`lossy`) until this many PSNs are acknowledged after its last loss
+ * (a NAK sequence error, an early retransmission, a timeout): ~16 MiB at path MTU 4096, and at
+ * 1 % loss a loss comes every ~100 packets, so a lossy path stays lossy.
+ */
+const LOSSY_SPAN = 4096;
 
 export class Retransmission {
   private readonly qp: RcQueuePair;
@@ -45,6 +51,8 @@ export class Retransmission {
   /** The new packet being timed (-1: none; a retransmission cancels it, Karn's rule) and when it left. */
   private rttPsn = -1;
   private rttSentAt = 0;
+  /** The acknowledged PSN when the path last lost a packet (`lossy`); -1: never. */
+  private lostAt = -1;
   /** A gap in a Read Response already caused a rewind to this PSN (avoid one per late packet). */
   private readRewoundTo = -1;
 
@@ -143,6 +151,7 @@ export class Retransmission {
           return;
         }
         this.qp.stats.earlyRetransmissions++;
+        this.lostAt = this.queue.lastAcked;
         this.earlyBackoff = Math.min(this.earlyBackoff * 2, EARLY_MAX_BACKOFF);
         this.rewind(psnAdd(this.queue.lastAcked, 1));
         // The ACK timer counts from this retransmission: it judges the peer silent only once the
@@ -179,6 +188,7 @@ export class Retransmission {
     const queue = this.queue;
     if (!queue.running || psnCompare(queue.sentEnd, psnAdd(queue.lastAcked, 1)) <= 0) return;
     this.qp.stats.timeouts++;
+    this.lostAt = this.queue.lastAcked;
     if (this.retryCount !== UNLIMITED_RETRIES && this.retriesLeft-- <= 0) {
       queue.failAt(
         psnAdd(queue.lastAcked, 1),
@@ -190,6 +200,17 @@ export class Retransmission {
     }
     this.rewind(psnAdd(queue.lastAcked, 1));
     this.armTimer();
+  }
+
+  /** A NAK sequence error for `psn`: the packet there was lost; go back N to it. */
+  sequenceError(psn: number): void {
+    this.lostAt = this.queue.lastAcked;
+    this.rewind(psn);
+  }
+
+  /** Whether the path lost a packet within the last LOSSY_SPAN acknowledged PSNs. */
+  get lossy(): boolean {
+    return this.lostAt >= 0 && psnCompare(this.queue.lastAcked, psnAdd(this.lostAt, LOSSY_SPAN)) < 0;
   }
 
   /** Whether an RNR NAK's wait is running (nothing is sent meanwhile). */

@@ -37,15 +37,17 @@ export class Transmitter {
   }
 
   private readonly transmitLater = (): void => {
-    // A turn that used its whole packet budget continues here. A NAK may already wait in the
-    // socket: the responder sent it while this thread took the packets the last turn sent. Read
-    // it before sending more, or this turn's packets (up to PACKETS_PER_TURN past the gap, which
-    // the responder drops) are sent only to be sent again: at 1 % loss that was most of what a
-    // Write retransmitted. Only then: a turn started by a post or an ACK pays no extra read.
-    // Still marked scheduled meanwhile: what the read brings schedules nothing.
+    // A turn that used its whole packet budget continues here. On a path that loses packets a
+    // NAK may already wait in the socket: the responder sent it while this thread took the
+    // packets the last turn sent. Read it before sending more, or this turn's packets (up to
+    // PACKETS_PER_TURN past the gap, which the responder drops) are sent only to be sent again:
+    // at 1 % loss that was most of what a Write retransmitted. Only then: a turn started by a
+    // post or an ACK, or on a path that has not lost a packet lately, pays no extra system call
+    // (its first loss costs one turn of packets more). Still marked scheduled meanwhile: what
+    // the read brings schedules nothing.
     if (this.budgetSpent) {
       this.budgetSpent = false;
-      if (psnCompare(this.queue.sentEnd, psnAdd(this.queue.lastAcked, 1)) > 0) this.qp.receiveNow();
+      if (this.retransmission.lossy && psnCompare(this.queue.sentEnd, psnAdd(this.queue.lastAcked, 1)) > 0) this.qp.receiveNow();
     }
     this.transmitScheduled = false;
     this.transmitQueued();
