@@ -13,7 +13,7 @@ import { Kind, type SendQueue } from './send-queue.ts';
 const UNLIMITED_RETRIES = 7;
 /**
  * Early retransmission: without acknowledgement progress for the round trip's retransmission
- * wait (round-trip.ts: srtt + 4 rttvar, at least 0.5 ms), go back N before the ACK timer,
+ * wait (round-trip.ts: the larger of 4 srtt and srtt + 4 rttvar, at least 2 ms), go back N before the ACK timer,
  * doubling the wait each time it brings nothing. The configured timer still decides failure
  * (retry count, 'retry exceeded'); an early retransmission costs no retry. A lost NAK or a lost
  * retransmission of the NAK'd packet is otherwise only recovered by the ACK timer (the responder
