@@ -328,7 +328,7 @@ export class TargetConnection {
       if (block === 0) return;
       this.busy += 1;
       // The handle is held until the rest arrives: a sender that stalls is timed like an unanswered Read.
-      if (this.readsOutstanding++ === 0) this.readProgress++;
+      this.awaitStoreData();
       const wrs = this.contextOf(request);
       wrs.prefixSge.length = received;
       wrs.blockSge.offset = block - engine.layout.pool;
@@ -350,7 +350,7 @@ export class TargetConnection {
       if (kind === WR_RECV) {
         // A STORE whose data was going straight to its block never arrived whole.
         if (this.ctx.arena.placing(request)) {
-          this.placed();
+          this.storeDataSettled();
           this.ctx.arena.complete(request, false);
           this.busy -= 1;
         }
@@ -392,14 +392,19 @@ export class TargetConnection {
     const placing = this.ctx.arena.placing(request);
     if (this.state !== 'open' && !placing) return; // after GOODBYE the initiator sends nothing more
     if (!placing) this.busy += 1;
-    else this.placed();
+    else this.storeDataSettled();
     this.ctx.stats.arrived(request);
     this.ctx.arena.arrived(request, length);
     this.settle(request, this.ctx.arena.run(request));
   }
 
-  /** A STORE steer() sent to its block arrived whole, or never will: its data is no longer awaited. */
-  private placed(): void {
+  /** A STORE's data is now awaited from the initiator (an RDMA Read Request went out, or steer() sent its rest to its block). */
+  private awaitStoreData(): void {
+    if (this.readsOutstanding++ === 0) this.readProgress++;
+  }
+
+  /** Awaited STORE data arrived whole, or never will: it is no longer awaited. */
+  private storeDataSettled(): void {
     this.readsOutstanding -= 1;
     this.readProgress++;
   }
@@ -524,7 +529,7 @@ export class TargetConnection {
     }
     const op = this.ctx.arena.readDataOperation(request, this.operation);
     this.ctx.stats.dataMoved(op.length);
-    if (op.kind !== S.OP_WRITE_TO_INITIATOR && this.readsOutstanding++ === 0) this.readProgress++;
+    if (op.kind !== S.OP_WRITE_TO_INITIATOR) this.awaitStoreData();
     const wrs = this.contextOf(request);
     wrs.data.opcode = op.kind === S.OP_WRITE_TO_INITIATOR ? 'RDMA_WRITE' : 'RDMA_READ';
     wrs.data.signaled = signaled || op.kind !== S.OP_WRITE_TO_INITIATOR;
@@ -544,10 +549,7 @@ export class TargetConnection {
   /** The data operation finished (or failed): the program completes the request. */
   private dataDone(request: number, ok: boolean): void {
     const { view } = this.ctx.engine;
-    if (view.getUint32(request + S.REQUEST_OP_KIND, true) !== S.OP_WRITE_TO_INITIATOR) {
-      this.readsOutstanding -= 1;
-      this.readProgress++;
-    }
+    if (view.getUint32(request + S.REQUEST_OP_KIND, true) !== S.OP_WRITE_TO_INITIATOR) this.storeDataSettled();
     if (this.faultArmed) {
       // KBTP_TEST_FAULT=connection:<tenant>: fail with the request's handle locked and its credit taken.
       this.faultArmed = false;
