@@ -41,9 +41,18 @@ test('32 sessions x 8 requests in flight, 2 workers: all data comes back intact'
       results.reduce((a, b) => a + b, 0),
       32 * 24,
     );
-    const perWorker = await rig.target.workerStats();
+    // Which worker accepts is the kernel's choice: a burst of 32 connects split 4/28 in one run
+    // of six at load 5, so one worker taking all of them is rare but possible. Sessions opened one
+    // at a time settle it; a worker that cannot accept at all still fails after 32 of them.
+    let perWorker = await rig.target.workerStats();
+    for (let extra = 0; extra < 32 && perWorker.some((stats) => stats.sessionsTotal === 0); extra++) {
+      const session = await rig.session('open');
+      await session.close();
+      perWorker = await rig.target.workerStats();
+    }
     assert.is(perWorker.length, 2);
-    for (const stats of perWorker) assert.ok(stats.sessionsTotal > 0, 'both workers served sessions');
+    for (const stats of perWorker)
+      assert.ok(stats.sessionsTotal > 0, `both workers served sessions (${perWorker.map((stats) => stats.sessionsTotal).join(' / ')})`);
     const audit = rig.target.audit();
     assert.ok(audit.ok);
     assert.is(audit.bound, 32 * 8);
