@@ -6,6 +6,7 @@
 // told to close.
 import { parentPort, workerData } from 'node:worker_threads';
 import { openUdpLink, type AnyQueuePair, type UdpLinkKind } from '../host/rnic/verbs.ts';
+import { osThreadId, roceSideCounters, type RoceSideCounters } from './rnic-counters.ts';
 import { iwarpEndpoint, roceEndpoint, type Endpoint } from './rnic-endpoint.ts';
 
 export interface ResponderSetup {
@@ -16,15 +17,20 @@ export interface ResponderSetup {
   udpLink: UdpLinkKind;
 }
 
-/** What the responder posts: where to connect and the region's key; `ready` and `received` for a Write run's closing Send; `closed`. */
+/**
+ * What the responder posts: where to connect, the region's key and its OS thread id (0 where
+ * unknown: CPU by thread, --counters); `ready` and `received` for a Write run's closing Send;
+ * its RC counters (RoCE; none over iWARP); `closed`.
+ */
 export type ResponderMessage =
-  | { type: 'listening'; port: number; rkey: number }
+  | { type: 'listening'; port: number; rkey: number; threadId: number }
   | { type: 'ready' }
   | { type: 'received'; status: number }
+  | { type: 'counters'; counters: RoceSideCounters | undefined }
   | { type: 'closed' };
 
-/** What the responder is told: post a receive for the Send that ends a Write run, or close. */
-export type ResponderCommand = { type: 'expect-send' } | { type: 'close' };
+/** What the responder is told: post a receive for the Send that ends a Write run, report its counters, or close. */
+export type ResponderCommand = { type: 'expect-send' } | { type: 'counters' } | { type: 'close' };
 
 async function main(): Promise<void> {
   const port = parentPort;
@@ -34,18 +40,22 @@ async function main(): Promise<void> {
   const depth = 1024;
   let end: Endpoint<AnyQueuePair>;
   let close: () => Promise<void>;
+  let counters: () => RoceSideCounters | undefined = () => undefined;
+  const threadId = osThreadId();
   if (setup.transport === 'roce') {
-    const roce = await roceEndpoint('target', setup.regionSize, await openUdpLink({ udpLink: setup.udpLink }), depth);
+    const link = await openUdpLink({ udpLink: setup.udpLink });
+    const roce = await roceEndpoint('target', setup.regionSize, link, depth);
     const listener = await roce.rnic.listenRc({ host: '127.0.0.1', port: 0 });
-    port.postMessage({ type: 'listening', port: listener.port, rkey: roce.mr.rkey } satisfies ResponderMessage);
+    port.postMessage({ type: 'listening', port: listener.port, rkey: roce.mr.rkey, threadId } satisfies ResponderMessage);
     await (await listener.next()).accept(roce.qp, { pathMtu: 4096 });
     await listener.close();
     end = roce;
     close = () => roce.rnic.close();
+    counters = () => roceSideCounters(roce.rnic, roce.qp, link);
   } else {
     const iwarp = iwarpEndpoint('target', setup.regionSize, depth);
     const listener = await iwarp.rnic.listen({ host: '127.0.0.1', port: 0 });
-    port.postMessage({ type: 'listening', port: listener.port, rkey: iwarp.mr.rkey } satisfies ResponderMessage);
+    port.postMessage({ type: 'listening', port: listener.port, rkey: iwarp.mr.rkey, threadId } satisfies ResponderMessage);
     await (await listener.next()).accept(iwarp.qp, { crc: setup.crc });
     end = iwarp;
     close = async () => {
@@ -68,6 +78,10 @@ async function main(): Promise<void> {
           await cq.wait();
         }
       })();
+      return;
+    }
+    if (command.type === 'counters') {
+      port.postMessage({ type: 'counters', counters: counters() } satisfies ResponderMessage);
       return;
     }
     void close().then(() => {

@@ -10,7 +10,7 @@
 // next to plain UDP socket pairs pumping datagrams of one RoCE packet's size (bench/udp-pairs.ts:
 // "udp" through node:dgram, "udp-batched" through the batched socket: what each carries without RC).
 //
-//   node --import tsx bench/rnic.ts [--mib-per-run N] [--trials N] [--sizes 16384,262144] [--rows iwarp,roce] [--ops read] [--output path]
+//   node --import tsx bench/rnic.ts [--mib-per-run N] [--trials N] [--sizes 16384,262144] [--rows iwarp,roce] [--ops read] [--counters] [--output path]
 //
 // --rows runs some of the rows only (a quicker A/B): tcp (both plain TCP pairs), udp (both plain
 // UDP pairs), iwarp (Write/Read, CRC off and on), roce (loss-free, the default link), roce-loss
@@ -19,6 +19,9 @@
 // worker thread of its own (bench/rnic-responder.ts), iWARP (CRC off) and RoCE: the shape of a
 // deployed target, whose initiators run elsewhere, so a round trip crosses what a deployed one
 // crosses (with both ends on one thread, one thread does the work of both: docs/RNIC.md).
+// --counters adds to every RDMA row the CPU time per GiB of the requester's thread, the
+// responder's (two-thread rows) and the others, and to RoCE rows each side's RC and link counters
+// (bench/rnic-counters.ts), printed under the row and kept in its JSON (`counters`).
 
 import { mkdirSync, writeFileSync } from 'node:fs';
 import { dirname, join } from 'node:path';
@@ -30,6 +33,19 @@ import { batchedPair, dgramPair, udpPairRun } from './udp-pairs.ts';
 import { iwarpEndpoint, roceEndpoint, type Endpoint } from './rnic-endpoint.ts';
 import { spawnWorker } from '../host/util/spawn-worker.ts';
 import type { ResponderCommand, ResponderMessage, ResponderSetup } from './rnic-responder.ts';
+import {
+  addCounters,
+  addThreadCpu,
+  counterLines,
+  countersBetween,
+  roceSideCounters,
+  rowCounters,
+  threadCpuBetween,
+  threadSampler,
+  type RoceSideCounters,
+  type RowCounters,
+  type RowThreadCpu,
+} from './rnic-counters.ts';
 import { checkoutRoot } from './checkout-root.ts';
 
 interface Row {
@@ -67,6 +83,8 @@ interface Row {
   threads?: 2;
   /** Two-thread RoCE rows: throughput as a fraction of the two-thread iWARP row of the same operation (CRC off). */
   ofIwarpTwoThreads?: number;
+  /** --counters: CPU by thread and (RoCE) each side's RC and link counters, summed over the row's runs. */
+  counters?: RowCounters;
 }
 
 /** What --rows can name. */
@@ -75,7 +93,9 @@ type RowGroup = (typeof ROW_GROUPS)[number];
 
 const parsed = parseCommandLine(
   'bench/rnic',
-  `usage: node --import tsx bench/rnic.ts [--mib-per-run 128] [--trials 3] [--sizes 16384,262144,1048576] [--rows ${ROW_GROUPS.join(',')}] [--ops write,read] [--output path]`,
+  `usage: node --import tsx bench/rnic.ts [--mib-per-run 128] [--trials 3] [--sizes 16384,262144,1048576] [--rows ${ROW_GROUPS.join(',')}] [--ops write,read] [--counters] [--output path]\n` +
+    "  --counters: per RDMA row, CPU per GiB by thread (requester, responder, others) and, RoCE, each side's packets, ACKs, NAKs,\n" +
+    '  retransmissions, timer expiries, system calls and wake-ups (printed under the row, kept in its JSON as `counters`)',
   process.argv.slice(2),
   {
     'mib-per-run': { type: 'string', default: '128' },
@@ -83,6 +103,7 @@ const parsed = parseCommandLine(
     sizes: { type: 'string', default: `${16 * 1024},${256 * 1024},${1024 * 1024}` },
     rows: { type: 'string', default: ROW_GROUPS.join(',') },
     ops: { type: 'string', default: 'write,read' },
+    counters: { type: 'boolean', default: false },
     output: { type: 'string', default: defaultOutput() },
   },
 );
@@ -115,6 +136,9 @@ if (opNames.length === 0 || opNames.some((name) => name !== 'write' && name !== 
 }
 /** The RDMA operations measured, Write before Read whatever the order given. */
 const ops = new Set((['write', 'read'] as const).filter((op) => opNames.includes(op)));
+const countersWanted = values.counters === true;
+/** What each path is warmed up with before anything is timed (no more than a run: a short --mib-per-run stays short). */
+const warmUpBytes = Math.min(32 << 20, bytesPerRun);
 
 const gbps = (bytes: number, nanoseconds: bigint): number => (bytes * 8) / Number(nanoseconds);
 
@@ -197,7 +221,15 @@ async function tcpOnreadRun(size: number, total: number): Promise<number> {
 interface RdmaPair {
   client: { qp: AnyQueuePair; cq: CompletionQueue; mr: MemoryRegion };
   server: { qp: AnyQueuePair; cq: CompletionQueue; mr: MemoryRegion };
+  /** RoCE: both sides' counters now (--counters). */
+  counters?: () => Promise<PairCounters>;
   close(): Promise<void>;
+}
+
+/** Each side's RC and link counters at one moment (RoCE pairs). */
+interface PairCounters {
+  requester: RoceSideCounters;
+  responder: RoceSideCounters | undefined;
 }
 
 async function rdmaPair(crc: boolean, regionSize: number): Promise<RdmaPair> {
@@ -222,7 +254,8 @@ async function rdmaPair(crc: boolean, regionSize: number): Promise<RdmaPair> {
 async function rocePair(loss: number, regionSize: number, udpLink: UdpLinkKind): Promise<RdmaPair> {
   const make = async (name: string, seed: number) => {
     const udp = await openUdpLink({ udpLink });
-    return roceEndpoint(name, regionSize, loss > 0 ? new ImpairedLink(udp, { loss, seed }) : udp);
+    const end = await roceEndpoint(name, regionSize, loss > 0 ? new ImpairedLink(udp, { loss, seed }) : udp);
+    return { ...end, counters: () => roceSideCounters(end.rnic, end.qp, udp) };
   };
   const server = await make('target', 3);
   const client = await make('initiator', 5);
@@ -237,6 +270,7 @@ async function rocePair(loss: number, regionSize: number, udpLink: UdpLinkKind):
   return {
     client,
     server,
+    counters: async () => ({ requester: client.counters(), responder: server.counters() }),
     async close() {
       await client.rnic.close();
       await server.rnic.close();
@@ -303,12 +337,17 @@ interface RequesterPair {
   remoteKey: number;
   /** Posts a receive at the responder; resolves, once it is posted, to a wait for its completion. */
   expectSend(): Promise<() => Promise<void>>;
+  /** RoCE: both sides' counters now (--counters). */
+  counters?: () => Promise<PairCounters>;
+  /** The responder's OS thread id when it runs on a thread of its own (the two-thread rows). */
+  responderThread?: number;
   close(): Promise<void>;
 }
 
 const requesterPairOf = (pair: RdmaPair): RequesterPair => ({
   client: pair.client,
   remoteKey: pair.server.mr.rkey,
+  ...(pair.counters === undefined ? {} : { counters: pair.counters }),
   async expectSend() {
     pair.server.qp.postRecv({ wrId: 0, sgList: [] });
     return () => drain(pair.server.cq, 1);
@@ -330,10 +369,19 @@ async function twoThreadPair(transport: 'iwarp' | 'roce', regionSize: number, ud
   const listening = await next();
   if (listening.type !== 'listening') throw new Error('bench/rnic: the responder thread did not listen');
   let end: Endpoint<AnyQueuePair>;
+  let counters: (() => Promise<PairCounters>) | undefined;
   if (transport === 'roce') {
-    const roce = await roceEndpoint('initiator', regionSize, await openUdpLink({ udpLink }));
+    const link = await openUdpLink({ udpLink });
+    const roce = await roceEndpoint('initiator', regionSize, link);
     await roce.rnic.connectRc(roce.qp, { host: '127.0.0.1', port: listening.port, pathMtu: 4096 });
     end = roce;
+    counters = async () => {
+      const requester = roceSideCounters(roce.rnic, roce.qp, link);
+      tell({ type: 'counters' });
+      const reply = await next();
+      if (reply.type !== 'counters') throw new Error(`bench/rnic: the responder thread answered ${reply.type} when asked for its counters`);
+      return { requester, responder: reply.counters };
+    };
   } else {
     const iwarp = iwarpEndpoint('initiator', regionSize);
     await iwarp.rnic.connect(iwarp.qp, { host: '127.0.0.1', port: listening.port, crc: false });
@@ -343,6 +391,8 @@ async function twoThreadPair(transport: 'iwarp' | 'roce', regionSize: number, ud
   return {
     client: { qp, cq, mr },
     remoteKey: listening.rkey,
+    ...(counters === undefined ? {} : { counters }),
+    ...(listening.threadId > 0 ? { responderThread: listening.threadId } : {}),
     async expectSend() {
       tell({ type: 'expect-send' });
       if ((await next()).type !== 'ready') throw new Error('bench/rnic: the responder thread did not post its receive');
@@ -402,6 +452,21 @@ interface Measurement {
   cpuMsPerGiB: number;
 }
 
+/** --counters: what a row's runs added up to. */
+interface CountedRuns {
+  bytes: number;
+  requester?: RoceSideCounters;
+  responder?: RoceSideCounters;
+  cpu?: RowThreadCpu;
+}
+
+const samplers = new Map<RequesterPair, ReturnType<typeof threadSampler>>();
+/** One thread sampler per pair, the responder's thread told apart when it has one. */
+function samplerFor(pair: RequesterPair): ReturnType<typeof threadSampler> {
+  if (!samplers.has(pair)) samplers.set(pair, threadSampler(pair.responderThread));
+  return samplers.get(pair);
+}
+
 /** Runs `run` and measures wall-clock throughput and this process's CPU time per GiB moved. */
 async function measure(bytes: number, run: () => Promise<number>): Promise<Measurement> {
   const cpu = process.cpuUsage();
@@ -415,8 +480,8 @@ async function main(): Promise<void> {
   const running = (group: RowGroup): boolean => rowsRun.has(group);
   // Warm up every path (JIT, socket buffer autotuning) before anything is timed.
   if (running('tcp')) {
-    await tcpRun(largest, 32 << 20);
-    await tcpOnreadRun(largest, 32 << 20);
+    await tcpRun(largest, warmUpBytes);
+    await tcpOnreadRun(largest, warmUpBytes);
   }
   // The batched link where koffi loads (it does on Linux x64/arm64 with glibc); elsewhere the
   // RoCE rows run over node:dgram only and say so.
@@ -427,8 +492,8 @@ async function main(): Promise<void> {
   // Pairs stay open across runs, as the RDMA pairs do: a run measures moving data, not opening sockets.
   const plainUdp = running('udp') ? await dgramPair() : undefined;
   const batchedUdp = running('udp') && batched ? await batchedPair() : undefined;
-  if (plainUdp !== undefined) await udpPairRun(plainUdp, 32 << 20);
-  if (batchedUdp !== undefined) await udpPairRun(batchedUdp, 32 << 20);
+  if (plainUdp !== undefined) await udpPairRun(plainUdp, warmUpBytes);
+  if (batchedUdp !== undefined) await udpPairRun(batchedUdp, warmUpBytes);
   const pairs = new Map<boolean, RdmaPair>();
   if (running('iwarp')) for (const crc of [false, true]) pairs.set(crc, await rdmaPair(crc, largest));
   type RoceKey = `${UdpLinkKind}/${number}`;
@@ -436,11 +501,11 @@ async function main(): Promise<void> {
   if (running('roce')) roce.set(`${mainLink}/0`, await rocePair(0, largest, mainLink));
   if (running('roce-loss')) roce.set(`${mainLink}/0.01`, await rocePair(0.01, largest, mainLink));
   if (running('roce-dgram') && batched) roce.set('dgram/0', await rocePair(0, largest, 'dgram'));
-  for (const pair of [...pairs.values(), ...roce.values()]) for (const op of ops) await rdmaRun(op, requesterPairOf(pair), largest, 32 << 20);
+  for (const pair of [...pairs.values(), ...roce.values()]) for (const op of ops) await rdmaRun(op, requesterPairOf(pair), largest, warmUpBytes);
   const twoThreads = new Map<'iwarp' | 'roce', RequesterPair>();
   if (running('threads')) {
     for (const transport of ['iwarp', 'roce'] as const) twoThreads.set(transport, await twoThreadPair(transport, largest, mainLink));
-    for (const pair of twoThreads.values()) for (const op of ops) await rdmaRun(op, pair, largest, 32 << 20);
+    for (const pair of twoThreads.values()) for (const op of ops) await rdmaRun(op, pair, largest, warmUpBytes);
   }
   type Key = `${Row['op']}/${Row['transport']}/${boolean}/${number}/${string}`;
   type Case = {
@@ -451,16 +516,22 @@ async function main(): Promise<void> {
     link?: Row['link'];
     threads?: 2;
     run: (size: number) => Promise<number>;
+    /** RDMA rows: the pair the run uses (--counters asks it for its counters and responder thread). */
+    pair?: RequesterPair;
   };
   const rdmaCases = (transport: Row['transport'], crc: boolean, loss: number, pair: RdmaPair, link?: Row['link']): Case[] =>
-    [...ops].map((op) => ({
-      op,
-      transport,
-      crc,
-      loss,
-      ...(link === undefined ? {} : { link }),
-      run: (size: number) => rdmaRun(op, requesterPairOf(pair), size, bytesPerRun),
-    }));
+    [...ops].map((op) => {
+      const requesterPair = requesterPairOf(pair);
+      return {
+        op,
+        transport,
+        crc,
+        loss,
+        ...(link === undefined ? {} : { link }),
+        run: (size: number) => rdmaRun(op, requesterPair, size, bytesPerRun),
+        pair: requesterPair,
+      };
+    });
   const cases: Case[] = [];
   if (running('tcp')) {
     cases.push({ op: 'tcp', transport: 'iwarp', crc: false, loss: 0, run: (size) => tcpRun(size, bytesPerRun) });
@@ -485,6 +556,7 @@ async function main(): Promise<void> {
         ...(transport === 'roce' ? { link: mainLink } : {}),
         threads: 2,
         run: (size) => rdmaRun(op, pair, size, bytesPerRun),
+        pair,
       });
     }
   }
@@ -494,9 +566,28 @@ async function main(): Promise<void> {
     // Trials interleave the cases, so a burst of load from elsewhere hits them alike; each
     // case keeps its best run.
     const bestOf = new Map<Key, Measurement>();
+    const counted = new Map<Key, CountedRuns>();
     for (let trial = 0; trial < trials; trial++) {
       for (const entry of cases) {
+        const pair = countersWanted ? entry.pair : undefined;
+        const sampler = pair === undefined ? undefined : samplerFor(pair);
+        const countersBefore = await pair?.counters?.();
+        const cpuBefore = sampler?.sample();
         const result = await measure(bytesPerRun, () => entry.run(size));
+        const cpuAfter = sampler?.sample();
+        const countersAfter = await pair?.counters?.();
+        if (pair !== undefined) {
+          const sum = counted.get(key(entry)) ?? { bytes: 0 };
+          sum.bytes += bytesPerRun;
+          if (cpuBefore !== undefined && cpuAfter !== undefined)
+            sum.cpu = addThreadCpu(sum.cpu, threadCpuBetween(cpuBefore, cpuAfter, pair.responderThread !== undefined));
+          if (countersBefore !== undefined && countersAfter !== undefined) {
+            sum.requester = addCounters(sum.requester, countersBetween(countersBefore.requester, countersAfter.requester));
+            if (countersBefore.responder !== undefined && countersAfter.responder !== undefined)
+              sum.responder = addCounters(sum.responder, countersBetween(countersBefore.responder, countersAfter.responder));
+          }
+          counted.set(key(entry), sum);
+        }
         const previous = bestOf.get(key(entry));
         bestOf.set(key(entry), {
           gbps: Math.max(previous?.gbps ?? 0, result.gbps),
@@ -511,6 +602,8 @@ async function main(): Promise<void> {
     const cpu = (m: Measurement | undefined): string => (m === undefined ? '-' : (m.cpuMsPerGiB / 1000).toFixed(2));
     for (const entry of cases) {
       const measured = bestOf.get(key(entry))!;
+      const runs = counted.get(key(entry));
+      const counters = runs === undefined ? undefined : rowCounters(runs.bytes, runs.requester, runs.responder, runs.cpu);
       const rdma = entry.transport === 'roce' && (entry.op === 'write' || entry.op === 'read') && entry.threads === undefined;
       const ofTwoThreadIwarp = entry.transport === 'roce' && entry.threads === 2 ? ratio(measured, at(`${entry.op}/iwarp/false/0/+2t`)) : undefined;
       const crcOn = rdma ? ratio(measured, at(`${entry.op}/iwarp/true/0/`)) : undefined;
@@ -531,10 +624,12 @@ async function main(): Promise<void> {
         ...(ofLossFree !== undefined ? { ofLossFree: round(ofLossFree) } : {}),
         ...(entry.threads === 2 ? { threads: 2 as const } : {}),
         ...(ofTwoThreadIwarp !== undefined ? { ofIwarpTwoThreads: round(ofTwoThreadIwarp) } : {}),
+        ...(counters === undefined ? {} : { counters }),
       });
       console.log(
         `${entry.op.padEnd(11)} ${entry.transport.padEnd(5)} ${`${entry.link ?? ''}${entry.threads === 2 ? ' 2thr' : ''}`.padEnd(12)} crc=${String(entry.crc).padEnd(5)} loss=${String(entry.loss).padEnd(4)} size=${String(size).padStart(8)}  ${measured.gbps.toFixed(2).padStart(6)} Gb/s  ${measured.cpuMsPerGiB.toFixed(0).padStart(5)} ms CPU/GiB`,
       );
+      if (counters !== undefined) for (const line of counterLines(counters)) console.log(line);
     }
     const write = at('write/iwarp/false/0/');
     const tcp = ratio(write, at('tcp/iwarp/false/0/'));

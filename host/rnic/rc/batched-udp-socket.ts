@@ -150,6 +150,9 @@ export interface BatchedUdpStatistics {
   sendQueueDrops: number;
   /** Messages that failed with another error (dropped, reported to the error handler). */
   sendErrors: number;
+  /** Readable events (the poll handle woke this thread) and recvmmsg calls, empty ones (EAGAIN) too. */
+  readableEvents: number;
+  receiveCalls: number;
   /** recvmmsg calls that returned datagrams, the slots they filled, and the datagrams those held. */
   receiveBatches: number;
   slotsReceived: number;
@@ -269,7 +272,7 @@ export class BatchedUdpSocket implements TurnParticipant {
     }
     this.blockAt = 0;
     const control = this.sendControl;
-    const received = { receiveBatches: 0, slotsReceived: 0, datagramsReceived: 0, truncated: 0, sendQueueDrops: 0 };
+    const received = { readableEvents: 0, receiveCalls: 0, receiveBatches: 0, slotsReceived: 0, datagramsReceived: 0, truncated: 0, sendQueueDrops: 0 };
     // Send counters live in shared memory (the send worker keeps them); the rest are this thread's.
     this.stats = Object.defineProperties(received, {
       sendCalls: { get: () => Atomics.load(control, SEND_CALLS), enumerable: true },
@@ -645,6 +648,7 @@ export class BatchedUdpSocket implements TurnParticipant {
   /** The poll handle's callback (koffi calls it from the event loop; nothing may escape it). */
   private readable(status: number): void {
     try {
+      this.stats.readableEvents++;
       if (status < 0) this.stopReceiving(`poll failed: ${errnoName(-status)}`);
       else this.receive();
     } catch (error) {
@@ -669,6 +673,7 @@ export class BatchedUdpSocket implements TurnParticipant {
         words[((record + MSG_CONTROLLEN) >>> 2) + 1] = 0;
       }
       const got = this.libc.recvmmsg(this.fd, this.ringBase, this.slots, MSG_DONTWAIT, 0);
+      this.stats.receiveCalls++;
       if (got <= 0) {
         const errno = got < 0 ? this.libc.errno() : EAGAIN;
         if (errno !== EAGAIN && errno !== EINTR) this.stopReceiving(`recvmmsg failed: ${errnoName(errno)}`);

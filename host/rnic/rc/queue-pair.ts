@@ -89,8 +89,14 @@ export interface RcStatistics extends QueuePairStatistics {
   rnrNaksSent: number;
   rnrNaksReceived: number;
   acksSent: number;
+  /** Positive ACKs (Acknowledge packets with an ACK syndrome) the requester took, and NAK sequence errors. */
+  acksReceived: number;
+  sequenceNaksReceived: number;
   /** Go-back-N retransmissions started by the early timer (before the ACK timeout; no retry spent). */
   earlyRetransmissions: number;
+  /** Expiries of the early-retransmission timer and of the ACK timer, whether or not the check after them went back N. */
+  earlyTimerFires: number;
+  ackTimerFires: number;
 }
 
 export class RcQueuePair extends QueuePairAttributes<RcQueuePairEvents> {
@@ -114,7 +120,11 @@ export class RcQueuePair extends QueuePairAttributes<RcQueuePairEvents> {
     rnrNaksSent: 0,
     rnrNaksReceived: 0,
     acksSent: 0,
+    acksReceived: 0,
+    sequenceNaksReceived: 0,
     earlyRetransmissions: 0,
+    earlyTimerFires: 0,
+    ackTimerFires: 0,
   };
 
   readonly requester: Requester;

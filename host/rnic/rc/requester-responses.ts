@@ -27,6 +27,8 @@ export class Responses {
   response(h: IbHeaders, payload: Uint8Array): void {
     const queue = this.queue;
     const psn = h.psn;
+    // Every ACK counts, the stale ones too (an ACK overtaken by a later one costs a receive all the same).
+    if (h.opcode === IbOpcode.Acknowledge && (h.syndrome & Syndrome.TypeMask) === Syndrome.TypeAck) this.qp.stats.acksReceived++;
     // Only PSNs this side sent and that are not yet acknowledged can be answered.
     if (psnCompare(psn, queue.lastAcked) <= 0 || psnCompare(psn, queue.sentEnd) >= 0) return;
     if (h.opcode === IbOpcode.Acknowledge) {
@@ -59,6 +61,7 @@ export class Responses {
       return;
     }
     if (h.syndrome === Syndrome.NakPsnSequenceError) {
+      this.qp.stats.sequenceNaksReceived++;
       this.retransmission.sequenceError(psn);
       return;
     }

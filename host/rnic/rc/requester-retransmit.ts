@@ -141,6 +141,7 @@ export class Retransmission {
 
   /** The early timer: the same double check as expire(), then go back N without spending a retry. */
   private earlyExpire(): void {
+    this.qp.stats.earlyTimerFires++;
     const acknowledged = this.queue.lastAcked;
     setImmediate(() => {
       setImmediate(() => {
@@ -171,6 +172,7 @@ export class Retransmission {
    * no progress either.
    */
   private expire(): void {
+    this.qp.stats.ackTimerFires++;
     const acknowledged = this.queue.lastAcked;
     this.expiry = setImmediate(() => {
       this.expiry = setImmediate(() => {
