@@ -21,6 +21,7 @@ export interface RoceSideCounters {
   naksReceived: number;
   duplicatesReceived: number;
   earlyRetransmissions: number;
+  tailProbes: number;
   earlyTimerFires: number;
   timeouts: number;
   ackTimerFires: number;
@@ -47,6 +48,7 @@ const FIELDS = [
   'naksReceived',
   'duplicatesReceived',
   'earlyRetransmissions',
+  'tailProbes',
   'earlyTimerFires',
   'timeouts',
   'ackTimerFires',
@@ -75,6 +77,7 @@ export function roceSideCounters(rnic: Rnic, qp: RcQueuePair, udpLink: unknown):
     naksReceived: rc.sequenceNaksReceived,
     duplicatesReceived: rc.duplicatesReceived,
     earlyRetransmissions: rc.earlyRetransmissions,
+    tailProbes: rc.tailProbes,
     earlyTimerFires: rc.earlyTimerFires,
     timeouts: rc.timeouts,
     ackTimerFires: rc.ackTimerFires,
@@ -209,7 +212,7 @@ export function counterLines(counters: RowCounters): string[] {
     );
     lines.push(
       `    ${side.padEnd(9)} in the row: NAKs out ${c.naksSent}, in ${c.naksReceived}; duplicates ${c.duplicatesReceived}; past a gap ${c.pastGap}; ` +
-        `early timer ${c.earlyTimerFires} (went back N ${c.earlyRetransmissions}); ACK timer ${c.ackTimerFires} (timeouts ${c.timeouts})`,
+        `early timer ${c.earlyTimerFires} (probed ${c.tailProbes}, went back N ${c.earlyRetransmissions}); ACK timer ${c.ackTimerFires} (timeouts ${c.timeouts})`,
     );
   }
   return lines;

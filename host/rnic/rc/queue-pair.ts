@@ -60,9 +60,9 @@ export interface RcPathParameters {
   /** RNR timer code this side's RNR NAKs carry (default 12, 0.64 ms). */
   minRnrTimer?: number;
   /**
-   * PSNs sent and not yet acknowledged at most (default 128, rxe's RXE_MAX_UNACKED_PSNS, for Sends,
-   * Writes and atomics; Read chunks by default up to 256, as ORD allows: requester.ts). Given, it
-   * bounds every operation.
+   * PSNs sent and not yet acknowledged at most (default for Sends, Writes and atomics 512, or 128,
+   * rxe's RXE_MAX_UNACKED_PSNS, on a path that lost a packet lately: send-queue.ts; Read chunks by
+   * default up to 256, as ORD allows). Given, it bounds every operation.
    */
   maxUnackedPackets?: number;
   pkey?: number;
@@ -94,6 +94,8 @@ export interface RcStatistics extends QueuePairStatistics {
   sequenceNaksReceived: number;
   /** Go-back-N retransmissions started by the early timer (before the ACK timeout; no retry spent). */
   earlyRetransmissions: number;
+  /** Tail-loss probes the early timer sent instead, on a path that had not lost a packet lately (one packet each). */
+  tailProbes: number;
   /** Expiries of the early-retransmission timer and of the ACK timer, whether or not the check after them went back N. */
   earlyTimerFires: number;
   ackTimerFires: number;
@@ -123,6 +125,7 @@ export class RcQueuePair extends QueuePairAttributes<RcQueuePairEvents> {
     acksReceived: 0,
     sequenceNaksReceived: 0,
     earlyRetransmissions: 0,
+    tailProbes: 0,
     earlyTimerFires: 0,
     ackTimerFires: 0,
   };

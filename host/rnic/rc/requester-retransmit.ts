@@ -55,6 +55,8 @@ export class Retransmission {
   private lostAt = -1;
   /** A gap in a Read Response already caused a rewind to this PSN (avoid one per late packet). */
   private readRewoundTo = -1;
+  /** The early timer sent a tail-loss probe and no acknowledgement has moved since: the next expiry goes back N. */
+  private probing = false;
 
   constructor(private readonly queue: SendQueue) {
     this.qp = queue.qp;
@@ -97,6 +99,7 @@ export class Retransmission {
       this.retriesLeft = this.retryCount;
       this.rnrRetriesLeft = this.rnrRetry;
       this.readRewoundTo = -1;
+      this.probing = false;
       this.ackTimer.disarm();
       this.earlyTimer.disarm();
       this.earlyBackoff = 1;
@@ -139,7 +142,11 @@ export class Retransmission {
     }
   }
 
-  /** The early timer: the same double check as expire(), then go back N without spending a retry. */
+  /**
+   * The early timer: the same double check as expire(), then, on a path that has not lost a
+   * packet lately, a tail-loss probe (Transmitter.probe); on a lossy one, or when the probe
+   * brought no acknowledgement by the next expiry, go back N. Neither spends a retry.
+   */
   private earlyExpire(): void {
     this.qp.stats.earlyTimerFires++;
     const acknowledged = this.queue.lastAcked;
@@ -151,10 +158,18 @@ export class Retransmission {
           this.armTimer();
           return;
         }
-        this.qp.stats.earlyRetransmissions++;
-        this.lostAt = this.queue.lastAcked;
         this.earlyBackoff = Math.min(this.earlyBackoff * 2, EARLY_MAX_BACKOFF);
-        this.rewind(psnAdd(this.queue.lastAcked, 1));
+        // A path that has not lost a packet lately is probed first: with the responder on a thread
+        // of its own, an ACK late by a scheduler slice fired this timer several times per 128 MiB
+        // of loss-free Writes, and going back N resent a whole window the responder already held.
+        if (!this.lossy && !this.probing && this.transmitter.probe()) {
+          this.probing = true;
+          this.qp.stats.tailProbes++;
+        } else {
+          this.qp.stats.earlyRetransmissions++;
+          this.lostAt = this.queue.lastAcked;
+          this.rewind(psnAdd(this.queue.lastAcked, 1));
+        }
         // The ACK timer counts from this retransmission: it judges the peer silent only once the
         // early waits (doubling) have grown past it, i.e. failure comes at most ~2 timeouts late.
         this.ackTimer.disarm();

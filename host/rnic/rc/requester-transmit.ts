@@ -2,7 +2,8 @@
 // PSN each, within the PSN window, ORD and fences and a per-turn packet budget: path-MTU segments
 // of Sends and Writes (their middle packets as runs to the link), Read requests per chunk of
 // response packets, atomics; AckReq on every 64th packet, a message's last and the packet that
-// fills the window. A rewind (requester-retransmit.ts) moves where it continues.
+// fills the window (the send queue's lossy or clean one, as the path lost a packet lately or not).
+// A rewind (requester-retransmit.ts) moves where it continues.
 
 import { AccessStatus } from '../memory.ts';
 import { psnAdd, psnCompare } from '../wire/ib-headers.ts';
@@ -59,6 +60,7 @@ export class Transmitter {
     const qp = this.qp;
     if (!queue.running || qp.state !== 'rts' || this.retransmission.rnrWaiting) return;
     let budget = PACKETS_PER_TURN;
+    const window = this.retransmission.lossy ? queue.window : queue.cleanWindow;
     while (budget > 0 && queue.txIndex < queue.wqes.length) {
       const wqe = queue.wqes[queue.txIndex]!;
       if (wqe.localError !== undefined) break; // completes (and fails the QP) once it is the oldest
@@ -85,7 +87,7 @@ export class Transmitter {
       // The window: a Read chunk needs its whole response range unless nothing else is unacknowledged.
       const needed = wqe.kind === Kind.Read ? chunkEnd - queue.txPacket : 1;
       const unacked = psnCompare(queue.nextPsn, queue.lastAcked) - 1;
-      if (unacked > 0 && unacked + needed > (wqe.kind === Kind.Read ? queue.readWindow : queue.window)) break;
+      if (unacked > 0 && unacked + needed > (wqe.kind === Kind.Read ? queue.readWindow : window)) break;
       if (firstTime) {
         wqe.started = true;
         wqe.firstPsn = queue.nextPsn;
@@ -111,7 +113,7 @@ export class Transmitter {
       } else if (queue.txPacket > 0 && queue.txPacket < wqe.packets - 2 && budget > 1 && this.qp.runLimit > 1) {
         // Middle packets, two or more of them: one run to the link (the same packets, not a call
         // chain per packet). `budget` counts this one; the run takes what it sends of the rest.
-        const sent = this.sendMiddleRun(wqe, unacked, budget);
+        const sent = this.sendMiddleRun(wqe, unacked, window, budget);
         queue.nextPsn = psnAdd(queue.nextPsn, sent);
         queue.txPacket += sent;
         budget -= sent - 1;
@@ -120,7 +122,7 @@ export class Transmitter {
         // comes, and the responder acknowledges only packets that ask (without it a window
         // smaller than PACKETS_PER_ACK_REQUEST, or one whose AckReq packets were dropped after
         // a loss, waits for the ACK timer).
-        this.sendSegment(wqe, queue.txPacket, unacked + 2 > queue.window);
+        this.sendSegment(wqe, queue.txPacket, queue.nextPsn, unacked + 2 > window);
         queue.nextPsn = psnAdd(queue.nextPsn, 1);
         if (++queue.txPacket === wqe.packets) {
           queue.txIndex++;
@@ -137,7 +139,32 @@ export class Transmitter {
     }
   }
 
-  private sendSegment(wqe: Wqe, index: number, windowFull: boolean): void {
+  /**
+   * A tail-loss probe (Retransmission.earlyExpire, on a path that has not lost a packet lately):
+   * sends the last packet sent once more, asking for an ACK, when it is a Send or Write segment
+   * and no rewind is under way. The responder answers a duplicate that asks with an ACK of
+   * everything it holds (the ACKs were only late: nothing more is resent), a packet past what it
+   * expects with a NAK sequence error (the tail was lost: go back N from there), and takes the
+   * packet if it is the one it expects. Returns false when it sent nothing (go back N instead).
+   */
+  probe(): boolean {
+    const queue = this.queue;
+    if (queue.nextPsn !== queue.sentEnd) return false;
+    const psn = psnAdd(queue.sentEnd, -1);
+    for (let index = Math.min(queue.txIndex, queue.wqes.length - 1); index >= queue.head; index--) {
+      const wqe = queue.wqes[index]!;
+      if (!wqe.started || wqe.kind === Kind.Local) continue;
+      const offset = psnCompare(psn, wqe.firstPsn);
+      if (offset < 0) continue;
+      if (offset >= wqe.packets || (wqe.kind !== Kind.Send && wqe.kind !== Kind.Write)) return false;
+      this.qp.stats.retransmittedPackets++;
+      this.sendSegment(wqe, offset, psn, true);
+      return true;
+    }
+    return false;
+  }
+
+  private sendSegment(wqe: Wqe, index: number, psn: number, windowFull: boolean): void {
     const qp = this.qp;
     const mtu = this.queue.mtuFor();
     const last = index === wqe.packets - 1;
@@ -157,7 +184,7 @@ export class Transmitter {
       else if (last) code = invalidate ? IbOpcode.SendLastWithInvalidate : IbOpcode.SendLast;
       else code = IbOpcode.SendMiddle;
     }
-    const h = qp.headers(code, this.queue.nextPsn);
+    const h = qp.headers(code, psn);
     if (last) {
       h.solicited = wqe.wr.solicited === true || opcode === 'SEND_WITH_SE' || opcode === 'SEND_WITH_SE_INV';
       h.immediate = wqe.wr.immediate === undefined ? 0 : Number(wqe.wr.immediate & 0xffffffffn); // no BigInt made per message without one
@@ -179,25 +206,25 @@ export class Transmitter {
   /**
    * Sends MIDDLE packets of a Send or Write from `txPacket` on (at least one, which the caller
    * admitted) as one run, as sendSegment would one by one: up to the message's last packet
-   * (not included), the PSN window (`unacked` before the first), the turn's `budget`, the link's
+   * (not included), the PSN `window` (`unacked` before the first), the turn's `budget`, the link's
    * run limit, and the next AckReq, which ends the run (every PACKETS_PER_ACK_REQUEST-th packet,
    * or the one that fills the window); a run stays all new or all retransmitted, so the
    * retransmission count and the round-trip timing see each packet as sendSegment does. Returns
    * how many packets it sent.
    */
-  private sendMiddleRun(wqe: Wqe, unacked: number, budget: number): number {
+  private sendMiddleRun(wqe: Wqe, unacked: number, window: number, budget: number): number {
     const queue = this.queue;
     const qp = this.qp;
     const mtu = queue.mtuFor();
     const index = queue.txPacket;
     let count = Math.min(wqe.packets - 1 - index, budget, qp.runLimit, PACKETS_PER_ACK_REQUEST - this.sinceAckRequest);
     // Packet j of the run has unacked + j unacknowledged before it: it fits while that stays below the window.
-    count = Math.min(count, queue.window - unacked);
+    count = Math.min(count, window - unacked);
     const resent = psnCompare(queue.sentEnd, queue.nextPsn);
     if (resent > 0) count = Math.min(count, resent);
     count = Math.max(1, count);
     // Only the last can ask for an ACK: the counter's 64th, or the one that fills the window.
-    const ackRequest = this.sinceAckRequest + count >= PACKETS_PER_ACK_REQUEST || unacked + count + 1 > queue.window;
+    const ackRequest = this.sinceAckRequest + count >= PACKETS_PER_ACK_REQUEST || unacked + count + 1 > window;
     this.sinceAckRequest = ackRequest ? 0 : this.sinceAckRequest + count;
     // The caller counted the first packet (a retransmission, or the one timed).
     if (resent > 0) qp.stats.retransmittedPackets += count - 1;

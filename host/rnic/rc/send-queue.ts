@@ -28,6 +28,18 @@ export const READ_CHUNK_PACKETS = 16;
  * path MTU 4096 where the 128-PSN window held 512 KiB.
  */
 const READ_WINDOW_PACKETS = 256;
+/**
+ * PSNs a Send, Write or atomic may reach past the oldest unacknowledged one (by default): 128,
+ * rxe's RXE_MAX_UNACKED_PSNS, on a path that lost a packet lately (Retransmission.lossy: go-back-N
+ * resends everything sent after a loss, so the window bounds what a loss costs); 512 on a path
+ * that has not. 128 packets at path MTU 4096 are 512 KiB, two ACK requests (one every 64
+ * packets): with the responder on a thread of its own (a deployed target), the requester sent
+ * them faster than the ACK of the first came back and slept until it did, about twice per MiB,
+ * each time paying a wake-up and leaving the responder a pipe that ran dry; a TCP connection's
+ * window is megabytes. The IB limit on outstanding PSNs is 2^23; the number is the requester's choice.
+ */
+const LOSSY_WINDOW_PACKETS = 128;
+const CLEAN_WINDOW_PACKETS = 512;
 export const EMPTY: Uint8Array = new Uint8Array(0);
 const NO_SGES: readonly Sge[] = [];
 
@@ -88,7 +100,9 @@ export class SendQueue {
   private resourceHead = 0;
   readsOutstanding = 0;
   private mtu = 1024;
-  window = 128;
+  /** The Send/Write/atomic window on a lossy path and on a clean one (LOSSY_WINDOW_PACKETS, CLEAN_WINDOW_PACKETS, or the path's one window for all). */
+  window = LOSSY_WINDOW_PACKETS;
+  cleanWindow = CLEAN_WINDOW_PACKETS;
   /** The window Read chunks are admitted by (READ_WINDOW_PACKETS unless the path names one window for all). */
   readWindow = READ_WINDOW_PACKETS;
   ord = 1;
@@ -102,7 +116,8 @@ export class SendQueue {
   /** Takes the path's MTU, windows, ORD and first PSN (the QP reaches RTS). */
   configure(path: RcPathParameters): void {
     this.mtu = path.pathMtu;
-    this.window = path.maxUnackedPackets ?? 128;
+    this.window = path.maxUnackedPackets ?? LOSSY_WINDOW_PACKETS;
+    this.cleanWindow = path.maxUnackedPackets ?? CLEAN_WINDOW_PACKETS;
     this.readWindow = path.maxUnackedPackets ?? READ_WINDOW_PACKETS;
     this.ord = Math.max(1, path.ord);
     this.resourceWqes = new Array<Wqe | undefined>(this.ord).fill(undefined);

@@ -1,0 +1,209 @@
+// What a requester does differently on a path that has not lost a packet lately. Its PSN window
+// for Sends and Writes (send-queue.ts) is 512 unacknowledged PSNs, rxe's 128 on a lossy one
+// (go-back-N resends what followed a loss, so there the window bounds what a loss costs): counted
+// with the responder's ACKs held back, the requester sends new packets until its window is full
+// and then none. And when ACKs stop coming for the early wait, it first sends a tail-loss probe
+// (the last packet again, asking for an ACK) instead of going back N: late ACKs then cost one
+// packet, a lost tail the packets lost and the probe.
+import { test } from 'uvu';
+import * as assert from 'uvu/assert';
+import type { PacketLink } from '../../host/rnic/rc/link.ts';
+import { IbOpcode } from '../../host/rnic/wire/ib-opcodes.ts';
+import { completions, expectSuccess, rcPair, type RcPair } from '../support/rc.ts';
+import type { RcStatistics } from '../../host/rnic/rc/queue-pair.ts';
+
+const MiB = 1024 * 1024;
+
+/** Holds every Acknowledge `link` would send until `release` sends them; the rest passes. */
+function holdAcks(link: PacketLink): { held(): number; release(): void } {
+  const send = link.send.bind(link);
+  const held: Array<{ to: Parameters<PacketLink['send']>[0]; header: Uint8Array; trailer: Uint8Array }> = [];
+  let holding = true;
+  link.send = (to, header, payload, trailer) => {
+    // The QP reuses its header and trailer buffers: keep copies.
+    if (holding && header[0] === IbOpcode.Acknowledge) held.push({ to, header: header.slice(), trailer: trailer.slice() });
+    else send(to, header, payload, trailer);
+  };
+  return {
+    held: () => held.length,
+    release() {
+      holding = false;
+      for (const ack of held.splice(0)) send(ack.to, ack.header, new Uint8Array(0), ack.trailer);
+    },
+  };
+}
+
+/** New packets the client has sent (every packet less the retransmitted ones). */
+const newPackets = (pair: RcPair): number => pair.client.qp.statistics.packetsSent - pair.client.qp.statistics.retransmittedPackets;
+
+/**
+ * Waits until the client's new packets stop growing (its window is full): no new one for 40
+ * looks 5 ms apart, hundreds of event-loop turns (a wait, not a timing: a requester with window
+ * left sends its next turn of packets at once).
+ */
+async function untilStalled(pair: RcPair): Promise<number> {
+  let last = -1;
+  let quietTurns = 0;
+  const deadline = Date.now() + 30_000;
+  while (quietTurns < 40 && Date.now() < deadline) {
+    await new Promise((resolve) => setTimeout(resolve, 5));
+    const now = newPackets(pair);
+    quietTurns = now === last ? quietTurns + 1 : 0;
+    last = now;
+  }
+  return last;
+}
+
+/** Posts a 4 MiB Write (1024 packets at path MTU 4096) with the responder's ACKs held; returns the new packets sent before the window stopped it, then lets it finish. */
+async function packetsBeforeTheWindowCloses(pair: RcPair, wrId: number): Promise<number> {
+  const { client, server } = pair;
+  const acks = holdAcks(server.link);
+  const before = newPackets(pair);
+  client.qp.postSend({
+    wrId,
+    opcode: 'RDMA_WRITE',
+    sgList: [{ lkey: client.mr.lkey, offset: 0, length: 4 * MiB }],
+    remote: { stag: server.mr.rkey, taggedOffset: 0 },
+  });
+  const sent = (await untilStalled(pair)) - before;
+  assert.ok(acks.held() > 0, 'the responder acknowledged what asked for it');
+  acks.release();
+  expectSuccess(await completions(client.cq, 1, 30_000));
+  assert.equal(server.memory.subarray(0, 4 * MiB), client.memory.subarray(0, 4 * MiB), 'written data');
+  return sent;
+}
+
+test('a clean path keeps 512 PSNs of Writes unacknowledged; one that lost a packet lately, 128', async () => {
+  // No ACK timer in the way. The early timer arms only once a round trip is measured: not during
+  // the first Write of a new pair; later it may resend (old packets, not new ones), never fail the QP.
+  const pair = await rcPair({ pathMtu: 4096, ackTimeoutMs: 60_000, bytes: 8 * MiB });
+  try {
+    const { client, server } = pair;
+    for (let i = 0; i < 4 * MiB; i++) client.memory[i] = (i * 29 + 3) & 0xff;
+    assert.is(await packetsBeforeTheWindowCloses(pair, 1), 512, 'clean path: new packets before the first ACK');
+    // One Write loses a packet (the per-packet path: a replaced send turns runs off): the
+    // responder NAKs the gap, and the path counts as lossy for the next 4096 acknowledged PSNs.
+    const send = client.link.send.bind(client.link);
+    let dropped = false;
+    client.link.send = (to, header, payload, trailer) => {
+      if (!dropped && header[0] === IbOpcode.RdmaWriteMiddle) {
+        dropped = true;
+        return;
+      }
+      send(to, header, payload, trailer);
+    };
+    client.qp.postSend({
+      wrId: 2,
+      opcode: 'RDMA_WRITE',
+      sgList: [{ lkey: client.mr.lkey, offset: 0, length: 64 * 1024 }],
+      remote: { stag: server.mr.rkey, taggedOffset: 4 * MiB },
+    });
+    expectSuccess(await completions(client.cq, 1, 30_000));
+    assert.ok(
+      dropped && server.qp.statistics.sequenceNaksSent + client.qp.statistics.earlyRetransmissions + client.qp.statistics.timeouts > 0,
+      'the loss was noticed',
+    );
+    assert.is(await packetsBeforeTheWindowCloses(pair, 3), 128, 'lossy path: new packets before the first ACK');
+  } finally {
+    await pair.close();
+  }
+});
+
+test('an explicit maxUnackedPackets is the window on a clean path too', async () => {
+  const pair = await rcPair({ pathMtu: 4096, ackTimeoutMs: 60_000, bytes: 8 * MiB, maxUnackedPackets: 200 });
+  try {
+    assert.is(await packetsBeforeTheWindowCloses(pair, 1), 200);
+  } finally {
+    await pair.close();
+  }
+});
+
+const psnOf = (header: Uint8Array): number => (header[9]! << 16) | (header[10]! << 8) | header[11]!;
+
+/** The client's statistics moved by `run` (the early timer must have measured a round trip: a Write first). */
+async function counted(pair: RcPair, run: () => Promise<void>): Promise<Record<'resent' | 'probes' | 'backN' | 'naks', number>> {
+  const client = (): RcStatistics => pair.client.qp.statistics;
+  const before = client();
+  const naks = pair.server.qp.statistics.sequenceNaksSent;
+  await run();
+  const after = client();
+  return {
+    resent: after.retransmittedPackets - before.retransmittedPackets,
+    probes: after.tailProbes - before.tailProbes,
+    backN: after.earlyRetransmissions - before.earlyRetransmissions,
+    naks: pair.server.qp.statistics.sequenceNaksSent - naks,
+  };
+}
+
+async function write(pair: RcPair, wrId: number, length: number): Promise<void> {
+  const { client, server } = pair;
+  client.qp.postSend({
+    wrId,
+    opcode: 'RDMA_WRITE',
+    sgList: [{ lkey: client.mr.lkey, offset: 0, length }],
+    remote: { stag: server.mr.rkey, taggedOffset: 0 },
+  });
+  expectSuccess(await completions(client.cq, 1, 30_000));
+  assert.equal(server.memory.subarray(0, length), client.memory.subarray(0, length), 'written data');
+}
+
+test('ACKs late on a clean path: the early timer sends one probe, and its ACK acknowledges everything (nothing is sent again)', async () => {
+  const pair = await rcPair({ pathMtu: 4096, ackTimeoutMs: 60_000 });
+  try {
+    const { client, server } = pair;
+    for (let i = 0; i < MiB; i++) client.memory[i] = (i * 7 + 1) & 0xff;
+    await write(pair, 1, 64 * 1024); // measures a round trip: the early timer arms from now on
+    // The responder's ACKs are held until the requester sends a packet a second time: whatever
+    // the early timer does first is what the requester does about ACKs that are only late.
+    const acks = holdAcks(server.link);
+    const send = client.link.send.bind(client.link);
+    let highest = -1;
+    client.link.send = (to, header, payload, trailer) => {
+      const psn = psnOf(header);
+      const ahead = (psn - highest) & 0xffffff;
+      if (highest >= 0 && (ahead === 0 || ahead > 0x7fffff))
+        acks.release(); // not past the highest PSN sent: sent again
+      else highest = psn;
+      send(to, header, payload, trailer);
+    };
+    const moved = await counted(pair, () => write(pair, 2, MiB));
+    assert.equal(moved, { resent: 1, probes: 1, backN: 0, naks: 0 }, 'one packet sent again, a probe');
+  } finally {
+    await pair.close();
+  }
+});
+
+test('a lost tail on a clean path: the probe draws a NAK sequence error, and only the lost packets follow it', async () => {
+  const pair = await rcPair({ pathMtu: 4096, ackTimeoutMs: 60_000 });
+  try {
+    const { client } = pair;
+    for (let i = 0; i < MiB; i++) client.memory[i] = (i * 11 + 5) & 0xff;
+    await write(pair, 1, 64 * 1024);
+    // A 1 MiB Write is 256 packets; its last two (indices 254 and 255, the LAST asks for an ACK)
+    // are lost the first time. The responder acknowledged index 191 (every 64th asks) and sees
+    // nothing after 253 that would reveal the gap: only the requester's timer can.
+    const send = client.link.send.bind(client.link);
+    let first = -1;
+    const lost = new Set<number>();
+    client.link.send = (to, header, payload, trailer) => {
+      const psn = psnOf(header);
+      if (header[0] === IbOpcode.RdmaWriteFirst && first < 0) first = psn;
+      const index = first < 0 ? -1 : (psn - first) & 0xffffff;
+      if ((index === 254 || index === 255) && !lost.has(index)) {
+        lost.add(index);
+        return;
+      }
+      send(to, header, payload, trailer);
+    };
+    const moved = await counted(pair, () => write(pair, 2, MiB));
+    assert.is(lost.size, 2);
+    // Each probe is one packet (a scheduling pause on a loaded machine may add one that finds the
+    // ACKs late, no more): the lost two follow the NAK, nothing else is sent again.
+    assert.ok(moved.probes >= 1, `${moved.probes} probes`);
+    assert.equal(moved, { resent: moved.probes + 2, probes: moved.probes, backN: 0, naks: 1 }, 'the probe and the two lost packets');
+  } finally {
+    await pair.close();
+  }
+});
+
+test.run();
