@@ -33,6 +33,7 @@ import {
   ulpduLengthFault,
 } from './receive-checks.ts';
 import { commitEnded, commitStarted, newStagingBuffer, sharedStagingBuffer, STAGING_SIZE, type StagingBuffer } from './receive-staging.ts';
+import { BufferViews } from './receive-views.ts';
 import type { TerminateCause } from './terminate.ts';
 import type { ViewCache } from './view-cache.ts';
 
@@ -175,6 +176,8 @@ export class FpduReceiver {
   private readonly overreadSaved = new Uint8Array(OVERREAD_MAX);
   /** What a direct read brought past its payload, consumed from here like a staging read. */
   private readonly overreadBytes = new Uint8Array(OVERREAD_MAX);
+  /** Views of the targets' buffers for direct reads and CRC: none made per FPDU. */
+  private readonly views = new BufferViews();
   /** The staging buffer handed out by the last `readBuffer()` otherwise. */
   private readStaging: StagingBuffer | undefined;
   /** Used only when a receiver is fed from inside another receiver's commit. */
@@ -210,16 +213,11 @@ export class FpduReceiver {
       if (length >= DIRECT_PLACEMENT_MIN) {
         const extra = length === this.payloadRemaining && !this.markersEnabled && !this.last ? this.overreadRoom(this.target, length) : 0;
         this.directExtra = extra;
-        if (extra > 0) {
-          const target = this.target;
-          const start = target.byteOffset + this.targetPosition;
-          this.directView = new Uint8Array(target.buffer, start, length + extra);
-          this.overreadSaved.set(this.directView.subarray(length));
-        } else {
-          const whole = this.targetPosition === 0 && length === this.target.length;
-          this.directView = whole ? this.target : this.target.subarray(this.targetPosition, this.targetPosition + length);
-        }
-        return this.directView;
+        const view = this.views.within(this.target, this.targetPosition, length + extra);
+        const saved = this.overreadSaved;
+        for (let i = 0; i < extra; i++) saved[i] = view[length + i]!;
+        this.directView = view;
+        return view;
       }
     }
     this.directView = undefined;
@@ -229,8 +227,7 @@ export class FpduReceiver {
       staging = this.ownStaging;
     }
     this.readStaging = staging;
-    const want = this.stagingWant();
-    return want === STAGING_SIZE ? staging.bytes : staging.views.view(0, want);
+    return staging.readView(this.stagingWant());
   }
 
   /** `length` octets were written into the buffer returned by the last `readBuffer()`. */
@@ -474,7 +471,7 @@ export class FpduReceiver {
 
   /** `length` payload octets landed at the current position of the current target. */
   private placed(length: number): void {
-    if (this.crcEnabled) this.crc = crc32cUpdate(this.crc, this.target!.subarray(this.targetPosition, this.targetPosition + length));
+    if (this.crcEnabled) this.crc = crc32cUpdate(this.crc, this.views.within(this.target!, this.targetPosition, length));
     this.targetPosition += length;
     this.payloadRemaining -= length;
     this.streamOffset += length;
