@@ -70,6 +70,8 @@ export class Placement implements ReceiveSink {
   private currentSolicited = false;
   private scatterIndex = 0;
   private scatterOffset = 0;
+  /** The view last handed out runs exactly to its message's end (see viewHoldsMessageEnd). */
+  private viewEndsMessage = false;
 
   constructor(private readonly qp: QueuePair) {}
 
@@ -133,6 +135,7 @@ export class Placement implements ReceiveSink {
         );
         return undefined;
       }
+      this.viewEndsMessage = false;
       return qp.memory.resolvedRegion!.view(qp.memory.resolvedOffset, length);
     }
     // Read Response: must continue the oldest outstanding RDMA Read exactly.
@@ -184,6 +187,7 @@ export class Placement implements ReceiveSink {
     // the next segment's header, one read per segment instead of two (receive.ts overreadRoom;
     // issue 16: the RDMA Read of a 1 MiB STORE took 34 reads on the target).
     const rest = Math.min(request.length - request.received, region.length - offset - length);
+    this.viewEndsMessage = rest === request.length - request.received;
     return region.view(offset, length + Math.max(0, rest));
   }
 
@@ -266,14 +270,23 @@ export class Placement implements ReceiveSink {
   }
 
   private scatterView(): Uint8Array | undefined {
-    const sgList = this.currentRecv?.wr.sgList;
+    this.viewEndsMessage = false;
+    const wqe = this.currentRecv;
+    const sgList = wqe?.wr.sgList;
     if (sgList === undefined) return undefined;
     while (this.scatterIndex < sgList.length && sgList[this.scatterIndex]!.length === 0) this.scatterIndex++;
     const sge = sgList[this.scatterIndex];
     if (sge === undefined) return undefined;
+    // A steered receive's list is exactly the message (steer() sized it; a longer Send fails, a
+    // shorter one is the receiver's error to report): its last element ends with the message.
+    this.viewEndsMessage = wqe!.wr.steer !== undefined && !wqe!.steerPending && this.scatterIndex === sgList.length - 1;
     const region = this.qp.memory.lookup(sge.lkey >>> 0);
     if (region === undefined || !region.valid) return undefined;
     return region.view(sge.offset + this.scatterOffset, sge.length - this.scatterOffset);
+  }
+
+  viewHoldsMessageEnd(): boolean {
+    return this.viewEndsMessage;
   }
 
   taggedMessageDone(opcode: number): void {

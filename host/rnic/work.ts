@@ -69,7 +69,9 @@ export interface ReceiveWorkRequest {
    * receiver may then point the scatter list past `received` elsewhere (a KBTP target sends an
    * inline STORE's data straight to its block once the header has said which; issue 16). The
    * octets before `received` must stay where they are; the new elements are checked like posted
-   * ones and bound the message's length. A software-RNIC extension: the iWARP path calls it, the
+   * ones and bound the message's length; the receiver may fill the last of them ahead of the
+   * segments (several in one read), so a Send shorter than the steered list leaves the rest of
+   * that element undefined, as the message itself is then. A software-RNIC extension: the iWARP path calls it, the
    * RoCE path does not (the receiver then gets the message where it was posted, as without it).
    */
   readonly steer?: (received: number) => void;

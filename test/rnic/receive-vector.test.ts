@@ -1,0 +1,336 @@
+// Vectored reads (receive.ts readVector/commitVector, issue 16): inside a large message whose
+// destination runs to the message's end, the receiver reads several FPDUs in one system call,
+// payloads straight to their place and the framing between them to a side buffer. Here a
+// stand-in for SocketChannel's read loop (libuv's reads through readBuffer/commit, then after a
+// read that filled its buffer the vectored read-ahead) counts reads per message over a stream
+// that is all waiting, and checks that what lands is what was sent when the receiver's guesses
+// (segments as long as the one before, of the same kind) are wrong or the stream arrives in
+// pieces.
+import { test } from 'uvu';
+import * as assert from 'uvu/assert';
+import { FpduReceiver, type ReceiveSink } from '../../host/rnic/receive.ts';
+import type { TerminateCause } from '../../host/rnic/terminate.ts';
+import { encodeTaggedHeader, encodeUntaggedHeader } from '../../host/rnic/wire/ddp.ts';
+import { encodeFpdu, MPA_MAX_ULPDU } from '../../host/rnic/wire/mpa.ts';
+import { rdmapControl, RdmapOpcode } from '../../host/rnic/wire/rdmap.ts';
+import { pattern } from '../support/rnic.ts';
+
+/** SocketChannel's READ_AHEAD_ROUNDS. */
+const READ_AHEAD_ROUNDS = 4;
+const STORE = 64 + 256 * 1024;
+
+/**
+ * Sends land in `contexts` (the first segment, as a target's request context) and then in
+ * `blocks` at `blockAt` (as a steered STORE's block: the view runs to the message's end);
+ * tagged segments at their offset in `blocks`, a Read Response's view running on to `readEnd`.
+ */
+class SteeringSink implements ReceiveSink {
+  readonly contexts = new Uint8Array(new SharedArrayBuffer(1 << 20));
+  readonly blocks = new Uint8Array(new SharedArrayBuffer(4 << 20));
+  readonly events: string[] = [];
+  failure: TerminateCause | undefined;
+  blockAt = 0;
+  readEnd = 0;
+  private ends = false;
+
+  placeTagged(opcode: number, _stag: number, _toHigh: number, toLow: number, length: number): Uint8Array | undefined {
+    this.ends = opcode === RdmapOpcode.RdmaReadResponse;
+    return this.blocks.subarray(toLow, this.ends ? this.readEnd : toLow + length);
+  }
+  placeSend(_opcode: number, messageOffset: number): Uint8Array | undefined {
+    if (messageOffset === 0) {
+      this.ends = false;
+      return this.contexts.subarray(0, 256 * 1024);
+    }
+    // Steered after the first segment: the rest of the message goes to its block.
+    this.ends = true;
+    const first = MPA_MAX_ULPDU - 18;
+    return this.blocks.subarray(this.blockAt + messageOffset - first, this.blockAt + STORE - first);
+  }
+  nextSendView(): Uint8Array | undefined {
+    return undefined;
+  }
+  viewHoldsMessageEnd(): boolean {
+    return this.ends;
+  }
+  taggedMessageDone(): void {
+    this.events.push('tagged done');
+  }
+  sendMessageDone(_opcode: number, length: number): void {
+    this.events.push(`send done ${length}`);
+  }
+  controlMessage(): void {}
+  receiveFailed(cause: TerminateCause): void {
+    this.failure = cause;
+  }
+}
+
+/** A Send of `payload` (queue 0, `msn`) cut into segments of the given payload lengths. */
+function send(msn: number, payload: Uint8Array, cuts: number[], crc: boolean): Uint8Array[] {
+  const fpdus: Uint8Array[] = [];
+  let offset = 0;
+  for (const cut of cuts) {
+    if (offset === payload.length) break;
+    const length = Math.min(cut, payload.length - offset);
+    const ulpdu = new Uint8Array(18 + length);
+    encodeUntaggedHeader(ulpdu, 0, {
+      last: offset + length === payload.length,
+      ddpVersion: 1,
+      rdmapControl: rdmapControl(RdmapOpcode.Send),
+      reserved: 0,
+      queueNumber: 0,
+      messageSequenceNumber: msn,
+      messageOffset: offset,
+    });
+    ulpdu.set(payload.subarray(offset, offset + length), 18);
+    fpdus.push(encodeFpdu(ulpdu, crc));
+    offset += length;
+  }
+  assert.is(offset, payload.length, 'the cuts cover the message');
+  return fpdus;
+}
+
+/** A tagged message (RDMA Write or Read Response) of `payload` at `to`, cut the same way. */
+function tagged(opcode: number, to: number, payload: Uint8Array, cuts: number[], crc: boolean): Uint8Array[] {
+  const fpdus: Uint8Array[] = [];
+  let offset = 0;
+  for (const cut of cuts) {
+    if (offset === payload.length) break;
+    const length = Math.min(cut, payload.length - offset);
+    const ulpdu = new Uint8Array(14 + length);
+    encodeTaggedHeader(ulpdu, 0, {
+      last: offset + length === payload.length,
+      ddpVersion: 1,
+      rdmapControl: rdmapControl(opcode),
+      stag: 5,
+      taggedOffset: BigInt(to + offset),
+    });
+    ulpdu.set(payload.subarray(offset, offset + length), 14);
+    fpdus.push(encodeFpdu(ulpdu, crc));
+    offset += length;
+  }
+  return fpdus;
+}
+
+/** Segments as a sender cuts at MPA's largest ULPDU. */
+function fullCuts(header: number, length: number): number[] {
+  const size = MPA_MAX_ULPDU - header;
+  return Array.from({ length: Math.ceil(length / size) }, () => size);
+}
+
+function concat(parts: Uint8Array[]): Uint8Array {
+  const out = new Uint8Array(parts.reduce((sum, part) => sum + part.length, 0));
+  let at = 0;
+  for (const part of parts) {
+    out.set(part, at);
+    at += part.length;
+  }
+  return out;
+}
+
+/**
+ * Reads `stream` as SocketChannel does: a read of what readBuffer() asks, and after a read that
+ * filled it, vectored reads while the receiver plans them and each is filled. `arrivals` are the
+ * stream offsets up to which octets have arrived before each read may go on (none: all waiting).
+ * Returns the reads made, vectored ones included.
+ */
+function readLikeSocket(receiver: FpduReceiver, stream: Uint8Array, arrivals: number[] = [], vectored = true): number {
+  let offset = 0;
+  let reads = 0;
+  let arrival = 0;
+  const waiting = (): number => {
+    while (arrival < arrivals.length && arrivals[arrival]! <= offset) arrival++;
+    return arrival < arrivals.length ? arrivals[arrival]! : stream.length;
+  };
+  while (offset < stream.length && !receiver.dead) {
+    const buffer = receiver.readBuffer();
+    const length = Math.min(buffer.length, waiting() - offset);
+    buffer.set(stream.subarray(offset, offset + length));
+    offset += length;
+    reads++;
+    receiver.commit(length);
+    if (!vectored || length !== buffer.length) continue;
+    for (let round = 0; round < READ_AHEAD_ROUNDS; round++) {
+      const vector = receiver.readVector();
+      if (vector === undefined) break;
+      const end = waiting();
+      let read = 0;
+      let planned = 0;
+      for (const piece of vector) {
+        planned += piece.length;
+        const take = Math.min(piece.length, end - offset);
+        if (take <= 0) continue;
+        piece.set(stream.subarray(offset, offset + take));
+        offset += take;
+        read += take;
+      }
+      if (read === 0) {
+        receiver.commitVector(0); // EAGAIN
+        break;
+      }
+      reads++;
+      receiver.commitVector(read);
+      if (read < planned) break;
+    }
+  }
+  return reads;
+}
+
+/** Ten 256 KiB STOREs as a client sends them inline: a Send each, cut at the largest ULPDU, each block at its own place. */
+function stores(crc: boolean, cuts = fullCuts(18, STORE)): { stream: Uint8Array; payloads: Uint8Array[]; boundaries: number[] } {
+  const payloads: Uint8Array[] = [];
+  const parts: Uint8Array[] = [];
+  const boundaries: number[] = [];
+  let at = 0;
+  for (let i = 0; i < 10; i++) {
+    const payload = pattern(STORE, i + 1);
+    payloads.push(payload);
+    const message = concat(send(i + 1, payload, cuts, crc));
+    parts.push(message);
+    at += message.length;
+    boundaries.push(at);
+  }
+  return { stream: concat(parts), payloads, boundaries };
+}
+
+/** Reads the STOREs one at a time (the next block named before each), as a target does; returns reads per STORE. */
+function readStores(sink: SteeringSink, receiver: FpduReceiver, stream: Uint8Array, boundaries: number[], vectored: boolean): number[] {
+  const reads: number[] = [];
+  let start = 0;
+  for (let i = 0; i < boundaries.length; i++) {
+    sink.blockAt = i * 300_000;
+    reads.push(readLikeSocket(receiver, stream.subarray(start, boundaries[i]), [], vectored));
+    start = boundaries[i]!;
+  }
+  return reads;
+}
+
+function assertStoresPlaced(sink: SteeringSink, payloads: Uint8Array[]): void {
+  const first = MPA_MAX_ULPDU - 18;
+  assert.is(sink.failure, undefined, sink.failure?.reason);
+  assert.equal(
+    sink.events,
+    payloads.map(() => `send done ${STORE}`),
+  );
+  payloads.forEach((payload, i) => {
+    const block = sink.blocks.subarray(i * 300_000, i * 300_000 + STORE - first);
+    assert.ok(Buffer.from(block).equals(Buffer.from(payload.subarray(first))), `STORE ${i}'s data is in its block`);
+  });
+}
+
+for (const crc of [false, true]) {
+  test(`a 256 KiB STORE all waiting: 4 reads, not 6 (the rest after its first FPDU in one), CRC ${crc ? 'on' : 'off'}`, () => {
+    const { stream, payloads, boundaries } = stores(crc);
+    const sink = new SteeringSink();
+    const receiver = new FpduReceiver(sink, { crc, markers: false });
+    const reads = readStores(sink, receiver, stream, boundaries, true);
+    assertStoresPlaced(sink, payloads);
+    // From the third STORE on the receiver reads in bulk: the prefix, the first FPDU's payload
+    // into the context (steer is still to come), one vectored read of the next three FPDUs into
+    // the block, and a staged read of the short last one.
+    assert.equal(reads.slice(2), [4, 4, 4, 4, 4, 4, 4, 4]);
+    const plain = new SteeringSink();
+    const without = readStores(plain, new FpduReceiver(plain, { crc, markers: false }), stream, boundaries, false);
+    assertStoresPlaced(plain, payloads);
+    assert.equal(without.slice(2), [6, 6, 6, 6, 6, 6, 6, 6]);
+  });
+}
+
+test('a 1 MiB Read Response all waiting: 8 FPDUs per vectored read', () => {
+  const sink = new SteeringSink();
+  const receiver = new FpduReceiver(sink, { crc: true, markers: false });
+  const payload = pattern(1 << 20, 3);
+  const cuts = fullCuts(14, payload.length);
+  // A first message of another kind, then the Read Response (at 0x10000 in the blocks).
+  const warm = concat(tagged(RdmapOpcode.RdmaWrite, 3 << 20, pattern(100_000, 9), fullCuts(14, 100_000), true));
+  sink.readEnd = 0x10000 + payload.length;
+  const stream = concat([warm, ...tagged(RdmapOpcode.RdmaReadResponse, 0x10000, payload, cuts, true)]);
+  const reads = readLikeSocket(receiver, stream);
+  assert.is(sink.failure, undefined, sink.failure?.reason);
+  assert.equal(sink.events, ['tagged done', 'tagged done']);
+  assert.ok(Buffer.from(sink.blocks.subarray(0x10000, 0x10000 + payload.length)).equals(Buffer.from(payload)));
+  // 17 FPDUs (16 full, 1 short): the Write's 2 (staged, then its prefix, payload, tail), then the
+  // Response's first payload, two vectored reads of 8 and 7, and the short last one.
+  const plain = new SteeringSink();
+  plain.readEnd = sink.readEnd;
+  const without = readLikeSocket(new FpduReceiver(plain, { crc: true, markers: false }), stream, [], false);
+  assert.ok(Buffer.from(plain.blocks.subarray(0x10000, 0x10000 + payload.length)).equals(Buffer.from(payload)));
+  assert.ok(reads <= without - 13, `${reads} reads with vectored reads, ${without} without`);
+});
+
+test('segments shorter or longer than the guess, or a message that ends early: what lands is what was sent', () => {
+  const first = MPA_MAX_ULPDU - 18;
+  const cutsList = [
+    [first, 40_000, 64_000, 64_750, 64_750, 64_750], // shorter, then longer than the one before
+    [first, 64_750, 20_000, 64_750, 64_750, 64_750],
+    [first, 64_000, 64_000, 64_000, 64_000, 64_000], // all a little shorter: the last guess runs past the end
+  ];
+  for (const cuts of cutsList) {
+    for (const crc of [false, true]) {
+      const { stream, payloads, boundaries } = stores(crc, cuts);
+      const sink = new SteeringSink();
+      readStores(sink, new FpduReceiver(sink, { crc, markers: false }), stream, boundaries, true);
+      assertStoresPlaced(sink, payloads);
+    }
+  }
+});
+
+test("an RDMA Write between a Send's segments (a prefix of another length than guessed): placed as sent", () => {
+  const sink = new SteeringSink();
+  const receiver = new FpduReceiver(sink, { crc: true, markers: false });
+  const payload = pattern(STORE, 4);
+  const written = pattern(70_000, 5);
+  const write = tagged(RdmapOpcode.RdmaWrite, 3 << 20, written, [60_000, 10_000], true);
+  sink.blockAt = 0;
+  // Warm up the bulk reads with one STORE first, then the Write after the second segment.
+  const warm = send(1, pattern(STORE, 6), fullCuts(18, STORE), true);
+  readLikeSocket(receiver, concat(warm));
+  const segments = send(2, payload, fullCuts(18, STORE), true);
+  readLikeSocket(receiver, concat([segments[0]!, segments[1]!, ...write, ...segments.slice(2)]));
+  assert.is(sink.failure, undefined, sink.failure?.reason);
+  const first = MPA_MAX_ULPDU - 18;
+  assert.ok(Buffer.from(sink.blocks.subarray(0, STORE - first)).equals(Buffer.from(payload.subarray(first))), 'the STORE landed');
+  assert.ok(Buffer.from(sink.blocks.subarray(3 << 20, (3 << 20) + 70_000)).equals(Buffer.from(written)), 'the Write landed');
+});
+
+test('a stream that arrives in pieces of every size: vectored reads stop short and carry on, data placed as sent', () => {
+  for (const crc of [false, true]) {
+    const { stream, payloads, boundaries } = stores(crc);
+    let seed = crc ? 7 : 3;
+    const random = (): number => {
+      seed = (seed * 1_103_515_245 + 12_345) % 2_147_483_648;
+      return seed / 2_147_483_648;
+    };
+    const arrivals: number[] = [];
+    for (let at = 0; at < stream.length; ) {
+      at += 1 + Math.floor(random() * (random() < 0.3 ? 40 : 90_000));
+      arrivals.push(Math.min(at, stream.length));
+    }
+    const sink = new SteeringSink();
+    const receiver = new FpduReceiver(sink, { crc, markers: false });
+    let start = 0;
+    for (let i = 0; i < boundaries.length; i++) {
+      sink.blockAt = i * 300_000;
+      const end = boundaries[i]!;
+      const pieces = arrivals.filter((at) => at > start && at < end).map((at) => at - start);
+      readLikeSocket(receiver, stream.subarray(start, end), pieces);
+      start = end;
+    }
+    assertStoresPlaced(sink, payloads);
+  }
+});
+
+test('a corrupted FPDU inside a vectored read is a CRC error, not placed data taken as good', () => {
+  const { stream, boundaries } = stores(true);
+  const sink = new SteeringSink();
+  const receiver = new FpduReceiver(sink, { crc: true, markers: false });
+  // Flip an octet in the third FPDU's payload of the fourth STORE (read by a vectored read).
+  const fpdu = 2 + MPA_MAX_ULPDU + 2 + 4;
+  stream[boundaries[2]! + 2 * fpdu + 1000] ^= 0x40;
+  readStores(sink, receiver, stream, boundaries.slice(0, 4), true);
+  assert.ok(sink.failure !== undefined, 'the stream failed');
+  assert.match(sink.failure!.reason, /CRC/);
+  assert.is(sink.events.length, 3, 'three STOREs completed before it');
+});
+
+test.run();
