@@ -372,7 +372,7 @@ export class FpduReceiver {
       const trailer = this.vectorTrailer[i]!;
       const first = Math.min(got, trailer + 4);
       this.consume(buffer, 0, first);
-      if (got === first || this.state === State.Dead) continue;
+      if (got === first || this.dead) continue;
       if (this.state !== State.Header || this.headerHave !== 4 || this.headerNeed !== buffer.length - trailer) {
         this.replayVector(vector, i, first, got, left);
         return;

@@ -10,17 +10,12 @@
 // initiator's callback API (loadInto/storeFrom), i.e. nothing per request; the promise APIs pay
 // their promises. A change that brings back an allocation per message, completion or call fails
 // here. docs/BENCH.md keeps the profile by allocating site (bench/alloc-profile.ts).
-import { PerformanceObserver } from 'node:perf_hooks';
-import v8 from 'node:v8';
-import vm from 'node:vm';
 import { test } from 'uvu';
 import * as assert from 'uvu/assert';
 import { HotPathDriver } from '../../bench/hot-path-driver.ts';
 import type { KbtpSession } from '../../host/kbtp/initiator.ts';
+import { heapAfterFullCollection, sampleRuns } from '../support/heap.ts';
 import { openInProcessSession } from './in-process-session.ts';
-
-v8.setFlagsFromString('--expose-gc');
-const collect = vm.runInNewContext('gc') as () => void;
 
 const REQUESTS = 1_000_000;
 /**
@@ -67,13 +62,6 @@ const BATCH_BUDGET = 130;
 const CALL_BUDGET = 800;
 const CALLBACK_BUDGET = 1;
 
-function heapAfterFullCollection(): number {
-  collect();
-  collect();
-  const usage = process.memoryUsage();
-  return usage.heapUsed + usage.external;
-}
-
 /**
  * Octets allocated per request: heap growth over runs in which no collection ran (a run with one
  * is discarded); the smallest of several samples. Should every run of `requests` see a collection
@@ -87,34 +75,6 @@ async function allocatedPerRequest(requests: number, run: (requests: number) => 
     if (!Number.isNaN(best)) return best;
   }
   throw new Error(`every run of ${count * 2} to ${requests} requests saw a garbage collection: cannot measure allocation`);
-}
-
-async function sampleRuns(requests: number, run: () => Promise<void>): Promise<number> {
-  const collections: number[] = [];
-  const observer = new PerformanceObserver((list) => {
-    for (const entry of list.getEntries()) collections.push(entry.startTime);
-  });
-  observer.observe({ entryTypes: ['gc'] });
-  let best = Number.NaN;
-  try {
-    for (let attempt = 0; attempt < 12; attempt++) {
-      const started = performance.now();
-      const before = v8.getHeapStatistics().used_heap_size;
-      await run();
-      const after = v8.getHeapStatistics().used_heap_size;
-      const ended = performance.now();
-      // gc entries arrive asynchronously: Node creates one from a native immediate after the
-      // collection and hands it to observers from a second one, so a single setImmediate missed
-      // a collection in the run's last turn (and a missed one makes a run look cheap).
-      await new Promise((resolve) => setTimeout(resolve, 20));
-      if (collections.some((at) => at >= started && at <= ended) || after < before) continue;
-      const perRequest = (after - before) / requests;
-      if (Number.isNaN(best) || perRequest < best) best = perRequest;
-    }
-  } finally {
-    observer.disconnect();
-  }
-  return best;
 }
 
 /**

@@ -17,20 +17,15 @@
 // octet per message over 20,000 messages (20 KB; a full collection's result varies by a few KB).
 // Each message moves 96 KiB, so far fewer of them than the million 1 KiB requests there: both
 // figures are per message, and a view per FPDU is about 100 octets.
-import { PerformanceObserver } from 'node:perf_hooks';
-import v8 from 'node:v8';
-import vm from 'node:vm';
 import { test } from 'uvu';
 import * as assert from 'uvu/assert';
 import { FpduReceiver, type ReceiveSink } from '../../host/rnic/receive.ts';
 import type { TerminateCause } from '../../host/rnic/terminate.ts';
 import { ViewCache } from '../../host/rnic/view-cache.ts';
+import { heapAfterFullCollection, sampleRuns } from '../support/heap.ts';
 import { encodeTaggedHeader, encodeUntaggedHeader, writeUint32 } from '../../host/rnic/wire/ddp.ts';
 import { encodeFpdu, MPA_MAX_ULPDU } from '../../host/rnic/wire/mpa.ts';
 import { rdmapControl, RdmapOpcode } from '../../host/rnic/wire/rdmap.ts';
-
-v8.setFlagsFromString('--expose-gc');
-const collect = vm.runInNewContext('gc') as () => void;
 
 const MESSAGE = 96 * 1024;
 const BLOCKS = 4;
@@ -174,47 +169,13 @@ class Reader {
   }
 }
 
-function heapAfterFullCollection(): number {
-  collect();
-  collect();
-  const usage = process.memoryUsage();
-  return usage.heapUsed + usage.external;
-}
-
-/** Octets allocated per message: the used heap's growth over runs of `passes` with no collection; the smallest of several. */
-async function allocatedPerMessage(reader: Reader, passes: number): Promise<number> {
-  const collections: number[] = [];
-  const observer = new PerformanceObserver((list) => {
-    for (const entry of list.getEntries()) collections.push(entry.startTime);
-  });
-  observer.observe({ entryTypes: ['gc'] });
-  let best = Number.NaN;
-  try {
-    for (let attempt = 0; attempt < 12; attempt++) {
-      const started = performance.now();
-      const before = v8.getHeapStatistics().used_heap_size;
-      reader.run(passes);
-      const after = v8.getHeapStatistics().used_heap_size;
-      const ended = performance.now();
-      // gc entries arrive from native immediates after the collection (see no-allocation.test.ts).
-      await new Promise((resolve) => setTimeout(resolve, 20));
-      if (collections.some((at) => at >= started && at <= ended) || after < before) continue;
-      const perMessage = (after - before) / (passes * MESSAGES_PER_PASS);
-      if (Number.isNaN(best) || perMessage < best) best = perMessage;
-    }
-  } finally {
-    observer.disconnect();
-  }
-  return best;
-}
-
 test('messages of 96 KiB read straight into place: the receiver allocates nothing per FPDU or read, and keeps nothing', async () => {
   const reader = new Reader();
   reader.run(200); // warm-up: compile, fill the view caches
   assert.is(reader.sink.failure, undefined, reader.sink.failure?.reason);
   assert.is(reader.sink.messages, 200 * MESSAGES_PER_PASS);
   // A view per large FPDU or per staged read is about 100 octets: a run of 4,800 messages sees it whole.
-  const allocated = await allocatedPerMessage(reader, 200);
+  const allocated = await sampleRuns(200 * MESSAGES_PER_PASS, () => reader.run(200));
   assert.ok(!Number.isNaN(allocated), 'every run saw a garbage collection: cannot measure allocation');
   assert.ok(allocated < 1, `${allocated.toFixed(2)} octets allocated per message`);
 

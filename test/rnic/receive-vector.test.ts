@@ -65,24 +65,23 @@ class SteeringSink implements ReceiveSink {
   }
 }
 
-/** A Send of `payload` (queue 0, `msn`) cut into segments of the given payload lengths. */
-function send(msn: number, payload: Uint8Array, cuts: number[], crc: boolean): Uint8Array[] {
+/**
+ * A message of `payload` cut into segments of the given payload lengths: a Send (queue 0, MSN
+ * `msnOrTo`) for opcode Send, else a tagged message (RDMA Write, Read Response) at offset `msnOrTo`.
+ */
+function segments(opcode: number, msnOrTo: number, payload: Uint8Array, cuts: number[], crc: boolean): Uint8Array[] {
+  const untagged = opcode === RdmapOpcode.Send;
+  const header = untagged ? 18 : 14;
   const fpdus: Uint8Array[] = [];
   let offset = 0;
   for (const cut of cuts) {
     if (offset === payload.length) break;
     const length = Math.min(cut, payload.length - offset);
-    const ulpdu = new Uint8Array(18 + length);
-    encodeUntaggedHeader(ulpdu, 0, {
-      last: offset + length === payload.length,
-      ddpVersion: 1,
-      rdmapControl: rdmapControl(RdmapOpcode.Send),
-      reserved: 0,
-      queueNumber: 0,
-      messageSequenceNumber: msn,
-      messageOffset: offset,
-    });
-    ulpdu.set(payload.subarray(offset, offset + length), 18);
+    const ulpdu = new Uint8Array(header + length);
+    const common = { last: offset + length === payload.length, ddpVersion: 1, rdmapControl: rdmapControl(opcode) };
+    if (untagged) encodeUntaggedHeader(ulpdu, 0, { ...common, reserved: 0, queueNumber: 0, messageSequenceNumber: msnOrTo, messageOffset: offset });
+    else encodeTaggedHeader(ulpdu, 0, { ...common, stag: 5, taggedOffset: BigInt(msnOrTo + offset) });
+    ulpdu.set(payload.subarray(offset, offset + length), header);
     fpdus.push(encodeFpdu(ulpdu, crc));
     offset += length;
   }
@@ -90,27 +89,8 @@ function send(msn: number, payload: Uint8Array, cuts: number[], crc: boolean): U
   return fpdus;
 }
 
-/** A tagged message (RDMA Write or Read Response) of `payload` at `to`, cut the same way. */
-function tagged(opcode: number, to: number, payload: Uint8Array, cuts: number[], crc: boolean): Uint8Array[] {
-  const fpdus: Uint8Array[] = [];
-  let offset = 0;
-  for (const cut of cuts) {
-    if (offset === payload.length) break;
-    const length = Math.min(cut, payload.length - offset);
-    const ulpdu = new Uint8Array(14 + length);
-    encodeTaggedHeader(ulpdu, 0, {
-      last: offset + length === payload.length,
-      ddpVersion: 1,
-      rdmapControl: rdmapControl(opcode),
-      stag: 5,
-      taggedOffset: BigInt(to + offset),
-    });
-    ulpdu.set(payload.subarray(offset, offset + length), 14);
-    fpdus.push(encodeFpdu(ulpdu, crc));
-    offset += length;
-  }
-  return fpdus;
-}
+const send = (msn: number, payload: Uint8Array, cuts: number[], crc: boolean): Uint8Array[] => segments(RdmapOpcode.Send, msn, payload, cuts, crc);
+const tagged = segments;
 
 /** Segments as a sender cuts at MPA's largest ULPDU. */
 function fullCuts(header: number, length: number): number[] {
@@ -118,15 +98,7 @@ function fullCuts(header: number, length: number): number[] {
   return Array.from({ length: Math.ceil(length / size) }, () => size);
 }
 
-function concat(parts: Uint8Array[]): Uint8Array {
-  const out = new Uint8Array(parts.reduce((sum, part) => sum + part.length, 0));
-  let at = 0;
-  for (const part of parts) {
-    out.set(part, at);
-    at += part.length;
-  }
-  return out;
-}
+const concat = (parts: Uint8Array[]): Uint8Array => new Uint8Array(Buffer.concat(parts));
 
 /**
  * Reads `stream` as SocketChannel does: a read of what readBuffer() asks, and after a read that
@@ -326,7 +298,8 @@ test('a corrupted FPDU inside a vectored read is a CRC error, not placed data ta
   const receiver = new FpduReceiver(sink, { crc: true, markers: false });
   // Flip an octet in the third FPDU's payload of the fourth STORE (read by a vectored read).
   const fpdu = 2 + MPA_MAX_ULPDU + 2 + 4;
-  stream[boundaries[2]! + 2 * fpdu + 1000] ^= 0x40;
+  const corrupted = boundaries[2]! + 2 * fpdu + 1000;
+  stream[corrupted] = stream[corrupted]! ^ 0x40;
   readStores(sink, receiver, stream, boundaries.slice(0, 4), true);
   assert.ok(sink.failure !== undefined, 'the stream failed');
   assert.match(sink.failure!.reason, /CRC/);
