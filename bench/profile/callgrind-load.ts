@@ -1,0 +1,169 @@
+// Instructions per LOAD, by side and by function: bench/profile/load-loop.ts (a target and a
+// session in one process over an in-memory link, LOADs of one block chained) run twice under
+// `valgrind --tool=callgrind`, with `--base` and with `--base + --loads` measured LOADs after the
+// same warm-up; the difference of the two runs over `--loads` is what one LOAD costs in the steady
+// state, start-up and JIT compilation cancelling out. JIT code is named from node's perf map.
+// Instruction counts do not depend on the machine's load, where time per request moves by 30 %
+// between runs (docs/notes/2026-12-02/issue-16-session10.md): judge small changes here.
+//
+// The initiator's code is loaded from a copy of dist/ (.cache/profile/initiator/), so each side's
+// JavaScript is told apart by file; builtins and the runtime go to the sides in proportion to what
+// their calls from each side's JavaScript cost (see callgrind-file.ts). 'link' is the in-memory
+// stream joining the two (it stands in for the sockets and copies each message once).
+//
+//   make bench-build && nice -n 19 node dist/bench/profile/callgrind-load.js [--loads 20000] [--top 40]
+import { spawn, spawnSync } from 'node:child_process';
+import { cpSync, existsSync, mkdirSync, readFileSync, rmSync } from 'node:fs';
+import { dirname, join, resolve } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { parseArgs } from 'node:util';
+import { attribute, NO_JS_CALLER, parseCallgrind, PerfMap, perOperation, type Attribution } from './callgrind-file.ts';
+
+const USAGE = `usage: node dist/bench/profile/callgrind-load.js [options]
+  Instructions per LOAD of one block (both sides in one process), by side and by function, from two
+  callgrind runs. Needs valgrind (Debian: apt-get install valgrind). Run it niced: a run takes minutes.
+  --warm N      LOADs before counting starts (default 20000: the hot path optimized)
+  --base N      LOADs of the shorter run (default 5000)
+  --loads N     LOADs the longer run does more; the per-LOAD figures are the difference / N (default 20000)
+  --size N      block size and LOAD size in octets (default 16384)
+  --crc         negotiate MPA CRCs (default off, as make compare runs)
+  --shared      one copy of the code for both sides (no split by side)
+  --top N       functions to list (default 40)
+  --keep DIR    keep the callgrind outputs and perf maps in DIR
+  --help        this text`;
+
+const { values } = parseArgs({
+  options: {
+    warm: { type: 'string', default: '20000' },
+    base: { type: 'string', default: '5000' },
+    loads: { type: 'string', default: '20000' },
+    size: { type: 'string', default: '16384' },
+    crc: { type: 'boolean', default: false },
+    shared: { type: 'boolean', default: false },
+    top: { type: 'string', default: '40' },
+    keep: { type: 'string' },
+    help: { type: 'boolean', default: false },
+  },
+});
+if (values.help) {
+  console.log(USAGE);
+  process.exit(0);
+}
+function count(name: string, text: string, min: number): number {
+  const n = Number(text);
+  if (!Number.isInteger(n) || n < min) {
+    console.error(`--${name} must be an integer >= ${min} (got '${text}')\n\n${USAGE}`);
+    process.exit(2);
+  }
+  return n;
+}
+const warm = count('warm', values.warm, 0);
+const base = count('base', values.base, 1);
+const loads = count('loads', values.loads, 1);
+const size = count('size', values.size, 1);
+const top = count('top', values.top, 0);
+
+if (spawnSync('valgrind', ['--version']).status !== 0) {
+  console.error('callgrind-load: valgrind is not installed (Debian/Ubuntu: apt-get install valgrind)');
+  process.exit(1);
+}
+
+const here = dirname(fileURLToPath(import.meta.url));
+const root = resolve(here, '../../..');
+const loop = join(here, 'load-loop.js');
+if (!existsSync(loop)) {
+  console.error(`callgrind-load: ${loop} is missing; run make bench-build first`);
+  process.exit(1);
+}
+const work = values.keep !== undefined ? resolve(values.keep) : join(root, '.cache/profile');
+mkdirSync(work, { recursive: true });
+
+/** The initiator's copy of the build: inside the checkout, so that its packages resolve as the original's do. */
+let initiatorRoot: string | undefined;
+if (!values.shared) {
+  initiatorRoot = join(root, '.cache/profile/initiator');
+  rmSync(initiatorRoot, { recursive: true, force: true });
+  for (const part of ['host', 'assembly']) cpSync(join(root, 'dist', part), join(initiatorRoot, part), { recursive: true });
+}
+
+function sideOf(mapName: string): string | undefined {
+  if (!mapName.startsWith('JS:') && !mapName.startsWith('Script:')) return undefined;
+  if (mapName.includes('/linked-channel.js')) return 'link';
+  // The loop's own callbacks: the application calling the initiator.
+  if (mapName.includes('/dist/bench/')) return 'loop';
+  if (initiatorRoot !== undefined && mapName.includes(initiatorRoot)) return 'initiator';
+  if (mapName.includes('/dist/')) return initiatorRoot === undefined ? 'kbtp' : 'target';
+  return 'node';
+}
+
+async function run(measured: number): Promise<Attribution> {
+  const out = join(work, `callgrind.${measured}.out`);
+  const args = [
+    '--tool=callgrind',
+    '--compress-strings=no',
+    '--compress-pos=no',
+    `--callgrind-out-file=${out}`,
+    process.execPath,
+    '--perf-basic-prof',
+    // No background compilation or GC threads: optimized code is installed at the same point of
+    // every run. With them, how long the hot path ran in baseline code and generic inline caches
+    // depended on thread timing under valgrind, by up to 9,000 instructions per LOAD between runs.
+    '--single-threaded',
+    // Fixed seeds: a random hash seed made start-up's prime search differ between runs by ~20M instructions.
+    '--hash-seed=1',
+    '--random-seed=1',
+    loop,
+    '--warm',
+    String(warm),
+    '--loads',
+    String(measured),
+    '--size',
+    String(size),
+  ];
+  if (values.crc) args.push('--crc');
+  if (initiatorRoot !== undefined) args.push('--initiator-root', initiatorRoot);
+  const started = Date.now();
+  process.stderr.write(`callgrind: ${warm} + ${measured} LOADs ... `);
+  const child = spawn('valgrind', args, { stdio: ['ignore', 'ignore', 'pipe'] });
+  let log = '';
+  child.stderr.on('data', (chunk: Buffer) => {
+    log += chunk.toString();
+  });
+  const status = await new Promise<number | null>((done) => child.on('close', done));
+  if (status !== 0) {
+    console.error(`\ncallgrind-load: the run failed (status ${status}):\n${log.slice(-3000)}`);
+    process.exit(1);
+  }
+  process.stderr.write(`${((Date.now() - started) / 1000).toFixed(0)} s\n`);
+  // valgrind runs node in its own process: the perf map carries that pid.
+  const mapFile = `/tmp/perf-${child.pid}.map`;
+  const map = new PerfMap(existsSync(mapFile) ? readFileSync(mapFile, 'utf8') : '');
+  if (values.keep !== undefined) cpSync(mapFile, join(work, `perf.${measured}.map`));
+  rmSync(mapFile, { force: true });
+  const attribution = attribute(parseCallgrind(readFileSync(out, 'utf8')), map, { sideOf });
+  if (values.keep === undefined) rmSync(out, { force: true });
+  return attribution;
+}
+
+const a = await run(base);
+const b = await run(base + loads);
+const total = (b.total - a.total) / loads;
+const bySide = perOperation(a.bySide, b.bySide, loads);
+const jsBySide = perOperation(a.jsBySide, b.jsBySide, loads);
+const byFunction = perOperation(a.byFunction, b.byFunction, loads);
+
+const n = (v: number): string => Math.round(v).toLocaleString('en-US').padStart(9);
+console.log(
+  `Instructions per LOAD of ${size} octets (callgrind, ${warm} warm-up LOADs, runs of ${base} and ${base + loads}; MPA CRC ${values.crc ? 'on' : 'off'})`,
+);
+console.log(`${n(total)}  all`);
+const sides = [...bySide.entries()].sort((x, y) => y[1] - x[1]);
+for (const [side, v] of sides) {
+  const own = jsBySide.get(side);
+  console.log(`${n(v)}  ${side}${own !== undefined ? `  (its JavaScript ${Math.round(own).toLocaleString('en-US')}, what that called the rest)` : ''}`);
+}
+if (bySide.has(NO_JS_CALLER)) console.log(`  (${NO_JS_CALLER}: the event loop, the microtask runner, GC and the JIT compiler)`);
+console.log(`\nTop ${top} functions, own instructions per LOAD (side, or 'shared' for code that is not JavaScript):`);
+for (const [name, v] of [...byFunction.entries()].sort((x, y) => y[1] - x[1]).slice(0, top)) {
+  console.log(`${n(v)}  ${name.replace(`file://${root}/dist/`, '').replace(`file://${initiatorRoot}/`, '')}`);
+}
