@@ -30,6 +30,8 @@ import { wcOpcodeFor, WcStatus, type SendWorkRequest, type Sge } from './work.ts
 
 const HOST_LITTLE_ENDIAN = new Uint8Array(new Uint16Array([1]).buffer)[0] === 1;
 const MAX_MESSAGE = 0xffffffff;
+/** The longest Send postWriteThenSend frames (the transmitter copies it behind its header). */
+const INLINE_SEND = 4096;
 
 const SendWqeState = { Queued: 0, InFlight: 1, Done: 2 } as const;
 type SendWqeState = (typeof SendWqeState)[keyof typeof SendWqeState];
@@ -56,6 +58,12 @@ class SendWqe {
   writesPending = 0;
   /** Left the send queue; back to the pool once `writesPending` is 0. */
   dequeued = false;
+  /**
+   * An unsignaled RDMA Write posted with this entry's Send as one (Requester.postWriteThenSend):
+   * it completes with the Send, and reports a completion of its own only when it fails.
+   */
+  lead: SendWorkRequest | undefined = undefined;
+  leadLength = 0;
   /** The done callback of this entry's writes, bound once. */
   readonly sentBound: WriteDone;
 
@@ -157,6 +165,7 @@ export class Requester {
     wqe.requestMsn = undefined;
     wqe.writesPending = 0;
     wqe.dequeued = false;
+    wqe.lead = undefined;
     this.sq[this.sqTail++] = wqe;
     if (qp.state === 'error') {
       this.finishWqe(wqe, WcStatus.WrFlushError, 'QP is in the error state');
@@ -165,6 +174,82 @@ export class Requester {
       return;
     }
     qp.transmitQueued();
+  }
+
+  /**
+   * Posts an unsignaled RDMA Write and the Send behind it as one send queue entry, framed at once
+   * (Transmitter.sendWriteThenSend), when they would go out straight away anyway: the stream in
+   * full operation, nothing queued ahead of them, room below the transmit high-water mark, their
+   * memory accessible, the Send one FPDU. The wire, the order of completions and what a failure
+   * reports are those of post(write) then post(send); false (nothing done) when they do not
+   * qualify, and the caller posts them one by one. The QP calls this outside its transmit loop,
+   * with the responder idle (QueuePair.postWriteThenSend).
+   */
+  postWriteThenSend(write: SendWorkRequest, send: SendWorkRequest): boolean {
+    const qp = this.qp;
+    const transmitter = qp.transmitter;
+    if (transmitter === undefined || transmitter.markers || qp.state !== 'rts') return false;
+    // Two entries' room, as posting them one by one needs.
+    if (this.sqNext !== this.sqTail || this.sqTail - this.sqHead + 2 > qp.maxSendWr) return false;
+    if (write.opcode !== 'RDMA_WRITE' || (write.signaled ?? qp.signalAll) || write.fence === true) return false;
+    const invalidate = send.opcode === 'SEND_WITH_INV';
+    if ((send.opcode !== 'SEND' && !invalidate) || send.solicited === true || send.fence === true) return false;
+    const writeList = write.sgList;
+    const sendList = send.sgList;
+    if (writeList === undefined || writeList.length !== 1 || sendList === undefined || sendList.length !== 1) return false;
+    const remote = write.remote;
+    if (remote === undefined || !Number.isInteger(remote.stag)) return false;
+    const to = remote.taggedOffset;
+    if (typeof to !== 'number' || !Number.isSafeInteger(to) || to < 0) return false;
+    if (invalidate && !Number.isInteger(send.invalidateStag)) return false;
+    const writeSge = writeList[0]!;
+    const sendSge = sendList[0]!;
+    if (writeSge.length > MAX_MESSAGE || sendSge.length > Math.min(INLINE_SEND, transmitter.mulpdu - DDP_UNTAGGED_HEADER_LENGTH)) return false;
+    if (qp.transmitFull()) return false;
+    // The checks gather() makes; one that fails leaves the failure to the one-by-one path.
+    const memory = qp.memory;
+    let data: Uint8Array = NO_BYTES;
+    if (writeSge.length !== 0) {
+      if (memory.checkLocal(writeSge.lkey >>> 0, qp.pd, 0, writeSge.offset, writeSge.length) !== AccessStatus.Ok) return false;
+      data = memory.resolvedRegion!.view(writeSge.offset, writeSge.length);
+    }
+    let sendData: Uint8Array = NO_BYTES;
+    if (sendSge.length !== 0) {
+      if (memory.checkLocal(sendSge.lkey >>> 0, qp.pd, 0, sendSge.offset, sendSge.length) !== AccessStatus.Ok) return false;
+      sendData = memory.resolvedRegion!.view(sendSge.offset, sendSge.length);
+    }
+    const wqe = this.pool.pop() ?? new SendWqe(this);
+    wqe.wr = send;
+    wqe.signaled = send.signaled ?? qp.signalAll;
+    wqe.state = SendWqeState.InFlight;
+    wqe.status = WcStatus.Success;
+    wqe.error = undefined;
+    wqe.byteLength = sendSge.length;
+    wqe.atomicResult = undefined;
+    wqe.requestMsn = undefined;
+    wqe.writesPending = 1;
+    wqe.dequeued = false;
+    wqe.lead = write;
+    wqe.leadLength = writeSge.length;
+    this.sq[this.sqTail++] = wqe;
+    this.sqNext = this.sqTail;
+    const observer = qp.observer;
+    if (observer !== undefined) {
+      // What starting the two entries would have told the SRAM model.
+      observer.queuePairContext(qp.qpNumber, true);
+      observer.queuePairContext(qp.qpNumber, true);
+    }
+    transmitter.sendWriteThenSend(
+      remote.stag >>> 0,
+      Math.floor(to / 0x1_0000_0000),
+      to % 0x1_0000_0000,
+      data,
+      invalidate ? RdmapOpcode.SendWithInvalidate : RdmapOpcode.Send,
+      invalidate ? send.invalidateStag! >>> 0 : 0,
+      sendData,
+      wqe.sentBound,
+    );
+    return true;
   }
 
   /** The RTR Read Request went out: its zero-length Read Response completes nothing the ULP posted. */
@@ -371,6 +456,7 @@ export class Requester {
 
   private retire(wqe: SendWqe): void {
     wqe.wr = NO_WR;
+    wqe.lead = undefined;
     wqe.error = undefined;
     wqe.dequeued = false;
     if (this.pool.length < this.qp.maxSendWr) this.pool.push(wqe);
@@ -399,6 +485,11 @@ export class Requester {
       const wqe = this.sq[this.sqHead]!;
       if (wqe.state !== SendWqeState.Done) break;
       this.sqHead++;
+      const lead = wqe.lead;
+      if (lead !== undefined && wqe.status !== WcStatus.Success) {
+        // The Write posted with this Send failed with it: its completion comes first, as its own entry's would have.
+        qp.addCompletion(qp.sendCq, lead.wrId, wqe.status, wcOpcodeFor(lead.opcode), wqe.leadLength, undefined, wqe.error);
+      }
       if (wqe.signaled || wqe.status !== WcStatus.Success) {
         // Written straight into the CQ's record: no object per completion.
         const record = qp.addCompletion(qp.sendCq, wqe.wr.wrId, wqe.status, wcOpcodeFor(wqe.wr.opcode), wqe.byteLength, undefined, wqe.error);

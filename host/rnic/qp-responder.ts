@@ -123,6 +123,11 @@ export class Responder {
     return false;
   }
 
+  /** No inbound request waits for its response (nothing transmit() would send). */
+  get idle(): boolean {
+    return this.irq.length === 0;
+  }
+
   /** Answers queued requests while the transmit high-water mark allows. */
   transmit(): void {
     const qp = this.qp;

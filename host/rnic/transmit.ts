@@ -5,11 +5,20 @@
 // §5.5 rule 14) and the buffer may be reused.
 
 import { CRC_LENGTH, crc32cUpdate, writeCrc } from './wire/crc.ts';
-import { DDP_FLAG_LAST, DDP_FLAG_TAGGED, DDP_TAGGED_HEADER_LENGTH, DDP_UNTAGGED_HEADER_LENGTH, DDP_VERSION, QUEUE_COUNT, writeUint32 } from './wire/ddp.ts';
+import {
+  DDP_FLAG_LAST,
+  DDP_FLAG_TAGGED,
+  DDP_TAGGED_HEADER_LENGTH,
+  DDP_UNTAGGED_HEADER_LENGTH,
+  DDP_VERSION,
+  QN_SEND,
+  QUEUE_COUNT,
+  writeUint32,
+} from './wire/ddp.ts';
 import { FrameRing } from './frame-ring.ts';
 import { encodeFpduWithMarkers } from './wire/markers.ts';
 import { fpduPadding, MPA_LENGTH_FIELD, MPA_MAX_ULPDU, MPA_MIN_MULPDU } from './wire/mpa.ts';
-import { rdmapControl } from './wire/rdmap.ts';
+import { RdmapOpcode, rdmapControl } from './wire/rdmap.ts';
 import { UsageError } from '../errors.ts';
 
 export type WriteDone = (error?: Error | null) => void;
@@ -43,6 +52,7 @@ const setBytes = Uint8Array.prototype.set;
 const subarrayOf = Uint8Array.prototype.subarray;
 
 const NO_PAYLOAD: readonly Uint8Array[] = [];
+const WRITE_CONTROL = rdmapControl(RdmapOpcode.RdmaWrite);
 const EMPTY = new Uint8Array(0);
 
 export class Transmitter {
@@ -156,6 +166,34 @@ export class Transmitter {
       sent += bytes;
     }
     this.emit(framer.chunks(), framer.count, length);
+    return msn;
+  }
+
+  /**
+   * An RDMA Write of `data` to `stag` at TO `toHigh` * 2^32 + `toLow`, then a Send of `sendData`
+   * on queue 0 (`sendOpcode`: Send or Send with Invalidate, `sendReserved` its invalidate STag or
+   * 0): the FPDUs sendTaggedAt and sendUntagged would frame for them one after the other, laid out
+   * in one ring reservation and handed to the sink in one write whose `done` stands for both (a
+   * KBTP LOAD's data and COMPLETION; issue 16). No markers; the Send fits one FPDU. Returns its MSN.
+   */
+  sendWriteThenSend(
+    stag: number,
+    toHigh: number,
+    toLow: number,
+    data: Uint8Array,
+    sendOpcode: number,
+    sendReserved: number,
+    sendData: Uint8Array,
+    done: WriteDone,
+  ): number {
+    if (this.markers) throw new UsageError('sendWriteThenSend frames without markers');
+    if (sendData.length > Math.min(INLINE_PAYLOAD, this.mulpdu - DDP_UNTAGGED_HEADER_LENGTH))
+      throw new UsageError(`a Send of ${sendData.length} octets does not fit one FPDU of this stream`);
+    const msn = this.nextMsn[QN_SEND]!;
+    this.nextMsn[QN_SEND] = (msn + 1) >>> 0;
+    const chunks = this.framer.writeThenSend(this.mulpdu, this.crc, stag, toHigh, toLow, data, rdmapControl(sendOpcode), sendReserved, msn, sendData, done);
+    this.messagesSent++; // the Write; emit() counts the Send
+    this.emit(chunks, this.framer.count, data.length + sendData.length);
     return msn;
   }
 
@@ -315,6 +353,98 @@ class MessageFramer {
       writeCrc(arena, this.offset + padding, crc);
     }
     this.offset += padding + CRC_LENGTH;
+  }
+
+  /**
+   * Transmitter.sendWriteThenSend's layout: the Write's segments as sendTaggedAt frames them (a
+   * header, the payload as a view or, one segment of at most INLINE_PAYLOAD, copied, then PAD and
+   * CRC), the whole Send behind them. The header, the trailers and the Send are written straight
+   * into one reservation; the payload views go between.
+   */
+  writeThenSend(
+    mulpdu: number,
+    crcOn: boolean,
+    stag: number,
+    toHigh: number,
+    toLow: number,
+    data: Uint8Array,
+    sendControl: number,
+    sendReserved: number,
+    msn: number,
+    sendData: Uint8Array,
+    done: WriteDone,
+  ): Uint8Array[] {
+    const length = data.length;
+    const perSegment = mulpdu - DDP_TAGGED_HEADER_LENGTH;
+    const segments = Math.max(1, Math.ceil(length / perSegment));
+    const inline = segments === 1 && length <= INLINE_PAYLOAD;
+    const sendLength = sendData.length;
+    const sendUlpdu = DDP_UNTAGGED_HEADER_LENGTH + sendLength;
+    const size =
+      segments * (MPA_LENGTH_FIELD + DDP_TAGGED_HEADER_LENGTH + 3 + CRC_LENGTH) + (inline ? length : 0) + MPA_LENGTH_FIELD + sendUlpdu + 3 + CRC_LENGTH;
+    const arena = this.ring.reserve(size, done);
+    this.arena = arena;
+    const out = this.emitting ? [] : this.reusable;
+    this.out = out;
+    let count = 0;
+    let at = this.ring.start;
+    let spanStart = at;
+    let sent = 0;
+    for (let segment = 0; segment < segments; segment++) {
+      const bytes = Math.min(perSegment, length - sent);
+      const ulpduLength = DDP_TAGGED_HEADER_LENGTH + bytes;
+      const header = at;
+      arena[at] = ulpduLength >> 8;
+      arena[at + 1] = ulpduLength & 0xff;
+      arena[at + 2] = DDP_FLAG_TAGGED | (segment === segments - 1 ? DDP_FLAG_LAST : 0) | DDP_VERSION;
+      arena[at + 3] = WRITE_CONTROL;
+      writeUint32(arena, at + 4, stag);
+      const low = toLow + sent;
+      writeUint32(arena, at + 8, (toHigh + Math.floor(low / 0x1_0000_0000)) >>> 0);
+      writeUint32(arena, at + 12, low >>> 0);
+      at += MPA_LENGTH_FIELD + DDP_TAGGED_HEADER_LENGTH;
+      let crc = crcOn ? crc32cUpdate(0, this.span(header, at)) : 0;
+      if (bytes > 0) {
+        const piece = bytes === length ? data : subarrayOf.call(data, sent, sent + bytes);
+        if (inline) {
+          setBytes.call(arena, piece, at);
+          if (crcOn) crc = crc32cUpdate(crc, this.span(at, at + bytes));
+          at += bytes;
+        } else {
+          out[count++] = this.span(spanStart, at);
+          out[count++] = piece;
+          if (crcOn) crc = crc32cUpdate(crc, piece);
+          spanStart = at;
+        }
+      }
+      at = this.trailer(arena, at, fpduPadding(ulpduLength), crcOn, crc);
+      sent += bytes;
+    }
+    const header = at;
+    arena[at] = sendUlpdu >> 8;
+    arena[at + 1] = sendUlpdu & 0xff;
+    arena[at + 2] = DDP_FLAG_LAST | DDP_VERSION;
+    arena[at + 3] = sendControl;
+    writeUint32(arena, at + 4, sendReserved);
+    writeUint32(arena, at + 8, QN_SEND);
+    writeUint32(arena, at + 12, msn);
+    writeUint32(arena, at + 16, 0);
+    at += MPA_LENGTH_FIELD + DDP_UNTAGGED_HEADER_LENGTH;
+    setBytes.call(arena, sendData, at);
+    at += sendLength;
+    at = this.trailer(arena, at, fpduPadding(sendUlpdu), crcOn, crcOn ? crc32cUpdate(0, this.span(header, at)) : 0);
+    out[count++] = spanStart === 0 && at === arena.length ? arena : this.span(spanStart, at);
+    this.count = count;
+    return out;
+  }
+
+  /** PAD and the CRC field at `at` (the CRC over the FPDU so far, `crc`, finished with the PAD); returns the FPDU's end. */
+  private trailer(arena: Uint8Array, at: number, padding: number, crcOn: boolean, crc: number): number {
+    // Ring space is reused: PAD (and the CRC field when CRCs are off) must be zeroed (see finishSegment).
+    const zeroEnd = at + padding + (crcOn ? 0 : CRC_LENGTH);
+    for (let i = at; i < zeroEnd; i++) arena[i] = 0;
+    if (crcOn) writeCrc(arena, at + padding, padding > 0 ? crc32cUpdate(crc, this.span(at, at + padding)) : crc);
+    return at + padding + CRC_LENGTH;
   }
 
   chunks(): Uint8Array[] {

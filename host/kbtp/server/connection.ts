@@ -12,6 +12,7 @@ import type { Engine } from '../../engine/engine.ts';
 import type { ThreadArena } from '../../engine/arena.ts';
 import {
   Access,
+  QueuePair,
   WcStatus,
   type Rnic,
   type ProtectionDomain,
@@ -415,16 +416,30 @@ export class TargetConnection {
       case S.ACTION_SEND:
         this.postCompletion(request);
         return;
-      case S.ACTION_DATA:
-        this.postData(request, true);
+      case S.ACTION_DATA: {
+        const wrs = this.dataRequest(request, true);
+        if (wrs !== undefined) this.qp.postSend(wrs.data);
         return;
-      case S.ACTION_DATA_AND_SEND:
+      }
+      case S.ACTION_DATA_AND_SEND: {
         // LOAD: the Write and the COMPLETION go out together; the Send is delivered after the data is
         // placed. The Write is unsignaled: the Send's completion says both were sent (issue 16: one
         // work completion fewer per LOAD, and its drain, dispatch and engine call).
-        if (this.postData(request, false)) this.postCompletion(request);
-        else this.busy -= 1; // the stream is gone: no COMPLETION will be posted or confirmed
+        const wrs = this.dataRequest(request, false);
+        if (wrs === undefined) {
+          this.busy -= 1; // the stream is gone: no COMPLETION will be posted or confirmed
+          return;
+        }
+        const completion = this.completionRequest(request, wrs);
+        if (completion === undefined) return;
+        // The iWARP QP frames both at once when it can (issue 16: a third of the target's send-side work per LOAD).
+        if (this.qp instanceof QueuePair) this.qp.postWriteThenSend(wrs.data, completion);
+        else {
+          this.qp.postSend(wrs.data);
+          this.qp.postSend(completion);
+        }
         return;
+      }
       case S.ACTION_RETRY:
         this.retries.push(request);
         if (!this.retryScheduled) {
@@ -500,6 +515,15 @@ export class TargetConnection {
   }
 
   private postCompletion(request: number): void {
+    const wr = this.completionRequest(request, this.contextOf(request));
+    if (wr !== undefined) this.qp.postSend(wr);
+  }
+
+  /**
+   * Counts the request's COMPLETION and stamps its handle's use, then readies the context's Send of
+   * it; undefined when the stream is gone (the request is no longer busy then).
+   */
+  private completionRequest(request: number, wrs: ContextRequests): ContextRequests['completion'] | undefined {
     const { arena, engine } = this.ctx;
     const opcode = engine.view.getUint8(request + S.REQUEST_MESSAGE + K.HEADER_OPCODE);
     const status = engine.view.getUint16(request + S.REQUEST_COMPLETION + K.HEADER_STATUS, false);
@@ -512,20 +536,21 @@ export class TargetConnection {
       return;
     }
     const invalidateStag = arena.invalidateStag(request);
-    const wr = this.contextOf(request).completion;
+    const wr = wrs.completion;
     wr.opcode = invalidateStag !== 0 ? 'SEND_WITH_INV' : 'SEND';
     wr.invalidateStag = invalidateStag;
-    this.qp.postSend(wr);
+    return wr;
   }
 
   /**
-   * Posts the RDMA Write or Read the program described; false when the stream is already gone.
-   * `signaled` false: no completion unless it fails (a LOAD's Write, followed by its COMPLETION Send).
+   * Readies the context's RDMA Write or Read the program described, for posting; undefined when the
+   * stream is already gone (the data operation has failed then). `signaled` false: no completion
+   * unless it fails (a LOAD's Write, followed by its COMPLETION Send).
    */
-  private postData(request: number, signaled: boolean): boolean {
+  private dataRequest(request: number, signaled: boolean): ContextRequests | undefined {
     if (this.disconnected) {
       this.dataDone(request, false);
-      return false;
+      return undefined;
     }
     const op = this.ctx.arena.readDataOperation(request, this.operation);
     this.ctx.stats.dataMoved(op.length);
@@ -537,8 +562,7 @@ export class TargetConnection {
     wrs.dataSge.length = op.length;
     wrs.remote.stag = op.stag;
     wrs.remote.taggedOffset = op.remoteOffset;
-    this.qp.postSend(wrs.data);
-    return true;
+    return wrs;
   }
 
   /** A LOAD whose unsignaled Write and COMPLETION are out, its handle still held (the engine's DATA_SENT). */
