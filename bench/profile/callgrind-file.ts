@@ -1,9 +1,10 @@
 // Reads what callgrind wrote about a node process (`--compress-strings=no --compress-pos=no`) and
 // names the JIT code in it from the process's perf map (`node --perf-basic-prof`): instructions by
-// function, and by side of a two-sided run, where the side of a JavaScript function is the copy of
-// the code it came from (bench/profile/load-loop.ts --initiator-root) and code that is not
-// JavaScript (builtins, the runtime, libc) is shared out among its callers in proportion to what
-// each call cost, up to the JavaScript functions that called it.
+// function, the difference of two runs per operation, and by side of a two-sided run, where the
+// side of a JavaScript function is the copy of the code it came from (bench/profile/load-loop.ts
+// --initiator-root) and code that is not JavaScript (builtins, the runtime, libc) is shared out
+// among its callers in proportion to what each call cost, up to the JavaScript functions that
+// called it. Shares are taken on the difference of the runs, so start-up's calls weigh nothing.
 
 /** One entry of /tmp/perf-PID.map: [start, start + size) is the code of `name`. */
 interface MapEntry {
@@ -102,10 +103,55 @@ export function parseCallgrind(text: string): CallgrindProfile {
   return { total, self, callers };
 }
 
-/** How a function's code is told apart: its side, and a printable name. */
+/**
+ * The profile with every function under its printable name: JIT addresses through the perf map
+ * (code objects of one function merge), everything else as callgrind named it. Two runs' profiles
+ * compare by these names (their JIT addresses differ).
+ */
+export function named(profile: CallgrindProfile, map: PerfMap): CallgrindProfile {
+  const names = new Map<string, string>();
+  const nameOf = (fn: string): string => {
+    let name = names.get(fn);
+    if (name === undefined) {
+      name = /^0x[0-9a-f]+$/.test(fn) ? (map.lookup(Number.parseInt(fn.slice(2), 16)) ?? 'JIT code not in the perf map') : fn;
+      names.set(fn, name);
+    }
+    return name;
+  };
+  const self = new Map<string, number>();
+  for (const [fn, cost] of profile.self) self.set(nameOf(fn), (self.get(nameOf(fn)) ?? 0) + cost);
+  const callers = new Map<string, Map<string, number>>();
+  for (const [callee, edges] of profile.callers) {
+    const key = nameOf(callee);
+    let into = callers.get(key);
+    if (into === undefined) {
+      into = new Map();
+      callers.set(key, into);
+    }
+    for (const [caller, cost] of edges) into.set(nameOf(caller), (into.get(nameOf(caller)) ?? 0) + cost);
+  }
+  return { total: profile.total, self, callers };
+}
+
+/** (b - a) / n for every cost of two named profiles: what each of the n operations between them cost. */
+export function perOperation(a: CallgrindProfile, b: CallgrindProfile, n: number): CallgrindProfile {
+  const difference = (x: Map<string, number>, y: Map<string, number>): Map<string, number> => {
+    const out = new Map<string, number>();
+    for (const key of new Set([...x.keys(), ...y.keys()])) out.set(key, ((y.get(key) ?? 0) - (x.get(key) ?? 0)) / n);
+    return out;
+  };
+  const callers = new Map<string, Map<string, number>>();
+  const none = new Map<string, number>();
+  for (const callee of new Set([...a.callers.keys(), ...b.callers.keys()])) {
+    callers.set(callee, difference(a.callers.get(callee) ?? none, b.callers.get(callee) ?? none));
+  }
+  return { total: (b.total - a.total) / n, self: difference(a.self, b.self), callers };
+}
+
+/** How a function's code is told apart: its side. */
 export interface Labeller {
-  /** The side of a JavaScript function by its perf map name, or undefined for code that is not JavaScript. */
-  sideOf(mapName: string): string | undefined;
+  /** The side of a JavaScript function by its name, or undefined for code that is not JavaScript. */
+  sideOf(name: string): string | undefined;
 }
 
 export interface Attribution {
@@ -114,50 +160,43 @@ export interface Attribution {
   bySide: Map<string, number>;
   /** Of bySide, the JavaScript functions' own instructions. */
   jsBySide: Map<string, number>;
-  /** Self instructions by printable name, with the side (or 'shared') in front. */
+  /** Own instructions by function, the side (or 'shared') in front of the name. */
   byFunction: Map<string, number>;
 }
 
 export const NO_JS_CALLER = 'no JavaScript caller';
 
 /**
- * Names every function (JIT addresses through the perf map) and gives each side its JavaScript
- * functions' own instructions plus its share of everything they called that is not JavaScript.
+ * Gives each side its JavaScript functions' own instructions plus its share of everything they
+ * called that is not JavaScript (a named profile: see named()).
  */
-export function attribute(profile: CallgrindProfile, map: PerfMap, labeller: Labeller): Attribution {
-  const named = new Map<string, { name: string; side: string | undefined }>();
-  const resolve = (fn: string): { name: string; side: string | undefined } => {
-    let known = named.get(fn);
-    if (known !== undefined) return known;
-    let name = fn;
-    if (/^0x[0-9a-f]+$/.test(fn)) name = map.lookup(Number.parseInt(fn.slice(2), 16)) ?? 'JIT code not in the perf map';
-    known = { name, side: labeller.sideOf(name) };
-    named.set(fn, known);
-    return known;
+export function attribute(profile: CallgrindProfile, labeller: Labeller): Attribution {
+  const sides = new Map<string, string | undefined>();
+  const sideOf = (fn: string): string | undefined => {
+    if (!sides.has(fn)) sides.set(fn, labeller.sideOf(fn));
+    return sides.get(fn);
   };
-  // Shares of a non-JavaScript function among sides, from its callers' inclusive costs.
+  // Shares of a function that is not JavaScript among sides, from its callers' inclusive costs.
   const shares = new Map<string, Map<string, number>>();
   const visiting = new Set<string>();
   const shareOf = (fn: string): Map<string, number> => {
-    const side = resolve(fn).side;
+    const side = sideOf(fn);
     if (side !== undefined) return new Map([[side, 1]]);
     const done = shares.get(fn);
     if (done !== undefined) return done;
     const out = new Map<string, number>();
     const edges = profile.callers.get(fn);
-    if (edges === undefined || visiting.has(fn)) {
-      out.set(NO_JS_CALLER, 1);
-    } else {
+    if (edges !== undefined && !visiting.has(fn)) {
       visiting.add(fn);
       let sum = 0;
-      for (const [caller, cost] of edges) if (caller !== fn) sum += cost;
+      for (const [caller, cost] of edges) if (caller !== fn && cost > 0) sum += cost;
       for (const [caller, cost] of edges) {
-        if (caller === fn || sum === 0) continue;
+        if (caller === fn || cost <= 0) continue;
         for (const [s, part] of shareOf(caller)) out.set(s, (out.get(s) ?? 0) + (part * cost) / sum);
       }
       visiting.delete(fn);
-      if (out.size === 0) out.set(NO_JS_CALLER, 1);
     }
+    if (out.size === 0) out.set(NO_JS_CALLER, 1);
     shares.set(fn, out);
     return out;
   };
@@ -165,17 +204,11 @@ export function attribute(profile: CallgrindProfile, map: PerfMap, labeller: Lab
   const jsBySide = new Map<string, number>();
   const byFunction = new Map<string, number>();
   for (const [fn, cost] of profile.self) {
-    const { name, side } = resolve(fn);
-    byFunction.set(`${side ?? 'shared'}  ${name}`, (byFunction.get(`${side ?? 'shared'}  ${name}`) ?? 0) + cost);
+    const side = sideOf(fn);
+    const label = `${side ?? 'shared'}  ${fn}`;
+    byFunction.set(label, (byFunction.get(label) ?? 0) + cost);
     if (side !== undefined) jsBySide.set(side, (jsBySide.get(side) ?? 0) + cost);
     for (const [s, part] of shareOf(fn)) bySide.set(s, (bySide.get(s) ?? 0) + part * cost);
   }
   return { total: profile.total, bySide, jsBySide, byFunction };
-}
-
-/** (b - a) / n for every key of either map. */
-export function perOperation(a: Map<string, number>, b: Map<string, number>, n: number): Map<string, number> {
-  const out = new Map<string, number>();
-  for (const key of new Set([...a.keys(), ...b.keys()])) out.set(key, ((b.get(key) ?? 0) - (a.get(key) ?? 0)) / n);
-  return out;
 }

@@ -9,7 +9,7 @@
 // The initiator's code is loaded from a copy of dist/ (.cache/profile/initiator/), so each side's
 // JavaScript is told apart by file; builtins and the runtime go to the sides in proportion to what
 // their calls from each side's JavaScript cost (see callgrind-file.ts). 'link' is the in-memory
-// stream joining the two (it stands in for the sockets and copies each message once).
+// stream joining the two (it stands in for the sockets: each end copies what it delivers once).
 //
 //   make bench-build && nice -n 19 node dist/bench/profile/callgrind-load.js [--loads 20000] [--top 40]
 import { spawn, spawnSync } from 'node:child_process';
@@ -17,7 +17,7 @@ import { cpSync, existsSync, mkdirSync, readFileSync, rmSync } from 'node:fs';
 import { dirname, join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { parseArgs } from 'node:util';
-import { attribute, NO_JS_CALLER, parseCallgrind, PerfMap, perOperation, type Attribution } from './callgrind-file.ts';
+import { attribute, named, NO_JS_CALLER, parseCallgrind, PerfMap, perOperation, type CallgrindProfile } from './callgrind-file.ts';
 
 const USAGE = `usage: node dist/bench/profile/callgrind-load.js [options]
   Instructions per LOAD of one block (both sides in one process), by side and by function, from two
@@ -30,6 +30,7 @@ const USAGE = `usage: node dist/bench/profile/callgrind-load.js [options]
   --shared      one copy of the code for both sides (no split by side)
   --top N       functions to list (default 40)
   --keep DIR    keep the callgrind outputs and perf maps in DIR
+  --from DIR    no runs: read what --keep DIR kept (the same --base and --loads)
   --help        this text`;
 
 const { values } = parseArgs({
@@ -42,6 +43,7 @@ const { values } = parseArgs({
     shared: { type: 'boolean', default: false },
     top: { type: 'string', default: '40' },
     keep: { type: 'string' },
+    from: { type: 'string' },
     help: { type: 'boolean', default: false },
   },
 });
@@ -63,7 +65,8 @@ const loads = count('loads', values.loads, 1);
 const size = count('size', values.size, 1);
 const top = count('top', values.top, 0);
 
-if (spawnSync('valgrind', ['--version']).status !== 0) {
+const from = values.from !== undefined ? resolve(values.from) : undefined;
+if (from === undefined && spawnSync('valgrind', ['--version']).status !== 0) {
   console.error('callgrind-load: valgrind is not installed (Debian/Ubuntu: apt-get install valgrind)');
   process.exit(1);
 }
@@ -76,27 +79,34 @@ if (!existsSync(loop)) {
   process.exit(1);
 }
 const work = values.keep !== undefined ? resolve(values.keep) : join(root, '.cache/profile');
-mkdirSync(work, { recursive: true });
+if (from === undefined) mkdirSync(work, { recursive: true });
 
 /** The initiator's copy of the build: inside the checkout, so that its packages resolve as the original's do. */
+const INITIATOR_COPY = '.cache/profile/initiator';
 let initiatorRoot: string | undefined;
 if (!values.shared) {
-  initiatorRoot = join(root, '.cache/profile/initiator');
-  rmSync(initiatorRoot, { recursive: true, force: true });
-  for (const part of ['host', 'assembly']) cpSync(join(root, 'dist', part), join(initiatorRoot, part), { recursive: true });
+  initiatorRoot = join(root, INITIATOR_COPY);
+  if (from === undefined) {
+    rmSync(initiatorRoot, { recursive: true, force: true });
+    for (const part of ['host', 'assembly']) cpSync(join(root, 'dist', part), join(initiatorRoot, part), { recursive: true });
+  }
 }
 
-function sideOf(mapName: string): string | undefined {
-  if (!mapName.startsWith('JS:') && !mapName.startsWith('Script:')) return undefined;
-  if (mapName.includes('/linked-channel.js')) return 'link';
+function sideOf(name: string): string | undefined {
+  if (!name.startsWith('JS:') && !name.startsWith('Script:')) return undefined;
+  if (name.includes('/linked-channel.js')) return name.includes(`/${INITIATOR_COPY}/`) ? 'link (initiator end)' : 'link (target end)';
   // The loop's own callbacks: the application calling the initiator.
-  if (mapName.includes('/dist/bench/')) return 'loop';
-  if (initiatorRoot !== undefined && mapName.includes(initiatorRoot)) return 'initiator';
-  if (mapName.includes('/dist/')) return initiatorRoot === undefined ? 'kbtp' : 'target';
+  if (name.includes('/dist/bench/')) return 'loop';
+  if (initiatorRoot !== undefined && name.includes(`/${INITIATOR_COPY}/`)) return 'initiator';
+  if (name.includes('/dist/')) return initiatorRoot === undefined ? 'kbtp' : 'target';
   return 'node';
 }
 
-async function run(measured: number): Promise<Attribution> {
+async function run(measured: number): Promise<CallgrindProfile> {
+  if (from !== undefined) {
+    const map = new PerfMap(readFileSync(join(from, `perf.${measured}.map`), 'utf8'));
+    return named(parseCallgrind(readFileSync(join(from, `callgrind.${measured}.out`), 'utf8')), map);
+  }
   const out = join(work, `callgrind.${measured}.out`);
   const args = [
     '--tool=callgrind',
@@ -140,17 +150,14 @@ async function run(measured: number): Promise<Attribution> {
   const map = new PerfMap(existsSync(mapFile) ? readFileSync(mapFile, 'utf8') : '');
   if (values.keep !== undefined) cpSync(mapFile, join(work, `perf.${measured}.map`));
   rmSync(mapFile, { force: true });
-  const attribution = attribute(parseCallgrind(readFileSync(out, 'utf8')), map, { sideOf });
+  const profile = named(parseCallgrind(readFileSync(out, 'utf8')), map);
   if (values.keep === undefined) rmSync(out, { force: true });
-  return attribution;
+  return profile;
 }
 
 const a = await run(base);
 const b = await run(base + loads);
-const total = (b.total - a.total) / loads;
-const bySide = perOperation(a.bySide, b.bySide, loads);
-const jsBySide = perOperation(a.jsBySide, b.jsBySide, loads);
-const byFunction = perOperation(a.byFunction, b.byFunction, loads);
+const { total, bySide, jsBySide, byFunction } = attribute(perOperation(a, b, loads), { sideOf });
 
 const n = (v: number): string => Math.round(v).toLocaleString('en-US').padStart(9);
 console.log(
@@ -165,5 +172,5 @@ for (const [side, v] of sides) {
 if (bySide.has(NO_JS_CALLER)) console.log(`  (${NO_JS_CALLER}: the event loop, the microtask runner, GC and the JIT compiler)`);
 console.log(`\nTop ${top} functions, own instructions per LOAD (side, or 'shared' for code that is not JavaScript):`);
 for (const [name, v] of [...byFunction.entries()].sort((x, y) => y[1] - x[1]).slice(0, top)) {
-  console.log(`${n(v)}  ${name.replace(`file://${root}/dist/`, '').replace(`file://${initiatorRoot}/`, '')}`);
+  console.log(`${n(v)}  ${name.replace(/file:\/\/\S*?\/(dist|\.cache\/profile\/initiator)\//, '')}`);
 }
