@@ -328,8 +328,11 @@ export class FpduReceiver {
       this.vectorSlot(count++, this.sideViews.view(sideAt, sideLength));
       sideAt += sideLength;
       const next = Math.min(this.payloadLength, rest);
-      // A short last segment is left to a staged read, which takes the next message's start too.
-      if (next < DIRECT_PLACEMENT_MIN) break;
+      // The message's short last segment comes too (the view ends with the message, so it is
+      // exactly the rest), and with its trailer the next message's prefix: back-to-back
+      // messages then take a read fewer each. A short segment that is not the last (a sender
+      // with small segments) is left to staged reads.
+      if (next === 0 || (next < DIRECT_PLACEMENT_MIN && next !== rest)) break;
       payload = next;
       padding = fpduPadding(headerLength + next);
     }
