@@ -18,6 +18,7 @@ import { encodeIbPacket } from '../../host/rnic/wire/ib-packet.ts';
 import { completions, expectSuccess, rcPair, type RcPairOptions, type RcSide } from '../support/rc.ts';
 
 const KiB = 1024;
+const MiB = 1024 * KiB;
 
 /** Records every datagram `side`'s socket is given (header, payload and trailer joined), and how many runs. */
 function record(side: RcSide): { datagrams: Uint8Array[]; runs: () => number } {
@@ -274,6 +275,45 @@ test('a middle packet with a bad ICRC, in sequence, is not placed by the lean pa
     const stats = server.rnic.roceEndpoint!.stats;
     assert.is(stats.icrcErrors, 1, 'the bad packet was dropped and counted');
     assert.ok(stats.lean > 0, 'the packets around it took the lean path');
+  } finally {
+    await pair.close();
+  }
+});
+
+test('16 KiB Writes and Reads: the lean path takes a Write LAST and every Read Response, FIRST and LAST too (4 packets each)', async () => {
+  const pair = await rcPair({ pathMtu: 4096 });
+  try {
+    const { client, server } = pair;
+    const count = 8;
+    const size = 16 * KiB;
+    for (let i = 0; i < count * size; i++) client.memory[i] = (i * 5 + 3) & 0xff;
+    for (let i = 0; i < count * size; i++) server.memory[MiB + i] = (i * 9 + 1) & 0xff;
+    for (let i = 0; i < count; i++) {
+      client.qp.postSend({
+        wrId: i,
+        opcode: 'RDMA_WRITE',
+        sgList: [{ lkey: client.mr.lkey, offset: i * size, length: size }],
+        remote: { stag: server.mr.rkey, taggedOffset: i * size },
+      });
+    }
+    expectSuccess(await completions(client.cq, count, 20_000));
+    assert.equal(server.memory.subarray(0, count * size), client.memory.subarray(0, count * size), 'written data');
+    // FIRST carries the RETH (checked on the full path); MIDDLE, MIDDLE and LAST go lean.
+    assert.is(server.rnic.roceEndpoint!.stats.lean, 3 * count, 'Write packets placed by the lean path');
+    const readBefore = client.rnic.roceEndpoint!.stats.lean;
+    for (let i = 0; i < count; i++) {
+      client.qp.postSend({
+        wrId: 100 + i,
+        opcode: 'RDMA_READ',
+        sgList: [{ lkey: client.mr.lkey, offset: MiB + i * size, length: size }],
+        remote: { stag: server.mr.rkey, taggedOffset: MiB + i * size },
+      });
+    }
+    expectSuccess(await completions(client.cq, count, 20_000));
+    assert.equal(client.memory.subarray(MiB, MiB + count * size), server.memory.subarray(MiB, MiB + count * size), 'read data');
+    // The client's endpoint took the Writes' ACKs in full first: every response goes lean.
+    assert.is(client.rnic.roceEndpoint!.stats.lean - readBefore, 4 * count, 'Read Responses placed by the lean path');
+    assert.is(server.qp.statistics.messagesReceived, 2 * count, 'each Write completed at the responder (MSN), each Read executed');
   } finally {
     await pair.close();
   }

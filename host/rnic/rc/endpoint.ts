@@ -4,15 +4,15 @@
 // does not match, an unknown destination QP, or a source address other than the QP's peer. Malformed
 // traffic therefore never reaches, let alone harms, a QP that did not make the connection.
 
-import { decodeHeaders, IbHeaders } from '../wire/ib-headers.ts';
-import { BTH_LENGTH, IbOpcode, ICRC_LENGTH } from '../wire/ib-opcodes.ts';
+import { decodeHeaders, IbHeaders, Syndrome } from '../wire/ib-headers.ts';
+import { AETH_LENGTH, BTH_LENGTH, IbOpcode, ICRC_LENGTH } from '../wire/ib-opcodes.ts';
 import { computeIcrc } from '../wire/icrc.ts';
 import { LeanVerdict, type LeanPacketReceiver, type PacketLink, type PeerAddress } from './link.ts';
 import type { RcQueuePair } from './queue-pair.ts';
 
 export interface EndpointStatistics {
   packets: number;
-  /** Of those, the middle packets the lean path placed (no decode, view or demultiplexing each). */
+  /** Of those, the packets the lean path placed (no decode, view or demultiplexing each). */
   lean: number;
   /** Of those, requests past a gap their QP NAK'd, dropped before their ICRC (the full path would drop them unanswered). */
   pastGap: number;
@@ -93,9 +93,9 @@ export class RoceEndpoint implements LeanPacketReceiver {
    *   whatever follows its NAK until the expected PSN arrives (IBA 9.7.5.1.2), so its ICRC, good
    *   or bad, would change nothing. At 1 % loss go-back-N makes these about a quarter of what a
    *   Write's responder receives;
-   * - a Write MIDDLE or Read Response MIDDLE with no flags (no SE, MigReq or pad, TVer 0,
-   *   reserved bits 0) that the QP would place next (`acceptsMiddle`) is taken once its ICRC is
-   *   good;
+   * - a Write MIDDLE or LAST (without Immediate Data) or a Read Response (FIRST, MIDDLE, LAST or
+   *   ONLY, its AETH an ACK) with no flags (no SE, MigReq or pad, TVer 0, reserved bits 0) that
+   *   the QP would place now (`acceptsLean`) is taken once its ICRC is good;
    * anything else has its ICRC computed once, by the full path.
    */
   wants(area: Uint8Array, at: number, length: number, from: PeerAddress): LeanVerdict {
@@ -116,15 +116,19 @@ export class RoceEndpoint implements LeanPacketReceiver {
       this.stats.pastGap++;
       return LeanVerdict.Dropped;
     }
-    if ((opcode !== IbOpcode.RdmaWriteMiddle && opcode !== IbOpcode.RdmaReadResponseMiddle) || area[at + 1] !== 0 || (area[at + 8]! & 0x7f) !== 0)
-      return LeanVerdict.FullPath;
-    return qp.acceptsMiddle(opcode, psn, length - BTH_LENGTH - ICRC_LENGTH) ? LeanVerdict.Take : LeanVerdict.FullPath;
+    const header = leanHeaderLength(opcode);
+    if (header === 0 || area[at + 1] !== 0 || (area[at + 8]! & 0x7f) !== 0 || length <= header + ICRC_LENGTH) return LeanVerdict.FullPath;
+    // A Read Response that carries an AETH: only an ACK syndrome (readResponse fails the WQE on another).
+    if (header !== BTH_LENGTH && (area[at + BTH_LENGTH]! & Syndrome.TypeMask) !== Syndrome.TypeAck) return LeanVerdict.FullPath;
+    return qp.acceptsLean(opcode, psn, length - header - ICRC_LENGTH) ? LeanVerdict.Take : LeanVerdict.FullPath;
   }
 
   /** The packet `wants` accepted, its ICRC good: placed by its QP, or false (the full path takes it). */
   take(area: Uint8Array, at: number, address: number, length: number): boolean {
+    const opcode = area[at]!;
+    const header = leanHeaderLength(opcode);
     const psn = (area[at + 9]! << 16) | (area[at + 10]! << 8) | area[at + 11]!;
-    const taken = this.leanQp!.takeMiddle(area[at]!, psn, (area[at + 8]! & 0x80) !== 0, address + BTH_LENGTH, length - BTH_LENGTH - ICRC_LENGTH);
+    const taken = this.leanQp!.takeLean(opcode, psn, (area[at + 8]! & 0x80) !== 0, address + header, length - header - ICRC_LENGTH);
     if (taken) {
       this.stats.packets++;
       this.stats.lean++;
@@ -195,5 +199,24 @@ export class RoceEndpoint implements LeanPacketReceiver {
   private drop(counter: keyof EndpointStatistics, reason: string): void {
     this.stats[counter]++;
     this.lastDrop = reason;
+  }
+}
+
+/**
+ * The headers before the payload of an opcode the lean path takes (BTH; BTH and AETH for a Read
+ * Response FIRST, LAST or ONLY), or 0 for any other.
+ */
+function leanHeaderLength(opcode: number): number {
+  switch (opcode) {
+    case IbOpcode.RdmaWriteMiddle:
+    case IbOpcode.RdmaWriteLast:
+    case IbOpcode.RdmaReadResponseMiddle:
+      return BTH_LENGTH;
+    case IbOpcode.RdmaReadResponseFirst:
+    case IbOpcode.RdmaReadResponseLast:
+    case IbOpcode.RdmaReadResponseOnly:
+      return BTH_LENGTH + AETH_LENGTH;
+    default:
+      return 0;
   }
 }

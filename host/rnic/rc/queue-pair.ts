@@ -352,13 +352,15 @@ export class RcQueuePair extends QueuePairAttributes<RcQueuePairEvents> {
   }
 
   /**
-   * Whether `takeMiddle` would take such a packet now (no effect): asked before its ICRC is
+   * Whether `takeLean` would take such a packet now (no effect): asked before its ICRC is
    * computed, so that a packet the full path gets anyway (past a gap, a duplicate) has its ICRC
    * computed once.
    */
-  acceptsMiddle(opcode: number, psn: number, length: number): boolean {
+  acceptsLean(opcode: number, psn: number, length: number): boolean {
     if (this.state !== 'rts') return false;
-    return opcode === IbOpcode.RdmaWriteMiddle ? this.responder.acceptsWriteMiddle(psn, length) : this.requester.acceptsReadMiddle(psn, length);
+    return opcode === IbOpcode.RdmaWriteMiddle || opcode === IbOpcode.RdmaWriteLast
+      ? this.responder.acceptsWrite(opcode === IbOpcode.RdmaWriteLast, psn, length)
+      : this.requester.acceptsReadResponse(opcode, psn, length);
   }
 
   /**
@@ -373,21 +375,21 @@ export class RcQueuePair extends QueuePairAttributes<RcQueuePairEvents> {
   }
 
   /**
-   * The lean receive path (endpoint.ts): a Write MIDDLE (`opcode`) for the responder or a Read
-   * Response MIDDLE for the requester, its payload at raw address `payloadAddress` in the link's
+   * The lean receive path (endpoint.ts): a Write MIDDLE or LAST (`opcode`) for the responder or a
+   * Read Response for the requester, its payload at raw address `payloadAddress` in the link's
    * receive area, ICRC and every endpoint check passed. Taken (true) only when it is exactly the
-   * packet the full path would place next without any other effect (the next PSN of the message
-   * in progress, a full path-MTU payload, not the message's last); otherwise false, and the
-   * packet goes through `receive`.
+   * packet the full path would place next with no other effect than placing it and what the full
+   * path does after (the next PSN of the Write in progress; a Read Response of the oldest WQE);
+   * otherwise false, and the packet goes through `receive`.
    */
-  takeMiddle(opcode: number, psn: number, ackRequest: boolean, payloadAddress: number, length: number): boolean {
+  takeLean(opcode: number, psn: number, ackRequest: boolean, payloadAddress: number, length: number): boolean {
     if (this.state !== 'rts') return false;
     let taken: boolean;
     try {
       taken =
-        opcode === IbOpcode.RdmaWriteMiddle
-          ? this.responder.takeWriteMiddle(psn, ackRequest, payloadAddress, length)
-          : this.requester.takeReadMiddle(psn, payloadAddress, length);
+        opcode === IbOpcode.RdmaWriteMiddle || opcode === IbOpcode.RdmaWriteLast
+          ? this.responder.takeWrite(opcode === IbOpcode.RdmaWriteLast, psn, ackRequest, payloadAddress, length)
+          : this.requester.takeReadResponse(opcode, psn, payloadAddress, length);
     } catch (error) {
       // As in receive: a bug ends this QP, never the process or another QP.
       this.enterError({ reason: 'connection-lost', message: `internal error: ${error instanceof Error ? error.message : String(error)}` });

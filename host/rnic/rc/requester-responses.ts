@@ -107,34 +107,45 @@ export class Responses {
     if (progress || psnCompare(psn, queue.lastAcked) > 0) this.retransmission.advanced();
   }
 
-  /** Whether takeReadMiddle would place a Read Response MIDDLE with `psn` and `length` payload octets now (no effect but caching the sink's address). */
-  acceptsReadMiddle(psn: number, length: number): boolean {
+  /**
+   * Whether takeReadResponse would place a Read Response (`opcode`: FIRST, MIDDLE, LAST or ONLY,
+   * its AETH an ACK, the endpoint checked) with `psn` and `length` payload octets now (no effect
+   * but caching the sink's address).
+   */
+  acceptsReadResponse(opcode: number, psn: number, length: number): boolean {
     const queue = this.queue;
     const wqe = queue.wqes[queue.head];
     if (!queue.running || wqe === undefined || wqe.kind !== Kind.Read || wqe.done || !wqe.started) return false;
     const index = psnCompare(psn, wqe.firstPsn);
-    if (index < wqe.received || index >= wqe.packets - 1 || index >= wqe.requested || length !== queue.mtuFor() || wqe.arrived?.[index] === 1) return false;
+    if (index < wqe.received || index >= wqe.packets || index >= wqe.requested || wqe.arrived?.[index] === 1) return false;
+    const mtu = queue.mtuFor();
+    // The Read's final packet carries the rest and ends its run (readResponse's checks); any other a full path MTU.
+    if (index === wqe.packets - 1) {
+      if (length !== wqe.length - index * mtu || (opcode !== IbOpcode.RdmaReadResponseLast && opcode !== IbOpcode.RdmaReadResponseOnly)) return false;
+    } else if (length !== mtu) return false;
     // Where the sink lies, looked up once per WQE (plain memory has none: the full path copies).
     if (wqe.localAddress === -2) wqe.localAddress = sharedAddress(wqe.local);
     return wqe.localAddress >= 0;
   }
 
   /**
-   * The lean path's Read Response MIDDLE (RcQueuePair.takeMiddle): placed when it belongs to the
-   * oldest outstanding WQE, a Read, has not arrived yet, is not its last packet and was asked
-   * for, a full path MTU: then `response` would find the same WQE with no other effect (no older
-   * Send or Write to complete, no older Read to retry), place it at the same offset and count it
-   * the same way (`responseArrived`), in order or past a lost one. Past a lost one too: at 1 %
-   * loss most 1 MiB Reads lose a packet, and while the lean path took only in-order packets of
-   * Reads that had lost none, the full path took about 80 % of their responses. The bookkeeping
-   * after it is response's own.
+   * The lean path's Read Response (RcQueuePair.takeLean): placed when it belongs to the oldest
+   * outstanding WQE, a Read, has not arrived yet and was asked for, with the length (and for the
+   * Read's final packet the opcode) readResponse checks: then `response` would find the same WQE
+   * with no other effect (no older Send or Write to complete, no older Read to retry), place it
+   * at the same offset and count it the same way (`responseArrived`, which completes the Read
+   * with its final packet), in order or past a lost one. Past a lost one too: at 1 % loss most
+   * 1 MiB Reads lose a packet, and while the lean path took only in-order packets of Reads that
+   * had lost none, the full path took about 80 % of their responses. FIRST and LAST too (their
+   * AETH an ACK, as the endpoint checked): a 16 KiB Read is four responses, two of them those.
+   * The bookkeeping after it is response's own.
    */
-  takeReadMiddle(psn: number, payloadAddress: number, length: number): boolean {
+  takeReadResponse(opcode: number, psn: number, payloadAddress: number, length: number): boolean {
     const queue = this.queue;
-    if (!this.acceptsReadMiddle(psn, length)) return false;
+    if (!this.acceptsReadResponse(opcode, psn, length)) return false;
     const wqe = queue.wqes[queue.head]!;
     const index = psnCompare(psn, wqe.firstPsn);
-    moveAt(wqe.localAddress + index * length, payloadAddress, length);
+    moveAt(wqe.localAddress + index * queue.mtuFor(), payloadAddress, length);
     this.qp.stats.payloadBytesReceived += length;
     this.responseArrived(wqe, index);
     queue.releaseResources();

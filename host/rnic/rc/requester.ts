@@ -65,14 +65,14 @@ export class Requester {
     this.responses.response(h, payload);
   }
 
-  /** Whether takeReadMiddle would place a Read Response MIDDLE with `psn` and `length` payload octets now (no effect but caching the sink's address). */
-  acceptsReadMiddle(psn: number, length: number): boolean {
-    return this.responses.acceptsReadMiddle(psn, length);
+  /** Whether takeReadResponse would place a Read Response (`opcode`) with `psn` and `length` payload octets now (no effect but caching the sink's address). */
+  acceptsReadResponse(opcode: number, psn: number, length: number): boolean {
+    return this.responses.acceptsReadResponse(opcode, psn, length);
   }
 
-  /** The lean path's Read Response MIDDLE (RcQueuePair.takeMiddle), at raw address `payloadAddress`. */
-  takeReadMiddle(psn: number, payloadAddress: number, length: number): boolean {
-    return this.responses.takeReadMiddle(psn, payloadAddress, length);
+  /** The lean path's Read Response (RcQueuePair.takeLean), its payload at raw address `payloadAddress`. */
+  takeReadResponse(opcode: number, psn: number, payloadAddress: number, length: number): boolean {
+    return this.responses.takeReadResponse(opcode, psn, payloadAddress, length);
   }
 
   /** Reports finished WQEs oldest first; a locally failed one fails the QP when its turn comes. */

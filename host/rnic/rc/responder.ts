@@ -264,28 +264,38 @@ export class Responder {
     return this.nakSent && psnCompare(psn, this.expectedPsn) > 0;
   }
 
-  /** Whether takeWriteMiddle would place a Write MIDDLE with `psn` and `length` payload octets now (no effect). */
-  acceptsWriteMiddle(psn: number, length: number): boolean {
+  /**
+   * Whether takeWrite would place a Write MIDDLE (`last` false) or LAST without Immediate Data
+   * (`last`) with `psn` and `length` payload octets now (no effect).
+   */
+  acceptsWrite(last: boolean, psn: number, length: number): boolean {
     return (
       this.inProgress === InProgress.Write &&
       psn === this.expectedPsn &&
-      length === this.mtu &&
-      this.placed + length < this.writeLength &&
-      this.writeAddress >= 0
+      this.writeAddress >= 0 &&
+      (last ? length >= 1 && length <= this.mtu && this.placed + length === this.writeLength : length === this.mtu && this.placed + length < this.writeLength)
     );
   }
 
   /**
-   * The lean path's Write MIDDLE (RcQueuePair.takeMiddle): placed when it is the next PSN of the
-   * Write in progress, carries a full path MTU and leaves room for the LAST, exactly as `request`
-   * and `write` would place it (the rest goes through them: they check and NAK).
+   * The lean path's Write MIDDLE or LAST (RcQueuePair.takeLean): placed when it is the next PSN
+   * of the Write in progress and carries what `write` would accept without a NAK (a MIDDLE a full
+   * path MTU leaving room for the LAST, a LAST exactly the rest of the DMA length), exactly as
+   * `request` and `write` would place it, the LAST completing the message as there (the rest
+   * goes through them: they check and NAK). The LAST too: a 16 KiB Write is four packets, and its
+   * LAST through the full path (decode, ICRC, checks) was a quarter of the responder's packets.
    */
-  takeWriteMiddle(psn: number, ackRequest: boolean, payloadAddress: number, length: number): boolean {
-    if (!this.acceptsWriteMiddle(psn, length)) return false;
+  takeWrite(last: boolean, psn: number, ackRequest: boolean, payloadAddress: number, length: number): boolean {
+    if (!this.acceptsWrite(last, psn, length)) return false;
     moveAt(this.writeAddress + this.placed, payloadAddress, length);
     this.placed += length;
     this.qp.stats.payloadBytesReceived += length;
     this.nakSent = false;
+    if (last) {
+      this.inProgress = InProgress.None;
+      this.msn = (this.msn + 1) & 0xffffff;
+      this.qp.stats.messagesReceived++;
+    }
     this.acceptedPsn(psn, ackRequest);
     return true;
   }
