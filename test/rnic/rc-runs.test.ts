@@ -14,6 +14,7 @@ import type { BatchedUdpSocket } from '../../host/rnic/rc/batched-udp-socket.ts'
 import { socketIcrcHeaders, type PeerAddress } from '../../host/rnic/rc/link.ts';
 import { IbHeaders, decodeHeaders } from '../../host/rnic/wire/ib-headers.ts';
 import { IbOpcode } from '../../host/rnic/wire/ib-opcodes.ts';
+import { WcStatus } from '../../host/rnic/work.ts';
 import { encodeIbPacket } from '../../host/rnic/wire/ib-packet.ts';
 import { completions, expectSuccess, rcPair, type RcPairOptions, type RcSide } from '../support/rc.ts';
 
@@ -280,7 +281,7 @@ test('a middle packet with a bad ICRC, in sequence, is not placed by the lean pa
   }
 });
 
-test('16 KiB Writes and Reads: the lean path takes a Write LAST and every Read Response, FIRST and LAST too (4 packets each)', async () => {
+test('16 KiB Writes and Reads: the lean path takes every packet of both (4 each), FIRST and LAST too', async () => {
   const pair = await rcPair({ pathMtu: 4096 });
   try {
     const { client, server } = pair;
@@ -298,8 +299,9 @@ test('16 KiB Writes and Reads: the lean path takes a Write LAST and every Read R
     }
     expectSuccess(await completions(client.cq, count, 20_000));
     assert.equal(server.memory.subarray(0, count * size), client.memory.subarray(0, count * size), 'written data');
-    // FIRST carries the RETH (checked on the full path); MIDDLE, MIDDLE and LAST go lean.
-    assert.is(server.rnic.roceEndpoint!.stats.lean, 3 * count, 'Write packets placed by the lean path');
+    // All but the pair's first packet (the endpoint checks one in full before it takes the QP's
+    // packets lean): FIRST (its RETH's range checked there), MIDDLE, MIDDLE, LAST.
+    assert.is(server.rnic.roceEndpoint!.stats.lean, 4 * count - 1, 'Write packets placed by the lean path');
     const readBefore = client.rnic.roceEndpoint!.stats.lean;
     for (let i = 0; i < count; i++) {
       client.qp.postSend({
@@ -314,6 +316,25 @@ test('16 KiB Writes and Reads: the lean path takes a Write LAST and every Read R
     // The client's endpoint took the Writes' ACKs in full first: every response goes lean.
     assert.is(client.rnic.roceEndpoint!.stats.lean - readBefore, 4 * count, 'Read Responses placed by the lean path');
     assert.is(server.qp.statistics.messagesReceived, 2 * count, 'each Write completed at the responder (MSN), each Read executed');
+  } finally {
+    await pair.close();
+  }
+});
+
+test('a Write FIRST whose range its R_Key does not allow is left to the full path: NAK remote access error, the QP in error', async () => {
+  const pair = await rcPair({ pathMtu: 4096 });
+  try {
+    const { client, server } = pair;
+    const write = (wrId: number, stag: number, taggedOffset: number): void =>
+      client.qp.postSend({ wrId, opcode: 'RDMA_WRITE', sgList: [{ lkey: client.mr.lkey, offset: 0, length: 16 * KiB }], remote: { stag, taggedOffset } });
+    write(1, server.mr.rkey, 0); // the endpoint takes the QP's packets lean from now on
+    expectSuccess(await completions(client.cq, 1, 20_000));
+    const lean = server.rnic.roceEndpoint!.stats.lean;
+    write(2, server.mr.rkey, server.memory.length - 8 * KiB); // runs past the region's end
+    const [failed] = await completions(client.cq, 1, 20_000);
+    assert.is(failed!.status, WcStatus.RemoteAccessError, failed!.error);
+    assert.is(server.rnic.roceEndpoint!.stats.lean, lean, 'nothing of it placed by the lean path');
+    assert.is(server.qp.state, 'error');
   } finally {
     await pair.close();
   }

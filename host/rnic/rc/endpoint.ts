@@ -5,7 +5,7 @@
 // traffic therefore never reaches, let alone harms, a QP that did not make the connection.
 
 import { decodeHeaders, IbHeaders, Syndrome } from '../wire/ib-headers.ts';
-import { AETH_LENGTH, BTH_LENGTH, IbOpcode, ICRC_LENGTH } from '../wire/ib-opcodes.ts';
+import { AETH_LENGTH, BTH_LENGTH, IbOpcode, ICRC_LENGTH, RETH_LENGTH } from '../wire/ib-opcodes.ts';
 import { computeIcrc } from '../wire/icrc.ts';
 import { LeanVerdict, type LeanPacketReceiver, type PacketLink, type PeerAddress } from './link.ts';
 import type { RcQueuePair } from './queue-pair.ts';
@@ -93,8 +93,8 @@ export class RoceEndpoint implements LeanPacketReceiver {
    *   whatever follows its NAK until the expected PSN arrives (IBA 9.7.5.1.2), so its ICRC, good
    *   or bad, would change nothing. At 1 % loss go-back-N makes these about a quarter of what a
    *   Write's responder receives;
-   * - a Write MIDDLE or LAST (without Immediate Data) or a Read Response (FIRST, MIDDLE, LAST or
-   *   ONLY, its AETH an ACK) with no flags (no SE, MigReq or pad, TVer 0, reserved bits 0) that
+   * - a Write (FIRST, MIDDLE, LAST or ONLY, without Immediate Data) or a Read Response (FIRST,
+   *   MIDDLE, LAST or ONLY, its AETH an ACK) with no flags (no SE, MigReq or pad, TVer 0, reserved bits 0) that
    *   the QP would place now (`acceptsLean`) is taken once its ICRC is good;
    * anything else has its ICRC computed once, by the full path.
    */
@@ -120,7 +120,11 @@ export class RoceEndpoint implements LeanPacketReceiver {
     if (header === 0 || area[at + 1] !== 0 || (area[at + 8]! & 0x7f) !== 0 || length <= header + ICRC_LENGTH) return LeanVerdict.FullPath;
     // A Read Response that carries an AETH: only an ACK syndrome (readResponse fails the WQE on another).
     if (header !== BTH_LENGTH && (area[at + BTH_LENGTH]! & Syndrome.TypeMask) !== Syndrome.TypeAck) return LeanVerdict.FullPath;
-    return qp.acceptsLean(opcode, psn, length - header - ICRC_LENGTH) ? LeanVerdict.Take : LeanVerdict.FullPath;
+    // A Write FIRST or ONLY: its RETH's DMA length (octets 12-15 after the BTH).
+    const rethDma = at + BTH_LENGTH + 12;
+    const dmaLength =
+      header === BTH_LENGTH + RETH_LENGTH ? ((area[rethDma]! << 24) | (area[rethDma + 1]! << 16) | (area[rethDma + 2]! << 8) | area[rethDma + 3]!) >>> 0 : 0;
+    return qp.acceptsLean(opcode, psn, length - header - ICRC_LENGTH, dmaLength) ? LeanVerdict.Take : LeanVerdict.FullPath;
   }
 
   /** The packet `wants` accepted, its ICRC good: placed by its QP, or false (the full path takes it). */
@@ -128,7 +132,7 @@ export class RoceEndpoint implements LeanPacketReceiver {
     const opcode = area[at]!;
     const header = leanHeaderLength(opcode);
     const psn = (area[at + 9]! << 16) | (area[at + 10]! << 8) | area[at + 11]!;
-    const taken = this.leanQp!.takeLean(opcode, psn, (area[at + 8]! & 0x80) !== 0, address + header, length - header - ICRC_LENGTH);
+    const taken = this.leanQp!.takeLean(opcode, psn, (area[at + 8]! & 0x80) !== 0, address + header, length - header - ICRC_LENGTH, area, at + BTH_LENGTH);
     if (taken) {
       this.stats.packets++;
       this.stats.lean++;
@@ -204,7 +208,7 @@ export class RoceEndpoint implements LeanPacketReceiver {
 
 /**
  * The headers before the payload of an opcode the lean path takes (BTH; BTH and AETH for a Read
- * Response FIRST, LAST or ONLY), or 0 for any other.
+ * Response FIRST, LAST or ONLY; BTH and RETH for a Write FIRST or ONLY), or 0 for any other.
  */
 function leanHeaderLength(opcode: number): number {
   switch (opcode) {
@@ -216,6 +220,9 @@ function leanHeaderLength(opcode: number): number {
     case IbOpcode.RdmaReadResponseLast:
     case IbOpcode.RdmaReadResponseOnly:
       return BTH_LENGTH + AETH_LENGTH;
+    case IbOpcode.RdmaWriteFirst:
+    case IbOpcode.RdmaWriteOnly:
+      return BTH_LENGTH + RETH_LENGTH;
     default:
       return 0;
   }

@@ -356,8 +356,10 @@ export class RcQueuePair extends QueuePairAttributes<RcQueuePairEvents> {
    * computed, so that a packet the full path gets anyway (past a gap, a duplicate) has its ICRC
    * computed once.
    */
-  acceptsLean(opcode: number, psn: number, length: number): boolean {
+  acceptsLean(opcode: number, psn: number, length: number, dmaLength: number): boolean {
     if (this.state !== 'rts') return false;
+    if (opcode === IbOpcode.RdmaWriteFirst || opcode === IbOpcode.RdmaWriteOnly)
+      return this.responder.acceptsWriteStart(opcode === IbOpcode.RdmaWriteOnly, psn, length, dmaLength);
     return opcode === IbOpcode.RdmaWriteMiddle || opcode === IbOpcode.RdmaWriteLast
       ? this.responder.acceptsWrite(opcode === IbOpcode.RdmaWriteLast, psn, length)
       : this.requester.acceptsReadResponse(opcode, psn, length);
@@ -382,14 +384,23 @@ export class RcQueuePair extends QueuePairAttributes<RcQueuePairEvents> {
    * path does after (the next PSN of the Write in progress; a Read Response of the oldest WQE);
    * otherwise false, and the packet goes through `receive`.
    */
-  takeLean(opcode: number, psn: number, ackRequest: boolean, payloadAddress: number, length: number): boolean {
+  takeLean(opcode: number, psn: number, ackRequest: boolean, payloadAddress: number, length: number, reth: Uint8Array, rethAt: number): boolean {
     if (this.state !== 'rts') return false;
     let taken: boolean;
     try {
-      taken =
-        opcode === IbOpcode.RdmaWriteMiddle || opcode === IbOpcode.RdmaWriteLast
-          ? this.responder.takeWrite(opcode === IbOpcode.RdmaWriteLast, psn, ackRequest, payloadAddress, length)
-          : this.requester.takeReadResponse(opcode, psn, payloadAddress, length);
+      if (opcode === IbOpcode.RdmaWriteFirst || opcode === IbOpcode.RdmaWriteOnly) {
+        // The RETH, read where it lies: the tagged offset's halves, the R_Key, the DMA length.
+        const high = u32At(reth, rethAt);
+        const low = u32At(reth, rethAt + 4);
+        const rkey = u32At(reth, rethAt + 8);
+        const dmaLength = u32At(reth, rethAt + 12);
+        taken = this.responder.takeWriteStart(opcode === IbOpcode.RdmaWriteOnly, psn, ackRequest, high, low, rkey, dmaLength, payloadAddress, length);
+      } else {
+        taken =
+          opcode === IbOpcode.RdmaWriteMiddle || opcode === IbOpcode.RdmaWriteLast
+            ? this.responder.takeWrite(opcode === IbOpcode.RdmaWriteLast, psn, ackRequest, payloadAddress, length)
+            : this.requester.takeReadResponse(opcode, psn, payloadAddress, length);
+      }
     } catch (error) {
       // As in receive: a bug ends this QP, never the process or another QP.
       this.enterError({ reason: 'connection-lost', message: `internal error: ${error instanceof Error ? error.message : String(error)}` });
@@ -535,3 +546,8 @@ export class RcQueuePair extends QueuePairAttributes<RcQueuePairEvents> {
 }
 
 const ALL_ONES = 0xffff_ffff_ffff_ffffn;
+
+/** The big-endian 32-bit word at `at`. */
+function u32At(bytes: Uint8Array, at: number): number {
+  return ((bytes[at]! << 24) | (bytes[at + 1]! << 16) | (bytes[at + 2]! << 8) | bytes[at + 3]!) >>> 0;
+}

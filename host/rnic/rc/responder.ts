@@ -265,6 +265,54 @@ export class Responder {
   }
 
   /**
+   * Whether takeWriteStart could place a Write FIRST (`only` false) or ONLY without Immediate
+   * Data with `psn`, `length` payload octets and `dmaLength` from its RETH now, before its remote
+   * range is checked (no effect): the next PSN, no message in progress, a FIRST a full path MTU
+   * of a longer DMA length, an ONLY all of it.
+   */
+  acceptsWriteStart(only: boolean, psn: number, length: number, dmaLength: number): boolean {
+    return (
+      this.inProgress === InProgress.None &&
+      psn === this.expectedPsn &&
+      dmaLength <= MAX_DMA_LENGTH &&
+      (only ? length >= 1 && length <= this.mtu && length === dmaLength : length === this.mtu && dmaLength > length)
+    );
+  }
+
+  /**
+   * The lean path's Write FIRST or ONLY (RcQueuePair.takeLean): as acceptsWriteStart, and its
+   * remote range (RETH: the tagged offset's halves, `rkey`, `dmaLength`) allowed, it is placed
+   * as `write` would place it, the ONLY completing the message. A range refused is not answered
+   * here (false): the full path checks it again and NAKs. A 16 KiB Write's FIRST was the one
+   * packet of four left to the full path once its LAST went lean.
+   */
+  takeWriteStart(
+    only: boolean,
+    psn: number,
+    ackRequest: boolean,
+    high: number,
+    low: number,
+    rkey: number,
+    dmaLength: number,
+    payloadAddress: number,
+    length: number,
+  ): boolean {
+    if (!this.acceptsWriteStart(only, psn, length, dmaLength)) return false;
+    const qp = this.qp;
+    const memory = qp.memory;
+    if (memory.checkRemoteAt(rkey, qp.pd, Access.RemoteWrite, high, low, dmaLength) !== AccessStatus.Ok) return false;
+    const target = memory.resolvedRegion!.view(memory.resolvedOffset, dmaLength);
+    const address = sharedAddress(target);
+    if (address < 0) return false;
+    this.writeTarget = target;
+    this.writeAddress = address;
+    this.writeLength = dmaLength;
+    this.placed = 0;
+    this.inProgress = InProgress.Write;
+    return this.takeWrite(only, psn, ackRequest, payloadAddress, length);
+  }
+
+  /**
    * Whether takeWrite would place a Write MIDDLE (`last` false) or LAST without Immediate Data
    * (`last`) with `psn` and `length` payload octets now (no effect).
    */
