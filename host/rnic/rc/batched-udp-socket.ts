@@ -184,6 +184,9 @@ export class BatchedUdpSocket implements TurnParticipant {
   private readonly outbound: Uint8Array;
   private readonly outboundWords: Uint32Array;
   private readonly outboundBase: number;
+  /** outboundBase as two 32-bit halves: sendRun writes its iovecs' words without a division each. */
+  private readonly outboundHigh: number;
+  private readonly outboundLow: number;
   private readonly blockBytes: number;
   private blockAt = 0;
   private readonly sendControl: Int32Array;
@@ -250,6 +253,8 @@ export class BatchedUdpSocket implements TurnParticipant {
     this.outbound = new Uint8Array(blocks);
     this.outboundWords = new Uint32Array(blocks);
     this.outboundBase = libc.addressOf(this.outbound);
+    this.outboundHigh = Math.floor(this.outboundBase / 4294967296);
+    this.outboundLow = this.outboundBase - this.outboundHigh * 4294967296;
     const sendControl = new SharedArrayBuffer((MESSAGE_PACKETS + SEND_BLOCKS * n) * 4);
     this.sendControl = new Int32Array(sendControl);
     this.pinned = [];
@@ -469,6 +474,8 @@ export class BatchedUdpSocket implements TurnParticipant {
       throw new RangeError(`a run of ${count} datagrams does not fit its parts`);
     }
     const payloadAddress = this.addressOf(payload);
+    const payloadHigh = Math.floor(payloadAddress / 4294967296);
+    const payloadLow = payloadAddress - payloadHigh * 4294967296;
     const bytes = this.outbound;
     for (let i = 0; i < count; i++) {
       if (!this.blockReady()) return;
@@ -483,12 +490,13 @@ export class BatchedUdpSocket implements TurnParticipant {
       const trailerAt = headerAt + headerLength;
       const trailerFrom = i * trailerLength;
       for (let b = 0; b < trailerLength; b++) bytes[trailerAt + b] = trailers[trailerFrom + b]!;
-      this.put64(vectors, this.outboundBase + headerAt);
-      this.put64(vectors + 8, headerLength);
-      this.put64(vectors + IOVEC, payloadAddress + i * segment);
-      this.put64(vectors + IOVEC + 8, segment);
-      this.put64(vectors + 2 * IOVEC, this.outboundBase + trailerAt);
-      this.put64(vectors + 2 * IOVEC + 8, trailerLength);
+      // The three iovecs, word by word (put64's division per value was most of this loop's time).
+      this.putAddress(vectors, this.outboundHigh, this.outboundLow, headerAt);
+      this.putLength(vectors + 8, headerLength);
+      this.putAddress(vectors + IOVEC, payloadHigh, payloadLow, i * segment);
+      this.putLength(vectors + IOVEC + 8, segment);
+      this.putAddress(vectors + 2 * IOVEC, this.outboundHigh, this.outboundLow, trailerAt);
+      this.putLength(vectors + 2 * IOVEC + 8, trailerLength);
       this.pinned[this.submitted % SEND_BLOCKS]![packet * MAX_PARTS + 1] = payload;
       this.enqueue(to, headerLength + segment + trailerLength, packet, vectors);
     }
@@ -808,6 +816,22 @@ export class BatchedUdpSocket implements TurnParticipant {
   private putRing64(offset: number, value: number): void {
     this.ringWords[offset >>> 2] = value % 4294967296;
     this.ringWords[(offset >>> 2) + 1] = Math.floor(value / 4294967296);
+  }
+
+  /** Writes the address `high` * 2^32 + `low` + `add` (`add` below 2^32) at `offset` within the block being filled. */
+  private putAddress(offset: number, high: number, low: number, add: number): void {
+    const word = (this.blockAt + offset) >>> 2;
+    const sum = low + add;
+    const carry = sum >= 4294967296 ? 1 : 0;
+    this.outboundWords[word] = sum - carry * 4294967296;
+    this.outboundWords[word + 1] = high + carry;
+  }
+
+  /** Writes a length below 2^32 as a 64-bit value at `offset` within the block being filled. */
+  private putLength(offset: number, value: number): void {
+    const word = (this.blockAt + offset) >>> 2;
+    this.outboundWords[word] = value;
+    this.outboundWords[word + 1] = 0;
   }
 
   /** Writes a 64-bit value at `offset` within the block being filled. */
