@@ -56,6 +56,8 @@ interface RecvWqe {
   error: string | undefined;
   /** wr.steer is still to be called (at the message's second segment). */
   steerPending: boolean;
+  /** wr.steer gave the receive a new scatter list (which then ends exactly with the message). */
+  steered: boolean;
 }
 
 export class Placement implements ReceiveSink {
@@ -72,6 +74,8 @@ export class Placement implements ReceiveSink {
   private scatterOffset = 0;
   /** The view last handed out runs exactly to its message's end (see viewHoldsMessageEnd). */
   private viewEndsMessage = false;
+  /** The message offset at which the Send being placed is steered early (work.ts steerAt), or 0. */
+  private steerEarly = 0;
 
   constructor(private readonly qp: QueuePair) {}
 
@@ -103,12 +107,13 @@ export class Placement implements ReceiveSink {
       });
       return;
     }
-    const wqe = this.pool.pop() ?? { wr, capacity, status: WcStatus.Success, error: undefined, steerPending: false };
+    const wqe = this.pool.pop() ?? { wr, capacity, status: WcStatus.Success, error: undefined, steerPending: false, steered: false };
     wqe.wr = wr;
     wqe.capacity = capacity;
     wqe.status = WcStatus.Success;
     wqe.error = undefined;
     wqe.steerPending = wr.steer !== undefined;
+    wqe.steered = false;
     this.rq[this.rqTail++] = wqe;
   }
 
@@ -191,7 +196,7 @@ export class Placement implements ReceiveSink {
     return region.view(offset, length + Math.max(0, rest));
   }
 
-  placeSend(opcode: number, messageOffset: number, length: number, first: boolean): Uint8Array | undefined {
+  placeSend(opcode: number, messageOffset: number, length: number, first: boolean, _invalidateStag: number, last: boolean): Uint8Array | undefined {
     const qp = this.qp;
     const receiver = qp.receiver!;
     if (first) {
@@ -200,6 +205,7 @@ export class Placement implements ReceiveSink {
         this.rtrMismatch(receiver, `Send of ${length} octets`);
         return undefined;
       }
+      this.steerEarly = 0;
       const wqe = this.takeReceive();
       if (wqe === undefined) {
         receiver.fail(TerminateLayer.Ddp, DDP_ETYPE_UNTAGGED, DDP_ECODE_UNTAGGED_NO_BUFFER, 'Send arrived with no receive posted');
@@ -217,7 +223,9 @@ export class Placement implements ReceiveSink {
     if (!first && wqe.steerPending) {
       // The first segment is placed and checked: the receiver may now say where the rest goes.
       wqe.steerPending = false;
+      const posted = wqe.wr.sgList;
       wqe.wr.steer!(messageOffset);
+      wqe.steered = wqe.wr.sgList !== posted;
       let capacity = 0;
       for (const sge of wqe.wr.sgList) capacity += sge.length;
       wqe.capacity = capacity;
@@ -232,7 +240,24 @@ export class Placement implements ReceiveSink {
       return undefined;
     }
     if (length === 0) return EMPTY;
-    // Find the scatter element holding message offset `messageOffset`.
+    this.seek(wqe, messageOffset);
+    const steerAt = wqe.wr.steerAt ?? 0;
+    if (first && !last && wqe.steerPending && steerAt > 0 && steerAt < length && !qp.receiver!.crcChecked) {
+      // Steer early (work.ts steerAt): the first `steerAt` octets go where posted, and once they
+      // are placed nextSendView() asks steer() where the rest of the segment goes.
+      const sge = wqe.wr.sgList[this.scatterIndex];
+      if (sge !== undefined && this.scatterOffset === 0 && sge.length >= steerAt) {
+        this.steerEarly = steerAt;
+        const region = qp.memory.lookup(sge.lkey >>> 0);
+        this.viewEndsMessage = false;
+        return region === undefined || !region.valid ? undefined : region.view(sge.offset, steerAt);
+      }
+    }
+    return this.scatterView();
+  }
+
+  /** Points the scatter position at the element holding message offset `messageOffset`. */
+  private seek(wqe: RecvWqe, messageOffset: number): void {
     let index = 0;
     let remaining = messageOffset;
     const sgList = wqe.wr.sgList;
@@ -242,6 +267,20 @@ export class Placement implements ReceiveSink {
     }
     this.scatterIndex = index;
     this.scatterOffset = remaining;
+  }
+
+  /** The early steer point's octets are placed: steer() says where the rest goes, which is checked like a posted list. */
+  private steerNow(wqe: RecvWqe, received: number): Uint8Array | undefined {
+    this.steerEarly = 0;
+    wqe.steerPending = false;
+    const posted = wqe.wr.sgList;
+    wqe.wr.steer!(received);
+    wqe.steered = wqe.wr.sgList !== posted;
+    let capacity = 0;
+    for (const sge of wqe.wr.sgList) capacity += sge.length;
+    wqe.capacity = capacity;
+    if (!this.checkReceiveBuffer(wqe)) return undefined;
+    this.seek(wqe, received);
     return this.scatterView();
   }
 
@@ -264,6 +303,8 @@ export class Placement implements ReceiveSink {
   }
 
   nextSendView(): Uint8Array | undefined {
+    const wqe = this.currentRecv;
+    if (this.steerEarly > 0 && wqe !== undefined) return this.steerNow(wqe, this.steerEarly);
     this.scatterIndex++;
     this.scatterOffset = 0;
     return this.scatterView();
@@ -279,7 +320,7 @@ export class Placement implements ReceiveSink {
     if (sge === undefined) return undefined;
     // A steered receive's list is exactly the message (steer() sized it; a longer Send fails, a
     // shorter one is the receiver's error to report): its last element ends with the message.
-    this.viewEndsMessage = wqe!.wr.steer !== undefined && !wqe!.steerPending && this.scatterIndex === sgList.length - 1;
+    this.viewEndsMessage = wqe!.steered && this.scatterIndex === sgList.length - 1;
     const region = this.qp.memory.lookup(sge.lkey >>> 0);
     if (region === undefined || !region.valid) return undefined;
     return region.view(sge.offset + this.scatterOffset, sge.length - this.scatterOffset);
@@ -305,6 +346,7 @@ export class Placement implements ReceiveSink {
     const qp = this.qp;
     const wqe = this.currentRecv;
     this.currentRecv = undefined;
+    this.steerEarly = 0;
     if (wqe === undefined) return;
     if (qp.awaitingRtr !== undefined) {
       this.completeReceive(wqe, 0);
@@ -463,6 +505,7 @@ export class Placement implements ReceiveSink {
   flush(reason: string): void {
     const current = this.currentRecv;
     this.currentRecv = undefined;
+    this.steerEarly = 0;
     if (current !== undefined) {
       current.status = WcStatus.WrFlushError;
       current.error = reason;

@@ -53,7 +53,7 @@ export interface ReceiveSink {
    * when the receive buffer is scattered; `nextSendView` supplies the rest), or undefined after
    * calling `receiver.fail()`.
    */
-  placeSend(opcode: number, messageOffset: number, length: number, first: boolean, invalidateStag: number): Uint8Array | undefined;
+  placeSend(opcode: number, messageOffset: number, length: number, first: boolean, invalidateStag: number, last: boolean): Uint8Array | undefined;
   nextSendView(): Uint8Array | undefined;
   /** The last segment of a tagged message arrived intact. */
   taggedMessageDone(opcode: number, stag: number): void;
@@ -182,6 +182,8 @@ export class FpduReceiver {
    */
   private bulk = false;
   private bulkCredit = 0;
+  /** How much of the last Send's first segment its first element took when that was less (see stagingWant), else 0. */
+  private sendHead = 0;
   /** Whether the last message that followed a tagged / an untagged message began with a tagged FPDU (nextPrefix). */
   private taggedAfterTagged = true;
   private taggedAfterUntagged = true;
@@ -227,6 +229,11 @@ export class FpduReceiver {
 
   get dead(): boolean {
     return this.state === State.Dead;
+  }
+
+  /** Whether FPDUs carry a CRC that is checked (MPA CRC negotiated). */
+  get crcChecked(): boolean {
+    return this.crcEnabled;
   }
 
   /** True when the stream is between FPDUs (a close here loses nothing). */
@@ -543,9 +550,22 @@ export class FpduReceiver {
     let want: number;
     switch (this.state) {
       case State.Header:
-        want = this.headerHave < 4 ? this.nextPrefix() - this.headerHave : this.headerNeed - this.headerHave;
+        if (this.headerHave >= 4) {
+          want = this.headerNeed - this.headerHave;
+          break;
+        }
+        want = this.nextPrefix() - this.headerHave;
+        // A Send whose first octets went to a short first element (an early-steered STORE's
+        // header, work.ts steerAt) comes with them in this read when the next message is such a
+        // Send: the rest then goes straight to where steer() points.
+        if (this.headerHave === 0 && !this.sendInProgress && !this.taggedInProgress && want === UNTAGGED_PREFIX) want += this.sendHead;
         break;
       case State.Payload:
+        // A target that ends inside the payload (a steered receive's header element) is read to
+        // its end only: what follows goes to the next element, straight from the socket when large.
+        if (this.target !== undefined && this.target.length - this.targetPosition < this.payloadRemaining) {
+          return Math.max(1, this.target.length - this.targetPosition);
+        }
         want = this.payloadRemaining + this.padding + CRC_LENGTH + this.nextPrefix();
         break;
       case State.Trailer:
@@ -786,8 +806,9 @@ export class FpduReceiver {
       }
       this.segmentMessageOffset = messageOffset;
       this.segmentInvalidateStag = readUint32(header, 4);
-      target = this.acceptTarget(this.sink.placeSend(this.opcode, messageOffset, this.payloadLength, first, this.segmentInvalidateStag));
+      target = this.acceptTarget(this.sink.placeSend(this.opcode, messageOffset, this.payloadLength, first, this.segmentInvalidateStag, this.last));
       if (target === undefined) return;
+      if (first) this.sendHead = target.length < this.payloadLength ? target.length : 0;
     }
     this.state = this.payloadRemaining > 0 ? State.Payload : State.Trailer;
     if (this.state === State.Trailer) this.enterTrailer();

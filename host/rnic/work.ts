@@ -75,6 +75,15 @@ export interface ReceiveWorkRequest {
    * RoCE path does not (the receiver then gets the message where it was posted, as without it).
    */
   readonly steer?: (received: number) => void;
+  /**
+   * With MPA CRC off, steer() is called as soon as this many octets of the message are placed
+   * (inside its first segment) rather than after the whole first segment: the rest of that
+   * segment then goes where steer() points too (a KBTP target reads an inline STORE's header,
+   * 40 octets, into the context and all of its data into the block; issue 16). With CRC on the
+   * segment's octets are not known good before its end, so steer() waits for it as without this.
+   * Only for a Send of more than one segment whose first segment is longer than this.
+   */
+  readonly steerAt?: number;
 }
 
 /** ibv_wc_status values. */

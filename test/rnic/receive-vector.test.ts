@@ -34,6 +34,15 @@ class SteeringSink implements ReceiveSink {
   readEnd = 0;
   private ends = false;
 
+  /** With `head` > 0, steered early (work.ts steerAt): only a Send's first `head` octets go to the context. */
+  constructor(readonly head = 0) {}
+
+  /** Where octet `messageOffset` of the current Send goes once steered: after the context's share, in its block. */
+  private inBlock(messageOffset: number): Uint8Array {
+    const head = this.head > 0 ? this.head : MPA_MAX_ULPDU - 18;
+    return this.blocks.subarray(this.blockAt + messageOffset - head, this.blockAt + STORE - head);
+  }
+
   placeTagged(opcode: number, _stag: number, _toHigh: number, toLow: number, length: number): Uint8Array | undefined {
     this.ends = opcode === RdmapOpcode.RdmaReadResponse;
     return this.blocks.subarray(toLow, this.ends ? this.readEnd : toLow + length);
@@ -43,15 +52,16 @@ class SteeringSink implements ReceiveSink {
       // Each STORE's block is its own, named by its header (here: by its order).
       this.blockAt = this.sends++ * 300_000;
       this.ends = false;
-      return this.contexts.subarray(0, 256 * 1024);
+      return this.contexts.subarray(0, this.head > 0 ? this.head : 256 * 1024);
     }
-    // Steered after the first segment: the rest of the message goes to its block.
+    // Steered after the first segment (or its first `head` octets): the rest goes to its block.
     this.ends = true;
-    const first = MPA_MAX_ULPDU - 18;
-    return this.blocks.subarray(this.blockAt + messageOffset - first, this.blockAt + STORE - first);
+    return this.inBlock(messageOffset);
   }
   nextSendView(): Uint8Array | undefined {
-    return undefined;
+    if (this.head === 0) return undefined;
+    this.ends = true;
+    return this.inBlock(this.head);
   }
   viewHoldsMessageEnd(): boolean {
     return this.ends;
@@ -186,7 +196,7 @@ function readStores(receiver: FpduReceiver, stream: Uint8Array, boundaries: numb
 }
 
 function assertStoresPlaced(sink: SteeringSink, payloads: Uint8Array[]): void {
-  const first = MPA_MAX_ULPDU - 18;
+  const first = sink.head > 0 ? sink.head : MPA_MAX_ULPDU - 18;
   assert.is(sink.failure, undefined, sink.failure?.reason);
   assert.equal(
     sink.events,
@@ -229,6 +239,17 @@ test("STOREs back to back on a connection (storeMany): 2 reads each, the next on
   // STORE's prefix. Without vectored reads: 5 each (the prefix arrives with the last segment).
   assert.ok(reads <= 3 + 2 * 9, `${reads} reads for 10 STOREs`);
   assert.ok(without >= 5 * 9, `${without} reads for 10 STOREs without vectored reads`);
+});
+
+test('a 256 KiB STORE steered right after its header (CRC off): 3 reads, one of them finding nothing', () => {
+  const { stream, payloads, boundaries } = stores(false);
+  const sink = new SteeringSink(56);
+  const reads = readStores(new FpduReceiver(sink, { crc: false, markers: false }), stream, boundaries, true);
+  assertStoresPlaced(sink, payloads);
+  // The prefix with the header (into the context), one vectored read of all the rest into the
+  // block, and libuv's read after a full one, which finds nothing.
+  assert.equal(reads.slice(2), [3, 3, 3, 3, 3, 3, 3, 3]);
+  assert.equal(Buffer.from(sink.contexts.subarray(0, 56)), Buffer.from(payloads[9]!.subarray(0, 56)));
 });
 
 test('a 1 MiB Read Response all waiting: 8 FPDUs per vectored read', () => {

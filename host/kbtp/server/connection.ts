@@ -81,6 +81,13 @@ interface MutableSge {
  * it carries: a context has at most one receive, one data operation and one COMPLETION posted at
  * a time, and the QP is done with each before the context is reused.
  */
+/**
+ * Where an inline STORE may be steered to its block without MPA CRC (work.ts steerAt): its header
+ * and Data Descriptor, and the record descriptor a STORE may carry. Its data then goes straight to
+ * the block from the first segment on, and nothing of it is copied out of the context (issue 16).
+ */
+const STEER_AT = K.HEADER_SIZE + 2 * K.DESCRIPTOR_SIZE;
+
 class ContextRequests {
   readonly recvSge: MutableSge = { lkey: 0, offset: 0, length: 0 };
   /** The receive as posted: the context's message area. */
@@ -89,7 +96,7 @@ class ContextRequests {
   readonly prefixSge: MutableSge = { lkey: 0, offset: 0, length: 0 };
   readonly blockSge: MutableSge = { lkey: 0, offset: 0, length: 0 };
   readonly steeredList: readonly Sge[] = [this.prefixSge, this.blockSge];
-  readonly recv: { wrId: number; sgList: readonly Sge[]; steer: (received: number) => void };
+  readonly recv: { wrId: number; sgList: readonly Sge[]; steer: (received: number) => void; steerAt: number };
   readonly completionSge: MutableSge = { lkey: 0, offset: 0, length: K.COMPLETION_SIZE };
   readonly completion: { wrId: number; opcode: SendOpcode; invalidateStag: number; sgList: Sge[] };
   readonly dataSge: MutableSge = { lkey: 0, offset: 0, length: 0 };
@@ -97,7 +104,7 @@ class ContextRequests {
   readonly data: { wrId: number; opcode: SendOpcode; signaled: boolean; sgList: Sge[]; remote: { stag: number; taggedOffset: number | bigint } };
 
   constructor(request: number, steer: (request: number, received: number) => void) {
-    this.recv = { wrId: request | WR_RECV, sgList: this.postedList, steer: (received) => steer(request, received) };
+    this.recv = { wrId: request | WR_RECV, sgList: this.postedList, steer: (received) => steer(request, received), steerAt: STEER_AT };
     this.completion = { wrId: request | WR_COMPLETION, opcode: 'SEND', invalidateStag: 0, sgList: [this.completionSge] };
     this.data = { wrId: request | WR_DATA, opcode: 'RDMA_WRITE', signaled: true, sgList: [this.dataSge], remote: this.remote };
   }
