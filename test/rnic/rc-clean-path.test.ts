@@ -37,25 +37,30 @@ function holdAcks(link: PacketLink): { held(): number; release(): void } {
 const newPackets = (pair: RcPair): number => pair.client.qp.statistics.packetsSent - pair.client.qp.statistics.retransmittedPackets;
 
 /**
- * Waits until the client's new packets stop growing (its window is full): no new one for 40
- * looks 5 ms apart, hundreds of event-loop turns (a wait, not a timing: a requester with window
- * left sends its next turn of packets at once).
+ * The client's new packets once its window is full: waits until `expected` have gone (or, should
+ * it stop short, until none has gone for 2 s), then looks 40 more times 5 ms apart that no more
+ * go (a wait, not a timing: a requester with window left sends its next turn of packets at once;
+ * one without sends nothing until an ACK comes).
  */
-async function untilStalled(pair: RcPair): Promise<number> {
-  let last = -1;
-  let quietTurns = 0;
+async function untilStalled(pair: RcPair, expected: number): Promise<number> {
   const deadline = Date.now() + 30_000;
-  while (quietTurns < 40 && Date.now() < deadline) {
+  let last = newPackets(pair);
+  let progressAt = Date.now();
+  while (last < expected && Date.now() - progressAt < 2_000 && Date.now() < deadline) {
     await new Promise((resolve) => setTimeout(resolve, 5));
     const now = newPackets(pair);
-    quietTurns = now === last ? quietTurns + 1 : 0;
+    if (now !== last) progressAt = Date.now();
     last = now;
+  }
+  for (let look = 0; look < 40; look++) {
+    await new Promise((resolve) => setTimeout(resolve, 5));
+    last = newPackets(pair);
   }
   return last;
 }
 
 /** Posts a 4 MiB Write (1024 packets at path MTU 4096) with the responder's ACKs held; returns the new packets sent before the window stopped it, then lets it finish. */
-async function packetsBeforeTheWindowCloses(pair: RcPair, wrId: number): Promise<number> {
+async function packetsBeforeTheWindowCloses(pair: RcPair, wrId: number, expected: number): Promise<number> {
   const { client, server } = pair;
   const acks = holdAcks(server.link);
   const before = newPackets(pair);
@@ -65,7 +70,7 @@ async function packetsBeforeTheWindowCloses(pair: RcPair, wrId: number): Promise
     sgList: [{ lkey: client.mr.lkey, offset: 0, length: 4 * MiB }],
     remote: { stag: server.mr.rkey, taggedOffset: 0 },
   });
-  const sent = (await untilStalled(pair)) - before;
+  const sent = (await untilStalled(pair, before + expected)) - before;
   assert.ok(acks.held() > 0, 'the responder acknowledged what asked for it');
   acks.release();
   expectSuccess(await completions(client.cq, 1, 30_000));
@@ -80,7 +85,7 @@ test('a clean path keeps 512 PSNs of Writes unacknowledged; one that lost a pack
   try {
     const { client, server } = pair;
     for (let i = 0; i < 4 * MiB; i++) client.memory[i] = (i * 29 + 3) & 0xff;
-    assert.is(await packetsBeforeTheWindowCloses(pair, 1), 512, 'clean path: new packets before the first ACK');
+    assert.is(await packetsBeforeTheWindowCloses(pair, 1, 512), 512, 'clean path: new packets before the first ACK');
     // One Write loses a packet (the per-packet path: a replaced send turns runs off): the
     // responder NAKs the gap, and the path counts as lossy for the next 4096 acknowledged PSNs.
     const send = client.link.send.bind(client.link);
@@ -103,7 +108,7 @@ test('a clean path keeps 512 PSNs of Writes unacknowledged; one that lost a pack
       dropped && server.qp.statistics.sequenceNaksSent + client.qp.statistics.earlyRetransmissions + client.qp.statistics.timeouts > 0,
       'the loss was noticed',
     );
-    assert.is(await packetsBeforeTheWindowCloses(pair, 3), 128, 'lossy path: new packets before the first ACK');
+    assert.is(await packetsBeforeTheWindowCloses(pair, 3, 128), 128, 'lossy path: new packets before the first ACK');
   } finally {
     await pair.close();
   }
@@ -112,7 +117,7 @@ test('a clean path keeps 512 PSNs of Writes unacknowledged; one that lost a pack
 test('an explicit maxUnackedPackets is the window on a clean path too', async () => {
   const pair = await rcPair({ pathMtu: 4096, ackTimeoutMs: 60_000, bytes: 8 * MiB, maxUnackedPackets: 200 });
   try {
-    assert.is(await packetsBeforeTheWindowCloses(pair, 1), 200);
+    assert.is(await packetsBeforeTheWindowCloses(pair, 1, 200), 200);
   } finally {
     await pair.close();
   }
