@@ -196,7 +196,7 @@ export class Requester {
     if ((send.opcode !== 'SEND' && !invalidate) || send.solicited === true || send.fence === true) return false;
     const writeList = write.sgList;
     const sendList = send.sgList;
-    if (writeList === undefined || writeList.length !== 1 || sendList === undefined || sendList.length !== 1) return false;
+    if (writeList === undefined || writeList.length !== 1 || sendList === undefined || sendList.length !== 1 || qp.maxSge < 1) return false;
     const remote = write.remote;
     if (remote === undefined || !Number.isInteger(remote.stag)) return false;
     const to = remote.taggedOffset;
@@ -204,6 +204,8 @@ export class Requester {
     if (invalidate && !Number.isInteger(send.invalidateStag)) return false;
     const writeSge = writeList[0]!;
     const sendSge = sendList[0]!;
+    // What checkSendRequest would refuse goes the one-by-one way, to be refused there.
+    if (!Number.isInteger(writeSge.lkey) || !Number.isInteger(sendSge.lkey)) return false;
     if (writeSge.length > MAX_MESSAGE || sendSge.length > Math.min(INLINE_SEND, transmitter.mulpdu - DDP_UNTAGGED_HEADER_LENGTH)) return false;
     if (qp.transmitFull()) return false;
     // The checks gather() makes; one that fails leaves the failure to the one-by-one path.
@@ -250,6 +252,67 @@ export class Requester {
       wqe.sentBound,
     );
     return true;
+  }
+
+  /**
+   * post(send) for a Send or Send with Invalidate of one SGE that fits one FPDU, framed at once
+   * (Transmitter.sendSmall) when it would leave at once anyway, under the conditions of
+   * postWriteThenSend; false (nothing done) when it does not qualify (the caller posts it).
+   */
+  postSmallSend(send: SendWorkRequest): boolean {
+    const qp = this.qp;
+    const transmitter = qp.transmitter;
+    if (transmitter === undefined || transmitter.markers || qp.state !== 'rts') return false;
+    if (this.sqNext !== this.sqTail || this.sqTail - this.sqHead >= qp.maxSendWr || qp.maxSge < 1) return false;
+    if (!this.smallSend(send, transmitter.mulpdu) || qp.transmitFull()) return false;
+    const data = this.sendPayload(send);
+    if (data === undefined) return false;
+    const wqe = this.startedEntry(send, data.length, 1);
+    const invalidate = send.opcode === 'SEND_WITH_INV';
+    transmitter.sendSmall(invalidate ? RdmapOpcode.SendWithInvalidate : RdmapOpcode.Send, invalidate ? send.invalidateStag! >>> 0 : 0, data, wqe.sentBound);
+    return true;
+  }
+
+  /** A Send (with Invalidate) of one SGE, no solicited event or fence, that fits one FPDU: what checkSendRequest would pass of it, too. */
+  private smallSend(send: SendWorkRequest, mulpdu: number): boolean {
+    const invalidate = send.opcode === 'SEND_WITH_INV';
+    if ((send.opcode !== 'SEND' && !invalidate) || send.solicited === true || send.fence === true) return false;
+    if (invalidate && !Number.isInteger(send.invalidateStag)) return false;
+    const list = send.sgList;
+    if (list === undefined || list.length !== 1) return false;
+    const sge = list[0]!;
+    return Number.isInteger(sge.lkey) && sge.length <= Math.min(INLINE_SEND, mulpdu - DDP_UNTAGGED_HEADER_LENGTH);
+  }
+
+  /** The view of a small Send's SGE after gather()'s checks, or undefined when they fail. */
+  private sendPayload(send: SendWorkRequest): Uint8Array | undefined {
+    const qp = this.qp;
+    const sge = send.sgList![0]!;
+    if (sge.length === 0) return NO_BYTES;
+    if (qp.memory.checkLocal(sge.lkey >>> 0, qp.pd, 0, sge.offset, sge.length) !== AccessStatus.Ok) return undefined;
+    return qp.memory.resolvedRegion!.view(sge.offset, sge.length);
+  }
+
+  /** A send queue entry for `send`, in flight already (framed at once), as `starts` entries started one by one would have told the SRAM model. */
+  private startedEntry(send: SendWorkRequest, byteLength: number, starts: number): SendWqe {
+    const qp = this.qp;
+    const wqe = this.pool.pop() ?? new SendWqe(this);
+    wqe.wr = send;
+    wqe.signaled = send.signaled ?? qp.signalAll;
+    wqe.state = SendWqeState.InFlight;
+    wqe.status = WcStatus.Success;
+    wqe.error = undefined;
+    wqe.byteLength = byteLength;
+    wqe.atomicResult = undefined;
+    wqe.requestMsn = undefined;
+    wqe.writesPending = 1;
+    wqe.dequeued = false;
+    wqe.lead = undefined;
+    this.sq[this.sqTail++] = wqe;
+    this.sqNext = this.sqTail;
+    const observer = qp.observer;
+    if (observer !== undefined) for (let i = 0; i < starts; i++) observer.queuePairContext(qp.qpNumber, true);
+    return wqe;
   }
 
   /** The RTR Read Request went out: its zero-length Read Response completes nothing the ULP posted. */

@@ -145,6 +145,8 @@ export class QueuePair extends QueuePairAttributes<QueuePairEvents> {
 
   /** Posts a send work request (ibv_post_send). Throws RnicError for requests that are invalid as such. */
   postSend(wr: SendWorkRequest): void {
+    // A short Send that can leave at once is framed at once (issue 16: a KBTP request or COMPLETION).
+    if (this.state === 'rts' && !this.transmitBlocked && !this.transmitting && this.responder.idle && this.framedAtOnce(wr, undefined)) return;
     this.requester.post(wr);
   }
 
@@ -155,26 +157,27 @@ export class QueuePair extends QueuePairAttributes<QueuePairEvents> {
    * the bytes, the completions and the failures are the same either way.
    */
   postWriteThenSend(write: SendWorkRequest, send: SendWorkRequest): void {
-    if (this.state === 'rts' && !this.transmitBlocked && !this.transmitting && this.responder.idle) {
-      this.transmitting = true;
-      let framed = false;
-      try {
-        framed = this.requester.postWriteThenSend(write, send);
-      } catch (error) {
-        // As transmitQueued(): a fault while framing ends the stream, not the caller.
-        this.internalError(error);
-        framed = true;
-      } finally {
-        this.transmitting = false;
-      }
-      if (framed) {
-        // A write that completed while the entry was being framed found transmission locked out.
-        if (this.transmitAgain) this.transmitQueued();
-        return;
-      }
-    }
+    if (this.state === 'rts' && !this.transmitBlocked && !this.transmitting && this.responder.idle && this.framedAtOnce(send, write)) return;
     this.requester.post(write);
     this.requester.post(send);
+  }
+
+  /** Frames `send` (after `write`) at once when the requester can (see Requester.postWriteThenSend); false when it did nothing. */
+  private framedAtOnce(send: SendWorkRequest, write: SendWorkRequest | undefined): boolean {
+    this.transmitting = true;
+    let framed = false;
+    try {
+      framed = write === undefined ? this.requester.postSmallSend(send) : this.requester.postWriteThenSend(write, send);
+    } catch (error) {
+      // As transmitQueued(): a fault while framing ends the stream, not the caller.
+      this.internalError(error);
+      framed = true;
+    } finally {
+      this.transmitting = false;
+    }
+    // A write that completed while the entry was being framed found transmission locked out.
+    if (framed && this.transmitAgain) this.transmitQueued();
+    return framed;
   }
 
   /** Posts a receive work request (ibv_post_recv); allowed before the connection exists. */

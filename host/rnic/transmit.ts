@@ -197,6 +197,22 @@ export class Transmitter {
     return msn;
   }
 
+  /**
+   * A Send-family message of `data` on queue 0 that fits one FPDU (at most INLINE_PAYLOAD octets),
+   * as sendUntagged frames it, without the gather cursor: built whole in one ring reservation and
+   * handed to the sink as one chunk. No markers. Returns its MSN.
+   */
+  sendSmall(opcode: number, reserved: number, data: Uint8Array, done: WriteDone): number {
+    if (this.markers) throw new UsageError('sendSmall frames without markers');
+    if (data.length > Math.min(INLINE_PAYLOAD, this.mulpdu - DDP_UNTAGGED_HEADER_LENGTH))
+      throw new UsageError(`a Send of ${data.length} octets does not fit one FPDU of this stream`);
+    const msn = this.nextMsn[QN_SEND]!;
+    this.nextMsn[QN_SEND] = (msn + 1) >>> 0;
+    const chunks = this.framer.small(this.crc, rdmapControl(opcode), reserved, msn, data, done);
+    this.emit(chunks, 1, data.length);
+    return msn;
+  }
+
   /** Sends an already built ULPDU as one FPDU (used for Terminate). */
   sendUlpdu(ulpdu: Uint8Array, done?: WriteDone): void {
     const framer = this.framer.begin(1, MPA_LENGTH_FIELD + ulpdu.length, NO_PAYLOAD, 0, done);
@@ -436,6 +452,38 @@ class MessageFramer {
     out[count++] = spanStart === 0 && at === arena.length ? arena : this.span(spanStart, at);
     this.count = count;
     return out;
+  }
+
+  /** Transmitter.sendSmall's layout: the whole FPDU in one reservation, one chunk. */
+  small(crcOn: boolean, control: number, reserved: number, msn: number, data: Uint8Array, done: WriteDone): Uint8Array[] {
+    const size = MPA_LENGTH_FIELD + DDP_UNTAGGED_HEADER_LENGTH + data.length + 3 + CRC_LENGTH;
+    const arena = this.ring.reserve(size, done);
+    this.arena = arena;
+    const out = this.emitting ? [] : this.reusable;
+    this.out = out;
+    const start = this.ring.start;
+    const end = this.untaggedSend(arena, start, crcOn, control, reserved, msn, data);
+    out[0] = start === 0 && end === arena.length ? arena : this.span(start, end);
+    this.count = 1;
+    return out;
+  }
+
+  /** An untagged Send-family FPDU on queue 0 carrying `data` (one segment, MO 0) written at `at`; returns its end. */
+  private untaggedSend(arena: Uint8Array, at: number, crcOn: boolean, control: number, reserved: number, msn: number, data: Uint8Array): number {
+    const ulpduLength = DDP_UNTAGGED_HEADER_LENGTH + data.length;
+    const header = at;
+    arena[at] = ulpduLength >> 8;
+    arena[at + 1] = ulpduLength & 0xff;
+    arena[at + 2] = DDP_FLAG_LAST | DDP_VERSION;
+    arena[at + 3] = control;
+    writeUint32(arena, at + 4, reserved);
+    writeUint32(arena, at + 8, QN_SEND);
+    writeUint32(arena, at + 12, msn);
+    writeUint32(arena, at + 16, 0);
+    at += MPA_LENGTH_FIELD + DDP_UNTAGGED_HEADER_LENGTH;
+    if (data.length > 0) setBytes.call(arena, data, at);
+    at += data.length;
+    return this.trailer(arena, at, fpduPadding(ulpduLength), crcOn, crcOn ? crc32cUpdate(0, this.span(header, at)) : 0);
   }
 
   /** PAD and the CRC field at `at` (the CRC over the FPDU so far, `crc`, finished with the PAD); returns the FPDU's end. */

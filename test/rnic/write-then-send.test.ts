@@ -1,5 +1,6 @@
 // QueuePair.postWriteThenSend (a KBTP LOAD's unsignaled RDMA Write and its COMPLETION Send,
-// framed as one send queue entry; issue 16) against postSend of the two one by one: the same
+// framed as one send queue entry; issue 16), and postSend of a short Send framed at once, against
+// the generic path (the two posted one by one; the Send's octets gathered from two SGEs): the same
 // octets on the stream, the same completions on both sides and the same data placed, for Writes
 // of several sizes (inline, a view, split across FPDUs), CRCs on and off, Send and Send with
 // Invalidate; and the same completions when the pair is flushed or its memory check fails.
@@ -214,5 +215,53 @@ test('a Write whose memory check fails: the same failure and Terminate as one by
     ],
   );
 });
+
+/** Sends alone: of one SGE (framed at once) or the same octets gathered from two (one by one). */
+async function sends(fast: boolean, crc: boolean, length: number): Promise<Outcome & { framed: number }> {
+  const l = await link(crc, undefined);
+  try {
+    l.memory.set(pattern(length, 9), 100_000);
+    let framed = 0;
+    const transmitter = l.qp.transmitter!;
+    const sendSmall = transmitter.sendSmall.bind(transmitter);
+    transmitter.sendSmall = (...args) => {
+      framed++;
+      return sendSmall(...args);
+    };
+    const half = length >> 1;
+    const sgList = fast
+      ? [{ lkey: l.mr.lkey, offset: 100_000, length }]
+      : [
+          { lkey: l.mr.lkey, offset: 100_000, length: half },
+          { lkey: l.mr.lkey, offset: 100_000 + half, length: length - half },
+        ];
+    l.qp.postSend({ wrId: 1, opcode: 'SEND', sgList });
+    l.qp.postSend({ wrId: 2, opcode: 'SEND_WITH_INV', invalidateStag: INVALIDATED, sgList });
+    const sent = shape(await completions(l.cq, 2));
+    const received = shape(await completions(l.peerCq, 2));
+    return { wire: l.take(), sent, received, placed: l.peerMemory.slice(), entries: [], framed };
+  } finally {
+    l.close();
+  }
+}
+
+for (const crc of [false, true]) {
+  for (const length of [2, 3, 40, 64, 1000]) {
+    test(`a Send of ${length}, CRC ${crc ? 'on' : 'off'}: framed at once = gathered one by one`, async () => {
+      const slow = await sends(false, crc, length);
+      const fast = await sends(true, crc, length);
+      assert.is(slow.framed, 0, 'two SGEs: not framed at once');
+      assert.is(fast.framed, 2, 'one SGE: framed at once');
+      assert.is(Buffer.compare(Buffer.from(fast.wire), Buffer.from(slow.wire)), 0, 'the same octets on the stream');
+      assert.equal(fast.sent, slow.sent);
+      assert.equal(fast.sent, [
+        [1, 'SEND', 0, length],
+        [2, 'SEND', 0, length],
+      ]);
+      assert.equal(fast.received, slow.received);
+      assert.is(Buffer.compare(Buffer.from(fast.placed), Buffer.from(slow.placed)), 0, 'the same data received');
+    });
+  }
+}
 
 test.run();
