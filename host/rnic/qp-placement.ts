@@ -76,6 +76,8 @@ export class Placement implements ReceiveSink {
   private viewEndsMessage = false;
   /** The message offset at which the Send being placed is steered early (work.ts steerAt), or 0. */
   private steerEarly = 0;
+  /** Where the first segment of a Send steered early ends (message offset). */
+  private segmentEnd = 0;
 
   constructor(private readonly qp: QueuePair) {}
 
@@ -220,25 +222,9 @@ export class Placement implements ReceiveSink {
       receiver.fail(TerminateLayer.Ddp, DDP_ETYPE_CATASTROPHIC, DDP_ECODE_CATASTROPHIC, 'Send segment with no receive in progress');
       return undefined;
     }
-    if (!first && wqe.steerPending) {
-      // The first segment is placed and checked: the receiver may now say where the rest goes.
-      wqe.steerPending = false;
-      const posted = wqe.wr.sgList;
-      wqe.wr.steer!(messageOffset);
-      wqe.steered = wqe.wr.sgList !== posted;
-      let capacity = 0;
-      for (const sge of wqe.wr.sgList) capacity += sge.length;
-      wqe.capacity = capacity;
-      if (!this.checkReceiveBuffer(wqe)) return undefined;
-    }
-    if (messageOffset + length > wqe.capacity) {
-      wqe.status = WcStatus.LocalLengthError;
-      wqe.error = `Send of at least ${messageOffset + length} octets exceeds the ${wqe.capacity}-octet receive buffer`;
-      this.completeReceive(wqe, messageOffset);
-      this.currentRecv = undefined;
-      receiver.fail(TerminateLayer.Ddp, DDP_ETYPE_UNTAGGED, DDP_ECODE_UNTAGGED_TOO_LONG, wqe.error);
-      return undefined;
-    }
+    // The first segment is placed and checked: the receiver may now say where the rest goes.
+    if (!first && wqe.steerPending && !this.steer(wqe, messageOffset)) return undefined;
+    if (this.tooLong(wqe, messageOffset, messageOffset + length)) return undefined;
     if (length === 0) return EMPTY;
     this.seek(wqe, messageOffset);
     const steerAt = wqe.wr.steerAt ?? 0;
@@ -248,6 +234,7 @@ export class Placement implements ReceiveSink {
       const sge = wqe.wr.sgList[this.scatterIndex];
       if (sge !== undefined && this.scatterOffset === 0 && sge.length >= steerAt) {
         this.steerEarly = steerAt;
+        this.segmentEnd = messageOffset + length;
         const region = qp.memory.lookup(sge.lkey >>> 0);
         this.viewEndsMessage = false;
         return region === undefined || !region.valid ? undefined : region.view(sge.offset, steerAt);
@@ -269,9 +256,16 @@ export class Placement implements ReceiveSink {
     this.scatterOffset = remaining;
   }
 
-  /** The early steer point's octets are placed: steer() says where the rest goes, which is checked like a posted list. */
+  /** The early steer point's octets are placed: steer() says where the rest of the segment goes. */
   private steerNow(wqe: RecvWqe, received: number): Uint8Array | undefined {
     this.steerEarly = 0;
+    if (!this.steer(wqe, received) || this.tooLong(wqe, received, this.segmentEnd)) return undefined;
+    this.seek(wqe, received);
+    return this.scatterView();
+  }
+
+  /** Calls the receive's steer() after its first `received` octets; its new list is checked like a posted one. */
+  private steer(wqe: RecvWqe, received: number): boolean {
     wqe.steerPending = false;
     const posted = wqe.wr.sgList;
     wqe.wr.steer!(received);
@@ -279,9 +273,18 @@ export class Placement implements ReceiveSink {
     let capacity = 0;
     for (const sge of wqe.wr.sgList) capacity += sge.length;
     wqe.capacity = capacity;
-    if (!this.checkReceiveBuffer(wqe)) return undefined;
-    this.seek(wqe, received);
-    return this.scatterView();
+    return this.checkReceiveBuffer(wqe);
+  }
+
+  /** A Send reaching message offset `end` overflows the receive: it completes LOC_LEN_ERR (with `placed` octets) and the stream fails. */
+  private tooLong(wqe: RecvWqe, placed: number, end: number): boolean {
+    if (end <= wqe.capacity) return false;
+    wqe.status = WcStatus.LocalLengthError;
+    wqe.error = `Send of at least ${end} octets exceeds the ${wqe.capacity}-octet receive buffer`;
+    this.completeReceive(wqe, placed);
+    this.currentRecv = undefined;
+    this.qp.receiver!.fail(TerminateLayer.Ddp, DDP_ETYPE_UNTAGGED, DDP_ECODE_UNTAGGED_TOO_LONG, wqe.error);
+    return true;
   }
 
   /** The receive's scatter elements are local memory of this QP's PD it may write; else the receive and the stream fail. */
