@@ -70,6 +70,21 @@ class SendWqe {
   constructor(requester: Requester) {
     this.sentBound = (error) => requester.sent(this, error);
   }
+
+  /** Made ready for `wr`: queued, or (`byteLength` >= 0) framed already, its write to the sink pending. */
+  reuse(wr: SendWorkRequest, signaled: boolean, byteLength: number): void {
+    this.wr = wr;
+    this.signaled = signaled;
+    this.state = byteLength < 0 ? SendWqeState.Queued : SendWqeState.InFlight;
+    this.status = WcStatus.Success;
+    this.error = undefined;
+    this.byteLength = Math.max(byteLength, 0);
+    this.atomicResult = undefined;
+    this.requestMsn = undefined;
+    this.writesPending = byteLength < 0 ? 0 : 1;
+    this.dequeued = false;
+    this.lead = undefined;
+  }
 }
 
 /** An outbound RDMA Read or Atomic (or the RTR read) waiting for its response; pooled. */
@@ -155,17 +170,7 @@ export class Requester {
       throw new RnicError('ENOMEM', `send queue of QP ${qp.qpNumber} is full (${qp.maxSendWr} outstanding)`);
     }
     const wqe = this.pool.pop() ?? new SendWqe(this);
-    wqe.wr = wr;
-    wqe.signaled = wr.signaled ?? qp.signalAll;
-    wqe.state = SendWqeState.Queued;
-    wqe.status = WcStatus.Success;
-    wqe.error = undefined;
-    wqe.byteLength = 0;
-    wqe.atomicResult = undefined;
-    wqe.requestMsn = undefined;
-    wqe.writesPending = 0;
-    wqe.dequeued = false;
-    wqe.lead = undefined;
+    wqe.reuse(wr, wr.signaled ?? qp.signalAll, -1);
     this.sq[this.sqTail++] = wqe;
     if (qp.state === 'error') {
       this.finishWqe(wqe, WcStatus.WrFlushError, 'QP is in the error state');
@@ -221,16 +226,7 @@ export class Requester {
       sendData = memory.resolvedRegion!.view(sendSge.offset, sendSge.length);
     }
     const wqe = this.pool.pop() ?? new SendWqe(this);
-    wqe.wr = send;
-    wqe.signaled = send.signaled ?? qp.signalAll;
-    wqe.state = SendWqeState.InFlight;
-    wqe.status = WcStatus.Success;
-    wqe.error = undefined;
-    wqe.byteLength = sendSge.length;
-    wqe.atomicResult = undefined;
-    wqe.requestMsn = undefined;
-    wqe.writesPending = 1;
-    wqe.dequeued = false;
+    wqe.reuse(send, send.signaled ?? qp.signalAll, sendSge.length);
     wqe.lead = write;
     wqe.leadLength = writeSge.length;
     this.sq[this.sqTail++] = wqe;
@@ -297,17 +293,7 @@ export class Requester {
   private startedEntry(send: SendWorkRequest, byteLength: number, starts: number): SendWqe {
     const qp = this.qp;
     const wqe = this.pool.pop() ?? new SendWqe(this);
-    wqe.wr = send;
-    wqe.signaled = send.signaled ?? qp.signalAll;
-    wqe.state = SendWqeState.InFlight;
-    wqe.status = WcStatus.Success;
-    wqe.error = undefined;
-    wqe.byteLength = byteLength;
-    wqe.atomicResult = undefined;
-    wqe.requestMsn = undefined;
-    wqe.writesPending = 1;
-    wqe.dequeued = false;
-    wqe.lead = undefined;
+    wqe.reuse(send, send.signaled ?? qp.signalAll, byteLength);
     this.sq[this.sqTail++] = wqe;
     this.sqNext = this.sqTail;
     const observer = qp.observer;
