@@ -122,6 +122,7 @@ async function run(measured: number): Promise<CallgrindProfile> {
     // Fixed seeds: a random hash seed made start-up's prime search differ between runs by ~20M instructions.
     '--hash-seed=1',
     '--random-seed=1',
+    '--expose-gc',
     loop,
     '--warm',
     String(warm),
