@@ -49,6 +49,9 @@ class BusyPoll {
   private caught = 0;
   private late = 0;
   private backOffMs = FIRST_BACK_OFF_MS;
+  /** Wall-clock milliseconds this thread has spent polling instead of sleeping (for stats and tests). */
+  private polledMs = 0;
+  private spinStartedMs = 0;
   private readonly spinBound = (): void => this.spin();
 
   constructor() {
@@ -73,6 +76,11 @@ class BusyPoll {
   get suspendedForMs(): number {
     monotonicMsInto(this.clock, NOW);
     return Math.max(0, (this.clock[SUSPENDED_UNTIL] as number) - (this.clock[NOW] as number));
+  }
+
+  /** Wall-clock milliseconds spent polling so far, spins still running not counted. */
+  get polledMilliseconds(): number {
+    return this.polledMs;
   }
 
   /** The budget of this thread in microseconds (0: off). */
@@ -121,6 +129,7 @@ class BusyPoll {
     monotonicMsInto(this.clock, LAST_ACTIVITY);
     if (this.spinning || (this.clock[LAST_ACTIVITY] as number) < (this.clock[SUSPENDED_UNTIL] as number)) return;
     this.spinning = true;
+    this.spinStartedMs = this.clock[LAST_ACTIVITY] as number;
     setImmediate(this.spinBound);
   }
 
@@ -132,6 +141,7 @@ class BusyPoll {
     }
     this.spinning = false;
     this.clock[SPIN_ENDED] = this.clock[NOW] as number;
+    this.polledMs += (this.clock[NOW] as number) - this.spinStartedMs;
   }
 }
 

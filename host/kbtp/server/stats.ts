@@ -76,6 +76,8 @@ export interface StatsSnapshot {
   sram?: string[];
   /** The SRAM model's lookups, all workers together, when the target runs with one. */
   sramCounters?: { hits: number; misses: number };
+  /** Wall-clock milliseconds the workers spent busy polling instead of sleeping (0 with the poll off). */
+  busyPollMs?: number;
 }
 
 export class TargetStats {
@@ -282,6 +284,7 @@ export function mergeStats(parts: readonly StatsSnapshot[]): StatsSnapshot {
       into.hits += part.sramCounters.hits;
       into.misses += part.sramCounters.misses;
     }
+    if (part.busyPollMs !== undefined) total.busyPollMs = (total.busyPollMs ?? 0) + part.busyPollMs;
     total.sessionsOpen += part.sessionsOpen;
     total.sessionsTotal += part.sessionsTotal;
     total.sessionsRefused += part.sessionsRefused;

@@ -220,6 +220,7 @@ async function main(): Promise<void> {
       context.tier?.answeredAll(message.answers);
     } else if (message.type === 'stats') {
       const snapshot = stats.snapshot();
+      snapshot.busyPollMs = busyPoll.polledMilliseconds;
       if (observer !== undefined) {
         const report = observer.report();
         snapshot.sram = [`worker ${data.thread}: ${formatSramNicReport(report)}`];
