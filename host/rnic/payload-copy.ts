@@ -4,6 +4,7 @@
 // payload took 10-20 us to place instead of ~0.7 (issue 16, session 4). Such copies go through a
 // bounce buffer laid out with the destination's alignment: two fast copies instead of one slow one.
 
+import { setBytes, subarrayOf } from './uint8-methods.ts';
 import { ViewCache } from './view-cache.ts';
 
 const ALIGNMENT = 8;
@@ -11,13 +12,6 @@ const ALIGNMENT = 8;
 const BOUNCE_MIN = 256;
 /** The bounce buffer's first size: a whole staging read's payload fits. */
 const BOUNCE_INITIAL = 64 * 1024;
-
-/**
- * Uint8Array methods called through these constants: optimized code called the generic LoadIC to
- * find \`set\` and \`subarray\` on the views here for every received payload (issue 16, session 10).
- */
-const setBytes = Uint8Array.prototype.set;
-const subarrayOf = Uint8Array.prototype.subarray;
 
 /** This thread's bounce buffer, made on first use and grown to the longest copy seen. */
 let bounce: Uint8Array | undefined;

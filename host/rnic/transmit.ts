@@ -16,6 +16,7 @@ import {
   writeUint32,
 } from './wire/ddp.ts';
 import { FrameRing } from './frame-ring.ts';
+import { setBytes, subarrayOf } from './uint8-methods.ts';
 import { encodeFpduWithMarkers } from './wire/markers.ts';
 import { fpduPadding, MPA_LENGTH_FIELD, MPA_MAX_ULPDU, MPA_MIN_MULPDU } from './wire/mpa.ts';
 import { RdmapOpcode, rdmapControl } from './wire/rdmap.ts';
@@ -43,13 +44,6 @@ export interface TransmitOptions {
   /** Largest ULPDU to send (DDP header included), 128..64768. */
   mulpdu: number;
 }
-
-/**
- * Uint8Array methods called through these constants: optimized code called the generic LoadIC to
- * find \`set\` and \`subarray\` on the views at these sites on every message (issue 16, session 10).
- */
-const setBytes = Uint8Array.prototype.set;
-const subarrayOf = Uint8Array.prototype.subarray;
 
 const NO_PAYLOAD: readonly Uint8Array[] = [];
 const WRITE_CONTROL = rdmapControl(RdmapOpcode.RdmaWrite);
@@ -394,8 +388,7 @@ class MessageFramer {
     const perSegment = mulpdu - DDP_TAGGED_HEADER_LENGTH;
     const segments = Math.max(1, Math.ceil(length / perSegment));
     const inline = segments === 1 && length <= INLINE_PAYLOAD;
-    const sendLength = sendData.length;
-    const sendUlpdu = DDP_UNTAGGED_HEADER_LENGTH + sendLength;
+    const sendUlpdu = DDP_UNTAGGED_HEADER_LENGTH + sendData.length;
     const size =
       segments * (MPA_LENGTH_FIELD + DDP_TAGGED_HEADER_LENGTH + 3 + CRC_LENGTH) + (inline ? length : 0) + MPA_LENGTH_FIELD + sendUlpdu + 3 + CRC_LENGTH;
     const arena = this.ring.reserve(size, done);
@@ -436,19 +429,7 @@ class MessageFramer {
       at = this.trailer(arena, at, fpduPadding(ulpduLength), crcOn, crc);
       sent += bytes;
     }
-    const header = at;
-    arena[at] = sendUlpdu >> 8;
-    arena[at + 1] = sendUlpdu & 0xff;
-    arena[at + 2] = DDP_FLAG_LAST | DDP_VERSION;
-    arena[at + 3] = sendControl;
-    writeUint32(arena, at + 4, sendReserved);
-    writeUint32(arena, at + 8, QN_SEND);
-    writeUint32(arena, at + 12, msn);
-    writeUint32(arena, at + 16, 0);
-    at += MPA_LENGTH_FIELD + DDP_UNTAGGED_HEADER_LENGTH;
-    setBytes.call(arena, sendData, at);
-    at += sendLength;
-    at = this.trailer(arena, at, fpduPadding(sendUlpdu), crcOn, crcOn ? crc32cUpdate(0, this.span(header, at)) : 0);
+    at = this.untaggedSend(arena, at, crcOn, sendControl, sendReserved, msn, sendData);
     out[count++] = spanStart === 0 && at === arena.length ? arena : this.span(spanStart, at);
     this.count = count;
     return out;
