@@ -9,7 +9,11 @@
 // /proc/self/task/TID/schedstat, as kbtp bench reports its own; kbtp's figures minus these are
 // what kbtp's JavaScript costs on each side, and these against Redis's say what Node allows.
 //
-//   make bench-build && node dist/bench/compare/node-floor.js [--size 16K] [--seconds 3] [--rounds 1]
+//   make bench-build && node dist/bench/compare/node-floor.js [--size 16K] [--sessions 1] [--seconds 3] [--rounds 1]
+//
+// With --sessions N the client keeps N connections with one request in flight each (make compare's
+// x16 rows): both threads then stay busy, and the request rate is what Node's own per-read and
+// per-write cost allows, the ceiling for any protocol written on it.
 //
 // The worker thread loads the built dist/host/rnic/handle-writer.js (workers do not run TypeScript).
 import net from 'node:net';
@@ -77,11 +81,11 @@ function builtWriter(): string {
 
 const threadNs = (tid: number): number => Number(readFileSync(`/proc/self/task/${tid}/schedstat`, 'utf8').split(' ')[0]);
 
-/** One run: `seconds` measured after `warmupMs`, one connection, one request in flight. */
-export async function nodeFloor(size: number, seconds: number, warmupMs = 500): Promise<FloorFigures> {
+/** One run: `seconds` measured after `warmupMs`, `sessions` connections with one request in flight each. */
+export async function nodeFloor(size: number, seconds: number, warmupMs = 500, sessions = 1): Promise<FloorFigures> {
   const writerUrl = builtWriter();
   const worker = new Worker(SERVER, { eval: true, workerData: { size, writer: writerUrl } });
-  let socket: net.Socket | undefined;
+  const sockets: net.Socket[] = [];
   try {
     const { port, tid } = await new Promise<{ port: number; tid: number }>((resolve, reject) => {
       worker.once('message', resolve);
@@ -90,42 +94,48 @@ export async function nodeFloor(size: number, seconds: number, warmupMs = 500): 
     const request = [new Uint8Array(REQUEST).fill(1)];
     const whole = size + ANSWER_OVERHEAD;
     const histogram = new LatencyHistogram();
-    let received = 0;
     let answered = 0;
     let measuring = false;
-    let sentAt = 0;
-    let writer: HandleWriter | undefined;
-    const connected = net.connect({
-      host: '127.0.0.1',
-      port,
-      onread: {
-        buffer: Buffer.alloc(65536),
-        callback: (length: number): boolean => {
-          received += length;
-          if (received >= whole) {
-            received -= whole;
-            const now = performance.now();
-            if (measuring) {
-              answered += 1;
-              histogram.record((now - sentAt) * 1e6);
+    const writers: HandleWriter[] = [];
+    const sentAt: number[] = [];
+    for (let session = 0; session < sessions; session++) {
+      let received = 0;
+      const connected = net.connect({
+        host: '127.0.0.1',
+        port,
+        onread: {
+          buffer: Buffer.alloc(65536),
+          callback: (length: number): boolean => {
+            received += length;
+            if (received >= whole) {
+              received -= whole;
+              const now = performance.now();
+              if (measuring) {
+                answered += 1;
+                histogram.record((now - sentAt[session]!) * 1e6);
+              }
+              sentAt[session] = now;
+              writers[session]!.write(request, 1);
             }
-            sentAt = now;
-            writer?.write(request, 1);
-          }
-          return true;
+            return true;
+          },
         },
-      },
-    } as net.NetConnectOpts);
-    socket = connected;
-    connected.setNoDelay(true);
-    await new Promise<void>((resolve, reject) => {
-      connected.once('connect', resolve);
-      connected.once('error', reject);
-    });
-    writer = HandleWriter.for(connected, () => undefined);
-    if (writer === undefined) throw new UsageError('this Node offers no socket handle to write to (HandleWriter)');
-    sentAt = performance.now();
-    writer.write(request, 1);
+      } as net.NetConnectOpts);
+      sockets.push(connected);
+      connected.setNoDelay(true);
+      await new Promise<void>((resolve, reject) => {
+        connected.once('connect', resolve);
+        connected.once('error', reject);
+      });
+      const writer = HandleWriter.for(connected, () => undefined);
+      if (writer === undefined) throw new UsageError('this Node offers no socket handle to write to (HandleWriter)');
+      writers.push(writer);
+      sentAt.push(0);
+    }
+    for (let session = 0; session < sessions; session++) {
+      sentAt[session] = performance.now();
+      writers[session]!.write(request, 1);
+    }
     await new Promise((resolve) => setTimeout(resolve, warmupMs));
     const client0 = threadNs(process.pid);
     const server0 = threadNs(tid);
@@ -146,16 +156,17 @@ export async function nodeFloor(size: number, seconds: number, warmupMs = 500): 
       p99Us: histogram.percentileNs(0.99) / 1000,
     };
   } finally {
-    socket?.destroy();
+    for (const socket of sockets) socket.destroy();
     worker.postMessage('stop');
     await new Promise((resolve) => worker.once('exit', resolve));
   }
 }
 
 async function main(): Promise<number> {
-  const usage = 'usage: node dist/bench/compare/node-floor.js [--size 16K] [--seconds 3] [--rounds 1]';
+  const usage = 'usage: node dist/bench/compare/node-floor.js [--size 16K] [--sessions 1] [--seconds 3] [--rounds 1]';
   const parsed = parseCommandLine('bench/compare/node-floor', usage, process.argv.slice(2), {
     size: { type: 'string' },
+    sessions: { type: 'string' },
     seconds: { type: 'string' },
     rounds: { type: 'string' },
   });
@@ -164,10 +175,11 @@ async function main(): Promise<number> {
   const [size = 16 * 1024] = parseSizes(values.size ?? '16K', '--size');
   const seconds = parseInteger(values.seconds, '--seconds', 3, 1);
   const rounds = parseInteger(values.rounds, '--rounds', 1, 1);
-  console.log(`node floor: ${size}-octet answers to ${REQUEST}-octet requests, 1 connection x 1 in flight, ${seconds} s per round`);
+  const sessions = parseInteger(values.sessions, '--sessions', 1, 1);
+  console.log(`node floor: ${size}-octet answers to ${REQUEST}-octet requests, ${sessions} connection(s) x 1 in flight, ${seconds} s per round`);
   for (let round = 1; round <= rounds; round++) {
     const before = loadavg()[0]!.toFixed(2);
-    const figures = await nodeFloor(size, seconds);
+    const figures = await nodeFloor(size, seconds, 500, sessions);
     console.log(
       `round ${round}: ${figures.requestsPerSecond.toFixed(0)} req/s, p50 ${figures.p50Us.toFixed(1)} us, p99 ${figures.p99Us.toFixed(1)} us, ` +
         `CPU per request client ${figures.clientUsPerOp.toFixed(2)} us, server ${figures.serverUsPerOp.toFixed(2)} us (load ${before} -> ${loadavg()[0]!.toFixed(2)})`,

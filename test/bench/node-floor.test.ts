@@ -19,4 +19,11 @@ test('a short run answers requests and gives each thread a CPU time per request'
   assert.ok(figures.p50Us > 0 && figures.p99Us >= figures.p50Us);
 });
 
+test('several connections, one request in flight each, all answered', async () => {
+  const figures = await nodeFloor(4096, 1, 100, 4);
+  assert.ok(figures.requests > 100, `${figures.requests} requests`);
+  assert.ok(figures.p50Us > 0 && figures.p99Us >= figures.p50Us);
+  assert.ok(figures.clientUsPerOp > 0 && figures.serverUsPerOp > 0);
+});
+
 test.run();
