@@ -33,9 +33,10 @@ import {
   ulpduLengthFault,
 } from './receive-checks.ts';
 import { commitEnded, commitStarted, newStagingBuffer, sharedStagingBuffer, STAGING_SIZE, type StagingBuffer } from './receive-staging.ts';
+import { FRAMING_BETWEEN_PAYLOADS, type VectorCursor, VectoredRead } from './receive-vector.ts';
 import { BufferViews } from './receive-views.ts';
 import type { TerminateCause } from './terminate.ts';
-import { ViewCache } from './view-cache.ts';
+import type { ViewCache } from './view-cache.ts';
 
 /** What the receive path asks of the RDMAP layer above it (implemented by the QP). */
 export interface ReceiveSink {
@@ -112,15 +113,7 @@ const UNTAGGED_PREFIX = MPA_LENGTH_FIELD + DDP_UNTAGGED_HEADER_LENGTH;
  * next FPDU's prefix (length field and DDP/RDMAP header), so a large message costs one read per
  * FPDU instead of two or three.
  */
-const OVERREAD_MAX = 3 + CRC_LENGTH + UNTAGGED_PREFIX;
-/**
- * Payloads one vectored read (readVector) places at most: with the framing between them in a
- * side buffer, a 256 KiB STORE's rest after its first FPDU comes in one system call instead of
- * four, a 1 MiB Read Response in two instead of sixteen (issue 16).
- */
-const VECTOR_FPDUS = 8;
-/** A side piece: one FPDU's PAD and CRC and the next one's prefix. */
-const SIDE_PIECE = OVERREAD_MAX;
+const OVERREAD_MAX = FRAMING_BETWEEN_PAYLOADS;
 
 const State = { Header: 0, Payload: 1, Trailer: 2, Dead: 3 } as const;
 type State = (typeof State)[keyof typeof State];
@@ -196,19 +189,18 @@ export class FpduReceiver {
   private readonly overreadBytes = new Uint8Array(OVERREAD_MAX);
   /** Views of the targets' buffers for direct reads and CRC: none made per FPDU. */
   private readonly views = new BufferViews();
-  /** Vectored reads' buffer lists, one array per length (a read system call takes the whole array). */
-  private readonly vectors: Uint8Array[][] = [];
-  /** The list readVector() handed out, and which of its buffers are payload (1) or framing (0). */
-  private vector: Uint8Array[] | undefined;
-  private readonly vectorPayload = new Uint8Array(2 * VECTOR_FPDUS);
-  /** For a framing buffer: how many of its octets are the PAD and CRC of the FPDU before it. */
-  private readonly vectorTrailer = new Uint8Array(2 * VECTOR_FPDUS);
-  private vectorLength = 0;
-  /** The buffers of the vectored read being planned, in order. */
-  private readonly slots: Array<Uint8Array | undefined> = new Array<Uint8Array | undefined>(2 * VECTOR_FPDUS).fill(undefined);
-  /** Where the framing between the payloads of a vectored read lands, and its views. */
-  private readonly side = new Uint8Array(VECTOR_FPDUS * SIDE_PIECE);
-  private readonly sideViews = new ViewCache(this.side, 4 * VECTOR_FPDUS);
+  /** Reads ahead of the stream into several buffers at once (readVector / commitVector). */
+  private readonly vectored = new VectoredRead(this.views, DIRECT_PLACEMENT_MIN);
+  /** What the vectored read's commit may do to this receiver (made once: no closure per read). */
+  private readonly vectorCursor: VectorCursor = {
+    dead: () => this.state === State.Dead,
+    landedInPlace: (buffer, got) => this.landedInPlace(buffer, got),
+    placed: (length) => this.placed(length),
+    consume: (source, start, end) => {
+      this.consume(source, start, end);
+    },
+    awaitsHeaderRest: (length) => this.state === State.Header && this.headerHave === 4 && this.headerNeed === length,
+  };
   /** The staging buffer handed out by the last `readBuffer()` otherwise. */
   private readStaging: StagingBuffer | undefined;
   /** Used only when a receiver is fed from inside another receiver's commit. */
@@ -301,100 +293,39 @@ export class FpduReceiver {
 
   /**
    * Buffers for one vectored read (readv) continuing the stream, or undefined when a plain
-   * read suits as well. Offered inside a large payload of a message whose destination runs to
-   * the message's end (ReceiveSink.viewHoldsMessageEnd): the rest of this payload and the next
-   * segments' payloads, each guessed as long as this FPDU's (a sender cuts a message at its
-   * MULPDU) up to the last large one, go straight to the destination; each FPDU's PAD and CRC
-   * and the next one's prefix go to a side buffer. The next read then starts at a payload again,
-   * as after a direct read. A guess that proves wrong costs a copy (commitVector), never a wrong
-   * placement: a payload octet stays where it landed only if the checked segment says it
-   * belongs there.
+   * read suits as well (receive-vector.ts). Offered inside a large payload of a message whose
+   * destination runs to the message's end (ReceiveSink.viewHoldsMessageEnd); the next read then
+   * starts at a payload again, as after a direct read.
    */
   readVector(): Uint8Array[] | undefined {
-    this.vector = undefined;
     const target = this.target;
-    if (this.state !== State.Payload || this.discard || target === undefined || this.markersEnabled || this.last) return undefined;
-    if (this.payloadRemaining < DIRECT_PLACEMENT_MIN || this.sink.viewHoldsMessageEnd?.() !== true) return undefined;
-    const headerLength = this.headerNeed - MPA_LENGTH_FIELD;
+    const offered =
+      this.state === State.Payload &&
+      !this.discard &&
+      target !== undefined &&
+      !this.markersEnabled &&
+      !this.last &&
+      this.payloadRemaining >= DIRECT_PLACEMENT_MIN &&
+      this.sink.viewHoldsMessageEnd?.() === true;
+    if (!offered) {
+      this.vectored.clear();
+      return undefined;
+    }
     const prefix = this.tagged ? TAGGED_PREFIX : UNTAGGED_PREFIX;
-    let at = this.targetPosition;
-    let payload = this.payloadRemaining;
-    let padding = this.padding;
-    let count = 0;
-    let sideAt = 0;
-    for (let fpdus = 0; fpdus < VECTOR_FPDUS; fpdus++) {
-      if (payload > target.length - at) break;
-      this.vectorPayload[count] = 1;
-      this.vectorSlot(count++, this.views.within(target, at, payload));
-      at += payload;
-      const rest = target.length - at;
-      // After the message's last FPDU comes another message, of the kind that came last time.
-      const sideLength = padding + CRC_LENGTH + (rest === 0 ? this.nextPrefixAfter(this.tagged) : prefix);
-      this.vectorPayload[count] = 0;
-      this.vectorTrailer[count] = padding + CRC_LENGTH;
-      this.vectorSlot(count++, this.sideViews.view(sideAt, sideLength));
-      sideAt += sideLength;
-      const next = Math.min(this.payloadLength, rest);
-      // The message's short last segment comes too (the view ends with the message, so it is
-      // exactly the rest), and with its trailer the next message's prefix: back-to-back
-      // messages then take a read fewer each. A short segment that is not the last (a sender
-      // with small segments) is left to staged reads.
-      if (next === 0 || (next < DIRECT_PLACEMENT_MIN && next !== rest)) break;
-      payload = next;
-      padding = fpduPadding(headerLength + next);
-    }
-    if (count < 4) return undefined; // one payload: a plain direct read does the same
-    const vector = this.vectorOf(count);
-    this.vector = vector;
-    this.vectorLength = count;
-    return vector;
+    return this.vectored.plan(target, this.targetPosition, this.payloadRemaining, this.padding, this.payloadLength, prefix, this.nextPrefixAfter(this.tagged));
   }
 
-  /**
-   * `length` octets were read into the buffers readVector() returned, in order. Payload that
-   * landed exactly where its segment (checked when its header came through the side buffer
-   * before it) says it belongs is placed as it is. From the first octet that did not,
-   * everything read is copied out and processed like a staged read, before anything is placed
-   * over memory those octets still sit in.
-   */
+  /** `length` octets were read into the buffers readVector() returned, in order (receive-vector.ts). */
   commitVector(length: number): void {
-    const vector = this.vector;
-    this.vector = undefined;
-    if (vector === undefined || length <= 0) return;
-    let left = length;
-    for (let i = 0; i < this.vectorLength && left > 0 && this.state !== State.Dead; i++) {
-      const buffer = vector[i]!;
-      const got = Math.min(left, buffer.length);
-      left -= got;
-      if (this.vectorPayload[i] === 1) {
-        // The whole buffer read must be the whole rest of the payload (a longer segment's rest would land on the next buffer's octets).
-        const exact = got === buffer.length ? got === this.payloadRemaining : got <= this.payloadRemaining;
-        if (!exact || !this.landedInPlace(buffer, got)) {
-          this.replayVector(vector, i, 0, got, left);
-          return;
-        }
-        this.placed(got);
-        continue;
-      }
-      // A side piece: the PAD and CRC of the FPDU just placed, then the next FPDU's prefix. Its
-      // first four octets say how long that FPDU's header is; one that is not the prefix assumed
-      // would have payload in the piece, to be placed over octets of the next buffer.
-      const trailer = this.vectorTrailer[i]!;
-      const first = Math.min(got, trailer + 4);
-      this.consume(buffer, 0, first);
-      if (got === first || this.dead) continue;
-      if (this.state !== State.Header || this.headerHave !== 4 || this.headerNeed !== buffer.length - trailer) {
-        this.replayVector(vector, i, first, got, left);
-        return;
-      }
-      this.consume(buffer, first, got);
-    }
+    this.vectored.commit(length, this.vectorCursor);
   }
 
-  /** Whether `got` octets read into `buffer` are exactly where the current segment's next payload octets go. */
+  /** Whether `got` octets read into `buffer` are exactly where the current segment's next payload octets go (VectorCursor). */
   private landedInPlace(buffer: Uint8Array, got: number): boolean {
     const target = this.target;
+    const exact = got === buffer.length ? got === this.payloadRemaining : got <= this.payloadRemaining;
     return (
+      exact &&
       this.state === State.Payload &&
       !this.discard &&
       target !== undefined &&
@@ -402,42 +333,6 @@ export class FpduReceiver {
       target.byteOffset + this.targetPosition === buffer.byteOffset &&
       got <= target.length - this.targetPosition
     );
-  }
-
-  /**
-   * A vectored read's guess was wrong from octet `start` of buffer `from` on (a segment of
-   * another length than the one before it, another message): what was read from there (up to
-   * `got` octets of that buffer, `left` after it) goes through the receiver as a staged read
-   * would, from a copy. Rare: a peer that cuts its messages into segments of one size never
-   * takes it.
-   */
-  private replayVector(vector: Uint8Array[], from: number, start: number, got: number, left: number): void {
-    const copy = new Uint8Array(got - start + left);
-    copy.set(vector[from]!.subarray(start, got));
-    let at = got - start;
-    for (let i = from + 1; i < this.vectorLength && at < copy.length; i++) {
-      const buffer = vector[i]!;
-      const take = Math.min(buffer.length, copy.length - at);
-      copy.set(buffer.subarray(0, take), at);
-      at += take;
-    }
-    this.consume(copy, 0, copy.length);
-  }
-
-  private vectorSlot(index: number, buffer: Uint8Array): void {
-    this.slots[index] = buffer;
-  }
-
-  /** The slots' first `count` buffers as an array of exactly that length, reused. */
-  private vectorOf(count: number): Uint8Array[] {
-    let vector = this.vectors[count];
-    if (vector === undefined) {
-      vector = [];
-      for (let i = 0; i < count; i++) vector.push(this.side);
-      this.vectors[count] = vector;
-    }
-    for (let i = 0; i < count; i++) vector[i] = this.slots[i]!;
-    return vector;
   }
 
   /**
