@@ -1,5 +1,6 @@
-// Instructions per LOAD, by side and by function: bench/profile/load-loop.ts (a target and a
-// session in one process over an in-memory link, LOADs of one block chained) run twice under
+// Instructions per LOAD (or STORE, --op store), by side and by function: bench/profile/load-loop.ts
+// (a target and a session in one process over an in-memory link, requests of one block chained;
+// with --bench issued by kbtp bench's own workload, its check of each loaded block included) run twice under
 // `valgrind --tool=callgrind`, with `--base` and with `--base + --loads` measured LOADs after the
 // same warm-up; the difference of the two runs over `--loads` is what one LOAD costs in the steady
 // state, start-up and JIT compilation cancelling out. JIT code is named from node's perf map.
@@ -20,12 +21,17 @@ import { parseArgs } from 'node:util';
 import { attribute, named, NO_JS_CALLER, parseCallgrind, PerfMap, perOperation, type CallgrindProfile } from './callgrind-file.ts';
 
 const USAGE = `usage: node dist/bench/profile/callgrind-load.js [options]
-  Instructions per LOAD of one block (both sides in one process), by side and by function, from two
-  callgrind runs. Needs valgrind (Debian: apt-get install valgrind). Run it niced: a run takes minutes.
-  --warm N      LOADs before counting starts (default 20000: the hot path optimized)
-  --base N      LOADs of the shorter run (default 5000)
-  --loads N     LOADs the longer run does more; the per-LOAD figures are the difference / N (default 20000)
-  --size N      block size and LOAD size in octets (default 16384)
+  Instructions per LOAD (or STORE) of one block (both sides in one process), by side and by function,
+  from two callgrind runs. Needs valgrind (Debian: apt-get install valgrind). Run it niced: a run takes minutes.
+  --op OP       load (default) or store (a STORE of a registered buffer: inline up to 256 KiB)
+  --bench       requests issued by kbtp bench's workload (host/bench/workload.ts, 1 in flight per
+                session, every loaded block checked), its functions the side 'bench'; default: a bare
+                chain of loadInto/storeFrom calls (side 'loop')
+  --sessions N  sessions, requests spread over them as kbtp bench --sessions N does (--bench only; default 1)
+  --warm N      requests before counting starts (default 20000: the hot path optimized)
+  --base N      requests of the shorter run (default 5000)
+  --loads N     requests the longer run does more; the per-request figures are the difference / N (default 20000)
+  --size N      block size and request size in octets (default 16384)
   --crc         negotiate MPA CRCs (default off, as make compare runs)
   --shared      one copy of the code for both sides (no split by side)
   --top N       functions to list (default 40)
@@ -39,6 +45,9 @@ const { values } = parseArgs({
     base: { type: 'string', default: '5000' },
     loads: { type: 'string', default: '20000' },
     size: { type: 'string', default: '16384' },
+    op: { type: 'string', default: 'load' },
+    bench: { type: 'boolean', default: false },
+    sessions: { type: 'string', default: '1' },
     crc: { type: 'boolean', default: false },
     shared: { type: 'boolean', default: false },
     top: { type: 'string', default: '40' },
@@ -64,6 +73,17 @@ const base = count('base', values.base, 1);
 const loads = count('loads', values.loads, 1);
 const size = count('size', values.size, 1);
 const top = count('top', values.top, 0);
+const sessions = count('sessions', values.sessions, 1);
+const op = values.op;
+if (op !== 'load' && op !== 'store') {
+  console.error(`--op must be load or store (got '${op}')\n\n${USAGE}`);
+  process.exit(2);
+}
+if (sessions > 1 && !values.bench) {
+  console.error(`--sessions needs --bench\n\n${USAGE}`);
+  process.exit(2);
+}
+const OP = op.toUpperCase();
 
 const from = values.from !== undefined ? resolve(values.from) : undefined;
 if (from === undefined && spawnSync('valgrind', ['--version']).status !== 0) {
@@ -97,6 +117,8 @@ function sideOf(name: string): string | undefined {
   if (name.includes('/linked-channel.js')) return name.includes(`/${INITIATOR_COPY}/`) ? 'link (initiator end)' : 'link (target end)';
   // The loop's own callbacks: the application calling the initiator.
   if (name.includes('/dist/bench/')) return 'loop';
+  // kbtp bench's workload (--bench): the application calling the initiator, on the client's thread.
+  if (name.includes('/host/bench/')) return 'bench';
   if (initiatorRoot !== undefined && name.includes(`/${INITIATOR_COPY}/`)) return 'initiator';
   if (name.includes('/dist/')) return initiatorRoot === undefined ? 'kbtp' : 'target';
   return 'node';
@@ -130,11 +152,14 @@ async function run(measured: number): Promise<CallgrindProfile> {
     String(measured),
     '--size',
     String(size),
+    '--op',
+    op,
   ];
+  if (values.bench) args.push('--bench', '--sessions', String(sessions));
   if (values.crc) args.push('--crc');
   if (initiatorRoot !== undefined) args.push('--initiator-root', initiatorRoot);
   const started = Date.now();
-  process.stderr.write(`callgrind: ${warm} + ${measured} LOADs ... `);
+  process.stderr.write(`callgrind: ${warm} + ${measured} ${OP}s ... `);
   const child = spawn('valgrind', args, { stdio: ['ignore', 'ignore', 'pipe'] });
   let log = '';
   child.stderr.on('data', (chunk: Buffer) => {
@@ -162,7 +187,8 @@ const { total, bySide, jsBySide, byFunction } = attribute(perOperation(a, b, loa
 
 const n = (v: number): string => Math.round(v).toLocaleString('en-US').padStart(9);
 console.log(
-  `Instructions per LOAD of ${size} octets (callgrind, ${warm} warm-up LOADs, runs of ${base} and ${base + loads}; MPA CRC ${values.crc ? 'on' : 'off'})`,
+  `Instructions per ${OP} of ${size} octets (callgrind, ${warm} warm-up ${OP}s, runs of ${base} and ${base + loads}; ` +
+    `${values.bench ? `kbtp bench's workload, ${sessions} session${sessions > 1 ? 's' : ''} x 1 in flight` : 'a bare chain'}; MPA CRC ${values.crc ? 'on' : 'off'})`,
 );
 console.log(`${n(total)}  all`);
 const sides = [...bySide.entries()].sort((x, y) => y[1] - x[1]);
@@ -171,7 +197,7 @@ for (const [side, v] of sides) {
   console.log(`${n(v)}  ${side}${own !== undefined ? `  (its JavaScript ${Math.round(own).toLocaleString('en-US')}, what that called the rest)` : ''}`);
 }
 if (bySide.has(NO_JS_CALLER)) console.log(`  (${NO_JS_CALLER}: the event loop, the microtask runner, GC and the JIT compiler)`);
-console.log(`\nTop ${top} functions, own instructions per LOAD (side, or 'shared' for code that is not JavaScript):`);
+console.log(`\nTop ${top} functions, own instructions per ${OP} (side, or 'shared' for code that is not JavaScript):`);
 for (const [name, v] of [...byFunction.entries()].sort((x, y) => y[1] - x[1]).slice(0, top)) {
   console.log(`${n(v)}  ${name.replace(/file:\/\/\S*?\/(dist|\.cache\/profile\/initiator)\//, '')}`);
 }
