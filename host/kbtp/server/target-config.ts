@@ -176,6 +176,19 @@ function durableAt(
   return { dataDir, capacityBytes, lowWatermark };
 }
 
+/**
+ * The receive window a connection should be able to offer from its start: two of the largest
+ * messages a client sends (an inline STORE with its request, or a whole block as the Read
+ * Response of a STORE the target pulls), at least 1 MiB, at most 8 MiB. Below that, a new
+ * connection's first large requests wait for the window to grow, and a BBR sender paces the
+ * connection for good (host/rnic/socket-window.ts). A limit, not memory: autotuning grows the
+ * buffer past it for a fast sender as before, and nothing is allocated until data waits.
+ */
+export function initialReceiveWindow(settings: Pick<TargetSettings, 'pool'>): number {
+  const largest = Math.max(settings.pool.blockSize, settings.pool.maxInline + 1024);
+  return Math.min(8 * 2 ** 20, Math.max(2 ** 20, 2 * largest));
+}
+
 export function isLoopback(host: string): boolean {
   return host === 'localhost' || host === '::1' || /^127\./.test(host);
 }

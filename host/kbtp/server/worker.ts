@@ -10,8 +10,9 @@ import { Engine, type EngineHandoff } from '../../engine/engine.ts';
 import { ThreadArena } from '../../engine/arena.ts';
 import { createRnic, RnicError, RcConnectionRequest, RcQueuePair, type AnyConnectionRequest, type AnyQueuePair } from '../../rnic/verbs.ts';
 import { busyPoll } from '../../rnic/busy-poll.ts';
+import { widenReceiveWindow } from '../../rnic/socket-window.ts';
 import { openSramModel, formatSramNicReport, type SramNicObserver } from '../../sram/index.ts';
-import type { TargetSettings, TenantSettings } from './target-config.ts';
+import { initialReceiveWindow, type TargetSettings, type TenantSettings } from './target-config.ts';
 import { TargetConnection, type WorkerContext } from './connection.ts';
 import { LateReclaims } from './tickets.ts';
 import { TargetStats, type RefusalReason } from './stats.ts';
@@ -132,6 +133,8 @@ async function main(): Promise<void> {
     else server.listen({ fd: data.fd }, () => resolve());
   });
   server.on('error', (error) => send({ type: 'error', message: `listener: ${error.message}` }));
+  // The listening socket is shared: the worker that opened it sizes the window every connection starts with.
+  if (data.fd === undefined) widenReceiveWindow(listeningFd(server), initialReceiveWindow(settings));
 
   /** An MPA Reject whose private data says why; the initiator library prints it. */
   const refuse = (request: AnyConnectionRequest, peer: string, reason: RefusalReason, text: string): void => {

@@ -1,0 +1,62 @@
+// The target's listening socket offers every connection a receive window for two of its largest
+// messages from the start (target-config.ts initialReceiveWindow, host/rnic/socket-window.ts):
+// without it a new connection's first 256 KiB STOREs waited for Linux's 64 KiB starting window
+// and a BBR client paced the connection for good (issue 16). The buffer is read back from the
+// kernel for the target's own listening descriptor (found through /proc: workers share this
+// process's descriptors), so the check is a count, not a timing.
+import { test } from 'uvu';
+import * as assert from 'uvu/assert';
+import { readdirSync, readFileSync, readlinkSync } from 'node:fs';
+import { startTarget } from '../../host/kbtp/server/target.ts';
+import { initialReceiveWindow } from '../../host/kbtp/server/target-config.ts';
+import { receiveBufferOf } from '../../host/rnic/socket-window.ts';
+import { testSettings } from '../support/rig.ts';
+
+const TCP_LISTEN = '0A';
+
+/** This process's descriptor of the TCP socket listening on `port`. */
+function listenerFd(port: number): number {
+  const inodes = new Set<string>();
+  for (const line of readFileSync('/proc/net/tcp', 'utf8').split('\n').slice(1)) {
+    const fields = line.trim().split(/\s+/);
+    if (fields.length < 10) continue;
+    const localPort = Number.parseInt(fields[1]!.split(':')[1]!, 16);
+    if (localPort === port && fields[3] === TCP_LISTEN) inodes.add(fields[9]!);
+  }
+  for (const entry of readdirSync('/proc/self/fd')) {
+    let link: string;
+    try {
+      link = readlinkSync(`/proc/self/fd/${entry}`);
+    } catch {
+      continue; // closed meanwhile
+    }
+    const inode = /^socket:\[(\d+)\]$/.exec(link)?.[1];
+    if (inode !== undefined && inodes.has(inode)) return Number(entry);
+  }
+  throw new Error(`no listening socket on port ${port} in this process`);
+}
+
+test('the window every connection starts with: two of the largest messages, 1 to 8 MiB', () => {
+  const pool = (blockSize: number, maxInline: number) => ({ pool: { blockSize, maxInline } }) as never;
+  assert.is(initialReceiveWindow(pool(65536, 8192)), 2 ** 20);
+  assert.is(initialReceiveWindow(pool(262144, 262144)), 2 ** 20);
+  assert.is(initialReceiveWindow(pool(524288, 524288)), 2 * (524288 + 1024));
+  assert.is(initialReceiveWindow(pool(2 ** 20, 262144)), 2 * 2 ** 20);
+  assert.is(initialReceiveWindow(pool(2 ** 30, 8192)), 8 * 2 ** 20);
+});
+
+test("a target's listening socket holds the window for 256 KiB STOREs", async () => {
+  const settings = testSettings({ workers: 2, pool: { blockSize: 262144, blockCount: 64, handleCount: 256, maxInline: 262144 } });
+  const target = await startTarget(settings, { log: () => undefined });
+  try {
+    const options = receiveBufferOf(listenerFd(target.port));
+    if (options instanceof Error) throw options;
+    const window = initialReceiveWindow(settings);
+    assert.ok(options.buffer >= window, `listening socket's receive buffer ${options.buffer}, window ${window}`);
+    assert.is(options.lowWater, 1);
+  } finally {
+    await target.stop();
+  }
+});
+
+test.run();

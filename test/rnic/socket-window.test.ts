@@ -1,0 +1,64 @@
+// host/rnic/socket-window.ts: a listening socket widened with widenReceiveWindow hands every
+// connection it accepts a receive buffer that holds the window asked for, with the low-water mark
+// back at 1 (a mark left high would hold every read back until that much had arrived). Counts
+// read back from the kernel (getsockopt), no timing.
+import { test } from 'uvu';
+import * as assert from 'uvu/assert';
+import net from 'node:net';
+import { receiveBufferOf, widenReceiveWindow } from '../../host/rnic/socket-window.ts';
+
+const WINDOW = 2 ** 20;
+
+function fdOf(handleOwner: net.Server | net.Socket): number {
+  const fd = (handleOwner as unknown as { _handle?: { fd?: number } })._handle?.fd;
+  if (typeof fd !== 'number' || fd < 0) throw new Error('no descriptor');
+  return fd;
+}
+
+/** The receive buffer and low-water mark of a connection `server` accepts. */
+async function acceptedBuffer(server: net.Server): Promise<{ buffer: number; lowWater: number }> {
+  const accepted = new Promise<net.Socket>((resolve) => server.once('connection', resolve));
+  const address = server.address() as net.AddressInfo;
+  const client = net.connect(address.port, '127.0.0.1');
+  const socket = await accepted;
+  try {
+    const options = receiveBufferOf(fdOf(socket));
+    if (options instanceof Error) throw options;
+    return options;
+  } finally {
+    socket.destroy();
+    client.destroy();
+  }
+}
+
+async function listening(): Promise<net.Server> {
+  const server = net.createServer({ pauseOnConnect: true });
+  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+  return server;
+}
+
+test('a widened listener hands its connections a buffer for the window, reads woken as before', async () => {
+  const plain = await listening();
+  const widened = await listening();
+  try {
+    const inEffect = widenReceiveWindow(fdOf(widened), WINDOW);
+    if (inEffect instanceof Error) throw inEffect;
+    assert.ok(inEffect >= WINDOW, `listener's buffer ${inEffect}`);
+    const before = await acceptedBuffer(plain);
+    const after = await acceptedBuffer(widened);
+    assert.ok(after.buffer >= WINDOW, `accepted connection's buffer ${after.buffer}`);
+    assert.ok(after.buffer > before.buffer, `widened ${after.buffer}, default ${before.buffer}`);
+    assert.is(after.lowWater, 1);
+  } finally {
+    plain.close();
+    widened.close();
+  }
+});
+
+test('a descriptor that is no socket is refused with the reason', () => {
+  const result = widenReceiveWindow(0x7ffffff0, WINDOW);
+  assert.instance(result, Error);
+  assert.match((result as Error).message, /errno/);
+});
+
+test.run();
