@@ -10,7 +10,7 @@
 // next to plain UDP socket pairs pumping datagrams of one RoCE packet's size (bench/udp-pairs.ts:
 // "udp" through node:dgram, "udp-batched" through the batched socket: what each carries without RC).
 //
-//   node --import tsx bench/rnic.ts [--mib-per-run N] [--trials N] [--sizes 16384,262144] [--rows iwarp,roce] [--ops read] [--counters] [--output path]
+//   node --import tsx bench/rnic.ts [--mib-per-run N] [--threads-mib-per-run N] [--trials N] [--sizes 16384,262144] [--rows iwarp,roce] [--ops read] [--counters] [--output path]
 //
 // --rows runs some of the rows only (a quicker A/B): tcp (both plain TCP pairs), udp (both plain
 // UDP pairs), iwarp (Write/Read, CRC off and on), roce (loss-free, the default link), roce-loss
@@ -18,7 +18,9 @@
 // only. Ratios are printed where both of their rows ran. threads: Writes and Reads with the responder on a
 // worker thread of its own (bench/rnic-responder.ts), iWARP (CRC off) and RoCE: the shape of a
 // deployed target, whose initiators run elsewhere, so a round trip crosses what a deployed one
-// crosses (with both ends on one thread, one thread does the work of both: docs/RNIC.md).
+// crosses (with both ends on one thread, one thread does the work of both: docs/RNIC.md). Each of
+// their trials moves --threads-mib-per-run (default 1 GiB, or --mib-per-run when that is given):
+// 128 MiB lasted a few scheduler slices, too short to judge 0.8 by (bench/rnic-run-length.ts).
 // --counters adds to every RDMA row the CPU time per GiB of the requester's thread, the
 // responder's (two-thread rows) and the others, and to RoCE rows each side's RC and link counters
 // (bench/rnic-counters.ts), printed under the row and kept in its JSON (`counters`).
@@ -47,6 +49,7 @@ import {
   type RowThreadCpu,
 } from './rnic-counters.ts';
 import { checkoutRoot } from './checkout-root.ts';
+import { DEFAULT_MIB_PER_RUN, DEFAULT_THREADS_MIB_PER_RUN, runLengths } from './rnic-run-length.ts';
 
 interface Row {
   /**
@@ -67,7 +70,7 @@ interface Row {
   link?: 'batched' | 'dgram';
   size: number;
   gbps: number;
-  /** Best of `trials` interleaved runs, each moving `bytes`. */
+  /** Best of `trials` interleaved runs, each moving `bytes` (two-thread rows: --threads-mib-per-run). */
   bytes: number;
   trials: number;
   /** Least CPU time (user + system, both ends) this process spent per GiB moved. */
@@ -93,12 +96,16 @@ type RowGroup = (typeof ROW_GROUPS)[number];
 
 const parsed = parseCommandLine(
   'bench/rnic',
-  `usage: node --import tsx bench/rnic.ts [--mib-per-run 128] [--trials 3] [--sizes 16384,262144,1048576] [--rows ${ROW_GROUPS.join(',')}] [--ops write,read] [--counters] [--output path]\n` +
+  `usage: node --import tsx bench/rnic.ts [--mib-per-run ${DEFAULT_MIB_PER_RUN}] [--threads-mib-per-run ${DEFAULT_THREADS_MIB_PER_RUN}] [--trials 3] [--sizes 16384,262144,1048576] [--rows ${ROW_GROUPS.join(',')}] [--ops write,read] [--counters] [--output path]\n` +
+    `  --threads-mib-per-run: MiB per trial of the rows with the responder on its own thread (default ${DEFAULT_THREADS_MIB_PER_RUN},\n` +
+    '  or --mib-per-run when that is given): shorter trials last a few scheduler slices\n' +
     "  --counters: per RDMA row, CPU per GiB by thread (requester, responder, others) and, RoCE, each side's packets, ACKs, NAKs,\n" +
     '  retransmissions, timer expiries, system calls and wake-ups (printed under the row, kept in its JSON as `counters`)',
   process.argv.slice(2),
   {
-    'mib-per-run': { type: 'string', default: '128' },
+    // No defaults here: runLengths tells a flag given from one left out.
+    'mib-per-run': { type: 'string' },
+    'threads-mib-per-run': { type: 'string' },
     trials: { type: 'string', default: '3' },
     sizes: { type: 'string', default: `${16 * 1024},${256 * 1024},${1024 * 1024}` },
     rows: { type: 'string', default: ROW_GROUPS.join(',') },
@@ -115,11 +122,16 @@ function defaultOutput(): string {
   return join(checkoutRoot, 'bench', 'results', 'rnic.json');
 }
 
-const bytesPerRun = Number(values['mib-per-run']) * 1024 * 1024;
+const lengths = runLengths(values['mib-per-run'], values['threads-mib-per-run']);
+if (typeof lengths === 'string') {
+  console.error(`bench/rnic: ${lengths}`);
+  process.exit(2);
+}
+const { bytesPerRun, threadsBytesPerRun } = lengths;
 const trials = Number(values.trials);
 const sizes = values.sizes.split(',').map(Number);
-if (!(bytesPerRun > 0) || !(trials > 0) || sizes.some((size) => !(size > 0))) {
-  console.error('bench/rnic: --mib-per-run, --trials and --sizes must be positive numbers');
+if (!(trials > 0) || sizes.some((size) => !(size > 0))) {
+  console.error('bench/rnic: --trials and --sizes must be positive numbers');
   process.exit(2);
 }
 const rowNames = values.rows.split(',').filter((name) => name !== '');
@@ -139,6 +151,8 @@ const ops = new Set((['write', 'read'] as const).filter((op) => opNames.includes
 const countersWanted = values.counters === true;
 /** What each path is warmed up with before anything is timed (no more than a run: a short --mib-per-run stays short). */
 const warmUpBytes = Math.min(32 << 20, bytesPerRun);
+/** The two-thread pairs' warm-up: longer, so that V8's compilers are done before their first trial. */
+const threadsWarmUpBytes = Math.min(128 << 20, threadsBytesPerRun);
 
 const gbps = (bytes: number, nanoseconds: bigint): number => (bytes * 8) / Number(nanoseconds);
 
@@ -505,7 +519,7 @@ async function main(): Promise<void> {
   const twoThreads = new Map<'iwarp' | 'roce', RequesterPair>();
   if (running('threads')) {
     for (const transport of ['iwarp', 'roce'] as const) twoThreads.set(transport, await twoThreadPair(transport, largest, mainLink));
-    for (const pair of twoThreads.values()) for (const op of ops) await rdmaRun(op, pair, largest, warmUpBytes);
+    for (const pair of twoThreads.values()) for (const op of ops) await rdmaRun(op, pair, largest, threadsWarmUpBytes);
   }
   type Key = `${Row['op']}/${Row['transport']}/${boolean}/${number}/${string}`;
   type Case = {
@@ -555,7 +569,7 @@ async function main(): Promise<void> {
         loss: 0,
         ...(transport === 'roce' ? { link: mainLink } : {}),
         threads: 2,
-        run: (size) => rdmaRun(op, pair, size, bytesPerRun),
+        run: (size) => rdmaRun(op, pair, size, threadsBytesPerRun),
         pair,
       });
     }
@@ -573,12 +587,13 @@ async function main(): Promise<void> {
         const sampler = pair === undefined ? undefined : samplerFor(pair);
         const countersBefore = await pair?.counters?.();
         const cpuBefore = sampler?.sample();
-        const result = await measure(bytesPerRun, () => entry.run(size));
+        const bytes = entry.threads === 2 ? threadsBytesPerRun : bytesPerRun;
+        const result = await measure(bytes, () => entry.run(size));
         const cpuAfter = sampler?.sample();
         const countersAfter = await pair?.counters?.();
         if (pair !== undefined) {
           const sum = counted.get(key(entry)) ?? { bytes: 0 };
-          sum.bytes += bytesPerRun;
+          sum.bytes += bytes;
           if (cpuBefore !== undefined && cpuAfter !== undefined)
             sum.cpu = addThreadCpu(sum.cpu, threadCpuBetween(cpuBefore, cpuAfter, pair.responderThread !== undefined));
           if (countersBefore !== undefined && countersAfter !== undefined) {
@@ -617,7 +632,7 @@ async function main(): Promise<void> {
         ...(entry.link === undefined ? {} : { link: entry.link }),
         size,
         gbps: round(measured.gbps),
-        bytes: bytesPerRun,
+        bytes: entry.threads === 2 ? threadsBytesPerRun : bytesPerRun,
         trials,
         cpuMsPerGiB: Math.round(measured.cpuMsPerGiB),
         ...(crcOn !== undefined && crcOff !== undefined ? { ofIwarp: { crcOn: round(crcOn), crcOff: round(crcOff) } } : {}),
