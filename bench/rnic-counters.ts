@@ -36,6 +36,8 @@ export interface RoceSideCounters {
   readableEvents: number;
   receiveCalls: number;
   datagramsReceived: number;
+  /** Datagrams whose ICRCs one call checked with the rest of their GRO run (icrc-runs.ts). */
+  datagramsInCheckedRuns: number;
 }
 
 const FIELDS = [
@@ -60,6 +62,7 @@ const FIELDS = [
   'readableEvents',
   'receiveCalls',
   'datagramsReceived',
+  'datagramsInCheckedRuns',
 ] as const satisfies ReadonlyArray<keyof RoceSideCounters>;
 
 /** The counters of one RoCE end now: its QP, its RNIC's endpoint, and the UDP link under any impairment. */
@@ -89,6 +92,7 @@ export function roceSideCounters(rnic: Rnic, qp: RcQueuePair, udpLink: unknown):
     readableEvents: link?.readableEvents ?? 0,
     receiveCalls: link?.receiveCalls ?? 0,
     datagramsReceived: link?.datagramsReceived ?? 0,
+    datagramsInCheckedRuns: link?.datagramsInPassedRuns ?? 0,
   };
 }
 
@@ -208,7 +212,8 @@ export function counterLines(counters: RowCounters): string[] {
     lines.push(
       `    ${side.padEnd(9)} per MiB: packets out ${per(c.packetsSent)} (resent ${per(c.packetsResent)}), in ${per(c.packetsReceived)} (lean ${per(c.leanPackets)}); ` +
         `ACKs out ${per(c.acksSent)}, in ${per(c.acksReceived)}; sendmmsg ${per(c.sendCalls)} (${ratio(c.datagramsSent, c.sendCalls)} datagrams, ${ratio(c.datagramsSent, c.sendMessages)} per GSO message), ` +
-        `recvmmsg ${per(c.receiveCalls)} (${ratio(c.datagramsReceived, c.receiveCalls)} datagrams), wake-ups ${per(c.readableEvents)} (${ratio(c.datagramsReceived, c.readableEvents)} datagrams)`,
+        `recvmmsg ${per(c.receiveCalls)} (${ratio(c.datagramsReceived, c.receiveCalls)} datagrams), wake-ups ${per(c.readableEvents)} (${ratio(c.datagramsReceived, c.readableEvents)} datagrams), ` +
+        `ICRC checked in runs ${per(c.datagramsInCheckedRuns)}`,
     );
     lines.push(
       `    ${side.padEnd(9)} in the row: NAKs out ${c.naksSent}, in ${c.naksReceived}; duplicates ${c.duplicatesReceived}; past a gap ${c.pastGap}; ` +

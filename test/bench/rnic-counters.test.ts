@@ -35,6 +35,7 @@ const side = (scale: number): RoceSideCounters => ({
   readableEvents: 4 * scale,
   receiveCalls: 8 * scale,
   datagramsReceived: 4 * scale,
+  datagramsInCheckedRuns: 3 * scale,
 });
 
 test('a run is the difference of two readings; a row sums its runs', () => {
@@ -54,7 +55,7 @@ test('a row keeps its totals and bytes, CPU per GiB by thread, and prints per Mi
   // 512 packets over 2 MiB, 8 sendmmsg calls of 64 datagrams, 16 recvmmsg calls of half a datagram each.
   assert.match(lines[1]!, /packets out 256\.0 \(resent 2\.0\)/);
   assert.match(lines[1]!, /sendmmsg 4\.0 \(64\.0 datagrams, 32\.0 per GSO message\)/);
-  assert.match(lines[1]!, /recvmmsg 8\.0 \(0\.5 datagrams\), wake-ups 4\.0 \(1\.0 datagrams\)/);
+  assert.match(lines[1]!, /recvmmsg 8\.0 \(0\.5 datagrams\), wake-ups 4\.0 \(1\.0 datagrams\), ICRC checked in runs 3\.0/);
   assert.match(lines[2]!, /NAKs out 0, in 2; .*early timer 6 \(probed 0, went back N 2\)/);
 });
 

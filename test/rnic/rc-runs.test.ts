@@ -276,6 +276,10 @@ test('a middle packet with a bad ICRC, in sequence, is not placed by the lean pa
     const stats = server.rnic.roceEndpoint!.stats;
     assert.is(stats.icrcErrors, 1, 'the bad packet was dropped and counted');
     assert.ok(stats.lean > 0, 'the packets around it took the lean path');
+    // Its GRO run failed the one-call check of the run's ICRCs (icrc-runs.ts): its packets were
+    // then checked one by one, and only the bad one dropped.
+    const received = (server.link as BatchedUdpLink).socket.stats;
+    assert.ok(received.runChecks > received.runChecksPassed, `a run check failed (${received.runChecksPassed} of ${received.runChecks} passed)`);
   } finally {
     await pair.close();
   }

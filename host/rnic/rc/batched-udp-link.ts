@@ -6,6 +6,7 @@
 import { RnicError } from '../errors.ts';
 import { errnoName } from './batched-udp-libc.ts';
 import { icrcContinueBthHead } from '../wire/icrc.ts';
+import { IcrcRunChecker } from './icrc-runs.ts';
 import { BatchedUdpSocket, type BatchedUdpSocketOptions, type BatchedUdpStatistics } from './batched-udp-socket.ts';
 import {
   fillIcrcAfterUdp,
@@ -34,11 +35,13 @@ export class BatchedUdpLink implements PacketLink {
   private readonly headKey = new Uint8Array(8);
   private headAfterUdp = -1;
   private headCrc = 0;
+  private readonly runs = new IcrcRunChecker();
 
   private constructor(readonly socket: BatchedUdpSocket) {
     this.outbound = new SocketHeaderCache(socket.local, true);
     this.inbound = new SocketHeaderCache(socket.local, false);
-    socket.setReceiver((data, from) => this.incoming(data, from));
+    socket.setReceiver((data, from, checked) => this.incoming(data, from, checked));
+    socket.setRunChecker((area, at, address, length, count, from) => this.runGood(area, at, address, length, count, from));
   }
 
   /** Throws RnicError (EINVAL) when batching is unavailable here (no koffi, not Linux x64/arm64). */
@@ -60,7 +63,7 @@ export class BatchedUdpLink implements PacketLink {
 
   setLeanReceiver(receiver: LeanPacketReceiver): void {
     this.leanReceiver = receiver;
-    this.socket.setLeanReceiver((area, at, address, length, from) => this.lean(area, at, address, length, from));
+    this.socket.setLeanReceiver((area, at, address, length, from, checked) => this.lean(area, at, address, length, from, checked));
   }
 
   setSendErrorHandler(handler: LinkSendErrorHandler): void {
@@ -97,11 +100,25 @@ export class BatchedUdpLink implements PacketLink {
     await this.socket.close();
   }
 
-  /** A packet the lean receiver takes, ICRC good, goes to it; one it dropped nowhere; anything else (a bad ICRC too) to the full path. */
-  private lean(area: Uint8Array, at: number, address: number, length: number, from: PeerAddress): boolean {
+  /**
+   * Whether every packet of a GRO run carries a good ICRC, by one CRC over the run
+   * (icrc-runs.ts); false sends each through its own check.
+   */
+  private runGood(area: Uint8Array, at: number, address: number, length: number, count: number, from: PeerAddress): boolean {
+    const headers = this.inbound;
+    headers.update(from, length);
+    return this.runs.allGood(headers.afterUdp, area, at, address, length, count);
+  }
+
+  /**
+   * A packet the lean receiver takes, ICRC good (`icrcGood`: known from its run's check), goes
+   * to it; one it dropped nowhere; anything else (a bad ICRC too) to the full path.
+   */
+  private lean(area: Uint8Array, at: number, address: number, length: number, from: PeerAddress, icrcGood: boolean): boolean {
     const receiver = this.leanReceiver!;
     const verdict = receiver.wants(area, at, length, from);
     if (verdict !== LeanVerdict.Take) return verdict === LeanVerdict.Dropped;
+    if (icrcGood) return receiver.take(area, at, address, length);
     const headers = this.inbound;
     headers.update(from, length);
     return icrcMatchesAfterHead(this.bthHead(headers.afterUdp, area, at), area, at, address, length) && receiver.take(area, at, address, length);
@@ -131,12 +148,13 @@ export class BatchedUdpLink implements PacketLink {
     return this.headCrc;
   }
 
-  private incoming(data: Uint8Array, from: PeerAddress): void {
+  private incoming(data: Uint8Array, from: PeerAddress, icrcGood: boolean): void {
     const receiver = this.receiver;
     if (receiver === undefined) return;
     const headers = this.inbound;
     headers.update(from, data.length);
-    // From the cached headers' running ICRC; the datagram is read in place (ISA-L) where it can be.
-    receiver(data, headers.ip, headers.udp, from, icrcMatchesAfterUdp(headers.afterUdp, data));
+    // Known good from its run's check, or from the cached headers' running ICRC; the datagram is
+    // read in place (ISA-L) where it can be.
+    receiver(data, headers.ip, headers.udp, from, icrcGood || icrcMatchesAfterUdp(headers.afterUdp, data));
   }
 }

@@ -126,15 +126,28 @@ export interface BatchedUdpSocketOptions {
   slotBytes?: number;
 }
 
-/** Receives one datagram. `data` is valid only during the call (its slot is reused after). */
-export type DatagramReceiver = (data: Uint8Array, from: PeerAddress) => void;
+/**
+ * Receives one datagram. `data` is valid only during the call (its slot is reused after).
+ * `checked`: the run checker passed the GRO run it came in (RunChecker).
+ */
+export type DatagramReceiver = (data: Uint8Array, from: PeerAddress, checked: boolean) => void;
 
 /**
  * Asked first about every datagram, as `area[at, at + length)` (the receive area) at the raw
  * address `address`: returns true when it took the datagram, false to have it handed to the
  * DatagramReceiver. For a receiver that takes most datagrams without a view of each.
  */
-export type LeanDatagramReceiver = (area: Uint8Array, at: number, address: number, length: number, from: PeerAddress) => boolean;
+export type LeanDatagramReceiver = (area: Uint8Array, at: number, address: number, length: number, from: PeerAddress, checked: boolean) => boolean;
+
+/**
+ * Asked about each GRO run of `count` (2..RUN_CHECK_DATAGRAMS) datagrams of `length` octets from
+ * `from`, back to back at `area[at..]` (raw address `address`), before they are handed over one
+ * by one: its answer goes with each of them (`checked`). For a receiver that can check a run's
+ * datagrams with one call (the RoCE link: their ICRCs).
+ */
+export type RunChecker = (area: Uint8Array, at: number, address: number, length: number, count: number, from: PeerAddress) => boolean;
+/** Datagrams one run check covers at most (a longer GRO run is checked in parts). */
+export const RUN_CHECK_DATAGRAMS = 16;
 
 /** A send error the socket could not recover from by waiting (the datagrams are dropped). */
 export type SendErrorHandler = (to: PeerAddress, errno: number) => void;
@@ -159,6 +172,10 @@ export interface BatchedUdpStatistics {
   datagramsReceived: number;
   /** Datagrams longer than a receive slot (dropped). */
   truncated: number;
+  /** Run checks made (RunChecker), those passed, and the datagrams those covered. */
+  runChecks: number;
+  runChecksPassed: number;
+  datagramsInPassedRuns: number;
 }
 
 export class BatchedUdpSocket implements TurnParticipant {
@@ -169,6 +186,7 @@ export class BatchedUdpSocket implements TurnParticipant {
   receiveError: string | undefined;
   private receiver: DatagramReceiver | undefined;
   private leanReceiver: LeanDatagramReceiver | undefined;
+  private runChecker: RunChecker | undefined;
   private sendErrorHandler: SendErrorHandler | undefined;
   private closed = false;
   private readonly sendExited: Promise<void>;
@@ -277,7 +295,18 @@ export class BatchedUdpSocket implements TurnParticipant {
     }
     this.blockAt = 0;
     const control = this.sendControl;
-    const received = { readableEvents: 0, receiveCalls: 0, receiveBatches: 0, slotsReceived: 0, datagramsReceived: 0, truncated: 0, sendQueueDrops: 0 };
+    const received = {
+      readableEvents: 0,
+      receiveCalls: 0,
+      receiveBatches: 0,
+      slotsReceived: 0,
+      datagramsReceived: 0,
+      truncated: 0,
+      sendQueueDrops: 0,
+      runChecks: 0,
+      runChecksPassed: 0,
+      datagramsInPassedRuns: 0,
+    };
     // Send counters live in shared memory (the send worker keeps them); the rest are this thread's.
     this.stats = Object.defineProperties(received, {
       sendCalls: { get: () => Atomics.load(control, SEND_CALLS), enumerable: true },
@@ -395,6 +424,11 @@ export class BatchedUdpSocket implements TurnParticipant {
 
   setReceiver(receiver: DatagramReceiver): void {
     this.receiver = receiver;
+  }
+
+  /** Asked about each GRO run before its datagrams are handed over (undefined: none). */
+  setRunChecker(checker: RunChecker | undefined): void {
+    this.runChecker = checker;
   }
 
   setSendErrorHandler(handler: SendErrorHandler): void {
@@ -757,14 +791,32 @@ export class BatchedUdpSocket implements TurnParticipant {
         const from = this.source(this.addressesAt + slot * SOCKADDR_IN);
         const slotAt = this.dataAt + slot * this.slotBytes;
         const lean = this.leanReceiver;
+        const runChecker = this.runChecker;
+        // Datagrams of the full segment size (a GRO run's last may be shorter), checked in parts.
+        const whole = segment < length ? Math.floor(length / segment) : 0;
+        let checkedUntil = 0;
+        let checked = false;
         let offset = 0;
         do {
           const end = Math.min(offset + segment, length);
           this.stats.datagramsReceived++;
           try {
             const at = slotAt + offset;
-            if (lean === undefined || !lean(this.ringBytes, at, this.ringBase + at, end - offset, from))
-              receiver(this.datagramViews.view(at, end - offset), from);
+            if (offset >= checkedUntil) {
+              checked = false;
+              const count = Math.min(RUN_CHECK_DATAGRAMS, whole - offset / segment);
+              if (runChecker !== undefined && count >= 2) {
+                checkedUntil = offset + count * segment;
+                this.stats.runChecks++;
+                checked = runChecker(this.ringBytes, at, this.ringBase + at, segment, count, from);
+                if (checked) {
+                  this.stats.runChecksPassed++;
+                  this.stats.datagramsInPassedRuns += count;
+                }
+              }
+            }
+            if (lean === undefined || !lean(this.ringBytes, at, this.ringBase + at, end - offset, from, checked))
+              receiver(this.datagramViews.view(at, end - offset), from, checked);
           } catch {
             // A receiver's bug must not stop receiving: the datagram counts as lost.
           }
