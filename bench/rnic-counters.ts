@@ -22,6 +22,7 @@ export interface RoceSideCounters {
   duplicatesReceived: number;
   earlyRetransmissions: number;
   tailProbes: number;
+  earlyWaits: number;
   earlyTimerFires: number;
   timeouts: number;
   ackTimerFires: number;
@@ -51,6 +52,7 @@ const FIELDS = [
   'duplicatesReceived',
   'earlyRetransmissions',
   'tailProbes',
+  'earlyWaits',
   'earlyTimerFires',
   'timeouts',
   'ackTimerFires',
@@ -81,6 +83,7 @@ export function roceSideCounters(rnic: Rnic, qp: RcQueuePair, udpLink: unknown):
     duplicatesReceived: rc.duplicatesReceived,
     earlyRetransmissions: rc.earlyRetransmissions,
     tailProbes: rc.tailProbes,
+    earlyWaits: rc.earlyWaits,
     earlyTimerFires: rc.earlyTimerFires,
     timeouts: rc.timeouts,
     ackTimerFires: rc.ackTimerFires,
@@ -217,7 +220,7 @@ export function counterLines(counters: RowCounters): string[] {
     );
     lines.push(
       `    ${side.padEnd(9)} in the row: NAKs out ${c.naksSent}, in ${c.naksReceived}; duplicates ${c.duplicatesReceived}; past a gap ${c.pastGap}; ` +
-        `early timer ${c.earlyTimerFires} (probed ${c.tailProbes}, went back N ${c.earlyRetransmissions}); ACK timer ${c.ackTimerFires} (timeouts ${c.timeouts})`,
+        `early timer ${c.earlyTimerFires} (probed ${c.tailProbes}, waited ${c.earlyWaits}, went back N ${c.earlyRetransmissions}); ACK timer ${c.ackTimerFires} (timeouts ${c.timeouts})`,
     );
   }
   return lines;

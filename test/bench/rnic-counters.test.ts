@@ -24,6 +24,7 @@ const side = (scale: number): RoceSideCounters => ({
   duplicatesReceived: 0,
   earlyRetransmissions: scale,
   tailProbes: 0,
+  earlyWaits: scale,
   earlyTimerFires: 3 * scale,
   timeouts: 0,
   ackTimerFires: 0,
@@ -56,7 +57,7 @@ test('a row keeps its totals and bytes, CPU per GiB by thread, and prints per Mi
   assert.match(lines[1]!, /packets out 256\.0 \(resent 2\.0\)/);
   assert.match(lines[1]!, /sendmmsg 4\.0 \(64\.0 datagrams, 32\.0 per GSO message\)/);
   assert.match(lines[1]!, /recvmmsg 8\.0 \(0\.5 datagrams\), wake-ups 4\.0 \(1\.0 datagrams\), ICRC checked in runs 3\.0/);
-  assert.match(lines[2]!, /NAKs out 0, in 2; .*early timer 6 \(probed 0, went back N 2\)/);
+  assert.match(lines[2]!, /NAKs out 0, in 2; .*early timer 6 \(probed 0, waited 2, went back N 2\)/);
 });
 
 test('--help names --counters', async () => {

@@ -4,7 +4,9 @@
 // with the responder's ACKs held back, the requester sends new packets until its window is full
 // and then none. And when ACKs stop coming for the early wait, it first sends a tail-loss probe
 // (the last packet again, asking for an ACK) instead of going back N: late ACKs then cost one
-// packet, a lost tail the packets lost and the probe.
+// packet, a lost tail the packets lost and the probe. Where the last packet is a Read request
+// (no probe: sent again, it has the responder answer its whole chunk again) it waits one doubled
+// expiry more instead: late responses then cost nothing, a lost request that wait.
 import { test } from 'uvu';
 import * as assert from 'uvu/assert';
 import type { PacketLink } from '../../host/rnic/rc/link.ts';
@@ -140,6 +142,48 @@ async function counted(pair: RcPair, run: () => Promise<void>): Promise<Record<'
   };
 }
 
+/** The client's early-timer waits (no probe possible) and what else moved during `run`. */
+async function countedWaits(pair: RcPair, run: () => Promise<void>): Promise<Record<'resent' | 'backN' | 'waits', number>> {
+  const client = (): RcStatistics => pair.client.qp.statistics;
+  const before = client();
+  await run();
+  const after = client();
+  return {
+    resent: after.retransmittedPackets - before.retransmittedPackets,
+    backN: after.earlyRetransmissions - before.earlyRetransmissions,
+    waits: after.earlyWaits - before.earlyWaits,
+  };
+}
+
+/** Calls `then` at the moment the client's early timer counts a wait (the counter's setter), before anything else runs. */
+function onEarlyWait(pair: RcPair, then: () => void): void {
+  const stats = pair.client.qp.stats;
+  let waits = stats.earlyWaits;
+  Object.defineProperty(stats, 'earlyWaits', {
+    get: () => waits,
+    set: (value: number) => {
+      waits = value;
+      then();
+    },
+    enumerable: true,
+    configurable: true,
+  });
+}
+
+const isReadResponse = (opcode: number): boolean => opcode >= IbOpcode.RdmaReadResponseFirst && opcode <= IbOpcode.RdmaReadResponseOnly;
+
+async function read(pair: RcPair, wrId: number, length: number): Promise<void> {
+  const { client, server } = pair;
+  client.qp.postSend({
+    wrId,
+    opcode: 'RDMA_READ',
+    sgList: [{ lkey: client.mr.lkey, offset: MiB, length }],
+    remote: { stag: server.mr.rkey, taggedOffset: 0 },
+  });
+  expectSuccess(await completions(client.cq, 1, 30_000));
+  assert.equal(client.memory.subarray(MiB, MiB + length), server.memory.subarray(0, length), 'read data');
+}
+
 async function write(pair: RcPair, wrId: number, length: number): Promise<void> {
   const { client, server } = pair;
   client.qp.postSend({
@@ -206,6 +250,68 @@ test('a lost tail on a clean path: the probe draws a NAK sequence error, and onl
     // ACKs late, no more): the lost two follow the NAK, nothing else is sent again.
     assert.ok(moved.probes >= 1, `${moved.probes} probes`);
     assert.equal(moved, { resent: moved.probes + 2, probes: moved.probes, backN: 0, naks: 1 }, 'the probe and the two lost packets');
+  } finally {
+    await pair.close();
+  }
+});
+
+test('Read responses late on a clean path: the early timer waits one doubled expiry instead of going back N, and nothing is sent again', async () => {
+  const pair = await rcPair({ pathMtu: 4096, ackTimeoutMs: 60_000, bytes: 2 * MiB });
+  try {
+    const { client, server } = pair;
+    for (let i = 0; i < 64 * 1024; i++) client.memory[i] = (i * 3 + 1) & 0xff;
+    await write(pair, 1, 64 * 1024); // measures a round trip: the early timer arms from now on
+    // The responder's Read Responses (a replaced send: one packet each) are held until the
+    // requester's early timer has decided what to do about them: a wait (now), or, before, going
+    // back N, which sends the Read request again.
+    const send = server.link.send.bind(server.link);
+    const held: Array<() => void> = [];
+    let holding = true;
+    const release = (): void => {
+      holding = false;
+      for (const packet of held.splice(0)) packet();
+    };
+    server.link.send = (to, header, payload, trailer) => {
+      if (holding && isReadResponse(header[0]!)) {
+        const [h, p, t] = [header.slice(), payload.slice(), trailer.slice()];
+        held.push(() => send(to, h, p, t));
+      } else send(to, header, payload, trailer);
+    };
+    onEarlyWait(pair, release);
+    const clientSend = client.link.send.bind(client.link);
+    let requests = 0;
+    client.link.send = (to, header, payload, trailer) => {
+      if (header[0] === IbOpcode.RdmaReadRequest && ++requests > 1) release(); // sent again: what going back N does
+      clientSend(to, header, payload, trailer);
+    };
+    const moved = await countedWaits(pair, () => read(pair, 2, 64 * 1024));
+    assert.ok(held.length === 0 && !holding, 'the responses were held, then released');
+    assert.equal(moved, { resent: 0, backN: 0, waits: 1 }, 'one wait, no Read request sent again');
+    assert.is(requests, 1);
+  } finally {
+    await pair.close();
+  }
+});
+
+test('a Read request lost on a clean path: one doubled wait, then back N, and the Read completes', async () => {
+  const pair = await rcPair({ pathMtu: 4096, ackTimeoutMs: 60_000, bytes: 2 * MiB });
+  try {
+    const { client } = pair;
+    for (let i = 0; i < 64 * 1024; i++) client.memory[i] = (i * 5 + 2) & 0xff;
+    await write(pair, 1, 64 * 1024);
+    const send = client.link.send.bind(client.link);
+    let dropped = 0;
+    client.link.send = (to, header, payload, trailer) => {
+      if (header[0] === IbOpcode.RdmaReadRequest && dropped === 0) {
+        dropped++;
+        return;
+      }
+      send(to, header, payload, trailer);
+    };
+    const moved = await countedWaits(pair, () => read(pair, 2, 64 * 1024));
+    assert.is(dropped, 1);
+    assert.is(moved.waits, 1, 'one wait first');
+    assert.ok(moved.backN >= 1 && moved.resent >= 1, `then back N (${moved.backN}), the request sent again (${moved.resent})`);
   } finally {
     await pair.close();
   }

@@ -96,6 +96,11 @@ export interface RcStatistics extends QueuePairStatistics {
   earlyRetransmissions: number;
   /** Tail-loss probes the early timer sent instead, on a path that had not lost a packet lately (one packet each). */
   tailProbes: number;
+  /**
+   * Early expiries on such a path whose last packet could not be probed (a Read request, an
+   * atomic) that waited one doubled expiry more instead of going back N.
+   */
+  earlyWaits: number;
   /** Expiries of the early-retransmission timer and of the ACK timer, whether or not the check after them went back N. */
   earlyTimerFires: number;
   ackTimerFires: number;
@@ -126,6 +131,7 @@ export class RcQueuePair extends QueuePairAttributes<RcQueuePairEvents> {
     sequenceNaksReceived: 0,
     earlyRetransmissions: 0,
     tailProbes: 0,
+    earlyWaits: 0,
     earlyTimerFires: 0,
     ackTimerFires: 0,
   };

@@ -55,7 +55,10 @@ export class Retransmission {
   private lostAt = -1;
   /** A gap in a Read Response already caused a rewind to this PSN (avoid one per late packet). */
   private readRewoundTo = -1;
-  /** The early timer sent a tail-loss probe and no acknowledgement has moved since: the next expiry goes back N. */
+  /**
+   * The early timer sent a tail-loss probe, or waited once more where no packet could be probed,
+   * and no acknowledgement has moved since: the next expiry goes back N.
+   */
   private probing = false;
 
   constructor(private readonly queue: SendQueue) {
@@ -144,8 +147,9 @@ export class Retransmission {
 
   /**
    * The early timer: the same double check as expire(), then, on a path that has not lost a
-   * packet lately, a tail-loss probe (Transmitter.probe); on a lossy one, or when the probe
-   * brought no acknowledgement by the next expiry, go back N. Neither spends a retry.
+   * packet lately, a tail-loss probe (Transmitter.probe), or where the last packet cannot be
+   * probed (a Read request, an atomic) one more, doubled, wait; on a lossy path, or when the
+   * probe or the wait brought no acknowledgement by the next expiry, go back N. None spends a retry.
    */
   private earlyExpire(): void {
     this.qp.stats.earlyTimerFires++;
@@ -162,9 +166,16 @@ export class Retransmission {
         // A path that has not lost a packet lately is probed first: with the responder on a thread
         // of its own, an ACK late by a scheduler slice fired this timer several times per 128 MiB
         // of loss-free Writes, and going back N resent a whole window the responder already held.
-        if (!this.lossy && !this.probing && this.transmitter.probe()) {
+        if (!this.lossy && !this.probing) {
           this.probing = true;
-          this.qp.stats.tailProbes++;
+          // Going back N over a Read has the responder answer its whole chunk again (up to 16
+          // packets of responses) and an atomic replayed: on a clean path, where a late
+          // response is likelier than a lost one (a responder on another thread, a loaded
+          // machine: 5-7 per 256 MiB of two-thread Reads at load 11, session 11), the requester
+          // first waits one doubled expiry more. A lost Read request or response tail then costs
+          // that wait, once: the go-back-N after it marks the path lossy.
+          if (this.transmitter.probe()) this.qp.stats.tailProbes++;
+          else this.qp.stats.earlyWaits++;
         } else {
           this.qp.stats.earlyRetransmissions++;
           this.lostAt = this.queue.lastAcked;
