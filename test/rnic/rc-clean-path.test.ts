@@ -128,7 +128,7 @@ test('an explicit maxUnackedPackets is the window on a clean path too', async ()
 const psnOf = (header: Uint8Array): number => (header[9]! << 16) | (header[10]! << 8) | header[11]!;
 
 /** The client's statistics moved by `run` (the early timer must have measured a round trip: a Write first). */
-async function counted(pair: RcPair, run: () => Promise<void>): Promise<Record<'resent' | 'probes' | 'backN' | 'naks', number>> {
+async function counted(pair: RcPair, run: () => Promise<void>): Promise<Record<'resent' | 'probes' | 'waits' | 'backN' | 'naks', number>> {
   const client = (): RcStatistics => pair.client.qp.statistics;
   const before = client();
   const naks = pair.server.qp.statistics.sequenceNaksSent;
@@ -137,21 +137,9 @@ async function counted(pair: RcPair, run: () => Promise<void>): Promise<Record<'
   return {
     resent: after.retransmittedPackets - before.retransmittedPackets,
     probes: after.tailProbes - before.tailProbes,
+    waits: after.earlyWaits - before.earlyWaits,
     backN: after.earlyRetransmissions - before.earlyRetransmissions,
     naks: pair.server.qp.statistics.sequenceNaksSent - naks,
-  };
-}
-
-/** The client's early-timer waits (no probe possible) and what else moved during `run`. */
-async function countedWaits(pair: RcPair, run: () => Promise<void>): Promise<Record<'resent' | 'backN' | 'waits', number>> {
-  const client = (): RcStatistics => pair.client.qp.statistics;
-  const before = client();
-  await run();
-  const after = client();
-  return {
-    resent: after.retransmittedPackets - before.retransmittedPackets,
-    backN: after.earlyRetransmissions - before.earlyRetransmissions,
-    waits: after.earlyWaits - before.earlyWaits,
   };
 }
 
@@ -216,7 +204,7 @@ test('ACKs late on a clean path: the early timer sends one probe, and its ACK ac
       send(to, header, payload, trailer);
     };
     const moved = await counted(pair, () => write(pair, 2, MiB));
-    assert.equal(moved, { resent: 1, probes: 1, backN: 0, naks: 0 }, 'one packet sent again, a probe');
+    assert.equal(moved, { resent: 1, probes: 1, waits: 0, backN: 0, naks: 0 }, 'one packet sent again, a probe');
   } finally {
     await pair.close();
   }
@@ -249,7 +237,7 @@ test('a lost tail on a clean path: the probe draws a NAK sequence error, and onl
     // Each probe is one packet (a scheduling pause on a loaded machine may add one that finds the
     // ACKs late, no more): the lost two follow the NAK, nothing else is sent again.
     assert.ok(moved.probes >= 1, `${moved.probes} probes`);
-    assert.equal(moved, { resent: moved.probes + 2, probes: moved.probes, backN: 0, naks: 1 }, 'the probe and the two lost packets');
+    assert.equal(moved, { resent: moved.probes + 2, probes: moved.probes, waits: 0, backN: 0, naks: 1 }, 'the probe and the two lost packets');
   } finally {
     await pair.close();
   }
@@ -284,9 +272,9 @@ test('Read responses late on a clean path: the early timer waits one doubled exp
       if (header[0] === IbOpcode.RdmaReadRequest && ++requests > 1) release(); // sent again: what going back N does
       clientSend(to, header, payload, trailer);
     };
-    const moved = await countedWaits(pair, () => read(pair, 2, 64 * 1024));
+    const moved = await counted(pair, () => read(pair, 2, 64 * 1024));
     assert.ok(held.length === 0 && !holding, 'the responses were held, then released');
-    assert.equal(moved, { resent: 0, backN: 0, waits: 1 }, 'one wait, no Read request sent again');
+    assert.equal(moved, { resent: 0, probes: 0, waits: 1, backN: 0, naks: 0 }, 'one wait, no Read request sent again');
     assert.is(requests, 1);
   } finally {
     await pair.close();
@@ -308,7 +296,7 @@ test('a Read request lost on a clean path: one doubled wait, then back N, and th
       }
       send(to, header, payload, trailer);
     };
-    const moved = await countedWaits(pair, () => read(pair, 2, 64 * 1024));
+    const moved = await counted(pair, () => read(pair, 2, 64 * 1024));
     assert.is(dropped, 1);
     assert.is(moved.waits, 1, 'one wait first');
     assert.ok(moved.backN >= 1 && moved.resent >= 1, `then back N (${moved.backN}), the request sent again (${moved.resent})`);
