@@ -11,6 +11,7 @@ import { turn, type TurnParticipant } from './turn.ts';
 import { RnicError } from './errors.ts';
 import { HandleWriter, WRITE_DONE, WRITE_QUEUED, writeError } from './handle-writer.ts';
 import { busyPoll } from './busy-poll.ts';
+import { widenReceiveWindow } from './socket-window.ts';
 
 /** Something that takes bytes from the stream. */
 export interface StreamConsumer {
@@ -53,6 +54,13 @@ export interface StreamChannel extends ByteSink {
 const DEFAULT_LINGER_MS = 2000;
 /** Vectored reads in a row after one of libuv's (each takes up to 8 FPDUs: 512 KiB). */
 const READ_AHEAD_ROUNDS = 4;
+/**
+ * The receive window an initiator's connection can offer from its start (socket-window.ts): a
+ * LOAD's block arrives as one RDMA Write, and at 1 MiB blocks the target's connection was
+ * window-limited for 8-72 ms of its first requests and then paced by BBR (issue 16). The block
+ * size is known only after HELLO; 2 MiB holds two 1 MiB blocks. A limit, not memory.
+ */
+const INITIATOR_RECEIVE_WINDOW = 2 * 2 ** 20;
 
 function vectorLength(vector: readonly Uint8Array[]): number {
   let length = 0;
@@ -217,7 +225,10 @@ export class SocketChannel implements StreamChannel, TurnParticipant {
         clearTimeout(timer);
         socket.removeAllListeners('error');
         socket.pause();
-        resolve(new SocketChannel(socket));
+        const channel = new SocketChannel(socket);
+        // Not on the target's accepted sockets: those inherit their listener's (worker.ts).
+        if (channel.fd >= 0) widenReceiveWindow(channel.fd, INITIATOR_RECEIVE_WINDOW);
+        resolve(channel);
       });
     });
   }

@@ -7,6 +7,7 @@ import * as assert from 'uvu/assert';
 import net from 'node:net';
 import { SocketChannel } from '../../host/rnic/channel.ts';
 import { HandleWriter, WRITE_DONE, WRITE_QUEUED } from '../../host/rnic/handle-writer.ts';
+import { receiveBufferOf } from '../../host/rnic/socket-window.ts';
 
 interface Peer {
   channel: SocketChannel;
@@ -29,6 +30,20 @@ function pattern(length: number, seed: number): Uint8Array {
   for (let i = 0; i < length; i++) bytes[i] = (i * 31 + seed) & 0xff;
   return bytes;
 }
+
+test("a connected channel's socket can take two 1 MiB blocks before its first read, reads woken as before", async () => {
+  const { channel, server, remote } = await connectPair();
+  try {
+    const options = receiveBufferOf((channel as unknown as { fd: number }).fd);
+    if (options instanceof Error) throw options;
+    assert.ok(options.buffer >= 2 * 2 ** 20, `receive buffer ${options.buffer}`);
+    assert.is(options.lowWater, 1);
+  } finally {
+    channel.destroy();
+    remote.destroy();
+    server.close();
+  }
+});
 
 test('writes arrive whole and in order, dones in order, while the receiver holds back', async () => {
   const { channel, server, remote } = await connectPair();
