@@ -2,9 +2,38 @@
 // connections run at once on one listener, each with its own data.
 import { test } from 'uvu';
 import * as assert from 'uvu/assert';
+import type { Worker } from 'node:worker_threads';
 import { spawnWorker } from '../../host/util/spawn-worker.ts';
 import { completions, connectedPair, makeSide, pattern } from '../support/rnic.ts';
 import { createRnic } from '../../host/rnic/verbs.ts';
+
+/**
+ * Resolves once the worker has flagged itself running. A worker loads tsx before the module, which
+ * takes seconds on a loaded machine (a 10 s limit failed at load 9): the wait ends as soon as the
+ * worker runs, fails or exits, and only a worker stuck for two minutes counts as not starting.
+ */
+async function workerRunning(worker: Worker, control: Int32Array): Promise<void> {
+  let failure: Error | undefined;
+  const onError = (error: Error): void => {
+    failure = error;
+  };
+  const onExit = (code: number): void => {
+    failure ??= new Error(`the atomics worker exited with code ${code} before it ran`);
+  };
+  worker.on('error', onError);
+  worker.on('exit', onExit);
+  const deadline = Date.now() + 120_000;
+  try {
+    while (Atomics.load(control, 1) === 0) {
+      if (failure !== undefined) throw failure;
+      if (Date.now() > deadline) throw new Error('the atomics worker did not start within 120 s');
+      await new Promise((resolve) => setTimeout(resolve, 5));
+    }
+  } finally {
+    worker.off('error', onError);
+    worker.off('exit', onExit);
+  }
+}
 
 test("remote FetchAdds (plain and masked) interleave atomically with a worker thread's Atomics.add", async () => {
   const pair = await connectedPair({ size: 1 << 16 });
@@ -12,10 +41,11 @@ test("remote FetchAdds (plain and masked) interleave atomically with a worker th
   const buffer = server.memory.buffer as SharedArrayBuffer;
   const worker = spawnWorker(new URL('../support/atomic-worker.ts', import.meta.url), { workerData: { buffer } });
   const control = new Int32Array(buffer, 64, 2);
-  const started = Date.now();
-  while (Atomics.load(control, 1) === 0) {
-    if (Date.now() - started > 10_000) throw new Error('worker did not start');
-    await new Promise((resolve) => setTimeout(resolve, 5));
+  try {
+    await workerRunning(worker, control);
+  } catch (error) {
+    await worker.terminate();
+    throw error;
   }
   const rounds = 20;
   const perRound = 200;
