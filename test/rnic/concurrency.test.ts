@@ -44,7 +44,9 @@ test("remote FetchAdds (plain and masked) interleave atomically with a worker th
   try {
     await workerRunning(worker, control);
   } catch (error) {
+    // Nothing of this test may keep the runner alive after it fails.
     await worker.terminate();
+    await pair.close();
     throw error;
   }
   const rounds = 20;
