@@ -1,6 +1,7 @@
 // QueuePair.postWriteThenSend (a KBTP LOAD's unsignaled RDMA Write and its COMPLETION Send,
 // framed as one send queue entry; issue 16), and postSend of a short Send framed at once, against
-// the generic path (the two posted one by one; the Send's octets gathered from two SGEs): the same
+// the generic path (the two posted one by one; the Send's octets gathered from three SGEs), and a
+// Send of a head and its data (two SGEs, a KBTP inline STORE) framed at once: the same
 // octets on the stream, the same completions on both sides and the same data placed, for Writes
 // of several sizes (inline, a view, split across FPDUs), CRCs on and off, Send and Send with
 // Invalidate; and the same completions when the pair is flushed or its memory check fails.
@@ -27,11 +28,12 @@ interface Link {
   close(): void;
 }
 
-const MEMORY = 512 * 1024;
+const MEMORY = 1024 * 1024;
 const INVALIDATED = 0x0000_9903;
 const RECEIVES_AT = 400 * 1024;
 
-async function link(crc: boolean, mulpdu: number | undefined): Promise<Link> {
+/** `receives` buffers of `receiveSize` octets posted on the peer (at RECEIVES_AT). */
+async function link(crc: boolean, mulpdu: number | undefined, receives = 8, receiveSize = 1024): Promise<Link> {
   const target = createRnic({ name: 'target' });
   const peer = createRnic({ name: 'peer' });
   const pd = target.allocPd();
@@ -47,7 +49,8 @@ async function link(crc: boolean, mulpdu: number | undefined): Promise<Link> {
   const peerCq = peer.createCq({ depth: 256 });
   const qp = target.createQp({ pd, sendCq: cq, recvCq: cq, maxSendWr: 64, maxRecvWr: 64 });
   const peerQp = peer.createQp({ pd: peerPd, sendCq: peerCq, recvCq: peerCq, maxSendWr: 64, maxRecvWr: 64 });
-  for (let i = 0; i < 8; i++) peerQp.postRecv({ wrId: 100 + i, sgList: [{ lkey: peerMr.lkey, offset: RECEIVES_AT + i * 1024, length: 1024 }] });
+  for (let i = 0; i < receives; i++)
+    peerQp.postRecv({ wrId: 100 + i, sgList: [{ lkey: peerMr.lkey, offset: RECEIVES_AT + i * receiveSize, length: receiveSize }] });
   const [targetEnd, peerEnd] = LinkedChannel.pair();
   let written: Uint8Array[] = [];
   const write = targetEnd.write.bind(targetEnd);
@@ -228,12 +231,14 @@ async function sends(fast: boolean, crc: boolean, length: number): Promise<Outco
       framed++;
       return sendSmall(...args);
     };
-    const half = length >> 1;
+    const third = Math.floor(length / 3);
+    // Three SGEs: the generic path (two are framed at once too, as a head and its data: below).
     const sgList = fast
       ? [{ lkey: l.mr.lkey, offset: 100_000, length }]
       : [
-          { lkey: l.mr.lkey, offset: 100_000, length: half },
-          { lkey: l.mr.lkey, offset: 100_000 + half, length: length - half },
+          { lkey: l.mr.lkey, offset: 100_000, length: third },
+          { lkey: l.mr.lkey, offset: 100_000 + third, length: third },
+          { lkey: l.mr.lkey, offset: 100_000 + 2 * third, length: length - 2 * third },
         ];
     l.qp.postSend({ wrId: 1, opcode: 'SEND', sgList });
     l.qp.postSend({ wrId: 2, opcode: 'SEND_WITH_INV', invalidateStag: INVALIDATED, sgList });
@@ -250,7 +255,7 @@ for (const crc of [false, true]) {
     test(`a Send of ${length}, CRC ${crc ? 'on' : 'off'}: framed at once = gathered one by one`, async () => {
       const slow = await sends(false, crc, length);
       const fast = await sends(true, crc, length);
-      assert.is(slow.framed, 0, 'two SGEs: not framed at once');
+      assert.is(slow.framed, 0, 'three SGEs: not framed at once');
       assert.is(fast.framed, 2, 'one SGE: framed at once');
       assert.is(Buffer.compare(Buffer.from(fast.wire), Buffer.from(slow.wire)), 0, 'the same octets on the stream');
       assert.equal(fast.sent, slow.sent);
@@ -263,5 +268,88 @@ for (const crc of [false, true]) {
     });
   }
 }
+
+/**
+ * Sends of a head and its data (a KBTP inline STORE's request and block): two SGEs (framed at once
+ * when they fit one FPDU) against the same octets from three (the generic path).
+ */
+async function headAndData(fast: boolean, crc: boolean, headLength: number, dataLength: number): Promise<Outcome & { framed: number }> {
+  const l = await link(crc, undefined, 2, 70_000);
+  try {
+    l.memory.set(pattern(headLength, 11), 100_000);
+    l.memory.set(pattern(dataLength, 12), 120_000);
+    let framed = 0;
+    const transmitter = l.qp.transmitter!;
+    const sendHeadAndData = transmitter.sendHeadAndData.bind(transmitter);
+    transmitter.sendHeadAndData = (...args) => {
+      framed++;
+      return sendHeadAndData(...args);
+    };
+    const half = dataLength >> 1;
+    const head = { lkey: l.mr.lkey, offset: 100_000, length: headLength };
+    const sgList = fast
+      ? [head, { lkey: l.mr.lkey, offset: 120_000, length: dataLength }]
+      : [head, { lkey: l.mr.lkey, offset: 120_000, length: half }, { lkey: l.mr.lkey, offset: 120_000 + half, length: dataLength - half }];
+    l.qp.postSend({ wrId: 1, opcode: 'SEND', sgList });
+    l.qp.postSend({ wrId: 2, opcode: 'SEND_WITH_INV', invalidateStag: INVALIDATED, sgList });
+    const sent = shape(await completions(l.cq, 2));
+    const received = shape(await completions(l.peerCq, 2));
+    return { wire: l.take(), sent, received, placed: l.peerMemory.slice(), entries: [], framed };
+  } finally {
+    l.close();
+  }
+}
+
+// The longest payload one FPDU carries at the default MULPDU (64,768 less the 18-octet untagged header).
+const ONE_FPDU = 64_768 - 18;
+for (const crc of [false, true]) {
+  for (const [headLength, dataLength, framedAtOnce] of [
+    [64, 16_384, true],
+    [64, 0, true],
+    [0, 100, true],
+    [64, 1, true],
+    [4096, 8192, true],
+    [64, ONE_FPDU - 64, true],
+    [64, ONE_FPDU - 63, false],
+    [4097, 100, false],
+  ] as const) {
+    test(`a Send of a ${headLength}-octet head and ${dataLength} octets of data, CRC ${crc ? 'on' : 'off'}: ${framedAtOnce ? 'framed at once' : 'one by one'} = gathered from three SGEs`, async () => {
+      const slow = await headAndData(false, crc, headLength, dataLength);
+      const fast = await headAndData(true, crc, headLength, dataLength);
+      assert.is(slow.framed, 0, 'three SGEs: not framed at once');
+      assert.is(fast.framed, framedAtOnce ? 2 : 0);
+      assert.ok(fast.wire.length > headLength + dataLength, 'the Sends went out');
+      assert.is(Buffer.compare(Buffer.from(fast.wire), Buffer.from(slow.wire)), 0, 'the same octets on the stream');
+      assert.equal(fast.sent, slow.sent);
+      assert.equal(fast.received, slow.received);
+      assert.equal(
+        fast.received.map((c) => c[3]),
+        [headLength + dataLength, headLength + dataLength],
+      );
+      assert.is(Buffer.compare(Buffer.from(fast.placed), Buffer.from(slow.placed)), 0, 'the same data received');
+    });
+  }
+}
+
+test('a head-and-data Send whose data memory check fails: the same failure and Terminate as gathered one by one', async () => {
+  const outcome = async (fast: boolean): Promise<{ sent: Shape; state: string; wire: number }> => {
+    const l = await link(false, undefined);
+    try {
+      const head = { lkey: l.mr.lkey, offset: 100_000, length: 64 };
+      const bad = { lkey: l.mr.lkey ^ 0x100, offset: 0, length: 16_384 };
+      const sgList = fast ? [head, bad] : [head, bad, { lkey: l.mr.lkey, offset: 0, length: 0 }];
+      l.qp.postSend({ wrId: 5, opcode: 'SEND', sgList });
+      const sent = shape(await completions(l.cq, 1));
+      return { sent, state: l.qp.state, wire: l.take().length };
+    } finally {
+      l.close();
+    }
+  };
+  const slow = await outcome(false);
+  const fast = await outcome(true);
+  assert.equal(fast, slow);
+  assert.is(fast.state, 'error');
+  assert.ok(fast.sent[0]![2] !== 0, 'the Send failed');
+});
 
 test.run();
