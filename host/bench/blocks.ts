@@ -32,12 +32,6 @@ export function fillPattern(target: Uint8Array, seed: number): void {
   for (let i = words.length * 4; i < target.length; i++) target[i] = (seed + i) & 0xff;
 }
 
-function writeStamp(target: Uint8Array, offset: number, handle: bigint, version: number): void {
-  const view = new DataView(target.buffer, target.byteOffset + offset, STAMP_SIZE);
-  view.setBigUint64(0, BigInt.asUintN(64, handle), false);
-  view.setFloat64(8, version, false);
-}
-
 /**
  * Makes block contents of one size. The body is shared; each request gets its own buffer from
  * `buffer()` because the initiator copies the data only once the request has a slot.
@@ -48,6 +42,8 @@ export class BlockMaker {
   private readonly bodyBuffer: Buffer;
   private readonly bodyCrc: number;
   private readonly stamp = new Uint8Array(STAMP_SIZE);
+  /** `stamp` as a DataView, made once: a view per stored block was two allocations per STORE (issue 16). */
+  private readonly stampView = new DataView(this.stamp.buffer);
 
   constructor(
     readonly size: number,
@@ -93,12 +89,20 @@ export class BlockMaker {
   make(buffer: Uint8Array, handle: bigint, version: number): ExpectedBlock {
     if (this.size < STAMP_SIZE) {
       // Too small for a stamp: the block is the stamp's first octets.
-      writeStamp(this.stamp, 0, handle, version);
+      this.writeStamp(handle, version);
       buffer.set(this.stamp.subarray(0, this.size));
       return { length: this.size, crc: crc32(buffer), version };
     }
-    writeStamp(buffer, this.body.length, handle, version);
-    return { length: this.size, crc: crc32(buffer.subarray(this.body.length), this.bodyCrc), version };
+    // The stamp is written into the maker's own and copied behind the body: no view of `buffer` per block.
+    this.writeStamp(handle, version);
+    buffer.set(this.stamp, this.body.length);
+    return { length: this.size, crc: crc32(this.stamp, this.bodyCrc), version };
+  }
+
+  /** The stamp of (handle, version) into `stamp`. */
+  private writeStamp(handle: bigint, version: number): void {
+    this.stampView.setBigUint64(0, BigInt.asUintN(64, handle), false);
+    this.stampView.setFloat64(8, version, false);
   }
 }
 
