@@ -19,6 +19,8 @@ const MOVES_DATA: ReadonlySet<OpName> = new Set(['load', 'store', 'alloc-store',
 
 export class OpStats {
   readonly histogram = new LatencyHistogram();
+  /** Whether a request of this operation moves a block's data (looked up once: per request it was a Set probe). */
+  readonly movesData: boolean;
   /** Requests that succeeded (and, for loads, passed the check) inside the measured window. */
   count = 0;
   bytes = 0;
@@ -28,7 +30,9 @@ export class OpStats {
   corrupt = 0;
   firstProblem: string | undefined;
 
-  constructor(readonly op: OpName) {}
+  constructor(readonly op: OpName) {
+    this.movesData = MOVES_DATA.has(op);
+  }
 
   problem(kind: string, message: string): void {
     this.errors.set(kind, (this.errors.get(kind) ?? 0) + 1);
@@ -282,7 +286,7 @@ export async function runPhase(options: PhaseOptions): Promise<PhaseResult> {
     if (began < measureFrom || ended > endAt) return;
     entry.count += 1;
     entry.histogram.record((ended - began) * 1e6);
-    const moved = MOVES_DATA.has(entry.op) ? size : 0;
+    const moved = entry.movesData ? size : 0;
     entry.bytes += moved;
     completed += 1;
     completedBytes += moved;
@@ -299,7 +303,10 @@ export async function runPhase(options: PhaseOptions): Promise<PhaseResult> {
   const runChain = (blocks: SessionBlocks, op: 'load' | 'store', ended: () => void, broke: (error: Error) => void): void => {
     const entry = statsOf(op);
     const session = blocks.session;
-    const buffer = op === 'load' ? loadBuffer(session) : storeBuffer(session);
+    // Compared once: the operation's name comes from the command line (not an internalized
+    // string), so each comparison per request was a call to compare its characters.
+    const loading = op === 'load';
+    const buffer = loading ? loadBuffer(session) : storeBuffer(session);
     const stamp = maker.stampOf(buffer);
     const loadOptions = { allowUnsealed: !sealed };
     let index = -1;
@@ -315,7 +322,7 @@ export async function runPhase(options: PhaseOptions): Promise<PhaseResult> {
     let answeredLength = 0;
     const settle = (): void => {
       if (
-        op === 'load' &&
+        loading &&
         !(answeredLength === size
           ? loadedRight(entry, buffer, blocks.expected[answeredIndex], answeredHandle, stamp)
           : loadedRight(entry, buffer.subarray(0, answeredLength), blocks.expected[answeredIndex], answeredHandle))
@@ -362,9 +369,9 @@ export async function runPhase(options: PhaseOptions): Promise<PhaseResult> {
       index = taken;
       handle = blocks.handle(index);
       issued += 1;
-      if (op === 'store') made = maker.make(buffer, handle, ++blocks.version);
+      if (!loading) made = maker.make(buffer, handle, ++blocks.version);
       began = performance.now();
-      if (op === 'load') session.loadInto(handle, buffer, done, loadOptions);
+      if (loading) session.loadInto(handle, buffer, done, loadOptions);
       else session.storeFrom(handle, buffer, done);
     };
     next();
