@@ -177,6 +177,10 @@ test('initiator: a million loadMany/storeMany requests with caller buffers keep 
 test('initiator: a million loadInto/storeFrom calls (callbacks, no promise), 8 in flight, keep nothing', async () => {
   await initiatorKeepsNothing('loadInto/storeFrom', CALLBACK_BUDGET, (session, handles, into, blocks) => {
     const loadOptions = { allowUnsealed: true };
+    // The STORE sources registered, as kbtp bench registers its own: each STORE then goes out as
+    // one Send of its request and the caller's block (two SGEs, framed at once); storeMany above
+    // covers the unregistered path (the block copied into the slot).
+    for (const block of blocks) session.registerLoadBuffer(block);
     return (requests) =>
       new Promise<void>((resolve, reject) => {
         // One chain per handle: each completion issues that handle's next call from inside the completion.
