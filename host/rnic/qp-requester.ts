@@ -287,18 +287,10 @@ export class Requester {
     const dataSge = send.sgList![1]!;
     if (!Number.isInteger(headSge.lkey) || !Number.isInteger(dataSge.lkey)) return false;
     if (headSge.length > INLINE_SEND || headSge.length + dataSge.length > transmitter.mulpdu - DDP_UNTAGGED_HEADER_LENGTH || qp.transmitFull()) return false;
-    // gather()'s checks, each element's view taken right after its check (the check resolves the region).
-    const memory = qp.memory;
-    let head: Uint8Array = NO_BYTES;
-    if (headSge.length !== 0) {
-      if (memory.checkLocal(headSge.lkey >>> 0, qp.pd, 0, headSge.offset, headSge.length) !== AccessStatus.Ok) return false;
-      head = memory.resolvedRegion!.view(headSge.offset, headSge.length);
-    }
-    let data: Uint8Array = NO_BYTES;
-    if (dataSge.length !== 0) {
-      if (memory.checkLocal(dataSge.lkey >>> 0, qp.pd, 0, dataSge.offset, dataSge.length) !== AccessStatus.Ok) return false;
-      data = memory.resolvedRegion!.view(dataSge.offset, dataSge.length);
-    }
+    const head = this.gatheredView(headSge);
+    if (head === undefined) return false;
+    const data = this.gatheredView(dataSge);
+    if (data === undefined) return false;
     const wqe = this.startedEntry(send, head.length + data.length, 1);
     transmitter.sendHeadAndData(
       invalidate ? RdmapOpcode.SendWithInvalidate : RdmapOpcode.Send,
@@ -308,6 +300,14 @@ export class Requester {
       wqe.sentBound,
     );
     return true;
+  }
+
+  /** The view of a gather element after gather()'s check (which resolves its region), or undefined when the check fails. */
+  private gatheredView(sge: Sge): Uint8Array | undefined {
+    if (sge.length === 0) return NO_BYTES;
+    const qp = this.qp;
+    if (qp.memory.checkLocal(sge.lkey >>> 0, qp.pd, 0, sge.offset, sge.length) !== AccessStatus.Ok) return undefined;
+    return qp.memory.resolvedRegion!.view(sge.offset, sge.length);
   }
 
   /** A Send (with Invalidate) of one SGE, no solicited event or fence, that fits one FPDU: what checkSendRequest would pass of it, too. */

@@ -219,18 +219,33 @@ test('a Write whose memory check fails: the same failure and Terminate as one by
   );
 });
 
-/** Sends alone: of one SGE (framed at once) or the same octets gathered from two (one by one). */
+/** Counts the calls of the transmitter's framing method `method` (each frames one message at once). */
+function countFramed(l: Link, method: 'sendSmall' | 'sendHeadAndData'): { framed: number } {
+  const counter = { framed: 0 };
+  const transmitter = l.qp.transmitter!;
+  const original = transmitter[method].bind(transmitter) as (...args: unknown[]) => number;
+  (transmitter as unknown as Record<string, (...args: unknown[]) => number>)[method] = (...args) => {
+    counter.framed++;
+    return original(...args);
+  };
+  return counter;
+}
+
+/** A Send, then a Send with Invalidate, of the octets `sgList` gathers; what both sides saw. */
+async function sendTwice(l: Link, sgList: Array<{ lkey: number; offset: number; length: number }>): Promise<Outcome> {
+  l.qp.postSend({ wrId: 1, opcode: 'SEND', sgList });
+  l.qp.postSend({ wrId: 2, opcode: 'SEND_WITH_INV', invalidateStag: INVALIDATED, sgList });
+  const sent = shape(await completions(l.cq, 2));
+  const received = shape(await completions(l.peerCq, 2));
+  return { wire: l.take(), sent, received, placed: l.peerMemory.slice(), entries: [] };
+}
+
+/** Sends alone: of one SGE (framed at once) or the same octets gathered from three (one by one). */
 async function sends(fast: boolean, crc: boolean, length: number): Promise<Outcome & { framed: number }> {
   const l = await link(crc, undefined);
   try {
     l.memory.set(pattern(length, 9), 100_000);
-    let framed = 0;
-    const transmitter = l.qp.transmitter!;
-    const sendSmall = transmitter.sendSmall.bind(transmitter);
-    transmitter.sendSmall = (...args) => {
-      framed++;
-      return sendSmall(...args);
-    };
+    const counter = countFramed(l, 'sendSmall');
     const third = Math.floor(length / 3);
     // Three SGEs: the generic path (two are framed at once too, as a head and its data: below).
     const sgList = fast
@@ -240,11 +255,8 @@ async function sends(fast: boolean, crc: boolean, length: number): Promise<Outco
           { lkey: l.mr.lkey, offset: 100_000 + third, length: third },
           { lkey: l.mr.lkey, offset: 100_000 + 2 * third, length: length - 2 * third },
         ];
-    l.qp.postSend({ wrId: 1, opcode: 'SEND', sgList });
-    l.qp.postSend({ wrId: 2, opcode: 'SEND_WITH_INV', invalidateStag: INVALIDATED, sgList });
-    const sent = shape(await completions(l.cq, 2));
-    const received = shape(await completions(l.peerCq, 2));
-    return { wire: l.take(), sent, received, placed: l.peerMemory.slice(), entries: [], framed };
+    const outcome = await sendTwice(l, sgList);
+    return { ...outcome, framed: counter.framed };
   } finally {
     l.close();
   }
@@ -278,23 +290,14 @@ async function headAndData(fast: boolean, crc: boolean, headLength: number, data
   try {
     l.memory.set(pattern(headLength, 11), 100_000);
     l.memory.set(pattern(dataLength, 12), 120_000);
-    let framed = 0;
-    const transmitter = l.qp.transmitter!;
-    const sendHeadAndData = transmitter.sendHeadAndData.bind(transmitter);
-    transmitter.sendHeadAndData = (...args) => {
-      framed++;
-      return sendHeadAndData(...args);
-    };
+    const counter = countFramed(l, 'sendHeadAndData');
     const half = dataLength >> 1;
     const head = { lkey: l.mr.lkey, offset: 100_000, length: headLength };
     const sgList = fast
       ? [head, { lkey: l.mr.lkey, offset: 120_000, length: dataLength }]
       : [head, { lkey: l.mr.lkey, offset: 120_000, length: half }, { lkey: l.mr.lkey, offset: 120_000 + half, length: dataLength - half }];
-    l.qp.postSend({ wrId: 1, opcode: 'SEND', sgList });
-    l.qp.postSend({ wrId: 2, opcode: 'SEND_WITH_INV', invalidateStag: INVALIDATED, sgList });
-    const sent = shape(await completions(l.cq, 2));
-    const received = shape(await completions(l.peerCq, 2));
-    return { wire: l.take(), sent, received, placed: l.peerMemory.slice(), entries: [], framed };
+    const outcome = await sendTwice(l, sgList);
+    return { ...outcome, framed: counter.framed };
   } finally {
     l.close();
   }
