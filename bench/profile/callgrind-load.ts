@@ -145,6 +145,11 @@ async function run(measured: number): Promise<CallgrindProfile> {
     '--hash-seed=1',
     '--random-seed=1',
     '--expose-gc',
+    // V8's memory reducer starts a full GC on a timer of wall time, which valgrind stretches ~50x:
+    // its incremental marking fell into the counted requests (every pointer store through the
+    // marking barrier, Builtins_RecordWriteSaveFP ~5,000 instructions per LOAD), where the same
+    // loop run natively does no mark-compact at all (--trace-gc).
+    '--no-memory-reducer',
     loop,
     '--warm',
     String(warm),
