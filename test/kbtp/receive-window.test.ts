@@ -6,34 +6,17 @@
 // process's descriptors), so the check is a count, not a timing.
 import { test } from 'uvu';
 import * as assert from 'uvu/assert';
-import { readdirSync, readFileSync, readlinkSync } from 'node:fs';
 import { startTarget } from '../../host/kbtp/server/target.ts';
 import { initialReceiveWindow } from '../../host/kbtp/server/target-config.ts';
 import { receiveBufferOf } from '../../host/rnic/socket-window.ts';
 import { testSettings } from '../support/rig.ts';
-
-const TCP_LISTEN = '0A';
+import { listeningDescriptors } from '../support/descriptors.ts';
 
 /** This process's descriptor of the TCP socket listening on `port`. */
 function listenerFd(port: number): number {
-  const inodes = new Set<string>();
-  for (const line of readFileSync('/proc/net/tcp', 'utf8').split('\n').slice(1)) {
-    const fields = line.trim().split(/\s+/);
-    if (fields.length < 10) continue;
-    const localPort = Number.parseInt(fields[1]!.split(':')[1]!, 16);
-    if (localPort === port && fields[3] === TCP_LISTEN) inodes.add(fields[9]!);
-  }
-  for (const entry of readdirSync('/proc/self/fd')) {
-    let link: string;
-    try {
-      link = readlinkSync(`/proc/self/fd/${entry}`);
-    } catch {
-      continue; // closed meanwhile
-    }
-    const inode = /^socket:\[(\d+)\]$/.exec(link)?.[1];
-    if (inode !== undefined && inodes.has(inode)) return Number(entry);
-  }
-  throw new Error(`no listening socket on port ${port} in this process`);
+  const [fd] = listeningDescriptors(port);
+  if (fd === undefined) throw new Error(`no listening socket on port ${port} in this process`);
+  return fd;
 }
 
 test('the window every connection starts with: two of the largest messages, 1 to 8 MiB', () => {

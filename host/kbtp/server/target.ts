@@ -19,6 +19,7 @@ import { TierHost } from './tier-host.ts';
 import { TierAnswers } from './tier-answers.ts';
 import type { RecoveryReport } from '../../tier/recovery.ts';
 import type { FileLayer } from '../../tier/files.ts';
+import { duplicateDescriptor } from '../../util/descriptors.ts';
 
 export interface TargetOptions {
   /** Per-session log lines (connections, refusals, GOODBYE). */
@@ -145,7 +146,9 @@ export async function startTarget(settings: TargetSettings, options: TargetOptio
   try {
     const rest = [];
     for (let thread = 2; thread <= settings.workers; thread++) {
-      const started = startWorker({ handoff: engine.handoff(), settings, thread, fd: listening.fd, verbose, slots: slots.buffer }, log, failed, tier);
+      // Its own descriptor of the listening socket: each worker's server closes the one it holds (host/util/descriptors.ts).
+      const fd = duplicateDescriptor(listening.fd);
+      const started = startWorker({ handoff: engine.handoff(), settings, thread, fd, verbose, slots: slots.buffer }, log, failed, tier);
       workers.push(started.worker);
       rest.push(started.first);
     }
@@ -161,7 +164,7 @@ export async function startTarget(settings: TargetSettings, options: TargetOptio
   for (const [index, worker] of workers.entries()) {
     worker.once('exit', (code) => {
       exited.add(worker);
-      // Outside stop(), a worker that ends took the shared listening socket with it.
+      // Outside stop(), a worker that ends has left its sessions and its share of the accepts.
       if (!stopping) failed(new InternalError(`worker ${index + 1} ended unexpectedly (exit code ${code})`));
     });
   }
