@@ -134,7 +134,16 @@ async function main(): Promise<void> {
   });
   server.on('error', (error) => send({ type: 'error', message: `listener: ${error.message}` }));
   // The listening socket is shared: the worker that opened it sizes the window every connection starts with.
-  if (data.fd === undefined) widenReceiveWindow(listeningFd(server), initialReceiveWindow(settings));
+  if (data.fd === undefined) {
+    const widened = widenReceiveWindow(listeningFd(server), initialReceiveWindow(settings));
+    // Not fatal: connections then start with the kernel's default window, and a client's first
+    // large requests may be held back and paced (host/rnic/socket-window.ts); the operator should know why.
+    if (widened instanceof Error)
+      send({
+        type: 'log',
+        line: `kbtp target: connections start with the kernel's default receive window (${widened.message}); first large STOREs may be paced`,
+      });
+  }
 
   /** An MPA Reject whose private data says why; the initiator library prints it. */
   const refuse = (request: AnyConnectionRequest, peer: string, reason: RefusalReason, text: string): void => {
