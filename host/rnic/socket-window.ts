@@ -15,7 +15,7 @@
 // mark and leaves autotuning on (Linux tcp_set_rcvlowat, since 4.18). The mark itself goes back
 // to 1 at once, so reads are woken as before. On a listening socket the buffer is what each
 // accepted connection inherits, its first window included.
-import { createRequire } from 'node:module';
+import { bindLibc } from '../util/libc.ts';
 
 const SOL_SOCKET = 1;
 const SO_RCVBUF = 8;
@@ -31,19 +31,15 @@ let calls: SocketCalls | Error | undefined;
 
 function socketCalls(): SocketCalls | Error {
   if (calls !== undefined) return calls;
-  try {
-    if (process.platform !== 'linux') throw new Error(`the receive window is widened on Linux only (this is ${process.platform})`);
-    const require = createRequire(import.meta.url);
-    const koffi = require('koffi') as typeof import('koffi');
-    const libc = koffi.load('libc.so.6');
-    calls = {
-      setsockopt: libc.func('int setsockopt(int, int, int, void *, uint32_t)') as SocketCalls['setsockopt'],
-      getsockopt: libc.func('int getsockopt(int, int, int, void *, void *)') as SocketCalls['getsockopt'],
-      errno: () => koffi.errno(),
-    };
-  } catch (error) {
-    calls = error instanceof Error ? error : new Error(String(error));
-  }
+  const bound = bindLibc();
+  calls =
+    bound instanceof Error
+      ? bound
+      : {
+          setsockopt: bound.libc.func('int setsockopt(int, int, int, void *, uint32_t)') as SocketCalls['setsockopt'],
+          getsockopt: bound.libc.func('int getsockopt(int, int, int, void *, void *)') as SocketCalls['getsockopt'],
+          errno: () => bound.koffi.errno(),
+        };
   return calls;
 }
 

@@ -7,7 +7,7 @@
 // within 20-80 start/stop rounds of a two-worker target in one process). With a descriptor of
 // its own per worker, every close is its owner's. Node has no dup(), so it goes through koffi
 // (a dependency already: the batched UDP socket, ISA-L, the receive window).
-import { createRequire } from 'node:module';
+import { bindLibc } from './libc.ts';
 
 interface DescriptorCalls {
   dup(fd: number): number;
@@ -18,18 +18,8 @@ let calls: DescriptorCalls | Error | undefined;
 
 function descriptorCalls(): DescriptorCalls | Error {
   if (calls !== undefined) return calls;
-  try {
-    if (process.platform !== 'linux') throw new Error(`descriptors are duplicated on Linux only (this is ${process.platform})`);
-    const require = createRequire(import.meta.url);
-    const koffi = require('koffi') as typeof import('koffi');
-    const libc = koffi.load('libc.so.6');
-    calls = {
-      dup: libc.func('int dup(int)') as DescriptorCalls['dup'],
-      errno: () => koffi.errno(),
-    };
-  } catch (error) {
-    calls = error instanceof Error ? error : new Error(String(error));
-  }
+  const bound = bindLibc();
+  calls = bound instanceof Error ? bound : { dup: bound.libc.func('int dup(int)') as DescriptorCalls['dup'], errno: () => bound.koffi.errno() };
   return calls;
 }
 

@@ -1,0 +1,24 @@
+// libc through koffi, bound once per thread, for the few calls Node has no API for (setsockopt on
+// a TCP socket, dup). The reason is kept when it cannot be bound (not Linux, no koffi), so every
+// caller can say why and go on without it.
+import { createRequire } from 'node:module';
+
+export interface BoundLibc {
+  koffi: typeof import('koffi');
+  libc: ReturnType<typeof import('koffi').load>;
+}
+
+let bound: BoundLibc | Error | undefined;
+
+export function bindLibc(): BoundLibc | Error {
+  if (bound !== undefined) return bound;
+  try {
+    if (process.platform !== 'linux') throw new Error(`libc is bound on Linux only (this is ${process.platform})`);
+    const require = createRequire(import.meta.url);
+    const koffi = require('koffi') as typeof import('koffi');
+    bound = { koffi, libc: koffi.load('libc.so.6') };
+  } catch (error) {
+    bound = error instanceof Error ? error : new Error(String(error));
+  }
+  return bound;
+}
