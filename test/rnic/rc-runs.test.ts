@@ -21,14 +21,16 @@ import { completions, expectSuccess, rcPair, type RcPairOptions, type RcSide } f
 const KiB = 1024;
 const MiB = 1024 * KiB;
 
-/** Records every datagram `side`'s socket is given (header, payload and trailer joined), and how many runs. */
-function record(side: RcSide): { datagrams: Uint8Array[]; runs: () => number } {
+/** Records every datagram `side`'s socket is given (header, payload and trailer joined), how many runs and how many alone. */
+function record(side: RcSide): { datagrams: Uint8Array[]; runs: () => number; alone: () => number } {
   assert.instance(side.link, BatchedUdpLink, 'the batched link (koffi loads here)');
   const socket: BatchedUdpSocket = (side.link as BatchedUdpLink).socket;
   const datagrams: Uint8Array[] = [];
   let runs = 0;
+  let alone = 0;
   const send = socket.send.bind(socket);
   socket.send = (to, first, second, third) => {
+    alone++;
     datagrams.push(new Uint8Array(Buffer.concat([first, second, third])));
     send(to, first, second, third);
   };
@@ -47,7 +49,7 @@ function record(side: RcSide): { datagrams: Uint8Array[]; runs: () => number } {
     }
     sendRun(to, run);
   };
-  return { datagrams, runs: () => runs };
+  return { datagrams, runs: () => runs, alone: () => alone };
 }
 
 function joined(parts: Uint8Array[]): Uint8Array {
@@ -183,6 +185,87 @@ test('a Write and a Read go as runs of middle packets, and the wire carries what
       // Both rounds sent the same packets; the second one's PSNs are 374 later.
       samePacketsShifted(withRuns.requests, onePerPacket.requests, 374, 'requests');
       samePacketsShifted(withRuns.responses, onePerPacket.responses, 374, 'Read responses');
+      return;
+    } finally {
+      await pair.close();
+    }
+  }
+});
+
+test("a message's LAST ends the run of its MIDDLE packets where it is BTH and a whole MTU: a 16 KiB Write or Send is FIRST and one run, on the wire as the per-packet path sends it", async () => {
+  const size = 16 * KiB;
+  // The LAST joins the run: RDMA_WRITE, SEND, SEND_WITH_SE (its SE bit on the LAST); it does not:
+  // a Write with immediate (ImmDt) and a Write whose LAST is short.
+  const cases = [
+    { opcode: 'RDMA_WRITE', length: size, joins: true },
+    { opcode: 'SEND', length: size, joins: true },
+    { opcode: 'SEND_WITH_SE', length: size, joins: true },
+    { opcode: 'RDMA_WRITE_WITH_IMM', length: size, joins: false },
+    { opcode: 'RDMA_WRITE', length: size - 100, joins: false },
+  ] as const;
+  for (let attempt = 1; ; attempt++) {
+    const pair = await rcPair({ pathMtu: 4096, maxUnackedPackets: 1024 });
+    try {
+      const { client, server } = pair;
+      const sent = record(client);
+      for (let i = 0; i < cases.length * size; i++) client.memory[i] = (i * 17 + 5) & 0xff;
+      const round = async (wrBase: number): Promise<Uint8Array[]> => {
+        for (const [index, { opcode, length, joins }] of cases.entries()) {
+          const offset = index * size;
+          const remote = MiB + offset;
+          server.memory.fill(0, remote, remote + size);
+          const runs = sent.runs();
+          const alone = sent.alone();
+          const datagrams = sent.datagrams.length;
+          if (opcode !== 'RDMA_WRITE') server.qp.postRecv({ wrId: wrBase + index, sgList: [{ lkey: server.mr.lkey, offset: remote, length: size }] });
+          client.qp.postSend({
+            wrId: wrBase + index,
+            opcode,
+            sgList: [{ lkey: client.mr.lkey, offset, length }],
+            ...(opcode.startsWith('RDMA') ? { remote: { stag: server.mr.rkey, taggedOffset: remote } } : {}),
+            ...(opcode === 'RDMA_WRITE_WITH_IMM' ? { immediate: 0x1234_5678n } : {}),
+          });
+          expectSuccess(await completions(client.cq, 1, 20_000));
+          if (opcode !== 'RDMA_WRITE') expectSuccess(await completions(server.cq, 1, 20_000));
+          assert.equal(server.memory.subarray(remote, remote + length), client.memory.subarray(offset, offset + length), `${opcode} of ${length}: data`);
+          const what = `${opcode} of ${length}`;
+          if (sent.runs() === runs) continue; // runs turned off (the second round)
+          assert.is(sent.datagrams.length - datagrams, 4, `${what}: four packets`);
+          assert.is(sent.runs() - runs, 1, `${what}: one run`);
+          assert.is(sent.alone() - alone, joins ? 1 : 2, `${what}: ${joins ? 'the FIRST alone, the LAST in the run' : 'FIRST and LAST alone'}`);
+        }
+        return firstTransmissions(sent.datagrams.splice(0), IbOpcode.SendFirst, IbOpcode.RdmaWriteOnlyWithImmediate);
+      };
+      const withRuns = await round(1);
+      perPacket(client);
+      const runsBefore = sent.runs();
+      const onePerPacket = await round(100);
+      assert.is(sent.runs(), runsBefore, 'runs turned off');
+      const retransmitted = client.qp.statistics.retransmittedPackets;
+      if (retransmitted > 0 && attempt < 5) continue;
+      assert.is(retransmitted, 0, 'no retransmission in five attempts');
+      const headers = decodeAll(withRuns, client.link.local, server.link.local);
+      assert.equal(
+        headers.map((h) => h.opcode),
+        [
+          ...[IbOpcode.RdmaWriteFirst, IbOpcode.RdmaWriteMiddle, IbOpcode.RdmaWriteMiddle, IbOpcode.RdmaWriteLast],
+          ...[IbOpcode.SendFirst, IbOpcode.SendMiddle, IbOpcode.SendMiddle, IbOpcode.SendLast],
+          ...[IbOpcode.SendFirst, IbOpcode.SendMiddle, IbOpcode.SendMiddle, IbOpcode.SendLast],
+          ...[IbOpcode.RdmaWriteFirst, IbOpcode.RdmaWriteMiddle, IbOpcode.RdmaWriteMiddle, IbOpcode.RdmaWriteLastWithImmediate],
+          ...[IbOpcode.RdmaWriteFirst, IbOpcode.RdmaWriteMiddle, IbOpcode.RdmaWriteMiddle, IbOpcode.RdmaWriteLast],
+        ],
+      );
+      assert.equal(
+        headers.flatMap((h, index) => (h.ackRequest ? [index] : [])),
+        [3, 7, 11, 15, 19],
+        'AckReq on each LAST only',
+      );
+      assert.equal(
+        headers.flatMap((h, index) => (h.solicited ? [index] : [])),
+        [11],
+        "SE on SEND_WITH_SE's LAST only",
+      );
+      samePacketsShifted(withRuns, onePerPacket, 4 * cases.length, 'requests');
       return;
     } finally {
       await pair.close();

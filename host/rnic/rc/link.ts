@@ -88,7 +88,8 @@ export interface PacketLink {
  * `count` packets of one length (PacketLink.sendRun): packet i is `headers[i * headerLength,
  * +headerLength)`, `payload[i * segment, +segment)` and `trailers[i * trailerLength,
  * +trailerLength)` (pad octets, then the 4 ICRC octets). The headers share their first 8
- * octets (opcode, flags, P_Key, destination QP: the middle packets of one message); they differ
+ * octets (opcode, flags, P_Key, destination QP: the middle packets of one message), but for the
+ * last header's first two (a message's LAST may end the run: its opcode, its SE bit); they differ
  * from the 9th on (AckReq, PSN). The payload lies in memory that never moves (a registered
  * region). The sender keeps one and refills it run after run.
  */
@@ -195,11 +196,13 @@ export function fillRunIcrcs(afterUdp: number, run: PacketRun): void {
   const { headers, headerLength, payload, segment, count, trailers, trailerLength } = run;
   const crcAt = segment >= ISAL_FROM ? isalCrcAtAddress() : null;
   const address = crcAt === null ? -1 : sharedAddress(payload);
-  // The headers' first 8 octets are the same in every packet of a run: their ICRC part once.
+  // The headers' first 8 octets are the same in every packet of a run but a LAST that ends it: their ICRC part once (twice).
   const head = icrcContinueBthHead(afterUdp, headers, 0);
+  const lastAt = (count - 1) * headerLength;
+  const lastHead = headers[lastAt] === headers[0] && headers[lastAt + 1] === headers[1] ? head : icrcContinueBthHead(afterUdp, headers, lastAt);
   for (let i = 0; i < count; i++) {
     const headerAt = i * headerLength;
-    let crc = icrcContinueBthTail(head, headers, headerAt);
+    let crc = icrcContinueBthTail(headerAt === lastAt ? lastHead : head, headers, headerAt);
     crc = icrcContinueRange(crc, headers, headerAt + BTH_LENGTH, headerAt + headerLength);
     crc = address >= 0 ? crcAt!(crc, address + i * segment, segment) : icrcContinueRange(crc, payload, i * segment, (i + 1) * segment);
     const trailerEnd = (i + 1) * trailerLength;

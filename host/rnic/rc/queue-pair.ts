@@ -474,15 +474,31 @@ export class RcQueuePair extends QueuePairAttributes<RcQueuePairEvents> {
    * Sends `count` (at most `runLimit`) packets of `opcode`, which has no header but the BTH (a
    * Send, Write or Read Response MIDDLE), PSNs from `psn` on, packet i carrying
    * `payload[i * segment, +segment)`; `segment` is a multiple of 4 (a path MTU: no pad). Only
-   * the last packet may ask for an ACK. The same packets as `count` calls of sendPacket, in one
-   * call of the link's sendRun.
+   * the last packet may ask for an ACK, and only it may carry another opcode, `lastOpcode` (a
+   * message's LAST, also BTH only), with the SE bit where `solicitedLast`. The same packets as
+   * `count` calls of sendPacket, in one call of the link's sendRun.
    */
-  sendRun(opcode: number, psn: number, count: number, payload: Uint8Array, segment: number, ackRequestLast: boolean): void {
+  sendRun(
+    opcode: number,
+    psn: number,
+    count: number,
+    payload: Uint8Array,
+    segment: number,
+    ackRequestLast: boolean,
+    lastOpcode = opcode,
+    solicitedLast = false,
+  ): void {
     const link = this.link;
     const path = this.path;
     if (link === undefined || path === undefined) return;
-    if (count < 1 || count > RUN_PACKETS || (segment & 3) !== 0 || headerLength(OPCODES[opcode]!.headers) !== BTH_LENGTH) {
-      throw new RangeError(`no run of ${count} packets of opcode 0x${opcode.toString(16)} with ${segment}-octet payloads`);
+    if (
+      count < 1 ||
+      count > RUN_PACKETS ||
+      (segment & 3) !== 0 ||
+      headerLength(OPCODES[opcode]!.headers) !== BTH_LENGTH ||
+      headerLength(OPCODES[lastOpcode]!.headers) !== BTH_LENGTH
+    ) {
+      throw new RangeError(`no run of ${count} packets of opcode 0x${opcode.toString(16)} (last 0x${lastOpcode.toString(16)}) with ${segment}-octet payloads`);
     }
     const h = this.headers(opcode, psn);
     h.destQp = path.destQpNumber;
@@ -491,7 +507,7 @@ export class RcQueuePair extends QueuePairAttributes<RcQueuePairEvents> {
     const run = this.run;
     const headers = run.headers;
     encodeHeaders(headers, 0, h);
-    // The packets differ in their PSN only (and the last in AckReq).
+    // The packets differ in their PSN only (and the last in AckReq, its opcode and SE bit).
     for (let i = 1; i < count; i++) {
       const at = i * BTH_LENGTH;
       for (let b = 0; b < 9; b++) headers[at + b] = headers[b]!;
@@ -500,7 +516,10 @@ export class RcQueuePair extends QueuePairAttributes<RcQueuePairEvents> {
       headers[at + 10] = (next >>> 8) & 0xff;
       headers[at + 11] = next & 0xff;
     }
-    if (ackRequestLast) headers[(count - 1) * BTH_LENGTH + 8]! |= 0x80;
+    const lastAt = (count - 1) * BTH_LENGTH;
+    if (ackRequestLast) headers[lastAt + 8]! |= 0x80;
+    headers[lastAt] = lastOpcode;
+    if (solicitedLast) headers[lastAt + 1]! |= 0x80;
     this.stats.packetsSent += count;
     run.payload = payload;
     run.segment = segment;

@@ -18,6 +18,18 @@ const PACKETS_PER_TURN = 64;
 /** AckReq at least this often inside a long message (rxe: RXE_MAX_PKT_PER_ACK). */
 const PACKETS_PER_ACK_REQUEST = 64;
 
+/**
+ * Whether a Send's or Write's LAST packet can end a run of its MIDDLE packets: on the wire it
+ * differs from them in its opcode and (SEND_WITH_SE, a solicited Write) the SE bit only, its
+ * header being the BTH alone (no ImmDt, no IETH) and its payload a whole path MTU. A 16 KiB Write
+ * at path MTU 4096 then goes as its FIRST and one run (MIDDLE, MIDDLE, LAST), the LAST without a
+ * packet's call chain of its own (sendSegment, the link's send).
+ */
+function lastJoinsRun(wqe: Wqe, mtu: number): boolean {
+  const opcode = wqe.wr.opcode;
+  return (opcode === 'RDMA_WRITE' || opcode === 'SEND' || opcode === 'SEND_WITH_SE') && wqe.length === wqe.packets * mtu;
+}
+
 export class Transmitter {
   private readonly qp: RcQueuePair;
   /** Wired by Requester: the parts refer to one another. */
@@ -110,13 +122,18 @@ export class Transmitter {
         queue.nextPsn = psnAdd(queue.nextPsn, 1);
         queue.txIndex++;
         queue.txPacket = 0;
-      } else if (queue.txPacket > 0 && queue.txPacket < wqe.packets - 2 && budget > 1 && this.qp.runLimit > 1) {
-        // Middle packets, two or more of them: one run to the link (the same packets, not a call
-        // chain per packet). `budget` counts this one; the run takes what it sends of the rest.
+      } else if (queue.txPacket > 0 && queue.txPacket < wqe.packets - (lastJoinsRun(wqe, queue.mtuFor()) ? 1 : 2) && budget > 1 && this.qp.runLimit > 1) {
+        // Middle packets, two or more of them (the LAST counted where it can join them): one run
+        // to the link (the same packets, not a call chain per packet). `budget` counts this one;
+        // the run takes what it sends of the rest.
         const sent = this.sendMiddleRun(wqe, unacked, window, budget);
         queue.nextPsn = psnAdd(queue.nextPsn, sent);
         queue.txPacket += sent;
         budget -= sent - 1;
+        if (queue.txPacket === wqe.packets) {
+          queue.txIndex++;
+          queue.txPacket = 0;
+        }
       } else {
         // The packet that fills the PSN window asks for an ACK: nothing can follow it until one
         // comes, and the responder acknowledges only packets that ask (without it a window
@@ -206,25 +223,27 @@ export class Transmitter {
   /**
    * Sends MIDDLE packets of a Send or Write from `txPacket` on (at least one, which the caller
    * admitted) as one run, as sendSegment would one by one: up to the message's last packet
-   * (not included), the PSN `window` (`unacked` before the first), the turn's `budget`, the link's
-   * run limit, and the next AckReq, which ends the run (every PACKETS_PER_ACK_REQUEST-th packet,
-   * or the one that fills the window); a run stays all new or all retransmitted, so the
-   * retransmission count and the round-trip timing see each packet as sendSegment does. Returns
-   * how many packets it sent.
+   * (included where it can join the run: lastJoinsRun), the PSN `window` (`unacked` before the
+   * first), the turn's `budget`, the link's run limit, and the next AckReq, which ends the run
+   * (every PACKETS_PER_ACK_REQUEST-th packet, the one that fills the window, the LAST); a run
+   * stays all new or all retransmitted, so the retransmission count and the round-trip timing see
+   * each packet as sendSegment does. Returns how many packets it sent.
    */
   private sendMiddleRun(wqe: Wqe, unacked: number, window: number, budget: number): number {
     const queue = this.queue;
     const qp = this.qp;
     const mtu = queue.mtuFor();
     const index = queue.txPacket;
-    let count = Math.min(wqe.packets - 1 - index, budget, qp.runLimit, PACKETS_PER_ACK_REQUEST - this.sinceAckRequest);
+    const lastJoins = lastJoinsRun(wqe, mtu);
+    let count = Math.min(wqe.packets - (lastJoins ? 0 : 1) - index, budget, qp.runLimit, PACKETS_PER_ACK_REQUEST - this.sinceAckRequest);
     // Packet j of the run has unacked + j unacknowledged before it: it fits while that stays below the window.
     count = Math.min(count, window - unacked);
     const resent = psnCompare(queue.sentEnd, queue.nextPsn);
     if (resent > 0) count = Math.min(count, resent);
     count = Math.max(1, count);
-    // Only the last can ask for an ACK: the counter's 64th, or the one that fills the window.
-    const ackRequest = this.sinceAckRequest + count >= PACKETS_PER_ACK_REQUEST || unacked + count + 1 > window;
+    const endsMessage = index + count === wqe.packets;
+    // Only the last can ask for an ACK: the message's LAST, the counter's 64th, or the one that fills the window.
+    const ackRequest = endsMessage || this.sinceAckRequest + count >= PACKETS_PER_ACK_REQUEST || unacked + count + 1 > window;
     this.sinceAckRequest = ackRequest ? 0 : this.sinceAckRequest + count;
     // The caller counted the first packet (a retransmission, or the one timed).
     if (resent > 0) qp.stats.retransmittedPackets += count - 1;
@@ -232,7 +251,13 @@ export class Transmitter {
     const length = count * mtu;
     const payload = wqe.region === undefined ? wqe.local.subarray(start, start + length) : wqe.region.view(wqe.regionOffset + start, length);
     qp.stats.payloadBytesSent += length;
-    qp.sendRun(wqe.kind === Kind.Write ? IbOpcode.RdmaWriteMiddle : IbOpcode.SendMiddle, queue.nextPsn, count, payload, mtu, ackRequest);
+    const write = wqe.kind === Kind.Write;
+    const middle = write ? IbOpcode.RdmaWriteMiddle : IbOpcode.SendMiddle;
+    if (!endsMessage) qp.sendRun(middle, queue.nextPsn, count, payload, mtu, ackRequest);
+    else {
+      const solicited = wqe.wr.solicited === true || wqe.wr.opcode === 'SEND_WITH_SE';
+      qp.sendRun(middle, queue.nextPsn, count, payload, mtu, ackRequest, write ? IbOpcode.RdmaWriteLast : IbOpcode.SendLast, solicited);
+    }
     return count;
   }
 
