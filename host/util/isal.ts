@@ -12,7 +12,9 @@ export interface Isal {
   /**
    * CRC-32 (IEEE, reflected: zlib's) of `length` octets at the raw address `address`, continuing
    * from `running` (zlib style: the previous result, not the register). For memory that never
-   * moves (SharedArrayBuffers).
+   * moves (SharedArrayBuffers). Signed 32-bit in and out (`x | 0` of the CRC; `>>> 0` makes it
+   * unsigned): a value of 2^31 or more made a heap number at every call, half of the RoCE path's
+   * per-packet calls (a Write's or Read Response's ICRC, the receiver's run check).
    */
   crc32AtAddress(running: number, address: number, length: number): number;
 }
@@ -28,7 +30,8 @@ export function loadIsal(): Isal | Error {
     const library = koffi.load('libisal.so.2');
     loaded = {
       crc32Iscsi: library.func('uint32_t crc32_iscsi(const uint8_t *buffer, int length, uint32_t register)') as Isal['crc32Iscsi'],
-      crc32AtAddress: library.func('uint32_t crc32_gzip_refl(uint32_t running, intptr_t buffer, uint64_t length)') as Isal['crc32AtAddress'],
+      // The C prototype's uint32_t as int32_t: the same 32-bit register either way.
+      crc32AtAddress: library.func('int32_t crc32_gzip_refl(int32_t running, intptr_t buffer, uint64_t length)') as Isal['crc32AtAddress'],
     };
   } catch (error) {
     loaded = error instanceof Error ? error : new Error(String(error));

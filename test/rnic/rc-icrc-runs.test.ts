@@ -162,4 +162,39 @@ test('a 1 MiB Write over the batched link: the responder checks its GRO runs wit
   }
 });
 
+test('ISA-L at an address answers signed 32-bit CRCs (no heap number per call), the same 32 bits as zlib; a packet checked through it reads its ICRC right', async () => {
+  if (!isal) return;
+  const library = loadIsal();
+  if (library instanceof Error) return;
+  const { crc32 } = await import('@node-rs/crc32');
+  const data = new Uint8Array(new SharedArrayBuffer(4096));
+  const next = octets(77);
+  let negative = 0;
+  for (const length of [1, 100, 1024, 4096]) {
+    for (let trial = 0; trial < 8; trial++) {
+      for (let i = 0; i < length; i++) data[i] = next();
+      const view = data.subarray(0, length);
+      const running = crc32(new Uint8Array([trial, length & 0xff]));
+      const crc = library.crc32AtAddress(running | 0, sharedAddress(view), length);
+      assert.is(crc, crc | 0, `a signed 32-bit result (${crc})`);
+      assert.is(crc >>> 0, crc32(view, running), `length ${length}, trial ${trial}: the CRC zlib computes`);
+      if (crc < 0) negative++;
+    }
+  }
+  assert.ok(negative > 0, 'some CRCs have their top bit set (so signed and unsigned differ)');
+  // The per-packet check in place (ISA-L at the packet's address) against the ICRC's unsigned octets.
+  const count = 16;
+  const length = 4112;
+  const { area, afterUdp } = run(count, length, 0xff, 991);
+  const base = sharedAddress(area);
+  const inPlace = (): boolean[] => Array.from({ length: count }, (_, i) => icrcMatchesAt(afterUdp, area, i * length, base + i * length, length));
+  assert.equal(inPlace(), new Array<boolean>(count).fill(true), 'every good packet passes');
+  area[5 * length + 2000]! ^= 0x10;
+  assert.equal(
+    inPlace().flatMap((good, i) => (good ? [] : [i])),
+    [5],
+    'the damaged packet alone fails',
+  );
+});
+
 test.run();

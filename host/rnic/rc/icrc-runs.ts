@@ -54,8 +54,8 @@ function bind(): boolean {
 
 /** The raw register `register` run over `octets` zero octets: times x^(8 octets), modulo the polynomial. */
 function shift(register: number, octets: number): number {
-  // ISA-L takes and returns zlib-style values, the register inverted.
-  return ~crcAt!(~register >>> 0, zerosAddress, octets) >>> 0;
+  // ISA-L takes and returns zlib-style values, the register inverted (signed 32-bit: isal.ts).
+  return ~crcAt!(~register, zerosAddress, octets) >>> 0;
 }
 
 /** U([octet]): one octet's CRC from a zero register. */
@@ -91,7 +91,7 @@ export class IcrcRunChecker {
       this.lastKey = key;
       this.lastEnds = ends;
     }
-    return ~crcAt!(0xffffffff, address, count * length) >>> 0 === ends[count]!;
+    return ~crcAt!(-1, address, count * length) >>> 0 === ends[count]!;
   }
 
   /** E_1 .. E_MAX_RUN_PACKETS for one kind of run (header comment). */

@@ -147,7 +147,7 @@ function continueOverPayload(running: number, payload: Uint8Array): number {
   if (payload.length >= ISAL_FROM) {
     const crcAt = isalCrcAtAddress();
     const address = crcAt === null ? -1 : sharedAddress(payload);
-    if (address >= 0) return crcAt!(running, address, payload.length);
+    if (address >= 0) return crcAt!(running | 0, address, payload.length);
   }
   return icrcContinue(running, payload);
 }
@@ -178,8 +178,9 @@ export function icrcMatchesAfterHead(head: number, bytes: Uint8Array, at: number
   if (length < BTH_LENGTH + ICRC_LENGTH) return false;
   let crc = icrcContinueBthTail(head, bytes, at);
   const crcAt = length - BTH_LENGTH - ICRC_LENGTH >= ISAL_FROM && address >= 0 ? isalCrcAtAddress() : null;
-  crc = crcAt !== null ? crcAt(crc, address + BTH_LENGTH, length - BTH_LENGTH - ICRC_LENGTH) : icrcContinueRange(crc, bytes, at + BTH_LENGTH, end);
-  return crc === readIcrc(bytes, end);
+  crc = crcAt !== null ? crcAt(crc | 0, address + BTH_LENGTH, length - BTH_LENGTH - ICRC_LENGTH) : icrcContinueRange(crc, bytes, at + BTH_LENGTH, end);
+  // ISA-L's result is signed (isal.ts), readIcrc's unsigned: the same 32 bits or not.
+  return (crc ^ readIcrc(bytes, end)) === 0;
 }
 
 /** `fillIcrc` from the running ICRC after the IP and UDP headers (`SocketHeaderCache.afterUdp`). */
@@ -204,7 +205,7 @@ export function fillRunIcrcs(afterUdp: number, run: PacketRun): void {
     const headerAt = i * headerLength;
     let crc = icrcContinueBthTail(headerAt === lastAt ? lastHead : head, headers, headerAt);
     crc = icrcContinueRange(crc, headers, headerAt + BTH_LENGTH, headerAt + headerLength);
-    crc = address >= 0 ? crcAt!(crc, address + i * segment, segment) : icrcContinueRange(crc, payload, i * segment, (i + 1) * segment);
+    crc = address >= 0 ? crcAt!(crc | 0, address + i * segment, segment) : icrcContinueRange(crc, payload, i * segment, (i + 1) * segment);
     const trailerEnd = (i + 1) * trailerLength;
     crc = icrcContinueRange(crc, trailers, i * trailerLength, trailerEnd - ICRC_LENGTH);
     writeIcrc(trailers, trailerEnd - ICRC_LENGTH, crc);
