@@ -172,7 +172,8 @@ export class ThreadArena {
    * `placingLength()` octets to come; 0 when the message should go on into the context.
    */
   placeInline(request: number, received: number): number {
-    return this.engine.exports.placeInline(this.engine.address, request, received);
+    // Unsigned: a block at 2 GiB and above comes back from wasm as a negative i32.
+    return this.engine.exports.placeInline(this.engine.address, request, received) >>> 0;
   }
 
   /** Octets of a PLACING request's message still to come after placeInline(). */

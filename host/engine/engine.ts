@@ -89,7 +89,8 @@ export class Engine {
 
   /** Address of the entry of `handle`, or 0 when the table does not serve it. */
   entryAddress(handle: bigint): number {
-    return this.exports.entryAddress(this.address, handle);
+    // Unsigned: a wasm i32 result reads negative in JavaScript at 2 GiB and above.
+    return this.exports.entryAddress(this.address, handle) >>> 0;
   }
 
   /** The entry of `handle` as an initiator would read it (big-endian fields). */
@@ -141,29 +142,29 @@ export class Engine {
    * message to reach the workers first.
    */
   startDraining(): void {
-    Atomics.store(this.words, (this.address + S.ENGINE_DRAINING) >> 2, 1);
+    Atomics.store(this.words, (this.address + S.ENGINE_DRAINING) >>> 2, 1);
   }
 
   get draining(): boolean {
-    return Atomics.load(this.words, (this.address + S.ENGINE_DRAINING) >> 2) !== 0;
+    return Atomics.load(this.words, (this.address + S.ENGINE_DRAINING) >>> 2) !== 0;
   }
 
   /** The handle was used now (least-recently-used order for demotion and drops). */
   stamp(index: number): void {
-    Atomics.store(this.words, (this.layout.handleStamps >> 2) + index, Atomics.add(this.words, this.layout.lruClock >> 2, 1) + 1);
+    Atomics.store(this.words, (this.layout.handleStamps >>> 2) + index, Atomics.add(this.words, this.layout.lruClock >>> 2, 1) + 1);
   }
 
   stampOf(index: number): number {
-    return Atomics.load(this.words, (this.layout.handleStamps >> 2) + index);
+    return Atomics.load(this.words, (this.layout.handleStamps >>> 2) + index);
   }
 
   /** Highest Generation of the handle that may be shown without a durable record (kbtp-v1 section 12). */
   setGenerationMark(index: number, mark: number): void {
-    Atomics.store(this.words, (this.layout.generationMarks >> 2) + index, mark);
+    Atomics.store(this.words, (this.layout.generationMarks >>> 2) + index, mark);
   }
 
   generationMark(index: number): number {
-    return Atomics.load(this.words, (this.layout.generationMarks >> 2) + index);
+    return Atomics.load(this.words, (this.layout.generationMarks >>> 2) + index);
   }
 
   /** Demotes the handle's sealed resident block to the tier alone: S.DEMOTED, DEMOTE_BUSY or DEMOTE_NOT_ELIGIBLE. */
@@ -197,7 +198,7 @@ export class Engine {
 
   /** Start-up only: the tenant's usage as recovery found it (bound handles, under 'none'). */
   setTenantUsage(index: number, usage: number): void {
-    Atomics.store(this.words, (this.tenantAddress(index) + S.TENANT_USAGE) >> 2, usage);
+    Atomics.store(this.words, (this.tenantAddress(index) + S.TENANT_USAGE) >>> 2, usage);
   }
 
   /** Index of the tenant at `address` (a tenant descriptor address the engine reported). */

@@ -78,7 +78,8 @@ export function computeLayout(config: ResolvedEngineConfig, heapBase: number): E
   const tenants = take(TENANT_SIZE * Math.max(1, config.tenants.length), 64);
   const sessions = take(SESSION_SIZE * config.threads * config.sessionsPerThread, 64);
   const requestSize = Math.ceil((REQUEST_HEADER_SIZE + maxRequestSize(config.maxInline)) / 64) * 64;
-  const requests = take(requestSize * config.threads * config.requestsPerThread, 64);
+  const requestBytes = requestSize * config.threads * config.requestsPerThread;
+  const requests = take(requestBytes, 64);
   const handleLocks = take(4 * config.handleCount, 64);
   const generationMarks = take(4 * config.handleCount, 64);
   const handleStamps = take(4 * config.handleCount, 64);
@@ -112,7 +113,9 @@ export function computeLayout(config: ResolvedEngineConfig, heapBase: number): E
     throw new EngineConfigError(
       'blockSize * blockCount',
       `the engine needs ${gib} GiB, over the 4 GiB a 32-bit WebAssembly memory allows`,
-      'use fewer or smaller blocks, or fewer handles',
+      requestBytes > poolBytes
+        ? `the request contexts take ${(requestBytes / 2 ** 30).toFixed(2)} GiB (Max Inline x 2 x credits x sessions): lower Max Inline, credits or sessions`
+        : 'use fewer or smaller blocks, or fewer handles',
     );
   }
   return {
