@@ -43,6 +43,13 @@ options:
   --block-size BYTES     block size (default 65536)
   --blocks N             blocks in the pool (default 4096)
   --credits N            requests a session may have outstanding (default 64)
+  --max-inline BYTES     largest STORE sent inside its request (default 8192, at most the block size;
+                         e.g. 256K). A larger STORE costs a second round trip: the target pulls its
+                         data by RDMA Read, about half the STOREs per second at 16 KiB and 256 KiB
+                         (docs/BENCH.md). The price is address space: the target keeps 2 x credits
+                         receives of this size for each session it may hold (8192 at the defaults:
+                         2 GiB of the engine's 4 GiB at 256K; a page is used once data lands in it);
+                         with a large value lower --credits or session.maxSessions (config file)
   --sram-model FILE      model the RNIC's on-chip SRAM cache with this config (docs/SRAM.md)
   --busy-poll-us N       iwarp: workers keep polling their sockets for N us after each read or write
                          instead of sleeping (0 = off, the default; at most 10000): lower latency
@@ -132,6 +139,7 @@ export const command: Command = {
       'block-size': { type: 'string' },
       blocks: { type: 'string' },
       credits: { type: 'string' },
+      'max-inline': { type: 'string' },
       'sram-model': { type: 'string' },
       'busy-poll-us': { type: 'string' },
       'stats-interval': { type: 'string' },
@@ -177,7 +185,16 @@ export const command: Command = {
           if (settings.tenants[0] !== undefined) settings.tenants[0] = { ...settings.tenants[0], storeRange: all, loadScope: all };
         }
       }
-      if (blockSize !== undefined) settings.pool.maxInline = Math.min(settings.pool.maxInline, blockSize);
+      if (values['max-inline'] !== undefined) {
+        const maxInline = values['max-inline'] === '0' ? 0 : parseBytes(values['max-inline'], '--max-inline');
+        if (maxInline > settings.pool.blockSize)
+          throw new ConfigError(
+            '--max-inline',
+            `${maxInline} is more than the block size (${settings.pool.blockSize})`,
+            'give at most the block size (0: every STORE by RDMA Read)',
+          );
+        settings.pool.maxInline = maxInline;
+      } else if (blockSize !== undefined) settings.pool.maxInline = Math.min(settings.pool.maxInline, blockSize);
       settings.session.credits = integer('credits', values.credits, 1) ?? settings.session.credits;
       if (values['sram-model'] !== undefined) settings.sramModel = values['sram-model'];
       const busyPollUs = integer('busy-poll-us', values['busy-poll-us'], 0);
@@ -237,7 +254,7 @@ export const command: Command = {
     );
     console.log(
       `pool: ${pool.blockCount} blocks of ${pool.blockSize} octets (${((pool.blockCount * pool.blockSize) / 2 ** 20).toFixed(pool.blockCount * pool.blockSize < 2 ** 24 ? 2 : 0)} MiB),` +
-        ` handles ${pool.handleBase}..${pool.handleBase + BigInt(pool.handleCount) - 1n}, tenants: ${settings.tenants.map((t) => t.name).join(', ')}`,
+        ` handles ${pool.handleBase}..${pool.handleBase + BigInt(pool.handleCount) - 1n}, max inline ${pool.maxInline} octets, tenants: ${settings.tenants.map((t) => t.name).join(', ')}`,
     );
     const recovery = target.recovery;
     if (recovery !== undefined && settings.durable !== undefined) {

@@ -115,6 +115,31 @@ test('target --check-config: typos name their path and the nearest key; a valid 
   rmSync(dir, { recursive: true, force: true });
 });
 
+test('target --max-inline: STOREs up to it travel inside their request; 8192 unless given, never above the block size', async () => {
+  const dir = mkdtempSync(join(tmpdir(), 'kbtp-config-'));
+  const file = join(dir, 'pool.json');
+  writeFileSync(file, JSON.stringify({ pool: { blockCount: 16, blockSize: 262144 } }));
+  const maxInline = (out: { stdout: Buffer | string }): number => (JSON.parse(out.stdout.toString()) as { pool: { maxInline: number } }).pool.maxInline;
+  const byDefault = await kbtp(['target', '--check-config', file]);
+  assert.is(byDefault.code, 0, byDefault.stderr);
+  assert.is(maxInline(byDefault), 8192);
+  const whole = await kbtp(['target', '--check-config', file, '--max-inline', '256K']);
+  assert.is(whole.code, 0, whole.stderr);
+  assert.is(maxInline(whole), 262144);
+  const smallerBlocks = await kbtp(['target', '--check-config', file, '--block-size', '16384', '--max-inline', '16384']);
+  assert.is(smallerBlocks.code, 0, smallerBlocks.stderr);
+  assert.is(maxInline(smallerBlocks), 16384);
+  const none = await kbtp(['target', '--check-config', file, '--max-inline', '0']);
+  assert.is(maxInline(none), 0);
+  const tooLarge = await kbtp(['target', '--check-config', file, '--max-inline', '1M']);
+  assert.is(tooLarge.code, 2);
+  assert.match(tooLarge.stderr, /--max-inline: 1048576 is more than the block size \(262144\)/);
+  const notASize = await kbtp(['target', '--check-config', file, '--max-inline', 'lots']);
+  assert.is(notASize.code, 2);
+  assert.match(notASize.stderr, /--max-inline: "lots" is not a size in octets/);
+  rmSync(dir, { recursive: true, force: true });
+});
+
 test('target --busy-poll-us: overrides the file, shown by --check-config; out of range or with roce is a configuration error', async () => {
   const dir = mkdtempSync(join(tmpdir(), 'kbtp-config-'));
   const file = join(dir, 'poll.json');
