@@ -28,6 +28,8 @@ const USAGE = `usage: node dist/bench/profile/callgrind-load.js [options]
                 session, every loaded block checked), its functions the side 'bench'; default: a bare
                 chain of loadInto/storeFrom calls (side 'loop')
   --sessions N  sessions, requests spread over them as kbtp bench --sessions N does (--bench only; default 1)
+  --in-flight N requests in flight per session, posted N at a time by loadMany/storeMany as make
+                compare's pipelined rows run (kbtp bench --batch; --bench only; default 1)
   --warm N      requests before counting starts (default 20000: the hot path optimized)
   --base N      requests of the shorter run (default 5000)
   --loads N     requests the longer run does more; the per-request figures are the difference / N (default 20000)
@@ -48,6 +50,7 @@ const { values } = parseArgs({
     op: { type: 'string', default: 'load' },
     bench: { type: 'boolean', default: false },
     sessions: { type: 'string', default: '1' },
+    'in-flight': { type: 'string', default: '1' },
     crc: { type: 'boolean', default: false },
     shared: { type: 'boolean', default: false },
     top: { type: 'string', default: '40' },
@@ -74,6 +77,7 @@ const loads = count('loads', values.loads, 1);
 const size = count('size', values.size, 1);
 const top = count('top', values.top, 0);
 const sessions = count('sessions', values.sessions, 1);
+const inFlight = count('in-flight', values['in-flight'], 1);
 const op = values.op;
 if (op !== 'load' && op !== 'store') {
   console.error(`--op must be load or store (got '${op}')\n\n${USAGE}`);
@@ -160,7 +164,7 @@ async function run(measured: number): Promise<CallgrindProfile> {
     '--op',
     op,
   ];
-  if (values.bench) args.push('--bench', '--sessions', String(sessions));
+  if (values.bench) args.push('--bench', '--sessions', String(sessions), '--in-flight', String(inFlight));
   if (values.crc) args.push('--crc');
   if (initiatorRoot !== undefined) args.push('--initiator-root', initiatorRoot);
   const started = Date.now();
@@ -193,7 +197,7 @@ const { total, bySide, jsBySide, byFunction } = attribute(perOperation(a, b, loa
 const n = (v: number): string => Math.round(v).toLocaleString('en-US').padStart(9);
 console.log(
   `Instructions per ${OP} of ${size} octets (callgrind, ${warm} warm-up ${OP}s, runs of ${base} and ${base + loads}; ` +
-    `${values.bench ? `kbtp bench's workload, ${sessions} session${sessions > 1 ? 's' : ''} x 1 in flight` : 'a bare chain'}; MPA CRC ${values.crc ? 'on' : 'off'})`,
+    `${values.bench ? `kbtp bench's workload, ${sessions} session${sessions > 1 ? 's' : ''} x ${inFlight} in flight${inFlight > 1 ? ' (batched)' : ''}` : 'a bare chain'}; MPA CRC ${values.crc ? 'on' : 'off'})`,
 );
 console.log(`${n(total)}  all`);
 const sides = [...bySide.entries()].sort((x, y) => y[1] - x[1]);

@@ -9,7 +9,8 @@
 // bench --spawn --sessions N --in-flight 1` runs it): the client then includes the bench's
 // per-request work (the check of each loaded block, the stamp of each stored one, the latency
 // record), as in make compare's rows. The target is configured as `kbtp bench --spawn` configures
-// it (inline STOREs up to 256 KiB).
+// it (inline STOREs up to 256 KiB). `--in-flight N` (with --bench) runs make compare's pipelined
+// rows: each session posts N requests at a time through loadMany/storeMany (kbtp bench --batch).
 //
 // With `--initiator-root DIR` the initiator's modules (session, its RNIC, its end of the link)
 // are imported from a copy of dist/ in DIR instead of from this build, so that the code each side
@@ -17,7 +18,7 @@
 // not). That is also what the deployment has: two processes, each with its own copy of the RNIC
 // code, whose inline caches see one side's objects only.
 //
-//   node dist/bench/profile/load-loop.js --warm 20000 --loads 5000 [--op load|store] [--bench [--sessions N]] [--size 16384] [--crc] [--initiator-root DIR]
+//   node dist/bench/profile/load-loop.js --warm 20000 --loads 5000 [--op load|store] [--bench [--sessions N] [--in-flight N]] [--size 16384] [--crc] [--initiator-root DIR]
 import { parseArgs } from 'node:util';
 import { resolveTargetSettings } from '../../host/kbtp/server/target-config.ts';
 import { InProcessTarget } from '../../host/kbtp/server/in-process.ts';
@@ -26,7 +27,7 @@ import { SPAWNED_MAX_INLINE } from '../../host/bench/spawn.ts';
 import type * as Initiator from '../../host/kbtp/initiator.ts';
 import type * as Workload from '../../host/bench/workload.ts';
 
-const USAGE = `usage: node dist/bench/profile/load-loop.js --warm N --loads N [--op load|store] [--bench [--sessions N]] [--size OCTETS] [--crc] [--initiator-root DIR]
+const USAGE = `usage: node dist/bench/profile/load-loop.js --warm N --loads N [--op load|store] [--bench [--sessions N] [--in-flight N]] [--size OCTETS] [--crc] [--initiator-root DIR]
   Chained LOADs or STOREs of one block (both sides in this process), for instruction counting; see bench/profile/callgrind-load.ts.`;
 
 const { values } = parseArgs({
@@ -37,6 +38,7 @@ const { values } = parseArgs({
     op: { type: 'string', default: 'load' },
     bench: { type: 'boolean', default: false },
     sessions: { type: 'string', default: '1' },
+    'in-flight': { type: 'string', default: '1' },
     crc: { type: 'boolean', default: false },
     'initiator-root': { type: 'string' },
     help: { type: 'boolean', default: false },
@@ -58,13 +60,14 @@ const warm = count('warm', values.warm, 0);
 const loads = count('loads', values.loads, 1);
 const size = count('size', values.size, 1);
 const sessionCount = count('sessions', values.sessions, 1);
+const inFlight = count('in-flight', values['in-flight'], 1);
 const op = values.op;
 if (op !== 'load' && op !== 'store') {
   console.error(`--op must be load or store (got '${op}')\n${USAGE}`);
   process.exit(2);
 }
-if (sessionCount > 1 && !values.bench) {
-  console.error(`--sessions needs --bench\n${USAGE}`);
+if ((sessionCount > 1 || inFlight > 1) && !values.bench) {
+  console.error(`--sessions and --in-flight need --bench\n${USAGE}`);
   process.exit(2);
 }
 
@@ -91,13 +94,13 @@ const initiator = (
   initiatorRoot === undefined ? await import('../../host/kbtp/initiator.ts') : await import(`${initiatorRoot}/host/kbtp/initiator.js`)
 ) as typeof Initiator;
 
-const blockCount = 16 + sessionCount;
+const blockCount = 16 + sessionCount * inFlight;
 const settings = resolveTargetSettings({
   listen: '127.0.0.1:0',
   workers: 1,
   // As spawnTarget (host/bench/spawn.ts) sizes a kbtp bench target: a STORE of a block goes inline.
   pool: { blockSize: size, blockCount, handleCount: blockCount * 4, maxInline: Math.min(SPAWNED_MAX_INLINE, size) },
-  session: { credits: 8 },
+  session: { credits: Math.max(8, inFlight) },
   tenants: [{ name: 'local', open: true, quota: blockCount }],
 } as never);
 const target = new InProcessTarget(settings);
@@ -105,8 +108,8 @@ const sessions: Initiator.KbtpSession[] = [];
 for (let i = 0; i < sessionCount; i++) {
   const [targetEnd, initiatorEnd] = await linkPair(initiatorRoot);
   const served = target.serve(targetEnd);
-  // Pipeline 1, as kbtp bench opens its sessions for --in-flight 1.
-  sessions.push(await initiator.connectChannel(initiatorEnd, { tenant: 'local', pipeline: values.bench ? 1 : 8, crc: values.crc }));
+  // A pipeline of --in-flight, as kbtp bench opens its sessions.
+  sessions.push(await initiator.connectChannel(initiatorEnd, { tenant: 'local', pipeline: values.bench ? inFlight : 8, crc: values.crc }));
   await served;
 }
 const session = sessions[0]!;
@@ -120,10 +123,12 @@ async function benchRun(n: number): Promise<void> {
     sessions,
     size,
     phase: [{ op: op as 'load' | 'store', weight: 1 }],
-    inFlight: 1,
-    keysPerSession: 1,
+    inFlight,
+    keysPerSession: inFlight,
     firstHandle: session.hello.storeFirst,
     count: n,
+    // As make compare runs more than one in flight (bench/compare/compare.ts): loadMany/storeMany.
+    batched: inFlight > 1,
   });
   for (const entry of result.ops) {
     if (entry.errorCount > 0 || entry.corrupt > 0) throw new Error(`${entry.op}: ${entry.firstProblem ?? 'failed'}`);
