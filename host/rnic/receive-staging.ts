@@ -1,13 +1,19 @@
 // Where socket reads land when they are not read straight into their destination: one staging
 // buffer per thread, shared by every receiver. A read into it is consumed entirely by the commit
 // that follows (headers and trailers are copied out, small payloads placed), and reads of
-// different sockets never overlap on one thread, so a thousand connections cost 64 KiB of
-// staging, not 64 MiB. A receiver fed while another commit is running (in-memory channels wired
+// different sockets never overlap on one thread, so a thousand connections cost 256 KiB of
+// staging, not 256 MiB. A receiver fed while another commit is running (in-memory channels wired
 // back to back) uses a buffer of its own instead.
 
 import { ViewCache } from './view-cache.ts';
 
-export const STAGING_SIZE = 64 * 1024;
+/**
+ * What one read may take. A pipelined batch of requests arrives as one writev (kbtp bench
+ * --in-flight 8: eight 16 KiB STOREs, or eight LOADs' RDMA Writes and COMPLETIONs, ~131 KiB):
+ * with 64 KiB each took 3 reads, each its own delivery and turn, and on the target 3 writes of
+ * COMPLETIONs (issue 16, strace -f -c); now one read and one writev per batch.
+ */
+export const STAGING_SIZE = 256 * 1024;
 /**
  * Offsets of a staging buffer whose views are kept: the same offsets recur (a stream of like
  * messages lays out each read alike), a view per staged copy was an allocation per message

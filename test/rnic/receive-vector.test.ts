@@ -257,16 +257,17 @@ test('a 1 MiB Read Response all waiting: 8 FPDUs per vectored read', () => {
   const receiver = new FpduReceiver(sink, { crc: true, markers: false });
   const payload = pattern(1 << 20, 3);
   const cuts = fullCuts(14, payload.length);
-  // A first message of another kind, then the Read Response (at 0x10000 in the blocks).
-  const warm = concat(tagged(RdmapOpcode.RdmaWrite, 3 << 20, pattern(100_000, 9), fullCuts(14, 100_000), true));
+  // A first message of another kind, longer than a staging read (STAGING_SIZE), so that its last
+  // FPDUs are read as large ones are; then the Read Response (at 0x10000 in the blocks).
+  const warm = concat(tagged(RdmapOpcode.RdmaWrite, 3 << 20, pattern(300_000, 9), fullCuts(14, 300_000), true));
   sink.readEnd = 0x10000 + payload.length;
   const stream = concat([warm, ...tagged(RdmapOpcode.RdmaReadResponse, 0x10000, payload, cuts, true)]);
   const reads = readLikeSocket(receiver, stream);
   assert.is(sink.failure, undefined, sink.failure?.reason);
   assert.equal(sink.events, ['tagged done', 'tagged done']);
   assert.ok(Buffer.from(sink.blocks.subarray(0x10000, 0x10000 + payload.length)).equals(Buffer.from(payload)));
-  // 17 FPDUs (16 full, 1 short): the Write's 2 (staged, then its prefix, payload, tail), then the
-  // Response's first payload, two vectored reads of 8 and 7, and the short last one.
+  // 17 FPDUs (16 full, 1 short): after the Write (one staged read, then its last FPDU's prefix,
+  // payload, tail), the Response's first payload, two vectored reads of 8 and 7, and the short last one.
   const plain = new SteeringSink();
   plain.readEnd = sink.readEnd;
   const without = readLikeSocket(new FpduReceiver(plain, { crc: true, markers: false }), stream, [], false);
