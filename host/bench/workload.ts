@@ -454,6 +454,8 @@ export async function runPhase(options: PhaseOptions): Promise<PhaseResult> {
     const indices: number[] = [];
     const handles: bigint[] = [];
     const buffers = Array.from({ length: inFlight }, () => (op === 'load' ? loadBuffer(session) : storeBuffer(session)));
+    // Each buffer's stamp, for check(): made once, not a view per checked block (issue 16).
+    const stamps = buffers.map((buffer) => maker.stampOf(buffer));
     const lengths = new Uint32Array(inFlight);
     const made: Array<ExpectedBlock | undefined> = new Array(inFlight).fill(undefined);
     const loadOptions = { allowUnsealed: !sealed, lengths };
@@ -498,8 +500,9 @@ export async function runPhase(options: PhaseOptions): Promise<PhaseResult> {
         if (failedAt.has(i)) continue;
         if (op === 'load') {
           const expected = blocks.expected[index];
-          const data = lengths[i] === size ? buffers[i]! : buffers[i]!.subarray(0, lengths[i]);
-          if (!loadedRight(entry, data, expected, handles[i]!)) continue;
+          const whole = lengths[i] === size;
+          const data = whole ? buffers[i]! : buffers[i]!.subarray(0, lengths[i]);
+          if (!loadedRight(entry, data, expected, handles[i]!, whole ? stamps[i] : undefined)) continue;
         } else {
           blocks.expected[index] = made[i];
         }
