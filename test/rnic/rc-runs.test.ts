@@ -10,6 +10,7 @@
 import { test } from 'uvu';
 import * as assert from 'uvu/assert';
 import { BatchedUdpLink } from '../../host/rnic/rc/batched-udp-link.ts';
+import { Retransmission } from '../../host/rnic/rc/requester-retransmit.ts';
 import type { BatchedUdpSocket } from '../../host/rnic/rc/batched-udp-socket.ts';
 import { socketIcrcHeaders, type PeerAddress } from '../../host/rnic/rc/link.ts';
 import { IbHeaders, decodeHeaders } from '../../host/rnic/wire/ib-headers.ts';
@@ -405,6 +406,70 @@ test('16 KiB Writes and Reads: the lean path takes every packet of both (4 each)
     assert.is(server.qp.statistics.messagesReceived, 2 * count, 'each Write completed at the responder (MSN), each Read executed');
   } finally {
     await pair.close();
+  }
+});
+
+test("the lean path settles a Read's responses once per turn, not per packet: the acknowledged PSN and timers (advanced) follow about as often as the requester receives", async () => {
+  const advanced = Retransmission.prototype.advanced;
+  let calls = 0;
+  Retransmission.prototype.advanced = function (this: Retransmission): void {
+    calls++;
+    advanced.call(this);
+  };
+  try {
+    for (let attempt = 1; ; attempt++) {
+      const pair = await rcPair({ pathMtu: 4096, bytes: 4 * MiB });
+      try {
+        const { client, server } = pair;
+        for (let i = 0; i < MiB; i++) server.memory[MiB + i] = (i * 23 + (i >>> 12)) & 0xff;
+        // A Write first: the client's endpoint takes its ACK in full, then the QP's responses lean.
+        client.qp.postSend({
+          wrId: 1,
+          opcode: 'RDMA_WRITE',
+          sgList: [{ lkey: client.mr.lkey, offset: 0, length: 4 * KiB }],
+          remote: { stag: server.mr.rkey, taggedOffset: 0 },
+        });
+        expectSuccess(await completions(client.cq, 1, 20_000));
+        const endpoint = client.rnic.roceEndpoint!;
+        const socket = (client.link as BatchedUdpLink).socket;
+        const before = {
+          batches: socket.stats.receiveBatches,
+          packets: endpoint.stats.packets,
+          lean: endpoint.stats.lean,
+          settles: client.qp.stats.leanSettles,
+        };
+        calls = 0;
+        client.qp.postSend({
+          wrId: 2,
+          opcode: 'RDMA_READ',
+          sgList: [{ lkey: client.mr.lkey, offset: 2 * MiB, length: MiB }],
+          remote: { stag: server.mr.rkey, taggedOffset: MiB },
+        });
+        expectSuccess(await completions(client.cq, 1, 30_000));
+        assert.equal(client.memory.subarray(2 * MiB, 3 * MiB), server.memory.subarray(MiB, 2 * MiB), 'read data');
+        // A retransmitted Read request (the early timer on a loaded machine, a full socket buffer)
+        // settles per packet past the gap: such an attempt is repeated, a few times at most.
+        if (client.qp.statistics.retransmittedPackets > 0 && attempt < 5) continue;
+        assert.is(client.qp.statistics.retransmittedPackets, 0, 'no retransmission in five attempts');
+        const lean = endpoint.stats.lean - before.lean;
+        const fullPath = endpoint.stats.packets - before.packets - lean;
+        const batches = socket.stats.receiveBatches - before.batches;
+        const settles = client.qp.stats.leanSettles - before.settles;
+        assert.ok(lean > 0, 'responses placed by the lean path');
+        // A settle ends a turn with lean responses in it, precedes a full-path packet, or ends the Read.
+        assert.ok(settles <= batches + fullPath + 1, `${settles} settles for ${batches} receive batches and ${fullPath} packets on the full path`);
+        // Without the settling each lean response called advanced: as many calls as lean responses and more.
+        assert.ok(
+          calls <= 2 * fullPath + batches + 1,
+          `advanced ran ${calls} times for ${lean} lean responses, ${fullPath} on the full path, ${batches} receive batches`,
+        );
+        return;
+      } finally {
+        await pair.close();
+      }
+    }
+  } finally {
+    Retransmission.prototype.advanced = advanced;
   }
 });
 

@@ -104,6 +104,8 @@ export interface RcStatistics extends QueuePairStatistics {
   /** Expiries of the early-retransmission timer and of the ACK timer, whether or not the check after them went back N. */
   earlyTimerFires: number;
   ackTimerFires: number;
+  /** Times the requester settled the Read Responses the lean path placed (once per turn, or per completed Read). */
+  leanSettles: number;
 }
 
 export class RcQueuePair extends QueuePairAttributes<RcQueuePairEvents> {
@@ -134,6 +136,7 @@ export class RcQueuePair extends QueuePairAttributes<RcQueuePairEvents> {
     earlyWaits: 0,
     earlyTimerFires: 0,
     ackTimerFires: 0,
+    leanSettles: 0,
   };
 
   readonly requester: Requester;

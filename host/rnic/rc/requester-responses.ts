@@ -12,12 +12,16 @@ import type { Retransmission } from './requester-retransmit.ts';
 import type { Transmitter } from './requester-transmit.ts';
 import { Kind, READ_CHUNK_PACKETS, type SendQueue, type Wqe } from './send-queue.ts';
 import { copyInto, moveAt, sharedAddress } from './shared-copy.ts';
+import { turn, type TurnParticipant } from '../turn.ts';
 
 export class Responses {
   private readonly qp: RcQueuePair;
   /** Wired by Requester: the parts refer to one another. */
   transmitter!: Transmitter;
   retransmission!: Retransmission;
+  /** The lean path placed Read Responses whose bookkeeping waits for the turn's end (settleLean). */
+  private leanUnsettled = false;
+  private readonly leanSettler: TurnParticipant = { endTurn: () => this.settleLean() };
 
   constructor(private readonly queue: SendQueue) {
     this.qp = queue.qp;
@@ -26,6 +30,8 @@ export class Responses {
   /** An ACK/NAK, Read Response or Atomic Acknowledge from the peer's responder. */
   response(h: IbHeaders, payload: Uint8Array): void {
     const queue = this.queue;
+    // What the lean path placed in this turn is counted before anything else is judged.
+    if (this.leanUnsettled) this.settleLean();
     const psn = h.psn;
     // Every ACK counts, the stale ones too (an ACK overtaken by a later one costs a receive all the same).
     if (h.opcode === IbOpcode.Acknowledge && (h.syndrome & Syndrome.TypeMask) === Syndrome.TypeAck) this.qp.stats.acksReceived++;
@@ -148,11 +154,32 @@ export class Responses {
     moveAt(wqe.localAddress + index * queue.mtuFor(), payloadAddress, length);
     this.qp.stats.payloadBytesReceived += length;
     this.responseArrived(wqe, index);
+    // What follows a response (the acknowledged PSN, the timers, the ORD slot, completions, the
+    // next transmission) once per turn, not per packet: a recvmmsg batch carries up to a few
+    // hundred responses. At once where the Read is complete (it completes, the next Read's
+    // responses find the head WQE) or lost a packet (retryRead asked again).
+    if (wqe.done || wqe.arrived !== undefined) this.settleLean();
+    else if (!this.leanUnsettled) {
+      this.leanUnsettled = true;
+      turn.notifyLater(this.leanSettler);
+    }
+    return true;
+  }
+
+  /**
+   * The bookkeeping takeReadResponse leaves to the turn's end, as response does after each
+   * response: releaseResources, advanced, completeInOrder, scheduleTransmit. Also before the
+   * full path judges a packet (response), so it sees the queue as if each had been settled.
+   */
+  settleLean(): void {
+    this.leanUnsettled = false;
+    const queue = this.queue;
+    if (!queue.running) return;
+    this.qp.stats.leanSettles++;
     queue.releaseResources();
     this.retransmission.advanced();
     queue.completeInOrder();
     this.transmitter.scheduleTransmit();
-    return true;
   }
 
   private readResponse(h: IbHeaders, psn: number, payload: Uint8Array): void {
