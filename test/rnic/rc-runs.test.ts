@@ -96,6 +96,17 @@ function samePacketsShifted(a: Uint8Array[], b: Uint8Array[], shift: number, wha
   }
 }
 
+/** An RDMA Write of `length` octets from the start of `client`'s region to the start of `server`'s, completed. */
+async function writeFromStart(client: RcSide, server: RcSide, length: number): Promise<void> {
+  client.qp.postSend({
+    wrId: 1,
+    opcode: 'RDMA_WRITE',
+    sgList: [{ lkey: client.mr.lkey, offset: 0, length }],
+    remote: { stag: server.mr.rkey, taggedOffset: 0 },
+  });
+  expectSuccess(await completions(client.cq, 1, 20_000));
+}
+
 /** The first transmission of each PSN among `datagrams` whose opcode is in [low, high]. */
 function firstTransmissions(datagrams: Uint8Array[], low: number, high: number): Uint8Array[] {
   const seen = new Set<number>();
@@ -348,13 +359,7 @@ test('a middle packet with a bad ICRC, in sequence, is not placed by the lean pa
       sendRun(to, run);
     };
     for (let i = 0; i < 64 * KiB; i++) client.memory[i] = (i * 17 + 5) & 0xff;
-    client.qp.postSend({
-      wrId: 1,
-      opcode: 'RDMA_WRITE',
-      sgList: [{ lkey: client.mr.lkey, offset: 0, length: 64 * KiB }],
-      remote: { stag: server.mr.rkey, taggedOffset: 0 },
-    });
-    expectSuccess(await completions(client.cq, 1, 20_000));
+    await writeFromStart(client, server, 64 * KiB);
     assert.is(corrupted, 1);
     assert.equal(server.memory.subarray(0, 64 * KiB), client.memory.subarray(0, 64 * KiB), 'written data');
     const stats = server.rnic.roceEndpoint!.stats;
@@ -423,13 +428,7 @@ test("the lean path settles a Read's responses once per turn, not per packet: th
         const { client, server } = pair;
         for (let i = 0; i < MiB; i++) server.memory[MiB + i] = (i * 23 + (i >>> 12)) & 0xff;
         // A Write first: the client's endpoint takes its ACK in full, then the QP's responses lean.
-        client.qp.postSend({
-          wrId: 1,
-          opcode: 'RDMA_WRITE',
-          sgList: [{ lkey: client.mr.lkey, offset: 0, length: 4 * KiB }],
-          remote: { stag: server.mr.rkey, taggedOffset: 0 },
-        });
-        expectSuccess(await completions(client.cq, 1, 20_000));
+        await writeFromStart(client, server, 4 * KiB);
         const endpoint = client.rnic.roceEndpoint!;
         const socket = (client.link as BatchedUdpLink).socket;
         const before = {
