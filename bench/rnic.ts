@@ -25,7 +25,7 @@
 // responder's (two-thread rows) and the others, and to RoCE rows each side's RC and link counters
 // (bench/rnic-counters.ts), printed under the row and kept in its JSON (`counters`).
 
-import { mkdirSync, writeFileSync } from 'node:fs';
+import { mkdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { dirname, join } from 'node:path';
 import net from 'node:net';
 import { parseCommandLine } from '../host/commands/command-line.ts';
@@ -88,6 +88,22 @@ interface Row {
   ofIwarpTwoThreads?: number;
   /** --counters: CPU by thread and (RoCE) each side's RC and link counters, summed over the row's runs. */
   counters?: RowCounters;
+  /**
+   * iWARP Write/Read rows: the host's TCP congestion control (net.ipv4.tcp_congestion_control).
+   * Under BBR, loopback TCP is paced at about the rate a CPU-bound pair reaches, and the pacing
+   * timers cost this VM enough CPU that iWARP's Reads run in a slow and a fast mode, 2-3x apart
+   * (docs/notes/2026-12-02/issue-15-session13.md): the RoCE/iWARP ratios depend on it.
+   */
+  tcpCongestionControl?: string;
+}
+
+/** The TCP congestion control new connections get here, or 'unknown'. */
+function tcpCongestionControl(): string {
+  try {
+    return readFileSync('/proc/sys/net/ipv4/tcp_congestion_control', 'utf8').trim() || 'unknown';
+  } catch {
+    return 'unknown';
+  }
 }
 
 /** What --rows can name. */
@@ -576,6 +592,11 @@ async function main(): Promise<void> {
   }
   const key = (entry: Case): Key => `${entry.op}/${entry.transport}/${entry.crc}/${entry.loss}/${entry.link ?? ''}${entry.threads === 2 ? '+2t' : ''}`;
   const rows: Row[] = [];
+  const congestion = tcpCongestionControl();
+  if (pairs.size > 0 || twoThreads.has('iwarp'))
+    console.log(
+      `bench/rnic: iWARP runs over loopback TCP with congestion control ${congestion}${congestion === 'bbr' ? ' (paced: iWARP Reads flip between a slow and a fast mode)' : ''}`,
+    );
   for (const size of sizes) {
     // Trials interleave the cases, so a burst of load from elsewhere hits them alike; each
     // case keeps its best run.
@@ -640,6 +661,7 @@ async function main(): Promise<void> {
         ...(entry.threads === 2 ? { threads: 2 as const } : {}),
         ...(ofTwoThreadIwarp !== undefined ? { ofIwarpTwoThreads: round(ofTwoThreadIwarp) } : {}),
         ...(counters === undefined ? {} : { counters }),
+        ...(entry.transport === 'iwarp' && (entry.op === 'write' || entry.op === 'read') ? { tcpCongestionControl: congestion } : {}),
       });
       console.log(
         `${entry.op.padEnd(11)} ${entry.transport.padEnd(5)} ${`${entry.link ?? ''}${entry.threads === 2 ? ' 2thr' : ''}`.padEnd(12)} crc=${String(entry.crc).padEnd(5)} loss=${String(entry.loss).padEnd(4)} size=${String(size).padStart(8)}  ${measured.gbps.toFixed(2).padStart(6)} Gb/s  ${measured.cpuMsPerGiB.toFixed(0).padStart(5)} ms CPU/GiB`,

@@ -42,6 +42,7 @@ test('--help names the flag; a bad value is a usage error (status 2)', async () 
 
 interface RowJson {
   transport: string;
+  tcpCongestionControl?: string;
   threads?: number;
   bytes: number;
   trials: number;
@@ -65,6 +66,17 @@ test('a short run: the two-thread rows move --threads-mib-per-run per trial, the
   }
   assert.is(oneThread[0]!.bytes, MiB);
   assert.is(oneThread[0]!.counters?.bytes, 2 * MiB);
+  // iWARP rows say which TCP congestion control they ran under (BBR's pacing decides their mode); RoCE rows do not.
+  const congestion = readFileSync('/proc/sys/net/ipv4/tcp_congestion_control', 'utf8').trim();
+  assert.equal(
+    rows.map((row) => [row.transport, row.tcpCongestionControl]),
+    [
+      ['roce', undefined],
+      ['iwarp', congestion],
+      ['roce', undefined],
+    ],
+  );
+  assert.match(run.stdout.toString(), `iWARP runs over loopback TCP with congestion control ${congestion}`);
 });
 
 test.run();
