@@ -25,6 +25,7 @@
 // responder's (two-thread rows) and the others, and to RoCE rows each side's RC and link counters
 // (bench/rnic-counters.ts), printed under the row and kept in its JSON (`counters`).
 
+import { execFileSync } from 'node:child_process';
 import { mkdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { dirname, join } from 'node:path';
 import net from 'node:net';
@@ -89,18 +90,35 @@ interface Row {
   /** --counters: CPU by thread and (RoCE) each side's RC and link counters, summed over the row's runs. */
   counters?: RowCounters;
   /**
-   * iWARP Write/Read rows: the host's TCP congestion control (net.ipv4.tcp_congestion_control).
-   * Under BBR, loopback TCP is paced at about the rate a CPU-bound pair reaches, and the pacing
-   * timers cost this VM enough CPU that iWARP's Reads run in a slow and a fast mode, 2-3x apart
+   * iWARP Write/Read rows: the TCP congestion control of the pair's two sockets as `ss` reports
+   * it ('reno', 'bbr', both as 'bbr/reno' where the ends differ; 'unknown' without ss). Under BBR,
+   * loopback TCP is paced at about the rate a CPU-bound pair reaches, and the pacing timers cost
+   * this VM enough CPU that iWARP's Reads run in a slow and a fast mode, 2-3x apart
    * (docs/notes/2026-12-02/issue-15-session13.md): the RoCE/iWARP ratios depend on it.
    */
   tcpCongestionControl?: string;
 }
 
-/** The TCP congestion control new connections get here, or 'unknown'. */
-function tcpCongestionControl(): string {
+/** The host's default TCP congestion control (net.ipv4.tcp_congestion_control), or 'unknown'. */
+function hostCongestionControl(): string {
   try {
     return readFileSync('/proc/sys/net/ipv4/tcp_congestion_control', 'utf8').trim() || 'unknown';
+  } catch {
+    return 'unknown';
+  }
+}
+
+/**
+ * The congestion control of the established TCP connections on loopback port `port` (both ends of
+ * an iWARP pair: what the library set, or the host's default), from `ss -ti`; 'unknown' where ss
+ * is missing or says nothing.
+ */
+function pairCongestionControl(port: number): string {
+  try {
+    const out = execFileSync('ss', ['-tinH', 'state', 'established', `( sport = :${port} or dport = :${port} )`], { encoding: 'utf8', timeout: 5000 });
+    const names = new Set<string>();
+    for (const match of out.matchAll(/\s([a-z][a-z0-9_]*)\s+wscale:/g)) names.add(match[1]!);
+    return names.size === 0 ? 'unknown' : [...names].sort().join('/');
   } catch {
     return 'unknown';
   }
@@ -251,6 +269,8 @@ async function tcpOnreadRun(size: number, total: number): Promise<number> {
 interface RdmaPair {
   client: { qp: AnyQueuePair; cq: CompletionQueue; mr: MemoryRegion };
   server: { qp: AnyQueuePair; cq: CompletionQueue; mr: MemoryRegion };
+  /** iWARP: the listener's port (both ends' sockets are found by it). */
+  port?: number;
   /** RoCE: both sides' counters now (--counters). */
   counters?: () => Promise<PairCounters>;
   close(): Promise<void>;
@@ -272,6 +292,7 @@ async function rdmaPair(crc: boolean, regionSize: number): Promise<RdmaPair> {
   return {
     client,
     server,
+    port: listener.port,
     async close() {
       client.qp.destroy();
       server.qp.destroy();
@@ -371,12 +392,15 @@ interface RequesterPair {
   counters?: () => Promise<PairCounters>;
   /** The responder's OS thread id when it runs on a thread of its own (the two-thread rows). */
   responderThread?: number;
+  /** iWARP: the responder's listening port (both ends' sockets are found by it). */
+  port?: number;
   close(): Promise<void>;
 }
 
 const requesterPairOf = (pair: RdmaPair): RequesterPair => ({
   client: pair.client,
   remoteKey: pair.server.mr.rkey,
+  ...(pair.port === undefined ? {} : { port: pair.port }),
   ...(pair.counters === undefined ? {} : { counters: pair.counters }),
   async expectSend() {
     pair.server.qp.postRecv({ wrId: 0, sgList: [] });
@@ -423,6 +447,7 @@ async function twoThreadPair(transport: 'iwarp' | 'roce', regionSize: number, ud
     remoteKey: listening.rkey,
     ...(counters === undefined ? {} : { counters }),
     ...(listening.threadId > 0 ? { responderThread: listening.threadId } : {}),
+    ...(transport === 'iwarp' ? { port: listening.port } : {}),
     async expectSend() {
       tell({ type: 'expect-send' });
       if ((await next()).type !== 'ready') throw new Error('bench/rnic: the responder thread did not post its receive');
@@ -592,11 +617,22 @@ async function main(): Promise<void> {
   }
   const key = (entry: Case): Key => `${entry.op}/${entry.transport}/${entry.crc}/${entry.loss}/${entry.link ?? ''}${entry.threads === 2 ? '+2t' : ''}`;
   const rows: Row[] = [];
-  const congestion = tcpCongestionControl();
-  if (pairs.size > 0 || twoThreads.has('iwarp'))
+  // What each iWARP pair's sockets run (the library's choice or the host's default), asked once.
+  const congestionByPort = new Map<number, string>();
+  const congestionOf = (pair: RequesterPair | undefined): string | undefined => {
+    const port = pair?.port;
+    if (port === undefined) return undefined;
+    if (!congestionByPort.has(port)) congestionByPort.set(port, pairCongestionControl(port));
+    return congestionByPort.get(port);
+  };
+  const iwarpPairs = cases.filter((entry) => entry.transport === 'iwarp').map((entry) => entry.pair);
+  const used = new Set(iwarpPairs.map(congestionOf).filter((name) => name !== undefined));
+  if (used.size > 0) {
+    const names = [...used].join(', ');
     console.log(
-      `bench/rnic: iWARP runs over loopback TCP with congestion control ${congestion}${congestion === 'bbr' ? ' (paced: iWARP Reads flip between a slow and a fast mode)' : ''}`,
+      `bench/rnic: iWARP runs over loopback TCP with congestion control ${names} (host default ${hostCongestionControl()})${used.has('bbr') ? '; BBR paces loopback TCP: iWARP Reads flip between a slow and a fast mode' : ''}`,
     );
+  }
   for (const size of sizes) {
     // Trials interleave the cases, so a burst of load from elsewhere hits them alike; each
     // case keeps its best run.
@@ -661,7 +697,9 @@ async function main(): Promise<void> {
         ...(entry.threads === 2 ? { threads: 2 as const } : {}),
         ...(ofTwoThreadIwarp !== undefined ? { ofIwarpTwoThreads: round(ofTwoThreadIwarp) } : {}),
         ...(counters === undefined ? {} : { counters }),
-        ...(entry.transport === 'iwarp' && (entry.op === 'write' || entry.op === 'read') ? { tcpCongestionControl: congestion } : {}),
+        ...(entry.transport === 'iwarp' && (entry.op === 'write' || entry.op === 'read')
+          ? { tcpCongestionControl: congestionOf(entry.pair) ?? 'unknown' }
+          : {}),
       });
       console.log(
         `${entry.op.padEnd(11)} ${entry.transport.padEnd(5)} ${`${entry.link ?? ''}${entry.threads === 2 ? ' 2thr' : ''}`.padEnd(12)} crc=${String(entry.crc).padEnd(5)} loss=${String(entry.loss).padEnd(4)} size=${String(size).padStart(8)}  ${measured.gbps.toFixed(2).padStart(6)} Gb/s  ${measured.cpuMsPerGiB.toFixed(0).padStart(5)} ms CPU/GiB`,
