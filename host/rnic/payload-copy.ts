@@ -6,12 +6,17 @@
 
 import { setBytes, subarrayOf } from './uint8-methods.ts';
 import { ViewCache } from './view-cache.ts';
+import { sharedMemoryStaging } from './receive-staging.ts';
+import { copyInto } from './rc/shared-copy.ts';
 
 const ALIGNMENT = 8;
 /** Shorter misaligned copies are cheap enough either way. */
 const BOUNCE_MIN = 256;
 /** The bounce buffer's first size: a whole staging read's payload fits. */
 const BOUNCE_INITIAL = 64 * 1024;
+
+/** Copies out of staging in shared memory (receive-staging.ts stageInSharedMemory), for tests. */
+export let sharedMoves = 0;
 
 /** This thread's bounce buffer, made on first use and grown to the longest copy seen. */
 let bounce: Uint8Array | undefined;
@@ -25,6 +30,12 @@ let bounceViews: ViewCache | undefined;
  */
 export function copyPayload(target: Uint8Array, at: number, source: Uint8Array, from: number, length: number, sourceViews?: ViewCache): void {
   const piece = sourceViews !== undefined ? sourceViews.view(from, length) : subarrayOf.call(source, from, from + length);
+  if (source === sharedMemoryStaging && length >= BOUNCE_MIN) {
+    // Staged in shared memory (a target's thread, receive-staging.ts): memmove into shared memory.
+    sharedMoves++;
+    copyInto(target, at, piece);
+    return;
+  }
   if (length < BOUNCE_MIN) {
     // Short: no alignment to work out (byteOffset is a builtin call each in optimized code).
     setBytes.call(target, piece, at);

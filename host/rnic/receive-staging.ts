@@ -38,11 +38,11 @@ export interface StagingBuffer {
 }
 
 class Staging implements StagingBuffer {
-  readonly bytes = new Uint8Array(STAGING_SIZE);
-  readonly views = new ViewCache(this.bytes, STAGING_VIEW_OFFSETS);
+  readonly views: ViewCache;
   private readonly heads: Array<Uint8Array | undefined> = [];
 
-  constructor() {
+  constructor(readonly bytes: Uint8Array = new Uint8Array(STAGING_SIZE)) {
+    this.views = new ViewCache(bytes, STAGING_VIEW_OFFSETS);
     // Packed, so the lookup needs no hole check.
     for (let i = 0; i <= READ_VIEW_LENGTHS; i++) this.heads.push(undefined);
   }
@@ -64,6 +64,27 @@ export function newStagingBuffer(): StagingBuffer {
 }
 
 let threadStaging: StagingBuffer | undefined;
+
+/**
+ * The thread's staging octets when they lie in a SharedArrayBuffer (stageInSharedMemory), else
+ * undefined: copyPayload moves staged payload bound for shared memory with memmove then.
+ */
+export let sharedMemoryStaging: Uint8Array | undefined;
+
+/**
+ * Puts this thread's staging buffer in a SharedArrayBuffer (on) or plain memory (off). For a
+ * target's worker thread, where staged payload goes to shared memory (request contexts, the
+ * pool): V8 copies into a SharedArrayBuffer with relaxed word moves (octet by octet when the two
+ * disagree in alignment mod 8, hence payload-copy.ts's bounce buffer), about 1 us per 16 KiB
+ * inline STORE with the bounce; between two SharedArrayBuffers memmove (rc/shared-copy.ts) takes
+ * about 0.45 (issue 16). Not for a client's thread: its payload goes to plain memory, and V8 copies
+ * out of a SharedArrayBuffer as slowly as into one.
+ */
+export function stageInSharedMemory(on: boolean): void {
+  const bytes = on ? new Uint8Array(new SharedArrayBuffer(STAGING_SIZE)) : new Uint8Array(STAGING_SIZE);
+  threadStaging = new Staging(bytes);
+  sharedMemoryStaging = on ? bytes : undefined;
+}
 /** Commits in progress on this thread; a nested one (bytes fed from inside a commit) needs its own buffer. */
 let commitDepth = 0;
 

@@ -6,6 +6,8 @@
 import { test } from 'uvu';
 import * as assert from 'uvu/assert';
 import { FpduReceiver, type ReceiveSink } from '../../host/rnic/receive.ts';
+import { sharedMemoryStaging, stageInSharedMemory } from '../../host/rnic/receive-staging.ts';
+import * as payloadCopy from '../../host/rnic/payload-copy.ts';
 import type { TerminateCause } from '../../host/rnic/terminate.ts';
 import { encodeFpdu } from '../../host/rnic/wire/mpa.ts';
 import { encodeTaggedHeader, encodeUntaggedHeader } from '../../host/rnic/wire/ddp.ts';
@@ -19,7 +21,12 @@ const COMPLETION = 64;
 
 /** Sends land in one receive buffer per message, Writes at their tagged offset: what a QP's placement does. */
 class BatchSink implements ReceiveSink {
-  readonly memory = new Uint8Array(16 * (BLOCK + REQUEST_HEADER));
+  /** `shared`: the receive buffers lie in a SharedArrayBuffer, as a target's request contexts do. */
+  constructor(shared = false) {
+    const length = 16 * (BLOCK + REQUEST_HEADER);
+    this.memory = new Uint8Array(shared ? new SharedArrayBuffer(length) : new ArrayBuffer(length));
+  }
+  readonly memory: Uint8Array;
   sends = 0;
   writes = 0;
   sendLengths: number[] = [];
@@ -120,6 +127,30 @@ test("eight LOADs' answers (16 KiB RDMA Write, COMPLETION Send) waiting on the s
   assert.is(sink.writes, 16);
   assert.is(sink.sends, 16);
   assert.ok(same(sink.memory.subarray(3 * BLOCK, 4 * BLOCK), pattern(BLOCK, 3)));
+});
+
+test("a target's thread stages in shared memory: inline STOREs reach their shared contexts by memmove, octet for octet", () => {
+  stageInSharedMemory(true);
+  try {
+    assert.ok(sharedMemoryStaging?.buffer instanceof SharedArrayBuffer);
+    const sink = new BatchSink(true);
+    const receiver = new FpduReceiver(sink, { crc: false, markers: false });
+    const moved = payloadCopy.sharedMoves;
+    const batch = (first: number): Uint8Array => concat(Array.from({ length: 8 }, (_, i) => send(first + i, pattern(REQUEST_HEADER + BLOCK, first + i))));
+    assert.is(reads(receiver, batch(1)), 1);
+    assert.is(reads(receiver, batch(9)), 1);
+    assert.is(sink.failure, undefined);
+    assert.is(sink.sends, 16);
+    // Each STORE's payload (its request and data) went by memmove, none through V8's shared-memory copy.
+    assert.is(payloadCopy.sharedMoves - moved, 16);
+    for (let i = 0; i < 16; i++) {
+      const at = i * (BLOCK + REQUEST_HEADER);
+      assert.ok(same(sink.memory.subarray(at, at + BLOCK + REQUEST_HEADER), pattern(REQUEST_HEADER + BLOCK, i + 1)), `STORE ${i + 1}`);
+    }
+  } finally {
+    stageInSharedMemory(false);
+  }
+  assert.is(sharedMemoryStaging, undefined);
 });
 
 test.run();

@@ -8,6 +8,7 @@ import net from 'node:net';
 import { parentPort, workerData } from 'node:worker_threads';
 import { Engine, type EngineHandoff } from '../../engine/engine.ts';
 import { ThreadArena } from '../../engine/arena.ts';
+import { stageInSharedMemory } from '../../rnic/receive-staging.ts';
 import { createRnic, RnicError, RcConnectionRequest, RcQueuePair, type AnyConnectionRequest, type AnyQueuePair } from '../../rnic/verbs.ts';
 import { busyPoll } from '../../rnic/busy-poll.ts';
 import { widenReceiveWindow } from '../../rnic/socket-window.ts';
@@ -86,6 +87,8 @@ async function main(): Promise<void> {
   // The configuration's budget wins over the environment variable the thread started with.
   if (settings.busyPollUs !== undefined) busyPoll.configure(settings.busyPollUs);
   const engine = Engine.attach(data.handoff);
+  // What this thread receives is placed in shared memory (contexts, the pool): staged there too (issue 16).
+  stageInSharedMemory(true);
   // All workers share the one arena slice; the session slots say which part is whose.
   const arena = new ThreadArena(engine, 0);
   const slots = new SessionSlots(data.slots, settings.session.maxSessions, engine.config.tenants.length);
