@@ -76,15 +76,7 @@ function write(to: number, payload: Uint8Array): Uint8Array {
   return encodeFpdu(ulpdu, false);
 }
 
-function concat(parts: Uint8Array[]): Uint8Array {
-  const out = new Uint8Array(parts.reduce((sum, part) => sum + part.length, 0));
-  let at = 0;
-  for (const part of parts) {
-    out.set(part, at);
-    at += part.length;
-  }
-  return out;
-}
+const concat = (parts: Uint8Array[]): Uint8Array => new Uint8Array(Buffer.concat(parts));
 
 const same = (a: Uint8Array, b: Uint8Array): boolean => Buffer.compare(a, b) === 0;
 
