@@ -51,6 +51,12 @@ options:
                          2 GiB of the engine's 4 GiB at 256K; a page is used once data lands in it);
                          with a large value lower --credits or session.maxSessions (config file)
   --sram-model FILE      model the RNIC's on-chip SRAM cache with this config (docs/SRAM.md)
+  --loopback-congestion-control NAME|host
+                         iwarp on a loopback address: the TCP congestion control of its connections
+                         (default reno; host keeps the system's, net.ipv4.tcp_congestion_control).
+                         BBR paces loopback connections from a timer, the two CPUs then deliver
+                         segments out of order and the sender retransmits them: 256 KiB and 1 MiB
+                         STOREs at 8 in flight ran at half the rate (docs/BENCH.md, session 13)
   --busy-poll-us N       iwarp: workers keep polling their sockets for N us after each read or write
                          instead of sleeping (0 = off, the default; at most 10000): lower latency
                          when each polling thread has a CPU of its own, more CPU and system calls
@@ -142,6 +148,7 @@ export const command: Command = {
       'max-inline': { type: 'string' },
       'sram-model': { type: 'string' },
       'busy-poll-us': { type: 'string' },
+      'loopback-congestion-control': { type: 'string' },
       'stats-interval': { type: 'string' },
       'data-dir': { type: 'string' },
       'durable-capacity': { type: 'string' },
@@ -197,6 +204,12 @@ export const command: Command = {
       } else if (blockSize !== undefined) settings.pool.maxInline = Math.min(settings.pool.maxInline, blockSize);
       settings.session.credits = integer('credits', values.credits, 1) ?? settings.session.credits;
       if (values['sram-model'] !== undefined) settings.sramModel = values['sram-model'];
+      const congestion = values['loopback-congestion-control'];
+      if (congestion !== undefined) {
+        if (!/^[a-z0-9_-]{1,15}$/.test(congestion))
+          throw new ConfigError('--loopback-congestion-control', `"${congestion}" is not a congestion control's name`, 'e.g. reno, cubic, or host');
+        settings.loopbackCongestionControl = congestion === 'host' ? null : congestion;
+      }
       const busyPollUs = integer('busy-poll-us', values['busy-poll-us'], 0);
       if (busyPollUs !== undefined) {
         if (busyPollUs > MAX_BUSY_POLL_US)

@@ -52,7 +52,13 @@ export async function connect(target: string, options: ConnectOptions = {}): Pro
         (qp) =>
           qp instanceof RcQueuePair
             ? rnic.connectRc(qp, { host, port, timeoutMs: setupMs })
-            : rnic.connect(qp, { host, port, crc: options.crc ?? false, timeoutMs: setupMs }),
+            : rnic.connect(qp, {
+                host,
+                port,
+                crc: options.crc ?? false,
+                timeoutMs: setupMs,
+                ...(options.loopbackCongestionControl !== undefined ? { loopbackCongestionControl: options.loopbackCongestionControl } : {}),
+              }),
         `${host}:${port}`,
         options,
       ),

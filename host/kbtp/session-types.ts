@@ -22,6 +22,14 @@ export interface ConnectOptions {
   signal?: AbortSignal;
   /** Default time limit of each call on the session (default 30 s). */
   callTimeoutMs?: number;
+  /**
+   * iWARP to a target on this machine's loopback: the connection's TCP congestion control
+   * (default 'reno'; null keeps the host's). BBR, many hosts' default, paces a loopback
+   * connection from a timer whose segments the two CPUs then deliver out of order, and the
+   * sender retransmits what was never lost (docs/BENCH.md, session 13). `session.congestionControl`
+   * says what the connection got.
+   */
+  loopbackCongestionControl?: string | null;
 }
 
 export interface BlockInfo {

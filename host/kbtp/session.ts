@@ -78,6 +78,7 @@ export class KbtpSession {
   private dataRegion: MemoryRegion | undefined;
   private slotSize = 0;
   private messageSize = 0;
+  private connectionCongestionControl: string | Error | undefined;
   private sendView = new DataView(new ArrayBuffer(0));
   private readonly receiveView: DataView;
   private readonly receiveWrs: ReceiveWorkRequest[] = [];
@@ -188,7 +189,8 @@ export class KbtpSession {
     this.cq.requestNotify();
     void this.qp.whenDisconnected().then((info) => this.fail(new TransportError(`connection to the target lost (${info.reason}: ${info.message})`)));
     try {
-      await establish(this.qp);
+      const established = (await establish(this.qp)) as { congestionControl?: string | Error } | undefined;
+      this.connectionCongestionControl = established?.congestionControl;
     } catch (error) {
       // A target that refuses says why in the MPA Reject's private data (its session limits, a drain).
       const reason = this.qp.peerPrivateData;
@@ -254,6 +256,14 @@ export class KbtpSession {
         ],
       });
     }
+  }
+
+  /**
+   * iWARP over loopback: the TCP congestion control the connection was given (ConnectOptions
+   * loopbackCongestionControl), or why it kept the host's; undefined elsewhere.
+   */
+  get congestionControl(): string | Error | undefined {
+    return this.connectionCongestionControl;
   }
 
   /** Requests that may be in flight at once. */

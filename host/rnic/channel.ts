@@ -11,7 +11,7 @@ import { turn, type TurnParticipant } from './turn.ts';
 import { RnicError } from './errors.ts';
 import { HandleWriter, WRITE_DONE, WRITE_QUEUED, writeError } from './handle-writer.ts';
 import { busyPoll } from './busy-poll.ts';
-import { widenReceiveWindow } from './socket-window.ts';
+import { LOOPBACK_CONGESTION_CONTROL, isLoopback, useLoopbackCongestionControl, widenReceiveWindow } from './socket-window.ts';
 
 /** Something that takes bytes from the stream. */
 export interface StreamConsumer {
@@ -209,8 +209,22 @@ export class SocketChannel implements StreamChannel, TurnParticipant {
     if (buffered !== null && buffered.length > 0) queueMicrotask(() => this.guarded(() => feed(() => this.consumer, buffered)));
   }
 
-  /** Connects to `host:port`; the socket reads through per-read buffers from the start. */
-  static connect(host: string, port: number, timeoutMs: number): Promise<SocketChannel> {
+  /**
+   * What connect() did to the congestion control of a loopback connection: the one in effect,
+   * or why it kept the host's (undefined: not loopback, or not asked).
+   */
+  congestionControl: string | Error | undefined;
+
+  /**
+   * Connects to `host:port`; the socket reads through per-read buffers from the start. Over
+   * loopback the socket gets `loopbackCongestionControl` (null: the host's; socket-window.ts).
+   */
+  static connect(
+    host: string,
+    port: number,
+    timeoutMs: number,
+    loopbackCongestionControl: string | null = LOOPBACK_CONGESTION_CONTROL,
+  ): Promise<SocketChannel> {
     return new Promise((resolve, reject) => {
       const socket = net.connect({ host, port });
       const timer = setTimeout(() => {
@@ -227,7 +241,12 @@ export class SocketChannel implements StreamChannel, TurnParticipant {
         socket.pause();
         const channel = new SocketChannel(socket);
         // Not on the target's accepted sockets: those inherit their listener's (worker.ts).
-        if (channel.fd >= 0) widenReceiveWindow(channel.fd, INITIATOR_RECEIVE_WINDOW);
+        if (channel.fd >= 0) {
+          widenReceiveWindow(channel.fd, INITIATOR_RECEIVE_WINDOW);
+          // Best effort, as the window: without it the connection keeps the host's congestion control.
+          if (isLoopback(host) && loopbackCongestionControl !== null)
+            channel.congestionControl = useLoopbackCongestionControl(channel.fd, loopbackCongestionControl);
+        }
         resolve(channel);
       });
     });

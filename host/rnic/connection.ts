@@ -87,6 +87,8 @@ export interface ConnectionSummary {
   readonly rtr?: RtrType;
   /** ULP private data the peer sent (the enhanced word removed). */
   readonly privateData: Uint8Array;
+  /** Loopback TCP (Rnic.connect): the congestion control set on the socket, or why the host's was kept. */
+  readonly congestionControl?: string | Error;
 }
 
 /**

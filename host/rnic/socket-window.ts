@@ -20,10 +20,19 @@ import { bindLibc } from '../util/libc.ts';
 const SOL_SOCKET = 1;
 const SO_RCVBUF = 8;
 const SO_RCVLOWAT = 18;
+const IPPROTO_TCP = 6;
+const TCP_CONGESTION = 13;
+/**
+ * The congestion control kbtp's loopback connections use unless told otherwise (the target's
+ * loopbackCongestionControl setting, the initiator's connect option): built into every Linux
+ * kernel and allowed to every user (net.ipv4.tcp_allowed_congestion_control).
+ */
+export const LOOPBACK_CONGESTION_CONTROL = 'reno';
+const CONGESTION_NAME_MAX = 16; // TCP_CA_NAME_MAX
 
 interface SocketCalls {
-  setsockopt(fd: number, level: number, name: number, value: Int32Array, length: number): number;
-  getsockopt(fd: number, level: number, name: number, value: Int32Array, length: Int32Array): number;
+  setsockopt(fd: number, level: number, name: number, value: Int32Array | Uint8Array, length: number): number;
+  getsockopt(fd: number, level: number, name: number, value: Int32Array | Uint8Array, length: Int32Array): number;
   errno(): number;
 }
 
@@ -81,4 +90,43 @@ export function receiveBufferOf(fd: number): { buffer: number; lowWater: number 
   const lowWater = intOption(libc, fd, SO_RCVLOWAT);
   if (lowWater instanceof Error) return lowWater;
   return { buffer, lowWater };
+}
+
+/** A host name or address on this machine's loopback (IPv4-mapped IPv6 addresses included). */
+export function isLoopback(host: string): boolean {
+  return host === 'localhost' || host === '::1' || /^(::ffff:)?127\./.test(host);
+}
+
+/**
+ * Gives TCP socket `fd` (a listener: every connection it accepts) congestion control `name`
+ * (LOOPBACK_CONGESTION_CONTROL unless configured), for connections over loopback only. BBR, the default of many Linux
+ * hosts, paces a loopback connection from a timer once it leaves STARTUP (a 256 KiB STORE row
+ * with 8 in flight always does: its receiver's queue fills). The paced segments leave from
+ * timer softirqs on whichever CPU the timer fired, the loopback device queues each on the
+ * backlog of the CPU that sent it, and the two CPUs deliver them out of order: the receiver's
+ * out-of-order queue and duplicate ACKs make the sender retransmit (200-400 spurious fast
+ * retransmissions per 3 s row, undone by DSACK), and every segment waits for a timer (issue 16,
+ * docs/BENCH.md, session 13). Reno keeps no pacing timer; over loopback it has nothing else to
+ * do. Returns the congestion control now in effect, or why nothing was changed.
+ */
+export function useLoopbackCongestionControl(fd: number, name: string = LOOPBACK_CONGESTION_CONTROL): string | Error {
+  const libc = socketCalls();
+  if (libc instanceof Error) return libc;
+  const encoded = new TextEncoder().encode(name);
+  if (encoded.length >= CONGESTION_NAME_MAX) return new Error(`"${name}" is longer than a congestion control's name may be`);
+  if (libc.setsockopt(fd, IPPROTO_TCP, TCP_CONGESTION, encoded, encoded.length) !== 0)
+    return new Error(`setsockopt(TCP_CONGESTION, ${name}) on descriptor ${fd}: errno ${libc.errno()}`);
+  return congestionControlOf(fd);
+}
+
+/** The congestion control of TCP socket `fd` (TCP_CONGESTION), or why it cannot be read. */
+export function congestionControlOf(fd: number): string | Error {
+  const libc = socketCalls();
+  if (libc instanceof Error) return libc;
+  const value = new Uint8Array(CONGESTION_NAME_MAX);
+  const length = new Int32Array([CONGESTION_NAME_MAX]);
+  if (libc.getsockopt(fd, IPPROTO_TCP, TCP_CONGESTION, value, length) !== 0)
+    return new Error(`getsockopt(TCP_CONGESTION) on descriptor ${fd}: errno ${libc.errno()}`);
+  const end = value.indexOf(0);
+  return new TextDecoder().decode(value.subarray(0, end < 0 ? Math.min(length[0]!, CONGESTION_NAME_MAX) : end));
 }

@@ -71,6 +71,8 @@ export interface RnicOptions {
 export interface RnicConnectOptions extends InitiatorOptions {
   host: string;
   port: number;
+  /** TCP congestion control of a loopback connection (default LOOPBACK_CONGESTION_CONTROL; null: the host's). */
+  loopbackCongestionControl?: string | null;
 }
 
 export interface ListenOptions extends SetupListenOptions {
@@ -227,7 +229,7 @@ export class Rnic {
     const started = Date.now();
     let channel: SocketChannel;
     try {
-      channel = await SocketChannel.connect(options.host, options.port, timeoutMs);
+      channel = await SocketChannel.connect(options.host, options.port, timeoutMs, options.loopbackCongestionControl);
     } catch (error) {
       // A timeout is the channel's own RnicError; a refusal or unreachable host is Node's errno error.
       const code = error instanceof RnicError ? error.errno : (error as NodeJS.ErrnoException).code;
@@ -236,7 +238,8 @@ export class Rnic {
         `TCP connection to ${options.host}:${options.port} failed: ${error instanceof Error ? error.message : String(error)}`,
       );
     }
-    return initiate(qp, channel, { ...options, timeoutMs: Math.max(1, timeoutMs - (Date.now() - started)) });
+    const summary = await initiate(qp, channel, { ...options, timeoutMs: Math.max(1, timeoutMs - (Date.now() - started)) });
+    return channel.congestionControl === undefined ? summary : { ...summary, congestionControl: channel.congestionControl };
   }
 
   /** Active side over a channel that is already connected (tests, custom transports). */

@@ -115,7 +115,7 @@ test('target --check-config: typos name their path and the nearest key; a valid 
   rmSync(dir, { recursive: true, force: true });
 });
 
-test('target --max-inline: STOREs up to it travel inside their request; 8192 unless given, never above the block size', async () => {
+test('target --max-inline and --loopback-congestion-control: shown by --check-config, defaults 8192 and reno, bad values refused', async () => {
   const dir = mkdtempSync(join(tmpdir(), 'kbtp-config-'));
   const file = join(dir, 'pool.json');
   writeFileSync(file, JSON.stringify({ pool: { blockCount: 16, blockSize: 262144 } }));
@@ -134,6 +134,14 @@ test('target --max-inline: STOREs up to it travel inside their request; 8192 unl
   const tooLarge = await kbtp(['target', '--check-config', file, '--max-inline', '1M']);
   assert.is(tooLarge.code, 2);
   assert.match(tooLarge.stderr, /--max-inline: 1048576 is more than the block size \(262144\)/);
+  const congestion = (out: { stdout: Buffer | string }): string =>
+    (JSON.parse(out.stdout.toString()) as { loopbackCongestionControl: string }).loopbackCongestionControl;
+  assert.is(congestion(byDefault), 'reno');
+  assert.is(congestion(await kbtp(['target', '--check-config', file, '--loopback-congestion-control', 'host'])), "the host's");
+  assert.is(congestion(await kbtp(['target', '--check-config', file, '--loopback-congestion-control', 'cubic'])), 'cubic');
+  const badName = await kbtp(['target', '--check-config', file, '--loopback-congestion-control', 'no such']);
+  assert.is(badName.code, 2);
+  assert.match(badName.stderr, /--loopback-congestion-control: "no such" is not a congestion control's name/);
   const notASize = await kbtp(['target', '--check-config', file, '--max-inline', 'lots']);
   assert.is(notASize.code, 2);
   assert.match(notASize.stderr, /--max-inline: "lots" is not a size in octets/);

@@ -8,8 +8,10 @@ import { test } from 'uvu';
 import * as assert from 'uvu/assert';
 import { startTarget } from '../../host/kbtp/server/target.ts';
 import { initialReceiveWindow } from '../../host/kbtp/server/target-config.ts';
-import { receiveBufferOf } from '../../host/rnic/socket-window.ts';
-import { testSettings } from '../support/rig.ts';
+import { LOOPBACK_CONGESTION_CONTROL, congestionControlOf, receiveBufferOf } from '../../host/rnic/socket-window.ts';
+import { readFileSync } from 'node:fs';
+import { connect } from '../../host/kbtp/initiator.ts';
+import { SECRETS, testSettings } from '../support/rig.ts';
 import { listeningDescriptors } from '../support/descriptors.ts';
 
 /** This process's descriptor of the TCP socket listening on `port`. */
@@ -37,8 +39,32 @@ test("a target's listening socket holds the window for 256 KiB STOREs", async ()
     const window = initialReceiveWindow(settings);
     assert.ok(options.buffer >= window, `listening socket's receive buffer ${options.buffer}, window ${window}`);
     assert.is(options.lowWater, 1);
+    // Listening on loopback: its connections are not paced by BBR (host/rnic/socket-window.ts).
+    assert.is(congestionControlOf(listenerFd(target.port)), LOOPBACK_CONGESTION_CONTROL);
   } finally {
     await target.stop();
+  }
+});
+
+test("loopback connections: reno by default on both ends, the host's when set to null", async () => {
+  const host = readFileSync('/proc/sys/net/ipv4/tcp_congestion_control', 'utf8').trim();
+  const ours = await startTarget(testSettings({ transport: 'iwarp' }), { log: () => undefined });
+  const hosts = await startTarget({ ...testSettings({ transport: 'iwarp' }), loopbackCongestionControl: null }, { log: () => undefined });
+  try {
+    assert.is(congestionControlOf(listenerFd(ours.port)), LOOPBACK_CONGESTION_CONTROL);
+    assert.is(congestionControlOf(listenerFd(hosts.port)), host);
+    const session = await connect(`127.0.0.1:${ours.port}`, { tenant: 'alpha', secret: SECRETS.alpha, transport: 'iwarp' });
+    const kept = await connect(`127.0.0.1:${hosts.port}`, { tenant: 'alpha', secret: SECRETS.alpha, transport: 'iwarp', loopbackCongestionControl: null });
+    try {
+      assert.is(session.congestionControl, LOOPBACK_CONGESTION_CONTROL);
+      assert.is(kept.congestionControl, undefined);
+    } finally {
+      await session.close();
+      await kept.close();
+    }
+  } finally {
+    await ours.stop();
+    await hosts.stop();
   }
 });
 

@@ -7,7 +7,7 @@ import * as assert from 'uvu/assert';
 import net from 'node:net';
 import { SocketChannel } from '../../host/rnic/channel.ts';
 import { HandleWriter, WRITE_DONE, WRITE_QUEUED } from '../../host/rnic/handle-writer.ts';
-import { receiveBufferOf } from '../../host/rnic/socket-window.ts';
+import { LOOPBACK_CONGESTION_CONTROL, congestionControlOf, receiveBufferOf } from '../../host/rnic/socket-window.ts';
 
 interface Peer {
   channel: SocketChannel;
@@ -38,6 +38,8 @@ test("a connected channel's socket can take two 1 MiB blocks before its first re
     if (options instanceof Error) throw options;
     assert.ok(options.buffer >= 2 * 2 ** 20, `receive buffer ${options.buffer}`);
     assert.is(options.lowWater, 1);
+    // Over loopback the channel leaves BBR's pacing timer out (host/rnic/socket-window.ts).
+    assert.is(congestionControlOf((channel as unknown as { fd: number }).fd), LOOPBACK_CONGESTION_CONTROL);
   } finally {
     channel.destroy();
     remote.destroy();

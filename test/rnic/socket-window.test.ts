@@ -5,7 +5,14 @@
 import { test } from 'uvu';
 import * as assert from 'uvu/assert';
 import net from 'node:net';
-import { receiveBufferOf, widenReceiveWindow } from '../../host/rnic/socket-window.ts';
+import {
+  LOOPBACK_CONGESTION_CONTROL,
+  congestionControlOf,
+  isLoopback,
+  receiveBufferOf,
+  useLoopbackCongestionControl,
+  widenReceiveWindow,
+} from '../../host/rnic/socket-window.ts';
 
 const WINDOW = 2 ** 20;
 
@@ -55,10 +62,37 @@ test('a widened listener hands its connections a buffer for the window, reads wo
   }
 });
 
+test("a loopback listener's congestion control (no BBR pacing timer) is what its connections get", async () => {
+  const server = await listening();
+  try {
+    assert.is(useLoopbackCongestionControl(fdOf(server)), LOOPBACK_CONGESTION_CONTROL);
+    assert.is(congestionControlOf(fdOf(server)), LOOPBACK_CONGESTION_CONTROL);
+    const accepted = new Promise<net.Socket>((resolve) => server.once('connection', resolve));
+    const client = net.connect((server.address() as net.AddressInfo).port, '127.0.0.1');
+    const socket = await accepted;
+    try {
+      assert.is(congestionControlOf(fdOf(socket)), LOOPBACK_CONGESTION_CONTROL);
+    } finally {
+      socket.destroy();
+      client.destroy();
+    }
+  } finally {
+    server.close();
+  }
+});
+
+test('loopback hosts: names and addresses, IPv4-mapped ones included', () => {
+  assert.equal(
+    ['127.0.0.1', '127.3.2.1', 'localhost', '::1', '::ffff:127.0.0.1', '10.0.0.1', '::ffff:10.0.0.1', 'example.org', '0.0.0.0', '1270.0.0.1'].map(isLoopback),
+    [true, true, true, true, true, false, false, false, false, false],
+  );
+});
+
 test('a descriptor that is no socket is refused with the reason', () => {
   const result = widenReceiveWindow(0x7ffffff0, WINDOW);
   assert.instance(result, Error);
   assert.match((result as Error).message, /errno/);
+  assert.instance(useLoopbackCongestionControl(0x7ffffff0), Error);
 });
 
 test.run();

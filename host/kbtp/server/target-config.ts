@@ -9,6 +9,7 @@ import { ConfigError, ObjectReader, isJsonObject, type Json } from '../../util/c
 import { parseSecretHash } from './secret-hash.ts';
 import { jsonSyntaxProblem } from '../../util/json-syntax.ts';
 import { BUSY_POLL_ENV, MAX_BUSY_POLL_US } from '../../rnic/busy-poll.ts';
+import { LOOPBACK_CONGESTION_CONTROL, isLoopback } from '../../rnic/socket-window.ts';
 
 export interface TenantSettings {
   name: string;
@@ -91,6 +92,11 @@ export interface TargetSettings {
    * host/rnic/busy-poll.ts). Undefined: $KBTP_BUSY_POLL_US decides, as for any kbtp process.
    */
   busyPollUs: number | undefined;
+  /**
+   * TCP congestion control of the connections a loopback listener accepts (null: the host's;
+   * host/rnic/socket-window.ts says why kbtp does not keep BBR there).
+   */
+  loopbackCongestionControl: string | null;
   /** Absent: DRAM only (PERSISTENT is never granted). */
   durable: DurableSettings | undefined;
 }
@@ -104,7 +110,19 @@ const DEFAULT_TIMEOUTS: TimeoutSettings = { mpaRequestMs: 10_000, rtrMs: 10_000,
 const MAX_TIMEOUT_MS = 2 ** 31 - 1; // setTimeout's limit
 
 // The keys each object of the file may hold; a key read below must be listed here.
-const TOP_KEYS = ['listen', 'workers', 'pool', 'session', 'timeouts', 'tenants', 'sramModel', 'durable', 'transport', 'busyPollUs'] as const;
+const TOP_KEYS = [
+  'listen',
+  'workers',
+  'pool',
+  'session',
+  'timeouts',
+  'tenants',
+  'sramModel',
+  'durable',
+  'transport',
+  'busyPollUs',
+  'loopbackCongestionControl',
+] as const;
 const DURABLE_KEYS = ['enabled', 'dataDir', 'capacity', 'lowWatermark'] as const;
 /** Default percent of each ring kept free by demotion ahead of need. */
 export const DEFAULT_LOW_WATERMARK = 5;
@@ -189,9 +207,7 @@ export function initialReceiveWindow(settings: Pick<TargetSettings, 'pool'>): nu
   return Math.min(8 * 2 ** 20, Math.max(2 ** 20, 2 * largest));
 }
 
-export function isLoopback(host: string): boolean {
-  return host === 'localhost' || host === '::1' || /^127\./.test(host);
-}
+export { isLoopback };
 
 function rangeAt(parent: ObjectReader<string>, key: string, fallback: { first: bigint; count: bigint } | undefined, why: string) {
   if (!parent.has(key)) {
@@ -370,11 +386,17 @@ export function resolveTargetSettings(input: Json, otherSections: readonly strin
   }
   const busyPollUs = top.has('busyPollUs') ? top.integer('busyPollUs', { min: 0, max: MAX_BUSY_POLL_US }) : undefined;
   checkBusyPoll(transport, busyPollUs, 'busyPollUs');
+  const loopbackCongestionControl =
+    top.raw('loopbackCongestionControl') === null
+      ? null
+      : (top.string('loopbackCongestionControl', 15, 'give a TCP congestion control such as "reno" or "cubic", or null for the host\'s') ??
+        LOOPBACK_CONGESTION_CONTROL);
   return {
     listen,
     transport,
     workers,
     busyPollUs,
+    loopbackCongestionControl,
     session,
     timeouts,
     tenants,
@@ -434,6 +456,7 @@ export function describeSettings(settings: TargetSettings): string {
       transport: settings.transport,
       workers: settings.workers,
       busyPollUs: settings.busyPollUs ?? `from $${BUSY_POLL_ENV} (unset: 0, off)`,
+      loopbackCongestionControl: settings.loopbackCongestionControl ?? "the host's",
       pool: { ...pool, handleBase: handle(pool.handleBase), ringOrder: pool.ringOrder ?? 'smallest that fits' },
       session: settings.session,
       timeouts: settings.timeouts,

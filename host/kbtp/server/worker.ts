@@ -11,7 +11,7 @@ import { ThreadArena } from '../../engine/arena.ts';
 import { stageInSharedMemory } from '../../rnic/receive-staging.ts';
 import { createRnic, RnicError, RcConnectionRequest, RcQueuePair, type AnyConnectionRequest, type AnyQueuePair } from '../../rnic/verbs.ts';
 import { busyPoll } from '../../rnic/busy-poll.ts';
-import { widenReceiveWindow } from '../../rnic/socket-window.ts';
+import { isLoopback, useLoopbackCongestionControl, widenReceiveWindow } from '../../rnic/socket-window.ts';
 import { openSramModel, formatSramNicReport, type SramNicObserver } from '../../sram/index.ts';
 import { initialReceiveWindow, type TargetSettings, type TenantSettings } from './target-config.ts';
 import { TargetConnection, type WorkerContext } from './connection.ts';
@@ -138,6 +138,12 @@ async function main(): Promise<void> {
   server.on('error', (error) => send({ type: 'error', message: `listener: ${error.message}` }));
   // The listening socket is shared: the worker that opened it sizes the window every connection starts with.
   if (data.fd === undefined) {
+    // Over loopback only: paced by BBR there, segments arrive out of order (host/rnic/socket-window.ts).
+    if (isLoopback(settings.listen.host) && settings.loopbackCongestionControl !== null) {
+      const set = useLoopbackCongestionControl(listeningFd(server), settings.loopbackCongestionControl);
+      if (set instanceof Error)
+        send({ type: 'log', line: `kbtp target: loopback connections keep the host's TCP congestion control (${set.message}); with BBR they may be paced` });
+    }
     const widened = widenReceiveWindow(listeningFd(server), initialReceiveWindow(settings));
     // Not fatal: connections then start with the kernel's default window, and a client's first
     // large requests may be held back and paced (host/rnic/socket-window.ts); the operator should know why.
