@@ -6,6 +6,7 @@
 // back to back) uses a buffer of its own instead.
 
 import { ViewCache } from './view-cache.ts';
+import { sharedAddress } from './rc/shared-copy.ts';
 
 /**
  * What one read may take. A pipelined batch of requests arrives as one writev (kbtp bench
@@ -72,7 +73,8 @@ let threadStaging: StagingBuffer | undefined;
 export let sharedMemoryStaging: Uint8Array | undefined;
 
 /**
- * Puts this thread's staging buffer in a SharedArrayBuffer (on) or plain memory (off). For a
+ * Puts this thread's staging buffer in a SharedArrayBuffer (on, where libc's memmove binds through
+ * koffi; plain memory otherwise) or in plain memory (off). For a
  * target's worker thread, where staged payload goes to shared memory (request contexts, the
  * pool): V8 copies into a SharedArrayBuffer with relaxed word moves (octet by octet when the two
  * disagree in alignment mod 8, hence payload-copy.ts's bounce buffer), about 1 us per 16 KiB
@@ -81,9 +83,13 @@ export let sharedMemoryStaging: Uint8Array | undefined;
  * out of a SharedArrayBuffer as slowly as into one.
  */
 export function stageInSharedMemory(on: boolean): void {
-  const bytes = on ? new Uint8Array(new SharedArrayBuffer(STAGING_SIZE)) : new Uint8Array(STAGING_SIZE);
+  const shared = on ? new Uint8Array(new SharedArrayBuffer(STAGING_SIZE)) : undefined;
+  // Without memmove (no koffi, not Linux) V8 would copy shared to shared, octet by octet when
+  // misaligned: plain staging and payload-copy.ts's bounce buffer are faster then.
+  const moved = shared !== undefined && sharedAddress(shared) >= 0 ? shared : undefined;
+  const bytes = moved ?? new Uint8Array(STAGING_SIZE);
   threadStaging = new Staging(bytes);
-  sharedMemoryStaging = on ? bytes : undefined;
+  sharedMemoryStaging = moved;
 }
 /** Commits in progress on this thread; a nested one (bytes fed from inside a commit) needs its own buffer. */
 let commitDepth = 0;
