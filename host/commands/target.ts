@@ -53,10 +53,10 @@ options:
   --sram-model FILE      model the RNIC's on-chip SRAM cache with this config (docs/SRAM.md)
   --loopback-congestion-control NAME|host
                          iwarp on a loopback address: the TCP congestion control of its connections
-                         (default reno; host keeps the system's, net.ipv4.tcp_congestion_control).
-                         BBR paces loopback connections from a timer, the two CPUs then deliver
-                         segments out of order and the sender retransmits them: 256 KiB and 1 MiB
-                         STOREs at 8 in flight ran at half the rate (docs/BENCH.md, session 13)
+                         (default host: the system's, net.ipv4.tcp_congestion_control). BBR paces
+                         loopback connections from a timer, the two CPUs then deliver segments out
+                         of order and the sender retransmits them; reno doubled 256 KiB and 1 MiB
+                         STOREs at 8 in flight but halved 16 sessions x 1 (docs/BENCH.md, session 13)
   --busy-poll-us N       iwarp: workers keep polling their sockets for N us after each read or write
                          instead of sleeping (0 = off, the default; at most 10000): lower latency
                          when each polling thread has a CPU of its own, more CPU and system calls

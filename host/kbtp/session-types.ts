@@ -24,10 +24,11 @@ export interface ConnectOptions {
   callTimeoutMs?: number;
   /**
    * iWARP to a target on this machine's loopback: the connection's TCP congestion control
-   * (default 'reno'; null keeps the host's). BBR, many hosts' default, paces a loopback
-   * connection from a timer whose segments the two CPUs then deliver out of order, and the
-   * sender retransmits what was never lost (docs/BENCH.md, session 13). `session.congestionControl`
-   * says what the connection got.
+   * (default null: the host's). BBR, many hosts' default, paces a loopback connection from a
+   * timer whose segments the two CPUs then deliver out of order, and the sender retransmits what
+   * was never lost: 'reno' doubled the 256 KiB and 1 MiB STORE rows with 8 in flight, and halved
+   * the 256 KiB STORE row of 16 sessions x 1 (docs/BENCH.md, session 13).
+   * `session.congestionControl` says what the connection got.
    */
   loopbackCongestionControl?: string | null;
 }

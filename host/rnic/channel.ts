@@ -11,7 +11,7 @@ import { turn, type TurnParticipant } from './turn.ts';
 import { RnicError } from './errors.ts';
 import { HandleWriter, WRITE_DONE, WRITE_QUEUED, writeError } from './handle-writer.ts';
 import { busyPoll } from './busy-poll.ts';
-import { LOOPBACK_CONGESTION_CONTROL, isLoopback, useLoopbackCongestionControl, widenReceiveWindow } from './socket-window.ts';
+import { isLoopback, useLoopbackCongestionControl, widenReceiveWindow } from './socket-window.ts';
 
 /** Something that takes bytes from the stream. */
 export interface StreamConsumer {
@@ -219,12 +219,7 @@ export class SocketChannel implements StreamChannel, TurnParticipant {
    * Connects to `host:port`; the socket reads through per-read buffers from the start. Over
    * loopback the socket gets `loopbackCongestionControl` (null: the host's; socket-window.ts).
    */
-  static connect(
-    host: string,
-    port: number,
-    timeoutMs: number,
-    loopbackCongestionControl: string | null = LOOPBACK_CONGESTION_CONTROL,
-  ): Promise<SocketChannel> {
+  static connect(host: string, port: number, timeoutMs: number, loopbackCongestionControl: string | null = null): Promise<SocketChannel> {
     return new Promise((resolve, reject) => {
       const socket = net.connect({ host, port });
       const timer = setTimeout(() => {

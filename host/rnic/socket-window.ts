@@ -23,9 +23,10 @@ const SO_RCVLOWAT = 18;
 const IPPROTO_TCP = 6;
 const TCP_CONGESTION = 13;
 /**
- * The congestion control kbtp's loopback connections use unless told otherwise (the target's
- * loopbackCongestionControl setting, the initiator's connect option): built into every Linux
- * kernel and allowed to every user (net.ipv4.tcp_allowed_congestion_control).
+ * The congestion control to name for kbtp's loopback connections when BBR's pacing hurts (the
+ * target's loopbackCongestionControl setting, the initiator's connect option; both keep the
+ * host's unless told): built into every Linux kernel and allowed to every user
+ * (net.ipv4.tcp_allowed_congestion_control).
  */
 export const LOOPBACK_CONGESTION_CONTROL = 'reno';
 const CONGESTION_NAME_MAX = 16; // TCP_CA_NAME_MAX
@@ -99,15 +100,17 @@ export function isLoopback(host: string): boolean {
 
 /**
  * Gives TCP socket `fd` (a listener: every connection it accepts) congestion control `name`
- * (LOOPBACK_CONGESTION_CONTROL unless configured), for connections over loopback only. BBR, the default of many Linux
+ * (LOOPBACK_CONGESTION_CONTROL unless given), for connections over loopback only. BBR, the default of many Linux
  * hosts, paces a loopback connection from a timer once it leaves STARTUP (a 256 KiB STORE row
  * with 8 in flight always does: its receiver's queue fills). The paced segments leave from
  * timer softirqs on whichever CPU the timer fired, the loopback device queues each on the
  * backlog of the CPU that sent it, and the two CPUs deliver them out of order: the receiver's
  * out-of-order queue and duplicate ACKs make the sender retransmit (200-400 spurious fast
  * retransmissions per 3 s row, undone by DSACK), and every segment waits for a timer (issue 16,
- * docs/BENCH.md, session 13). Reno keeps no pacing timer; over loopback it has nothing else to
- * do. Returns the congestion control now in effect, or why nothing was changed.
+ * docs/BENCH.md, session 13). Reno keeps no pacing timer and doubled those rows; but it halves
+ * its window at each of those retransmissions, and with 16 sessions x 1 in flight it halved the
+ * 256 KiB STORE row instead: hence an option, off by default. Returns the congestion control
+ * now in effect, or why nothing was changed.
  */
 export function useLoopbackCongestionControl(fd: number, name: string = LOOPBACK_CONGESTION_CONTROL): string | Error {
   const libc = socketCalls();

@@ -71,7 +71,7 @@ export interface RnicOptions {
 export interface RnicConnectOptions extends InitiatorOptions {
   host: string;
   port: number;
-  /** TCP congestion control of a loopback connection (default LOOPBACK_CONGESTION_CONTROL; null: the host's). */
+  /** TCP congestion control of a loopback connection (default null: the host's; socket-window.ts). */
   loopbackCongestionControl?: string | null;
 }
 

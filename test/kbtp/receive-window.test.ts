@@ -39,22 +39,30 @@ test("a target's listening socket holds the window for 256 KiB STOREs", async ()
     const window = initialReceiveWindow(settings);
     assert.ok(options.buffer >= window, `listening socket's receive buffer ${options.buffer}, window ${window}`);
     assert.is(options.lowWater, 1);
-    // Listening on loopback: its connections are not paced by BBR (host/rnic/socket-window.ts).
-    assert.is(congestionControlOf(listenerFd(target.port)), LOOPBACK_CONGESTION_CONTROL);
+    // The host's congestion control unless configured (host/rnic/socket-window.ts).
+    assert.is(congestionControlOf(listenerFd(target.port)), readFileSync('/proc/sys/net/ipv4/tcp_congestion_control', 'utf8').trim());
   } finally {
     await target.stop();
   }
 });
 
-test("loopback connections: reno by default on both ends, the host's when set to null", async () => {
+test("loopback connections: the congestion control named on each end, the host's without one", async () => {
   const host = readFileSync('/proc/sys/net/ipv4/tcp_congestion_control', 'utf8').trim();
-  const ours = await startTarget(testSettings({ transport: 'iwarp' }), { log: () => undefined });
-  const hosts = await startTarget({ ...testSettings({ transport: 'iwarp' }), loopbackCongestionControl: null }, { log: () => undefined });
+  const named = await startTarget(
+    { ...testSettings({ transport: 'iwarp' }), loopbackCongestionControl: LOOPBACK_CONGESTION_CONTROL },
+    { log: () => undefined },
+  );
+  const hosts = await startTarget(testSettings({ transport: 'iwarp' }), { log: () => undefined });
   try {
-    assert.is(congestionControlOf(listenerFd(ours.port)), LOOPBACK_CONGESTION_CONTROL);
+    assert.is(congestionControlOf(listenerFd(named.port)), LOOPBACK_CONGESTION_CONTROL);
     assert.is(congestionControlOf(listenerFd(hosts.port)), host);
-    const session = await connect(`127.0.0.1:${ours.port}`, { tenant: 'alpha', secret: SECRETS.alpha, transport: 'iwarp' });
-    const kept = await connect(`127.0.0.1:${hosts.port}`, { tenant: 'alpha', secret: SECRETS.alpha, transport: 'iwarp', loopbackCongestionControl: null });
+    const session = await connect(`127.0.0.1:${named.port}`, {
+      tenant: 'alpha',
+      secret: SECRETS.alpha,
+      transport: 'iwarp',
+      loopbackCongestionControl: LOOPBACK_CONGESTION_CONTROL,
+    });
+    const kept = await connect(`127.0.0.1:${hosts.port}`, { tenant: 'alpha', secret: SECRETS.alpha, transport: 'iwarp' });
     try {
       assert.is(session.congestionControl, LOOPBACK_CONGESTION_CONTROL);
       assert.is(kept.congestionControl, undefined);
@@ -63,7 +71,7 @@ test("loopback connections: reno by default on both ends, the host's when set to
       await kept.close();
     }
   } finally {
-    await ours.stop();
+    await named.stop();
     await hosts.stop();
   }
 });

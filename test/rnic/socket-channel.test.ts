@@ -7,6 +7,7 @@ import * as assert from 'uvu/assert';
 import net from 'node:net';
 import { SocketChannel } from '../../host/rnic/channel.ts';
 import { HandleWriter, WRITE_DONE, WRITE_QUEUED } from '../../host/rnic/handle-writer.ts';
+import { readFileSync } from 'node:fs';
 import { LOOPBACK_CONGESTION_CONTROL, congestionControlOf, receiveBufferOf } from '../../host/rnic/socket-window.ts';
 
 interface Peer {
@@ -38,7 +39,24 @@ test("a connected channel's socket can take two 1 MiB blocks before its first re
     if (options instanceof Error) throw options;
     assert.ok(options.buffer >= 2 * 2 ** 20, `receive buffer ${options.buffer}`);
     assert.is(options.lowWater, 1);
-    // Over loopback the channel leaves BBR's pacing timer out (host/rnic/socket-window.ts).
+    // The host's congestion control unless asked (host/rnic/socket-window.ts).
+    assert.is(congestionControlOf((channel as unknown as { fd: number }).fd), readFileSync('/proc/sys/net/ipv4/tcp_congestion_control', 'utf8').trim());
+    assert.is(channel.congestionControl, undefined);
+  } finally {
+    channel.destroy();
+    remote.destroy();
+    server.close();
+  }
+});
+
+test('a channel connected over loopback with a congestion control named gets it, read back from the kernel', async () => {
+  const server = net.createServer();
+  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+  const accepted = new Promise<net.Socket>((resolve) => server.once('connection', resolve));
+  const channel = await SocketChannel.connect('127.0.0.1', (server.address() as net.AddressInfo).port, 10_000, LOOPBACK_CONGESTION_CONTROL);
+  const remote = await accepted;
+  try {
+    assert.is(channel.congestionControl, LOOPBACK_CONGESTION_CONTROL);
     assert.is(congestionControlOf((channel as unknown as { fd: number }).fd), LOOPBACK_CONGESTION_CONTROL);
   } finally {
     channel.destroy();

@@ -9,7 +9,7 @@ import { ConfigError, ObjectReader, isJsonObject, type Json } from '../../util/c
 import { parseSecretHash } from './secret-hash.ts';
 import { jsonSyntaxProblem } from '../../util/json-syntax.ts';
 import { BUSY_POLL_ENV, MAX_BUSY_POLL_US } from '../../rnic/busy-poll.ts';
-import { LOOPBACK_CONGESTION_CONTROL, isLoopback } from '../../rnic/socket-window.ts';
+import { isLoopback } from '../../rnic/socket-window.ts';
 
 export interface TenantSettings {
   name: string;
@@ -389,8 +389,7 @@ export function resolveTargetSettings(input: Json, otherSections: readonly strin
   const loopbackCongestionControl =
     top.raw('loopbackCongestionControl') === null
       ? null
-      : (top.string('loopbackCongestionControl', 15, 'give a TCP congestion control such as "reno" or "cubic", or null for the host\'s') ??
-        LOOPBACK_CONGESTION_CONTROL);
+      : (top.string('loopbackCongestionControl', 15, 'give a TCP congestion control such as "reno" or "cubic", or null for the host\'s') ?? null);
   return {
     listen,
     transport,
