@@ -16,12 +16,12 @@ interface Peer {
   remote: net.Socket;
 }
 
-async function connectPair(): Promise<Peer> {
+async function connectPair(loopbackCongestionControl: string | null = null): Promise<Peer> {
   const server = net.createServer();
   await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
   const accepted = new Promise<net.Socket>((resolve) => server.once('connection', resolve));
   const port = (server.address() as net.AddressInfo).port;
-  const channel = await SocketChannel.connect('127.0.0.1', port, 10_000);
+  const channel = await SocketChannel.connect('127.0.0.1', port, 10_000, loopbackCongestionControl);
   const remote = await accepted;
   return { channel, server, remote };
 }
@@ -50,11 +50,7 @@ test("a connected channel's socket can take two 1 MiB blocks before its first re
 });
 
 test('a channel connected over loopback with a congestion control named gets it, read back from the kernel', async () => {
-  const server = net.createServer();
-  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
-  const accepted = new Promise<net.Socket>((resolve) => server.once('connection', resolve));
-  const channel = await SocketChannel.connect('127.0.0.1', (server.address() as net.AddressInfo).port, 10_000, LOOPBACK_CONGESTION_CONTROL);
-  const remote = await accepted;
+  const { channel, server, remote } = await connectPair(LOOPBACK_CONGESTION_CONTROL);
   try {
     assert.is(channel.congestionControl, LOOPBACK_CONGESTION_CONTROL);
     assert.is(congestionControlOf((channel as unknown as { fd: number }).fd), LOOPBACK_CONGESTION_CONTROL);
