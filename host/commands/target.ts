@@ -40,7 +40,7 @@ options:
                          GSO/GRO) where koffi loads, else node:dgram; $KBTP_ROCE_UDP=batched|dgram
                          picks one (auto: the default)
   --workers N            worker threads serving connections (default 2)
-  --block-size BYTES     block size (default 65536)
+  --block-size BYTES     block size (default 65536; e.g. 16K, 1M)
   --blocks N             blocks in the pool (default 4096)
   --credits N            requests a session may have outstanding (default 64)
   --max-inline BYTES     largest STORE sent inside its request (default 8192, at most the block size;
@@ -179,7 +179,8 @@ export const command: Command = {
         settings.transport = values.transport;
       }
       settings.workers = integer('workers', values.workers, 1) ?? settings.workers;
-      const blockSize = integer('block-size', values['block-size'], 8);
+      const blockSize = values['block-size'] === undefined ? undefined : parseBytes(values['block-size'], '--block-size');
+      if (blockSize !== undefined && blockSize < 8) throw new ConfigError('--block-size', `${blockSize} is less than 8 octets`, 'e.g. --block-size 64K');
       const blocks = integer('blocks', values.blocks, 1);
       if (blockSize !== undefined) settings.pool.blockSize = blockSize;
       if (blocks !== undefined) {

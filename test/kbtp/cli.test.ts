@@ -129,6 +129,15 @@ test("target --max-inline and --loopback-congestion-control: shown by --check-co
   const smallerBlocks = await kbtp(['target', '--check-config', file, '--block-size', '16384', '--max-inline', '16384']);
   assert.is(smallerBlocks.code, 0, smallerBlocks.stderr);
   assert.is(maxInline(smallerBlocks), 16384);
+  // The block size takes units as --max-inline does.
+  const blockSizeOf = (out: { stdout: Buffer | string }): number => (JSON.parse(out.stdout.toString()) as { pool: { blockSize: number } }).pool.blockSize;
+  const inUnits = await kbtp(['target', '--check-config', file, '--block-size', '16K', '--max-inline', '16K']);
+  assert.is(inUnits.code, 0, inUnits.stderr);
+  assert.is(blockSizeOf(inUnits), 16384);
+  assert.is(maxInline(inUnits), 16384);
+  const tinyBlocks = await kbtp(['target', '--check-config', file, '--block-size', '4']);
+  assert.is(tinyBlocks.code, 2);
+  assert.match(tinyBlocks.stderr, /--block-size: 4 is less than 8 octets/);
   const none = await kbtp(['target', '--check-config', file, '--max-inline', '0']);
   assert.is(maxInline(none), 0);
   const tooLarge = await kbtp(['target', '--check-config', file, '--max-inline', '1M']);
