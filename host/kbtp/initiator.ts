@@ -13,7 +13,7 @@
 //
 // This file is the door: connect() and connectChannel() open a KbtpSession (session.ts); the
 // calls' time limits are in call.ts, the one-sided paths in direct.ts, batches in batch.ts.
-import { createRnic, RnicError, RcQueuePair, type AnyQueuePair, type StreamChannel } from '../rnic/verbs.ts';
+import { createRnic, RnicError, RcQueuePair, type AnyQueuePair, type ConnectionSummary, type StreamChannel } from '../rnic/verbs.ts';
 import { DEFAULT_PORT, parseHostPort } from './address.ts';
 import { UsageError } from './errors.ts';
 import { bounded, checkTimeout, DEFAULT_CALL_TIMEOUT_MS, DEFAULT_CONNECT_TIMEOUT_MS } from './call.ts';
@@ -77,7 +77,7 @@ export async function connectChannel(channel: StreamChannel, options: ConnectOpt
   const rnic = createRnic({ name: 'initiator' });
   const session = new KbtpSession(rnic, options);
   try {
-    const establish = (qp: AnyQueuePair): Promise<unknown> =>
+    const establish = (qp: AnyQueuePair): Promise<ConnectionSummary> =>
       qp instanceof RcQueuePair
         ? Promise.reject(new RnicError('EINVAL', 'a stream channel carries the iWARP binding only'))
         : rnic.connectChannel(qp, channel, { crc: options.crc ?? false, timeoutMs: timeoutMs + 1000 });

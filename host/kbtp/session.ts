@@ -17,6 +17,8 @@ import {
   type WorkCompletion,
   type SendWorkRequest,
   type ReceiveWorkRequest,
+  type ConnectionSummary,
+  type RcConnectionSummary,
 } from '../rnic/verbs.ts';
 import { ViewCache } from '../rnic/view-cache.ts';
 import { encodeRequest, decodeCompletion, writeBindAt, writeRequestAt, type Completion } from './wire/messages.ts';
@@ -182,15 +184,15 @@ export class KbtpSession {
   }
 
   /** Establishes the stream with `establish` and exchanges HELLO (called by connect() and connectChannel()). */
-  async open(establish: (qp: AnyQueuePair) => Promise<unknown>, where: string, options: ConnectOptions): Promise<void> {
+  async open(establish: (qp: AnyQueuePair) => Promise<ConnectionSummary | RcConnectionSummary>, where: string, options: ConnectOptions): Promise<void> {
     for (let i = 0; i < this.receiveDepth; i++) this.postReceive(i);
     // Completions are drained from the CQ's notification at the end of each turn: no promise per wake-up.
     this.cq.onNotify(() => this.drainCompletions());
     this.cq.requestNotify();
     void this.qp.whenDisconnected().then((info) => this.fail(new TransportError(`connection to the target lost (${info.reason}: ${info.message})`)));
     try {
-      const established = (await establish(this.qp)) as { congestionControl?: string | Error } | undefined;
-      this.connectionCongestionControl = established?.congestionControl;
+      const established = await establish(this.qp);
+      this.connectionCongestionControl = 'congestionControl' in established ? established.congestionControl : undefined;
     } catch (error) {
       // A target that refuses says why in the MPA Reject's private data (its session limits, a drain).
       const reason = this.qp.peerPrivateData;
