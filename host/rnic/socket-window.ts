@@ -100,7 +100,7 @@ export function isLoopback(host: string): boolean {
 
 /**
  * Gives TCP socket `fd` (a listener: every connection it accepts) congestion control `name`
- * (LOOPBACK_CONGESTION_CONTROL unless given), for connections over loopback only. BBR, the default of many Linux
+ * (e.g. LOOPBACK_CONGESTION_CONTROL), for connections over loopback only. BBR, the default of many Linux
  * hosts, paces a loopback connection from a timer once it leaves STARTUP (a 256 KiB STORE row
  * with 8 in flight always does: its receiver's queue fills). The paced segments leave from
  * timer softirqs on whichever CPU the timer fired, the loopback device queues each on the
@@ -112,7 +112,7 @@ export function isLoopback(host: string): boolean {
  * 256 KiB STORE row instead: hence an option, off by default. Returns the congestion control
  * now in effect, or why nothing was changed.
  */
-export function useLoopbackCongestionControl(fd: number, name: string = LOOPBACK_CONGESTION_CONTROL): string | Error {
+export function useLoopbackCongestionControl(fd: number, name: string): string | Error {
   const libc = socketCalls();
   if (libc instanceof Error) return libc;
   const encoded = new TextEncoder().encode(name);

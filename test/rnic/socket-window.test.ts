@@ -65,7 +65,7 @@ test('a widened listener hands its connections a buffer for the window, reads wo
 test("a loopback listener's congestion control (no BBR pacing timer) is what its connections get", async () => {
   const server = await listening();
   try {
-    assert.is(useLoopbackCongestionControl(fdOf(server)), LOOPBACK_CONGESTION_CONTROL);
+    assert.is(useLoopbackCongestionControl(fdOf(server), LOOPBACK_CONGESTION_CONTROL), LOOPBACK_CONGESTION_CONTROL);
     assert.is(congestionControlOf(fdOf(server)), LOOPBACK_CONGESTION_CONTROL);
     const accepted = new Promise<net.Socket>((resolve) => server.once('connection', resolve));
     const client = net.connect((server.address() as net.AddressInfo).port, '127.0.0.1');
@@ -92,7 +92,7 @@ test('a descriptor that is no socket is refused with the reason', () => {
   const result = widenReceiveWindow(0x7ffffff0, WINDOW);
   assert.instance(result, Error);
   assert.match((result as Error).message, /errno/);
-  assert.instance(useLoopbackCongestionControl(0x7ffffff0), Error);
+  assert.instance(useLoopbackCongestionControl(0x7ffffff0, LOOPBACK_CONGESTION_CONTROL), Error);
 });
 
 test.run();
