@@ -1,7 +1,7 @@
 // `make compare`: kbtp against Redis and against the loopback limit, in one run on this machine.
 //
 //   node --import tsx bench/compare/compare.ts [--seconds 3] [--sizes 16K,256K,1M] [--sessions 1,16]
-//        [--in-flight 1] [--pipelined 8] [--workers 1] [--cpu-requests 10000]
+//        [--in-flight 1] [--pipelined 8] [--workers 1] [--cpu-requests 10000] [--floor-seconds 1]
 //
 // kbtp: LOAD and STORE through `kbtp bench`'s engine against a target spawned for each size
 // (--workers threads, 1 by default: Redis serves from one thread too), every loaded block checked.
@@ -10,7 +10,10 @@
 // with persistence off, and the same with redis-latency.c (redis-latency.ts), whose latency runs to
 // the reply's last octet as kbtp's does (redis-benchmark's stops at the reply's first read). iperf3: one TCP stream over loopback, the kernel's ceiling; a plain Node
 // socket pair moving 1 MiB blocks (node-socket.ts), Node's own. CPU per request on both sides from
-// /proc (cpu.ts). Writes bench/results/compare.json (issue 6's shape plus issue 16's p50s,
+// /proc (cpu.ts). Under every kbtp/Redis row the Node floor of the same shape (node-floor.ts: the
+// same direction, sessions and requests in flight, no protocol), and the bare C exchange at 1 and at
+// --pipelined in flight (tcp-pingpong.c): which goals lie above what Node reaches here (floor-goals.ts).
+// Writes bench/results/compare.json (issue 6's shape plus issue 16's p50s,
 // node_socket_gbps and CPU per op), compare-detail.json (everything measured) and compare.svg;
 // stops every process it started, also on failure or Ctrl-C.
 import { mkdirSync, writeFileSync } from 'node:fs';
@@ -29,6 +32,8 @@ import { nodeSocketGbps } from './node-socket.ts';
 import { tcpPingPong, type PingPongResult } from './tcp-pingpong.ts';
 import { redisLatency, redisRowFigures, type RedisRowFigures } from './redis-latency.ts';
 import { rowCpuLine } from './row-cpu.ts';
+import { nodeFloor, type FloorFigures } from './node-floor.ts';
+import { floorGoalLines, floorGoals, formatFloorGoals } from './floor-goals.ts';
 
 /** redis_p50_us / redis_p99_us: to the reply's last octet; redis_benchmark_*: redis-benchmark's first read. */
 export interface CompareRow extends RedisRowFigures {
@@ -38,6 +43,10 @@ export interface CompareRow extends RedisRowFigures {
   kbtp_gbps: number;
   kbtp_p50_us: number;
   kbtp_p99_us: number;
+  /** The Node floor of the row's shape in the same run (node-floor.ts): what Node without a native addon reaches. */
+  node_floor_gbps: number;
+  node_floor_p50_us: number;
+  node_floor_p99_us: number;
   /**
    * kbtp's CPU per request by thread over the row's window (the phase's LOAD or STORE requests):
    * client = kbtp bench's main thread, target = the spawned target's workers, other = the process's
@@ -62,6 +71,8 @@ interface Table {
   redis: RedisResult[];
   /** The same runs by redis-latency (complete replies). */
   redisComplete: RedisResult[];
+  /** The Node floor under each row, by floorKey. */
+  floors: Array<{ op: 'load' | 'store'; size: number; sessions: number; figures: FloorFigures }>;
 }
 
 const gbit = (row: BenchRow): number => (row.bytesPerSec * 8) / 1e9;
@@ -77,10 +88,19 @@ function redisRequests(size: number, seconds: number): number {
   return Math.max(200, Math.round(perSecond * seconds));
 }
 
-async function measure(sizes: number[], sessionCounts: number[], inFlight: number, seconds: number, workers: number, redisServer: RedisServer): Promise<Table> {
+async function measure(
+  sizes: number[],
+  sessionCounts: number[],
+  inFlight: number,
+  seconds: number,
+  workers: number,
+  redisServer: RedisServer,
+  floorSeconds: number,
+): Promise<Table> {
   const kbtp: BenchRow[] = [];
   const redis: RedisResult[] = [];
   const redisComplete: RedisResult[] = [];
+  const floors: Table['floors'] = [];
   const rows: CompareRow[] = [];
   for (const sessions of sessionCounts) {
     log(`kbtp: LOAD and STORE at ${sizes.map(formatSize).join(', ')}, ${sessions} session(s) x ${inFlight} in flight, ${workers} target worker(s)`);
@@ -109,6 +129,11 @@ async function measure(sizes: number[], sessionCounts: number[], inFlight: numbe
       redis.push(...(await redisBenchmark(redisServer.port, size, sessions, redisRequests(size, seconds), inFlight)));
       log(`redis-latency: the same, timed to each reply's last octet`);
       redisComplete.push(...(await redisLatency(redisServer.port, size, sessions, redisRequests(size, seconds), inFlight, redisServer.pid)));
+      log(`node floor: LOAD and STORE of ${formatSize(size)}, ${sessions} connection(s) x ${inFlight} in flight, no protocol`);
+      for (const op of ['load', 'store'] as const) {
+        const figures = await nodeFloor({ op, size, sessions, inFlight }, { seconds: floorSeconds, warmupMs: 300 });
+        floors.push({ op, size, sessions, figures });
+      }
     }
   }
   for (const sessions of sessionCounts) {
@@ -118,7 +143,8 @@ async function measure(sizes: number[], sessionCounts: number[], inFlight: numbe
         const same = (row: RedisResult): boolean => row.op === (op === 'load' ? 'get' : 'set') && row.size === size && row.clients === sessions;
         const r = redis.find(same);
         const c = redisComplete.find(same);
-        if (k === undefined || r === undefined || c === undefined) continue;
+        const floor = floors.find((row) => row.op === op && row.size === size && row.sessions === sessions)?.figures;
+        if (k === undefined || r === undefined || c === undefined || floor === undefined) continue;
         const cpu = k.cpu;
         rows.push({
           op,
@@ -127,6 +153,9 @@ async function measure(sizes: number[], sessionCounts: number[], inFlight: numbe
           kbtp_gbps: r3(gbit(k)),
           kbtp_p50_us: k.p50Us,
           kbtp_p99_us: k.p99Us,
+          node_floor_gbps: r3(floor.gbps),
+          node_floor_p50_us: +floor.p50Us.toFixed(1),
+          node_floor_p99_us: +floor.p99Us.toFixed(1),
           ...redisRowFigures(r, c),
           ...(c.serverUsPerOp !== undefined && c.serverBusy !== undefined ? { redis_server_cpu: { us: c.serverUsPerOp, busy: c.serverBusy } } : {}),
           ...(c.clientUsPerOp !== undefined && c.clientBusy !== undefined ? { redis_client_cpu: { us: c.clientUsPerOp, busy: c.clientBusy } } : {}),
@@ -145,7 +174,7 @@ async function measure(sizes: number[], sessionCounts: number[], inFlight: numbe
       }
     }
   }
-  return { inFlight, rows, kbtp, redis, redisComplete };
+  return { inFlight, rows, kbtp, redis, redisComplete, floors };
 }
 
 /** Issue 16's bar per row: at 1 in flight kbtp at least matches Redis in GB/s and p50; pipelined it is 1.5x Redis. */
@@ -206,6 +235,8 @@ function formatCompare(title: string, rows: readonly CompareRow[], iperfGbps: nu
       'kbtp p99 us',
       'Redis p99 us',
       'redis-benchmark p50/p99 us',
+      'Node floor Gbit/s',
+      'Node floor p50/p99 us',
       inFlight > 1 ? '>= 1.5x Redis' : '>= Redis',
     ],
     rows: rows.map((row) => [
@@ -222,6 +253,8 @@ function formatCompare(title: string, rows: readonly CompareRow[], iperfGbps: nu
       row.kbtp_p99_us,
       row.redis_p99_us,
       `${row.redis_benchmark_p50_us} / ${row.redis_benchmark_p99_us}`,
+      row.node_floor_gbps,
+      `${row.node_floor_p50_us} / ${row.node_floor_p99_us}`,
       rowMet(row, inFlight) ? 'yes' : 'no',
     ]),
   });
@@ -283,7 +316,7 @@ function tailLine(table: Table, bare: readonly PingPongResult[]): string {
 async function main(): Promise<number> {
   const parsed = parseCommandLine(
     'bench/compare',
-    'usage: node --import tsx bench/compare/compare.ts [--seconds 3] [--sizes 16K,256K,1M] [--sessions 1,16] [--in-flight 1] [--pipelined 8|0] [--workers 1] [--cpu-requests 10000] [--out DIR]',
+    'usage: node --import tsx bench/compare/compare.ts [--seconds 3] [--sizes 16K,256K,1M] [--sessions 1,16] [--in-flight 1] [--pipelined 8|0] [--workers 1] [--cpu-requests 10000] [--floor-seconds 1] [--out DIR]',
     process.argv.slice(2),
     {
       seconds: { type: 'string' },
@@ -293,6 +326,7 @@ async function main(): Promise<number> {
       pipelined: { type: 'string' },
       workers: { type: 'string' },
       'cpu-requests': { type: 'string' },
+      'floor-seconds': { type: 'string' },
       out: { type: 'string' },
     },
   );
@@ -305,6 +339,7 @@ async function main(): Promise<number> {
   const pipelined = parseInteger(values.pipelined, '--pipelined', 8, 0);
   const workers = parseInteger(values.workers, '--workers', 1);
   const cpuRequests = parseInteger(values['cpu-requests'], '--cpu-requests', 10_000, 100);
+  const floorSeconds = parseNumber(values['floor-seconds'], '--floor-seconds', 1, 0.1);
   const out = values.out ?? join(repoRoot, 'bench', 'results');
   mkdirSync(out, { recursive: true });
 
@@ -324,13 +359,18 @@ async function main(): Promise<number> {
     log(`tcp-pingpong: the barest loopback exchange at ${sizes.map(formatSize).join(', ')}, 1 connection x 1 in flight (the p99 target's reference)`);
     const bare: PingPongResult[] = [];
     for (const size of sizes) bare.push(await tcpPingPong(size, Math.min(2, seconds)));
+    const barePipelined: PingPongResult[] = [];
+    if (pipelined > 1) {
+      log(`tcp-pingpong: the same, 1 connection x ${pipelined} in flight (the pipelined rows' kernel reference)`);
+      for (const size of sizes) barePipelined.push(await tcpPingPong(size, Math.min(1, seconds), pipelined));
+    }
     const redisServer = await startRedis();
     let primary: Table;
     let extra: Table | undefined;
     let cpu: { kbtp: CpuPerOp; redis: CpuPerOp };
     try {
-      primary = await measure(sizes, sessionCounts, inFlight, seconds, workers, redisServer);
-      extra = pipelined > 0 && pipelined !== inFlight ? await measure(sizes, sessionCounts, pipelined, seconds, workers, redisServer) : undefined;
+      primary = await measure(sizes, sessionCounts, inFlight, seconds, workers, redisServer, floorSeconds);
+      extra = pipelined > 0 && pipelined !== inFlight ? await measure(sizes, sessionCounts, pipelined, seconds, workers, redisServer, floorSeconds) : undefined;
       log(
         `CPU per request: 16 KiB LOAD and GET, 16 connections x 1 in flight, ${cpuRequests} and ${3 * cpuRequests} requests (target in a process of its own)`,
       );
@@ -341,6 +381,7 @@ async function main(): Promise<number> {
     const loadAfter = loadavg().map((value) => +value.toFixed(2));
 
     const iperf3Gbps = r3(iperfDefault);
+    const goals = [...floorGoals(primary.rows, primary.inFlight), ...(extra !== undefined ? floorGoals(extra.rows, extra.inFlight) : [])];
     const cpuFields = (figure: CpuPerOp): { server: number | null; client: number | null } => ({ server: figure.server_us, client: figure.client_us });
     const result = {
       iperf3_gbps: iperf3Gbps,
@@ -349,7 +390,10 @@ async function main(): Promise<number> {
       redis_cpu_us_per_op: cpuFields(cpu.redis),
       load_average: { before: loadBefore, after: loadAfter },
       tcp_pingpong: bare.map((row) => ({ size: row.size, p50_us: row.p50Us, p99_us: row.p99Us })),
+      tcp_pingpong_pipelined: barePipelined.map((row) => ({ size: row.size, in_flight: row.inFlight, gbps: row.gbps, p50_us: row.p50Us, p99_us: row.p99Us })),
       rows: primary.rows,
+      ...(extra !== undefined ? { pipelined: { in_flight: extra.inFlight, rows: extra.rows } } : {}),
+      goals_vs_node_floor: goals,
     };
     writeFileSync(join(out, 'compare.json'), `${JSON.stringify(result, null, 2)}\n`);
     writeFileSync(
@@ -363,6 +407,7 @@ async function main(): Promise<number> {
           iperf3: { defaultWritesGbps: iperf3Gbps, oneMiBWritesGbps: r3(iperfLarge) },
           nodeSocketGbps: nodeSocket,
           tcpPingPong: bare,
+          tcpPingPongPipelined: barePipelined,
           cpuPerOp: { kbtp: cpu.kbtp, redis: cpu.redis, what: '16 KiB LOAD / GET, 16 connections x 1 in flight, difference of N and 3N requests, from /proc' },
           units: 'Gbit/s = 1e9 bits per second of block data; p50/p99 and CPU in microseconds',
           tables: [primary, ...(extra !== undefined ? [extra] : [])],
@@ -421,6 +466,22 @@ async function main(): Promise<number> {
       );
     }
     console.log(tailLine(primary, bare));
+    console.log('');
+    console.log(
+      formatFloorGoals(
+        "issue 16's goals against the Node floor of each row, measured in this run (node-floor.ts: the row's direction, sessions and requests in flight, " +
+          'no protocol; kbtp/Redis/needed/Node floor in Gbit/s, us, or p99/p50): above = the goal asks more than Node reached here without a native addon',
+        goals,
+      ),
+    );
+    for (const line of floorGoalLines(goals)) console.log(line);
+    if (barePipelined.length > 0) {
+      console.log(
+        `the bare C exchange (tcp-pingpong.c) at ${pipelined} in flight, 1 connection, Gbit/s and p50 / p99 us: ` +
+          barePipelined.map((row) => `${formatSize(row.size)} ${row.gbps} (${row.p50Us} / ${row.p99Us})`).join(', '),
+      );
+    }
+    console.log('');
     const load1m = primary.rows.find((row) => row.op === 'load' && row.size === 1024 * 1024 && row.sessions === 16);
     if (load1m !== undefined) {
       console.log(

@@ -1,0 +1,102 @@
+// Issue 16's goals per make compare row set against the Node floor of the same row (node-floor.ts,
+// measured in the same run; session 14 of 2026-12-02): a goal that asks more than the floor
+// reached lies above what a Node program without a native addon does on this machine, one below it
+// is kbtp's own to reach.
+import { formatSize } from '../../host/bench/report.ts';
+import { formatTable } from '../../host/report/table.ts';
+import type { CompareRow } from './compare.ts';
+
+export type GoalName = 'GB/s >= Redis' | 'p50 <= Redis' | 'GB/s >= 1.5x Redis' | 'p99 <= 2x p50';
+
+/** One goal in one row, in compare.json's `goals_vs_node_floor`. */
+export interface FloorGoal {
+  goal: GoalName;
+  op: CompareRow['op'];
+  size: number;
+  sessions: number;
+  in_flight: number;
+  /** The figure the goal reads (Gbit/s, p50 in us, or p99 / p50) for kbtp, Redis and the Node floor. */
+  kbtp: number;
+  redis: number;
+  node_floor: number;
+  /** What kbtp must reach: at least this for GB/s, at most this for latency. */
+  needed: number;
+  met: boolean;
+  /** The goal asks more than the Node floor reached in the same run: not reachable without leaving Node. */
+  above_node_floor: boolean;
+}
+
+const r3 = (value: number): number => +value.toFixed(3);
+const ratio = (p99: number, p50: number): number => (p50 > 0 ? r3(p99 / p50) : Number.NaN);
+
+/** The goals of one table of rows: at 1 in flight GB/s and p50 against Redis, pipelined 1.5x Redis's GB/s; p99 <= 2x p50 at both. */
+export function floorGoals(rows: readonly CompareRow[], inFlight: number): FloorGoal[] {
+  const goals: FloorGoal[] = [];
+  for (const row of rows) {
+    const where = { op: row.op, size: row.size, sessions: row.sessions, in_flight: inFlight };
+    /** A goal kbtp reaches at `needed` or above (`higher`, GB/s) or at `needed` or below (latency). */
+    const judged = (goal: GoalName, higher: boolean, kbtp: number, redis: number, floor: number, needed: number): FloorGoal => {
+      const reaches = (value: number): boolean => (higher ? value >= needed : value <= needed);
+      return { goal, ...where, kbtp, redis, node_floor: floor, needed: r3(needed), met: reaches(kbtp), above_node_floor: !reaches(floor) };
+    };
+    const atLeast = (goal: GoalName, kbtp: number, redis: number, floor: number, needed: number): FloorGoal => judged(goal, true, kbtp, redis, floor, needed);
+    const atMost = (goal: GoalName, kbtp: number, redis: number, floor: number, needed: number): FloorGoal => judged(goal, false, kbtp, redis, floor, needed);
+    if (inFlight > 1) {
+      goals.push(atLeast('GB/s >= 1.5x Redis', row.kbtp_gbps, row.redis_gbps, row.node_floor_gbps, 1.5 * row.redis_gbps));
+    } else {
+      goals.push(atLeast('GB/s >= Redis', row.kbtp_gbps, row.redis_gbps, row.node_floor_gbps, row.redis_gbps));
+      goals.push(atMost('p50 <= Redis', row.kbtp_p50_us, row.redis_p50_us, row.node_floor_p50_us, row.redis_p50_us));
+    }
+    goals.push(
+      atMost(
+        'p99 <= 2x p50',
+        ratio(row.kbtp_p99_us, row.kbtp_p50_us),
+        ratio(row.redis_p99_us, row.redis_p50_us),
+        ratio(row.node_floor_p99_us, row.node_floor_p50_us),
+        2,
+      ),
+    );
+  }
+  return goals;
+}
+
+const label = (goal: FloorGoal): string => `${goal.op.toUpperCase()} ${formatSize(goal.size)} x${goal.sessions}`;
+
+/** The table make compare prints: per goal and row kbtp, Redis, what the goal needs, the Node floor, and which side of the floor the goal lies. */
+export function formatFloorGoals(title: string, goals: readonly FloorGoal[]): string {
+  return formatTable({
+    title,
+    columns: ['goal', 'row', 'in flight', 'kbtp', 'Redis', 'needed', 'Node floor', 'kbtp met', 'goal vs Node floor'],
+    rows: goals.map((goal) => [
+      goal.goal,
+      label(goal),
+      goal.in_flight,
+      goal.kbtp,
+      goal.redis,
+      goal.needed,
+      goal.node_floor,
+      goal.met ? 'yes' : 'no',
+      goal.above_node_floor ? 'above: beyond Node' : "below: kbtp's to reach",
+    ]),
+  });
+}
+
+/** One line per goal: met in how many rows, above the Node floor in which, and what kbtp misses below it. */
+export function floorGoalLines(goals: readonly FloorGoal[]): string[] {
+  const lines: string[] = [];
+  const kinds = [...new Set(goals.map((goal) => `${goal.goal}@${goal.in_flight}`))];
+  for (const kind of kinds) {
+    const mine = goals.filter((goal) => `${goal.goal}@${goal.in_flight}` === kind);
+    const first = mine[0]!;
+    const above = mine.filter((goal) => goal.above_node_floor);
+    const below = mine.filter((goal) => !goal.above_node_floor);
+    const missedBelow = below.filter((goal) => !goal.met);
+    const list = (some: readonly FloorGoal[]): string => (some.length === 0 ? 'none' : some.map(label).join(', '));
+    lines.push(
+      `goal ${first.goal} at ${first.in_flight} in flight: kbtp met ${mine.filter((goal) => goal.met).length} of ${mine.length}; ` +
+        `above the Node floor (beyond Node) in ${above.length}: ${list(above)}; ` +
+        `below it in ${below.length}, of which kbtp misses ${missedBelow.length}: ${list(missedBelow)}`,
+    );
+  }
+  return lines;
+}
