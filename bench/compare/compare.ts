@@ -470,7 +470,8 @@ async function main(): Promise<number> {
     console.log(
       formatFloorGoals(
         "issue 16's goals against the Node floor of each row, measured in this run (node-floor.ts: the row's direction, sessions and requests in flight, " +
-          'no protocol; kbtp/Redis/needed/Node floor in Gbit/s, us, or p99/p50): above = the goal asks more than Node reached here without a native addon',
+          'no protocol; figures in Gbit/s, us, or p99/p50; Node best: the better of the floor and kbtp, both Node programs): ' +
+          "above = the goal asks more than any Node program reached in this run, below = kbtp's own to reach",
         goals,
       ),
     );
