@@ -7,27 +7,11 @@
 
 import { crc32 } from '@node-rs/crc32';
 import { readCrc } from './crc.ts';
+import { crc32Continue, crc32Range, CRC32_NATIVE_FROM, CRC32_TABLE } from '../../util/crc32.ts';
 import { ProtocolError } from '../../errors.ts';
 
 /** The ICRC is written LSB first, like the MPA CRC. */
 export { writeCrc as writeIcrc, readCrc as readIcrc } from './crc.ts';
-
-/** CRC-32 (IEEE, reflected) by table, for short runs: a native call costs more than their octets. */
-const TABLE = new Int32Array(256);
-for (let n = 0; n < 256; n++) {
-  let c = n;
-  for (let k = 0; k < 8; k++) c = c & 1 ? 0xedb88320 ^ (c >>> 1) : c >>> 1;
-  TABLE[n] = c;
-}
-/** Below this many octets the JS table beats @node-rs/crc32's native call (its N-API crossing). */
-const NATIVE_FROM = 256;
-
-/** zlib-style continuation (`running` = the CRC of the octets before) over bytes[start, end). */
-function crc32Range(running: number, bytes: Uint8Array, start: number, end: number): number {
-  let c = ~running;
-  for (let i = start; i < end; i++) c = TABLE[(c ^ bytes[i]!) & 0xff]! ^ (c >>> 8);
-  return ~c >>> 0;
-}
 
 const LRH_STAND_IN = new Uint8Array(8).fill(0xff);
 /** CRC after the eight 0xFF octets: every ICRC starts here (rxe's raw seed 0xDEBB20E3, inverted). */
@@ -92,7 +76,7 @@ export function icrcContinueBth(running: number, bth: Uint8Array, at = 0): numbe
  */
 export function icrcContinueBthHead(running: number, bth: Uint8Array, at = 0): number {
   let c = ~crc32Range(running, bth, at, at + 4);
-  c = TABLE[(c ^ 0xff) & 0xff]! ^ (c >>> 8); // FECN, BECN, resv6
+  c = CRC32_TABLE[(c ^ 0xff) & 0xff]! ^ (c >>> 8); // FECN, BECN, resv6
   return crc32Range(~c >>> 0, bth, at + 5, at + 8);
 }
 
@@ -110,14 +94,12 @@ export function icrcBegin(ipHeader: Uint8Array, udpHeader: Uint8Array, bth: Uint
 }
 
 export function icrcContinue(running: number, bytes: Uint8Array): number {
-  const length = bytes.length;
-  if (length < NATIVE_FROM) return length === 0 ? running : crc32Range(running, bytes, 0, length);
-  return crc32(bytes, running);
+  return crc32Continue(running, bytes);
 }
 
 /** `icrcContinue` over bytes[start, end) without a view: the short header and trailer runs of a packet. */
 export function icrcContinueRange(running: number, bytes: Uint8Array, start: number, end: number): number {
-  if (end - start < NATIVE_FROM) return crc32Range(running, bytes, start, end);
+  if (end - start < CRC32_NATIVE_FROM) return crc32Range(running, bytes, start, end);
   return crc32(bytes.subarray(start, end), running);
 }
 
