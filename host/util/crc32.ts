@@ -2,7 +2,7 @@
 // JavaScript for short runs: a call into @node-rs/crc32 crosses N-API (argument checks, the
 // buffer's info, a number made for the result), which costs more than a few hundred octets by
 // table. Measured on this VM (issue 16, session 14): 16 octets took 120-190 ns per native call in
-// a warm loop against 25-36 ns by table, and in kbtp bench's client at 1 in flight, where each
+// a warm loop against 25-37 ns by table, and in kbtp bench's client at 1 in flight, where each
 // loaded block's stamp was checked by the native call, its samples were ~2 % of the thread.
 
 import { crc32 } from '@node-rs/crc32';
