@@ -291,6 +291,14 @@ export class SocketChannel implements StreamChannel, TurnParticipant {
    * carries on after it: the descriptor is non-blocking and read in order by this thread only.
    * Nothing waiting (EAGAIN) or a failure ends the read-ahead; the socket's own read reports a
    * failure or the end of the stream.
+   *
+   * With one request in flight that next read of libuv's finds nothing (EAGAIN): libuv reads
+   * again after every read that filled its buffer, as the header's did, and a read callback can
+   * stop it only by readStop and readStart, which cost epoll_ctl calls instead. So a 256 KiB
+   * STORE costs the target three reads (header, this readv, the empty one) where Redis makes
+   * one. The alternative, one read of the whole message into a staging buffer and a copy into
+   * the block, makes one read too, and cost more than the two calls it saves (issue 16, session
+   * 14: target CPU per STORE up 1.5-14 us, lower Gbit/s in 6 of 7 interleaved pairs).
    */
   private readAhead(owner: StreamConsumer): void {
     for (let round = 0; round < READ_AHEAD_ROUNDS && owner === this.consumer; round++) {
