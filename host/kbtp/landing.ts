@@ -65,6 +65,9 @@ export class LandingBuffers {
     if (entry === undefined || into.length < blockSize) return undefined;
     entry.outstanding++;
     this.bySlot[slot] = entry;
+    // The LOAD's RDMA Write spans the block from the buffer's start, and nothing else writes the
+    // buffer meanwhile: the receive path may read the Write's segments into it at once.
+    entry.region.remoteWriteExtent = blockSize;
     return entry.region;
   }
 

@@ -82,6 +82,17 @@ export class MemoryRegion {
    * before it. The KBTP target uses it to learn which ring tickets a session took one-sidedly.
    */
   onRemoteAtomic: ((offset: number, original: bigint) => void) | undefined = undefined;
+  /**
+   * How many octets a peer's RDMA Write into this region spans at most from its first octet, when
+   * the owner knows (0: unknown), that memory being the Write's alone until it completes: a
+   * buffer one LOAD at a time lands in (kbtp landing.ts). The receive path then reads the Write's
+   * later segments straight into it with one readv, guessing where they fall (receive-vector.ts;
+   * issue 16: a 256 KiB LOAD took six reads on the client, one per segment, and a Write carries
+   * no length). A wrong guess (a peer that cuts its segments otherwise, or a shorter Write) still
+   * places what was sent where it belongs; it only leaves stream octets in memory of this extent,
+   * which the peer may write anyway.
+   */
+  remoteWriteExtent = 0;
 
   constructor(
     readonly stag: number,

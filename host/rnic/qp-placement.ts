@@ -3,7 +3,7 @@
 // the oldest outstanding read, Sends into the posted receive buffers; it also dispatches the
 // single-FPDU control messages and checks the ready-to-receive message a responder waits for
 // (RFC 5041 placement, RFC 6581), as siw's siw_qp_rx.c does.
-import { Access, AccessStatus } from './memory.ts';
+import { Access, AccessStatus, type MemoryRegion } from './memory.ts';
 import type { QueuePair } from './qp.ts';
 import { accessStatusText, checkSge, hex, localAccessText, taggedErrorFor } from './qp-checks.ts';
 import { RnicError } from './errors.ts';
@@ -74,6 +74,9 @@ export class Placement implements ReceiveSink {
   private scatterOffset = 0;
   /** The view last handed out runs exactly to its message's end (see viewHoldsMessageEnd). */
   private viewEndsMessage = false;
+  /** The region of the RDMA Write being placed when it knows a Write's extent (MemoryRegion.remoteWriteExtent), and where the Write ends in it. */
+  private writeRegion: MemoryRegion | undefined;
+  private writeEnd = 0;
   /** The message offset at which the Send being placed is steered early (work.ts steerAt), or 0. */
   private steerEarly = 0;
   /** Where the first segment of a Send steered early ends (message offset). */
@@ -129,6 +132,7 @@ export class Placement implements ReceiveSink {
       return undefined;
     }
     if (opcode === RdmapOpcode.RdmaWrite) {
+      if (first) this.writeRegion = undefined;
       // RFC 5041: a zero-length tagged segment's STag and TO are not checked.
       if (length === 0) return EMPTY;
       const status = qp.memory.checkRemoteAt(stag, qp.pd, Access.RemoteWrite, toHigh, toLow, length);
@@ -142,8 +146,16 @@ export class Placement implements ReceiveSink {
         );
         return undefined;
       }
-      this.viewEndsMessage = false;
-      return qp.memory.resolvedRegion!.view(qp.memory.resolvedOffset, length);
+      const region = qp.memory.resolvedRegion!;
+      const offset = qp.memory.resolvedOffset;
+      if (first && region.remoteWriteExtent > 0) {
+        this.writeRegion = region;
+        this.writeEnd = Math.min(region.length, offset + region.remoteWriteExtent);
+      }
+      // Memory to the Write's known end is its own: the view runs there, and the receiver reads
+      // the Write's later segments straight into it (MemoryRegion.remoteWriteExtent).
+      this.viewEndsMessage = !last && region === this.writeRegion && this.writeEnd > offset + length;
+      return region.view(offset, this.viewEndsMessage ? this.writeEnd - offset : length);
     }
     // Read Response: must continue the oldest outstanding RDMA Read exactly.
     const request = qp.requester.orq[0];
