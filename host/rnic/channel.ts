@@ -296,9 +296,9 @@ export class SocketChannel implements StreamChannel, TurnParticipant {
    * again after every read that filled its buffer, as the header's did, and a read callback can
    * stop it only by readStop and readStart, which cost epoll_ctl calls instead. So a 256 KiB
    * STORE costs the target three reads (header, this readv, the empty one) where Redis makes
-   * one. The alternative, one read of the whole message into a staging buffer and a copy into
-   * the block, makes one read too, and cost more than the two calls it saves (issue 16, session
-   * 14: target CPU per STORE up 1.5-14 us, lower Gbit/s in 6 of 7 interleaved pairs).
+   * one. Reading as Redis does, the whole message at once into a staging buffer and then a copy
+   * into the block, cost more than the two calls it saves (issue 16, session 14: target CPU per
+   * STORE up 1.3-14.5 us, lower Gbit/s in 6 of 7 interleaved pairs).
    */
   private readAhead(owner: StreamConsumer): void {
     for (let round = 0; round < READ_AHEAD_ROUNDS && owner === this.consumer; round++) {
