@@ -33,7 +33,7 @@ import { tcpPingPong, type PingPongResult } from './tcp-pingpong.ts';
 import { redisLatency, redisRowFigures, type RedisRowFigures } from './redis-latency.ts';
 import { rowCpuLine } from './row-cpu.ts';
 import { nodeFloor, type FloorFigures } from './node-floor.ts';
-import { floorGoalLines, floorGoals, formatFloorGoals } from './floor-goals.ts';
+import { floorGoalLines, floorGoals, formatFloorGoals, rowMet } from './floor-goals.ts';
 
 /** redis_p50_us / redis_p99_us: to the reply's last octet; redis_benchmark_*: redis-benchmark's first read. */
 export interface CompareRow extends RedisRowFigures {
@@ -175,12 +175,6 @@ async function measure(
     }
   }
   return { inFlight, rows, kbtp, redis, redisComplete, floors };
-}
-
-/** Issue 16's bar per row: at 1 in flight kbtp at least matches Redis in GB/s and p50; pipelined it is 1.5x Redis. */
-function rowMet(row: CompareRow, inFlight: number): boolean {
-  if (inFlight > 1) return row.kbtp_gbps >= 1.5 * row.redis_gbps;
-  return row.kbtp_gbps >= row.redis_gbps && row.kbtp_p50_us <= row.redis_p50_us;
 }
 
 /** Where kbtp's CPU went per row: the thread with busy near 1.0 is what limits the row. */

@@ -66,6 +66,14 @@ export function floorGoals(rows: readonly CompareRow[], inFlight: number): Floor
   return goals;
 }
 
+/**
+ * Issue 16's bar per row, from the same goals: at 1 in flight kbtp at least matches Redis in GB/s
+ * and p50; pipelined it is 1.5x Redis's GB/s (the p99 goal is judged on its own).
+ */
+export function rowMet(row: CompareRow, inFlight: number): boolean {
+  return floorGoals([row], inFlight).every((goal) => goal.goal === 'p99 <= 2x p50' || goal.met);
+}
+
 const label = (goal: FloorGoal): string => `${goal.op.toUpperCase()} ${formatSize(goal.size)} x${goal.sessions}`;
 
 /** The table make compare prints: per goal and row kbtp, Redis, what the goal needs, the Node floor, and which side of what Node reached the goal lies. */

@@ -3,7 +3,7 @@
 import { test } from 'uvu';
 import * as assert from 'uvu/assert';
 import type { CompareRow } from '../../bench/compare/compare.ts';
-import { floorGoalLines, floorGoals, formatFloorGoals } from '../../bench/compare/floor-goals.ts';
+import { floorGoalLines, floorGoals, formatFloorGoals, rowMet } from '../../bench/compare/floor-goals.ts';
 
 const row = (figures: Partial<CompareRow>): CompareRow => ({
   op: 'load',
@@ -75,3 +75,13 @@ test('the table and the lines name each row, its side of the floor and what kbtp
 });
 
 test.run();
+
+test("a row's bar (make compare's met column): GB/s and p50 at 1 in flight, 1.5x GB/s pipelined, p99 aside", () => {
+  // At 1 in flight both must hold: GB/s alone or p50 alone is not enough; a p99 over 2x p50 does not count.
+  assert.ok(rowMet(row({ kbtp_gbps: 7, kbtp_p50_us: 35, kbtp_p99_us: 500 }), 1));
+  assert.not.ok(rowMet(row({ kbtp_gbps: 7, kbtp_p50_us: 36 }), 1));
+  assert.not.ok(rowMet(row({ kbtp_gbps: 6.9, kbtp_p50_us: 20 }), 1));
+  // Pipelined: 1.5x Redis's GB/s, whatever the p50.
+  assert.ok(rowMet(row({ kbtp_gbps: 10.5, kbtp_p50_us: 500 }), 8));
+  assert.not.ok(rowMet(row({ kbtp_gbps: 10.4 }), 8));
+});
