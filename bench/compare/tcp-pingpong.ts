@@ -52,8 +52,8 @@ export function parsePingPongOutput(output: string): PingPongResult {
 /** About `seconds` of the exchange with `size`-octet answers, `inFlight` requests a batch, after a fifth as many unmeasured. */
 export async function tcpPingPong(size: number, seconds: number, inFlight = 1): Promise<PingPongResult> {
   const binary = buildC('tcp-pingpong');
-  // A guess of one exchange's time on loopback (20 us plus the copy), only to size the run.
-  const guessUs = inFlight === 1 ? 20 + size / 4096 : (20 + (size * inFlight) / 4096) / inFlight;
+  // A guess of one request's share of a batch's time on loopback (20 us plus the copy), only to size the run.
+  const guessUs = (20 + (size * inFlight) / 4096) / inFlight;
   const requests = Math.max(1000, Math.round((seconds * 1e6) / guessUs));
   const args = ['--size', String(size), '--requests', String(requests), '--warmup', String(Math.round(requests / 5))];
   if (inFlight !== 1) args.push('--in-flight', String(inFlight));
