@@ -89,6 +89,7 @@ export class Appliance {
       engine: () => this.target?.engine,
       tenants: () => this.settings.target.tenants.map((tenant, index) => ({ name: tenant.name, slot: tenant.slot ?? index, quota: tenant.quota })),
       ready: () => this.stateValue === 'ready',
+      wakeLatency: () => this.target?.wakeLatency(),
     });
     this.scheduler = new Scheduler(log, this.metrics);
     this.tierMaintenance = new TierMaintenance(this.metrics, settings.scrubBlocksPerRun);

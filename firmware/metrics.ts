@@ -5,6 +5,7 @@
 // thread (pool, tenants, jobs, default process metrics). Names follow Prometheus conventions:
 // kbtp_ prefix, seconds and bytes, _total counters, labels of bounded cardinality only (opcode,
 // status, tenant, ring, job), never a handle.
+import type { WakeLatencyReport } from '../host/kbtp/server/wake-latency.ts';
 import { AggregatorRegistry, Registry, Counter, Gauge, Histogram, collectDefaultMetrics } from 'prom-client';
 import { LATENCY_BOUNDS_SECONDS, type StatsSnapshot } from '../host/kbtp/server/stats.ts';
 import type { DurableStats } from '../host/kbtp/server/tier-host.ts';
@@ -150,6 +151,8 @@ export interface MetricsSources {
   /** The tenants with their engine slots. */
   tenants(): ReadonlyArray<{ name: string; slot: number; quota: number }>;
   ready(): boolean;
+  /** The target's CPU wake-latency request (undefined while starting or when configured off). */
+  wakeLatency(): WakeLatencyReport | undefined;
 }
 
 /** The main thread's metrics (pool, tenants, jobs, process) and the scrape that adds the workers'. */
@@ -175,6 +178,26 @@ export class ApplianceMetrics {
       registers,
       collect() {
         this.set(sources.ready() ? 1 : 0);
+      },
+    });
+    new Gauge({
+      name: 'kbtp_cpu_wake_latency_held',
+      help: '1 while the node holds its CPU wake-latency request (PM QoS; it does while busy), 0 when not; absent when configured off',
+      registers,
+      collect() {
+        const report = sources.wakeLatency();
+        if (report === undefined) this.reset();
+        else this.set(report.held ? 1 : 0);
+      },
+    });
+    new Gauge({
+      name: 'kbtp_cpu_wake_latency_held_seconds',
+      help: 'Seconds the CPU wake-latency request has been in force since the node started (only grows)',
+      registers,
+      collect() {
+        const report = sources.wakeLatency();
+        if (report === undefined) this.reset();
+        else this.set(report.heldMs / 1000);
       },
     });
     new Gauge({

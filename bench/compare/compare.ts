@@ -2,6 +2,7 @@
 //
 //   node --import tsx bench/compare/compare.ts [--seconds 3] [--sizes 16K,256K,1M] [--sessions 1,16]
 //        [--in-flight 1] [--pipelined 8] [--workers 1] [--cpu-requests 10000] [--floor-seconds 1]
+//        [--cpu-wake-latency-us 0|N|off]
 //
 // kbtp: LOAD and STORE through `kbtp bench`'s engine against a target spawned for each size
 // (--workers threads, 1 by default: Redis serves from one thread too), every loaded block checked.
@@ -13,6 +14,9 @@
 // /proc (cpu.ts). Under every kbtp/Redis row the Node floor of the same shape (node-floor.ts: the
 // same direction, sessions and requests in flight, no protocol), and the bare C exchange at 1 and at
 // --pipelined in flight (tcp-pingpong.c): which goals lie above what Node reaches here (floor-goals.ts).
+// Every row runs under one CPU wake-latency request held for the whole run (--cpu-wake-latency-us,
+// 0 by default, the value a kbtp target holds while busy; off: none, by the run or its targets):
+// an idle CPU's wake-up is the machine's, so kbtp and Redis meet it alike (docs/BENCH.md, session 15).
 // Writes bench/results/compare.json (issue 6's shape plus issue 16's p50s,
 // node_socket_gbps and CPU per op), compare-detail.json (everything measured) and compare.svg;
 // stops every process it started, also on failure or Ctrl-C.
@@ -34,6 +38,8 @@ import { redisLatency, redisRowFigures, type RedisRowFigures } from './redis-lat
 import { rowCpuLine } from './row-cpu.ts';
 import { nodeFloor, type FloorFigures } from './node-floor.ts';
 import { floorGoalLines, floorGoals, formatFloorGoals, rowMet } from './floor-goals.ts';
+import { CpuLatencyRequest, currentCpuLatencyUs, MAX_CPU_LATENCY_US } from '../../host/util/cpu-latency.ts';
+import { DEFAULT_CPU_WAKE_LATENCY_US } from '../../host/kbtp/server/target-config.ts';
 
 /** redis_p50_us / redis_p99_us: to the reply's last octet; redis_benchmark_*: redis-benchmark's first read. */
 export interface CompareRow extends RedisRowFigures {
@@ -96,6 +102,7 @@ async function measure(
   workers: number,
   redisServer: RedisServer,
   floorSeconds: number,
+  cpuWakeLatencyUs: number | null,
 ): Promise<Table> {
   const kbtp: BenchRow[] = [];
   const redis: RedisResult[] = [];
@@ -118,6 +125,7 @@ async function measure(
       warmupMs: 500,
       // The first phase of each size meets a freshly spawned target still being compiled (run.ts).
       firstWarmupMs: 2000,
+      cpuWakeLatencyUs,
       log: () => undefined,
     });
     for (const row of measured) {
@@ -258,10 +266,11 @@ function formatCompare(title: string, rows: readonly CompareRow[], iperfGbps: nu
  * CPU per request on each side (issue 16): 16 KiB LOAD against a target in a process of its own
  * (cpu.ts kbtpCpuPerOp) and Redis GET of 16 KiB against `redisServer`, both 16 connections x 1 in flight.
  */
-async function measureCpu(redisServer: RedisServer, requests: number): Promise<{ kbtp: CpuPerOp; redis: CpuPerOp }> {
+async function measureCpu(redisServer: RedisServer, requests: number, cpuWakeLatencyUs: number | null): Promise<{ kbtp: CpuPerOp; redis: CpuPerOp }> {
   const size = 16 * 1024;
   const sessions = 16;
-  const kbtp = await kbtpCpuPerOp(repoRoot, requests, { size, sessions });
+  const targetArgs = ['--cpu-wake-latency-us', cpuWakeLatencyUs === null ? 'off' : String(cpuWakeLatencyUs)];
+  const kbtp = await kbtpCpuPerOp(repoRoot, requests, { size, sessions, targetArgs });
   // GET needs the value: one SET first (redis-benchmark uses the one key "key:__rand_int__" without -r).
   await childCpuUs('redis-benchmark', ['-h', '127.0.0.1', '-p', String(redisServer.port), '-t', 'set', '-d', String(size), '-n', '100', '-q'], 60_000);
   const redis = await cpuPerOp(redisServer.pid, requests, (count) =>
@@ -310,7 +319,7 @@ function tailLine(table: Table, bare: readonly PingPongResult[]): string {
 async function main(): Promise<number> {
   const parsed = parseCommandLine(
     'bench/compare',
-    'usage: node --import tsx bench/compare/compare.ts [--seconds 3] [--sizes 16K,256K,1M] [--sessions 1,16] [--in-flight 1] [--pipelined 8|0] [--workers 1] [--cpu-requests 10000] [--floor-seconds 1] [--out DIR]',
+    'usage: node --import tsx bench/compare/compare.ts [--seconds 3] [--sizes 16K,256K,1M] [--sessions 1,16] [--in-flight 1] [--pipelined 8|0] [--workers 1] [--cpu-requests 10000] [--floor-seconds 1] [--cpu-wake-latency-us 0|N|off] [--out DIR]',
     process.argv.slice(2),
     {
       seconds: { type: 'string' },
@@ -321,6 +330,7 @@ async function main(): Promise<number> {
       workers: { type: 'string' },
       'cpu-requests': { type: 'string' },
       'floor-seconds': { type: 'string' },
+      'cpu-wake-latency-us': { type: 'string' },
       out: { type: 'string' },
     },
   );
@@ -335,7 +345,28 @@ async function main(): Promise<number> {
   const cpuRequests = parseInteger(values['cpu-requests'], '--cpu-requests', 10_000, 100);
   const floorSeconds = parseNumber(values['floor-seconds'], '--floor-seconds', 1, 0.1);
   const out = values.out ?? join(repoRoot, 'bench', 'results');
+  const wakeText = values['cpu-wake-latency-us'];
+  const cpuWakeLatencyUs = wakeText === 'off' ? null : parseInteger(wakeText, '--cpu-wake-latency-us', DEFAULT_CPU_WAKE_LATENCY_US, 0);
+  if (cpuWakeLatencyUs !== null && cpuWakeLatencyUs > MAX_CPU_LATENCY_US) {
+    console.error(`bench/compare: --cpu-wake-latency-us ${cpuWakeLatencyUs} is more than ${MAX_CPU_LATENCY_US}; give 0 to ${MAX_CPU_LATENCY_US}, or off`);
+    return 2;
+  }
   mkdirSync(out, { recursive: true });
+  const wakeRequest = cpuWakeLatencyUs === null ? undefined : new CpuLatencyRequest(cpuWakeLatencyUs);
+  const wakeProblem = wakeRequest?.hold();
+  const cpuWakeLatency = {
+    request_us: cpuWakeLatencyUs,
+    held: wakeRequest?.held ?? false,
+    kernel_us: currentCpuLatencyUs() ?? null,
+    ...(wakeProblem !== undefined ? { problem: wakeProblem.message } : {}),
+  };
+  log(
+    cpuWakeLatencyUs === null
+      ? 'CPU wake latency: no request (idle CPUs take whatever idle state the kernel picks)'
+      : wakeProblem !== undefined
+        ? `CPU wake latency: ${wakeProblem.message}; every row runs with the machine's idle states`
+        : `CPU wake latency: ${cpuWakeLatencyUs} us requested for the whole run (the kernel now honours ${cpuWakeLatency.kernel_us ?? '?'} us)`,
+  );
 
   const onSignal = (): void => {
     void stopAll().finally(() => process.exit(130));
@@ -363,12 +394,15 @@ async function main(): Promise<number> {
     let extra: Table | undefined;
     let cpu: { kbtp: CpuPerOp; redis: CpuPerOp };
     try {
-      primary = await measure(sizes, sessionCounts, inFlight, seconds, workers, redisServer, floorSeconds);
-      extra = pipelined > 0 && pipelined !== inFlight ? await measure(sizes, sessionCounts, pipelined, seconds, workers, redisServer, floorSeconds) : undefined;
+      primary = await measure(sizes, sessionCounts, inFlight, seconds, workers, redisServer, floorSeconds, cpuWakeLatencyUs);
+      extra =
+        pipelined > 0 && pipelined !== inFlight
+          ? await measure(sizes, sessionCounts, pipelined, seconds, workers, redisServer, floorSeconds, cpuWakeLatencyUs)
+          : undefined;
       log(
         `CPU per request: 16 KiB LOAD and GET, 16 connections x 1 in flight, ${cpuRequests} and ${3 * cpuRequests} requests (target in a process of its own)`,
       );
-      cpu = await measureCpu(redisServer, cpuRequests);
+      cpu = await measureCpu(redisServer, cpuRequests, cpuWakeLatencyUs);
     } finally {
       await redisServer.stop();
     }
@@ -383,6 +417,7 @@ async function main(): Promise<number> {
       kbtp_cpu_us_per_op: cpuFields(cpu.kbtp),
       redis_cpu_us_per_op: cpuFields(cpu.redis),
       load_average: { before: loadBefore, after: loadAfter },
+      cpu_wake_latency: cpuWakeLatency,
       tcp_pingpong: bare.map((row) => ({ size: row.size, p50_us: row.p50Us, p99_us: row.p99Us })),
       tcp_pingpong_pipelined: barePipelined.map((row) => ({ size: row.size, in_flight: row.inFlight, gbps: row.gbps, p50_us: row.p50Us, p99_us: row.p99Us })),
       rows: primary.rows,
@@ -398,6 +433,7 @@ async function main(): Promise<number> {
           seconds,
           workers,
           loadAverage: { before: loadBefore, after: loadAfter },
+          cpuWakeLatency,
           iperf3: { defaultWritesGbps: iperf3Gbps, oneMiBWritesGbps: r3(iperfLarge) },
           nodeSocketGbps: nodeSocket,
           tcpPingPong: bare,
@@ -497,9 +533,13 @@ async function main(): Promise<number> {
     const perRequest = rowCpuLine(primary.rows);
     if (perRequest !== undefined) console.log(perRequest);
     console.log(`load average before ${loadBefore.join(' ')}, after ${loadAfter.join(' ')} (2 cores)`);
+    console.log(
+      `CPU wake latency over the run: ${cpuWakeLatencyUs === null ? 'no request' : `${cpuWakeLatencyUs} us ${cpuWakeLatency.held ? 'held' : `not held (${cpuWakeLatency.problem ?? '?'})`}`}`,
+    );
     console.log(`wrote ${join(out, 'compare.json')}, compare-detail.json and compare.svg`);
     return 0;
   } finally {
+    wakeRequest?.release();
     await stopAll();
   }
 }

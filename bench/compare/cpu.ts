@@ -89,8 +89,9 @@ export async function startTargetProcess(
   blockSize: number,
   blocks: number,
   maxInline?: number,
+  targetArgs: readonly string[] = [],
 ): Promise<{ port: number; pid: number; child: ChildProcess }> {
-  const config: string[] = [];
+  const config: string[] = [...targetArgs];
   if (maxInline !== undefined) {
     const folder = mkdtempSync(join(tmpdir(), 'kbtp-cpu-'));
     const file = join(folder, 'target.json');
@@ -154,12 +155,21 @@ function windowCpu(json: string): number | undefined {
 export async function kbtpCpuPerOp(
   repoRoot: string,
   requests: number,
-  options: { size: number; sessions: number; inFlight?: number; extra?: readonly string[]; mix?: 'load' | 'store'; maxInline?: number },
+  options: {
+    size: number;
+    sessions: number;
+    inFlight?: number;
+    extra?: readonly string[];
+    mix?: 'load' | 'store';
+    maxInline?: number;
+    /** More options of the `kbtp target` process. */
+    targetArgs?: readonly string[];
+  },
 ): Promise<CpuPerOp> {
   const { size, sessions } = options;
   const inFlight = options.inFlight ?? 1;
   const cli = join(repoRoot, 'dist', 'host', 'cli.js');
-  const target = await startTargetProcess(repoRoot, size, sessions * inFlight + 16, options.maxInline);
+  const target = await startTargetProcess(repoRoot, size, sessions * inFlight + 16, options.maxInline, options.targetArgs);
   try {
     const args = (count: number): string[] => [
       cli,

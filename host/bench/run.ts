@@ -18,6 +18,8 @@ export interface BenchConfig {
   secret?: string;
   /** Worker threads of a spawned target. */
   workers: number;
+  /** A spawned target's CPU wake-latency request while busy (undefined: the target's default; null: none). */
+  cpuWakeLatencyUs?: number | null;
   /** Block sizes; empty: the block size of the target (a running target only). */
   sizes: readonly number[];
   phases: readonly Phase[];
@@ -124,6 +126,7 @@ export async function runBench(config: BenchConfig, rows: BenchRow[] = []): Prom
         sessions: config.sessions,
         directLoad: direct.load,
         directAlloc: direct.alloc,
+        ...(config.cpuWakeLatencyUs !== undefined ? { cpuWakeLatencyUs: config.cpuWakeLatencyUs } : {}),
         ...(config.log !== undefined ? { log: config.log } : {}),
       });
       address = `127.0.0.1:${target.port}`;

@@ -14,6 +14,8 @@ export interface SpawnOptions {
   directAlloc?: boolean;
   /** Largest inline STORE payload (default: min(blockSize, SPAWNED_MAX_INLINE)). */
   maxInline?: number;
+  /** The target's CPU wake-latency request while busy (undefined: the target's default; null: none). */
+  cpuWakeLatencyUs?: number | null;
   log?: (line: string) => void;
 }
 
@@ -36,6 +38,7 @@ export async function spawnTarget(options: SpawnOptions): Promise<RunningTarget>
     workers: options.workers,
     pool: { blockSize, blockCount: blocks, handleCount: blocks * 4, maxInline: Math.min(options.maxInline ?? SPAWNED_MAX_INLINE, blockSize) },
     session: { credits: options.credits, maxSessions: Math.max(32, options.sessions + 4) },
+    ...(options.cpuWakeLatencyUs !== undefined ? { cpuWakeLatencyUs: options.cpuWakeLatencyUs } : {}),
     tenants: [
       {
         name: 'default',

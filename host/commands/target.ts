@@ -23,6 +23,7 @@ import { SramConfigError, loadSramConfig } from '../sram/index.ts';
 import type { StatsSnapshot } from '../kbtp/server/stats.ts';
 import type { RunningTarget } from '../kbtp/server/target.ts';
 import { MAX_BUSY_POLL_US } from '../rnic/busy-poll.ts';
+import { MAX_CPU_LATENCY_US } from '../util/cpu-latency.ts';
 
 const HELP = `usage: kbtp target [options]
 
@@ -61,6 +62,13 @@ options:
                          instead of sleeping (0 = off, the default; at most 10000): lower latency
                          when each polling thread has a CPU of its own, more CPU and system calls
                          (docs/BENCH.md); overrides $KBTP_BUSY_POLL_US
+  --cpu-wake-latency-us N|off
+                         while the node serves traffic, ask the kernel to keep idle CPUs within N us
+                         of waking (PM QoS on /dev/cpu_dma_latency; root only). The default, 0, makes
+                         idle CPUs poll instead of halting: a 16 KiB request at one in flight answered
+                         2-3x sooner on a VM whose halted vCPUs wake slowly, for CPUs that spin while
+                         busy (held only while busy, dropped after 2 s idle; docs/BENCH.md, session 15).
+                         off: no request
   --data-dir DIR         keep sealed blocks on a durable tier in DIR/tier (docs/TIER.md): they survive
                          restarts, kill -9 and power loss; the target recovers them before it listens.
                          Tenants without an "eviction" in the config get "demote"; an explicit one is kept
@@ -120,6 +128,7 @@ async function statusLine(target: RunningTarget): Promise<string> {
     status: {
       ...stats,
       slotsInUse: target.slotsInUse(),
+      cpuWakeLatency: target.wakeLatency() ?? null,
       rssBytes: process.memoryUsage().rss,
       audit: {
         ok: audit.ok,
@@ -148,6 +157,7 @@ export const command: Command = {
       'max-inline': { type: 'string' },
       'sram-model': { type: 'string' },
       'busy-poll-us': { type: 'string' },
+      'cpu-wake-latency-us': { type: 'string' },
       'loopback-congestion-control': { type: 'string' },
       'stats-interval': { type: 'string' },
       'data-dir': { type: 'string' },
@@ -218,6 +228,13 @@ export const command: Command = {
         settings.busyPollUs = busyPollUs;
       }
       checkBusyPoll(settings.transport, settings.busyPollUs, values['busy-poll-us'] !== undefined ? '--busy-poll-us' : 'busyPollUs');
+      const wakeLatency = values['cpu-wake-latency-us'];
+      if (wakeLatency !== undefined) {
+        const us = wakeLatency === 'off' ? null : integer('cpu-wake-latency-us', wakeLatency, 0);
+        if (us !== null && us !== undefined && us > MAX_CPU_LATENCY_US)
+          throw new ConfigError('--cpu-wake-latency-us', `${us} is more than ${MAX_CPU_LATENCY_US}`, `give 0 to ${MAX_CPU_LATENCY_US} microseconds, or off`);
+        settings.cpuWakeLatencyUs = us ?? null;
+      }
       if (values['no-durable'] === true && (values['data-dir'] !== undefined || values['durable-capacity'] !== undefined)) {
         throw new ConfigError('--no-durable', 'contradicts --data-dir/--durable-capacity', 'give one or the other');
       }

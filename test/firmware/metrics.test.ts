@@ -41,6 +41,9 @@ test('metrics: valid exposition, Prometheus naming, and counters that move with 
     }
     assert.is(before.value('kbtp_pool_blocks', { state: 'free' }), SMALL_POOL.blockCount);
     assert.is(before.value('kbtp_ready'), 1);
+    // The node's CPU wake-latency request (on by default): whether it is in force depends on traffic and on root.
+    assert.ok([0, 1].includes(before.value('kbtp_cpu_wake_latency_held') ?? -1));
+    assert.ok((before.value('kbtp_cpu_wake_latency_held_seconds') ?? -1) >= 0);
 
     const kbtp = await daemon.kbtp;
     // Sessions land on whichever worker accepts them; the sums below are across both.

@@ -10,6 +10,7 @@ import { parseSecretHash } from './secret-hash.ts';
 import { jsonSyntaxProblem } from '../../util/json-syntax.ts';
 import { BUSY_POLL_ENV, MAX_BUSY_POLL_US } from '../../rnic/busy-poll.ts';
 import { isLoopback } from '../../rnic/socket-window.ts';
+import { MAX_CPU_LATENCY_US } from '../../util/cpu-latency.ts';
 
 export interface TenantSettings {
   name: string;
@@ -93,6 +94,11 @@ export interface TargetSettings {
    */
   busyPollUs: number | undefined;
   /**
+   * The CPU wake latency the target asks the kernel for while it serves traffic (PM QoS; 0: idle
+   * CPUs poll instead of halting; null: no request). host/kbtp/server/wake-latency.ts says why.
+   */
+  cpuWakeLatencyUs: number | null;
+  /**
    * TCP congestion control of the connections a loopback listener accepts (null: the host's;
    * host/rnic/socket-window.ts says why kbtp does not keep BBR there).
    */
@@ -108,6 +114,8 @@ const DEFAULT_BLOCK_COUNT = 4096; // 256 MiB
 const DEFAULT_MAX_SESSIONS = 64;
 const DEFAULT_TIMEOUTS: TimeoutSettings = { mpaRequestMs: 10_000, rtrMs: 10_000, helloMs: 10_000, idleSessionMs: 600_000, rdmaReadMs: 30_000 };
 const MAX_TIMEOUT_MS = 2 ** 31 - 1; // setTimeout's limit
+/** Idle CPUs poll while the node is busy: a cache node answers first (docs/BENCH.md, session 15). */
+export const DEFAULT_CPU_WAKE_LATENCY_US = 0;
 
 // The keys each object of the file may hold; a key read below must be listed here.
 const TOP_KEYS = [
@@ -121,6 +129,7 @@ const TOP_KEYS = [
   'durable',
   'transport',
   'busyPollUs',
+  'cpuWakeLatencyUs',
   'loopbackCongestionControl',
 ] as const;
 const DURABLE_KEYS = ['enabled', 'dataDir', 'capacity', 'lowWatermark'] as const;
@@ -386,6 +395,17 @@ export function resolveTargetSettings(input: Json, otherSections: readonly strin
   }
   const busyPollUs = top.has('busyPollUs') ? top.integer('busyPollUs', { min: 0, max: MAX_BUSY_POLL_US }) : undefined;
   checkBusyPoll(transport, busyPollUs, 'busyPollUs');
+  const cpuWakeLatencyIn = top.raw('cpuWakeLatencyUs');
+  const cpuWakeLatencyUs =
+    cpuWakeLatencyIn === null
+      ? null
+      : cpuWakeLatencyIn === undefined
+        ? DEFAULT_CPU_WAKE_LATENCY_US
+        : top.integer('cpuWakeLatencyUs', {
+            min: 0,
+            max: MAX_CPU_LATENCY_US,
+            why: `give microseconds from 0 (idle CPUs poll) to ${MAX_CPU_LATENCY_US}, or null for no request`,
+          });
   const loopbackCongestionControl =
     top.raw('loopbackCongestionControl') === null
       ? null
@@ -395,6 +415,7 @@ export function resolveTargetSettings(input: Json, otherSections: readonly strin
     transport,
     workers,
     busyPollUs,
+    cpuWakeLatencyUs,
     loopbackCongestionControl,
     session,
     timeouts,
@@ -455,6 +476,7 @@ export function describeSettings(settings: TargetSettings): string {
       transport: settings.transport,
       workers: settings.workers,
       busyPollUs: settings.busyPollUs ?? `from $${BUSY_POLL_ENV} (unset: 0, off)`,
+      cpuWakeLatencyUs: settings.cpuWakeLatencyUs ?? 'off (no request)',
       loopbackCongestionControl: settings.loopbackCongestionControl ?? "the host's",
       pool: { ...pool, handleBase: handle(pool.handleBase), ringOrder: pool.ringOrder ?? 'smallest that fits' },
       session: settings.session,

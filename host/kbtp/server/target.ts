@@ -20,6 +20,7 @@ import { TierAnswers } from './tier-answers.ts';
 import type { RecoveryReport } from '../../tier/recovery.ts';
 import type { FileLayer } from '../../tier/files.ts';
 import { duplicateDescriptor } from '../../util/descriptors.ts';
+import { WakeLatencyHolder, type WakeLatencyReport } from './wake-latency.ts';
 
 export interface TargetOptions {
   /** Per-session log lines (connections, refusals, GOODBYE). */
@@ -31,6 +32,8 @@ export interface TargetOptions {
   phase?: (phase: 'recovering' | 'starting') => void;
   /** Called before each journal the durable tier's recovery replays (done of total). */
   recoveryProgress?: (journalsDone: number, journals: number) => void;
+  /** The PM QoS device the CPU wake-latency request is written to (tests give a file of their own). */
+  cpuLatencyDevice?: string;
 }
 
 export type { DurableStats } from './tier-host.ts';
@@ -63,6 +66,8 @@ export interface RunningTarget {
    * new sessions are admitted by it, sessions of tenants it drops or changes end.
    */
   updateTenants(tenants: TenantSettings[]): void;
+  /** The CPU wake-latency request held while the node is busy; undefined when configured off. */
+  wakeLatency(): WakeLatencyReport | undefined;
 }
 
 const workerUrl = new URL(`./worker${import.meta.url.endsWith('.ts') ? '.ts' : '.js'}`, import.meta.url);
@@ -159,6 +164,10 @@ export async function startTarget(settings: TargetSettings, options: TargetOptio
     throw error;
   }
 
+  const wakeLatency =
+    settings.cpuWakeLatencyUs === null ? undefined : new WakeLatencyHolder({ latencyUs: settings.cpuWakeLatencyUs, log, device: options.cpuLatencyDevice });
+  wakeLatency?.start();
+
   let nextStatsId = 1;
   const exited = new Set<Worker>();
   for (const [index, worker] of workers.entries()) {
@@ -215,6 +224,7 @@ export async function startTarget(settings: TargetSettings, options: TargetOptio
     failure,
     slotsInUse: () => slots.inUse,
     threadIds,
+    wakeLatency: () => wakeLatency?.report(),
     updateTenants: (tenants) => {
       settings.tenants = tenants;
       for (const worker of workers) worker.postMessage({ type: 'tenants', tenants } satisfies MainToWorker);
@@ -238,6 +248,7 @@ export async function startTarget(settings: TargetSettings, options: TargetOptio
       }
       stopping = true;
       await Promise.all(workers.map((worker) => worker.terminate()));
+      wakeLatency?.stop();
       // A clean stop leaves a checkpoint, so the next start replays no journal. Acknowledged
       // requests are durable either way: a failure here costs the next start time, not data.
       const checkpointed = await tier?.checkpoint().then(
