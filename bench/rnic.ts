@@ -8,12 +8,14 @@
 // over the batched UDP link (link: "batched": sendmmsg/recvmmsg with GSO/GRO, the default where
 // koffi loads), and loss-free once more over node:dgram's UdpLink (link: "dgram") for comparison;
 // next to plain UDP socket pairs pumping datagrams of one RoCE packet's size (bench/udp-pairs.ts:
-// "udp" through node:dgram, "udp-batched" through the batched socket: what each carries without RC).
+// "udp" through node:dgram, "udp-batched" through the batched socket: what each carries without RC),
+// and the batched pair once more with its receiver on a thread of its own ("udp-batched", threads:
+// 2; bench/rnic-udp-threads.ts): what the link carries where the two-thread RoCE rows run it.
 //
 //   node --import tsx bench/rnic.ts [--mib-per-run N] [--threads-mib-per-run N] [--trials N] [--sizes 16384,262144] [--rows iwarp,roce] [--ops read] [--counters] [--output path]
 //
-// --rows runs some of the rows only (a quicker A/B): tcp (both plain TCP pairs), udp (both plain
-// UDP pairs), iwarp (Write/Read, CRC off and on), roce (loss-free, the default link), roce-loss
+// --rows runs some of the rows only (a quicker A/B): tcp (both plain TCP pairs), udp (the plain
+// UDP pairs, the batched one on one thread and on two), iwarp (Write/Read, CRC off and on), roce (loss-free, the default link), roce-loss
 // (1 % loss), roce-dgram (over node:dgram); --ops write or read measures one RDMA operation
 // only. Ratios are printed where both of their rows ran. threads: Writes and Reads with the responder on a
 // worker thread of its own (bench/rnic-responder.ts), iWARP (CRC off) and RoCE: the shape of a
@@ -33,6 +35,7 @@ import { parseCommandLine } from '../host/commands/command-line.ts';
 import { loadBatchedUdp } from '../host/rnic/rc/batched-udp-libc.ts';
 import { ImpairedLink, openUdpLink, type AnyQueuePair, type CompletionQueue, type MemoryRegion, type UdpLinkKind } from '../host/rnic/verbs.ts';
 import { batchedPair, dgramPair, udpPairRun } from './udp-pairs.ts';
+import { twoThreadUdpPair } from './rnic-udp-threads.ts';
 import { iwarpEndpoint, roceEndpoint, type Endpoint } from './rnic-endpoint.ts';
 import { spawnWorker } from '../host/util/spawn-worker.ts';
 import type { ResponderCommand, ResponderMessage, ResponderSetup } from './rnic-responder.ts';
@@ -83,7 +86,7 @@ interface Row {
   ofIwarp?: { crcOn: number; crcOff: number };
   /** RoCE rows with loss: throughput as a fraction of the same row loss-free. */
   ofLossFree?: number;
-  /** 2: the responder ran on a worker thread of its own (the `threads` rows); absent: both ends on this thread. */
+  /** 2: the responder (udp-batched: the receiver) ran on a worker thread of its own; absent: both ends on this thread. */
   threads?: 2;
   /** Two-thread RoCE rows: throughput as a fraction of the two-thread iWARP row of the same operation (CRC off). */
   ofIwarpTwoThreads?: number;
@@ -515,9 +518,14 @@ interface CountedRuns {
   cpu?: RowThreadCpu;
 }
 
-const samplers = new Map<RequesterPair, ReturnType<typeof threadSampler>>();
+/** What a row's CPU is split by (--counters): its pair, whose other end may run on a thread of its own. */
+interface ThreadSplit {
+  responderThread?: number;
+}
+
+const samplers = new Map<ThreadSplit, ReturnType<typeof threadSampler>>();
 /** One thread sampler per pair, the responder's thread told apart when it has one. */
-function samplerFor(pair: RequesterPair): ReturnType<typeof threadSampler> {
+function samplerFor(pair: ThreadSplit): ReturnType<typeof threadSampler> {
   if (!samplers.has(pair)) samplers.set(pair, threadSampler(pair.responderThread));
   return samplers.get(pair);
 }
@@ -549,6 +557,8 @@ async function main(): Promise<void> {
   const batchedUdp = running('udp') && batched ? await batchedPair() : undefined;
   if (plainUdp !== undefined) await udpPairRun(plainUdp, warmUpBytes);
   if (batchedUdp !== undefined) await udpPairRun(batchedUdp, warmUpBytes);
+  const twoThreadUdp = running('udp') && batched ? await twoThreadUdpPair() : undefined;
+  if (twoThreadUdp !== undefined) await udpPairRun(twoThreadUdp, threadsWarmUpBytes);
   const pairs = new Map<boolean, RdmaPair>();
   if (running('iwarp')) for (const crc of [false, true]) pairs.set(crc, await rdmaPair(crc, largest));
   type RoceKey = `${UdpLinkKind}/${number}`;
@@ -573,6 +583,8 @@ async function main(): Promise<void> {
     run: (size: number) => Promise<number>;
     /** RDMA rows: the pair the run uses (--counters asks it for its counters and responder thread). */
     pair?: RequesterPair;
+    /** Other two-thread rows: what their CPU is split by (--counters). */
+    split?: ThreadSplit;
   };
   const rdmaCases = (transport: Row['transport'], crc: boolean, loss: number, pair: RdmaPair, link?: Row['link']): Case[] =>
     [...ops].map((op) => {
@@ -594,6 +606,10 @@ async function main(): Promise<void> {
   }
   if (plainUdp !== undefined) cases.push({ op: 'udp', transport: 'roce', crc: false, loss: 0, run: () => udpPairRun(plainUdp, bytesPerRun) });
   if (batchedUdp !== undefined) cases.push({ op: 'udp-batched', transport: 'roce', crc: false, loss: 0, run: () => udpPairRun(batchedUdp, bytesPerRun) });
+  if (twoThreadUdp !== undefined) {
+    const split = twoThreadUdp.receiverThread === undefined ? {} : { responderThread: twoThreadUdp.receiverThread };
+    cases.push({ op: 'udp-batched', transport: 'roce', crc: false, loss: 0, threads: 2, run: () => udpPairRun(twoThreadUdp, threadsBytesPerRun), split });
+  }
   // Write then Read, CRC off then on, as before --rows: the order the interleaved trials keep.
   for (const op of ops) for (const [crc, pair] of pairs) cases.push(...rdmaCases('iwarp', crc, 0, pair).filter((entry) => entry.op === op));
   // RoCE always carries the ICRC (crc: true), the iWARP rows' CRC-on counterpart.
@@ -641,18 +657,19 @@ async function main(): Promise<void> {
     for (let trial = 0; trial < trials; trial++) {
       for (const entry of cases) {
         const pair = countersWanted ? entry.pair : undefined;
-        const sampler = pair === undefined ? undefined : samplerFor(pair);
+        const split = countersWanted ? (entry.pair ?? entry.split) : undefined;
+        const sampler = split === undefined ? undefined : samplerFor(split);
         const countersBefore = await pair?.counters?.();
         const cpuBefore = sampler?.sample();
         const bytes = entry.threads === 2 ? threadsBytesPerRun : bytesPerRun;
         const result = await measure(bytes, () => entry.run(size));
         const cpuAfter = sampler?.sample();
         const countersAfter = await pair?.counters?.();
-        if (pair !== undefined) {
+        if (split !== undefined) {
           const sum = counted.get(key(entry)) ?? { bytes: 0 };
           sum.bytes += bytes;
           if (cpuBefore !== undefined && cpuAfter !== undefined)
-            sum.cpu = addThreadCpu(sum.cpu, threadCpuBetween(cpuBefore, cpuAfter, pair.responderThread !== undefined));
+            sum.cpu = addThreadCpu(sum.cpu, threadCpuBetween(cpuBefore, cpuAfter, split.responderThread !== undefined));
           if (countersBefore !== undefined && countersAfter !== undefined) {
             sum.requester = addCounters(sum.requester, countersBetween(countersBefore.requester, countersAfter.requester));
             if (countersBefore.responder !== undefined && countersAfter.responder !== undefined)
@@ -722,6 +739,14 @@ async function main(): Promise<void> {
           `(${(udp.cpuMsPerGiB / pair.cpuMsPerGiB).toFixed(2)}x); ${pair.gbps.toFixed(2)} vs ${udp.gbps.toFixed(2)} Gb/s`,
       );
     }
+    const udpTwoThreads = at('udp-batched/roce/false/0/+2t');
+    if (udpTwoThreads !== undefined) {
+      const roceOf = [...ops].map((op) => `${op} ${fixed(ratio(at(`${op}/roce/true/0/${mainLink}+2t`), udpTwoThreads))}`).join(', ');
+      console.log(
+        `size ${size}: batched UDP pair, receiver on its own thread: ${udpTwoThreads.gbps.toFixed(2)} Gb/s, ${cpu(udpTwoThreads)} CPU-s/GiB` +
+          ` (one thread: ${fixed(at('udp-batched/roce/false/0/')?.gbps)} Gb/s); RoCE on two threads of it: ${roceOf}`,
+      );
+    }
     for (const op of ops) {
       const twoThreadIwarp = at(`${op}/iwarp/false/0/+2t`);
       const twoThreadRoce = at(`${op}/roce/true/0/${mainLink}+2t`);
@@ -767,6 +792,7 @@ async function main(): Promise<void> {
   for (const pair of [...pairs.values(), ...roce.values(), ...twoThreads.values()]) await pair.close();
   await plainUdp?.close();
   await batchedUdp?.close();
+  await twoThreadUdp?.close();
   const output = values.output;
   mkdirSync(dirname(output), { recursive: true });
   writeFileSync(output, `${JSON.stringify(rows, null, 2)}\n`);

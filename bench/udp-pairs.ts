@@ -9,7 +9,7 @@ import { BatchedUdpSocket } from '../host/rnic/rc/batched-udp-socket.ts';
 
 export const ROCE_PACKET = 12 + 4096 + 4;
 const WINDOW = 128;
-const CREDIT_EVERY = 64;
+export const CREDIT_EVERY = 64;
 
 /** A socket pair; `onData` and `onCredit` replace the previous handler, so a pair serves many runs. */
 export interface UdpPair {
@@ -17,6 +17,15 @@ export interface UdpPair {
   sendCredit(): void;
   onData(handler: () => void): void;
   onCredit(handler: () => void): void;
+  /**
+   * A pair whose receiver runs on another thread (bench/rnic-udp-threads.ts) counts and credits
+   * there: `startRun` tells it a run of `count` datagrams begins, `arrived` how many came since;
+   * `onData` and `sendCredit` then go unused.
+   */
+  startRun?(count: number): void;
+  arrived?(): number;
+  /** Datagrams in flight at most (default WINDOW). */
+  window?: number;
   close(): Promise<void>;
 }
 
@@ -75,38 +84,47 @@ export async function pump(pair: UdpPair, count: number): Promise<number> {
   // Off-heap like a registered region, so the batched sender points at it instead of copying.
   const datagram = new Uint8Array(new SharedArrayBuffer(ROCE_PACKET)).fill(0x5a);
   let received = 0;
+  const elsewhere = pair.arrived?.bind(pair);
+  const arrived = elsewhere ?? ((): number => received);
+  const window = pair.window ?? WINDOW;
   let acknowledged = 0;
   let sent = 0;
   let finish: () => void = () => undefined;
   const done = new Promise<void>((resolve) => (finish = resolve));
   const fill = (): void => {
-    while (sent < count && sent - acknowledged < WINDOW) {
+    while (sent < count && sent - acknowledged < window) {
       pair.send(datagram);
       sent++;
     }
   };
-  pair.onData(() => {
-    received++;
-    if (received === count) finish();
-    else if (received % CREDIT_EVERY === 0) pair.sendCredit();
-  });
+  pair.startRun?.(count);
+  if (elsewhere === undefined) {
+    pair.onData(() => {
+      received++;
+      if (received === count) finish();
+      else if (received % CREDIT_EVERY === 0) pair.sendCredit();
+    });
+  }
   pair.onCredit(() => {
     acknowledged += CREDIT_EVERY;
-    fill();
+    if (elsewhere !== undefined && elsewhere() >= count) finish();
+    else fill();
   });
   // A datagram the kernel dropped would stall the window: top it up from a timer, and end once
   // everything was sent and nothing more arrives.
   let lastReceived = -1;
   const refill = setInterval(() => {
-    if (sent === count && received === lastReceived) finish();
-    lastReceived = received;
-    acknowledged = Math.max(acknowledged, received);
+    const now = arrived();
+    if (now >= count || (sent === count && now === lastReceived)) finish();
+    lastReceived = now;
+    acknowledged = Math.max(acknowledged, now);
     fill();
   }, 20);
   fill();
   await done;
   clearInterval(refill);
-  return received;
+  pair.onCredit(() => undefined);
+  return Math.min(arrived(), count);
 }
 
 /** Moves `total` octets in ROCE_PACKET datagrams over an open pair; returns Gbit/s of what arrived. */

@@ -1,0 +1,54 @@
+// bench/rnic.ts's two-thread UDP row (bench/rnic-udp-threads.ts, bench/rnic-udp-receiver.ts): the
+// batched UDP pair with its receiver on a worker thread, the link-only counterpart of the RoCE
+// two-thread rows. Presence, counts and thread ids only: throughput is a benchmark's, never
+// asserted here.
+import { test } from 'uvu';
+import * as assert from 'uvu/assert';
+import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { loadBatchedUdp } from '../../host/rnic/rc/batched-udp-libc.ts';
+import { osThreadId } from '../../bench/rnic-counters.ts';
+import { twoThreadUdpPair } from '../../bench/rnic-udp-threads.ts';
+import { udpPairRun } from '../../bench/udp-pairs.ts';
+import { runProgram } from '../support/program.ts';
+
+const scratch = mkdtempSync(join(tmpdir(), 'kbtp-rnic-udp-threads-'));
+test.after(() => rmSync(scratch, { recursive: true, force: true }));
+const batched = !(loadBatchedUdp() instanceof Error);
+
+test('the two-thread pair moves every datagram of a run, run after run, and receives on another thread', async () => {
+  if (!batched) return;
+  const pair = await twoThreadUdpPair();
+  try {
+    assert.ok(pair.receiverThread !== undefined && pair.receiverThread !== osThreadId(), `receiver thread ${pair.receiverThread}`);
+    // Two runs on one pair (the bench keeps it open across trials): the count starts over each time.
+    for (const total of [1 << 20, 3 << 20]) assert.ok((await udpPairRun(pair, total)) > 0, `${total} octets moved`);
+  } finally {
+    await pair.close();
+  }
+});
+
+interface RowJson {
+  op: string;
+  threads?: number;
+  gbps: number;
+  counters?: { cpuMsPerGiB?: { requesterThread: number; responderThread?: number } };
+}
+
+test('--rows udp adds the batched pair with its receiver on its own thread, CPU by thread with --counters', async () => {
+  if (!batched) return;
+  const output = join(scratch, 'rnic.json');
+  const args = ['--import', 'tsx', 'bench/rnic.ts', '--rows', 'udp', '--sizes', '16384', '--mib-per-run', '1', '--trials', '1', '--counters'];
+  const run = await runProgram(process.execPath, [...args, '--output', output]);
+  assert.is(run.code, 0, run.stderr);
+  const rows = JSON.parse(readFileSync(output, 'utf8')) as RowJson[];
+  const oneThread = rows.find((row) => row.op === 'udp-batched' && row.threads === undefined);
+  const twoThreads = rows.find((row) => row.op === 'udp-batched' && row.threads === 2);
+  assert.ok(oneThread !== undefined && twoThreads !== undefined, 'both batched rows');
+  assert.ok(twoThreads.gbps > 0);
+  assert.ok((twoThreads.counters?.cpuMsPerGiB?.responderThread ?? 0) > 0, 'the receiver thread did the receiving');
+  assert.match(run.stdout.toString(), /batched UDP pair, receiver on its own thread: /);
+});
+
+test.run();
