@@ -5,8 +5,9 @@
 // drops it when it stops.
 import { test } from 'uvu';
 import * as assert from 'uvu/assert';
-import { mkdtempSync, readFileSync, readdirSync, readlinkSync, rmSync, writeFileSync } from 'node:fs';
+import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
+import { descriptorsOpenOn } from '../support/descriptors.ts';
 import { join } from 'node:path';
 import { WakeLatencyHolder, WAKE_IDLE_MS, WAKE_SAMPLE_MS } from '../../host/kbtp/server/wake-latency.ts';
 import { ConfigError, describeSettings } from '../../host/kbtp/server/target-config.ts';
@@ -21,15 +22,6 @@ function device(): string {
   const path = join(dir, `device-${devices++}`);
   writeFileSync(path, '');
   return path;
-}
-function openOn(path: string): number {
-  return readdirSync('/proc/self/fd').filter((fd) => {
-    try {
-      return readlinkSync(`/proc/self/fd/${fd}`) === path;
-    } catch {
-      return false;
-    }
-  }).length;
 }
 
 /** A holder on a fake clock and CPU: `step(cpuMs)` advances one sample period with that much CPU used. */
@@ -54,17 +46,17 @@ test('busy places the request at once; idle keeps it for WAKE_IDLE_MS, then drop
     step(0);
     step(0.5); // 0.5 % of a CPU: idle
     assert.is(holder.report().held, false);
-    assert.is(openOn(path), 0);
+    assert.is(descriptorsOpenOn(path), 0);
     step(5);
     assert.is(holder.report().held, true);
     assert.equal([...readFileSync(path)], [0, 0, 0, 0]);
-    assert.is(openOn(path), 1);
+    assert.is(descriptorsOpenOn(path), 1);
     const idleSamples = WAKE_IDLE_MS / WAKE_SAMPLE_MS;
     for (let i = 1; i < idleSamples; i++) step(0);
     assert.is(holder.report().held, true, 'a pause shorter than WAKE_IDLE_MS keeps it');
     step(0);
     assert.is(holder.report().held, false);
-    assert.is(openOn(path), 0);
+    assert.is(descriptorsOpenOn(path), 0);
     step(20);
     const report = holder.report();
     assert.is(report.held, true);
@@ -75,7 +67,7 @@ test('busy places the request at once; idle keeps it for WAKE_IDLE_MS, then drop
     holder.stop();
   }
   assert.is(holder.report().held, false);
-  assert.is(openOn(path), 0, 'stop drops it');
+  assert.is(descriptorsOpenOn(path), 0, 'stop drops it');
 });
 
 test('a device that refuses is said once and not tried again; the holder keeps working otherwise', () => {
@@ -141,7 +133,7 @@ test('a target places the request while it serves requests and drops it when it 
       }
       assert.is(target.wakeLatency()?.held, true, 'held while busy');
       assert.equal([...readFileSync(path)], [0, 0, 0, 0]);
-      assert.is(openOn(path), 1);
+      assert.is(descriptorsOpenOn(path), 1);
     } finally {
       await session.close(500);
     }
@@ -149,7 +141,7 @@ test('a target places the request while it serves requests and drops it when it 
     await target.stop(1000);
   }
   assert.is(target.wakeLatency()?.held, false);
-  assert.is(openOn(path), 0);
+  assert.is(descriptorsOpenOn(path), 0);
   assert.ok((target.wakeLatency()?.holds ?? 0) >= 1);
 });
 

@@ -1,5 +1,5 @@
-// This process's descriptors of a TCP listening socket, found through /proc (the target's workers
-// are threads of the test's process, so their descriptors are ours).
+// This process's descriptors of a TCP listening socket or of a file, found through /proc (the
+// target's workers are threads of the test's process, so their descriptors are ours).
 import { readdirSync, readFileSync, readlinkSync } from 'node:fs';
 
 const TCP_LISTEN = '0A';
@@ -25,4 +25,15 @@ export function listeningDescriptors(port: number): number[] {
     if (inode !== undefined && inodes.has(inode)) found.push(Number(entry));
   }
   return found.sort((a, b) => a - b);
+}
+
+/** How many descriptors of this process are open on the file at `path`. */
+export function descriptorsOpenOn(path: string): number {
+  return readdirSync('/proc/self/fd').filter((entry) => {
+    try {
+      return readlinkSync(`/proc/self/fd/${entry}`) === path;
+    } catch {
+      return false; // closed meanwhile
+    }
+  }).length;
 }

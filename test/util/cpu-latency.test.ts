@@ -3,23 +3,13 @@
 // be opened reported with what to do rather than thrown.
 import { test } from 'uvu';
 import * as assert from 'uvu/assert';
-import { mkdtempSync, readFileSync, readdirSync, readlinkSync, rmSync, writeFileSync, existsSync } from 'node:fs';
+import { mkdtempSync, readFileSync, rmSync, writeFileSync, existsSync } from 'node:fs';
 import { tmpdir } from 'node:os';
+import { descriptorsOpenOn } from '../support/descriptors.ts';
 import { join } from 'node:path';
 import { CpuLatencyRequest, currentCpuLatencyUs, CPU_LATENCY_DEVICE, MAX_CPU_LATENCY_US } from '../../host/util/cpu-latency.ts';
 
 const dir = mkdtempSync(join(tmpdir(), 'kbtp-cpu-latency-'));
-
-/** Descriptors of this process open on `path` (/proc/self/fd). */
-function openOn(path: string): number {
-  return readdirSync('/proc/self/fd').filter((fd) => {
-    try {
-      return readlinkSync(`/proc/self/fd/${fd}`) === path;
-    } catch {
-      return false;
-    }
-  }).length;
-}
 
 test('hold writes the latency as four octets of little-endian s32 and keeps the descriptor open; release closes it', () => {
   const device = join(dir, 'device-a');
@@ -29,14 +19,14 @@ test('hold writes the latency as four octets of little-endian s32 and keeps the 
   assert.is(request.hold(), undefined);
   assert.is(request.held, true);
   assert.equal([...readFileSync(device)], [4, 3, 15, 0]);
-  assert.is(openOn(device), 1);
+  assert.is(descriptorsOpenOn(device), 1);
   assert.is(request.hold(), undefined, 'a second hold is the same request');
-  assert.is(openOn(device), 1);
+  assert.is(descriptorsOpenOn(device), 1);
   request.release();
   assert.is(request.held, false);
-  assert.is(openOn(device), 0, 'the kernel drops a request when its descriptor closes');
+  assert.is(descriptorsOpenOn(device), 0, 'the kernel drops a request when its descriptor closes');
   request.release();
-  assert.is(openOn(device), 0);
+  assert.is(descriptorsOpenOn(device), 0);
   assert.is(currentCpuLatencyUs(device), 0x000f0304);
 });
 
