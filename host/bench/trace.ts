@@ -113,6 +113,8 @@ export interface ReplayOptions {
   tenant?: string;
   secret?: string;
   workers?: number;
+  /** A spawned target's CPU wake-latency request while busy (undefined: the target's default; null: none). */
+  cpuWakeLatencyUs?: number | null;
   sessions?: number;
   blockSize: number;
   /** Replay timestamps this many times faster; 0 issues requests as fast as concurrency allows. */
@@ -214,6 +216,7 @@ export async function replayTrace(options: ReplayOptions): Promise<ReplayResult>
       workers: options.workers ?? 1,
       credits: pipeline,
       sessions: sessionCount,
+      ...(options.cpuWakeLatencyUs !== undefined ? { cpuWakeLatencyUs: options.cpuWakeLatencyUs } : {}),
       log,
     });
     address = `127.0.0.1:${target.port}`;

@@ -8,6 +8,7 @@ import { parseTarget } from '../kbtp/initiator.ts';
 import { KbtpStatusError } from '../kbtp/errors.ts';
 import { parseMix } from '../bench/mix.ts';
 import { parseInteger, parseNumber, parseSize, parseSizes, UsageError } from '../bench/options.ts';
+import { MAX_CPU_LATENCY_US } from '../util/cpu-latency.ts';
 import { chartRows, formatRows, formatSize, type BenchRow } from '../bench/report.ts';
 import { runBench } from '../bench/run.ts';
 import { replayTrace, formatReplay, chartReplay, type ReplayResult } from '../bench/trace.ts';
@@ -23,6 +24,9 @@ duration or a count, at each block size; every block loaded is checked against w
 target:
   --spawn                start a target in this process for each block size (loopback, open tenant)
   --workers N            worker threads of the spawned target (default 1)
+  --cpu-wake-latency-us N|off
+                         the spawned target's CPU wake-latency request while busy (default 0, as
+                         kbtp target's: idle CPUs poll; off: none; docs/PROTOCOL.md)
   --target HOST:PORT     benchmark a running target instead (default 127.0.0.1:${DEFAULT_PORT}, or $KBTP_TARGET)
   --tenant NAME          tenant (default "default", or $KBTP_TENANT)
   --secret SECRET        the tenant's secret (default $KBTP_SECRET)
@@ -96,6 +100,7 @@ export const command: Command = {
     const parsed = parseCommandLine('kbtp bench', HELP, argv, {
       spawn: { type: 'boolean' },
       workers: { type: 'string' },
+      'cpu-wake-latency-us': { type: 'string' },
       target: { type: 'string' },
       tenant: { type: 'string' },
       secret: { type: 'string' },
@@ -150,6 +155,13 @@ export const command: Command = {
       const tenant = values.tenant ?? process.env.KBTP_TENANT ?? 'default';
       const secret = values.secret ?? process.env.KBTP_SECRET ?? '';
       const workers = parseInteger(values.workers, '--workers', 1);
+      const wakeText = values['cpu-wake-latency-us'];
+      if (wakeText !== undefined && target !== undefined)
+        throw new UsageError('--cpu-wake-latency-us sets a spawned target: give --spawn, or set it on the running target');
+      const cpuWakeLatencyUs = wakeText === undefined ? undefined : wakeText === 'off' ? null : parseInteger(wakeText, '--cpu-wake-latency-us', 0, 0);
+      if (cpuWakeLatencyUs !== undefined && cpuWakeLatencyUs !== null && cpuWakeLatencyUs > MAX_CPU_LATENCY_US)
+        throw new UsageError(`--cpu-wake-latency-us ${cpuWakeLatencyUs} is more than ${MAX_CPU_LATENCY_US}: give 0 to ${MAX_CPU_LATENCY_US}, or off`);
+      const wake = cpuWakeLatencyUs !== undefined ? { cpuWakeLatencyUs } : {};
       const sessions = parseInteger(values.sessions, '--sessions', 1);
       if (values.duration !== undefined && values.count !== undefined) throw new UsageError('give either --duration or --count, not both');
 
@@ -163,6 +175,7 @@ export const command: Command = {
           tenant,
           secret,
           workers,
+          ...wake,
           sessions,
           blockSize: values['block-size'] === undefined ? 16 * 1024 : parseSize(values['block-size'], '--block-size'),
           timeScale: parseNumber(values['time-scale'], '--time-scale', 0),
@@ -195,6 +208,7 @@ export const command: Command = {
         tenant,
         secret,
         workers,
+        ...wake,
         sizes: values.sizes !== undefined ? parseSizes(values.sizes, '--sizes') : target === undefined ? parseSizes('16K,256K,1M', '--sizes') : [],
         phases: parseMix(values.mix ?? 'load,store'),
         sessions,

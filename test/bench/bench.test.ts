@@ -304,9 +304,18 @@ test('bad options get a message and exit code 2', async () => {
   const traceOnly = await kbtp(['bench', '--spawn', '--capacity', '5']);
   assert.is(traceOnly.code, 2);
   assert.match(traceOnly.stderr, /only to a trace replay/);
+  for (const bad of ['soon', '-1', '1000001']) {
+    const wake = await kbtp(['bench', '--spawn', '--cpu-wake-latency-us', bad]);
+    assert.is(wake.code, 2, bad);
+    assert.match(wake.stderr, /--cpu-wake-latency-us/);
+  }
+  const wakeOfRunning = await kbtp(['bench', '--target', '127.0.0.1:1', '--cpu-wake-latency-us', 'off']);
+  assert.is(wakeOfRunning.code, 2);
+  assert.match(wakeOfRunning.stderr, /sets a spawned target/);
   const help = await kbtp(['bench', '--help']);
   assert.is(help.code, 0);
   assert.match(help.stdout, /--trace FILE/);
+  assert.match(help.stdout, /--cpu-wake-latency-us N\|off/);
 });
 
 test.run();

@@ -12,6 +12,7 @@ import { join } from 'node:path';
 import { WakeLatencyHolder, WAKE_IDLE_MS, WAKE_SAMPLE_MS } from '../../host/kbtp/server/wake-latency.ts';
 import { ConfigError, describeSettings } from '../../host/kbtp/server/target-config.ts';
 import { startTarget } from '../../host/kbtp/server/target.ts';
+import { spawnTarget } from '../../host/bench/spawn.ts';
 import { connect } from '../../host/kbtp/initiator.ts';
 import { testSettings } from '../support/rig.ts';
 import { kbtp } from '../support/kbtp-cli.ts';
@@ -154,6 +155,31 @@ test('configured off, a target makes no request', async () => {
     await target.stop(1000);
   }
   assert.is(readFileSync(path).length, 0);
+});
+
+test('kbtp bench --spawn passes its setting to the target it spawns (absent: the default)', async () => {
+  const spawned = (cpuWakeLatencyUs?: number | null) =>
+    spawnTarget({
+      blockSize: 4096,
+      blocks: 8,
+      workers: 1,
+      credits: 4,
+      sessions: 1,
+      log: () => undefined,
+      ...(cpuWakeLatencyUs !== undefined ? { cpuWakeLatencyUs } : {}),
+    });
+  for (const [given, expected] of [
+    [undefined, 0],
+    [25, 25],
+    [null, undefined],
+  ] as const) {
+    const target = await spawned(given);
+    try {
+      assert.is(target.wakeLatency()?.requestUs, expected, String(given));
+    } finally {
+      await target.stop(500);
+    }
+  }
 });
 
 test.after(() => rmSync(dir, { recursive: true, force: true }));
