@@ -32,11 +32,15 @@ export interface BenchConfig {
   count?: number;
   warmupMs: number;
   /**
-   * The warm-up of the first phase at each block size, when longer than `warmupMs`: a target
-   * spawned for the size (and, for the first size, this process's client code) is still compiled
-   * and collected by V8's helper threads for a second or two, which landed in the first phase's
-   * window (make compare, issue 16: 26-33 us per request of those threads in a 16 KiB LOAD window
-   * after 0.5 s, under 1 after 2.5 s, against about 1 in the STORE phase after it).
+   * The warm-up of each phase that runs an operation not yet run at this block size, when longer
+   * than `warmupMs`: a target spawned for the size (and, for the first size, this process's client
+   * code) is still compiled and collected by V8's helper threads for a second or two, which landed
+   * in the first phase's window (make compare, issue 16: 26-33 us per request of those threads in a
+   * 16 KiB LOAD window after 0.5 s, under 1 after 2.5 s). A phase of another operation runs code
+   * of both sides the phases before it did not (a 1 MiB STORE: the initiator's RDMA Read
+   * responder, the target's Read and its placement), compiled, and deoptimized where the earlier
+   * phase's code meets new shapes, in its own window: after 0.5 s that took 37-53 us per request
+   * of those threads and tripled the 1 MiB STORE's p99 (issue 16, session 15).
    */
   firstWarmupMs?: number;
   /** First handle used (default: the start of the session's store range). */
@@ -46,6 +50,19 @@ export interface BenchConfig {
 }
 
 export class BenchConfigError extends UsageError {}
+
+/**
+ * The warm-up of each phase run in order against one target: `firstWarmupMs` (when longer) for a
+ * phase with an operation no phase before it ran, `warmupMs` for the others (BenchConfig).
+ */
+export function phaseWarmups(phases: readonly Phase[], warmupMs: number, firstWarmupMs = 0): number[] {
+  const ran = new Set<string>();
+  return phases.map((phase) => {
+    const fresh = phase.some((item) => !ran.has(item.op));
+    for (const item of phase) ran.add(item.op);
+    return fresh ? Math.max(warmupMs, firstWarmupMs) : warmupMs;
+  });
+}
 
 function phaseLabel(phase: Phase): string {
   return phase.map((item) => (phase.length > 1 ? `${OP_LABELS[item.op]}:${item.weight}` : OP_LABELS[item.op])).join('+');
@@ -137,6 +154,7 @@ export async function runBench(config: BenchConfig, rows: BenchRow[] = []): Prom
       sessions = await openSessions(address, config);
       const firstHandle = config.handleBase ?? sessions[0]?.hello.storeFirst ?? 0n;
       checkFit(sessions, size, config, firstHandle);
+      const warmups = phaseWarmups(config.phases, config.warmupMs, config.firstWarmupMs);
       for (const [index, phase] of config.phases.entries()) {
         const label = `${phaseLabel(phase)} ${formatSize(size)}`;
         const result = await runPhase({
@@ -149,7 +167,7 @@ export async function runBench(config: BenchConfig, rows: BenchRow[] = []): Prom
           batched: config.batched === true,
           ...(config.durationMs !== undefined ? { durationMs: config.durationMs } : {}),
           ...(config.count !== undefined ? { count: config.count } : {}),
-          warmupMs: index === 0 ? Math.max(config.warmupMs, config.firstWarmupMs ?? 0) : config.warmupMs,
+          warmupMs: warmups[index] ?? config.warmupMs,
           ...(threadCpu !== undefined ? { threadCpu } : {}),
           ...(config.onProgress !== undefined ? { onProgress: (progress: Progress) => config.onProgress?.(label, progress) } : {}),
         });

@@ -47,8 +47,8 @@ workload:
   --duration SECS        measured time per phase (default 3)
   --count N              instead of a duration: requests per phase over all sessions
   --warmup SECS          unmeasured time before each timed phase (default 0.5; with
-                         --spawn, 2 for the first phase at each size: the new target is
-                         still being compiled)
+                         --spawn, 2 for each size's first phase of each operation: the new
+                         target's code for it is still being compiled)
 
 trace replay (--trace FILE, e.g. test/fixtures/traces/mooncake-conversation.jsonl):
   --block-size SIZE      octets per trace block (default 16K)
@@ -220,7 +220,7 @@ export const command: Command = {
           : { durationMs: parseNumber(values.duration, '--duration', 3, 0.001) * 1000 }),
         warmupMs: parseNumber(values.warmup, '--warmup', 0.5) * 1000,
         // A target spawned per size is still being compiled for a second or two (host/bench/run.ts):
-        // without an explicit --warmup its first phase waits 2 s before measuring.
+        // without an explicit --warmup its first phase of each operation waits 2 s before measuring.
         ...(target === undefined && values.warmup === undefined ? { firstWarmupMs: 2000 } : {}),
         ...(handleBase !== undefined ? { handleBase } : {}),
         ...(quiet ? {} : { onProgress: progressPrinter(false) }),
