@@ -13,6 +13,7 @@ import { LatencyHistogram } from './histogram.ts';
 import { OpPicker, sealingFor, type OpName, type Phase } from './mix.ts';
 import type { PhaseCpu, ThreadCpu, ThreadCpuSample } from './thread-cpu.ts';
 import { turn, type TurnParticipant } from '../rnic/turn.ts';
+import { COUNT_FROM } from '../util/counter.ts';
 
 /** Operations that move a block's data (FREE moves none). */
 const MOVES_DATA: ReadonlySet<OpName> = new Set(['load', 'store', 'alloc-store', 'direct-load', 'direct-alloc']);
@@ -23,7 +24,8 @@ export class OpStats {
   readonly movesData: boolean;
   /** Requests that succeeded (and, for loads, passed the check) inside the measured window. */
   count = 0;
-  bytes = 0;
+  /** COUNT_FROM: a phase of 16 KiB requests passes 2^31 octets after 131,072 of them. */
+  bytes = COUNT_FROM;
   /** KBTP statuses and transport failures, by name. */
   readonly errors = new Map<string, number>();
   /** Loads that returned data other than what was stored. */
@@ -255,7 +257,8 @@ export async function runPhase(options: PhaseOptions): Promise<PhaseResult> {
   const countLimit = options.count ?? Infinity;
   let issued = 0;
   let completed = 0;
-  let completedBytes = 0;
+  /** In a typed array: a double held by a closure's variable is a new heap number per add, and past 2^31 octets it is one. */
+  const completedBytes = new Float64Array(1);
   let problems = 0;
   /** Every request answered (in the window or not, with any outcome): the CPU figures' divisor. */
   let answered = 0;
@@ -290,7 +293,7 @@ export async function runPhase(options: PhaseOptions): Promise<PhaseResult> {
     const moved = entry.movesData ? size : 0;
     entry.bytes += moved;
     completed += 1;
-    completedBytes += moved;
+    completedBytes[0] = (completedBytes[0] ?? 0) + moved;
     lastCompletion = ended;
   };
 
@@ -520,7 +523,7 @@ export async function runPhase(options: PhaseOptions): Promise<PhaseResult> {
       plannedMs: options.durationMs === undefined ? undefined : options.durationMs + warmupMs,
       completed,
       planned: options.count,
-      bytes: completedBytes,
+      bytes: completedBytes[0] ?? 0,
       errors: problems,
     });
   const timer = options.onProgress === undefined ? undefined : setInterval(report, options.progressIntervalMs ?? 1000);

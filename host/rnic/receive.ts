@@ -36,6 +36,7 @@ import { commitEnded, commitStarted, newStagingBuffer, sharedStagingBuffer, STAG
 import { FRAMING_BETWEEN_PAYLOADS, type VectorCursor, VectoredRead } from './receive-vector.ts';
 import { BufferViews } from './receive-views.ts';
 import type { TerminateCause } from './terminate.ts';
+import { COUNT_FROM } from '../util/counter.ts';
 import type { ViewCache } from './view-cache.ts';
 
 /** What the receive path asks of the RDMAP layer above it (implemented by the QP). */
@@ -143,7 +144,8 @@ export class FpduReceiver {
   private trailerNeed = 0;
   private padding = 0;
   private crc = 0;
-  private fpduStartOffset = 0;
+  /** A stream offset (COUNT_FROM: passes 2^31 after 2 GiB). */
+  private fpduStartOffset = COUNT_FROM;
   private markerMismatch = false;
   private pendingError: TerminateCause | undefined;
   private target: Uint8Array | undefined;
@@ -156,7 +158,8 @@ export class FpduReceiver {
   private segmentInvalidateStag = 0;
 
   // Stream-wide DDP state.
-  private streamOffset = 0;
+  /** Octets received in full operation (COUNT_FROM: passes 2^31 after 2 GiB). */
+  private streamOffset = COUNT_FROM;
   private markerRemaining = 0;
   private readonly expectedMsn = new Uint32Array(QUEUE_COUNT).fill(1);
   private sendInProgress = false;
@@ -208,7 +211,7 @@ export class FpduReceiver {
 
   fpdusReceived = 0;
   messagesReceived = 0;
-  payloadBytesReceived = 0;
+  payloadBytesReceived = COUNT_FROM;
 
   constructor(
     private readonly sink: ReceiveSink,

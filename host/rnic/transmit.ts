@@ -21,6 +21,7 @@ import { encodeFpduWithMarkers } from './wire/markers.ts';
 import { fpduPadding, MPA_LENGTH_FIELD, MPA_MAX_ULPDU, MPA_MIN_MULPDU } from './wire/mpa.ts';
 import { RdmapOpcode, rdmapControl } from './wire/rdmap.ts';
 import { UsageError } from '../errors.ts';
+import { COUNT_FROM } from '../util/counter.ts';
 
 export type WriteDone = (error?: Error | null) => void;
 
@@ -55,10 +56,10 @@ export class Transmitter {
   readonly mulpdu: number;
   /** Next MSN per untagged queue; every queue starts at 1 (RFC 5041 §5.1). */
   private readonly nextMsn = new Uint32Array(QUEUE_COUNT).fill(1);
-  /** Octets sent in full operation, for marker placement. */
-  private streamOffset = 0;
+  /** Octets sent in full operation, for marker placement (COUNT_FROM: passes 2^31 after 2 GiB). */
+  private streamOffset = COUNT_FROM;
   messagesSent = 0;
-  bytesSent = 0;
+  bytesSent = COUNT_FROM;
   /** Lays out one message at a time (messages are framed one after another, never nested). */
   private readonly framer = new MessageFramer(this);
 

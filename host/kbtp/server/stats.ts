@@ -6,6 +6,7 @@
 import { statusName } from '../wire/messages.ts';
 import { monotonicMsInto } from '../../util/clock.ts';
 import type { DurableStats } from './tier-host.ts';
+import { COUNT_FROM } from '../../util/counter.ts';
 
 const OPCODE_NAMES: Record<number, string> = { 0x10: 'LOAD', 0x11: 'STORE', 0x12: 'ALLOC_STORE', 0x13: 'FREE', 0x14: 'BIND' };
 const FIRST_OPCODE = 0x10;
@@ -93,8 +94,9 @@ export class TargetStats {
    */
   private readonly commonCounts = new Float64Array(COMMON_OPCODES * COMMON_STATUSES);
   private readonly otherCounts = new Map<number, number>(); // opcode << 16 | status
-  private received = 0;
-  private moved = 0;
+  /** Octets in and data octets moved (COUNT_FROM: a worker passes 2^31 after 2 GiB). */
+  private received = COUNT_FROM;
+  private moved = COUNT_FROM;
   private reclaimed = 0;
   private faults = 0;
   private authFailed = 0;
