@@ -35,6 +35,40 @@ function holdAcks(link: PacketLink): { held(): number; release(): void } {
   };
 }
 
+/** Makes `link` drop the first packet it sends with `opcode` (the per-packet path: a replaced send turns runs off); returns whether it has. */
+function dropFirst(link: PacketLink, opcode: number): () => boolean {
+  const send = link.send.bind(link);
+  let dropped = false;
+  link.send = (to, header, payload, trailer) => {
+    if (!dropped && header[0] === opcode) {
+      dropped = true;
+      return;
+    }
+    send(to, header, payload, trailer);
+  };
+  return () => dropped;
+}
+
+/**
+ * A 64 KiB Write to `taggedOffset` that loses a packet: the responder NAKs the gap, and the path
+ * counts as lossy for the next 4096 acknowledged PSNs.
+ */
+async function lossyWrite(pair: RcPair, wrId: number, taggedOffset: number): Promise<void> {
+  const { client, server } = pair;
+  const dropped = dropFirst(client.link, IbOpcode.RdmaWriteMiddle);
+  client.qp.postSend({
+    wrId,
+    opcode: 'RDMA_WRITE',
+    sgList: [{ lkey: client.mr.lkey, offset: 0, length: 64 * 1024 }],
+    remote: { stag: server.mr.rkey, taggedOffset },
+  });
+  expectSuccess(await completions(client.cq, 1, 30_000));
+  assert.ok(
+    dropped() && server.qp.statistics.sequenceNaksSent + client.qp.statistics.earlyRetransmissions + client.qp.statistics.timeouts > 0,
+    'the loss was noticed',
+  );
+}
+
 /** New packets the client has sent (every packet less the retransmitted ones). */
 const newPackets = (pair: RcPair): number => pair.client.qp.statistics.packetsSent - pair.client.qp.statistics.retransmittedPackets;
 
@@ -85,31 +119,10 @@ test('a clean path keeps 512 PSNs of Writes unacknowledged; one that lost a pack
   // the first Write of a new pair; later it may resend (old packets, not new ones), never fail the QP.
   const pair = await rcPair({ pathMtu: 4096, ackTimeoutMs: 60_000, bytes: 8 * MiB });
   try {
-    const { client, server } = pair;
+    const { client } = pair;
     for (let i = 0; i < 4 * MiB; i++) client.memory[i] = (i * 29 + 3) & 0xff;
     assert.is(await packetsBeforeTheWindowCloses(pair, 1, 512), 512, 'clean path: new packets before the first ACK');
-    // One Write loses a packet (the per-packet path: a replaced send turns runs off): the
-    // responder NAKs the gap, and the path counts as lossy for the next 4096 acknowledged PSNs.
-    const send = client.link.send.bind(client.link);
-    let dropped = false;
-    client.link.send = (to, header, payload, trailer) => {
-      if (!dropped && header[0] === IbOpcode.RdmaWriteMiddle) {
-        dropped = true;
-        return;
-      }
-      send(to, header, payload, trailer);
-    };
-    client.qp.postSend({
-      wrId: 2,
-      opcode: 'RDMA_WRITE',
-      sgList: [{ lkey: client.mr.lkey, offset: 0, length: 64 * 1024 }],
-      remote: { stag: server.mr.rkey, taggedOffset: 4 * MiB },
-    });
-    expectSuccess(await completions(client.cq, 1, 30_000));
-    assert.ok(
-      dropped && server.qp.statistics.sequenceNaksSent + client.qp.statistics.earlyRetransmissions + client.qp.statistics.timeouts > 0,
-      'the loss was noticed',
-    );
+    await lossyWrite(pair, 2, 4 * MiB);
     assert.is(await packetsBeforeTheWindowCloses(pair, 3, 128), 128, 'lossy path: new packets before the first ACK');
   } finally {
     await pair.close();
@@ -276,6 +289,47 @@ test('Read responses late on a clean path: the early timer waits one doubled exp
     assert.ok(held.length === 0 && !holding, 'the responses were held, then released');
     assert.equal(moved, { resent: 0, probes: 0, waits: 1, backN: 0, naks: 0 }, 'one wait, no Read request sent again');
     assert.is(requests, 1);
+  } finally {
+    await pair.close();
+  }
+});
+
+test('a clean path asks for a Read in requests of 64 response packets; one that lost a packet lately, 16', async () => {
+  const pair = await rcPair({ pathMtu: 4096, ackTimeoutMs: 60_000, bytes: 2 * MiB });
+  try {
+    const { client, server } = pair;
+    for (let i = 0; i < MiB; i++) server.memory[i] = (i * 11 + 7) & 0xff;
+    const requests = async (wrId: number): Promise<number> => {
+      const before = server.qp.statistics.messagesReceived;
+      await read(pair, wrId, MiB);
+      return server.qp.statistics.messagesReceived - before;
+    };
+    // 1 MiB at path MTU 4096: 256 response packets.
+    assert.is(await requests(1), 4, 'clean path: Read requests for 1 MiB');
+    for (let i = 0; i < 64 * 1024; i++) client.memory[i] = (i * 3 + 1) & 0xff;
+    await lossyWrite(pair, 2, MiB);
+    assert.is(await requests(3), 16, 'lossy path: Read requests for 1 MiB');
+  } finally {
+    await pair.close();
+  }
+});
+
+test('a lost Read Response makes the path lossy: the next Read goes in requests of 16 response packets', async () => {
+  const pair = await rcPair({ pathMtu: 4096, ackTimeoutMs: 60_000, bytes: 2 * MiB });
+  try {
+    const { server } = pair;
+    for (let i = 0; i < MiB; i++) server.memory[i] = (i * 7 + 3) & 0xff;
+    const dropped = dropFirst(server.link, IbOpcode.RdmaReadResponseMiddle);
+    const before = server.qp.statistics.messagesReceived;
+    await read(pair, 1, MiB);
+    assert.ok(dropped(), 'a response was lost');
+    // 4 requests (the retry of the lost response is a duplicate, answered from the responder's
+    // resources, not a message); the next Read, on a lossy path: 16.
+    assert.is(server.qp.statistics.messagesReceived - before, 4, 'Read requests for the first 1 MiB');
+    assert.ok(pair.client.qp.statistics.retransmittedPackets > 0, 'the lost response was asked for again');
+    const next = server.qp.statistics.messagesReceived;
+    await read(pair, 2, MiB);
+    assert.is(server.qp.statistics.messagesReceived - next, 16, 'Read requests for the next 1 MiB');
   } finally {
     await pair.close();
   }

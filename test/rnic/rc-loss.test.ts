@@ -84,9 +84,9 @@ test('a Read that lost a response packet keeps the lean path: the packets past t
       console.log('  (skipped: the link has no lean receive path)');
       return;
     }
-    // A 1 MiB Read is asked for in 16 chunks of 16 response packets (FIRST, 14 MIDDLEs, LAST).
-    // The third MIDDLE of the first chunk (index 3) is lost; the requester asks for it again
-    // when index 4 arrives, and that answer comes after every other chunk's.
+    // A 1 MiB Read is asked for in 4 chunks of 64 response packets on this clean path (FIRST, 62
+    // MIDDLEs, LAST). The third MIDDLE of the first chunk (index 3) is lost; the requester asks for
+    // it again when index 4 arrives, and that answer comes after every other chunk's.
     loseOne(server.link, IbOpcode.RdmaReadResponseMiddle, 2);
     for (let i = 0; i < MiB; i++) server.memory[MiB + i] = (i * 13 + 5) & 0xff;
     const before = endpoint.stats.lean;
@@ -105,7 +105,7 @@ test('a Read that lost a response packet keeps the lean path: the packets past t
     // left the lean path; 223 while FIRST and LAST took the full path.
     assert.is(endpoint.stats.lean - before, 255, 'Read Responses placed by the lean path');
     // The retry asks for the lost packet alone (a sub-range of the chunk's resource), not for the
-    // rest of its chunk (indices 3-15, 12 of which had arrived).
+    // rest of its chunk (indices 3-63, 60 of which had arrived).
     assert.is(server.qp.statistics.packetsSent - sentBefore, 256 + 1, 'response packets sent, the lost one twice');
     assert.is(client.qp.statistics.timeouts, 0);
   } finally {

@@ -271,7 +271,7 @@ test('a lost last Read Response packet is asked for again when a later Read answ
 
 test('a lost Read Response packet costs the rest of its chunk, asked for alone, not the Read responses sent after it', async () => {
   await withPair({ pathMtu: 1024, ackTimeoutMs: 60_000 }, async ({ client, server }) => {
-    // A 64 KiB Read at path MTU 1024: 64 responses in 4 requests of 16. The sixth MIDDLE (PSN
+    // A 64 KiB Read at path MTU 1024: 64 responses in one request (a clean path). The sixth MIDDLE (PSN
     // offset 6) is lost; the seventh reveals it.
     const dropped = dropFirst(server.link, IbOpcode.RdmaReadResponseMiddle, 5);
     fill(server.memory.subarray(0, 64 * 1024), 5);
@@ -280,8 +280,8 @@ test('a lost Read Response packet costs the rest of its chunk, asked for alone, 
     assert.is(dropped(), 1);
     same(client.memory.subarray(MiB, MiB + 64 * 1024), server.memory.subarray(0, 64 * 1024), 'read data');
     assert.is(client.qp.statistics.timeouts, 0);
-    // 64 responses and the chunk's tail from the lost one (10 packets) again; going back N
-    // would have sent the 58 after it again.
+    // 64 responses and the lost one again (the retry asks for the missing run only); going back
+    // N would have sent the 58 after it again.
     const sent = server.qp.statistics.packetsSent;
     assert.ok(sent > 64 && sent <= 64 + 16, `the responder sent ${sent} packets`);
   });
@@ -325,25 +325,25 @@ test('a Read whose retried response is lost again is still answered after later 
 });
 
 test('Reads keep ORD chunks in flight past the 128-PSN Send/Write window (their losses are asked for again per chunk, not by going back N)', async () => {
-  // A 2 MiB Read at path MTU 4096 is 512 response PSNs in chunks of 16. While no response
-  // comes back, the requester asks for as many chunks as the Read window (256 PSNs) and ORD
-  // (16) allow: 16, where the 128-PSN window admitted 8. Then the responses flow (the ACK timer
-  // asks again; the responder answers from its resources) and the Read completes, data exact.
-  await withPair({ bytes: 4 * MiB, ackTimeoutMs: 200 }, async ({ client, server }) => {
+  // A 4 MiB Read at path MTU 4096 is 1024 response PSNs in chunks of 64 (a clean path). While no
+  // response comes back, the requester asks for as many chunks as the Read window (1024 PSNs)
+  // and ORD (16) allow: 16, where the 128-PSN window admitted 2. Then the responses flow (the ACK
+  // timer asks again; the responder answers from its resources) and the Read completes, data exact.
+  await withPair({ bytes: 8 * MiB, ackTimeoutMs: 200 }, async ({ client, server }) => {
     let held = true;
     const send = server.link.send.bind(server.link);
     server.link.send = (to, header, payload, trailer) => {
       if (!held) send(to, header, payload, trailer);
     };
-    fill(server.memory.subarray(0, 2 * MiB), 31);
-    postRead(client, server, 1, 2 * MiB, 0, 2 * MiB);
+    fill(server.memory.subarray(0, 4 * MiB), 31);
+    postRead(client, server, 1, 4 * MiB, 0, 4 * MiB);
     const deadline = Date.now() + 5_000;
     while (server.qp.statistics.messagesReceived < 16 && Date.now() < deadline) await new Promise((resolve) => setTimeout(resolve, 10));
     await new Promise((resolve) => setTimeout(resolve, 100));
     assert.is(server.qp.statistics.messagesReceived, 16, 'Read requests the responder took while none was answered');
     held = false;
     expectSuccess(await completions(client.cq, 1, 20_000));
-    same(client.memory.subarray(2 * MiB, 4 * MiB), server.memory.subarray(0, 2 * MiB), 'read data');
+    same(client.memory.subarray(4 * MiB, 8 * MiB), server.memory.subarray(0, 4 * MiB), 'read data');
   });
 });
 

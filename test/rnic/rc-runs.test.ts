@@ -130,7 +130,7 @@ test('a Write and a Read go as runs of middle packets, and the wire carries what
       for (let i = 0; i < 310 * KiB; i++) client.memory[i] = (i * 13 + 7) & 0xff;
       for (let i = 0; i < 64 * KiB; i++) server.memory[512 * KiB + i] = (i * 29 + 3) & 0xff;
       // Writes of 10 and 300 packets (within a 1024-PSN window: no AckReq depends on when ACKs arrive), and
-      // a 64 KiB Read: four chunks of 16 responses, FIRST, 14 MIDDLE, LAST each.
+      // a 64 KiB Read: one request of 64 responses on this clean path, FIRST, 62 MIDDLE, LAST.
       const write = (wrId: number, offset: number, length: number): void =>
         client.qp.postSend({
           wrId,
@@ -164,7 +164,7 @@ test('a Write and a Read go as runs of middle packets, and the wire carries what
 
       const withRuns = await both(1);
       assert.ok(sent.runs() >= 2, `the Write's middle packets went as runs (${sent.runs()})`);
-      assert.ok(answered.runs() >= 4, `the Read's middle responses went as runs (${answered.runs()})`);
+      assert.ok(answered.runs() >= 1, `the Read's middle responses went as runs (${answered.runs()})`);
       perPacket(client);
       perPacket(server);
       const runsBefore = sent.runs() + answered.runs();

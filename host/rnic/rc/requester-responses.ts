@@ -10,7 +10,7 @@ import { WcStatus } from '../work.ts';
 import type { RcQueuePair } from './queue-pair.ts';
 import type { Retransmission } from './requester-retransmit.ts';
 import type { Transmitter } from './requester-transmit.ts';
-import { Kind, READ_CHUNK_PACKETS, type SendQueue, type Wqe } from './send-queue.ts';
+import { Kind, type SendQueue, type Wqe } from './send-queue.ts';
 import { copyInto, moveAt, sharedAddress } from './shared-copy.ts';
 import { turn, type TurnParticipant } from '../turn.ts';
 
@@ -279,12 +279,13 @@ export class Responses {
         start++;
         continue;
       }
-      const chunkEnd = Math.min(wqe.requested, (Math.floor(start / READ_CHUNK_PACKETS) + 1) * READ_CHUNK_PACKETS);
+      const chunkEnd = Math.min(wqe.requested, (Math.floor(start / wqe.chunkPackets) + 1) * wqe.chunkPackets);
       let end = start + 1;
       while (end < chunkEnd && (arrived === undefined || arrived[end] !== 1)) end++;
       wqe.retried ??= new Uint8Array(wqe.packets);
       if (wqe.retried[start] === 0) {
         wqe.retried[start] = 1;
+        this.retransmission.readResponseLost();
         this.qp.stats.retransmittedPackets++;
         this.transmitter.sendReadRequest(wqe, start, end);
       }

@@ -24,8 +24,9 @@ const UNLIMITED_RETRIES = 7;
 const EARLY_MAX_BACKOFF = 64;
 /**
  * The path counts as lossy (`lossy`) until this many PSNs are acknowledged after its last loss
- * (a NAK sequence error, an early retransmission, a timeout): ~16 MiB at path MTU 4096, and at
- * 1 % loss a loss comes every ~100 packets, so a lossy path stays lossy.
+ * (a NAK sequence error, an early retransmission, a timeout, a Read Response asked for again):
+ * ~16 MiB at path MTU 4096, and at 1 % loss a loss comes every ~100 packets, so a lossy path
+ * stays lossy.
  */
 const LOSSY_SPAN = 4096;
 
@@ -228,6 +229,15 @@ export class Retransmission {
     }
     this.rewind(psnAdd(queue.lastAcked, 1));
     this.armTimer();
+  }
+
+  /**
+   * A Read Response was lost (requester-responses.ts asks for it again by itself): the path is
+   * lossy, so later Reads go in the small chunks and window of a lossy path (send-queue.ts), whose
+   * bursts a lossy path drops less of.
+   */
+  readResponseLost(): void {
+    this.lostAt = this.queue.lastAcked;
   }
 
   /** A NAK sequence error for `psn`: the packet there was lost; go back N to it. */

@@ -11,7 +11,7 @@ import { IbOpcode } from '../wire/ib-opcodes.ts';
 import { WcStatus } from '../work.ts';
 import type { RcQueuePair } from './queue-pair.ts';
 import type { Retransmission } from './requester-retransmit.ts';
-import { EMPTY, Kind, READ_CHUNK_PACKETS, type SendQueue, type Wqe } from './send-queue.ts';
+import { CLEAN_READ_CHUNK_PACKETS, EMPTY, Kind, READ_CHUNK_PACKETS, type SendQueue, type Wqe } from './send-queue.ts';
 
 /** Packets sent per event-loop turn before yielding, so ACKs and other QPs get a turn. */
 const PACKETS_PER_TURN = 64;
@@ -72,7 +72,9 @@ export class Transmitter {
     const qp = this.qp;
     if (!queue.running || qp.state !== 'rts' || this.retransmission.rnrWaiting) return;
     let budget = PACKETS_PER_TURN;
-    const window = this.retransmission.lossy ? queue.window : queue.cleanWindow;
+    const lossy = this.retransmission.lossy;
+    const window = lossy ? queue.window : queue.cleanWindow;
+    const readWindow = lossy ? queue.readWindow : queue.cleanReadWindow;
     while (budget > 0 && queue.txIndex < queue.wqes.length) {
       const wqe = queue.wqes[queue.txIndex]!;
       if (wqe.localError !== undefined) break; // completes (and fails the QP) once it is the oldest
@@ -95,13 +97,15 @@ export class Transmitter {
       if (firstTime && wqe.wr.fence === true && queue.readsOutstanding > 0) break;
       const newChunk = wqe.kind === Kind.Read ? queue.txPacket >= wqe.requested : firstTime && wqe.kind === Kind.Atomic;
       if (newChunk && queue.readsOutstanding >= queue.ord) break;
-      const chunkEnd = Math.min(wqe.packets, (Math.floor(queue.txPacket / READ_CHUNK_PACKETS) + 1) * READ_CHUNK_PACKETS);
+      const chunk = firstTime ? (lossy ? READ_CHUNK_PACKETS : CLEAN_READ_CHUNK_PACKETS) : wqe.chunkPackets;
+      const chunkEnd = Math.min(wqe.packets, (Math.floor(queue.txPacket / chunk) + 1) * chunk);
       // The window: a Read chunk needs its whole response range unless nothing else is unacknowledged.
       const needed = wqe.kind === Kind.Read ? chunkEnd - queue.txPacket : 1;
       const unacked = psnCompare(queue.nextPsn, queue.lastAcked) - 1;
-      if (unacked > 0 && unacked + needed > (wqe.kind === Kind.Read ? queue.readWindow : window)) break;
+      if (unacked > 0 && unacked + needed > (wqe.kind === Kind.Read ? readWindow : window)) break;
       if (firstTime) {
         wqe.started = true;
+        wqe.chunkPackets = chunk;
         wqe.firstPsn = queue.nextPsn;
         qp.stats.messagesSent++;
       }
