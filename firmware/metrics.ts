@@ -180,26 +180,28 @@ export class ApplianceMetrics {
         this.set(sources.ready() ? 1 : 0);
       },
     });
-    new Gauge({
-      name: 'kbtp_cpu_wake_latency_held',
-      help: '1 while the node holds its CPU wake-latency request (PM QoS; it does while busy), 0 when not; absent when configured off',
-      registers,
-      collect() {
-        const report = sources.wakeLatency();
-        if (report === undefined) this.reset();
-        else this.set(report.held ? 1 : 0);
-      },
-    });
-    new Gauge({
-      name: 'kbtp_cpu_wake_latency_held_seconds',
-      help: 'Seconds the CPU wake-latency request has been in force since the node started (only grows)',
-      registers,
-      collect() {
-        const report = sources.wakeLatency();
-        if (report === undefined) this.reset();
-        else this.set(report.heldMs / 1000);
-      },
-    });
+    // Absent (reset) while starting and when the request is configured off.
+    const wakeLatencyGauge = (name: string, help: string, value: (report: WakeLatencyReport) => number): Gauge =>
+      new Gauge({
+        name,
+        help,
+        registers,
+        collect() {
+          const report = sources.wakeLatency();
+          if (report === undefined) this.reset();
+          else this.set(value(report));
+        },
+      });
+    wakeLatencyGauge(
+      'kbtp_cpu_wake_latency_held',
+      '1 while the node holds its CPU wake-latency request (PM QoS; it does while busy), 0 when not; absent when configured off',
+      (report) => (report.held ? 1 : 0),
+    );
+    wakeLatencyGauge(
+      'kbtp_cpu_wake_latency_held_seconds',
+      'Seconds the CPU wake-latency request has been in force since the node started (only grows)',
+      (report) => report.heldMs / 1000,
+    );
     new Gauge({
       name: 'kbtp_pool_blocks',
       help: 'Blocks of the pool, by state (free: held by a ring; in_use: bound or being allocated)',
