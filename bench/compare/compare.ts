@@ -38,7 +38,7 @@ import { redisLatency, redisRowFigures, type RedisRowFigures } from './redis-lat
 import { rowCpuLine } from './row-cpu.ts';
 import { nodeFloor, type FloorFigures } from './node-floor.ts';
 import { floorGoalLines, floorGoals, formatFloorGoals, rowMet } from './floor-goals.ts';
-import { CpuLatencyRequest, currentCpuLatencyUs, MAX_CPU_LATENCY_US } from '../../host/util/cpu-latency.ts';
+import { CPU_WAKE_LATENCY_CHOICES, CpuLatencyRequest, currentCpuLatencyUs, parseCpuWakeLatencyUs } from '../../host/util/cpu-latency.ts';
 import { DEFAULT_CPU_WAKE_LATENCY_US } from '../../host/kbtp/server/target-config.ts';
 
 /** redis_p50_us / redis_p99_us: to the reply's last octet; redis_benchmark_*: redis-benchmark's first read. */
@@ -346,9 +346,9 @@ async function main(): Promise<number> {
   const floorSeconds = parseNumber(values['floor-seconds'], '--floor-seconds', 1, 0.1);
   const out = values.out ?? join(repoRoot, 'bench', 'results');
   const wakeText = values['cpu-wake-latency-us'];
-  const cpuWakeLatencyUs = wakeText === 'off' ? null : parseInteger(wakeText, '--cpu-wake-latency-us', DEFAULT_CPU_WAKE_LATENCY_US, 0);
-  if (cpuWakeLatencyUs !== null && cpuWakeLatencyUs > MAX_CPU_LATENCY_US) {
-    console.error(`bench/compare: --cpu-wake-latency-us ${cpuWakeLatencyUs} is more than ${MAX_CPU_LATENCY_US}; give 0 to ${MAX_CPU_LATENCY_US}, or off`);
+  const cpuWakeLatencyUs = wakeText === undefined ? DEFAULT_CPU_WAKE_LATENCY_US : parseCpuWakeLatencyUs(wakeText);
+  if (cpuWakeLatencyUs === undefined) {
+    console.error(`bench/compare: --cpu-wake-latency-us: "${wakeText}" is not a wake latency; give ${CPU_WAKE_LATENCY_CHOICES}`);
     return 2;
   }
   mkdirSync(out, { recursive: true });

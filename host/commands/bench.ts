@@ -8,7 +8,7 @@ import { parseTarget } from '../kbtp/initiator.ts';
 import { KbtpStatusError } from '../kbtp/errors.ts';
 import { parseMix } from '../bench/mix.ts';
 import { parseInteger, parseNumber, parseSize, parseSizes, UsageError } from '../bench/options.ts';
-import { MAX_CPU_LATENCY_US } from '../util/cpu-latency.ts';
+import { CPU_WAKE_LATENCY_CHOICES, parseCpuWakeLatencyUs } from '../util/cpu-latency.ts';
 import { chartRows, formatRows, formatSize, type BenchRow } from '../bench/report.ts';
 import { runBench } from '../bench/run.ts';
 import { replayTrace, formatReplay, chartReplay, type ReplayResult } from '../bench/trace.ts';
@@ -158,9 +158,9 @@ export const command: Command = {
       const wakeText = values['cpu-wake-latency-us'];
       if (wakeText !== undefined && target !== undefined)
         throw new UsageError('--cpu-wake-latency-us sets a spawned target: give --spawn, or set it on the running target');
-      const cpuWakeLatencyUs = wakeText === undefined ? undefined : wakeText === 'off' ? null : parseInteger(wakeText, '--cpu-wake-latency-us', 0, 0);
-      if (cpuWakeLatencyUs !== undefined && cpuWakeLatencyUs !== null && cpuWakeLatencyUs > MAX_CPU_LATENCY_US)
-        throw new UsageError(`--cpu-wake-latency-us ${cpuWakeLatencyUs} is more than ${MAX_CPU_LATENCY_US}: give 0 to ${MAX_CPU_LATENCY_US}, or off`);
+      const cpuWakeLatencyUs = wakeText === undefined ? undefined : parseCpuWakeLatencyUs(wakeText);
+      if (wakeText !== undefined && cpuWakeLatencyUs === undefined)
+        throw new UsageError(`--cpu-wake-latency-us: "${wakeText}" is not a wake latency: give ${CPU_WAKE_LATENCY_CHOICES}`);
       const wake = cpuWakeLatencyUs !== undefined ? { cpuWakeLatencyUs } : {};
       const sessions = parseInteger(values.sessions, '--sessions', 1);
       if (values.duration !== undefined && values.count !== undefined) throw new UsageError('give either --duration or --count, not both');

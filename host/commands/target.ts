@@ -23,7 +23,7 @@ import { SramConfigError, loadSramConfig } from '../sram/index.ts';
 import type { StatsSnapshot } from '../kbtp/server/stats.ts';
 import type { RunningTarget } from '../kbtp/server/target.ts';
 import { MAX_BUSY_POLL_US } from '../rnic/busy-poll.ts';
-import { MAX_CPU_LATENCY_US } from '../util/cpu-latency.ts';
+import { CPU_WAKE_LATENCY_CHOICES, parseCpuWakeLatencyUs } from '../util/cpu-latency.ts';
 
 const HELP = `usage: kbtp target [options]
 
@@ -230,10 +230,9 @@ export const command: Command = {
       checkBusyPoll(settings.transport, settings.busyPollUs, values['busy-poll-us'] !== undefined ? '--busy-poll-us' : 'busyPollUs');
       const wakeLatency = values['cpu-wake-latency-us'];
       if (wakeLatency !== undefined) {
-        const us = wakeLatency === 'off' ? null : integer('cpu-wake-latency-us', wakeLatency, 0);
-        if (us !== null && us !== undefined && us > MAX_CPU_LATENCY_US)
-          throw new ConfigError('--cpu-wake-latency-us', `${us} is more than ${MAX_CPU_LATENCY_US}`, `give 0 to ${MAX_CPU_LATENCY_US} microseconds, or off`);
-        settings.cpuWakeLatencyUs = us ?? null;
+        const us = parseCpuWakeLatencyUs(wakeLatency);
+        if (us === undefined) throw new ConfigError('--cpu-wake-latency-us', `"${wakeLatency}" is not a wake latency`, `give ${CPU_WAKE_LATENCY_CHOICES}`);
+        settings.cpuWakeLatencyUs = us;
       }
       if (values['no-durable'] === true && (values['data-dir'] !== undefined || values['durable-capacity'] !== undefined)) {
         throw new ConfigError('--no-durable', 'contradicts --data-dir/--durable-capacity', 'give one or the other');

@@ -2,7 +2,7 @@
 // An idle CPU enters the deepest idle state its cpuidle governor allows; waking it from there
 // costs that state's exit latency. In a virtual machine whose idle vCPU halts, the exit is a trip
 // through the hypervisor: on the VM kbtp is measured in, a 16 KiB TCP ping-pong between two
-// processes takes 72-78 us at the median with halting CPUs and 17-28 us while a request of 0 us
+// processes takes 58-78 us at the median with halting CPUs and 17-29 us while a request of 0 us
 // is held, which makes idle CPUs poll in the kernel's idle loop instead (docs/BENCH.md, session
 // 15). A request lives as long as the descriptor it was written to stays open; the kernel keeps
 // the strictest of all open requests, so closing ours never undoes another program's.
@@ -13,6 +13,18 @@ import { closeSync, openSync, readSync, writeSync } from 'node:fs';
 export const CPU_LATENCY_DEVICE = '/dev/cpu_dma_latency';
 /** The largest request accepted from a configuration (larger ones allow every idle state anyway). */
 export const MAX_CPU_LATENCY_US = 1_000_000;
+/** What a command line's `--cpu-wake-latency-us` takes, for its error messages. */
+export const CPU_WAKE_LATENCY_CHOICES = `0 to ${MAX_CPU_LATENCY_US} microseconds, or off`;
+
+/**
+ * A command line's `N|off` (kbtp target, kbtp bench --spawn, make compare): microseconds from 0
+ * to MAX_CPU_LATENCY_US, null for off, undefined when the text is neither.
+ */
+export function parseCpuWakeLatencyUs(text: string): number | null | undefined {
+  if (text === 'off') return null;
+  const value = Number(text);
+  return Number.isSafeInteger(value) && value >= 0 && value <= MAX_CPU_LATENCY_US ? value : undefined;
+}
 
 /** A request that could not be placed, with what the operator can do about it. */
 export interface CpuLatencyProblem {

@@ -7,7 +7,7 @@ import { mkdtempSync, readFileSync, rmSync, writeFileSync, existsSync } from 'no
 import { tmpdir } from 'node:os';
 import { descriptorsOpenOn } from '../support/descriptors.ts';
 import { join } from 'node:path';
-import { CpuLatencyRequest, currentCpuLatencyUs, CPU_LATENCY_DEVICE, MAX_CPU_LATENCY_US } from '../../host/util/cpu-latency.ts';
+import { CpuLatencyRequest, currentCpuLatencyUs, CPU_LATENCY_DEVICE, MAX_CPU_LATENCY_US, parseCpuWakeLatencyUs } from '../../host/util/cpu-latency.ts';
 
 const dir = mkdtempSync(join(tmpdir(), 'kbtp-cpu-latency-'));
 
@@ -42,6 +42,14 @@ test('a device that cannot be opened is a problem naming the device and the erro
 
 test('latencies outside 0 to the maximum are refused', () => {
   for (const bad of [-1, MAX_CPU_LATENCY_US + 1, 2.5, Number.NaN]) assert.throws(() => new CpuLatencyRequest(bad, join(dir, 'x')), RangeError);
+});
+
+test("the command lines' N|off: microseconds up to the maximum, off as null, anything else undefined", () => {
+  assert.is(parseCpuWakeLatencyUs('0'), 0);
+  assert.is(parseCpuWakeLatencyUs('25'), 25);
+  assert.is(parseCpuWakeLatencyUs(String(MAX_CPU_LATENCY_US)), MAX_CPU_LATENCY_US);
+  assert.is(parseCpuWakeLatencyUs('off'), null);
+  for (const bad of ['soon', '-1', '2.5', String(MAX_CPU_LATENCY_US + 1), 'OFF']) assert.is(parseCpuWakeLatencyUs(bad), undefined, bad);
 });
 
 // Only where the kernel offers requests and this process may make them (root): then the kernel's
