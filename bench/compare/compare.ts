@@ -38,7 +38,14 @@ import { redisLatency, redisRowFigures, type RedisRowFigures } from './redis-lat
 import { rowCpuLine } from './row-cpu.ts';
 import { nodeFloor, type FloorFigures } from './node-floor.ts';
 import { floorGoalLines, floorGoals, formatFloorGoals, rowMet } from './floor-goals.ts';
-import { CPU_WAKE_LATENCY_CHOICES, CpuLatencyRequest, currentCpuLatencyUs, parseCpuWakeLatencyUs } from '../../host/util/cpu-latency.ts';
+import {
+  CPU_WAKE_LATENCY_CHOICES,
+  CpuLatencyRequest,
+  cpuIdleDriver,
+  currentCpuLatencyUs,
+  noEffectReason,
+  parseCpuWakeLatencyUs,
+} from '../../host/util/cpu-latency.ts';
 import { DEFAULT_CPU_WAKE_LATENCY_US } from '../../host/kbtp/server/target-config.ts';
 
 /** redis_p50_us / redis_p99_us: to the reply's last octet; redis_benchmark_*: redis-benchmark's first read. */
@@ -352,20 +359,24 @@ async function main(): Promise<number> {
     return 2;
   }
   mkdirSync(out, { recursive: true });
-  const wakeRequest = cpuWakeLatencyUs === null ? undefined : new CpuLatencyRequest(cpuWakeLatencyUs);
-  const wakeProblem = wakeRequest?.hold();
+  // As a target does (host/kbtp/server/wake-latency.ts): no request where no cpuidle governor would read it.
+  const idleDriver = cpuIdleDriver();
+  const noEffect = cpuWakeLatencyUs === null ? undefined : noEffectReason(idleDriver);
+  const wakeRequest = cpuWakeLatencyUs === null || noEffect !== undefined ? undefined : new CpuLatencyRequest(cpuWakeLatencyUs);
+  const wakeProblem = noEffect ?? wakeRequest?.hold()?.message;
   const cpuWakeLatency = {
     request_us: cpuWakeLatencyUs,
     held: wakeRequest?.held ?? false,
     kernel_us: currentCpuLatencyUs() ?? null,
-    ...(wakeProblem !== undefined ? { problem: wakeProblem.message } : {}),
+    idle_driver: idleDriver ?? null,
+    ...(wakeProblem !== undefined ? { problem: wakeProblem } : {}),
   };
   log(
     cpuWakeLatencyUs === null
       ? 'CPU wake latency: no request (idle CPUs take whatever idle state the kernel picks)'
       : wakeProblem !== undefined
-        ? `CPU wake latency: ${wakeProblem.message}; every row runs with the machine's idle states`
-        : `CPU wake latency: ${cpuWakeLatencyUs} us requested for the whole run (the kernel now honours ${cpuWakeLatency.kernel_us ?? '?'} us)`,
+        ? `CPU wake latency: not requested: ${wakeProblem}; every row runs with the machine's idle states`
+        : `CPU wake latency: ${cpuWakeLatencyUs} us requested for the whole run (cpuidle driver ${idleDriver ?? 'unknown'}; the kernel now honours ${cpuWakeLatency.kernel_us ?? '?'} us)`,
   );
 
   const onSignal = (): void => {

@@ -68,6 +68,7 @@ options:
                          idle CPUs poll instead of halting: a 16 KiB request at one in flight answered
                          2-3x sooner on a VM whose halted vCPUs wake slowly, for CPUs that spin while
                          busy (held only while busy, dropped after 2 s idle; docs/BENCH.md, session 15).
+                         Not placed where the kernel has no cpuidle driver (it would change nothing).
                          off: no request
   --data-dir DIR         keep sealed blocks on a durable tier in DIR/tier (docs/TIER.md): they survive
                          restarts, kill -9 and power loss; the target recovers them before it listens.

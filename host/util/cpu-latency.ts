@@ -5,12 +5,18 @@
 // processes takes 58-78 us at the median with halting CPUs and 17-29 us while a request of 0 us
 // is held, which makes idle CPUs poll in the kernel's idle loop instead (docs/BENCH.md, session
 // 15). A request lives as long as the descriptor it was written to stays open; the kernel keeps
-// the strictest of all open requests, so closing ours never undoes another program's.
+// the strictest of all open requests, so closing ours never undoes another program's. Only a
+// cpuidle governor reads the requests: a kernel that idles its CPUs without a cpuidle driver
+// (current_driver "none", as on the Firecracker VM of session 16) takes its default idle path
+// whatever is asked, and there a request changes nothing (16 KiB ping-pong p50 24-29 us with and
+// without one), so a holder must not claim it helps.
 
-import { closeSync, openSync, readSync, writeSync } from 'node:fs';
+import { closeSync, openSync, readFileSync, readSync, writeSync } from 'node:fs';
 
 /** The kernel's character device for CPU latency requests (root only: mode 0600). */
 export const CPU_LATENCY_DEVICE = '/dev/cpu_dma_latency';
+/** Which cpuidle driver idles this kernel's CPUs ("none" without one). */
+export const CPU_IDLE_DRIVER_FILE = '/sys/devices/system/cpu/cpuidle/current_driver';
 /** The largest request accepted from a configuration (larger ones allow every idle state anyway). */
 export const MAX_CPU_LATENCY_US = 1_000_000;
 /** What a command line's `--cpu-wake-latency-us` takes, for its error messages. */
@@ -88,6 +94,26 @@ export function currentCpuLatencyUs(device: string = CPU_LATENCY_DEVICE): number
   } finally {
     if (fd !== undefined) closeSync(fd);
   }
+}
+
+/**
+ * The cpuidle driver the kernel idles its CPUs with ("none": no governor, so no request has any
+ * effect); undefined when the kernel does not say (no sysfs, or a kernel built without cpuidle).
+ */
+export function cpuIdleDriver(file: string = CPU_IDLE_DRIVER_FILE): string | undefined {
+  try {
+    const driver = readFileSync(file, 'latin1').trim();
+    return driver === '' ? undefined : driver;
+  } catch {
+    return undefined;
+  }
+}
+
+/** Why a request would change nothing on a kernel with this idle driver, or undefined if it may help. */
+export function noEffectReason(driver: string | undefined, file: string = CPU_IDLE_DRIVER_FILE): string | undefined {
+  return driver === 'none'
+    ? `this kernel idles its CPUs without a cpuidle driver (${file}: none), so no CPU wake-latency request changes how fast they wake`
+    : undefined;
 }
 
 function problemOf(device: string, error: unknown): CpuLatencyProblem {

@@ -25,13 +25,27 @@ function device(): string {
   return path;
 }
 
+/** A cpuidle driver file naming `driver`, as /sys/devices/system/cpu/cpuidle/current_driver does. */
+function idleDriver(driver: string): string {
+  const path = join(dir, `current_driver-${devices++}`);
+  writeFileSync(path, `${driver}\n`);
+  return path;
+}
+
 /** A holder on a fake clock and CPU: `step(cpuMs)` advances one sample period with that much CPU used. */
-function rig(options: { device?: string } = {}) {
+function rig(options: { device?: string; driver?: string } = {}) {
   let nowMs = 0;
   let cpuUs = 0;
   const logged: string[] = [];
   const path = options.device ?? device();
-  const holder = new WakeLatencyHolder({ latencyUs: 0, device: path, log: (line) => logged.push(line), nowMs: () => nowMs, cpuMicroseconds: () => cpuUs });
+  const holder = new WakeLatencyHolder({
+    latencyUs: 0,
+    device: path,
+    idleDriverFile: idleDriver(options.driver ?? 'haltpoll'),
+    log: (line) => logged.push(line),
+    nowMs: () => nowMs,
+    cpuMicroseconds: () => cpuUs,
+  });
   holder.start();
   const step = (cpuMs: number): void => {
     nowMs += WAKE_SAMPLE_MS;
@@ -86,6 +100,23 @@ test('a device that refuses is said once and not tried again; the holder keeps w
   }
 });
 
+test('a kernel without a cpuidle driver: no request placed (it would change nothing), said once, the reason reported', () => {
+  const { holder, step, logged, path } = rig({ driver: 'none' });
+  try {
+    for (let i = 0; i < 5; i++) step(50);
+    assert.is(logged.length, 1);
+    assert.match(logged[0] ?? '', /no CPU wake-latency request placed: this kernel idles its CPUs without a cpuidle driver .*--cpu-wake-latency-us off/);
+    const report = holder.report();
+    assert.is(report.held, false);
+    assert.is(report.holds, 0);
+    assert.match(report.problem ?? '', /without a cpuidle driver/);
+    assert.is(readFileSync(path).length, 0, 'the device was never written');
+    assert.is(descriptorsOpenOn(path), 0);
+  } finally {
+    holder.stop();
+  }
+});
+
 test('cpuWakeLatencyUs: 0 by default, a number kept, null for no request, anything else a configuration error', () => {
   assert.is(testSettings().cpuWakeLatencyUs, 0);
   assert.is(testSettings({ cpuWakeLatencyUs: 20 }).cpuWakeLatencyUs, 20);
@@ -122,7 +153,11 @@ test('kbtp target --cpu-wake-latency-us: a number or off; anything else says wha
 
 test('a target places the request while it serves requests and drops it when it stops', async () => {
   const path = device();
-  const target = await startTarget(testSettings({ transport: 'iwarp', workers: 1 }), { log: () => undefined, cpuLatencyDevice: path });
+  const target = await startTarget(testSettings({ transport: 'iwarp', workers: 1 }), {
+    log: () => undefined,
+    cpuLatencyDevice: path,
+    cpuIdleDriverFile: idleDriver('haltpoll'),
+  });
   try {
     assert.is(target.wakeLatency()?.held, false, 'an idle node holds nothing');
     const session = await connect(`127.0.0.1:${target.port}`, { tenant: 'open', secret: '', transport: 'iwarp' });

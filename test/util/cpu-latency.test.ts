@@ -7,7 +7,15 @@ import { mkdtempSync, readFileSync, rmSync, writeFileSync, existsSync } from 'no
 import { tmpdir } from 'node:os';
 import { descriptorsOpenOn } from '../support/descriptors.ts';
 import { join } from 'node:path';
-import { CpuLatencyRequest, currentCpuLatencyUs, CPU_LATENCY_DEVICE, MAX_CPU_LATENCY_US, parseCpuWakeLatencyUs } from '../../host/util/cpu-latency.ts';
+import {
+  CpuLatencyRequest,
+  cpuIdleDriver,
+  currentCpuLatencyUs,
+  CPU_LATENCY_DEVICE,
+  MAX_CPU_LATENCY_US,
+  noEffectReason,
+  parseCpuWakeLatencyUs,
+} from '../../host/util/cpu-latency.ts';
 
 const dir = mkdtempSync(join(tmpdir(), 'kbtp-cpu-latency-'));
 
@@ -28,6 +36,20 @@ test('hold writes the latency as four octets of little-endian s32 and keeps the 
   request.release();
   assert.is(descriptorsOpenOn(device), 0);
   assert.is(currentCpuLatencyUs(device), 0x000f0304);
+});
+
+test('the cpuidle driver is read from sysfs; "none" means a request changes nothing, any driver or no answer may honour it', () => {
+  const file = join(dir, 'current_driver');
+  writeFileSync(file, 'none\n');
+  assert.is(cpuIdleDriver(file), 'none');
+  assert.match(noEffectReason(cpuIdleDriver(file), file) ?? '', /without a cpuidle driver \(.*current_driver: none\)/);
+  writeFileSync(file, 'haltpoll\n');
+  assert.is(cpuIdleDriver(file), 'haltpoll');
+  assert.is(noEffectReason(cpuIdleDriver(file), file), undefined);
+  writeFileSync(file, '');
+  assert.is(cpuIdleDriver(file), undefined);
+  assert.is(cpuIdleDriver(join(dir, 'no-such-file')), undefined);
+  assert.is(noEffectReason(undefined), undefined, 'a kernel that does not say is given the benefit of the doubt');
 });
 
 test('a device that cannot be opened is a problem naming the device and the error, not an exception', () => {

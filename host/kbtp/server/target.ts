@@ -34,6 +34,8 @@ export interface TargetOptions {
   recoveryProgress?: (journalsDone: number, journals: number) => void;
   /** The PM QoS device the CPU wake-latency request is written to (tests give a file of their own). */
   cpuLatencyDevice?: string;
+  /** Where the kernel names its cpuidle driver, which decides whether a request has any effect (tests give their own). */
+  cpuIdleDriverFile?: string;
 }
 
 export type { DurableStats } from './tier-host.ts';
@@ -165,7 +167,9 @@ export async function startTarget(settings: TargetSettings, options: TargetOptio
   }
 
   const wakeLatency =
-    settings.cpuWakeLatencyUs === null ? undefined : new WakeLatencyHolder({ latencyUs: settings.cpuWakeLatencyUs, log, device: options.cpuLatencyDevice });
+    settings.cpuWakeLatencyUs === null
+      ? undefined
+      : new WakeLatencyHolder({ latencyUs: settings.cpuWakeLatencyUs, log, device: options.cpuLatencyDevice, idleDriverFile: options.cpuIdleDriverFile });
   wakeLatency?.start();
 
   let nextStatsId = 1;

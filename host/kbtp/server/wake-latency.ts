@@ -6,7 +6,7 @@
 // process's CPU time, sampled by a timer on the main thread: nothing on the request path pays for
 // it, and the first requests after an idle spell are served before the request is placed.
 
-import { CpuLatencyRequest, type CpuLatencyProblem } from '../../util/cpu-latency.ts';
+import { CPU_IDLE_DRIVER_FILE, CpuLatencyRequest, cpuIdleDriver, noEffectReason } from '../../util/cpu-latency.ts';
 
 /** How often the process's CPU time is sampled. */
 export const WAKE_SAMPLE_MS = 100;
@@ -24,7 +24,7 @@ export interface WakeLatencyReport {
   holds: number;
   /** Milliseconds it has been in force, the present spell included. */
   heldMs: number;
-  /** Why it could not be placed, when it could not (then it is not tried again). */
+  /** Why it was not placed, when it could not be or would change nothing (then it is not tried again). */
   problem: string | undefined;
 }
 
@@ -33,6 +33,8 @@ export interface WakeLatencyOptions {
   log: (line: string) => void;
   /** The PM QoS device (tests give a file of their own). */
   device?: string;
+  /** Where the kernel names its cpuidle driver (tests give a file of their own). */
+  idleDriverFile?: string;
   /** CPU time of the process so far, microseconds (tests give their own). */
   cpuMicroseconds?: () => number;
   /** A monotonic clock in milliseconds (tests give their own). */
@@ -50,7 +52,7 @@ export class WakeLatencyHolder {
   private heldSinceMs = 0;
   private heldBeforeMs = 0;
   private holds = 0;
-  private problem: CpuLatencyProblem | undefined;
+  private problem: string | undefined;
 
   constructor(private readonly options: WakeLatencyOptions) {
     this.request = new CpuLatencyRequest(options.latencyUs, options.device);
@@ -102,15 +104,23 @@ export class WakeLatencyHolder {
       held: this.request.held,
       holds: this.holds,
       heldMs: this.heldBeforeMs + (this.request.held ? now - this.heldSinceMs : 0),
-      problem: this.problem?.message,
+      problem: this.problem,
     };
   }
 
   private place(now: number): void {
-    this.problem = this.request.hold();
-    if (this.problem !== undefined) {
-      // Said once: the node serves as well as the machine's idle states allow.
-      this.options.log(`kbtp target: ${this.problem.message}; idle CPUs may take tens of microseconds to wake (--cpu-wake-latency-us off stops trying)`);
+    // Said once either way: the node serves as well as the machine's idle states allow.
+    const idleDriverFile = this.options.idleDriverFile ?? CPU_IDLE_DRIVER_FILE;
+    const noEffect = noEffectReason(cpuIdleDriver(idleDriverFile), idleDriverFile);
+    if (noEffect !== undefined) {
+      this.problem = `no CPU wake-latency request placed: ${noEffect}`;
+      this.options.log(`kbtp target: ${this.problem} (--cpu-wake-latency-us off stops checking)`);
+      return;
+    }
+    const refused = this.request.hold();
+    if (refused !== undefined) {
+      this.problem = refused.message;
+      this.options.log(`kbtp target: ${refused.message}; idle CPUs may take tens of microseconds to wake (--cpu-wake-latency-us off stops trying)`);
       return;
     }
     this.holds++;
