@@ -37,15 +37,16 @@ test('on a path that lost packets lately, a NAK waiting in the socket is read be
       console.log('  (skipped: the link cannot be read on demand)');
       return;
     }
-    // A 1 MiB Write is 256 packets; the requester sends 64 per turn. Its 11th packet (PSN index
-    // 10, a MIDDLE) is lost: the responder NAKs PSN index 10 when the rest of the first turn's
-    // packets arrive, then drops them. Read at the start of the second turn, the NAK costs the
-    // first turn's packets after the gap again (indices 10-63: 54); read only in the next poll,
-    // after the second turn has sent indices 64-127 too, it costs 118. A path that has not lost
-    // a packet lately does not read ahead (no system call per turn for nothing): the first of
-    // two such Writes costs 118, the second 54.
+    // A 1 MiB Write is 256 packets. Its 11th packet (PSN index 10, a MIDDLE) is lost: the
+    // responder NAKs PSN index 10 when the packets after it arrive, then drops them. On a path
+    // that has not lost a packet lately a turn sends a clean window's worth (512 packets), so
+    // the first Write leaves whole before the NAK can be read: it costs indices 10-255 again
+    // (246), 244 dropped unchecked. The path is lossy then and sends 64 packets per turn; read
+    // at the start of the second turn, the NAK costs the first turn's packets after the gap
+    // again (indices 10-63: 54); read only in the next poll, after the second turn has sent
+    // indices 64-127 too, it would cost 118.
     const expected = [
-      { resent: 118, pastGap: 52 + 64 },
+      { resent: 246, pastGap: 244 },
       { resent: 54, pastGap: 52 },
     ];
     for (let i = 0; i < MiB; i++) client.memory[i] = (i * 31 + 7) & 0xff;

@@ -1,5 +1,6 @@
 // The requester's transmission (requester.ts): turns the send queue's WQEs into packets, one
-// PSN each, within the PSN window, ORD and fences and a per-turn packet budget: path-MTU segments
+// PSN each, within the PSN window, ORD and fences and a per-turn packet budget (64 packets on a path
+// that lost a packet lately, a clean window's 512 on one that has not): path-MTU segments
 // of Sends and Writes (their middle packets as runs to the link), Read requests per chunk of
 // response packets, atomics; AckReq on every 64th packet, a message's last and the packet that
 // fills the window (the send queue's lossy or clean one, as the path lost a packet lately or not).
@@ -11,10 +12,24 @@ import { IbOpcode } from '../wire/ib-opcodes.ts';
 import { WcStatus } from '../work.ts';
 import type { RcQueuePair } from './queue-pair.ts';
 import type { Retransmission } from './requester-retransmit.ts';
-import { CLEAN_READ_CHUNK_PACKETS, EMPTY, Kind, READ_CHUNK_PACKETS, type SendQueue, type Wqe } from './send-queue.ts';
+import { CLEAN_READ_CHUNK_PACKETS, CLEAN_WINDOW_PACKETS, EMPTY, Kind, READ_CHUNK_PACKETS, type SendQueue, type Wqe } from './send-queue.ts';
 
-/** Packets sent per event-loop turn before yielding, so ACKs and other QPs get a turn. */
+/**
+ * Packets sent per event-loop turn before yielding, so ACKs and other QPs get a turn, on a path
+ * that lost a packet lately: a loss then costs at most one turn of packets past the gap before
+ * the next turn reads the NAK (transmitLater).
+ */
 const PACKETS_PER_TURN = 64;
+/**
+ * The same on a path that has not lost a packet lately: the clean window's worth, so a stream
+ * fills the window in one turn. A turn costs system calls whatever it carries: a sendmmsg, an
+ * event-loop pass (setImmediate, a zero-timeout epoll_pwait), the responder's recvmmsg and ACK
+ * for the batch and the requester's read of it. At 64 packets per turn those calls bounded Writes
+ * on a VM whose every kernel entry flushes the TLB (session 16: one-thread Writes of 256 KiB
+ * 17.6-19.0 Gbit/s, 26.5-26.6 with this; docs/notes/2026-12-02/issue-15-session16.md). The
+ * price: the first loss on a clean path costs up to a window of packets past the gap, not a turn's.
+ */
+const CLEAN_PACKETS_PER_TURN = CLEAN_WINDOW_PACKETS;
 /** AckReq at least this often inside a long message (rxe: RXE_MAX_PKT_PER_ACK). */
 const PACKETS_PER_ACK_REQUEST = 64;
 
@@ -71,8 +86,8 @@ export class Transmitter {
     const queue = this.queue;
     const qp = this.qp;
     if (!queue.running || qp.state !== 'rts' || this.retransmission.rnrWaiting) return;
-    let budget = PACKETS_PER_TURN;
     const lossy = this.retransmission.lossy;
+    let budget = lossy ? PACKETS_PER_TURN : CLEAN_PACKETS_PER_TURN;
     const window = lossy ? queue.window : queue.cleanWindow;
     const readWindow = lossy ? queue.readWindow : queue.cleanReadWindow;
     while (budget > 0 && queue.txIndex < queue.wqes.length) {

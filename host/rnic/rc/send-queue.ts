@@ -50,7 +50,7 @@ const CLEAN_READ_WINDOW_PACKETS = 1024;
  * window is megabytes. The IB limit on outstanding PSNs is 2^23; the number is the requester's choice.
  */
 const LOSSY_WINDOW_PACKETS = 128;
-const CLEAN_WINDOW_PACKETS = 512;
+export const CLEAN_WINDOW_PACKETS = 512;
 export const EMPTY: Uint8Array = new Uint8Array(0);
 const NO_SGES: readonly Sge[] = [];
 
