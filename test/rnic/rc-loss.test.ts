@@ -12,7 +12,7 @@ import { test } from 'uvu';
 import * as assert from 'uvu/assert';
 import { ImpairedLink, type Impairments } from '../../host/rnic/rc/impaired-link.ts';
 import type { PacketLink, PacketReceiver, PacketRun, PeerAddress } from '../../host/rnic/rc/link.ts';
-import { EARLY_MIN_MS, RoundTripEstimate } from '../../host/rnic/rc/round-trip.ts';
+import { EARLY_MIN_MS, LOSSY_EARLY_MIN_MS, RoundTripEstimate } from '../../host/rnic/rc/round-trip.ts';
 import { IbOpcode } from '../../host/rnic/wire/ib-opcodes.ts';
 import { completions, expectSuccess, rcPair } from '../support/rc.ts';
 
@@ -76,6 +76,61 @@ test('on a path that lost packets lately, a NAK waiting in the socket is read be
   }
 });
 
+/** Makes `link` lose the packet with `opcode` after `skip` others with it, and the first resend of its PSN too. */
+function loseTwice(link: PacketLink, opcode: number, skip: number): void {
+  const send = link.send.bind(link);
+  let seen = 0;
+  let lostPsn = -1;
+  let losses = 0;
+  link.send = (to, header, payload, trailer) => {
+    const psn = (header[9]! << 16) | (header[10]! << 8) | header[11]!;
+    if (losses === 0 && header[0] === opcode && seen++ === skip) {
+      lostPsn = psn;
+      losses++;
+      return;
+    }
+    if (losses === 1 && psn === lostPsn) {
+      losses++;
+      return;
+    }
+    send(to, header, payload, trailer);
+  };
+}
+
+test('a go-back-N whose resend of the NAKed packet is lost again is NAKed again: no wait for a retransmission timer', async () => {
+  // The ACK timer at a minute: only the responder's second NAK or the early timer can recover.
+  const pair = await rcPair({ pathMtu: 4096, ackTimeoutMs: 60_000 });
+  try {
+    const { client, server } = pair;
+    // A 1 MiB Write (256 packets) loses its 11th packet (PSN index 10) and, after the NAK, that
+    // packet's first resend: the responder, silent past a gap it NAKed, sees the go-back-N's
+    // next packets (index 11 on) arrive below the highest it dropped and NAKs index 10 again.
+    // Before, it stayed silent and the requester went back N only when its early timer fired.
+    for (let i = 0; i < MiB; i++) client.memory[i] = (i * 29 + 3) & 0xff;
+    const before = { ...client.qp.statistics, naks: server.qp.statistics.sequenceNaksSent };
+    loseTwice(client.link, IbOpcode.RdmaWriteMiddle, 9);
+    client.qp.postSend({
+      wrId: 1,
+      opcode: 'RDMA_WRITE',
+      sgList: [{ lkey: client.mr.lkey, offset: 0, length: MiB }],
+      remote: { stag: server.mr.rkey, taggedOffset: MiB },
+    });
+    expectSuccess(await completions(client.cq, 1, 20_000));
+    assert.equal(server.memory.subarray(MiB, 2 * MiB), client.memory.subarray(0, MiB), 'written data');
+    const statistics = client.qp.statistics;
+    assert.is(statistics.timeouts - before.timeouts, 0);
+    // The second NAK comes whether or not a scheduling pause also fired the early timer.
+    assert.ok(server.qp.statistics.sequenceNaksSent - before.naks >= 2, `${server.qp.statistics.sequenceNaksSent - before.naks} NAKs for one gap lost twice`);
+    if (statistics.earlyRetransmissions === before.earlyRetransmissions && client.link.receiveNow !== undefined) {
+      // Each NAK read before the requester's next turn (a link read on demand): the lossy turn
+      // of 64 packets from index 10 (its first lost again), then indices 10-255 once more.
+      assert.is(statistics.retransmittedPackets - before.retransmittedPackets, 246 + 64, 'packets resent for the two losses');
+    }
+  } finally {
+    await pair.close();
+  }
+});
+
 test('a Read that lost a response packet keeps the lean path: the packets past the gap and after it are placed without the full path', async () => {
   const pair = await rcPair({ pathMtu: 4096, ackTimeoutMs: 60_000 });
   try {
@@ -130,6 +185,9 @@ test('the early retransmission waits srtt + 4 rttvar (RFC 6298 gains) when that 
   for (let i = 0; i < 100; i++) steady.sample(0.1);
   assert.ok(Math.abs(steady.smoothed - 0.1) < 1e-9);
   assert.is(steady.earlyWait, EARLY_MIN_MS);
+  // On a path that lost a packet lately the floor is lower: there the wait is what a lost NAK costs.
+  assert.is(steady.lossyEarlyWait, LOSSY_EARLY_MIN_MS);
+  assert.is(LOSSY_EARLY_MIN_MS, 0.5);
   // A steady 1 ms one: 4 * srtt (srtt + 4 rttvar is about 1 ms): a peer on another thread is
   // late by a scheduler slice often enough that a shorter wait went back N for nothing.
   const slower = new RoundTripEstimate();

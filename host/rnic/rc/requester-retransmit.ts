@@ -13,11 +13,12 @@ import { Kind, type SendQueue } from './send-queue.ts';
 const UNLIMITED_RETRIES = 7;
 /**
  * Early retransmission: without acknowledgement progress for the round trip's retransmission
- * wait (round-trip.ts: the larger of 4 srtt and srtt + 4 rttvar, at least 2 ms), go back N before the ACK timer,
- * doubling the wait each time it brings nothing. The configured timer still decides failure
- * (retry count, 'retry exceeded'); an early retransmission costs no retry. A lost NAK or a lost
- * retransmission of the NAK'd packet is otherwise only recovered by the ACK timer (the responder
- * NAKs a gap once), which at 1 % loss was most of the benchmark's lossy time. Production RNICs
+ * wait (round-trip.ts: the larger of 4 srtt and srtt + 4 rttvar, at least 2 ms, 0.5 ms on a lossy
+ * path), go back N before the ACK timer, doubling the wait each time it brings nothing. The
+ * configured timer still decides failure (retry count, 'retry exceeded'); an early retransmission
+ * costs no retry. A lost NAK is otherwise only recovered by the ACK timer (the responder NAKs a
+ * gap once; a lost retransmission of the NAK'd packet it NAKs again when the rest of the
+ * go-back-N arrives), which at 1 % loss was most of the benchmark's lossy time. Production RNICs
  * adapt their retransmission timeout to the measured round trip the same way; the wire sees
  * only retransmissions, which RC allows.
  */
@@ -141,7 +142,7 @@ export class Retransmission {
     if (psnCompare(queue.sentEnd, psnAdd(queue.lastAcked, 1)) <= 0) return;
     if (!this.ackTimer.armed) this.ackTimer.arm(this.timeoutMs);
     if (!this.earlyTimer.armed && this.roundTrip.measured) {
-      const wait = this.roundTrip.earlyWait * this.earlyBackoff;
+      const wait = (this.lossy ? this.roundTrip.lossyEarlyWait : this.roundTrip.earlyWait) * this.earlyBackoff;
       if (wait < this.timeoutMs) this.earlyTimer.arm(wait);
     }
   }

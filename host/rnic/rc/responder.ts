@@ -3,7 +3,7 @@
 // and atomics from responder resources (a ring of `ird` entries, so a duplicate Read or atomic
 // is answered again without running twice), acknowledges what asked for it (coalescing the
 // ACKs of one event-loop turn into one), and sends the NAK that fits each failure:
-// PSN sequence error once per gap, RNR NAK when no receive is posted, invalid request, remote
+// PSN sequence error once per gap (and again when a go-back-N shows the resend was lost), RNR NAK when no receive is posted, invalid request, remote
 // access error and remote operational error (the last three also move the QP to error).
 
 import { executeAtomic, isAtomicAligned } from '../atomic-executor.ts';
@@ -36,6 +36,8 @@ export class Responder {
   private expectedPsn = 0;
   private msn = 0;
   private nakSent = false;
+  /** Since the NAK: the highest PSN past the gap that arrived (request: a lower one is a go-back-N whose resend was lost). */
+  private pastGapHighest = 0;
   private mtu = 1024;
   private minRnrTimer = 12;
   private inProgress: InProgress = InProgress.None;
@@ -74,12 +76,16 @@ export class Responder {
     if (info === undefined || h.opcode >= 0x20) return;
     const order = psnCompare(h.psn, this.expectedPsn);
     if (order > 0) {
-      // Packets were lost: one NAK per gap, then silence until the expected PSN arrives.
-      if (!this.nakSent) {
+      // Packets were lost: one NAK per gap, then silence until the expected PSN arrives, unless
+      // the requester visibly went back N (a PSN no higher than one already past the gap): then
+      // its resend of the expected packet was lost too, and only a NAK now spares it the wait
+      // for its retransmission timer (at 1 % loss about one gap in a hundred).
+      if (!this.nakSent || psnCompare(h.psn, this.pastGapHighest) <= 0) {
         this.nakSent = true;
         this.qp.stats.sequenceNaksSent++;
         this.sendAck(Syndrome.NakPsnSequenceError, this.expectedPsn);
       }
+      this.pastGapHighest = h.psn;
       return;
     }
     if (order < 0) {
@@ -259,9 +265,15 @@ export class Responder {
     this.accepted(h);
   }
 
-  /** Whether `request` would drop a request with `psn` unanswered: past the gap this side NAK'd (no effect). */
+  /**
+   * Whether `request` would drop a request with `psn` unanswered: past the gap this side NAK'd and
+   * higher than any past it so far (noted as the highest: the drop's one effect). A lower one goes
+   * to `request`, which NAKs again.
+   */
   dropsPastGap(psn: number): boolean {
-    return this.nakSent && psnCompare(psn, this.expectedPsn) > 0;
+    if (!this.nakSent || psnCompare(psn, this.expectedPsn) <= 0 || psnCompare(psn, this.pastGapHighest) <= 0) return false;
+    this.pastGapHighest = psn;
+    return true;
   }
 
   /**
