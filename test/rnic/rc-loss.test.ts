@@ -10,6 +10,7 @@
 // packets it drops, and drops exactly the packets the same seed drops packet by packet.
 import { test } from 'uvu';
 import * as assert from 'uvu/assert';
+import { BatchedUdpLink } from '../../host/rnic/rc/batched-udp-link.ts';
 import { ImpairedLink, type Impairments } from '../../host/rnic/rc/impaired-link.ts';
 import type { PacketLink, PacketReceiver, PacketRun, PeerAddress } from '../../host/rnic/rc/link.ts';
 import { EARLY_MIN_MS, LOSSY_EARLY_MIN_MS, RoundTripEstimate } from '../../host/rnic/rc/round-trip.ts';
@@ -126,6 +127,47 @@ test('a go-back-N whose resend of the NAKed packet is lost again is NAKed again:
       // of 64 packets from index 10 (its first lost again), then indices 10-255 once more.
       assert.is(statistics.retransmittedPackets - before.retransmittedPackets, 246 + 64, 'packets resent for the two losses');
     }
+  } finally {
+    await pair.close();
+  }
+});
+
+test('on a lossy path a turn sends in parts, the thread read between them: a responder on the same thread takes each part and acknowledges it in the turn', async () => {
+  const pair = await rcPair({ pathMtu: 4096, ackTimeoutMs: 60_000 });
+  try {
+    const { client, server } = pair;
+    if (!(client.link instanceof BatchedUdpLink) || !(server.link instanceof BatchedUdpLink)) {
+      console.log('  (skipped: the link cannot read this thread on demand)');
+      return;
+    }
+    const write = async (wrId: number): Promise<void> => {
+      client.qp.postSend({
+        wrId,
+        opcode: 'RDMA_WRITE',
+        sgList: [{ lkey: client.mr.lkey, offset: 0, length: MiB }],
+        remote: { stag: server.mr.rkey, taggedOffset: MiB },
+      });
+      expectSuccess(await completions(client.cq, 1, 20_000));
+      assert.equal(server.memory.subarray(MiB, 2 * MiB), client.memory.subarray(0, MiB), 'written data');
+    };
+    for (let i = 0; i < MiB; i++) client.memory[i] = (i * 17 + 1) & 0xff;
+    // One lost packet makes the path lossy (on both sides: the responder NAKed a gap).
+    loseOne(client.link, IbOpcode.RdmaWriteMiddle, 9);
+    await write(1);
+    // A 1 MiB Write with nothing lost: 256 packets, four parts of 64 in one turn. In 64-packet
+    // turns the responder's socket woke its poll once per turn (4) and the requester's once per
+    // ACK; read between the parts, the responder takes each part, its ACK goes out at the end of
+    // that delivery and the requester reads it before its next part.
+    const responderWakes = server.link.stats.readableEvents;
+    const requesterWakes = client.link.stats.readableEvents;
+    const naks = server.qp.statistics.sequenceNaksSent;
+    for (let i = 0; i < MiB; i++) client.memory[i] = (i * 19 + 2) & 0xff;
+    await write(2);
+    assert.is(server.qp.statistics.sequenceNaksSent, naks, 'nothing lost in the second Write');
+    const early = client.qp.statistics.earlyRetransmissions + client.qp.statistics.earlyTimerFires;
+    // A scheduling pause (an early timer firing) may add a wake-up; the parts leave none per part.
+    assert.ok(server.link.stats.readableEvents - responderWakes <= 1 + early, `responder woken ${server.link.stats.readableEvents - responderWakes} times`);
+    assert.ok(client.link.stats.readableEvents - requesterWakes <= 1 + early, `requester woken ${client.link.stats.readableEvents - requesterWakes} times`);
   } finally {
     await pair.close();
   }

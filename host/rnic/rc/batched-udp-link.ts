@@ -94,6 +94,10 @@ export class BatchedUdpLink implements PacketLink {
     this.socket.receiveNow();
   }
 
+  receiveThreadNow(): void {
+    this.socket.receiveThreadNow();
+  }
+
   async close(): Promise<void> {
     if (this.closed) return;
     this.closed = true;

@@ -178,6 +178,9 @@ export interface BatchedUdpStatistics {
   datagramsInPassedRuns: number;
 }
 
+/** This thread's sockets that are receiving, in the order they opened (module state is per thread): receiveThreadNow reads them. */
+const receivingHere: BatchedUdpSocket[] = [];
+
 export class BatchedUdpSocket implements TurnParticipant {
   readonly stats: BatchedUdpStatistics;
   /** Why the send worker stopped, if it failed (diagnostics). */
@@ -245,6 +248,8 @@ export class BatchedUdpSocket implements TurnParticipant {
   private readonly receiveControlsAt: number;
   /** Handing datagrams over (a receiver that ends up in receiveNow must not re-enter it). */
   private receiving = false;
+  /** The last receive() handed datagrams over (receiveThreadNow reads such a socket for another). */
+  private busy = true;
   /** Address of the area's first octet (its records hold absolute pointers). */
   private readonly ringBase: number;
   private readonly onReadable = (status: number): void => this.readable(status);
@@ -405,6 +410,7 @@ export class BatchedUdpSocket implements TurnParticipant {
     }
     try {
       socket.poll = pollReadable(fd, socket.onReadable);
+      receivingHere.push(socket);
     } catch (error) {
       await socket.close(); // closes the descriptor
       throw new RnicError('EINVAL', `batched UDP cannot watch its socket: ${error instanceof Error ? error.message : String(error)}`);
@@ -687,6 +693,20 @@ export class BatchedUdpSocket implements TurnParticipant {
     this.receive();
   }
 
+  /**
+   * receiveNow, after the same for every other socket of this thread whose last read brought
+   * datagrams: a peer served by this thread (both ends of a pair in one process) answers what was
+   * just sent to it, and the answer is in this socket, before the event loop turns. An idle
+   * socket is left to its readable event (a read of it here would cost an empty system call).
+   */
+  receiveThreadNow(): void {
+    for (let i = 0; i < receivingHere.length; i++) {
+      const socket = receivingHere[i]!;
+      if (socket !== this && socket.busy) socket.receive();
+    }
+    this.receive();
+  }
+
   /** The poll handle's callback (koffi calls it from the event loop; nothing may escape it). */
   private readable(status: number): void {
     try {
@@ -706,6 +726,7 @@ export class BatchedUdpSocket implements TurnParticipant {
   private receive(): void {
     if (this.closed || this.receiving) return; // inside a delivery: the batch under way is handed over first
     const words = this.ringWords;
+    this.busy = false;
     for (let call = 0; call < RECEIVE_CALLS_PER_WAKE; call++) {
       // The kernel overwrites both lengths with what it wrote: give every slot its full room again.
       for (let i = 0; i < this.slots; i++) {
@@ -721,6 +742,7 @@ export class BatchedUdpSocket implements TurnParticipant {
         if (errno !== EAGAIN && errno !== EINTR) this.stopReceiving(`recvmmsg failed: ${errnoName(errno)}`);
         return;
       }
+      this.busy = true;
       this.deliver(got);
       if (got < this.slots || this.closed) return;
     }
@@ -729,8 +751,14 @@ export class BatchedUdpSocket implements TurnParticipant {
   /** Receiving cannot go on (the descriptor is unusable): stop watching it, say why. */
   private stopReceiving(reason: string): void {
     this.receiveError = reason;
+    this.leaveReceivingHere();
     this.poll?.close();
     this.poll = undefined;
+  }
+
+  private leaveReceivingHere(): void {
+    const index = receivingHere.indexOf(this);
+    if (index >= 0) receivingHere.splice(index, 1);
   }
 
   /** Test hook: the next `count` sendmmsg calls are answered as if the socket buffer were full (EAGAIN). */
@@ -742,6 +770,7 @@ export class BatchedUdpSocket implements TurnParticipant {
     if (this.closed) return;
     this.flush();
     this.closed = true;
+    this.leaveReceivingHere();
     // Before the descriptor closes (libuv requires it), and so that nothing keeps the event loop waiting.
     this.poll?.close();
     this.poll = undefined;

@@ -38,6 +38,8 @@ export class ImpairedLink implements PacketLink {
    * generator exactly as `send` would, so a seed drops the same packets either way.
    */
   readonly sendRun?: (to: PeerAddress, run: PacketRun) => void;
+  /** Present when the inner link has it (receiving is not impaired). */
+  readonly receiveThreadNow?: () => void;
   /** The part of a run that goes on (sendRun), refilled per part. */
   private readonly part: PacketRun = { headers: EMPTY, headerLength: 0, payload: EMPTY, segment: 0, count: 0, trailers: EMPTY, trailerLength: 0 };
 
@@ -47,6 +49,7 @@ export class ImpairedLink implements PacketLink {
   ) {
     this.random = new Random(impairments.seed ?? 1);
     if (inner.sendRun !== undefined) this.sendRun = (to, run) => this.impairRun(to, run);
+    if (inner.receiveThreadNow !== undefined) this.receiveThreadNow = () => inner.receiveThreadNow!();
   }
 
   get local(): PeerAddress {

@@ -81,6 +81,12 @@ export interface PacketLink {
    * every packet that has reached the link. RC calls it before it calls a peer silent or gone.
    */
   receiveNow?(): void;
+  /**
+   * Optional: receiveNow, after the same for the other links this thread reads that had packets
+   * lately: a peer QP served by this thread answers now what was just sent to it. RC's lossy
+   * turns call it between their parts (requester-transmit.ts).
+   */
+  receiveThreadNow?(): void;
   close(): Promise<void>;
 }
 

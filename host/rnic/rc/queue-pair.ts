@@ -540,6 +540,16 @@ export class RcQueuePair extends QueuePairAttributes<RcQueuePairEvents> {
     this.link?.receiveNow?.();
   }
 
+  /** Whether the link can read this thread's sockets on demand (PacketLink.receiveThreadNow). */
+  get receivesThreadNow(): boolean {
+    return this.link?.receiveThreadNow !== undefined;
+  }
+
+  /** PacketLink.receiveThreadNow: the thread's other busy links, then this QP's. */
+  receiveThreadNow(): void {
+    this.link?.receiveThreadNow?.();
+  }
+
   /** A cleared header record for building the next packet. */
   headers(opcode: number, psn: number): IbHeaders {
     const h = this.encodeScratch;

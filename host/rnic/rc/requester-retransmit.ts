@@ -29,7 +29,7 @@ const EARLY_MAX_BACKOFF = 64;
  * ~16 MiB at path MTU 4096, and at 1 % loss a loss comes every ~100 packets, so a lossy path
  * stays lossy.
  */
-const LOSSY_SPAN = 4096;
+export const LOSSY_SPAN = 4096;
 
 export class Retransmission {
   private readonly qp: RcQueuePair;
