@@ -15,7 +15,7 @@ import { ImpairedLink, type Impairments } from '../../host/rnic/rc/impaired-link
 import type { PacketLink, PacketReceiver, PacketRun, PeerAddress } from '../../host/rnic/rc/link.ts';
 import { EARLY_MIN_MS, LOSSY_EARLY_MIN_MS, RoundTripEstimate } from '../../host/rnic/rc/round-trip.ts';
 import { IbOpcode } from '../../host/rnic/wire/ib-opcodes.ts';
-import { completions, expectSuccess, rcPair } from '../support/rc.ts';
+import { completions, expectSuccess, rcPair, type RcPair } from '../support/rc.ts';
 
 const MiB = 1024 * 1024;
 
@@ -29,9 +29,30 @@ function loseOne(link: PacketLink, opcode: number, skip: number): void {
   };
 }
 
-test('on a path that lost packets lately, a NAK waiting in the socket is read before the next turn sends: the Write goes back at the gap, not a turn of packets later', async () => {
+/** Runs `body` on a fresh pair at path MTU 4096 whose ACK timer (a minute) never decides, and closes it. */
+async function onPair(body: (pair: RcPair) => Promise<void>): Promise<void> {
   const pair = await rcPair({ pathMtu: 4096, ackTimeoutMs: 60_000 });
   try {
+    await body(pair);
+  } finally {
+    await pair.close();
+  }
+}
+
+/** Writes the client's first MiB to the server's second, waits for its completion and checks the data. */
+async function writeMiB({ client, server }: RcPair, wrId: number): Promise<void> {
+  client.qp.postSend({
+    wrId,
+    opcode: 'RDMA_WRITE',
+    sgList: [{ lkey: client.mr.lkey, offset: 0, length: MiB }],
+    remote: { stag: server.mr.rkey, taggedOffset: MiB },
+  });
+  expectSuccess(await completions(client.cq, 1, 20_000));
+  assert.equal(server.memory.subarray(MiB, 2 * MiB), client.memory.subarray(0, MiB), 'written data');
+}
+
+test('on a path that lost packets lately, a NAK waiting in the socket is read before the next turn sends: the Write goes back at the gap, not a turn of packets later', async () => {
+  await onPair(async (pair) => {
     const { client, server } = pair;
     if (client.link.receiveNow === undefined) {
       // node:dgram's link ($KBTP_ROCE_UDP=dgram) reads only when the event loop polls it.
@@ -54,14 +75,7 @@ test('on a path that lost packets lately, a NAK waiting in the socket is read be
     for (const [round, { resent, pastGap }] of expected.entries()) {
       const before = { ...client.qp.statistics, naks: server.qp.statistics.sequenceNaksSent, pastGap: server.rnic.roceEndpoint!.stats.pastGap };
       loseOne(client.link, IbOpcode.RdmaWriteMiddle, 9);
-      client.qp.postSend({
-        wrId: round,
-        opcode: 'RDMA_WRITE',
-        sgList: [{ lkey: client.mr.lkey, offset: 0, length: MiB }],
-        remote: { stag: server.mr.rkey, taggedOffset: MiB },
-      });
-      expectSuccess(await completions(client.cq, 1, 20_000));
-      assert.equal(server.memory.subarray(MiB, 2 * MiB), client.memory.subarray(0, MiB), 'written data');
+      await writeMiB(pair, round);
       assert.is(server.qp.statistics.sequenceNaksSent - before.naks, 1, 'one NAK for the gap; what follows it is dropped silently');
       const statistics = client.qp.statistics;
       assert.is(statistics.timeouts, 0);
@@ -72,9 +86,7 @@ test('on a path that lost packets lately, a NAK waiting in the socket is read be
       // arrive before the resent one are dropped before their ICRC is computed.
       assert.is(server.rnic.roceEndpoint!.stats.pastGap - before.pastGap, pastGap, `Write ${round + 1}: requests past the NAKed gap dropped unchecked`);
     }
-  } finally {
-    await pair.close();
-  }
+  });
 });
 
 /** Makes `link` lose the packet with `opcode` after `skip` others with it, and the first resend of its PSN too. */
@@ -100,8 +112,7 @@ function loseTwice(link: PacketLink, opcode: number, skip: number): void {
 
 test('a go-back-N whose resend of the NAKed packet is lost again is NAKed again: no wait for a retransmission timer', async () => {
   // The ACK timer at a minute: only the responder's second NAK or the early timer can recover.
-  const pair = await rcPair({ pathMtu: 4096, ackTimeoutMs: 60_000 });
-  try {
+  await onPair(async (pair) => {
     const { client, server } = pair;
     // A 1 MiB Write (256 packets) loses its 11th packet (PSN index 10) and, after the NAK, that
     // packet's first resend: the responder, silent past a gap it NAKed, sees the go-back-N's
@@ -110,14 +121,7 @@ test('a go-back-N whose resend of the NAKed packet is lost again is NAKed again:
     for (let i = 0; i < MiB; i++) client.memory[i] = (i * 29 + 3) & 0xff;
     const before = { ...client.qp.statistics, naks: server.qp.statistics.sequenceNaksSent };
     loseTwice(client.link, IbOpcode.RdmaWriteMiddle, 9);
-    client.qp.postSend({
-      wrId: 1,
-      opcode: 'RDMA_WRITE',
-      sgList: [{ lkey: client.mr.lkey, offset: 0, length: MiB }],
-      remote: { stag: server.mr.rkey, taggedOffset: MiB },
-    });
-    expectSuccess(await completions(client.cq, 1, 20_000));
-    assert.equal(server.memory.subarray(MiB, 2 * MiB), client.memory.subarray(0, MiB), 'written data');
+    await writeMiB(pair, 1);
     const statistics = client.qp.statistics;
     assert.is(statistics.timeouts - before.timeouts, 0);
     // The second NAK comes whether or not a scheduling pause also fired the early timer.
@@ -127,33 +131,20 @@ test('a go-back-N whose resend of the NAKed packet is lost again is NAKed again:
       // of 64 packets from index 10 (its first lost again), then indices 10-255 once more.
       assert.is(statistics.retransmittedPackets - before.retransmittedPackets, 246 + 64, 'packets resent for the two losses');
     }
-  } finally {
-    await pair.close();
-  }
+  });
 });
 
 test('on a lossy path a turn sends in parts, the thread read between them: a responder on the same thread takes each part and acknowledges it in the turn', async () => {
-  const pair = await rcPair({ pathMtu: 4096, ackTimeoutMs: 60_000 });
-  try {
+  await onPair(async (pair) => {
     const { client, server } = pair;
     if (!(client.link instanceof BatchedUdpLink) || !(server.link instanceof BatchedUdpLink)) {
       console.log('  (skipped: the link cannot read this thread on demand)');
       return;
     }
-    const write = async (wrId: number): Promise<void> => {
-      client.qp.postSend({
-        wrId,
-        opcode: 'RDMA_WRITE',
-        sgList: [{ lkey: client.mr.lkey, offset: 0, length: MiB }],
-        remote: { stag: server.mr.rkey, taggedOffset: MiB },
-      });
-      expectSuccess(await completions(client.cq, 1, 20_000));
-      assert.equal(server.memory.subarray(MiB, 2 * MiB), client.memory.subarray(0, MiB), 'written data');
-    };
     for (let i = 0; i < MiB; i++) client.memory[i] = (i * 17 + 1) & 0xff;
     // One lost packet makes the path lossy (on both sides: the responder NAKed a gap).
     loseOne(client.link, IbOpcode.RdmaWriteMiddle, 9);
-    await write(1);
+    await writeMiB(pair, 1);
     // A 1 MiB Write with nothing lost: 256 packets, four parts of 64 in one turn. In 64-packet
     // turns the responder's socket woke its poll once per turn (4) and the requester's once per
     // ACK; read between the parts, the responder takes each part, its ACK goes out at the end of
@@ -162,21 +153,17 @@ test('on a lossy path a turn sends in parts, the thread read between them: a res
     const requesterWakes = client.link.stats.readableEvents;
     const naks = server.qp.statistics.sequenceNaksSent;
     for (let i = 0; i < MiB; i++) client.memory[i] = (i * 19 + 2) & 0xff;
-    await write(2);
+    await writeMiB(pair, 2);
     assert.is(server.qp.statistics.sequenceNaksSent, naks, 'nothing lost in the second Write');
     const early = client.qp.statistics.earlyRetransmissions + client.qp.statistics.earlyTimerFires;
     // A scheduling pause (an early timer firing) may add a wake-up; the parts leave none per part.
     assert.ok(server.link.stats.readableEvents - responderWakes <= 1 + early, `responder woken ${server.link.stats.readableEvents - responderWakes} times`);
     assert.ok(client.link.stats.readableEvents - requesterWakes <= 1 + early, `requester woken ${client.link.stats.readableEvents - requesterWakes} times`);
-  } finally {
-    await pair.close();
-  }
+  });
 });
 
 test('a Read that lost a response packet keeps the lean path: the packets past the gap and after it are placed without the full path', async () => {
-  const pair = await rcPair({ pathMtu: 4096, ackTimeoutMs: 60_000 });
-  try {
-    const { client, server } = pair;
+  await onPair(async ({ client, server }) => {
     const endpoint = client.rnic.roceEndpoint!;
     if (client.link.setLeanReceiver === undefined) {
       console.log('  (skipped: the link has no lean receive path)');
@@ -206,9 +193,7 @@ test('a Read that lost a response packet keeps the lean path: the packets past t
     // rest of its chunk (indices 3-63, 60 of which had arrived).
     assert.is(server.qp.statistics.packetsSent - sentBefore, 256 + 1, 'response packets sent, the lost one twice');
     assert.is(client.qp.statistics.timeouts, 0);
-  } finally {
-    await pair.close();
-  }
+  });
 });
 
 test('the early retransmission waits srtt + 4 rttvar (RFC 6298 gains) when that is longer than 4 srtt, never less than its floor', () => {
