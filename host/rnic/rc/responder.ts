@@ -501,11 +501,11 @@ export class Responder {
     if (!ackRequest) return;
     this.pendingAck = psn;
     if (this.lossy()) {
-      // On a path that loses packets the requester sends in small turns, each after reading its
-      // socket for a NAK (requester-transmit.ts). An ACK at the end of this delivery is in that
-      // read; one coalesced to the event loop's check phase is, with both QPs on one thread,
-      // sent after the requester's next turn and read only in the poll after it: a wake-up and
-      // a recvmmsg more per turn, and the window opens a turn later (session 17, RoCE at 1 % loss).
+      // On a path that loses packets the requester sends a turn in parts of 64 and reads the
+      // sockets between them (requester-transmit.ts). An ACK at the end of this delivery is in
+      // that read; one coalesced to the event loop's check phase is, with both QPs on one thread,
+      // sent after the requester's whole turn: its window closes after two parts, and the ACK is
+      // read only in the next poll, a wake-up more (session 17, RoCE at 1 % loss).
       if (!this.ackEnlisted) {
         this.ackEnlisted = true;
         turn.notifyLater(this.ackAtTurnEnd);
