@@ -65,10 +65,12 @@ output:
   -h, --help             show this help
 
 environment:
-  KBTP_BUSY_POLL_US=N    after each socket read or write, keep polling instead of sleeping for
-                         up to N us (this process's threads: the sessions and a spawned target's
-                         workers; default 0, off). Lower latency for much more CPU and system
-                         calls, and only with a CPU per polling thread: docs/BENCH.md
+  KBTP_BUSY_POLL_US=N    after each socket write, keep looking for the answer instead of sleeping
+                         for up to N us (this process's threads: the sessions and a spawned
+                         target's workers; 0: off). Unset: 200 where the kernel has no cpuidle
+                         driver (its idle CPUs halt whatever wake latency is asked), else off.
+                         Lower latency for more CPU and system calls, and only with a CPU per
+                         polling thread: docs/BENCH.md
 
 A run cut short (an error, Ctrl-C) still prints the phases it finished.
 

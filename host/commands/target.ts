@@ -58,10 +58,12 @@ options:
                          loopback connections from a timer, the two CPUs then deliver segments out
                          of order and the sender retransmits them; reno doubled 256 KiB and 1 MiB
                          STOREs at 8 in flight but halved 16 sessions x 1 (docs/BENCH.md, session 13)
-  --busy-poll-us N       iwarp: workers keep polling their sockets for N us after each read or write
-                         instead of sleeping (0 = off, the default; at most 10000): lower latency
+  --busy-poll-us N       iwarp: workers keep looking for their sockets' next bytes for N us after
+                         each write instead of sleeping (0 = off; at most 10000): lower latency
                          when each polling thread has a CPU of its own, more CPU and system calls
-                         (docs/BENCH.md); overrides $KBTP_BUSY_POLL_US
+                         (docs/BENCH.md); overrides $KBTP_BUSY_POLL_US. Neither given: 200 where
+                         the kernel has no cpuidle driver (idle CPUs halt whatever
+                         --cpu-wake-latency-us asks), else off
   --cpu-wake-latency-us N|off
                          while the node serves traffic, ask the kernel to keep idle CPUs within N us
                          of waking (PM QoS on /dev/cpu_dma_latency; root only). The default, 0, makes

@@ -1,20 +1,58 @@
-// A bounded busy poll of this thread's event loop (issue 16), off unless the operator asks for it.
-// After a read or write of an iWARP TCP channel (SocketChannel; RoCE's UDP link is not covered)
-// the loop keeps polling (libuv's epoll with a zero timeout, driven
-// by setImmediate) instead of sleeping, for up to a budget of microseconds since the last such
-// activity: the answer to a request just written, or the next request of a busy session, is then
-// found by a poll instead of by a wake-up of a sleeping thread (as RDMA stacks poll their
-// completion queues). It trades CPU and system calls for latency: every spin is one more
-// `epoll_pwait` and a thread that spins holds its CPU for the whole budget, so the default is 0
-// (off); docs/BENCH.md has both figures. Set with KBTP_BUSY_POLL_US (every thread of the process
-// that reads sockets, workers included: they inherit the environment); configure() sets a thread's.
+// A bounded busy poll of this thread's TCP channels (issue 16): where the kernel cannot keep an idle
+// CPU awake (no cpuidle driver, below) a thread that would go to sleep waiting for its peer's next
+// message asks instead, for up to a budget of microseconds, whether one has come, so that the
+// answer to a request just written is found by a look and not by a wake-up of a halted CPU (as
+// RDMA stacks poll their completion queues). On the PVM guest of sessions 16-17 a halted vCPU's
+// wake-up cost a 16 KiB LOAD at 1 in flight 41-42 us at the median where the poll answered in
+// 27-34 (docs/BENCH.md).
+//
+// How (session 17): the poll spins synchronously, at the end of an event-loop turn (host/rnic/turn.ts
+// calls turnEnded() once the turn's notifications and writes are settled, so the answer is on
+// the wire before it spins), on an epoll set of this thread's channel descriptors (ready-set.ts),
+// one zero-timeout epoll_wait per round until a descriptor has bytes or the budget is spent. It
+// returns without reading: libuv's next epoll finds the descriptor ready and reads it as usual.
+// Nothing is allocated per round or per spin (a koffi call with numbers, clock readings into a
+// Float64Array); the spin it replaces, one setImmediate per round, allocated ~330 octets each.
+// A turn spins when it wrote (a request or an answer went out, so something is expected back), or
+// when it was a delivery that raised no completion (a large message still arriving in parts: a
+// 1 MiB LOAD's payload at the initiator). Not after a turn that raised completions and wrote
+// nothing: their handlers may be promise reactions that run after this turn and post the next
+// request, which must go out first. Not while a write waits in libuv for the socket to drain
+// either: the spin would hold the loop that completes it.
+//
+// Whatever else this thread has to do waits behind a spin: promise reactions queued after the
+// turn, timers, worker messages, new connections on a listener (only channels are watched). The
+// budget bounds that delay; every round is one system call, and a thread that spins holds its CPU.
+// When the peer needs that CPU (both on one CPU), the peer's message comes just after each spin
+// gives up: received() sees that and backs off (below).
+//
+// Set with KBTP_BUSY_POLL_US (every thread of the process that reads sockets, workers included:
+// they inherit the environment); configure() sets a thread's (kbtp target --busy-poll-us).
+// Unset, the budget follows the kernel's idle states: with a cpuidle driver (haltpoll,
+// intel_idle, acpi_idle, ...) the CPU wake-latency request a busy target holds
+// (host/util/cpu-latency.ts) keeps idle CPUs polling in the kernel, which is cheaper, and a busy
+// poll on top of it made 16 KiB requests slower (session 15): off. Without one (current_driver
+// "none", as on a Firecracker PVM guest) that request is a no-op and an idle vCPU halts:
+// NO_IDLE_DRIVER_BUDGET_US.
 
 import { monotonicMsInto } from '../util/clock.ts';
+import { cpuIdleDriver } from '../util/cpu-latency.ts';
+import { FOUND, GAVE_UP, READY, ReadySet } from './ready-set.ts';
 
-/** The environment variable that sets the budget, in microseconds (0 or unset: off). */
+/** The environment variable that sets the budget, in microseconds (0: off). */
 export const BUSY_POLL_ENV = 'KBTP_BUSY_POLL_US';
 /** The largest budget accepted: a poll that never sleeps is a spinning thread, not a poll. */
 export const MAX_BUSY_POLL_US = 10_000;
+/** The budget where KBTP_BUSY_POLL_US is unset and the kernel has no cpuidle driver (above). */
+export const NO_IDLE_DRIVER_BUDGET_US = 200;
+
+/**
+ * The budget when none is set: NO_IDLE_DRIVER_BUDGET_US where the kernel has no cpuidle driver, so
+ * that idle CPUs halt whatever wake latency is asked; 0 (off) with a driver, or where none is known.
+ */
+export function defaultBusyPollUs(driver: string | undefined): number {
+  return driver === 'none' ? NO_IDLE_DRIVER_BUDGET_US : 0;
+}
 
 /** A budget from text (the environment variable, a command-line option); undefined if it is not one. */
 export function parseBusyPollUs(text: string | undefined): number | undefined {
@@ -34,37 +72,83 @@ const LATE_READ_MS = 0.5;
  */
 const FIRST_BACK_OFF_MS = 1000;
 const LAST_BACK_OFF_MS = 64_000;
+/**
+ * A spin that found a descriptor ready at its first look waited for nothing: the
+ * thread has messages queued (many sessions, several requests in flight) and its loop does not go
+ * to sleep, so the look was a system call for nothing (16 sessions x 1 in flight, session 17: 2-4
+ * us of CPU per request and 15 % of the Gbit/s). The spins of the turns after it are skipped, 1
+ * then 3, 7, ... up to this many while such looks keep coming; a spin that has to wait ends it.
+ */
+const MOST_SKIPPED = 31;
 
 // Slots of the clock array (monotonic ms, written in place: no boxed numbers on the hot path).
-const LAST_ACTIVITY = 0;
-const NOW = 1;
-const SPIN_ENDED = 2;
-const SUSPENDED_UNTIL = 3;
+const NOW = 0;
+const SPIN_ENDED = 1;
+const SUSPENDED_UNTIL = 2;
+const POLLED_MS = 3;
+const LAST_SPIN_MS = 4;
+
+/**
+ * How a spin ended: nothing yet; a descriptor was ready at the first look (the spin waited for
+ * nothing); one became ready while it waited; the budget ran out; epoll_wait failed (a signal).
+ */
+export type SpinOutcome = 'none' | 'ready' | 'found' | 'gave-up' | 'failed';
+const NONE = 0;
+const OUTCOMES: readonly SpinOutcome[] = ['none', 'ready', 'found', 'gave-up', 'failed'];
+
+/** What this thread's spins came to, for stats and tests. */
+export interface SpinCounts {
+  spins: number;
+  ready: number;
+  found: number;
+  gaveUp: number;
+  /** Armed turns that did not spin, a look just before having found the loop busy (MOST_SKIPPED). */
+  skipped: number;
+}
 
 class BusyPoll {
   private budgetMs = 0;
-  private readonly clock = new Float64Array(4);
-  private spinning = false;
+  private budgetNs = 0;
+  private readonly clock = new Float64Array(5);
+  private readonly set = new ReadySet();
+  /** What this turn did: wrote to a channel, read from one. */
+  private wrote = false;
+  private read = false;
+  /** Writes libuv still holds for this thread's channels (each socket must drain first). */
+  private writesWaiting = 0;
+  /** How the last spin ended, until the read after it is judged. */
+  private outcome = NONE;
+  private lastOutcome = NONE;
   /** Of the reads since the last judgement: found while polling, and arrived just after it gave up. */
   private caught = 0;
   private late = 0;
   private backOffMs = FIRST_BACK_OFF_MS;
-  /** Wall-clock milliseconds this thread has spent polling instead of sleeping (for stats and tests). */
-  private polledMs = 0;
-  private spinStartedMs = 0;
-  private readonly spinBound = (): void => this.spin();
+  private spins = 0;
+  private readyCount = 0;
+  private foundCount = 0;
+  private gaveUpCount = 0;
+  private skippedCount = 0;
+  /** Armed turns whose spin is skipped still, and how many the last READY look skipped. */
+  private skipping = 0;
+  private skipRun = 0;
+  private warned = false;
 
   constructor() {
-    const value = parseBusyPollUs(process.env[BUSY_POLL_ENV]);
+    const text = process.env[BUSY_POLL_ENV];
+    if (text === undefined || text.trim() === '') {
+      this.setBudget(defaultBusyPollUs(cpuIdleDriver()));
+      return;
+    }
+    const value = parseBusyPollUs(text);
     // A bad value must not stop a node from serving: it is reported and the poll stays off.
     if (value === undefined)
-      process.emitWarning(`${BUSY_POLL_ENV}=${process.env[BUSY_POLL_ENV]}: not a number of microseconds from 0 to ${MAX_BUSY_POLL_US}; busy polling stays off`);
-    else this.budgetMs = value / 1000;
+      process.emitWarning(`${BUSY_POLL_ENV}=${text}: not a number of microseconds from 0 to ${MAX_BUSY_POLL_US}; busy polling stays off`);
+    else this.setBudget(value);
   }
 
-  /** The loop is polling instead of sleeping now. */
-  get polling(): boolean {
-    return this.spinning;
+  private setBudget(budgetUs: number): void {
+    this.budgetMs = budgetUs / 1000;
+    this.budgetNs = budgetUs * 1000;
   }
 
   /** The poll found itself in its peer's way and is off for a while. */
@@ -78,9 +162,18 @@ class BusyPoll {
     return Math.max(0, (this.clock[SUSPENDED_UNTIL] as number) - (this.clock[NOW] as number));
   }
 
-  /** Wall-clock milliseconds spent polling so far, spins still running not counted. */
+  /** Wall-clock milliseconds spent polling so far. */
   get polledMilliseconds(): number {
-    return this.polledMs;
+    return this.clock[POLLED_MS] as number;
+  }
+
+  /** How the last spin ended, and how long it took (ms). */
+  get lastSpin(): { outcome: SpinOutcome; ms: number } {
+    return { outcome: OUTCOMES[this.lastOutcome]!, ms: this.clock[LAST_SPIN_MS] as number };
+  }
+
+  get counts(): SpinCounts {
+    return { spins: this.spins, ready: this.readyCount, found: this.foundCount, gaveUp: this.gaveUpCount, skipped: this.skippedCount };
   }
 
   /** The budget of this thread in microseconds (0: off). */
@@ -92,56 +185,115 @@ class BusyPoll {
   configure(budgetUs: number): void {
     if (!Number.isInteger(budgetUs) || budgetUs < 0 || budgetUs > MAX_BUSY_POLL_US)
       throw new RangeError(`busy poll budget ${budgetUs} us: from 0 to ${MAX_BUSY_POLL_US}`);
-    this.budgetMs = budgetUs / 1000;
+    this.setBudget(budgetUs);
     this.clock[SUSPENDED_UNTIL] = 0;
     this.backOffMs = FIRST_BACK_OFF_MS;
     this.caught = 0;
     this.late = 0;
+    this.outcome = NONE;
+    this.skipping = 0;
+    this.skipRun = 0;
+  }
+
+  /** A channel's descriptor, watched while the channel is open (`owner`: the channel). */
+  watch(fd: number, owner: object): void {
+    this.set.watch(fd, owner);
+  }
+
+  unwatch(fd: number, owner: object): void {
+    this.set.unwatch(fd, owner);
+  }
+
+  /** A channel's write is held by libuv until the socket drains (HandleWriter's WRITE_QUEUED). */
+  writeQueued(): void {
+    this.writesWaiting++;
+  }
+
+  /** That write completed (or failed). */
+  writeSettled(): void {
+    if (this.writesWaiting > 0) this.writesWaiting--;
   }
 
   /**
-   * A socket read: judged, then activity. When the peer runs on this thread's CPU, the poll holds
-   * that CPU while the peer waits to run, so the peer's next message comes just after the poll gives
-   * up, every time (make compare's unpinned setting: p50 124-2,113 us instead of 33-43). Reads that
-   * mostly arrive so are taken as that case, and the poll backs off for a while (docs/BENCH.md).
+   * A socket read: judged. When the peer runs on this thread's CPU, the poll holds that CPU while
+   * the peer waits to run, so the peer's next message comes just after the poll gives up, every
+   * time (make compare's unpinned setting, session 15: p50 124-2,113 us instead of 33-43). Reads
+   * that mostly arrive so are taken as that case, and the poll backs off for a while.
    */
   received(): void {
     if (this.budgetMs === 0) return;
-    monotonicMsInto(this.clock, NOW);
-    if (this.spinning) this.caught++;
-    else if ((this.clock[NOW] as number) - (this.clock[SPIN_ENDED] as number) < LATE_READ_MS) this.late++;
-    if (this.caught + this.late >= JUDGED_READS) {
-      if (this.late > this.caught) {
-        this.clock[SUSPENDED_UNTIL] = (this.clock[NOW] as number) + this.backOffMs;
-        this.backOffMs = Math.min(LAST_BACK_OFF_MS, this.backOffMs * 2);
-      } else {
-        this.backOffMs = FIRST_BACK_OFF_MS;
-      }
-      this.caught = 0;
-      this.late = 0;
+    this.read = true;
+    const outcome = this.outcome;
+    this.outcome = NONE;
+    if (outcome === FOUND) this.caught++;
+    else if (outcome === GAVE_UP) {
+      this.set.nowInto(this.clock, NOW);
+      if ((this.clock[NOW] as number) - (this.clock[SPIN_ENDED] as number) < LATE_READ_MS) this.late++;
+      else return;
+    } else return;
+    if (this.caught + this.late < JUDGED_READS) return;
+    if (this.late > this.caught) {
+      this.set.nowInto(this.clock, NOW);
+      this.clock[SUSPENDED_UNTIL] = (this.clock[NOW] as number) + this.backOffMs;
+      this.backOffMs = Math.min(LAST_BACK_OFF_MS, this.backOffMs * 2);
+    } else {
+      this.backOffMs = FIRST_BACK_OFF_MS;
     }
-    this.activity();
+    this.caught = 0;
+    this.late = 0;
   }
 
-  /** A socket was read or written: keep polling for the budget from now. */
+  /** A socket write the kernel took: the turn ends with a spin. */
   activity(): void {
-    if (this.budgetMs === 0) return;
-    monotonicMsInto(this.clock, LAST_ACTIVITY);
-    if (this.spinning || (this.clock[LAST_ACTIVITY] as number) < (this.clock[SUSPENDED_UNTIL] as number)) return;
-    this.spinning = true;
-    this.spinStartedMs = this.clock[LAST_ACTIVITY] as number;
-    setImmediate(this.spinBound);
+    if (this.budgetMs !== 0) this.wrote = true;
   }
 
-  private spin(): void {
-    monotonicMsInto(this.clock, NOW);
-    if ((this.clock[NOW] as number) - (this.clock[LAST_ACTIVITY] as number) < this.budgetMs) {
-      setImmediate(this.spinBound);
+  /**
+   * The end of an event-loop turn (turn.ts, outermost finish): spins if the turn wrote, or read
+   * without raising a completion (`notified`: it raised one), and nothing holds the poll back.
+   */
+  turnEnded(notified: boolean): void {
+    const armed = this.wrote || (this.read && !notified);
+    this.wrote = false;
+    this.read = false;
+    if (!armed || this.writesWaiting > 0 || this.budgetMs === 0 || this.set.size === 0) return;
+    if (this.skipping > 0) {
+      this.skipping--;
+      this.skippedCount++;
       return;
     }
-    this.spinning = false;
-    this.clock[SPIN_ENDED] = this.clock[NOW] as number;
-    this.polledMs += (this.clock[NOW] as number) - this.spinStartedMs;
+    this.spin();
+  }
+
+  /** Looks until a watched descriptor is ready or the budget is spent (above); a look that finds one at once skips the next spins (MOST_SKIPPED). */
+  private spin(): void {
+    const clock = this.clock;
+    if (!this.set.opened && !this.set.open()) {
+      if (!this.warned) {
+        this.warned = true;
+        process.emitWarning(`busy polling is off in this thread: ${this.set.problem?.message ?? 'no epoll set'}`);
+      }
+      this.setBudget(0);
+      return;
+    }
+    this.set.nowInto(clock, NOW);
+    if ((clock[NOW] as number) < (clock[SUSPENDED_UNTIL] as number)) return;
+    this.spins++;
+    const outcome = this.set.lookFor(this.budgetNs);
+    clock[LAST_SPIN_MS] = this.set.waitedNs / 1e6;
+    clock[SPIN_ENDED] = (clock[NOW] as number) + (clock[LAST_SPIN_MS] as number);
+    clock[POLLED_MS] = (clock[POLLED_MS] as number) + (clock[LAST_SPIN_MS] as number);
+    if (outcome === READY) {
+      this.readyCount++;
+      this.skipRun = Math.min(MOST_SKIPPED, this.skipRun * 2 + 1);
+      this.skipping = this.skipRun;
+    } else {
+      if (outcome === FOUND) this.foundCount++;
+      else if (outcome === GAVE_UP) this.gaveUpCount++;
+      this.skipRun = 0;
+    }
+    this.outcome = outcome;
+    this.lastOutcome = outcome;
   }
 }
 

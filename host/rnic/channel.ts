@@ -160,7 +160,10 @@ export class SocketChannel implements StreamChannel, TurnParticipant {
   /** Done callbacks per batch written, oldest first (the socket completes writes in order). */
   private readonly batchSizes: number[] = [];
   private flushScheduled = false;
-  private readonly batchWritten = (error?: Error | null): void => this.completeBatch(error);
+  private readonly batchWritten = (error?: Error | null): void => {
+    busyPoll.writeSettled();
+    this.completeBatch(error);
+  };
   /** Writes to the socket's handle past the Writable stream; undefined where the runtime has no such handle. */
   private readonly direct: HandleWriter | undefined;
   /** The socket's descriptor for vectored reads (readAhead), or -1 where the handle has none. */
@@ -196,13 +199,18 @@ export class SocketChannel implements StreamChannel, TurnParticipant {
     this.socket.setNoDelay(true);
     const fd = (this.socket as unknown as { _handle: { fd?: unknown } | null })._handle?.fd;
     this.fd = typeof fd === 'number' && fd >= 0 ? fd : -1;
-    this.direct = HandleWriter.for(this.socket, (error) => this.directWritten(error));
+    this.direct = HandleWriter.for(this.socket, (error) => {
+      busyPoll.writeSettled(); // reported only for writes that were WRITE_QUEUED
+      this.directWritten(error);
+    });
+    if (this.fd >= 0) busyPoll.watch(this.fd, this);
     this.socket.on('end', () => this.events?.onEnd());
     this.socket.on('error', (error) => {
       this.closeError ??= error;
     });
     this.socket.on('close', () => {
       this.isClosed = true;
+      if (this.fd >= 0) busyPoll.unwatch(this.fd, this);
       if (this.lingerTimer !== undefined) clearTimeout(this.lingerTimer);
       this.events?.onClose(this.closeError);
     });
@@ -379,21 +387,26 @@ export class SocketChannel implements StreamChannel, TurnParticipant {
       return;
     }
     this.batchSizes.push(batch);
-    busyPoll.activity();
     const direct = this.direct;
     if (direct !== undefined) {
       // A batch of dones without bytes still completes behind the writes before it: an empty write keeps its place.
       const status = count === 0 ? direct.write(EMPTY_WRITE, 1) : direct.write(this.queued, count);
       for (let i = 0; i < count; i++) this.queued[i] = EMPTY_CHUNK;
       // Queued: libuv completes it (batchWritten) behind any earlier queued write, in order.
-      if (status === WRITE_QUEUED) return;
+      if (status === WRITE_QUEUED) {
+        busyPoll.writeQueued(); // no spin while libuv must finish this write
+        return;
+      }
       if (status === WRITE_DONE) {
+        busyPoll.activity();
         this.completeBatch(undefined);
         return;
       }
       this.directWritten(writeError(status));
       return;
     }
+    // The stream completes every write later (batchWritten), so a turn that writes this way never spins.
+    busyPoll.writeQueued();
     try {
       if (count === 1) {
         socket.write(this.queued[0]!, this.batchWritten);

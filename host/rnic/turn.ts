@@ -4,7 +4,10 @@
 // the turn in one system call. A turn is either a delivery (a socket read callback, a write
 // completion: the channel brackets it with enter()/leave()) or, for work posted from anywhere
 // else (application code, a timer), the rest of the current macrotask, reached through one
-// microtask per turn. One Turn per thread: module state is per worker thread.
+// microtask per turn. One Turn per thread: module state is per worker thread. Once a turn is
+// settled, the busy poll may spin (host/rnic/busy-poll.ts): the turn's writes are out by then.
+
+import { busyPoll } from './busy-poll.ts';
 
 /** Something with work to settle at the end of the turn. */
 export interface TurnParticipant {
@@ -65,8 +68,10 @@ class Turn {
   private finish(): void {
     if (this.finishing) return; // a delivery inside a flush: the running loop picks its work up
     this.finishing = true;
+    let notified = false;
     try {
       while (this.notifierCount > 0 || this.flusherCount > 0) {
+        if (this.notifierCount > 0) notified = true;
         // Index loops: a participant enlisted while another runs lands behind it, in this pass.
         for (let i = 0; i < this.notifierCount; i++) {
           const participant = this.notifiers[i]!;
@@ -87,6 +92,7 @@ class Turn {
       this.notifierCount = 0;
       this.flusherCount = 0;
     }
+    busyPoll.turnEnded(notified);
   }
 }
 

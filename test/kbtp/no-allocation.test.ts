@@ -13,6 +13,7 @@
 import { test } from 'uvu';
 import * as assert from 'uvu/assert';
 import { HotPathDriver } from '../../bench/hot-path-driver.ts';
+import { busyPoll } from '../../host/rnic/busy-poll.ts';
 import type { KbtpSession } from '../../host/kbtp/initiator.ts';
 import { heapAfterFullCollection, sampleRuns } from '../support/heap.ts';
 import { openInProcessSession } from './in-process-session.ts';
@@ -113,8 +114,33 @@ test('target: a million LOADs and STOREs from a bare QP keep nothing', async () 
   await targetKeepsNothing('(in-memory channel)', await HotPathDriver.open(1024, 8), REQUESTS, TARGET_BUDGET);
 });
 
+/**
+ * The TCP drive with this thread's busy poll set to `budgetUs` (host/rnic/busy-poll.ts; unset it
+ * follows the machine's cpuidle driver, so both settings are given here), restored after.
+ */
+async function overTcpWithBusyPoll(budgetUs: number): Promise<void> {
+  const before = busyPoll.budgetUs;
+  busyPoll.configure(budgetUs);
+  const counts = busyPoll.counts;
+  try {
+    await targetKeepsNothing(`(TCP, 127.0.0.1, busy poll ${budgetUs} us)`, await HotPathDriver.openOverTcp(1024, 8), SOCKET_REQUESTS, SOCKET_BUDGET);
+  } finally {
+    busyPoll.configure(before);
+  }
+  const after = busyPoll.counts;
+  const turns = after.spins + after.skipped - counts.spins - counts.skipped;
+  if (budgetUs === 0) assert.is(turns, 0, 'no spin with the poll off');
+  // Both ends in this thread: after a write the other end has bytes at once, so the spins look once and skip.
+  else assert.ok(turns > SOCKET_REQUESTS, `the poll ran at the end of the turns that wrote (${turns} spins and skips)`);
+}
+
 test('target over a loopback TCP connection: the socket channel adds only what Node allocates itself', async () => {
-  await targetKeepsNothing('(TCP, 127.0.0.1)', await HotPathDriver.openOverTcp(1024, 8), SOCKET_REQUESTS, SOCKET_BUDGET);
+  await overTcpWithBusyPoll(0);
+});
+
+// Session 16's busy poll spun by setImmediate, an Immediate per round: 110 octets per request here.
+test('target over a loopback TCP connection with the busy poll on: its spins allocate nothing', async () => {
+  await overTcpWithBusyPoll(200);
 });
 
 /**

@@ -1,21 +1,68 @@
-// The bounded busy poll (host/rnic/busy-poll.ts, issue 16): off by default; when a budget is set, a
-// socket write or read keeps the event loop polling for that long and no longer, and the bytes
-// still arrive whole. Its latency and CPU figures live in docs/BENCH.md, not here.
+// The bounded busy poll (host/rnic/busy-poll.ts, issue 16): unset, off where the kernel has a
+// cpuidle driver and NO_IDLE_DRIVER_BUDGET_US where it has none. With a budget, a turn that wrote
+// to a channel ends with a synchronous spin on this thread's channel descriptors that returns
+// when one has bytes or when the budget is spent, allocating nothing; the bytes then arrive whole.
+// Its latency and CPU figures live in docs/BENCH.md, not here.
 import { test } from 'uvu';
 import * as assert from 'uvu/assert';
-import net from 'node:net';
+import { spawn, type ChildProcess } from 'node:child_process';
 import { SocketChannel } from '../../host/rnic/channel.ts';
-import { busyPoll, parseBusyPollUs, MAX_BUSY_POLL_US } from '../../host/rnic/busy-poll.ts';
+import { busyPoll, defaultBusyPollUs, parseBusyPollUs, MAX_BUSY_POLL_US, NO_IDLE_DRIVER_BUDGET_US } from '../../host/rnic/busy-poll.ts';
+import { cpuIdleDriver } from '../../host/util/cpu-latency.ts';
 import type { StreamConsumer } from '../../host/rnic/channel.ts';
+import { sampleRuns } from '../support/heap.ts';
 
 const sleep = (ms: number): Promise<void> => new Promise((resolve) => setTimeout(resolve, ms));
 
-async function connectPair(): Promise<{ channel: SocketChannel; server: net.Server; remote: net.Socket }> {
-  const server = net.createServer();
-  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
-  const accepted = new Promise<net.Socket>((resolve) => server.once('connection', resolve));
-  const channel = await SocketChannel.connect('127.0.0.1', (server.address() as net.AddressInfo).port, 10_000);
-  return { channel, server, remote: await accepted };
+/**
+ * A peer in a process of its own (a peer in this thread could not answer while the thread spins):
+ * every octet it receives, of value N > 0, comes back N milliseconds after it was read; a 0 gets
+ * no answer.
+ */
+const ECHO = `
+const net = require('node:net');
+const server = net.createServer((socket) => {
+  socket.setNoDelay(true);
+  socket.on('data', (data) => {
+    for (const octet of data) {
+      if (octet === 0) continue;
+      // A wait by the clock: a timer of Node's came back early at times (its loop clock lags).
+      const until = process.hrtime.bigint() + BigInt(octet) * 1000000n;
+      while (process.hrtime.bigint() < until);
+      socket.write(Uint8Array.of(octet));
+    }
+  });
+});
+server.listen(0, '127.0.0.1', () => process.stdout.write(server.address().port + '\\n'));
+`;
+
+interface Peer {
+  channel: SocketChannel;
+  collector: Collector;
+  child: ChildProcess;
+}
+
+async function openPeer(): Promise<Peer> {
+  const child = spawn(process.execPath, ['-e', ECHO], { stdio: ['ignore', 'pipe', 'inherit'] });
+  const port = await new Promise<number>((resolve, reject) => {
+    child.once('error', reject);
+    child.stdout!.once('data', (data: Buffer) => resolve(Number(data.toString().trim())));
+  });
+  let channel: SocketChannel;
+  try {
+    channel = await SocketChannel.connect('127.0.0.1', port, 10_000);
+  } catch (error) {
+    child.kill();
+    throw error;
+  }
+  const collector = new Collector();
+  channel.setConsumer(collector);
+  return { channel, collector, child };
+}
+
+function closePeer(peer: Peer): void {
+  peer.channel.destroy();
+  peer.child.kill();
 }
 
 /** Collects what the channel reads. */
@@ -30,6 +77,21 @@ class Collector implements StreamConsumer {
   }
 }
 
+/** Writes one octet; the turn that writes it ends (in a microtask) with the spin, if any. */
+async function send(peer: Peer, octet: number): Promise<void> {
+  peer.channel.write([Uint8Array.of(octet)], 1, undefined);
+  await Promise.resolve();
+  await Promise.resolve();
+}
+
+async function received(peer: Peer, length: number): Promise<void> {
+  const start = performance.now();
+  while (peer.collector.length < length) {
+    if (performance.now() - start > 5000) throw new Error(`${peer.collector.length} of ${length} octets after 5 s`);
+    await sleep(1);
+  }
+}
+
 test('the budget is read as whole microseconds from 0 to the maximum', () => {
   assert.is(parseBusyPollUs(undefined), 0);
   assert.is(parseBusyPollUs(''), 0);
@@ -41,89 +103,195 @@ test('the budget is read as whole microseconds from 0 to the maximum', () => {
   assert.throws(() => busyPoll.configure(MAX_BUSY_POLL_US + 1), /from 0 to/);
 });
 
-test('off by default: a write and a read leave the loop free to sleep', async () => {
-  assert.is(busyPoll.budgetUs, 0, 'KBTP_BUSY_POLL_US is not set in the tests');
-  const { channel, server, remote } = await connectPair();
+test('unset, the budget follows the kernel: a poll only where it has no cpuidle driver', () => {
+  assert.is(defaultBusyPollUs('none'), NO_IDLE_DRIVER_BUDGET_US);
+  assert.ok(NO_IDLE_DRIVER_BUDGET_US > 0);
+  for (const driver of ['haltpoll', 'intel_idle', 'acpi_idle', undefined]) assert.is(defaultBusyPollUs(driver), 0, String(driver));
+  // This thread's budget, the environment variable being unset in the tests, is the machine's default.
+  assert.is(process.env.KBTP_BUSY_POLL_US, undefined, 'KBTP_BUSY_POLL_US is not set in the tests');
+  assert.is(busyPoll.budgetUs, defaultBusyPollUs(cpuIdleDriver()));
+});
+
+test('off: a write and a read leave the loop free to sleep (no spin)', async () => {
+  const budget = busyPoll.budgetUs;
+  busyPoll.configure(0);
+  const peer = await openPeer();
   try {
-    const collector = new Collector();
-    channel.setConsumer(collector);
-    channel.write([new Uint8Array(100)], 1, undefined);
-    await sleep(1);
-    assert.is(busyPoll.polling, false);
-    remote.write(new Uint8Array(10));
-    while (collector.length < 10) await sleep(1);
-    assert.is(busyPoll.polling, false);
+    const before = busyPoll.counts.spins;
+    await send(peer, 2);
+    await received(peer, 1);
+    assert.is(busyPoll.counts.spins, before);
+    assert.is(peer.collector.buffer[0], 2);
   } finally {
-    channel.destroy();
-    remote.destroy();
-    server.close();
+    busyPoll.configure(budget);
+    closePeer(peer);
   }
 });
 
-test('with a budget: a write and a read keep the loop polling, for the budget and no longer', async () => {
-  const { channel, server, remote } = await connectPair();
-  busyPoll.configure(10_000);
+test('a spin returns when a descriptor becomes readable, then the bytes arrive as usual', async () => {
+  const budget = busyPoll.budgetUs;
+  const peer = await openPeer();
+  busyPoll.configure(MAX_BUSY_POLL_US);
   try {
-    const collector = new Collector();
-    channel.setConsumer(collector);
-    const received: Buffer[] = [];
-    remote.on('data', (chunk: Buffer) => received.push(chunk));
-    const sent = Uint8Array.from({ length: 3000 }, (_, i) => i & 0xff);
-    channel.write([sent], 1, undefined);
-    await new Promise((resolve) => setImmediate(resolve));
-    assert.ok(busyPoll.polling, 'polling after the write');
-    // The loop stops polling once the budget has passed without a read or write.
-    const start = performance.now();
-    while (busyPoll.polling && performance.now() - start < 2000) await sleep(5);
-    const polledMs = performance.now() - start;
-    assert.is(busyPoll.polling, false);
-    assert.ok(polledMs >= 5 && polledMs < 1000, `polled for ${polledMs.toFixed(1)} ms with a 10 ms budget`);
-    assert.equal(new Uint8Array(Buffer.concat(received)), sent);
-    // A read starts it again, and the bytes reach the consumer as without polling.
-    remote.write(Uint8Array.from({ length: 5000 }, (_, i) => (i * 7) & 0xff));
-    while (collector.length < 5000) await sleep(1);
-    assert.ok(busyPoll.polling, 'polling after the read');
-    assert.equal(
-      collector.buffer.subarray(0, 5000),
-      Uint8Array.from({ length: 5000 }, (_, i) => (i * 7) & 0xff),
-    );
-  } finally {
-    busyPoll.configure(0);
-    channel.destroy();
-    remote.destroy();
-    server.close();
-  }
-  await sleep(60);
-  assert.is(busyPoll.polling, false);
-});
-
-test('reads that keep arriving just after the poll gives up make it back off; reads caught while polling do not', async () => {
-  busyPoll.configure(300);
-  try {
-    const waitIdle = async (): Promise<void> => {
-      while (busyPoll.polling) await new Promise((resolve) => setImmediate(resolve));
-    };
-    // Every read lands while the loop still polls: the poll is where it should be.
-    for (let i = 0; i < 40; i++) {
-      busyPoll.activity();
-      busyPoll.received();
+    let found = 0;
+    for (let round = 1; round <= 5; round++) {
+      const before = busyPoll.counts;
+      const start = performance.now();
+      await send(peer, 2); // answered after 2 ms, within the 10 ms budget
+      const spun = performance.now() - start;
+      const spin = busyPoll.lastSpin;
+      assert.is(busyPoll.counts.spins, before.spins + 1, 'the turn that wrote spun');
+      assert.ok(spun >= spin.ms, 'the spin held the thread');
+      // The peer, a process of its own, may not get a CPU in time on a loaded machine: then the spin gives up.
+      // (An answer has also been seen ready at the first look, or found sooner than the peer's 2 ms
+      // wait, now and then on the loaded test machine of session 17: not understood, so not asserted.)
+      if (spin.outcome === 'found') {
+        found++;
+        assert.ok(spin.ms > 0 && spin.ms < MAX_BUSY_POLL_US / 1000, `found after ${spin.ms.toFixed(2)} ms`);
+      } else if (spin.outcome === 'gave-up') {
+        assert.ok(spin.ms >= MAX_BUSY_POLL_US / 1000, `gave up after ${spin.ms.toFixed(2)} ms`);
+      } else {
+        assert.is(spin.outcome, 'ready', `round ${round}`);
+      }
+      // Not read by the spin: libuv's loop reads it, into the consumer.
+      assert.is(peer.collector.length, round - 1);
+      await received(peer, round);
+      assert.is(peer.collector.buffer[round - 1], 2);
     }
-    await waitIdle();
+    assert.ok(found >= 2, `${found} of 5 spins found the answer`);
+  } finally {
+    busyPoll.configure(budget);
+    closePeer(peer);
+  }
+});
+
+test('a spin gives up once the budget is spent', async () => {
+  const budget = busyPoll.budgetUs;
+  const peer = await openPeer();
+  busyPoll.configure(3000);
+  try {
+    for (let round = 0; round < 3; round++) {
+      await send(peer, 0); // never answered
+      const spin = busyPoll.lastSpin;
+      assert.is(spin.outcome, 'gave-up');
+      assert.ok(spin.ms >= 3 && spin.ms < 50, `gave up after ${spin.ms.toFixed(2)} ms with a 3 ms budget`);
+    }
+    // A read that raised no completion (the rest of a message to come) spins; one that did, does not:
+    // its completion's handler may be a promise reaction that writes the next request after this turn.
+    let spins = busyPoll.counts.spins;
+    busyPoll.received();
+    busyPoll.turnEnded(true);
+    assert.is(busyPoll.counts.spins, spins, 'no spin after a turn that raised completions and wrote nothing');
+    busyPoll.received();
+    busyPoll.turnEnded(false);
+    assert.is(busyPoll.counts.spins, spins + 1, 'a spin after a read that raised nothing');
+    spins = busyPoll.counts.spins;
+    // Nor while libuv holds a write the socket has not taken.
+    busyPoll.writeQueued();
+    busyPoll.activity();
+    busyPoll.turnEnded(false);
+    assert.is(busyPoll.counts.spins, spins, 'no spin while a write waits');
+    busyPoll.writeSettled();
+    busyPoll.activity();
+    busyPoll.turnEnded(false);
+    assert.is(busyPoll.counts.spins, spins + 1);
+  } finally {
+    busyPoll.configure(budget);
+    closePeer(peer);
+  }
+});
+
+test('a spin allocates nothing, however many rounds it looks', async () => {
+  const budget = busyPoll.budgetUs;
+  const peer = await openPeer();
+  busyPoll.configure(20); // a few rounds of one epoll_wait each, on a descriptor with nothing to read
+  try {
+    const spins = (count: number): void => {
+      for (let i = 0; i < count; i++) {
+        busyPoll.activity();
+        busyPoll.turnEnded(false);
+      }
+    };
+    spins(20_000); // compiled
+    const before = busyPoll.counts;
+    const perSpin = await sampleRuns(4000, () => spins(4000));
+    const after = busyPoll.counts;
+    assert.ok(after.gaveUp - before.gaveUp >= 4000, 'the spins waited, and gave up');
+    assert.ok(perSpin < 1, `${perSpin.toFixed(2)} octets allocated per spin`);
+  } finally {
+    busyPoll.configure(budget);
+    closePeer(peer);
+  }
+});
+
+test('after a write, a look that finds bytes waiting skips the next spins (1, 3, 7, ...); a spin that waits ends that', async () => {
+  const budget = busyPoll.budgetUs;
+  const peer = await openPeer();
+  busyPoll.configure(MAX_BUSY_POLL_US);
+  try {
+    // An answer found by the spin stays unread until the loop runs: not before the end of this test's turn.
+    // (The peer may not get a CPU within the budget on a loaded machine: then it is read, and asked again.)
+    for (let tries = 1; ; tries++) {
+      await send(peer, 1);
+      if (busyPoll.lastSpin.outcome === 'found') break;
+      assert.ok(tries < 10, 'no answer found by 10 spins');
+      await received(peer, tries);
+    }
+    const turn = (): void => {
+      busyPoll.activity();
+      busyPoll.turnEnded(false);
+    };
+    const before = busyPoll.counts;
+    turn(); // looks: ready at once
+    assert.is(busyPoll.lastSpin.outcome, 'ready');
+    turn(); // skipped (1)
+    turn(); // looks again: ready
+    turn();
+    turn();
+    turn(); // skipped (3)
+    turn(); // looks
+    const after = busyPoll.counts;
+    assert.is(after.spins - before.spins, 3);
+    assert.is(after.skipped - before.skipped, 4);
+    // configure() forgets the skipping.
+    busyPoll.configure(MAX_BUSY_POLL_US);
+    turn();
+    assert.is(busyPoll.counts.spins, after.spins + 1);
+  } finally {
+    busyPoll.configure(budget);
+    closePeer(peer);
+  }
+});
+
+test('reads that keep arriving just after the poll gives up make it back off; reads a spin found do not', async () => {
+  const budget = busyPoll.budgetUs;
+  const peer = await openPeer();
+  busyPoll.configure(MAX_BUSY_POLL_US);
+  try {
+    // The answers land while the spin waits (the channel's read judges each): the poll is where it should be.
+    let found = 0;
+    for (let i = 1; i <= 40; i++) {
+      await send(peer, 1);
+      if (busyPoll.lastSpin.outcome === 'found') found++;
+      await received(peer, i);
+    }
+    assert.ok(found > 20, `${found} of 40 spins found the answer`);
     assert.is(busyPoll.suspended, false);
     // Every read lands right after the budget ran out, as when the peer waits for this thread's CPU.
+    busyPoll.configure(300);
     for (let i = 0; i < 40; i++) {
-      await waitIdle();
+      await send(peer, 0);
       busyPoll.received();
     }
     assert.is(busyPoll.suspended, true);
-    await waitIdle();
-    busyPoll.activity();
-    assert.is(busyPoll.polling, false, 'backed off: no polling');
+    const spins = busyPoll.counts.spins;
+    await send(peer, 0);
+    assert.is(busyPoll.counts.spins, spins, 'backed off: no spin');
     assert.ok(busyPoll.suspendedForMs > 500 && busyPoll.suspendedForMs <= 1000, `first back-off ${busyPoll.suspendedForMs} ms`);
     // Lost again right after: the back-off doubles.
     while (busyPoll.suspended) await sleep(20);
     for (let i = 0; i < 40; i++) {
-      await waitIdle();
+      await send(peer, 0);
       busyPoll.received();
     }
     assert.ok(busyPoll.suspendedForMs > 1500 && busyPoll.suspendedForMs <= 2000, `second back-off ${busyPoll.suspendedForMs} ms`);
@@ -131,9 +299,9 @@ test('reads that keep arriving just after the poll gives up make it back off; re
     busyPoll.configure(300);
     assert.is(busyPoll.suspended, false);
   } finally {
-    busyPoll.configure(0);
+    busyPoll.configure(budget);
+    closePeer(peer);
   }
-  assert.is(busyPoll.suspended, false);
 });
 
 test.run();

@@ -8,7 +8,7 @@ export { DEFAULT_PORT };
 import { ConfigError, ObjectReader, isJsonObject, type Json } from '../../util/config-reader.ts';
 import { parseSecretHash } from './secret-hash.ts';
 import { jsonSyntaxProblem } from '../../util/json-syntax.ts';
-import { BUSY_POLL_ENV, MAX_BUSY_POLL_US } from '../../rnic/busy-poll.ts';
+import { BUSY_POLL_ENV, MAX_BUSY_POLL_US, NO_IDLE_DRIVER_BUDGET_US } from '../../rnic/busy-poll.ts';
 import { isLoopback } from '../../rnic/socket-window.ts';
 import { MAX_CPU_LATENCY_US } from '../../util/cpu-latency.ts';
 
@@ -475,7 +475,7 @@ export function describeSettings(settings: TargetSettings): string {
       listen: `${listen.host.includes(':') ? `[${listen.host}]` : listen.host}:${listen.port}`,
       transport: settings.transport,
       workers: settings.workers,
-      busyPollUs: settings.busyPollUs ?? `from $${BUSY_POLL_ENV} (unset: 0, off)`,
+      busyPollUs: settings.busyPollUs ?? `from $${BUSY_POLL_ENV} (unset: ${NO_IDLE_DRIVER_BUDGET_US} without a cpuidle driver, else 0, off)`,
       cpuWakeLatencyUs: settings.cpuWakeLatencyUs ?? 'off (no request)',
       loopbackCongestionControl: settings.loopbackCongestionControl ?? "the host's",
       pool: { ...pool, handleBase: handle(pool.handleBase), ringOrder: pool.ringOrder ?? 'smallest that fits' },
