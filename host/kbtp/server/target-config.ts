@@ -89,8 +89,9 @@ export interface TargetSettings {
   tenantSlots: number;
   sramModel: string | undefined;
   /**
-   * The workers' bounded busy poll after socket reads and writes, in microseconds (0: off; docs/BENCH.md,
-   * host/rnic/busy-poll.ts). Undefined: $KBTP_BUSY_POLL_US decides, as for any kbtp process.
+   * The workers' bounded busy poll after socket writes, in microseconds (0: off; docs/BENCH.md,
+   * host/rnic/busy-poll.ts). Undefined: $KBTP_BUSY_POLL_US decides, as for any kbtp process, and
+   * unset that is 200 where the kernel has no cpuidle driver, else 0.
    */
   busyPollUs: number | undefined;
   /**
