@@ -9,8 +9,14 @@
 // How (session 17): the poll spins synchronously, at the end of an event-loop turn (host/rnic/turn.ts
 // calls turnEnded() once the turn's notifications and writes are settled, so the answer is on
 // the wire before it spins), on an epoll set of this thread's channel descriptors (ready-set.ts),
-// one zero-timeout epoll_wait per round until a descriptor has bytes or the budget is spent. It
-// returns without reading: libuv's next epoll finds the descriptor ready and reads it as usual.
+// one zero-timeout epoll_wait per round until a descriptor has bytes or the budget is spent.
+// What it finds, the channel reads at once (session 18: ReadyReader, one read(2) into the buffer
+// libuv's read would have used), so the bytes do not wait for the rest of libuv's loop iteration
+// and its two epoll calls (the zero-timeout one of its idle-time metrics, then the one that
+// finds the descriptor). That read's turn may end with a spin of its own: the poll loops
+// (turnEnded inside a read it made only marks the loop to go on), up to DIRECT_READS_IN_ROW
+// reads before one of libuv's must come between, so timers, worker messages and listeners,
+// which only libuv's loop serves, wait for at most that many requests.
 // Nothing is allocated per round or per spin (a koffi call with numbers, clock readings into a
 // Float64Array); the spin it replaces, one setImmediate per round, allocated ~330 octets each.
 // A turn spins when it wrote (a request or an answer went out, so something is expected back), or
@@ -35,7 +41,6 @@
 // "none", as on a Firecracker PVM guest) that request is a no-op and an idle vCPU halts:
 // NO_IDLE_DRIVER_BUDGET_US.
 
-import { monotonicMsInto } from '../util/clock.ts';
 import { cpuIdleDriver } from '../util/cpu-latency.ts';
 import { FOUND, GAVE_UP, READY, ReadySet } from './ready-set.ts';
 
@@ -64,13 +69,17 @@ export function parseBusyPollUs(text: string | undefined): number | undefined {
 
 /** Reads judged before the poll decides whether it is in its peer's way. */
 const JUDGED_READS = 32;
-/** A read this soon after a poll gave up was probably waiting for the poller's CPU. */
-const LATE_READ_MS = 0.5;
+/** A read this soon after a poll gave up (microseconds) was probably waiting for the poller's CPU. */
+const LATE_READ_US = 500;
 /**
  * How long the poll stays off once it found itself in the way, before it tries again (each try
  * costs up to JUDGED_READS x the budget of latency): doubled after every judgement lost in a row.
+ * Short at first because a judgement is also lost without a peer in the way: while code is still
+ * cold (the first requests of a connection, at every start) and when the scheduler puts both
+ * peers on one CPU for a moment. Session 18 saw a back-off in every kbtp bench start and, in some
+ * runs, another within the measured seconds; at 1 s each cost a second of the run's latency.
  */
-const FIRST_BACK_OFF_MS = 1000;
+export const FIRST_BACK_OFF_MS = 100;
 const LAST_BACK_OFF_MS = 64_000;
 /**
  * A spin that found a descriptor ready at its first look waited for nothing: the
@@ -80,13 +89,18 @@ const LAST_BACK_OFF_MS = 64_000;
  * then 3, 7, ... up to this many while such looks keep coming; a spin that has to wait ends it.
  */
 const MOST_SKIPPED = 31;
+/**
+ * Reads the poll makes itself in a row, before it leaves a ready descriptor to libuv's read: the
+ * bound on how long the rest of the thread's loop (timers, worker messages, new connections)
+ * waits behind a session that keeps its channel busy.
+ */
+export const DIRECT_READS_IN_ROW = 16;
 
-// Slots of the clock array (monotonic ms, written in place: no boxed numbers on the hot path).
-const NOW = 0;
-const SPIN_ENDED = 1;
-const SUSPENDED_UNTIL = 2;
-const POLLED_MS = 3;
-const LAST_SPIN_MS = 4;
+/** A watched channel: reads its descriptor now if it can (the poll found it ready); false leaves it to libuv. */
+export interface ReadyReader {
+  readReady(): boolean;
+}
+
 
 /**
  * How a spin ended: nothing yet; a descriptor was ready at the first look (the spin waited for
@@ -104,13 +118,27 @@ export interface SpinCounts {
   gaveUp: number;
   /** Armed turns that did not spin, a look just before having found the loop busy (MOST_SKIPPED). */
   skipped: number;
+  /** Reads the poll made itself of what it found (ReadyReader), and finds it left to libuv (DIRECT_READS_IN_ROW). */
+  directReads: number;
+  leftToLibuv: number;
+  /** Times the poll found itself in its peer's way and backed off. */
+  backOffs: number;
 }
 
 class BusyPoll {
-  private budgetMs = 0;
+  // Small integers only on the paths every request takes (times in microseconds of ReadySet.nowUs,
+  // a clock that wraps at 2^31, compared by differences): V8's unoptimized code boxes every
+  // double it loads, a double field included (session 18: 40 octets per request where an earlier
+  // test had left these methods unoptimized).
+  private budget = 0;
   private budgetNs = 0;
-  private readonly clock = new Float64Array(5);
-  private readonly set = new ReadySet();
+  private backingOff = false;
+  private suspendedUntilUs = 0;
+  private spinEndedUs = 0;
+  private lastSpinUs = 0;
+  private polledUs = 0;
+  private polledCarryMs = 0;
+  private readonly set = new ReadySet<ReadyReader>();
   /** What this turn did: wrote to a channel, read from one. */
   private wrote = false;
   private read = false;
@@ -128,6 +156,14 @@ class BusyPoll {
   private foundCount = 0;
   private gaveUpCount = 0;
   private skippedCount = 0;
+  private directReadCount = 0;
+  private leftToLibuvCount = 0;
+  private backOffCount = 0;
+  /** Reads made by the poll since libuv's last one (DIRECT_READS_IN_ROW). */
+  private directInRow = 0;
+  /** A read the poll makes is running; its turn's end only says whether to spin again. */
+  private reading = false;
+  private spinAgain = false;
   /** Armed turns whose spin is skipped still, and how many the last READY look skipped. */
   private skipping = 0;
   private skipRun = 0;
@@ -147,7 +183,7 @@ class BusyPoll {
   }
 
   private setBudget(budgetUs: number): void {
-    this.budgetMs = budgetUs / 1000;
+    this.budget = budgetUs;
     this.budgetNs = budgetUs * 1000;
   }
 
@@ -158,27 +194,37 @@ class BusyPoll {
 
   /** How much longer the poll stays off, in milliseconds (0: it is not backing off). */
   get suspendedForMs(): number {
-    monotonicMsInto(this.clock, NOW);
-    return Math.max(0, (this.clock[SUSPENDED_UNTIL] as number) - (this.clock[NOW] as number));
+    if (!this.backingOff) return 0;
+    const left = (this.suspendedUntilUs - this.set.nowUs()) | 0;
+    return left > 0 ? left / 1000 : 0;
   }
 
   /** Wall-clock milliseconds spent polling so far. */
   get polledMilliseconds(): number {
-    return this.clock[POLLED_MS] as number;
+    return this.polledCarryMs + this.polledUs / 1000;
   }
 
   /** How the last spin ended, and how long it took (ms). */
   get lastSpin(): { outcome: SpinOutcome; ms: number } {
-    return { outcome: OUTCOMES[this.lastOutcome]!, ms: this.clock[LAST_SPIN_MS] as number };
+    return { outcome: OUTCOMES[this.lastOutcome]!, ms: this.lastSpinUs / 1000 };
   }
 
   get counts(): SpinCounts {
-    return { spins: this.spins, ready: this.readyCount, found: this.foundCount, gaveUp: this.gaveUpCount, skipped: this.skippedCount };
+    return {
+      spins: this.spins,
+      ready: this.readyCount,
+      found: this.foundCount,
+      gaveUp: this.gaveUpCount,
+      skipped: this.skippedCount,
+      directReads: this.directReadCount,
+      leftToLibuv: this.leftToLibuvCount,
+      backOffs: this.backOffCount,
+    };
   }
 
   /** The budget of this thread in microseconds (0: off). */
   get budgetUs(): number {
-    return this.budgetMs * 1000;
+    return this.budget;
   }
 
   /** Sets this thread's budget (microseconds, 0 turns it off) and forgets any back-off. */
@@ -186,7 +232,7 @@ class BusyPoll {
     if (!Number.isInteger(budgetUs) || budgetUs < 0 || budgetUs > MAX_BUSY_POLL_US)
       throw new RangeError(`busy poll budget ${budgetUs} us: from 0 to ${MAX_BUSY_POLL_US}`);
     this.setBudget(budgetUs);
-    this.clock[SUSPENDED_UNTIL] = 0;
+    this.backingOff = false;
     this.backOffMs = FIRST_BACK_OFF_MS;
     this.caught = 0;
     this.late = 0;
@@ -195,12 +241,12 @@ class BusyPoll {
     this.skipRun = 0;
   }
 
-  /** A channel's descriptor, watched while the channel is open (`owner`: the channel). */
-  watch(fd: number, owner: object): void {
+  /** A channel's descriptor, watched while the channel is open (`owner`: the channel, which reads it when found ready). */
+  watch(fd: number, owner: ReadyReader): void {
     this.set.watch(fd, owner);
   }
 
-  unwatch(fd: number, owner: object): void {
+  unwatch(fd: number, owner: ReadyReader): void {
     this.set.unwatch(fd, owner);
   }
 
@@ -219,22 +265,24 @@ class BusyPoll {
    * the peer waits to run, so the peer's next message comes just after the poll gives up, every
    * time (make compare's unpinned setting, session 15: p50 124-2,113 us instead of 33-43). Reads
    * that mostly arrive so are taken as that case, and the poll backs off for a while.
+   * `byPoll`: the poll's own read (ReadyReader), not libuv's.
    */
-  received(): void {
-    if (this.budgetMs === 0) return;
+  received(byPoll: boolean): void {
+    if (this.budget === 0) return;
     this.read = true;
+    if (!byPoll) this.directInRow = 0;
     const outcome = this.outcome;
     this.outcome = NONE;
     if (outcome === FOUND) this.caught++;
     else if (outcome === GAVE_UP) {
-      this.set.nowInto(this.clock, NOW);
-      if ((this.clock[NOW] as number) - (this.clock[SPIN_ENDED] as number) < LATE_READ_MS) this.late++;
+      if (((this.set.nowUs() - this.spinEndedUs) | 0) < LATE_READ_US) this.late++;
       else return;
     } else return;
     if (this.caught + this.late < JUDGED_READS) return;
     if (this.late > this.caught) {
-      this.set.nowInto(this.clock, NOW);
-      this.clock[SUSPENDED_UNTIL] = (this.clock[NOW] as number) + this.backOffMs;
+      this.suspendedUntilUs = (this.set.nowUs() + this.backOffMs * 1000) | 0;
+      this.backingOff = true;
+      this.backOffCount++;
       this.backOffMs = Math.min(LAST_BACK_OFF_MS, this.backOffMs * 2);
     } else {
       this.backOffMs = FIRST_BACK_OFF_MS;
@@ -245,7 +293,7 @@ class BusyPoll {
 
   /** A socket write the kernel took: the turn ends with a spin. */
   activity(): void {
-    if (this.budgetMs !== 0) this.wrote = true;
+    if (this.budget !== 0) this.wrote = true;
   }
 
   /**
@@ -256,33 +304,71 @@ class BusyPoll {
     const armed = this.wrote || (this.read && !notified);
     this.wrote = false;
     this.read = false;
-    if (!armed || this.writesWaiting > 0 || this.budgetMs === 0 || this.set.size === 0) return;
-    if (this.skipping > 0) {
-      this.skipping--;
-      this.skippedCount++;
+    if (!armed || this.writesWaiting > 0 || this.budget === 0 || this.set.size === 0) return;
+    if (this.reading) {
+      this.spinAgain = true;
       return;
     }
-    this.spin();
+    for (;;) {
+      if (this.skipping > 0) {
+        this.skipping--;
+        this.skippedCount++;
+        return;
+      }
+      const found = this.spin();
+      if (found === undefined) return;
+      if (this.directInRow >= DIRECT_READS_IN_ROW) {
+        this.leftToLibuvCount++;
+        return;
+      }
+      this.spinAgain = false;
+      this.reading = true;
+      let read: boolean;
+      try {
+        read = found.readReady();
+      } finally {
+        this.reading = false;
+      }
+      if (!read) {
+        this.leftToLibuvCount++;
+        return;
+      }
+      this.directInRow++;
+      this.directReadCount++;
+      if (!this.spinAgain) return;
+      this.spinAgain = false;
+    }
   }
 
-  /** Looks until a watched descriptor is ready or the budget is spent (above); a look that finds one at once skips the next spins (MOST_SKIPPED). */
-  private spin(): void {
-    const clock = this.clock;
+  /**
+   * Looks until a watched descriptor is ready or the budget is spent (above); a look that finds
+   * one at once skips the next spins (MOST_SKIPPED). Returns the reader of the descriptor found.
+   */
+  private spin(): ReadyReader | undefined {
     if (!this.set.opened && !this.set.open()) {
       if (!this.warned) {
         this.warned = true;
         process.emitWarning(`busy polling is off in this thread: ${this.set.problem?.message ?? 'no epoll set'}`);
       }
       this.setBudget(0);
-      return;
+      return undefined;
     }
-    this.set.nowInto(clock, NOW);
-    if ((clock[NOW] as number) < (clock[SUSPENDED_UNTIL] as number)) return;
+    const now = this.set.nowUs();
+    if (this.backingOff) {
+      if (((now - this.suspendedUntilUs) | 0) < 0) return undefined;
+      this.backingOff = false;
+    }
     this.spins++;
     const outcome = this.set.lookFor(this.budgetNs);
-    clock[LAST_SPIN_MS] = this.set.waitedNs / 1e6;
-    clock[SPIN_ENDED] = (clock[NOW] as number) + (clock[LAST_SPIN_MS] as number);
-    clock[POLLED_MS] = (clock[POLLED_MS] as number) + (clock[LAST_SPIN_MS] as number);
+    const waitedNs = this.set.waitedNs;
+    const waitedUs = (waitedNs - (waitedNs % 1000)) / 1000;
+    this.lastSpinUs = waitedUs;
+    this.spinEndedUs = (now + waitedUs) | 0;
+    this.polledUs += waitedUs;
+    if (this.polledUs > 1_000_000_000) {
+      this.polledCarryMs += this.polledUs / 1000;
+      this.polledUs = 0;
+    }
     if (outcome === READY) {
       this.readyCount++;
       this.skipRun = Math.min(MOST_SKIPPED, this.skipRun * 2 + 1);
@@ -294,6 +380,7 @@ class BusyPoll {
     }
     this.outcome = outcome;
     this.lastOutcome = outcome;
+    return outcome === READY || outcome === FOUND ? this.set.readyOwner() : undefined;
   }
 }
 

@@ -10,7 +10,8 @@ import type { ByteSink, WriteDone } from './transmit.ts';
 import { turn, type TurnParticipant } from './turn.ts';
 import { RnicError } from './errors.ts';
 import { HandleWriter, WRITE_DONE, WRITE_QUEUED, writeError } from './handle-writer.ts';
-import { busyPoll } from './busy-poll.ts';
+import { busyPoll, type ReadyReader } from './busy-poll.ts';
+import { EAGAIN, errnoName, readSocket } from './socket-read.ts';
 import { isLoopback, useLoopbackCongestionControl, widenReceiveWindow } from './socket-window.ts';
 
 /** Something that takes bytes from the stream. */
@@ -131,7 +132,7 @@ export function feed(channelConsumer: () => StreamConsumer, bytes: Uint8Array): 
  * over an event-loop turn and leave in one system call (a writev of everything the turn
  * produced: several requests' RDMA Writes and COMPLETION Sends together).
  */
-export class SocketChannel implements StreamChannel, TurnParticipant {
+export class SocketChannel implements StreamChannel, TurnParticipant, ReadyReader {
   private consumer: StreamConsumer;
   private readonly holding = new HoldingConsumer();
   private events: ChannelEvents | undefined;
@@ -168,8 +169,11 @@ export class SocketChannel implements StreamChannel, TurnParticipant {
   private readonly direct: HandleWriter | undefined;
   /** The socket's descriptor for vectored reads (readAhead), or -1 where the handle has none. */
   private readonly fd: number;
-  /** Reads of this channel's socket: libuv's, and the vectored ones readAhead made. */
+  /** True while libuv's read callback runs (readReady). */
+  private insideLibuvRead = false;
+  /** Reads of this channel's socket: libuv's and the busy poll's (of which `polledReads`), and the vectored ones readAhead made. */
   reads = 0;
+  polledReads = 0;
   vectorReads = 0;
 
   /**
@@ -182,7 +186,12 @@ export class SocketChannel implements StreamChannel, TurnParticipant {
     const onread = {
       buffer: () => this.nextReadBuffer(),
       callback: (length: number) => {
-        this.delivered(length);
+        this.insideLibuvRead = true;
+        try {
+          this.delivered(length, false);
+        } finally {
+          this.insideLibuvRead = false;
+        }
         return true;
       },
     };
@@ -267,9 +276,41 @@ export class SocketChannel implements StreamChannel, TurnParticipant {
     return buffer;
   }
 
-  private delivered(length: number): void {
+  /**
+   * The busy poll found the descriptor ready (ReadyReader): one read into the buffer the consumer
+   * picks, delivered as libuv's would be. Only inside this channel's own libuv read callback:
+   * Node hands libuv the buffer for the next read when that callback returns (onread's buffer
+   * function), so a read made there is followed by a fresh pick, where a read made anywhere else
+   * would leave libuv holding a buffer whose place in the stream has been filled (libuv's next
+   * read would land there: the next bytes over the last ones, or over a block already placed).
+   * Returns whether it read; nothing waiting after all, or the end of the stream, is left to
+   * libuv (which reads the end again and reports it); a failure ends the channel with its errno,
+   * as libuv's read would have (this read took the error from the socket).
+   */
+  readReady(): boolean {
+    if (!this.insideLibuvRead || this.isClosed || this.socket.destroyed || this.fd < 0) return false;
+    const buffer = this.nextReadBuffer();
+    let length: number;
+    try {
+      length = readSocket(this.fd, buffer);
+    } catch {
+      return false; // no read call in this thread: libuv reads as usual
+    }
+    if (length > 0) {
+      this.polledReads++;
+      this.delivered(length, true);
+      return true;
+    }
+    if (length < 0 && length !== -EAGAIN) {
+      this.closeError ??= new RnicError('ECONNRESET', `read from the connection failed: ${errnoName(-length)}`);
+      this.destroy();
+    }
+    return false;
+  }
+
+  private delivered(length: number, byPoll: boolean): void {
     // What the bytes cause (completions, new sends) settles when the delivery ends: one writev.
-    busyPoll.received();
+    busyPoll.received(byPoll);
     turn.enter();
     try {
       this.reads++;
@@ -279,9 +320,7 @@ export class SocketChannel implements StreamChannel, TurnParticipant {
         // A read that filled its buffer may have left more waiting: read on, several FPDUs at once.
         if (length === this.readTarget?.length && owner.readVector !== undefined && this.fd >= 0) this.readAhead(owner);
       } else if (this.readTarget !== undefined) {
-        // The buffer was picked for a consumer that has since handed the stream on.
-        const late = this.readTarget.slice(0, length);
-        feed(() => this.consumer, late);
+        this.deliverLate(this.readTarget, length);
       }
     } catch (error) {
       this.closeError ??= asError(error);
@@ -289,6 +328,16 @@ export class SocketChannel implements StreamChannel, TurnParticipant {
     } finally {
       turn.leave();
     }
+  }
+
+  /**
+   * The buffer of a read was picked for a consumer that has since handed the stream on: its bytes
+   * go to the new one. A method of its own: the closure it makes, inside delivered(), made V8
+   * allocate a context for `this` on every delivery wherever delivered() ran unoptimized (session
+   * 18: 40 octets per read in test/rnic/busy-poll after a test that deoptimized it).
+   */
+  private deliverLate(buffer: Uint8Array, length: number): void {
+    feed(() => this.consumer, buffer.slice(0, length));
   }
 
   /**

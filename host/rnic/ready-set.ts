@@ -4,9 +4,10 @@
 // heap (measured, session 17: 0.006 octets per call over 100,000 calls, about 1.4 us each on the
 // PVM guest), where koffi.node.poll's callback builds an events object per wake-up. The set is
 // level-triggered and separate from libuv's: asking it consumes nothing, so libuv's own epoll
-// still finds the descriptor ready and reads it as usual.
+// still finds the descriptor ready. Each registration carries its descriptor's number, so a look
+// that finds one ready also tells whose it is (readyOwner), for the poll to read it at once.
 
-import { bindLibc } from '../util/libc.ts';
+import { libcCalls } from '../util/libc.ts';
 
 const EPOLL_CLOEXEC = 0o2000000;
 const EPOLL_CTL_ADD = 1;
@@ -14,6 +15,11 @@ const EPOLL_CTL_DEL = 2;
 const EPOLLIN = 0x001;
 
 const CLOCK_MONOTONIC = 1;
+/**
+ * Where epoll_event's 64-bit data starts: the struct is packed on x86-64 (u32 events, then the
+ * data at 4) and naturally aligned elsewhere (arm64: at 8).
+ */
+const EVENT_DATA_OFFSET = process.arch === 'x64' ? 4 : 8;
 
 /** How a look ended (lookFor). */
 export const READY = 1;
@@ -31,39 +37,23 @@ interface EpollCalls {
   errno(): number;
 }
 
-let calls: EpollCalls | Error | undefined;
+const bindEpoll = libcCalls<EpollCalls>(({ koffi, libc }) => ({
+  create: libc.func('int epoll_create1(int)') as EpollCalls['create'],
+  ctl: libc.func('int epoll_ctl(int, int, int, void *)') as EpollCalls['ctl'],
+  wait: libc.func('int epoll_wait(int, void *, int, int)') as EpollCalls['wait'],
+  close: libc.func('int close(int)') as EpollCalls['close'],
+  clock: libc.func('int clock_gettime(int, void *)') as EpollCalls['clock'],
+  errno: () => koffi.errno(),
+}));
 
-function bindEpoll(): EpollCalls | Error {
-  if (calls !== undefined) return calls;
-  const bound = bindLibc();
-  if (bound instanceof Error) {
-    calls = bound;
-    return calls;
-  }
-  try {
-    const { koffi, libc } = bound;
-    calls = {
-      create: libc.func('int epoll_create1(int)') as EpollCalls['create'],
-      ctl: libc.func('int epoll_ctl(int, int, int, void *)') as EpollCalls['ctl'],
-      wait: libc.func('int epoll_wait(int, void *, int, int)') as EpollCalls['wait'],
-      close: libc.func('int close(int)') as EpollCalls['close'],
-      clock: libc.func('int clock_gettime(int, void *)') as EpollCalls['clock'],
-      errno: () => koffi.errno(),
-    };
-  } catch (error) {
-    calls = error instanceof Error ? error : new Error(String(error));
-  }
-  return calls;
-}
-
-/** A thread's watched descriptors; opened on the first use, closed when the thread exits. */
-export class ReadySet {
+/** A thread's watched descriptors, each with its owner; opened on the first use, closed when the thread exits. */
+export class ReadySet<Owner extends object> {
   private epfd = -1;
   private epoll: EpollCalls | undefined;
   /** Why the set cannot be used (bound once), or undefined. */
   private failure: Error | undefined;
   /** Who watches each descriptor: a channel closing late must not unwatch its number's next owner. */
-  private readonly owners = new Map<number, object>();
+  private readonly owners = new Map<number, Owner>();
   /** epoll_event: u32 events, then 64-bit data (12 octets packed on x86-64, 16 on arm64). */
   private readonly event = new Uint8Array(new ArrayBuffer(16));
   private readonly events = new Uint8Array(new ArrayBuffer(16));
@@ -108,13 +98,13 @@ export class ReadySet {
     return this.epfd >= 0;
   }
 
-  watch(fd: number, owner: object): void {
+  watch(fd: number, owner: Owner): void {
     this.owners.set(fd, owner);
     if (this.epfd >= 0) this.add(fd);
   }
 
   /** Stops watching `fd` if `owner` still owns it (a descriptor closed is dropped by the kernel anyway). */
-  unwatch(fd: number, owner: object): void {
+  unwatch(fd: number, owner: Owner): void {
     if (this.owners.get(fd) !== owner) return;
     this.owners.delete(fd);
     // EBADF or ENOENT when the descriptor is already closed: the kernel removed it then.
@@ -133,29 +123,48 @@ export class ReadySet {
     const epoll = this.epoll!;
     const time = this.time;
     let ready = epoll.wait(this.epfd, this.events, 1, 0);
-    if (ready !== 0) {
-      this.waitedNs = 0;
-      return ready > 0 ? READY : FAILED;
-    }
-    epoll.clock(CLOCK_MONOTONIC, time);
-    const seconds = time[0]!;
-    const nanoseconds = time[2]!;
+    let outcome = READY;
     let waited = 0;
-    do {
-      ready = epoll.wait(this.epfd, this.events, 1, 0);
+    if (ready === 0) {
       epoll.clock(CLOCK_MONOTONIC, time);
-      // Under 2^30 for any wait shorter than a second: a small integer.
-      waited = (time[0]! - seconds) * 1_000_000_000 + (time[2]! - nanoseconds);
-    } while (ready === 0 && waited < budgetNs);
+      const seconds = time[0]!;
+      const nanoseconds = time[2]!;
+      do {
+        ready = epoll.wait(this.epfd, this.events, 1, 0);
+        epoll.clock(CLOCK_MONOTONIC, time);
+        // Under 2^30 for any wait shorter than a second: a small integer.
+        waited = (time[0]! - seconds) * 1_000_000_000 + (time[2]! - nanoseconds);
+      } while (ready === 0 && waited < budgetNs);
+      outcome = ready === 0 ? GAVE_UP : FOUND;
+    }
     this.waitedNs = waited;
-    return ready > 0 ? FOUND : ready === 0 ? GAVE_UP : FAILED;
+    // One comparison every call makes: optimized code that met a comparison no call had made
+    // before fell back to the interpreter at it, over and over (session 18: a hundred times in
+    // test/rnic/busy-poll, each recompilation counted as heap the requests allocated).
+    return ready < 0 ? FAILED : outcome;
   }
 
-  /** The monotonic clock (hrtime's, CLOCK_MONOTONIC) in milliseconds, into `into[index]`; the set must be open. */
-  nowInto(into: Float64Array, index: number): void {
+  /**
+   * The owner of the descriptor the last lookFor() found ready (READY or FOUND), or undefined
+   * when it is no longer watched. Only valid right after such a look.
+   */
+  readyOwner(): Owner | undefined {
+    const events = this.events;
+    const at = EVENT_DATA_OFFSET;
+    const fd = events[at]! | (events[at + 1]! << 8) | (events[at + 2]! << 16) | (events[at + 3]! << 24);
+    return this.owners.get(fd);
+  }
+
+  /**
+   * The monotonic clock (CLOCK_MONOTONIC, hrtime's) in microseconds, wrapping at 2^31 (about 36
+   * minutes): compare two readings by their difference, `(later - earlier) | 0`. A small integer,
+   * so nothing is boxed even in unoptimized code. The set must be open.
+   */
+  nowUs(): number {
     const time = this.time;
     this.epoll!.clock(CLOCK_MONOTONIC, time);
-    into[index] = (time[0]! + time[1]! * 4294967296) * 1000 + time[2]! / 1e6;
+    const nanoseconds = time[2]!;
+    return (Math.imul(time[0]!, 1_000_000) + (nanoseconds - (nanoseconds % 1000)) / 1000) | 0;
   }
 
   close(): void {
@@ -168,6 +177,12 @@ export class ReadySet {
     const event = this.event;
     event.fill(0);
     event[0] = EPOLLIN; // the low octet of the little-endian u32 (Linux on x64 and arm64)
+    // The data field holds the descriptor (little-endian, as the events), for readyOwner().
+    const at = EVENT_DATA_OFFSET;
+    event[at] = fd & 0xff;
+    event[at + 1] = (fd >>> 8) & 0xff;
+    event[at + 2] = (fd >>> 16) & 0xff;
+    event[at + 3] = (fd >>> 24) & 0xff;
     // Failing, the descriptor is not watched: EEXIST means it already is, EBADF that it has closed.
     this.epoll!.ctl(this.epfd, EPOLL_CTL_ADD, fd, event);
   }

@@ -15,7 +15,7 @@
 // mark and leaves autotuning on (Linux tcp_set_rcvlowat, since 4.18). The mark itself goes back
 // to 1 at once, so reads are woken as before. On a listening socket the buffer is what each
 // accepted connection inherits, its first window included.
-import { bindLibc } from '../util/libc.ts';
+import { libcCalls } from '../util/libc.ts';
 
 const SOL_SOCKET = 1;
 const SO_RCVBUF = 8;
@@ -37,21 +37,11 @@ interface SocketCalls {
   errno(): number;
 }
 
-let calls: SocketCalls | Error | undefined;
-
-function socketCalls(): SocketCalls | Error {
-  if (calls !== undefined) return calls;
-  const bound = bindLibc();
-  calls =
-    bound instanceof Error
-      ? bound
-      : {
-          setsockopt: bound.libc.func('int setsockopt(int, int, int, void *, uint32_t)') as SocketCalls['setsockopt'],
-          getsockopt: bound.libc.func('int getsockopt(int, int, int, void *, void *)') as SocketCalls['getsockopt'],
-          errno: () => bound.koffi.errno(),
-        };
-  return calls;
-}
+const socketCalls = libcCalls<SocketCalls>(({ koffi, libc }) => ({
+  setsockopt: libc.func('int setsockopt(int, int, int, void *, uint32_t)') as SocketCalls['setsockopt'],
+  getsockopt: libc.func('int getsockopt(int, int, int, void *, void *)') as SocketCalls['getsockopt'],
+  errno: () => koffi.errno(),
+}));
 
 function intOption(libc: SocketCalls, fd: number, name: number): number | Error {
   const value = new Int32Array(1);

@@ -7,21 +7,17 @@
 // within 20-80 start/stop rounds of a two-worker target in one process). With a descriptor of
 // its own per worker, every close is its owner's. Node has no dup(), so it goes through koffi
 // (a dependency already: the batched UDP socket, ISA-L, the receive window).
-import { bindLibc } from './libc.ts';
+import { libcCalls } from './libc.ts';
 
 interface DescriptorCalls {
   dup(fd: number): number;
   errno(): number;
 }
 
-let calls: DescriptorCalls | Error | undefined;
-
-function descriptorCalls(): DescriptorCalls | Error {
-  if (calls !== undefined) return calls;
-  const bound = bindLibc();
-  calls = bound instanceof Error ? bound : { dup: bound.libc.func('int dup(int)') as DescriptorCalls['dup'], errno: () => bound.koffi.errno() };
-  return calls;
-}
+const descriptorCalls = libcCalls<DescriptorCalls>(({ koffi, libc }) => ({
+  dup: libc.func('int dup(int)') as DescriptorCalls['dup'],
+  errno: () => koffi.errno(),
+}));
 
 /** A new descriptor number for the open file `fd` refers to (close-on-exec is not copied: fine for threads). */
 export function duplicateDescriptor(fd: number): number {

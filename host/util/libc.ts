@@ -22,3 +22,22 @@ export function bindLibc(): BoundLibc | Error {
   }
   return bound;
 }
+
+/**
+ * Binds a set of libc calls once per thread, on first use: `make` declares them from the bound
+ * library. Where libc cannot be bound, or a declaration fails, every call of the returned
+ * function answers the same Error, so each caller can say why and go on without the calls.
+ */
+export function libcCalls<T>(make: (bound: BoundLibc) => T): () => T | Error {
+  let calls: T | Error | undefined;
+  return () => {
+    if (calls !== undefined) return calls;
+    const bound = bindLibc();
+    try {
+      calls = bound instanceof Error ? bound : make(bound);
+    } catch (error) {
+      calls = error instanceof Error ? error : new Error(String(error));
+    }
+    return calls;
+  };
+}

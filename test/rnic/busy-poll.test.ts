@@ -7,7 +7,7 @@ import { test } from 'uvu';
 import * as assert from 'uvu/assert';
 import { spawn, type ChildProcess } from 'node:child_process';
 import { SocketChannel } from '../../host/rnic/channel.ts';
-import { busyPoll, defaultBusyPollUs, parseBusyPollUs, MAX_BUSY_POLL_US, NO_IDLE_DRIVER_BUDGET_US } from '../../host/rnic/busy-poll.ts';
+import { busyPoll, defaultBusyPollUs, FIRST_BACK_OFF_MS, parseBusyPollUs, MAX_BUSY_POLL_US, NO_IDLE_DRIVER_BUDGET_US, DIRECT_READS_IN_ROW } from '../../host/rnic/busy-poll.ts';
 import { cpuIdleDriver } from '../../host/util/cpu-latency.ts';
 import type { StreamConsumer } from '../../host/rnic/channel.ts';
 import { sampleRuns } from '../support/heap.ts';
@@ -16,8 +16,8 @@ const sleep = (ms: number): Promise<void> => new Promise((resolve) => setTimeout
 
 /**
  * A peer in a process of its own (a peer in this thread could not answer while the thread spins):
- * every octet it receives, of value N > 0, comes back N milliseconds after it was read; a 0 gets
- * no answer.
+ * every octet it receives, of value N from 1 to 127, comes back N milliseconds after it was read;
+ * one of 128 or more comes back at once; a 0 gets no answer.
  */
 const ECHO = `
 const net = require('node:net');
@@ -26,6 +26,10 @@ const server = net.createServer((socket) => {
   socket.on('data', (data) => {
     for (const octet of data) {
       if (octet === 0) continue;
+      if (octet >= 128) {
+        socket.write(Uint8Array.of(octet));
+        continue;
+      }
       // A wait by the clock: a timer of Node's came back early at times (its loop clock lags).
       const until = process.hrtime.bigint() + BigInt(octet) * 1000000n;
       while (process.hrtime.bigint() < until);
@@ -157,7 +161,7 @@ test('a spin returns when a descriptor becomes readable, then the bytes arrive a
       } else {
         assert.is(spin.outcome, 'ready', `round ${round}`);
       }
-      // Not read by the spin: libuv's loop reads it, into the consumer.
+      // Not read by the spin (this turn is not the channel's read callback): libuv's loop reads it, into the consumer.
       assert.is(peer.collector.length, round - 1);
       await received(peer, round);
       assert.is(peer.collector.buffer[round - 1], 2);
@@ -176,10 +180,10 @@ test('a spin gives up once the budget is spent', () =>
     // A read that raised no completion (the rest of a message to come) spins; one that did, does not:
     // its completion's handler may be a promise reaction that writes the next request after this turn.
     let spins = busyPoll.counts.spins;
-    busyPoll.received();
+    busyPoll.received(false);
     busyPoll.turnEnded(true);
     assert.is(busyPoll.counts.spins, spins, 'no spin after a turn that raised completions and wrote nothing');
-    busyPoll.received();
+    busyPoll.received(false);
     busyPoll.turnEnded(false);
     assert.is(busyPoll.counts.spins, spins + 1, 'a spin after a read that raised nothing');
     spins = busyPoll.counts.spins;
@@ -259,23 +263,97 @@ test('reads that keep arriving just after the poll gives up make it back off; re
     busyPoll.configure(300);
     for (let i = 0; i < 40; i++) {
       await send(peer, 0);
-      busyPoll.received();
+      busyPoll.received(false);
     }
     assert.is(busyPoll.suspended, true);
     const spins = busyPoll.counts.spins;
     await send(peer, 0);
     assert.is(busyPoll.counts.spins, spins, 'backed off: no spin');
-    assert.ok(busyPoll.suspendedForMs > 500 && busyPoll.suspendedForMs <= 1000, `first back-off ${busyPoll.suspendedForMs} ms`);
+    const first = busyPoll.suspendedForMs;
+    assert.ok(first > 0 && first <= FIRST_BACK_OFF_MS, `first back-off ${first} ms`);
     // Lost again right after: the back-off doubles.
     while (busyPoll.suspended) await sleep(20);
     for (let i = 0; i < 40; i++) {
       await send(peer, 0);
-      busyPoll.received();
+      busyPoll.received(false);
     }
-    assert.ok(busyPoll.suspendedForMs > 1500 && busyPoll.suspendedForMs <= 2000, `second back-off ${busyPoll.suspendedForMs} ms`);
+    // More than the first could be (a few milliseconds pass before the look): doubled.
+    const second = busyPoll.suspendedForMs;
+    assert.ok(second > FIRST_BACK_OFF_MS && second <= 2 * FIRST_BACK_OFF_MS, `second back-off ${second} ms`);
     // configure() forgets the back-off (and its doubling).
     busyPoll.configure(300);
     assert.is(busyPoll.suspended, false);
+  }));
+
+/**
+ * Answers each octet read with the next of a cycle of 128..255 until `exchanges` have been sent:
+ * its writes are made inside the channel's read callback, so their turns end with spins there.
+ */
+class PingPong implements StreamConsumer {
+  readonly buffer = new Uint8Array(4096);
+  private readonly octets = Array.from({ length: 128 }, (_, i) => [Uint8Array.of(128 + i)]);
+  sent = 0;
+  received = 0;
+  outOfOrder = 0;
+  private exchanges = 0;
+  private done: (() => void) | undefined;
+  constructor(private readonly channel: SocketChannel) {}
+  readBuffer(): Uint8Array {
+    return this.buffer;
+  }
+  commit(length: number): void {
+    for (let i = 0; i < length; i++) {
+      if (this.buffer[i] !== 128 + (this.received % 128)) this.outOfOrder++;
+      this.received++;
+    }
+    if (this.sent < this.exchanges) this.next();
+    else if (this.received === this.sent) this.done?.();
+  }
+  private next(): void {
+    this.channel.write(this.octets[this.sent % 128]!, 1, undefined);
+    this.sent++;
+  }
+  run(exchanges: number): Promise<void> {
+    this.exchanges += exchanges;
+    return new Promise((resolve) => {
+      this.done = resolve;
+      this.next();
+    });
+  }
+}
+
+test('what a spin finds inside the channel\'s own read callback is read there, in order, allocating nothing', () =>
+  withPeer(MAX_BUSY_POLL_US, async (peer) => {
+    const pingPong = new PingPong(peer.channel);
+    peer.channel.setConsumer(pingPong);
+    await pingPong.run(2000); // compiled
+    const before = busyPoll.counts;
+    const perExchange = await sampleRuns(2000, () => pingPong.run(2000));
+    const after = busyPoll.counts;
+    assert.is(pingPong.outOfOrder, 0, 'every answer in order');
+    assert.is(pingPong.received, pingPong.sent);
+    const direct = after.directReads - before.directReads;
+    // All but one read in DIRECT_READS_IN_ROW + 1 at most, when the peer answers within the budget.
+    assert.ok(direct >= (pingPong.sent - 2000) / 4, `${direct} of ${pingPong.sent - 2000} answers read by the poll`);
+    console.log(`  ${direct} of ${pingPong.sent - 2000} answers read by the poll; ${perExchange.toFixed(2)} octets allocated per exchange`);
+    // libuv's reads in between allocate what Node's read callback does (about 56 octets each); the poll's own, nothing.
+    assert.ok(perExchange < 4, `${perExchange.toFixed(2)} octets allocated per exchange (${direct} read by the poll, ${after.leftToLibuv - before.leftToLibuv} left to libuv)`);
+  }));
+
+test('the poll reads at most DIRECT_READS_IN_ROW in a row: then libuv reads, and the rest of the loop runs', () =>
+  withPeer(MAX_BUSY_POLL_US, async (peer) => {
+    const pingPong = new PingPong(peer.channel);
+    peer.channel.setConsumer(pingPong);
+    const channel = peer.channel;
+    const reads = channel.reads;
+    const polled = channel.polledReads;
+    await pingPong.run(20 * (DIRECT_READS_IN_ROW + 1));
+    const byPoll = channel.polledReads - polled;
+    const byLibuv = channel.reads - reads - byPoll;
+    assert.ok(byPoll > 0, 'the poll read');
+    // Without the bound, one read of libuv's could start a chain of them all (the peer answers at once, well within the budget).
+    assert.ok(byLibuv >= 2 && byPoll <= byLibuv * DIRECT_READS_IN_ROW, `${byPoll} reads by the poll, ${byLibuv} by libuv`);
+    assert.is(pingPong.outOfOrder, 0);
   }));
 
 test.run();
