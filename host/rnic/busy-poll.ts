@@ -10,15 +10,17 @@
 // calls turnEnded() once the turn's notifications and writes are settled, so the answer is on
 // the wire before it spins), on an epoll set of this thread's channel descriptors (ready-set.ts),
 // one zero-timeout epoll_wait per round until a descriptor has bytes or the budget is spent.
-// What it finds, the channel reads at once (session 18: ReadyReader, one read(2) into the buffer
-// libuv's read would have used), so the bytes do not wait for the rest of libuv's loop iteration
-// and its two epoll calls (the zero-timeout one of its idle-time metrics, then the one that
-// finds the descriptor). That read's turn may end with a spin of its own: the poll loops
-// (turnEnded inside a read it made only marks the loop to go on), up to DIRECT_READS_IN_ROW
-// reads before one of libuv's must come between, so timers, worker messages and listeners,
-// which only libuv's loop serves, wait for at most that many requests.
-// Nothing is allocated per round or per spin (a koffi call with numbers, clock readings into a
-// Float64Array); the spin it replaces, one setImmediate per round, allocated ~330 octets each.
+// What it finds inside that channel's own libuv read callback, the channel reads there (session
+// 18: ReadyReader, one read(2) into the buffer the consumer picks; SocketChannel.readReady says
+// why only there), so the bytes do not wait for the rest of libuv's loop iteration and its two
+// epoll calls (the zero-timeout one of its idle-time metrics, then the one that finds the
+// descriptor); anything else libuv reads as before. That read's turn may end with a spin of its
+// own: the poll loops (turnEnded inside a read it made only marks the loop to go on), up to
+// DIRECT_READS_IN_ROW reads before one of libuv's must come between, so timers, worker messages
+// and listeners, which only libuv's loop serves, wait for at most that many requests.
+// Nothing is allocated per round, per spin or per read it makes (koffi calls with numbers and
+// preallocated arrays, times as small integers); the spin it replaces, one setImmediate per
+// round, allocated ~330 octets each.
 // A turn spins when it wrote (a request or an answer went out, so something is expected back), or
 // when it was a delivery that raised no completion (a large message still arriving in parts: a
 // 1 MiB LOAD's payload at the initiator). Not after a turn that raised completions and wrote
@@ -101,7 +103,6 @@ export interface ReadyReader {
   readReady(): boolean;
 }
 
-
 /**
  * How a spin ended: nothing yet; a descriptor was ready at the first look (the spin waited for
  * nothing); one became ready while it waited; the budget ran out; epoll_wait failed (a signal).
@@ -128,8 +129,8 @@ export interface SpinCounts {
 class BusyPoll {
   // Small integers only on the paths every request takes (times in microseconds of ReadySet.nowUs,
   // a clock that wraps at 2^31, compared by differences): V8's unoptimized code boxes every
-  // double it loads, a double field included (session 18: 40 octets per request where an earlier
-  // test had left these methods unoptimized).
+  // double it loads, a double field included, and a test or a cold start can leave these methods
+  // unoptimized for a while.
   private budget = 0;
   private budgetNs = 0;
   private backingOff = false;

@@ -140,7 +140,7 @@ export class ReadySet<Owner extends object> {
     this.waitedNs = waited;
     // One comparison every call makes: optimized code that met a comparison no call had made
     // before fell back to the interpreter at it, over and over (session 18: a hundred times in
-    // test/rnic/busy-poll, each recompilation counted as heap the requests allocated).
+    // one run of test/rnic/busy-poll).
     return ready < 0 ? FAILED : outcome;
   }
 

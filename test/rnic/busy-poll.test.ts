@@ -7,7 +7,15 @@ import { test } from 'uvu';
 import * as assert from 'uvu/assert';
 import { spawn, type ChildProcess } from 'node:child_process';
 import { SocketChannel } from '../../host/rnic/channel.ts';
-import { busyPoll, defaultBusyPollUs, FIRST_BACK_OFF_MS, parseBusyPollUs, MAX_BUSY_POLL_US, NO_IDLE_DRIVER_BUDGET_US, DIRECT_READS_IN_ROW } from '../../host/rnic/busy-poll.ts';
+import {
+  busyPoll,
+  defaultBusyPollUs,
+  FIRST_BACK_OFF_MS,
+  parseBusyPollUs,
+  MAX_BUSY_POLL_US,
+  NO_IDLE_DRIVER_BUDGET_US,
+  DIRECT_READS_IN_ROW,
+} from '../../host/rnic/busy-poll.ts';
 import { cpuIdleDriver } from '../../host/util/cpu-latency.ts';
 import type { StreamConsumer } from '../../host/rnic/channel.ts';
 import { sampleRuns } from '../support/heap.ts';
@@ -322,7 +330,7 @@ class PingPong implements StreamConsumer {
   }
 }
 
-test('what a spin finds inside the channel\'s own read callback is read there, in order, allocating nothing', () =>
+test("what a spin finds inside the channel's own read callback is read there, in order, allocating nothing", () =>
   withPeer(MAX_BUSY_POLL_US, async (peer) => {
     const pingPong = new PingPong(peer.channel);
     peer.channel.setConsumer(pingPong);
@@ -337,7 +345,10 @@ test('what a spin finds inside the channel\'s own read callback is read there, i
     assert.ok(direct >= (pingPong.sent - 2000) / 4, `${direct} of ${pingPong.sent - 2000} answers read by the poll`);
     console.log(`  ${direct} of ${pingPong.sent - 2000} answers read by the poll; ${perExchange.toFixed(2)} octets allocated per exchange`);
     // libuv's reads in between allocate what Node's read callback does (about 56 octets each); the poll's own, nothing.
-    assert.ok(perExchange < 4, `${perExchange.toFixed(2)} octets allocated per exchange (${direct} read by the poll, ${after.leftToLibuv - before.leftToLibuv} left to libuv)`);
+    assert.ok(
+      perExchange < 4,
+      `${perExchange.toFixed(2)} octets allocated per exchange (${direct} read by the poll, ${after.leftToLibuv - before.leftToLibuv} left to libuv)`,
+    );
   }));
 
 test('the poll reads at most DIRECT_READS_IN_ROW in a row: then libuv reads, and the rest of the loop runs', () =>
