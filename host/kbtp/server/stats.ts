@@ -79,6 +79,8 @@ export interface StatsSnapshot {
   sramCounters?: { hits: number; misses: number };
   /** Wall-clock milliseconds the workers spent busy polling instead of sleeping (0 with the poll off). */
   busyPollMs?: number;
+  /** Requests the busy poll read itself, where it found them inside their channel's read callback (host/rnic/busy-poll.ts). */
+  busyPollReads?: number;
 }
 
 export class TargetStats {
@@ -287,6 +289,7 @@ export function mergeStats(parts: readonly StatsSnapshot[]): StatsSnapshot {
       into.misses += part.sramCounters.misses;
     }
     if (part.busyPollMs !== undefined) total.busyPollMs = (total.busyPollMs ?? 0) + part.busyPollMs;
+    if (part.busyPollReads !== undefined) total.busyPollReads = (total.busyPollReads ?? 0) + part.busyPollReads;
     total.sessionsOpen += part.sessionsOpen;
     total.sessionsTotal += part.sessionsTotal;
     total.sessionsRefused += part.sessionsRefused;

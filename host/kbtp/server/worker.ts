@@ -242,6 +242,7 @@ async function main(): Promise<void> {
     } else if (message.type === 'stats') {
       const snapshot = stats.snapshot();
       snapshot.busyPollMs = busyPoll.polledMilliseconds;
+      snapshot.busyPollReads = busyPoll.counts.directReads;
       if (observer !== undefined) {
         const report = observer.report();
         snapshot.sram = [`worker ${data.thread}: ${formatSramNicReport(report)}`];
