@@ -24,8 +24,9 @@ const sleep = (ms: number): Promise<void> => new Promise((resolve) => setTimeout
 
 /**
  * A peer in a process of its own (a peer in this thread could not answer while the thread spins):
- * every octet it receives, of value N from 1 to 127, comes back N milliseconds after it was read;
- * one of 128 or more comes back at once; a 0 gets no answer.
+ * every octet it receives, of value N from 1 to 125, comes back N milliseconds after it was read;
+ * one of 128 or more comes back at once; a 0 gets no answer; 126 ends the connection (FIN) and
+ * 127 resets it (RST).
  */
 const ECHO = `
 const net = require('node:net');
@@ -34,6 +35,8 @@ const server = net.createServer((socket) => {
   socket.on('data', (data) => {
     for (const octet of data) {
       if (octet === 0) continue;
+      if (octet === 126) return void socket.end();
+      if (octet === 127) return void socket.resetAndDestroy();
       if (octet >= 128) {
         socket.write(Uint8Array.of(octet));
         continue;
@@ -335,20 +338,30 @@ test("what a spin finds inside the channel's own read callback is read there, in
     const pingPong = new PingPong(peer.channel);
     peer.channel.setConsumer(pingPong);
     await pingPong.run(2000); // compiled
-    const before = busyPoll.counts;
-    const perExchange = await sampleRuns(2000, () => pingPong.run(2000));
-    const after = busyPoll.counts;
-    assert.is(pingPong.outOfOrder, 0, 'every answer in order');
-    assert.is(pingPong.received, pingPong.sent);
-    const direct = after.directReads - before.directReads;
-    // All but one read in DIRECT_READS_IN_ROW + 1 at most, when the peer answers within the budget.
-    assert.ok(direct >= (pingPong.sent - 2000) / 4, `${direct} of ${pingPong.sent - 2000} answers read by the poll`);
-    console.log(`  ${direct} of ${pingPong.sent - 2000} answers read by the poll; ${perExchange.toFixed(2)} octets allocated per exchange`);
-    // libuv's reads in between allocate what Node's read callback does (about 56 octets each); the poll's own, nothing.
-    assert.ok(
-      perExchange < 4,
-      `${perExchange.toFixed(2)} octets allocated per exchange (${direct} read by the poll, ${after.leftToLibuv - before.leftToLibuv} left to libuv)`,
-    );
+    // Where the peer's process has to wait for this thread's CPU (a loaded machine), the poll finds
+    // itself in its way and backs off, and libuv reads instead: such an attempt measures Node's read
+    // callback, not the poll's reads. Up to 3 attempts; one where the poll read most answers counts.
+    const attempts: string[] = [];
+    for (let attempt = 0; attempt < 3; attempt++) {
+      busyPoll.configure(MAX_BUSY_POLL_US); // forgets a back-off
+      const before = busyPoll.counts;
+      const sent = pingPong.sent;
+      // sampleRuns discards a run that saw a collection (NaN if all did): shorter runs then.
+      let perExchange = Number.NaN;
+      for (let count = 2000; Number.isNaN(perExchange) && count >= 250; count /= 2) perExchange = await sampleRuns(count, () => pingPong.run(count));
+      const direct = busyPoll.counts.directReads - before.directReads;
+      const exchanges = pingPong.sent - sent;
+      assert.is(pingPong.outOfOrder, 0, 'every answer in order');
+      assert.is(pingPong.received, pingPong.sent);
+      attempts.push(`${direct} of ${exchanges} answers read by the poll, ${perExchange.toFixed(2)} octets allocated per exchange`);
+      // All but one read in DIRECT_READS_IN_ROW + 1 at most, when the peer answers within the budget.
+      if (direct < exchanges / 2) continue;
+      console.log(`  ${attempts.at(-1)}`);
+      // libuv's reads in between allocate what Node's read callback does (about 56 octets each); the poll's own, nothing.
+      assert.ok(perExchange < 4, attempts.join('; '));
+      return;
+    }
+    assert.unreachable(`the poll read too few answers to measure its reads: ${attempts.join('; ')}`);
   }));
 
 test('the poll reads at most DIRECT_READS_IN_ROW in a row: then libuv reads, and the rest of the loop runs', () =>
@@ -366,5 +379,56 @@ test('the poll reads at most DIRECT_READS_IN_ROW in a row: then libuv reads, and
     assert.ok(byLibuv >= 2 && byPoll <= byLibuv * DIRECT_READS_IN_ROW, `${byPoll} reads by the poll, ${byLibuv} by libuv`);
     assert.is(pingPong.outOfOrder, 0);
   }));
+
+/**
+ * Answers the peer's first octet with `last` from inside the read callback, so that the spin after
+ * that write finds what the peer does next (an end or a reset) and reads it there; reports how
+ * the channel ended.
+ */
+async function endedBy(last: number): Promise<{ ended: boolean; error: Error | undefined }> {
+  const peer = await openPeer();
+  busyPoll.configure(MAX_BUSY_POLL_US);
+  const { channel } = peer;
+  try {
+    let ended = false;
+    const closed = new Promise<Error | undefined>((resolve) => channel.setEvents({ onEnd: () => (ended = true), onClose: resolve }));
+    let answered = false;
+    channel.setConsumer({
+      readBuffer: () => peer.collector.buffer,
+      commit: () => {
+        if (answered) return;
+        answered = true;
+        channel.write([Uint8Array.of(last)], 1, undefined);
+      },
+    });
+    channel.write([Uint8Array.of(200)], 1, undefined);
+    const error = await closed;
+    return { ended, error };
+  } finally {
+    peer.child.kill();
+  }
+}
+
+test('an end or a reset the poll finds in the read callback ends the channel as libuv would', async () => {
+  const budget = busyPoll.budgetUs;
+  try {
+    // FIN: the poll's read sees the end and leaves it to libuv, which reports it once.
+    const fin = await endedBy(126);
+    assert.ok(fin.ended, 'the end of the stream was reported');
+    assert.is(fin.error, undefined, 'an end is not an error');
+    // RST: whoever reads first takes the error from the socket; the channel closes with it.
+    // The poll reads first when the peer's process resets within the 10 ms budget.
+    let byPoll = 0;
+    for (let attempt = 0; attempt < 3; attempt++) {
+      const { error } = await endedBy(127);
+      assert.ok(error !== undefined && /ECONNRESET/.test(`${(error as NodeJS.ErrnoException).code ?? ''} ${error.message}`), String(error));
+      if (/read from the connection failed: ECONNRESET/.test(error!.message)) byPoll++;
+    }
+    console.log(`  ${byPoll} of 3 resets read by the poll`);
+    assert.ok(byPoll >= 1, 'the poll read the reset at least once in 3 tries');
+  } finally {
+    busyPoll.configure(budget);
+  }
+});
 
 test.run();
