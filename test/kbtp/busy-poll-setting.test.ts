@@ -34,17 +34,28 @@ test('busyPollUs: out of range, not an integer, or with the roce transport is a 
 
 const pause = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
 
+type Rig = Awaited<ReturnType<typeof startRig>>;
+type Session = Awaited<ReturnType<Rig['session']>>;
+
+/** A one-worker target with `busyPollUs`, a session, and block 1 stored (4 KiB of 7s): `body`'s to drive. */
+async function withStoredBlock<T>(busyPollUs: number, body: (rig: Rig, session: Session, handle: bigint) => Promise<T>): Promise<T> {
+  const rig = await startRig(iwarp({ workers: 1, busyPollUs }));
+  try {
+    const session = await rig.session('alpha');
+    await session.allocStore(1n, new Uint8Array(4096).fill(7), { seal: true });
+    return await body(rig, session, 1n);
+  } finally {
+    await rig.stop();
+  }
+}
+
 /**
  * Wall-clock milliseconds the worker spent polling, per LOAD, over `requests` LOADs 30 ms apart.
  * Wall time, not CPU time: a spin ends by the clock, so the figure does not depend on how much of
  * a CPU a loaded machine gives the worker (CPU time did: 0.84 ms instead of ~10 at load 10).
  */
 async function polledMsPerIdleRequest(busyPollUs: number, requests: number): Promise<number> {
-  const rig = await startRig(iwarp({ workers: 1, busyPollUs }));
-  try {
-    const session = await rig.session('alpha');
-    const handle = 1n;
-    await session.allocStore(handle, new Uint8Array(4096).fill(7), { seal: true });
+  return withStoredBlock(busyPollUs, async (rig, session, handle) => {
     await pause(50);
     // A spin whose first look finds the next message already there (as during the session's
     // set-up) skips the spins of the next turns (busy-poll.ts, MOST_SKIPPED): idle LOADs until one
@@ -62,9 +73,7 @@ async function polledMsPerIdleRequest(busyPollUs: number, requests: number): Pro
     }
     const after = (await rig.target.stats()).busyPollMs ?? Number.NaN;
     return (after - before) / requests;
-  } finally {
-    await rig.stop();
-  }
+  });
 }
 
 test('the workers apply the configured budget: a 10 ms poll keeps the worker polling after each answer', async () => {
@@ -78,18 +87,12 @@ test('the workers apply the configured budget: a 10 ms poll keeps the worker pol
 
 /** Reads the workers' busy poll made itself over `requests` LOADs, each sent as soon as the last was answered. */
 async function pollReadsBackToBack(busyPollUs: number, requests: number): Promise<number> {
-  const rig = await startRig(iwarp({ workers: 1, busyPollUs }));
-  try {
-    const session = await rig.session('alpha');
-    const handle = 1n;
-    await session.allocStore(handle, new Uint8Array(4096).fill(7), { seal: true });
+  return withStoredBlock(busyPollUs, async (rig, session, handle) => {
     const before = (await rig.target.stats()).busyPollReads ?? 0;
     for (let i = 0; i < requests; i++) assert.is((await session.load(handle)).data[4095], 7);
     const after = (await rig.target.stats()).busyPollReads ?? Number.NaN;
     return after - before;
-  } finally {
-    await rig.stop();
-  }
+  });
 }
 
 test('a worker reads the next request itself when its poll finds it (stats: busyPollReads)', async () => {
