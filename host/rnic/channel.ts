@@ -11,7 +11,8 @@ import { turn, type TurnParticipant } from './turn.ts';
 import { RnicError } from './errors.ts';
 import { HandleWriter, WRITE_DONE, WRITE_QUEUED, writeError } from './handle-writer.ts';
 import { busyPoll, type ReadyReader } from './busy-poll.ts';
-import { EAGAIN, errnoName, readSocket } from './socket-read.ts';
+import { EAGAIN, readSocket } from './socket-read.ts';
+import { errnoName } from '../util/libc.ts';
 import { isLoopback, useLoopbackCongestionControl, widenReceiveWindow } from './socket-window.ts';
 
 /** Something that takes bytes from the stream. */

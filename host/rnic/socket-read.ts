@@ -17,15 +17,9 @@ const readCalls = libcCalls<ReadCalls>(({ koffi, libc }) => ({
   errno: () => koffi.errno(),
 }));
 
-/** Why a socket read cannot be made in this thread (no koffi, not Linux), or undefined when it can. */
-export function socketReadProblem(): Error | undefined {
-  const calls = readCalls();
-  return calls instanceof Error ? calls : undefined;
-}
-
 /**
  * Reads what `fd` has, up to `into.length` octets: the count (0 at the end of the stream), or
- * minus the errno (-EAGAIN when nothing is waiting). Throws only when socketReadProblem() says so.
+ * minus the errno (-EAGAIN when nothing is waiting). Throws where libc cannot be bound in this thread (no koffi, not Linux).
  */
 export function readSocket(fd: number, into: Uint8Array): number {
   const calls = readCalls();
@@ -34,12 +28,4 @@ export function readSocket(fd: number, into: Uint8Array): number {
   return length >= 0 ? length : -calls.errno();
 }
 
-/** errno numbers by name, for a read that failed (ECONNRESET and the like). */
-const ERRNO_NAMES = new Map<number, string>(Object.entries(constants.errno).map(([name, value]) => [value, name]));
-
 export const EAGAIN = constants.errno.EAGAIN;
-
-/** The name of an errno (ECONNRESET), or `errno N` where the platform names none. */
-export function errnoName(errno: number): string {
-  return ERRNO_NAMES.get(errno) ?? `errno ${errno}`;
-}

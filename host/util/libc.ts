@@ -2,6 +2,7 @@
 // a TCP socket, dup). The reason is kept when it cannot be bound (not Linux, no koffi), so every
 // caller can say why and go on without it.
 import { createRequire } from 'node:module';
+import { constants } from 'node:os';
 
 export interface BoundLibc {
   koffi: typeof import('koffi');
@@ -40,4 +41,16 @@ export function libcCalls<T>(make: (bound: BoundLibc) => T): () => T | Error {
     }
     return calls;
   };
+}
+
+/**
+ * errno numbers by name, as this platform's Node has them; where two names share a number
+ * (EAGAIN and EWOULDBLOCK, ENOTSUP and EOPNOTSUPP) the first Node lists, the usual one.
+ */
+const ERRNO_NAMES = new Map<number, string>();
+for (const [name, value] of Object.entries(constants.errno)) if (!ERRNO_NAMES.has(value)) ERRNO_NAMES.set(value, name);
+
+/** The name of an errno (ECONNRESET), or `errno N` where the platform names none: for messages. */
+export function errnoName(errno: number): string {
+  return ERRNO_NAMES.get(errno) ?? `errno ${errno}`;
 }

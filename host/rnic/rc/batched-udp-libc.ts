@@ -1,6 +1,6 @@
 // libc's socket calls as the batched UDP socket and its workers' parents use them, bound through
-// koffi (prebuilt binaries in its npm package), with the IPv4 sockaddr layout and the errno names
-// its errors are reported with. Kept apart from the socket so that other users of the binding
+// koffi (prebuilt binaries in its npm package), with the IPv4 sockaddr layout (errno names for
+// its errors: host/util/libc.ts). Kept apart from the socket so that other users of the binding
 // (shared-copy.ts's memmove, the link choice's probe) need not load the socket's machinery.
 import { readFileSync } from 'node:fs';
 import { createRequire } from 'node:module';
@@ -107,28 +107,6 @@ export function writeSockaddr(target: Uint8Array, offset: number, address: Uint8
 
 export function readSockaddrAddress(source: Uint8Array, offset: number): string {
   return `${source[offset + 4]}.${source[offset + 5]}.${source[offset + 6]}.${source[offset + 7]}`;
-}
-
-const ERRNO_NAMES: Record<number, string> = {
-  1: 'EPERM',
-  5: 'EIO',
-  9: 'EBADF',
-  11: 'EAGAIN',
-  13: 'EACCES',
-  22: 'EINVAL',
-  90: 'EMSGSIZE',
-  92: 'ENOPROTOOPT',
-  97: 'EAFNOSUPPORT',
-  98: 'EADDRINUSE',
-  99: 'EADDRNOTAVAIL',
-  101: 'ENETUNREACH',
-  105: 'ENOBUFS',
-  111: 'ECONNREFUSED',
-  113: 'EHOSTUNREACH',
-};
-
-export function errnoName(errno: number): string {
-  return ERRNO_NAMES[errno] ?? `errno ${errno}`;
 }
 
 const RTLD_NOW = 2;

@@ -4,7 +4,7 @@
 // peer on node:dgram, rxe or a hardware RNIC sees the same wire.
 
 import { RnicError } from '../errors.ts';
-import { errnoName } from './batched-udp-libc.ts';
+import { errnoName } from '../../util/libc.ts';
 import { icrcContinueBthHead } from '../wire/icrc.ts';
 import { IcrcRunChecker } from './icrc-runs.ts';
 import { BatchedUdpSocket, type BatchedUdpSocketOptions, type BatchedUdpStatistics } from './batched-udp-socket.ts';

@@ -88,7 +88,8 @@ import {
 import { SEND_WORKER, startWorker } from './batched-udp-workers.ts';
 import { clockBatch } from './deadline.ts';
 import { sharedAddress } from './shared-copy.ts';
-import { errnoName, type Libc, loadBatchedUdp, type ReadablePoll, readSockaddrAddress, writeSockaddr } from './batched-udp-libc.ts';
+import { errnoName } from '../../util/libc.ts';
+import { type Libc, loadBatchedUdp, type ReadablePoll, readSockaddrAddress, writeSockaddr } from './batched-udp-libc.ts';
 export { SEND_BLOCKS } from './batched-udp-layout.ts';
 
 // Tuning of this socket (the worker threads get what they need of it through workerData).
