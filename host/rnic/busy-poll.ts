@@ -119,11 +119,8 @@ export interface SpinCounts {
   gaveUp: number;
   /** Armed turns that did not spin, a look just before having found the loop busy (MOST_SKIPPED). */
   skipped: number;
-  /** Reads the poll made itself of what it found (ReadyReader), and finds it left to libuv (DIRECT_READS_IN_ROW). */
+  /** Reads the poll made itself of what it found (ReadyReader). */
   directReads: number;
-  leftToLibuv: number;
-  /** Times the poll found itself in its peer's way and backed off. */
-  backOffs: number;
 }
 
 class BusyPoll {
@@ -158,8 +155,6 @@ class BusyPoll {
   private gaveUpCount = 0;
   private skippedCount = 0;
   private directReadCount = 0;
-  private leftToLibuvCount = 0;
-  private backOffCount = 0;
   /** Reads made by the poll since libuv's last one (DIRECT_READS_IN_ROW). */
   private directInRow = 0;
   /** A read the poll makes is running; its turn's end only says whether to spin again. */
@@ -218,8 +213,6 @@ class BusyPoll {
       gaveUp: this.gaveUpCount,
       skipped: this.skippedCount,
       directReads: this.directReadCount,
-      leftToLibuv: this.leftToLibuvCount,
-      backOffs: this.backOffCount,
     };
   }
 
@@ -283,7 +276,6 @@ class BusyPoll {
     if (this.late > this.caught) {
       this.suspendedUntilUs = (this.set.nowUs() + this.backOffMs * 1000) | 0;
       this.backingOff = true;
-      this.backOffCount++;
       this.backOffMs = Math.min(LAST_BACK_OFF_MS, this.backOffMs * 2);
     } else {
       this.backOffMs = FIRST_BACK_OFF_MS;
@@ -318,10 +310,7 @@ class BusyPoll {
       }
       const found = this.spin();
       if (found === undefined) return;
-      if (this.directInRow >= DIRECT_READS_IN_ROW) {
-        this.leftToLibuvCount++;
-        return;
-      }
+      if (this.directInRow >= DIRECT_READS_IN_ROW) return;
       this.spinAgain = false;
       this.reading = true;
       let read: boolean;
@@ -330,10 +319,7 @@ class BusyPoll {
       } finally {
         this.reading = false;
       }
-      if (!read) {
-        this.leftToLibuvCount++;
-        return;
-      }
+      if (!read) return;
       this.directInRow++;
       this.directReadCount++;
       if (!this.spinAgain) return;
