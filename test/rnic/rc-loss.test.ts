@@ -196,6 +196,47 @@ test('a Read that lost a response packet keeps the lean path: the packets past t
   });
 });
 
+test('Reads behind one that lost a response packet keep the lean path too, and the lost packet is asked for again once', async () => {
+  await onPair(async ({ client, server }) => {
+    const endpoint = client.rnic.roceEndpoint!;
+    if (client.link.setLeanReceiver === undefined) {
+      console.log('  (skipped: the link has no lean receive path)');
+      return;
+    }
+    // Four 256 KiB Reads posted together, 64 responses each. The first loses its third MIDDLE
+    // (index 3): it stays the oldest unfinished WQE until its retry is answered, after the other
+    // three Reads' responses. Those were the full path's while the lean path took only the
+    // oldest WQE's (63 of 256 lean).
+    loseOne(server.link, IbOpcode.RdmaReadResponseMiddle, 2);
+    const quarter = MiB / 4;
+    for (let i = 0; i < MiB; i++) server.memory[MiB + i] = (i * 11 + 3) & 0xff;
+    const before = endpoint.stats.lean;
+    const sentBefore = server.qp.statistics.packetsSent;
+    for (let read = 0; read < 4; read++) {
+      client.qp.postSend({
+        wrId: read + 1,
+        opcode: 'RDMA_READ',
+        sgList: [{ lkey: client.mr.lkey, offset: read * quarter, length: quarter }],
+        remote: { stag: server.mr.rkey, taggedOffset: MiB + read * quarter },
+      });
+    }
+    const done = await completions(client.cq, 4, 20_000);
+    expectSuccess(done);
+    assert.equal(
+      done.map((completion) => completion.wrId),
+      [1, 2, 3, 4],
+      'Reads complete in order',
+    );
+    assert.equal(client.memory.subarray(0, MiB), server.memory.subarray(MiB, 2 * MiB), 'read data');
+    // Every response that arrived but the pair's first packet (checked in full before the
+    // endpoint takes the QP's packets lean): 256 less the lost one, the retried one included.
+    assert.is(endpoint.stats.lean - before, 255, 'Read Responses placed by the lean path');
+    // Each later Read's responses show the first Read's gap again; it is asked for once.
+    assert.is(server.qp.statistics.packetsSent - sentBefore, 256 + 1, 'response packets sent, the lost one twice');
+    assert.is(client.qp.statistics.timeouts, 0);
+  });
+});
+
 test('the early retransmission waits srtt + 4 rttvar (RFC 6298 gains) when that is longer than 4 srtt, never less than its floor', () => {
   const estimate = new RoundTripEstimate();
   assert.is(estimate.measured, false, 'no early wait before a round trip is measured');

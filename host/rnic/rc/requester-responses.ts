@@ -22,6 +22,9 @@ export class Responses {
   /** The lean path placed Read Responses whose bookkeeping waits for the turn's end (settleLean). */
   private leanUnsettled = false;
   private readonly leanSettler: TurnParticipant = { endTurn: () => this.settleLean() };
+  /** The Read acceptsReadResponse found for the lean path, and whether an unfinished Read came before it. */
+  private leanRead: Wqe | undefined;
+  private leanPassedRead = false;
 
   constructor(private readonly queue: SendQueue) {
     this.qp = queue.qp;
@@ -116,14 +119,15 @@ export class Responses {
   /**
    * Whether takeReadResponse would place a Read Response (`opcode`: FIRST, MIDDLE, LAST or ONLY,
    * its AETH an ACK, the endpoint checked) with `psn` and `length` payload octets now (no effect
-   * but caching the sink's address).
+   * but caching the sink's address and the Read found, `leanRead`).
    */
   acceptsReadResponse(opcode: number, psn: number, length: number): boolean {
     const queue = this.queue;
-    const wqe = queue.wqes[queue.head];
-    if (!queue.running || wqe === undefined || wqe.kind !== Kind.Read || wqe.done || !wqe.started) return false;
+    if (!queue.running) return false;
+    const wqe = this.outstandingReadHolding(psn);
+    if (wqe === undefined) return false;
     const index = psnCompare(psn, wqe.firstPsn);
-    if (index < wqe.received || index >= wqe.packets || index >= wqe.requested || wqe.arrived?.[index] === 1) return false;
+    if (index < wqe.received || index >= wqe.requested || wqe.arrived?.[index] === 1) return false;
     const mtu = queue.mtuFor();
     // The Read's final packet carries the rest and ends its run (readResponse's checks); any other a full path MTU.
     if (index === wqe.packets - 1) {
@@ -135,21 +139,52 @@ export class Responses {
   }
 
   /**
-   * The lean path's Read Response (RcQueuePair.takeLean): placed when it belongs to the oldest
-   * outstanding WQE, a Read, has not arrived yet and was asked for, with the length (and for the
-   * Read's final packet the opcode) readResponse checks: then `response` would find the same WQE
-   * with no other effect (no older Send or Write to complete, no older Read to retry), place it
-   * at the same offset and count it the same way (`responseArrived`, which completes the Read
-   * with its final packet), in order or past a lost one. Past a lost one too: at 1 % loss most
-   * 1 MiB Reads lose a packet, and while the lean path took only in-order packets of Reads that
-   * had lost none, the full path took about 80 % of their responses. FIRST and LAST too (their
-   * AETH an ACK, as the endpoint checked): a 16 KiB Read is four responses, two of them those.
-   * The bookkeeping after it is response's own.
+   * The outstanding Read whose responses include `psn` when every unfinished WQE before it is a
+   * Read too (readAnswered would pass those, asking again for their lost tails, and find it);
+   * otherwise undefined, and the full path judges the packet (an unfinished Send, Write or atomic
+   * before it, or none holds it). Kept in `leanRead` with whether it passed an unfinished Read.
+   */
+  private outstandingReadHolding(psn: number): Wqe | undefined {
+    const queue = this.queue;
+    const wqes = queue.wqes;
+    this.leanPassedRead = false;
+    for (let index = queue.head; index < wqes.length; index++) {
+      const wqe = wqes[index]!;
+      if (!wqe.started) return undefined;
+      if (wqe.done) continue;
+      if (wqe.kind !== Kind.Read) return undefined;
+      const offset = psnCompare(psn, wqe.firstPsn);
+      if (offset < 0) return undefined;
+      if (offset < wqe.packets) {
+        this.leanRead = wqe;
+        return wqe;
+      }
+      this.leanPassedRead = true;
+    }
+    return undefined;
+  }
+
+  /**
+   * The lean path's Read Response (RcQueuePair.takeLean): placed when it belongs to an
+   * outstanding Read with only unfinished Reads before it, has not arrived yet and was asked for,
+   * with the length (and for the Read's final packet the opcode) readResponse checks: then
+   * `response` would find the same WQE, place it at the same offset and count it the same way
+   * (`responseArrived`, which completes the Read with its final packet), in order or past a lost
+   * one, and its only other effect, asking again for the lost tails of the Reads before it, is
+   * done here as readAnswered does it. Past a lost one too: at 1 % loss most 1 MiB Reads lose a
+   * packet, and while the lean path took only in-order packets of Reads that had lost none, the
+   * full path took about 80 % of their responses. Reads after the oldest too: at 1 % loss a
+   * Read that lost a packet stays the oldest until its retry is answered, and the full path took
+   * half of all responses, those of the Reads behind it. FIRST and LAST too (their AETH an ACK,
+   * as the endpoint checked): a 16 KiB Read is four responses, two of them those. The
+   * bookkeeping after it is response's own.
    */
   takeReadResponse(opcode: number, psn: number, payloadAddress: number, length: number): boolean {
     const queue = this.queue;
     if (!this.acceptsReadResponse(opcode, psn, length)) return false;
-    const wqe = queue.wqes[queue.head]!;
+    const wqe = this.leanRead!;
+    this.leanRead = undefined;
+    if (this.leanPassedRead) this.retryReadsBefore(wqe);
     const index = psnCompare(psn, wqe.firstPsn);
     moveAt(wqe.localAddress + index * queue.mtuFor(), payloadAddress, length);
     this.qp.stats.payloadBytesReceived += length;
@@ -164,6 +199,16 @@ export class Responses {
       turn.notifyLater(this.leanSettler);
     }
     return true;
+  }
+
+  /** What readAnswered does to the unfinished Reads before `target`: a response past them means their own tails went missing. */
+  private retryReadsBefore(target: Wqe): void {
+    const queue = this.queue;
+    for (let index = queue.head; index < queue.wqes.length; index++) {
+      const wqe = queue.wqes[index]!;
+      if (wqe === target) return;
+      if (!wqe.done) this.retryRead(wqe, wqe.requested);
+    }
   }
 
   /**
