@@ -19,12 +19,8 @@
 //
 // Receive: the thread that runs RC takes its datagrams itself. A libuv poll handle on the
 // descriptor (koffi.node.poll) wakes this thread's event loop when the socket is readable, as a
-// TCP socket's read does for the iWARP path, and one non-blocking recvmmsg lets the kernel write
-// straight into the slots of a receive area (records, source addresses, control messages and
-// octets all live there). With UDP_GRO a slot can hold a run of datagrams of one source and size,
-// with the size in a control message: they are handed up one by one, so packet boundaries are the
-// sender's. A wake-up takes at most a few batches and leaves the rest to the next pass of the
-// event loop (the poll is level-triggered), so a flood cannot starve the thread's other work.
+// TCP socket's read does for the iWARP path, and the receive area (batched-udp-receive.ts) takes
+// what the kernel holds with non-blocking recvmmsg calls and hands it over.
 // Session 7 received through a worker thread that polled the descriptor and woke the RC thread
 // with a message per batch: on this VM every such cross-thread wake-up cost 100-200 us, and a
 // Read's round trip paid two per direction, where the kernel's own wake-up is one.
@@ -36,7 +32,6 @@ import { lookup } from 'node:dns/promises';
 import { isIPv4 } from 'node:net';
 import { RnicError } from '../errors.ts';
 import { turn, type TurnParticipant } from '../turn.ts';
-import { ViewCache } from '../view-cache.ts';
 import { parseIpv4 } from '../wire/roce-frame.ts';
 import type { PacketRun, PeerAddress } from './link.ts';
 import {
@@ -47,7 +42,6 @@ import {
   SO_SNDBUF,
   SO_RCVBUF,
   MSG_DONTWAIT,
-  MSG_TRUNC,
   EINVAL,
   MMSGHDR,
   MSG_NAME,
@@ -56,8 +50,6 @@ import {
   MSG_IOVLEN,
   MSG_CONTROL,
   MSG_CONTROLLEN,
-  MSG_FLAGS,
-  MSG_LEN,
   IOVEC,
   SOCKADDR_IN,
   MAX_PARTS,
@@ -82,11 +74,17 @@ import {
   BLOCK_MESSAGES,
   BLOCK_START,
   MESSAGE_PACKETS,
-  EAGAIN,
-  EINTR,
 } from './batched-udp-layout.ts';
+import {
+  DatagramReceiveArea,
+  DEFAULT_RECEIVE_SLOTS,
+  DEFAULT_SLOT_BYTES,
+  type LeanDatagramReceiver,
+  type DatagramReceiver,
+  type ReceiveStatistics,
+  type RunChecker,
+} from './batched-udp-receive.ts';
 import { SEND_WORKER, startWorker } from './batched-udp-workers.ts';
-import { clockBatch } from './deadline.ts';
 import { sharedAddress } from './shared-copy.ts';
 import { errnoName } from '../../util/libc.ts';
 import { type Libc, loadBatchedUdp, type ReadablePoll, readSockaddrAddress, writeSockaddr } from './batched-udp-libc.ts';
@@ -101,13 +99,6 @@ const REFERENCE_AT = 256;
 export const DEFAULT_SEND_BATCH = 256;
 /** How long a packet waits for a send block to come back before it is dropped (a loss to RC). */
 const SEND_BLOCK_WAIT_MS = 20;
-/** Receive area: slots (one recvmmsg fills at most all of them) and octets per slot (a GRO run reaches 64 KiB). */
-export const DEFAULT_RECEIVE_SLOTS = 64;
-export const DEFAULT_SLOT_BYTES = 65536;
-/** Datagram offsets per receive slot whose views are kept (a GRO run of 4 KiB packets has 16). */
-const DATAGRAM_VIEWS_PER_SLOT = 16;
-/** recvmmsg calls one readable event makes at most before the event loop gets its turn again. */
-const RECEIVE_CALLS_PER_WAKE = 4;
 
 export interface BatchedUdpSocketOptions {
   /** Address to bind (default 127.0.0.1; a name is resolved to its first IPv4 address). */
@@ -127,33 +118,11 @@ export interface BatchedUdpSocketOptions {
   slotBytes?: number;
 }
 
-/**
- * Receives one datagram. `data` is valid only during the call (its slot is reused after).
- * `checked`: the run checker passed the GRO run it came in (RunChecker).
- */
-export type DatagramReceiver = (data: Uint8Array, from: PeerAddress, checked: boolean) => void;
-
-/**
- * Asked first about every datagram, as `area[at, at + length)` (the receive area) at the raw
- * address `address`: returns true when it took the datagram, false to have it handed to the
- * DatagramReceiver. For a receiver that takes most datagrams without a view of each.
- */
-export type LeanDatagramReceiver = (area: Uint8Array, at: number, address: number, length: number, from: PeerAddress, checked: boolean) => boolean;
-
-/**
- * Asked about each GRO run of `count` (2..RUN_CHECK_DATAGRAMS) datagrams of `length` octets from
- * `from`, back to back at `area[at..]` (raw address `address`), before they are handed over one
- * by one: its answer goes with each of them (`checked`). For a receiver that can check a run's
- * datagrams with one call (the RoCE link: their ICRCs).
- */
-export type RunChecker = (area: Uint8Array, at: number, address: number, length: number, count: number, from: PeerAddress) => boolean;
-/** Datagrams one run check covers at most (a longer GRO run is checked in parts). */
-export const RUN_CHECK_DATAGRAMS = 16;
-
 /** A send error the socket could not recover from by waiting (the datagrams are dropped). */
 export type SendErrorHandler = (to: PeerAddress, errno: number) => void;
 
-export interface BatchedUdpStatistics {
+/** The send half's counters and the receive area's. */
+export interface BatchedUdpStatistics extends ReceiveStatistics {
   /** sendmmsg calls, the messages they took, and the datagrams in those (GSO runs count each datagram). */
   sendCalls: number;
   messagesSent: number;
@@ -164,19 +133,6 @@ export interface BatchedUdpStatistics {
   sendQueueDrops: number;
   /** Messages that failed with another error (dropped, reported to the error handler). */
   sendErrors: number;
-  /** Readable events (the poll handle woke this thread) and recvmmsg calls, empty ones (EAGAIN) too. */
-  readableEvents: number;
-  receiveCalls: number;
-  /** recvmmsg calls that returned datagrams, the slots they filled, and the datagrams those held. */
-  receiveBatches: number;
-  slotsReceived: number;
-  datagramsReceived: number;
-  /** Datagrams longer than a receive slot (dropped). */
-  truncated: number;
-  /** Run checks made (RunChecker), those passed, and the datagrams those covered. */
-  runChecks: number;
-  runChecksPassed: number;
-  datagramsInPassedRuns: number;
 }
 
 /** This thread's sockets that are receiving, in the order they opened (module state is per thread): receiveThreadNow reads them. */
@@ -188,9 +144,6 @@ export class BatchedUdpSocket implements TurnParticipant {
   sendWorkerError: string | undefined;
   /** Why receiving stopped, if it did (a poll or recvmmsg error other than EAGAIN; diagnostics). */
   receiveError: string | undefined;
-  private receiver: DatagramReceiver | undefined;
-  private leanReceiver: LeanDatagramReceiver | undefined;
-  private runChecker: RunChecker | undefined;
   private sendErrorHandler: SendErrorHandler | undefined;
   private closed = false;
   private readonly sendExited: Promise<void>;
@@ -238,24 +191,9 @@ export class BatchedUdpSocket implements TurnParticipant {
   /** Base address of each ArrayBuffer a referenced part lives in (it never moves: off-heap). */
   private readonly bufferAddresses = new WeakMap<ArrayBufferLike, number>();
 
-  // Receive area (shared memory: it never moves, and ISA-L reads a datagram's ICRC in place):
-  // per slot a message record, one iovec, a source address, a control message, and its octets.
-  private readonly ringBytes: Uint8Array;
-  private readonly ringWords: Uint32Array;
-  /** Where slot 0's octets start, and the views of datagrams in slots (the same ranges come back batch after batch). */
-  private readonly dataAt: number;
-  private readonly datagramViews: ViewCache;
-  private readonly addressesAt: number;
-  private readonly receiveControlsAt: number;
-  /** Handing datagrams over (a receiver that ends up in receiveNow must not re-enter it). */
-  private receiving = false;
-  /** The last receive() handed datagrams over (receiveThreadNow reads such a socket for another). */
-  private busy = true;
-  /** Address of the area's first octet (its records hold absolute pointers). */
-  private readonly ringBase: number;
+  /** What the descriptor receives (its own half: batched-udp-receive.ts). */
+  private readonly receiveArea: DatagramReceiveArea;
   private readonly onReadable = (status: number): void => this.readable(status);
-  private lastSourceKey = -1;
-  private lastSource: PeerAddress = { address: '', port: 0 };
 
   private constructor(
     private readonly libc: Libc,
@@ -263,8 +201,8 @@ export class BatchedUdpSocket implements TurnParticipant {
     readonly local: PeerAddress,
     private readonly sendBatch: number,
     gso: boolean,
-    private readonly slots: number,
-    private readonly slotBytes: number,
+    slots: number,
+    slotBytes: number,
   ) {
     this.gso = gso;
     const n = sendBatch;
@@ -301,20 +239,11 @@ export class BatchedUdpSocket implements TurnParticipant {
     }
     this.blockAt = 0;
     const control = this.sendControl;
-    const received = {
-      readableEvents: 0,
-      receiveCalls: 0,
-      receiveBatches: 0,
-      slotsReceived: 0,
-      datagramsReceived: 0,
-      truncated: 0,
-      sendQueueDrops: 0,
-      runChecks: 0,
-      runChecksPassed: 0,
-      datagramsInPassedRuns: 0,
-    };
+    this.receiveArea = new DatagramReceiveArea(libc, fd, slots, slotBytes, (reason) => this.stopReceiving(reason));
+    const received = this.receiveArea.stats;
     // Send counters live in shared memory (the send worker keeps them); the rest are this thread's.
     this.stats = Object.defineProperties(received, {
+      sendQueueDrops: { value: 0, writable: true, enumerable: true },
       sendCalls: { get: () => Atomics.load(control, SEND_CALLS), enumerable: true },
       messagesSent: { get: () => Atomics.load(control, MESSAGES_SENT), enumerable: true },
       datagramsSent: { get: () => Atomics.load(control, DATAGRAMS_SENT), enumerable: true },
@@ -332,28 +261,6 @@ export class BatchedUdpSocket implements TurnParticipant {
     this.sendExited = sender.exited;
 
     this.ready = sender.started;
-
-    const iovecs = slots * MMSGHDR;
-    const addresses = iovecs + slots * IOVEC;
-    const controls = addresses + slots * SOCKADDR_IN;
-    const data = controls + slots * CMSG_ROOM;
-    const area = new SharedArrayBuffer(data + slots * slotBytes);
-    this.ringBytes = new Uint8Array(area);
-    this.ringWords = new Uint32Array(area);
-    this.ringBase = libc.addressOf(this.ringBytes);
-    this.dataAt = data;
-    this.datagramViews = new ViewCache(this.ringBytes, slots * DATAGRAM_VIEWS_PER_SLOT);
-    this.addressesAt = addresses;
-    this.receiveControlsAt = controls;
-    for (let i = 0; i < slots; i++) {
-      const record = i * MMSGHDR;
-      this.putRing64(record + MSG_NAME, this.ringBase + addresses + i * SOCKADDR_IN);
-      this.putRing64(record + MSG_IOV, this.ringBase + iovecs + i * IOVEC);
-      this.putRing64(record + MSG_IOVLEN, 1);
-      this.putRing64(record + MSG_CONTROL, this.ringBase + controls + i * CMSG_ROOM);
-      this.putRing64(iovecs + i * IOVEC, this.ringBase + data + i * slotBytes);
-      this.putRing64(iovecs + i * IOVEC + 8, slotBytes);
-    }
   }
 
   /** Opens and binds the socket. Throws RnicError when batching is unavailable here or bind fails. */
@@ -426,16 +333,16 @@ export class BatchedUdpSocket implements TurnParticipant {
 
   /** Asked before the receiver about every datagram (undefined: none). */
   setLeanReceiver(receiver: LeanDatagramReceiver | undefined): void {
-    this.leanReceiver = receiver;
+    this.receiveArea.leanReceiver = receiver;
   }
 
   setReceiver(receiver: DatagramReceiver): void {
-    this.receiver = receiver;
+    this.receiveArea.receiver = receiver;
   }
 
   /** Asked about each GRO run before its datagrams are handed over (undefined: none). */
   setRunChecker(checker: RunChecker | undefined): void {
-    this.runChecker = checker;
+    this.receiveArea.runChecker = checker;
   }
 
   setSendErrorHandler(handler: SendErrorHandler): void {
@@ -691,7 +598,7 @@ export class BatchedUdpSocket implements TurnParticipant {
    * first: the readable event waits for the event loop, which a long turn can delay.
    */
   receiveNow(): void {
-    this.receive();
+    this.receiveArea.receive();
   }
 
   /**
@@ -703,9 +610,9 @@ export class BatchedUdpSocket implements TurnParticipant {
   receiveThreadNow(): void {
     for (let i = 0; i < receivingHere.length; i++) {
       const socket = receivingHere[i]!;
-      if (socket !== this && socket.busy) socket.receive();
+      if (socket !== this && socket.receiveArea.busy) socket.receiveArea.receive();
     }
-    this.receive();
+    this.receiveArea.receive();
   }
 
   /** The poll handle's callback (koffi calls it from the event loop; nothing may escape it). */
@@ -713,39 +620,13 @@ export class BatchedUdpSocket implements TurnParticipant {
     try {
       this.stats.readableEvents++;
       if (status < 0) this.stopReceiving(`poll failed: ${errnoName(-status)}`);
-      else this.receive();
+      else this.receiveArea.receive();
     } catch (error) {
       // An exception escaping koffi's poll callback leaves the process spinning (koffi 3.3.4):
       // report it as an uncaught exception, from a callback of Node's own.
       setImmediate(() => {
         throw error;
       });
-    }
-  }
-
-  /** Takes what the kernel holds for this socket, a batch per recvmmsg, each batch one turn. */
-  private receive(): void {
-    if (this.closed || this.receiving) return; // inside a delivery: the batch under way is handed over first
-    const words = this.ringWords;
-    this.busy = false;
-    for (let call = 0; call < RECEIVE_CALLS_PER_WAKE; call++) {
-      // The kernel overwrites both lengths with what it wrote: give every slot its full room again.
-      for (let i = 0; i < this.slots; i++) {
-        const record = i * MMSGHDR;
-        words[(record + MSG_NAMELEN) >>> 2] = SOCKADDR_IN;
-        words[(record + MSG_CONTROLLEN) >>> 2] = CMSG_ROOM;
-        words[((record + MSG_CONTROLLEN) >>> 2) + 1] = 0;
-      }
-      const got = this.libc.recvmmsg(this.fd, this.ringBase, this.slots, MSG_DONTWAIT, 0);
-      this.stats.receiveCalls++;
-      if (got <= 0) {
-        const errno = got < 0 ? this.libc.errno() : EAGAIN;
-        if (errno !== EAGAIN && errno !== EINTR) this.stopReceiving(`recvmmsg failed: ${errnoName(errno)}`);
-        return;
-      }
-      this.busy = true;
-      this.deliver(got);
-      if (got < this.slots || this.closed) return;
     }
   }
 
@@ -771,6 +652,7 @@ export class BatchedUdpSocket implements TurnParticipant {
     if (this.closed) return;
     this.flush();
     this.closed = true;
+    this.receiveArea.closed = true;
     this.leaveReceivingHere();
     // Before the descriptor closes (libuv requires it), and so that nothing keeps the event loop waiting.
     this.poll?.close();
@@ -787,90 +669,6 @@ export class BatchedUdpSocket implements TurnParticipant {
     clearTimeout(giveUp);
     // Only now: the descriptor's number could otherwise be reused while the send worker still writes to it.
     this.libc.close(this.fd);
-  }
-
-  /** Hands the `count` slots recvmmsg filled to the receiver, as one turn. */
-  private deliver(count: number): void {
-    this.stats.receiveBatches++;
-    const words = this.ringWords;
-    this.receiving = true;
-    turn.enter();
-    clockBatch.begin();
-    try {
-      for (let slot = 0; slot < count && !this.closed; slot++) {
-        this.stats.slotsReceived++;
-        const record = slot * MMSGHDR;
-        const length = words[(record + MSG_LEN) >>> 2]!;
-        if ((words[(record + MSG_FLAGS) >>> 2]! & MSG_TRUNC) !== 0 || length > this.slotBytes) {
-          this.stats.truncated++;
-          continue;
-        }
-        const receiver = this.receiver;
-        if (receiver === undefined) continue;
-        // A GRO run says its datagram size in a UDP_GRO control message; otherwise one datagram.
-        let segment = length;
-        const cmsg = this.receiveControlsAt + slot * CMSG_ROOM;
-        if (
-          words[(record + MSG_CONTROLLEN) >>> 2]! >= 20 &&
-          words[(cmsg + 8) >>> 2] === SOL_UDP &&
-          words[(cmsg + 12) >>> 2] === UDP_GRO &&
-          words[(cmsg + 16) >>> 2]! > 0
-        ) {
-          segment = words[(cmsg + 16) >>> 2]!;
-        }
-        const from = this.source(this.addressesAt + slot * SOCKADDR_IN);
-        const slotAt = this.dataAt + slot * this.slotBytes;
-        const lean = this.leanReceiver;
-        const runChecker = this.runChecker;
-        // Datagrams of the full segment size (a GRO run's last may be shorter), checked in parts.
-        const whole = segment < length ? Math.floor(length / segment) : 0;
-        let checkedUntil = 0;
-        let checked = false;
-        let offset = 0;
-        do {
-          const end = Math.min(offset + segment, length);
-          this.stats.datagramsReceived++;
-          try {
-            const at = slotAt + offset;
-            if (offset >= checkedUntil) {
-              checked = false;
-              const count = Math.min(RUN_CHECK_DATAGRAMS, whole - offset / segment);
-              if (runChecker !== undefined && count >= 2) {
-                checkedUntil = offset + count * segment;
-                this.stats.runChecks++;
-                checked = runChecker(this.ringBytes, at, this.ringBase + at, segment, count, from);
-                if (checked) {
-                  this.stats.runChecksPassed++;
-                  this.stats.datagramsInPassedRuns += count;
-                }
-              }
-            }
-            if (lean === undefined || !lean(this.ringBytes, at, this.ringBase + at, end - offset, from, checked))
-              receiver(this.datagramViews.view(at, end - offset), from, checked);
-          } catch {
-            // A receiver's bug must not stop receiving: the datagram counts as lost.
-          }
-          offset = end;
-        } while (offset < length);
-      }
-    } finally {
-      this.receiving = false;
-      clockBatch.end();
-      turn.leave();
-    }
-  }
-
-  /** The datagram's source; the same object while it does not change. */
-  private source(offset: number): PeerAddress {
-    const bytes = this.ringBytes;
-    const port = (bytes[offset + 2]! << 8) | bytes[offset + 3]!;
-    const host = ((bytes[offset + 4]! << 24) | (bytes[offset + 5]! << 16) | (bytes[offset + 6]! << 8) | bytes[offset + 7]!) >>> 0;
-    const key = host * 65536 + port;
-    if (key !== this.lastSourceKey) {
-      this.lastSourceKey = key;
-      this.lastSource = { address: readSockaddrAddress(bytes, offset), port };
-    }
-    return this.lastSource;
   }
 
   private writeDestination(offset: number, to: PeerAddress): void {
@@ -892,12 +690,6 @@ export class BatchedUdpSocket implements TurnParticipant {
       this.bufferAddresses.set(buffer, base);
     }
     return base + part.byteOffset;
-  }
-
-  /** Writes a 64-bit value at `offset` within the receive area. */
-  private putRing64(offset: number, value: number): void {
-    this.ringWords[offset >>> 2] = value % 4294967296;
-    this.ringWords[(offset >>> 2) + 1] = Math.floor(value / 4294967296);
   }
 
   /** Writes the address `high` * 2^32 + `low` + `add` (`add` below 2^32) at `offset` within the block being filled. */
