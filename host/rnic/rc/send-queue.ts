@@ -14,30 +14,28 @@ import type { RcPathParameters, RcQueuePair } from './queue-pair.ts';
 export const Kind = { Send: 0, Write: 1, Read: 2, Atomic: 3, Local: 4 } as const;
 export type Kind = (typeof Kind)[keyof typeof Kind];
 /**
- * A Read is asked for in requests of at most this many response packets on a path that lost a
- * packet lately (Retransmission.lossy), each one responder resource (so at most ORD of them are
- * outstanding): the burst a responder sends after a loss stays small.
+ * A Read is asked for in requests of at most this many response packets, each one responder
+ * resource (so at most ORD of them are outstanding): 16 chunks (ORD's default) of 64 packets are
+ * 4 MiB in flight at path MTU 4096, as iWARP keeps with 16 Reads of 256 KiB. Fewer chunks are
+ * fewer Read Requests and fewer FIRST and LAST responses (their AETH makes them longer than a
+ * MIDDLE, so each cuts the responder's GSO run): two-thread 256 KiB and 1 MiB Reads ran 8-13 %
+ * faster at 12-15 % less CPU per GiB on both threads than with 16-packet chunks (session 15). A
+ * loss costs only the missing run however long its chunk (retryRead asks for no more), so a path
+ * that lost a packet lately keeps the size too, its smaller Read window (READ_WINDOW_PACKETS)
+ * bounding the burst instead: 16-packet chunks there made 1 % lossy Reads 10-20 % slower
+ * (four requests and four FIRST/LAST pairs per 64 packets; session 19).
  */
-export const READ_CHUNK_PACKETS = 16;
-/**
- * The same on a path that has not: 16 chunks (ORD's default) of 64 packets are 4 MiB in flight
- * at path MTU 4096, as iWARP keeps with 16 Reads of 256 KiB, where 16-packet chunks held 1 MiB.
- * Fewer chunks are fewer Read Requests and fewer FIRST and LAST responses (their AETH makes them
- * longer than a MIDDLE, so each cuts the responder's GSO run): two-thread 256 KiB and 1 MiB Reads
- * ran 8-13 % faster at 12-15 % less CPU per GiB on both threads (session 15). A loss costs only
- * the missing run however long its chunk (retryRead asks for no more).
- */
-export const CLEAN_READ_CHUNK_PACKETS = 64;
+export const READ_CHUNK_PACKETS = 64;
 /**
  * PSNs a Read chunk may reach past the oldest unacknowledged one (by default; an explicit
  * `maxUnackedPackets` bounds every operation). The PSN window exists because a loss costs
  * everything sent after it under go-back-N; a lost Read Response costs only the rest of its
- * chunk (asked for again alone), so Reads are bounded by ORD (the responder's resources) and
- * this, not by the Send/Write window: 256 is 16 chunks, ORD's default, so 1 MiB is in flight at
- * path MTU 4096 where the 128-PSN window held 512 KiB.
+ * missing run (asked for again alone), so Reads are bounded by ORD (the responder's resources)
+ * and this, not by the Send/Write window: on a path that lost a packet lately 256, four chunks,
+ * so 1 MiB is in flight at path MTU 4096 where the 128-PSN window held 512 KiB.
  */
 const READ_WINDOW_PACKETS = 256;
-/** READ_WINDOW_PACKETS on a path that has not lost a packet lately: ORD's 16 clean chunks. */
+/** READ_WINDOW_PACKETS on a path that has not lost a packet lately: ORD's 16 chunks. */
 const CLEAN_READ_WINDOW_PACKETS = 1024;
 /**
  * PSNs a Send, Write or atomic may reach past the oldest unacknowledged one (by default): 128,
@@ -79,8 +77,8 @@ export interface Wqe {
   /** Read: response packets asked for so far (the first transmission of each chunk counts). */
   requested: number;
   /**
-   * Read: response packets per request (READ_CHUNK_PACKETS or CLEAN_READ_CHUNK_PACKETS), fixed
-   * when it is first sent: its chunks, and the retries within them, keep one size.
+   * Read: response packets per request (READ_CHUNK_PACKETS), fixed when it is first sent: its
+   * chunks, and the retries within them, keep one size.
    */
   chunkPackets: number;
   /** Read: response packets that arrived past a missing one (allocated at the first such packet). */
