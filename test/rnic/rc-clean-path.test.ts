@@ -230,38 +230,42 @@ test('ACKs late on a clean path: the early timer sends one probe, and its ACK ac
   }
 });
 
-test('a lost tail on a clean path: the probe draws a NAK sequence error, and only the lost packets follow it', async () => {
-  const pair = await rcPair({ pathMtu: 4096, ackTimeoutMs: 60_000 });
-  try {
-    const { client } = pair;
-    for (let i = 0; i < MiB; i++) client.memory[i] = (i * 11 + 5) & 0xff;
-    await write(pair, 1, 64 * 1024);
-    // A 1 MiB Write is 256 packets; its last two (indices 254 and 255, the LAST asks for an ACK)
-    // are lost the first time. The responder acknowledged index 191 (every 64th asks) and sees
-    // nothing after 253 that would reveal the gap: only the requester's timer can.
-    const send = client.link.send.bind(client.link);
-    let first = -1;
-    const lost = new Set<number>();
-    client.link.send = (to, header, payload, trailer) => {
-      const psn = psnOf(header);
-      if (header[0] === IbOpcode.RdmaWriteFirst && first < 0) first = psn;
-      const index = first < 0 ? -1 : (psn - first) & 0xffffff;
-      if ((index === 254 || index === 255) && !lost.has(index)) {
-        lost.add(index);
-        return;
-      }
-      send(to, header, payload, trailer);
-    };
-    const moved = await counted(pair, () => write(pair, 2, MiB));
-    assert.is(lost.size, 2);
-    // Each probe is one packet (a scheduling pause on a loaded machine may add one that finds the
-    // ACKs late, no more): the lost two follow the NAK, nothing else is sent again.
-    assert.ok(moved.probes >= 1, `${moved.probes} probes`);
-    assert.equal(moved, { resent: moved.probes + 2, probes: moved.probes, waits: 0, backN: 0, naks: 1 }, 'the probe and the two lost packets');
-  } finally {
-    await pair.close();
-  }
-});
+for (const goBackN of [true, false]) {
+  test(`a lost tail on a clean path: the probe draws a NAK sequence error, and only the lost packets follow it (${goBackN ? 'go-back-N' : 'selective repeat'})`, async () => {
+    const pair = await rcPair({ pathMtu: 4096, ackTimeoutMs: 60_000, ...(goBackN ? { selectiveRepeat: false } : {}) });
+    try {
+      const { client } = pair;
+      for (let i = 0; i < MiB; i++) client.memory[i] = (i * 11 + 5) & 0xff;
+      await write(pair, 1, 64 * 1024);
+      // A 1 MiB Write is 256 packets; its last two (indices 254 and 255, the LAST asks for an ACK)
+      // are lost the first time. The responder acknowledged index 191 (every 64th asks) and sees
+      // nothing after 253 that would reveal the gap: only the requester's timer can.
+      const send = client.link.send.bind(client.link);
+      let first = -1;
+      const lost = new Set<number>();
+      client.link.send = (to, header, payload, trailer) => {
+        const psn = psnOf(header);
+        if (header[0] === IbOpcode.RdmaWriteFirst && first < 0) first = psn;
+        const index = first < 0 ? -1 : (psn - first) & 0xffffff;
+        if ((index === 254 || index === 255) && !lost.has(index)) {
+          lost.add(index);
+          return;
+        }
+        send(to, header, payload, trailer);
+      };
+      const moved = await counted(pair, () => write(pair, 2, MiB));
+      assert.is(lost.size, 2);
+      // Each probe is one packet (a scheduling pause on a loaded machine may add one that finds the
+      // ACKs late, no more): the lost two follow the NAK, nothing else is sent again. With
+      // selective repeat the probe (index 255) is placed past the gap and index 254 alone follows.
+      assert.ok(moved.probes >= 1, `${moved.probes} probes`);
+      if (goBackN) assert.equal(moved, { resent: moved.probes + 2, probes: moved.probes, waits: 0, backN: 0, naks: 1 }, 'the probe and the two lost packets');
+      else if (moved.probes === 1) assert.equal(moved, { resent: 2, probes: 1, waits: 0, backN: 0, naks: 1 }, 'the probe and the packet before it');
+    } finally {
+      await pair.close();
+    }
+  });
+}
 
 test('Read responses late on a clean path: the early timer waits one doubled expiry instead of going back N, and nothing is sent again', async () => {
   const pair = await rcPair({ pathMtu: 4096, ackTimeoutMs: 60_000, bytes: 2 * MiB });

@@ -29,9 +29,12 @@ function loseOne(link: PacketLink, opcode: number, skip: number): void {
   };
 }
 
-/** Runs `body` on a fresh pair at path MTU 4096 whose ACK timer (a minute) never decides, and closes it. */
-async function onPair(body: (pair: RcPair) => Promise<void>): Promise<void> {
-  const pair = await rcPair({ pathMtu: 4096, ackTimeoutMs: 60_000 });
+/**
+ * Runs `body` on a fresh pair at path MTU 4096 whose ACK timer (a minute) never decides, and
+ * closes it; `goBackN`: without selective repeat (as with an rxe peer).
+ */
+async function onPair(body: (pair: RcPair) => Promise<void>, goBackN = false): Promise<void> {
+  const pair = await rcPair({ pathMtu: 4096, ackTimeoutMs: 60_000, ...(goBackN ? { selectiveRepeat: false } : {}) });
   try {
     await body(pair);
   } finally {
@@ -51,7 +54,7 @@ async function writeMiB({ client, server }: RcPair, wrId: number): Promise<void>
   assert.equal(server.memory.subarray(MiB, 2 * MiB), client.memory.subarray(0, MiB), 'written data');
 }
 
-test('on a path that lost packets lately, a NAK waiting in the socket is read before the next turn sends: the Write goes back at the gap, not a turn of packets later', async () => {
+test('go-back-N: on a path that lost packets lately, a NAK waiting in the socket is read before the next turn sends: the Write goes back at the gap, not a turn of packets later', async () => {
   await onPair(async (pair) => {
     const { client, server } = pair;
     if (client.link.receiveNow === undefined) {
@@ -86,6 +89,97 @@ test('on a path that lost packets lately, a NAK waiting in the socket is read be
       // arrive before the resent one are dropped before their ICRC is computed.
       assert.is(server.rnic.roceEndpoint!.stats.pastGap - before.pastGap, pastGap, `Write ${round + 1}: requests past the NAKed gap dropped unchecked`);
     }
+  }, true);
+});
+
+test('selective repeat: a Write that lost a MIDDLE has the rest placed past the gap and resends the lost packet alone', async () => {
+  await onPair(async (pair) => {
+    const { client, server } = pair;
+    // Both ends are kbtp: the setup agreed on selective repeat. The same loss as above (index 10
+    // of a 1 MiB Write, twice): the responder places indices 11-255 where their PSNs say, NAKs
+    // index 10 once, and takes the Write whole when its resend arrives; nothing else is resent.
+    for (let i = 0; i < MiB; i++) client.memory[i] = (i * 37 + 5) & 0xff;
+    for (let round = 0; round < 2; round++) {
+      const before = { ...client.qp.statistics, naks: server.qp.statistics.sequenceNaksSent, placed: server.qp.statistics.placedPastGap };
+      loseOne(client.link, IbOpcode.RdmaWriteMiddle, 9);
+      await writeMiB(pair, round);
+      const statistics = client.qp.statistics;
+      assert.is(server.qp.statistics.sequenceNaksSent - before.naks, 1, 'one NAK for the gap');
+      assert.is(statistics.timeouts, 0);
+      if (statistics.earlyRetransmissions > before.earlyRetransmissions) continue; // a scheduling pause resends on its own account
+      assert.is(statistics.retransmittedPackets - before.retransmittedPackets, 1, `Write ${round + 1}: the lost packet alone resent`);
+      assert.is(statistics.resentAlone - before.resentAlone, 1);
+      assert.ok(server.qp.statistics.placedPastGap - before.placed >= 1, `Write ${round + 1}: packets placed past the gap`);
+    }
+  });
+});
+
+test('selective repeat: two holes in one Write are NAKed one after the other and each resent alone; a Write and a Send after it go back N', async () => {
+  await onPair(async (pair) => {
+    const { client, server } = pair;
+    for (let i = 0; i < MiB; i++) client.memory[i] = (i * 41 + 9) & 0xff;
+    // The 1 MiB Write loses indices 10 and 100 (MIDDLEs). Behind it, posted with it: a 64 KiB
+    // Write (its packets past the gap are not placed: a later message) and a Send.
+    const send = client.link.send.bind(client.link);
+    let seen = 0;
+    const losing = new Set([9, 99]);
+    client.link.send = (to, header, payload, trailer) => {
+      if (header[0] === IbOpcode.RdmaWriteMiddle && losing.has(seen++)) return;
+      send(to, header, payload, trailer);
+    };
+    server.qp.postRecv({ wrId: 77, sgList: [{ lkey: server.mr.lkey, offset: 3 * MiB, length: 4096 }] });
+    const before = { ...client.qp.statistics, naks: server.qp.statistics.sequenceNaksSent };
+    client.qp.postSend({
+      wrId: 1,
+      opcode: 'RDMA_WRITE',
+      sgList: [{ lkey: client.mr.lkey, offset: 0, length: MiB }],
+      remote: { stag: server.mr.rkey, taggedOffset: MiB },
+    });
+    client.qp.postSend({
+      wrId: 2,
+      opcode: 'RDMA_WRITE',
+      sgList: [{ lkey: client.mr.lkey, offset: 0, length: 64 * 1024 }],
+      remote: { stag: server.mr.rkey, taggedOffset: 2 * MiB },
+    });
+    client.qp.postSend({ wrId: 3, opcode: 'SEND', sgList: [{ lkey: client.mr.lkey, offset: 100, length: 1000 }] });
+    const done = await completions(client.cq, 3, 20_000);
+    expectSuccess(done);
+    assert.equal(
+      done.map((completion) => completion.wrId),
+      [1, 2, 3],
+    );
+    const received = await completions(server.cq, 1, 20_000);
+    expectSuccess(received);
+    assert.is(received[0]!.byteLength, 1000);
+    assert.equal(server.memory.subarray(MiB, 2 * MiB), client.memory.subarray(0, MiB), 'the 1 MiB Write');
+    assert.equal(server.memory.subarray(2 * MiB, 2 * MiB + 64 * 1024), client.memory.subarray(0, 64 * 1024), 'the 64 KiB Write');
+    assert.equal(server.memory.subarray(3 * MiB, 3 * MiB + 1000), client.memory.subarray(100, 1100), 'the Send');
+    const statistics = client.qp.statistics;
+    assert.is(statistics.timeouts, 0);
+    assert.ok(server.qp.statistics.sequenceNaksSent - before.naks >= 2, 'a NAK for each hole');
+    if (statistics.earlyRetransmissions === before.earlyRetransmissions) {
+      // Each lost packet alone; then the 17 packets after the big Write (16 of the Write, the
+      // Send), whose first transmission the responder dropped past the gap, at most twice (once per NAK).
+      assert.is(statistics.resentAlone - before.resentAlone, 2, 'the two lost packets resent alone');
+      assert.ok(
+        statistics.retransmittedPackets - before.retransmittedPackets <= 2 + 2 * 17,
+        `${statistics.retransmittedPackets - before.retransmittedPackets} packets resent`,
+      );
+    }
+  });
+});
+
+test('selective repeat: a lost resend is recovered by the early timer going back N, the data exact', async () => {
+  await onPair(async (pair) => {
+    const { client, server } = pair;
+    for (let i = 0; i < MiB; i++) client.memory[i] = (i * 43 + 11) & 0xff;
+    const before = { ...client.qp.statistics };
+    loseTwice(client.link, IbOpcode.RdmaWriteMiddle, 9);
+    await writeMiB(pair, 1);
+    const statistics = client.qp.statistics;
+    assert.is(statistics.timeouts - before.timeouts, 0, 'no ACK timeout');
+    assert.ok(statistics.resentAlone - before.resentAlone >= 1, 'the lost packet was resent alone first');
+    assert.ok(server.qp.statistics.placedPastGap > 0);
   });
 });
 
@@ -110,7 +204,7 @@ function loseTwice(link: PacketLink, opcode: number, skip: number): void {
   };
 }
 
-test('a go-back-N whose resend of the NAKed packet is lost again is NAKed again: no wait for a retransmission timer', async () => {
+test('go-back-N: a resend of the NAKed packet lost again is NAKed again: no wait for a retransmission timer', async () => {
   // The ACK timer at a minute: only the responder's second NAK or the early timer can recover.
   await onPair(async (pair) => {
     const { client, server } = pair;
@@ -131,7 +225,7 @@ test('a go-back-N whose resend of the NAKed packet is lost again is NAKed again:
       // of 64 packets from index 10 (its first lost again), then indices 10-255 once more.
       assert.is(statistics.retransmittedPackets - before.retransmittedPackets, 246 + 64, 'packets resent for the two losses');
     }
-  });
+  }, true);
 });
 
 test('on a lossy path a turn sends in parts, the thread read between them: a responder on the same thread takes each part and acknowledges it in the turn', async () => {

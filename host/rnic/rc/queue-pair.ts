@@ -66,6 +66,11 @@ export interface RcPathParameters {
    */
   maxUnackedPackets?: number;
   pkey?: number;
+  /**
+   * Both ends are kbtp RNICs that said so at setup (setup.ts): the responder places Write packets
+   * past a lost one, and the requester resends the lost packet alone (responder.ts, Transmitter.resendAlone).
+   */
+  selectiveRepeat?: boolean;
 }
 
 interface RcQueuePairEvents {
@@ -106,6 +111,9 @@ export interface RcStatistics extends QueuePairStatistics {
   ackTimerFires: number;
   /** Times the requester settled the Read Responses the lean path placed (once per turn, or per completed Read). */
   leanSettles: number;
+  /** Selective repeat: packets the requester resent alone for a NAK, and Write packets the responder placed past a lost one. */
+  resentAlone: number;
+  placedPastGap: number;
 }
 
 export class RcQueuePair extends QueuePairAttributes<RcQueuePairEvents> {
@@ -137,6 +145,8 @@ export class RcQueuePair extends QueuePairAttributes<RcQueuePairEvents> {
     earlyTimerFires: 0,
     ackTimerFires: 0,
     leanSettles: 0,
+    resentAlone: 0,
+    placedPastGap: 0,
   };
 
   readonly requester: Requester;

@@ -62,6 +62,8 @@ export class Retransmission {
    * and no acknowledgement has moved since: the next expiry goes back N.
    */
   private probing = false;
+  /** Selective repeat (RcPathParameters): a NAKed Write packet is resent alone where it can be. */
+  private selectiveRepeat = false;
 
   constructor(private readonly queue: SendQueue) {
     this.qp = queue.qp;
@@ -75,6 +77,7 @@ export class Retransmission {
     this.rnrRetriesLeft = this.rnrRetry;
     const timeout = path.timeout ?? 14;
     this.timeoutMs = path.timeoutMs ?? (timeout === 0 ? 0 : (4.096 * 2 ** timeout) / 1000);
+    this.selectiveRepeat = path.selectiveRepeat === true;
   }
 
   /** Every timer off (the QP leaves RTS). */
@@ -241,9 +244,22 @@ export class Retransmission {
     this.lostAt = this.queue.lastAcked;
   }
 
-  /** A NAK sequence error for `psn`: the packet there was lost; go back N to it. */
+  /**
+   * A NAK sequence error for `psn`: the packet there was lost; go back N to it, or with selective
+   * repeat, where it is a MIDDLE or LAST of a Write already sent past, resend it alone and go back
+   * only to the end of its Write (the responder placed the rest of that Write and dropped what
+   * followed it).
+   */
   sequenceError(psn: number): void {
     this.lostAt = this.queue.lastAcked;
+    if (this.selectiveRepeat) {
+      const end = this.transmitter.resendAlone(psn);
+      if (end !== undefined) {
+        this.rttPsn = -1; // what follows is resent: its acknowledgement would time nothing
+        if (psnCompare(end, this.queue.nextPsn) < 0) this.rewind(end);
+        return;
+      }
+    }
     this.rewind(psn);
   }
 

@@ -229,6 +229,31 @@ export class Transmitter {
     return false;
   }
 
+  /**
+   * Selective repeat (Retransmission.sequenceError): resends the packet `psn` alone, asking for an
+   * ACK, when it is a MIDDLE or LAST of a Write this side has sent past; returns the PSN after that
+   * Write, or undefined when it sent nothing (a FIRST, whose loss left the responder without the
+   * Write's address, or any other packet: go back N).
+   */
+  resendAlone(psn: number): number | undefined {
+    const queue = this.queue;
+    if (psnCompare(queue.nextPsn, psn) <= 0) return undefined;
+    for (let index = queue.head; index < queue.wqes.length; index++) {
+      const wqe = queue.wqes[index]!;
+      if (!wqe.started) return undefined;
+      if (wqe.kind === Kind.Local) continue;
+      const offset = psnCompare(psn, wqe.firstPsn);
+      if (offset < 0) return undefined;
+      if (offset >= wqe.packets) continue;
+      if (wqe.kind !== Kind.Write || offset === 0 || wqe.done) return undefined;
+      this.qp.stats.retransmittedPackets++;
+      this.qp.stats.resentAlone++;
+      this.sendSegment(wqe, offset, psn, true);
+      return psnAdd(wqe.firstPsn, wqe.packets);
+    }
+    return undefined;
+  }
+
   private sendSegment(wqe: Wqe, index: number, psn: number, windowFull: boolean): void {
     const qp = this.qp;
     const mtu = this.queue.mtuFor();

@@ -6,8 +6,11 @@
 // peer that merely stops answering ends its QP through the retry count.
 //
 // Message (big-endian): "KBRC", version 1, type (1 request, 2 accept, 3 reject), path MTU
-// code (1..5 = 256..4096), reserved, QPN (4), PSN (4), UDP port (2), IRD (2), ORD (2),
-// private-data length (2), GID (16), private data.
+// code (1..5 = 256..4096), flags, QPN (4), PSN (4), UDP port (2), IRD (2), ORD (2),
+// private-data length (2), GID (16), private data. Flags: bit 0, selective repeat (this side's
+// responder places Write packets past a lost one and NAKs each hole, its requester resends a
+// NAKed Write packet alone): on for the connection when both ends set it. An end that predates
+// the flags sent 0 there (the octet was reserved) and ignores it.
 
 import net from 'node:net';
 import { randomInt } from 'node:crypto';
@@ -26,6 +29,7 @@ export const MAX_RC_PRIVATE_DATA = 1024;
 const TYPE_REQUEST = 1;
 const TYPE_ACCEPT = 2;
 const TYPE_REJECT = 3;
+const FLAG_SELECTIVE_REPEAT = 0x01;
 export const DEFAULT_RC_SETUP_TIMEOUT_MS = 10_000;
 
 interface SetupMessage {
@@ -38,6 +42,8 @@ interface SetupMessage {
   ord: number;
   gid: Uint8Array;
   privateData: Uint8Array;
+  /** FLAG_* bits. */
+  flags: number;
 }
 
 /** Path options both ends may set; the smaller path MTU and the tighter limits win. */
@@ -53,6 +59,11 @@ export interface RcSetupOptions {
   rnrRetry?: number;
   minRnrTimer?: number;
   maxUnackedPackets?: number;
+  /**
+   * Offer selective repeat to a kbtp peer (default true): on a lossy path a lost Write packet is
+   * resent alone instead of with everything sent after it (go-back-N, which rxe and IB require).
+   */
+  selectiveRepeat?: boolean;
 }
 
 export interface RcConnectOptions extends RcSetupOptions {
@@ -66,6 +77,8 @@ export interface RcConnectionSummary {
   ord: number;
   peerQpNumber: number;
   peerPrivateData: Uint8Array;
+  /** Both ends offered selective repeat (RcSetupOptions.selectiveRepeat). */
+  selectiveRepeat: boolean;
 }
 
 function encode(message: SetupMessage): Uint8Array {
@@ -75,6 +88,7 @@ function encode(message: SetupMessage): Uint8Array {
   bytes[4] = VERSION;
   bytes[5] = message.type;
   bytes[6] = PATH_MTUS.indexOf(message.pathMtu) + 1;
+  bytes[7] = message.flags;
   view.setUint32(8, message.qpNumber);
   view.setUint32(12, message.psn);
   view.setUint16(16, message.udpPort);
@@ -140,6 +154,7 @@ function readMessage(socket: net.Socket, timeoutMs: number): Promise<SetupMessag
         ord: view.getUint16(20),
         gid: new Uint8Array(buffered.subarray(24, 40)),
         privateData: new Uint8Array(buffered.subarray(HEADER_LENGTH)),
+        flags: buffered[7]!,
       });
     };
     const onClose = (): void => finish(new RnicError('ECONNRESET', 'the peer closed the side channel during RC setup'));
@@ -178,7 +193,13 @@ function pathFor(own: RcSetupOptions, peer: SetupMessage, pathMtu: PathMtu, ird:
     ...(own.rnrRetry === undefined ? {} : { rnrRetry: own.rnrRetry }),
     ...(own.minRnrTimer === undefined ? {} : { minRnrTimer: own.minRnrTimer }),
     ...(own.maxUnackedPackets === undefined ? {} : { maxUnackedPackets: own.maxUnackedPackets }),
+    ...(ownFlags(own) & peer.flags & FLAG_SELECTIVE_REPEAT ? { selectiveRepeat: true } : {}),
   };
+}
+
+/** The flags this side's setup message carries. */
+function ownFlags(own: RcSetupOptions): number {
+  return own.selectiveRepeat === false ? 0 : FLAG_SELECTIVE_REPEAT;
 }
 
 /** Binds the QP's life to the side channel: either end closing it ends the other. */
@@ -238,6 +259,7 @@ export async function connectRc(endpoint: RoceEndpoint, qp: RcQueuePair, options
         ord: qp.requestedOrd,
         gid: ipv4MappedGid(parseIpv4(endpoint.local.address)),
         privateData,
+        flags: ownFlags(options),
       }),
     );
     const reply = await readMessage(socket, timeoutMs);
@@ -249,7 +271,14 @@ export async function connectRc(endpoint: RoceEndpoint, qp: RcQueuePair, options
     const path = pathFor(options, reply, agreedMtu, qp.requestedIrd, ord, sendPsn);
     tie(qp, endpoint, socket);
     qp.activate(endpoint.link, path);
-    return { pathMtu: agreedMtu, ird: qp.requestedIrd, ord, peerQpNumber: reply.qpNumber, peerPrivateData: reply.privateData };
+    return {
+      pathMtu: agreedMtu,
+      ird: qp.requestedIrd,
+      ord,
+      peerQpNumber: reply.qpNumber,
+      peerPrivateData: reply.privateData,
+      selectiveRepeat: path.selectiveRepeat === true,
+    };
   } catch (error) {
     socket.destroy();
     qp.connectFailed({ reason: 'connection-lost', message: (error as Error).message });
@@ -326,16 +355,26 @@ export class RcConnectionRequest {
         ord,
         gid: ipv4MappedGid(parseIpv4(this.endpoint.local.address)),
         privateData,
+        flags: ownFlags(merged),
       }),
     );
-    return { pathMtu, ird: qp.requestedIrd, ord, peerQpNumber: this.request.qpNumber, peerPrivateData: this.request.privateData };
+    return {
+      pathMtu,
+      ird: qp.requestedIrd,
+      ord,
+      peerQpNumber: this.request.qpNumber,
+      peerPrivateData: this.request.privateData,
+      selectiveRepeat: path.selectiveRepeat === true,
+    };
   }
 
   reject(privateData: Uint8Array = new Uint8Array(0)): void {
     if (this.settled) return;
     this.settled = true;
     checkPrivateData(privateData);
-    this.socket.end(encode({ type: TYPE_REJECT, pathMtu: 4096, qpNumber: 0, psn: 0, udpPort: 0, ird: 0, ord: 0, gid: new Uint8Array(16), privateData }));
+    this.socket.end(
+      encode({ type: TYPE_REJECT, pathMtu: 4096, qpNumber: 0, psn: 0, udpPort: 0, ird: 0, ord: 0, gid: new Uint8Array(16), privateData, flags: 0 }),
+    );
   }
 }
 
