@@ -10,7 +10,11 @@
 // next to plain UDP socket pairs pumping datagrams of one RoCE packet's size (bench/udp-pairs.ts:
 // "udp" through node:dgram, "udp-batched" through the batched socket: what each carries without RC),
 // and the batched pair once more with its receiver on a thread of its own ("udp-batched", threads:
-// 2; bench/rnic-udp-threads.ts): what the link carries where the two-thread RoCE rows run it.
+// 2; bench/rnic-udp-threads.ts): what the link carries where the two-thread RoCE rows run it;
+// with --rows udp,threads also in the shapes of RC Writes and Reads of each size ("udp-batched",
+// shape: "write" | "read": a Write's FIRST longer by its RETH, a Read's FIRST and LAST by their
+// AETH, so GSO sends two or three messages per 16 KiB): the link's own ceiling for the two-thread
+// RoCE rows, with RC's work left out.
 //
 //   node --import tsx bench/rnic.ts [--mib-per-run N] [--threads-mib-per-run N] [--trials N] [--sizes 16384,262144] [--rows iwarp,roce] [--ops read] [--counters] [--output path]
 //
@@ -88,6 +92,10 @@ interface Row {
   ofLossFree?: number;
   /** 2: the responder (udp-batched: the receiver) ran on a worker thread of its own; absent: both ends on this thread. */
   threads?: 2;
+  /** udp-batched two-thread rows: datagrams in the sizes of the packets of RC Writes or Reads of `size` (udp-pairs.ts DatagramShape), Gbit/s of their payload. */
+  shape?: 'write' | 'read';
+  /** Those rows: throughput as a fraction of the two-thread iWARP row of the same operation (CRC off). */
+  shapeOfIwarpTwoThreads?: number;
   /** Two-thread RoCE rows: throughput as a fraction of the two-thread iWARP row of the same operation (CRC off). */
   ofIwarpTwoThreads?: number;
   /** --counters: CPU by thread and (RoCE) each side's RC and link counters, summed over the row's runs. */
@@ -580,6 +588,7 @@ async function main(): Promise<void> {
     loss: number;
     link?: Row['link'];
     threads?: 2;
+    shape?: 'write' | 'read';
     run: (size: number) => Promise<number>;
     /** RDMA rows: the pair the run uses (--counters asks it for its counters and responder thread). */
     pair?: RequesterPair;
@@ -609,6 +618,20 @@ async function main(): Promise<void> {
   if (twoThreadUdp !== undefined) {
     const split = twoThreadUdp.receiverThread === undefined ? {} : { responderThread: twoThreadUdp.receiverThread };
     cases.push({ op: 'udp-batched', transport: 'roce', crc: false, loss: 0, threads: 2, run: () => udpPairRun(twoThreadUdp, threadsBytesPerRun), split });
+    if (running('threads')) {
+      for (const op of ops) {
+        cases.push({
+          op: 'udp-batched',
+          transport: 'roce',
+          crc: false,
+          loss: 0,
+          threads: 2,
+          shape: op,
+          run: (size) => udpPairRun(twoThreadUdp, threadsBytesPerRun, { kind: op, size }),
+          split,
+        });
+      }
+    }
   }
   // Write then Read, CRC off then on, as before --rows: the order the interleaved trials keep.
   for (const op of ops) for (const [crc, pair] of pairs) cases.push(...rdmaCases('iwarp', crc, 0, pair).filter((entry) => entry.op === op));
@@ -631,7 +654,8 @@ async function main(): Promise<void> {
       });
     }
   }
-  const key = (entry: Case): Key => `${entry.op}/${entry.transport}/${entry.crc}/${entry.loss}/${entry.link ?? ''}${entry.threads === 2 ? '+2t' : ''}`;
+  const key = (entry: Case): Key =>
+    `${entry.op}/${entry.transport}/${entry.crc}/${entry.loss}/${entry.link ?? ''}${entry.threads === 2 ? '+2t' : ''}${entry.shape === undefined ? '' : `+${entry.shape}`}`;
   const rows: Row[] = [];
   // What each iWARP pair's sockets run (the library's choice or the host's default), asked once.
   const congestionByPort = new Map<number, string>();
@@ -694,7 +718,9 @@ async function main(): Promise<void> {
       const runs = counted.get(key(entry));
       const counters = runs === undefined ? undefined : rowCounters(runs.bytes, runs.requester, runs.responder, runs.cpu);
       const rdma = entry.transport === 'roce' && (entry.op === 'write' || entry.op === 'read') && entry.threads === undefined;
-      const ofTwoThreadIwarp = entry.transport === 'roce' && entry.threads === 2 ? ratio(measured, at(`${entry.op}/iwarp/false/0/+2t`)) : undefined;
+      const ofTwoThreadIwarp =
+        entry.transport === 'roce' && entry.threads === 2 && entry.shape === undefined ? ratio(measured, at(`${entry.op}/iwarp/false/0/+2t`)) : undefined;
+      const shapeOfIwarp = entry.shape === undefined ? undefined : ratio(measured, at(`${entry.shape}/iwarp/false/0/+2t`));
       const crcOn = rdma ? ratio(measured, at(`${entry.op}/iwarp/true/0/`)) : undefined;
       const crcOff = rdma ? ratio(measured, at(`${entry.op}/iwarp/false/0/`)) : undefined;
       const ofLossFree = rdma && entry.loss > 0 ? ratio(measured, at(`${entry.op}/roce/true/0/${entry.link ?? ''}`)) : undefined;
@@ -713,13 +739,15 @@ async function main(): Promise<void> {
         ...(ofLossFree !== undefined ? { ofLossFree: round(ofLossFree) } : {}),
         ...(entry.threads === 2 ? { threads: 2 as const } : {}),
         ...(ofTwoThreadIwarp !== undefined ? { ofIwarpTwoThreads: round(ofTwoThreadIwarp) } : {}),
+        ...(entry.shape === undefined ? {} : { shape: entry.shape }),
+        ...(shapeOfIwarp !== undefined ? { shapeOfIwarpTwoThreads: round(shapeOfIwarp) } : {}),
         ...(counters === undefined ? {} : { counters }),
         ...(entry.transport === 'iwarp' && (entry.op === 'write' || entry.op === 'read')
           ? { tcpCongestionControl: congestionOf(entry.pair) ?? 'unknown' }
           : {}),
       });
       console.log(
-        `${entry.op.padEnd(11)} ${entry.transport.padEnd(5)} ${`${entry.link ?? ''}${entry.threads === 2 ? ' 2thr' : ''}`.padEnd(12)} crc=${String(entry.crc).padEnd(5)} loss=${String(entry.loss).padEnd(4)} size=${String(size).padStart(8)}  ${measured.gbps.toFixed(2).padStart(6)} Gb/s  ${measured.cpuMsPerGiB.toFixed(0).padStart(5)} ms CPU/GiB`,
+        `${entry.op.padEnd(11)} ${entry.transport.padEnd(5)} ${`${entry.link ?? ''}${entry.threads === 2 ? ' 2thr' : ''}${entry.shape === undefined ? '' : ` ${entry.shape}`}`.padEnd(12)} crc=${String(entry.crc).padEnd(5)} loss=${String(entry.loss).padEnd(4)} size=${String(size).padStart(8)}  ${measured.gbps.toFixed(2).padStart(6)} Gb/s  ${measured.cpuMsPerGiB.toFixed(0).padStart(5)} ms CPU/GiB`,
       );
       if (counters !== undefined) for (const line of counterLines(counters)) console.log(line);
     }
@@ -751,9 +779,13 @@ async function main(): Promise<void> {
       const twoThreadIwarp = at(`${op}/iwarp/false/0/+2t`);
       const twoThreadRoce = at(`${op}/roce/true/0/${mainLink}+2t`);
       if (twoThreadIwarp === undefined || twoThreadRoce === undefined) continue;
+      const shaped = at(`udp-batched/roce/false/0/+2t+${op}`);
       console.log(
         `size ${size}: responder on its own thread: RoCE ${op} ${twoThreadRoce.gbps.toFixed(2)} Gb/s at ${fixed(ratio(twoThreadRoce, twoThreadIwarp))} of iWARP's ` +
-          `(CRC off, ${twoThreadIwarp.gbps.toFixed(2)} Gb/s); CPU-s/GiB RoCE ${cpu(twoThreadRoce)}, iWARP ${cpu(twoThreadIwarp)}`,
+          `(CRC off, ${twoThreadIwarp.gbps.toFixed(2)} Gb/s); CPU-s/GiB RoCE ${cpu(twoThreadRoce)}, iWARP ${cpu(twoThreadIwarp)}` +
+          (shaped === undefined
+            ? ''
+            : `; UDP alone in its packets' sizes ${shaped.gbps.toFixed(2)} Gb/s (${fixed(ratio(shaped, twoThreadIwarp))} of iWARP's; RoCE at ${fixed(ratio(twoThreadRoce, shaped))} of it)`),
       );
     }
     for (const op of ops) {
@@ -788,6 +820,13 @@ async function main(): Promise<void> {
       return `${size >= 1 << 20 ? `${size >> 20} MiB` : `${size >> 10} KiB`} ${fixed(row?.ofIwarpTwoThreads)}`;
     });
     console.log(`  ${op}, responder on its own thread (RoCE / iWARP CRC off): ${cells.join('; ')}`);
+  }
+  for (const op of twoThreads.size > 0 && twoThreadUdp !== undefined ? ops : []) {
+    const cells = sizes.map((size) => {
+      const row = rows.find((entry) => entry.shape === op && entry.size === size);
+      return `${size >= 1 << 20 ? `${size >> 20} MiB` : `${size >> 10} KiB`} ${fixed(row?.shapeOfIwarpTwoThreads)}`;
+    });
+    console.log(`  ${op}, UDP alone in RoCE's packet sizes, receiver on its own thread (the two-thread rows' ceiling / iWARP CRC off): ${cells.join('; ')}`);
   }
   for (const pair of [...pairs.values(), ...roce.values(), ...twoThreads.values()]) await pair.close();
   await plainUdp?.close();
