@@ -256,78 +256,72 @@ test('on a lossy path a turn sends in parts, the thread read between them: a res
   });
 });
 
-test('a Read that lost a response packet keeps the lean path: the packets past the gap and after it are placed without the full path', async () => {
-  await onPair(async ({ client, server }) => {
-    const endpoint = client.rnic.roceEndpoint!;
-    if (client.link.setLeanReceiver === undefined) {
-      console.log('  (skipped: the link has no lean receive path)');
-      return;
-    }
-    // A 1 MiB Read is asked for in 4 chunks of 64 response packets on this clean path (FIRST, 62
-    // MIDDLEs, LAST). The third MIDDLE of the first chunk (index 3) is lost; the requester asks for
-    // it again when index 4 arrives, and that answer comes after every other chunk's.
-    loseOne(server.link, IbOpcode.RdmaReadResponseMiddle, 2);
-    for (let i = 0; i < MiB; i++) server.memory[MiB + i] = (i * 13 + 5) & 0xff;
-    const before = endpoint.stats.lean;
-    const sentBefore = server.qp.statistics.packetsSent;
+/**
+ * Reads the server's second MiB into the client's first in `reads` equal Reads posted together,
+ * the server losing the third Read Response MIDDLE it sends (index 3 of the first Read); checks
+ * the data, that they complete in order and that no timer decided. Returns the Read Responses
+ * the client's lean path placed and the response packets the server sent; undefined where the
+ * link has no lean receive path.
+ */
+async function readsLosingOneResponse({ client, server }: RcPair, reads: number): Promise<{ lean: number; sent: number } | undefined> {
+  const endpoint = client.rnic.roceEndpoint!;
+  if (client.link.setLeanReceiver === undefined) {
+    console.log('  (skipped: the link has no lean receive path)');
+    return undefined;
+  }
+  loseOne(server.link, IbOpcode.RdmaReadResponseMiddle, 2);
+  for (let i = 0; i < MiB; i++) server.memory[MiB + i] = (i * 13 + 5 * reads) & 0xff;
+  const before = endpoint.stats.lean;
+  const sentBefore = server.qp.statistics.packetsSent;
+  const length = MiB / reads;
+  for (let read = 0; read < reads; read++) {
     client.qp.postSend({
-      wrId: 1,
+      wrId: read + 1,
       opcode: 'RDMA_READ',
-      sgList: [{ lkey: client.mr.lkey, offset: 0, length: MiB }],
-      remote: { stag: server.mr.rkey, taggedOffset: MiB },
+      sgList: [{ lkey: client.mr.lkey, offset: read * length, length }],
+      remote: { stag: server.mr.rkey, taggedOffset: MiB + read * length },
     });
-    expectSuccess(await completions(client.cq, 1, 20_000));
-    assert.equal(client.memory.subarray(0, MiB), server.memory.subarray(MiB, 2 * MiB), 'read data');
+  }
+  const done = await completions(client.cq, reads, 20_000);
+  expectSuccess(done);
+  assert.equal(
+    done.map((completion) => completion.wrId),
+    Array.from({ length: reads }, (_, read) => read + 1),
+    'Reads complete in order',
+  );
+  assert.equal(client.memory.subarray(0, MiB), server.memory.subarray(MiB, 2 * MiB), 'read data');
+  assert.is(client.qp.statistics.timeouts, 0);
+  return { lean: endpoint.stats.lean - before, sent: server.qp.statistics.packetsSent - sentBefore };
+}
+
+test('a Read that lost a response packet keeps the lean path: the packets past the gap and after it are placed without the full path', async () => {
+  await onPair(async (pair) => {
+    // A 1 MiB Read is asked for in 4 chunks of 64 response packets (FIRST, 62 MIDDLEs, LAST).
+    // The requester asks for the lost one again when index 4 arrives, and that answer comes after
+    // every other chunk's.
+    const counted = await readsLosingOneResponse(pair, 1);
+    if (counted === undefined) return;
     // Every response that arrived, past the gap and the retried one included, but the pair's
     // first packet (the endpoint checks one in full before it takes the QP's packets lean): 256
     // less the lost one. Only the in-order MIDDLEs before the gap (2) when a Read with a gap
     // left the lean path; 223 while FIRST and LAST took the full path.
-    assert.is(endpoint.stats.lean - before, 255, 'Read Responses placed by the lean path');
+    assert.is(counted.lean, 255, 'Read Responses placed by the lean path');
     // The retry asks for the lost packet alone (a sub-range of the chunk's resource), not for the
     // rest of its chunk (indices 3-63, 60 of which had arrived).
-    assert.is(server.qp.statistics.packetsSent - sentBefore, 256 + 1, 'response packets sent, the lost one twice');
-    assert.is(client.qp.statistics.timeouts, 0);
+    assert.is(counted.sent, 256 + 1, 'response packets sent, the lost one twice');
   });
 });
 
 test('Reads behind one that lost a response packet keep the lean path too, and the lost packet is asked for again once', async () => {
-  await onPair(async ({ client, server }) => {
-    const endpoint = client.rnic.roceEndpoint!;
-    if (client.link.setLeanReceiver === undefined) {
-      console.log('  (skipped: the link has no lean receive path)');
-      return;
-    }
-    // Four 256 KiB Reads posted together, 64 responses each. The first loses its third MIDDLE
-    // (index 3): it stays the oldest unfinished WQE until its retry is answered, after the other
-    // three Reads' responses. Those were the full path's while the lean path took only the
-    // oldest WQE's (63 of 256 lean).
-    loseOne(server.link, IbOpcode.RdmaReadResponseMiddle, 2);
-    const quarter = MiB / 4;
-    for (let i = 0; i < MiB; i++) server.memory[MiB + i] = (i * 11 + 3) & 0xff;
-    const before = endpoint.stats.lean;
-    const sentBefore = server.qp.statistics.packetsSent;
-    for (let read = 0; read < 4; read++) {
-      client.qp.postSend({
-        wrId: read + 1,
-        opcode: 'RDMA_READ',
-        sgList: [{ lkey: client.mr.lkey, offset: read * quarter, length: quarter }],
-        remote: { stag: server.mr.rkey, taggedOffset: MiB + read * quarter },
-      });
-    }
-    const done = await completions(client.cq, 4, 20_000);
-    expectSuccess(done);
-    assert.equal(
-      done.map((completion) => completion.wrId),
-      [1, 2, 3, 4],
-      'Reads complete in order',
-    );
-    assert.equal(client.memory.subarray(0, MiB), server.memory.subarray(MiB, 2 * MiB), 'read data');
-    // Every response that arrived but the pair's first packet (checked in full before the
-    // endpoint takes the QP's packets lean): 256 less the lost one, the retried one included.
-    assert.is(endpoint.stats.lean - before, 255, 'Read Responses placed by the lean path');
+  await onPair(async (pair) => {
+    // Four 256 KiB Reads, 64 responses each. The first stays the oldest unfinished WQE until its
+    // retry is answered, after the other three Reads' responses. Those were the full path's while
+    // the lean path took only the oldest WQE's (63 of 256 lean).
+    const counted = await readsLosingOneResponse(pair, 4);
+    if (counted === undefined) return;
+    assert.is(counted.lean, 255, 'Read Responses placed by the lean path');
     // Each later Read's responses show the first Read's gap again; it is asked for once.
-    assert.is(server.qp.statistics.packetsSent - sentBefore, 256 + 1, 'response packets sent, the lost one twice');
-    assert.is(client.qp.statistics.timeouts, 0);
+    assert.is(counted.sent, 256 + 1, 'response packets sent, the lost one twice');
   });
 });
 
