@@ -169,6 +169,42 @@ test('selective repeat: two holes in one Write are NAKed one after the other and
   });
 });
 
+test('selective repeat: a Write with Immediate Data that lost a MIDDLE goes back to its LAST, which the responder never places past a gap', async () => {
+  await onPair(async (pair) => {
+    const { client, server } = pair;
+    // 16 packets: FIRST, 14 MIDDLEs, LAST with Immediate Data; the third MIDDLE is lost. The NAK
+    // brings the MIDDLE alone and the LAST after it, no timer. Going back only past the LAST
+    // would leave the LAST to the early timer. A scheduling pause on a loaded machine may fire
+    // that timer anyway: up to three attempts, one of them without it.
+    let clean: { naks: number; resent: number } | undefined;
+    for (let attempt = 0; attempt < 3 && clean === undefined; attempt++) {
+      for (let i = 0; i < 64 * 1024; i++) client.memory[i] = (i * 47 + 13 + attempt) & 0xff;
+      server.qp.postRecv({ wrId: 88 + attempt, sgList: [{ lkey: server.mr.lkey, offset: 3 * MiB, length: 16 }] });
+      const before = { ...client.qp.statistics, naks: server.qp.statistics.sequenceNaksSent };
+      loseOne(client.link, IbOpcode.RdmaWriteMiddle, 2); // a fresh count each attempt
+      client.qp.postSend({
+        wrId: attempt + 1,
+        opcode: 'RDMA_WRITE_WITH_IMM',
+        immediate: 0x1234n + BigInt(attempt),
+        sgList: [{ lkey: client.mr.lkey, offset: 0, length: 64 * 1024 }],
+        remote: { stag: server.mr.rkey, taggedOffset: MiB },
+      });
+      expectSuccess(await completions(client.cq, 1, 20_000));
+      const received = await completions(server.cq, 1, 20_000);
+      expectSuccess(received);
+      assert.is(received[0]!.immediate, 0x1234n + BigInt(attempt));
+      assert.equal(server.memory.subarray(MiB, MiB + 64 * 1024), client.memory.subarray(0, 64 * 1024), 'written data');
+      const statistics = client.qp.statistics;
+      assert.is(statistics.timeouts - before.timeouts, 0);
+      if (statistics.earlyTimerFires === before.earlyTimerFires) {
+        clean = { naks: server.qp.statistics.sequenceNaksSent - before.naks, resent: statistics.retransmittedPackets - before.retransmittedPackets };
+      }
+    }
+    assert.ok(clean !== undefined, 'an attempt recovered without the early timer');
+    assert.equal(clean, { naks: 1, resent: 2 }, 'one NAK; the lost MIDDLE and the LAST resent');
+  });
+});
+
 test('selective repeat: a lost resend is recovered by the early timer going back N, the data exact', async () => {
   await onPair(async (pair) => {
     const { client, server } = pair;

@@ -247,8 +247,8 @@ export class Retransmission {
   /**
    * A NAK sequence error for `psn`: the packet there was lost; go back N to it, or with selective
    * repeat, where it is a MIDDLE or LAST of a Write already sent past, resend it alone and go back
-   * only to the end of its Write (the responder placed the rest of that Write and dropped what
-   * followed it).
+   * only to the end of its Write (the responder placed the rest of that Write, but for a LAST with
+   * Immediate Data, and dropped what followed it).
    */
   sequenceError(psn: number): void {
     this.lostAt = this.queue.lastAcked;

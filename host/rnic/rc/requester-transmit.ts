@@ -231,8 +231,8 @@ export class Transmitter {
 
   /**
    * Selective repeat (Retransmission.sequenceError): resends the packet `psn` alone, asking for an
-   * ACK, when it is a MIDDLE or LAST of a Write this side has sent past; returns the PSN after that
-   * Write, or undefined when it sent nothing (a FIRST, whose loss left the responder without the
+   * ACK, when it is a MIDDLE or LAST of a Write this side has sent past; returns the PSN to go back
+   * to (after that Write, or its LAST with Immediate Data), or undefined when it sent nothing (a FIRST, whose loss left the responder without the
    * Write's address, or any other packet: go back N).
    */
   resendAlone(psn: number): number | undefined {
@@ -249,7 +249,10 @@ export class Transmitter {
       this.qp.stats.retransmittedPackets++;
       this.qp.stats.resentAlone++;
       this.sendSegment(wqe, offset, psn, true);
-      return psnAdd(wqe.firstPsn, wqe.packets);
+      // A LAST with Immediate Data consumes a receive: the responder never places it past a gap,
+      // so going back starts there (unless it is the packet just resent).
+      const immediateLast = wqe.wr.opcode === 'RDMA_WRITE_WITH_IMM' && offset < wqe.packets - 1;
+      return psnAdd(wqe.firstPsn, immediateLast ? wqe.packets - 1 : wqe.packets);
     }
     return undefined;
   }
