@@ -237,7 +237,7 @@ export class Retransmission {
 
   /**
    * A Read Response was lost (requester-responses.ts asks for it again by itself): the path is
-   * lossy, so later Reads go in the small chunks and window of a lossy path (send-queue.ts), whose
+   * lossy, so later Reads keep the smaller Read window of a lossy path (send-queue.ts), whose
    * bursts a lossy path drops less of.
    */
   readResponseLost(): void {
