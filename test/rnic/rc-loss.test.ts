@@ -361,6 +361,37 @@ test('Reads behind one that lost a response packet keep the lean path too, and t
   });
 });
 
+test('the early timer with only Reads outstanding asks again for the missing packets alone, not for every response from the oldest unacknowledged PSN on', async () => {
+  await onPair(async ({ client, server }) => {
+    // Four 256 KiB Reads posted together (256 responses). The first Read's fourth packet (index 3)
+    // is lost, and so is the answer to its retry: the first Read stays the oldest unfinished WQE,
+    // nothing acknowledges past it, and the early timer fires while the other Reads' responses
+    // arrive. Going back N from index 3 asked for everything from there again (about 250
+    // responses the requester already had); now only index 3 is asked for.
+    loseTwice(server.link, IbOpcode.RdmaReadResponseMiddle, 2);
+    for (let i = 0; i < MiB; i++) server.memory[MiB + i] = (i * 53 + 17) & 0xff;
+    const before = { ...client.qp.statistics, sent: server.qp.statistics.packetsSent };
+    const quarter = MiB / 4;
+    for (let read = 0; read < 4; read++) {
+      client.qp.postSend({
+        wrId: read + 1,
+        opcode: 'RDMA_READ',
+        sgList: [{ lkey: client.mr.lkey, offset: read * quarter, length: quarter }],
+        remote: { stag: server.mr.rkey, taggedOffset: MiB + read * quarter },
+      });
+    }
+    expectSuccess(await completions(client.cq, 4, 20_000));
+    assert.equal(client.memory.subarray(0, MiB), server.memory.subarray(MiB, 2 * MiB), 'read data');
+    const statistics = client.qp.statistics;
+    const early = statistics.earlyRetransmissions - before.earlyRetransmissions;
+    assert.ok(early >= 1, 'the early timer recovered the lost retry');
+    assert.is(statistics.timeouts - before.timeouts, 0);
+    // 256 responses, the lost one's retry, and one more per early expiry (each asks for index 3 alone).
+    const sent = server.qp.statistics.packetsSent - before.sent;
+    assert.ok(sent >= 256 + 2 && sent <= 256 + 1 + early, `${sent} response packets sent for ${early} early expiries`);
+  });
+});
+
 test('the early retransmission waits srtt + 4 rttvar (RFC 6298 gains) when that is longer than 4 srtt, never less than its floor', () => {
   const estimate = new RoundTripEstimate();
   assert.is(estimate.measured, false, 'no early wait before a round trip is measured');

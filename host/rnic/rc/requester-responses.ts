@@ -201,6 +201,33 @@ export class Responses {
     return true;
   }
 
+  /**
+   * The early timer expired with nothing acknowledged (Retransmission.earlyExpire): when every
+   * unfinished WQE sent so far is a Read, asks again for each one's packets that were asked for
+   * and have not arrived (their tails included, and runs asked for again before: that request or
+   * its answer may be lost too) and returns true; otherwise false (go back N).
+   */
+  askAgainForMissingReads(): boolean {
+    const queue = this.queue;
+    let reads = 0;
+    for (let index = queue.head; index < queue.wqes.length; index++) {
+      const wqe = queue.wqes[index]!;
+      if (!wqe.started) break;
+      if (wqe.done) continue;
+      if (wqe.kind !== Kind.Read) return false;
+      reads++;
+    }
+    if (reads === 0) return false;
+    for (let index = queue.head; index < queue.wqes.length; index++) {
+      const wqe = queue.wqes[index]!;
+      if (!wqe.started) break;
+      if (wqe.done) continue;
+      wqe.retried?.fill(0, wqe.received, wqe.requested);
+      this.retryRead(wqe, wqe.requested);
+    }
+    return true;
+  }
+
   /** What readAnswered does to the unfinished Reads before `target`: a response past them means their own tails went missing. */
   private retryReadsBefore(target: Wqe): void {
     const queue = this.queue;

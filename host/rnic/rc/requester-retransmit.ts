@@ -6,6 +6,7 @@ import { psnAdd, psnCompare, RNR_TIMER_MICROS } from '../wire/ib-headers.ts';
 import { WcStatus } from '../work.ts';
 import { Deadline } from './deadline.ts';
 import type { RcPathParameters, RcQueuePair } from './queue-pair.ts';
+import type { Responses } from './requester-responses.ts';
 import type { Transmitter } from './requester-transmit.ts';
 import { RoundTripEstimate } from './round-trip.ts';
 import { Kind, type SendQueue } from './send-queue.ts';
@@ -35,6 +36,7 @@ export class Retransmission {
   private readonly qp: RcQueuePair;
   /** Wired by Requester: the parts refer to one another. */
   transmitter!: Transmitter;
+  responses!: Responses;
   private timeoutMs = 0;
   private retryCount = UNLIMITED_RETRIES;
   private rnrRetry = UNLIMITED_RETRIES;
@@ -184,7 +186,10 @@ export class Retransmission {
         } else {
           this.qp.stats.earlyRetransmissions++;
           this.lostAt = this.queue.lastAcked;
-          this.rewind(psnAdd(this.queue.lastAcked, 1));
+          // Only Reads outstanding: ask again for what has not arrived of each, not for every
+          // response from the oldest unacknowledged PSN on (going back N there had the responder
+          // send every later chunk again: at 1 % loss most of a lossy Read row's duplicates).
+          if (!this.responses.askAgainForMissingReads()) this.rewind(psnAdd(this.queue.lastAcked, 1));
         }
         // The ACK timer counts from this retransmission: it judges the peer silent only once the
         // early waits (doubling) have grown past it, i.e. failure comes at most ~2 timeouts late.

@@ -30,6 +30,7 @@ export class Requester {
     this.responses = new Responses(this.queue);
     this.transmitter.retransmission = this.retransmission;
     this.retransmission.transmitter = this.transmitter;
+    this.retransmission.responses = this.responses;
     this.responses.transmitter = this.transmitter;
     this.responses.retransmission = this.retransmission;
   }
