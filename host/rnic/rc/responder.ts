@@ -102,13 +102,8 @@ export class Responder {
       // Read request: its requester also asks again by itself for responses that did not come,
       // so a lower one is no such sign, and NAKing it rewound the requester once more (1 MiB
       // Reads at 1 % loss 10-15 % slower, with an ACK timeout).
-      if (this.selectiveRepeat) this.placePastGap(h, payload, info.position);
-      if (!this.nakSent || (psnCompare(h.psn, this.pastGapHighest) <= 0 && (info.kind === Kind.Send || info.kind === Kind.Write))) {
-        this.nakSent = true;
-        this.nakAt = this.expectedPsn;
-        this.qp.stats.sequenceNaksSent++;
-        this.sendAck(Syndrome.NakPsnSequenceError, this.expectedPsn);
-      }
+      this.placePastGap(h, payload);
+      if (!this.nakSent || (psnCompare(h.psn, this.pastGapHighest) <= 0 && (info.kind === Kind.Send || info.kind === Kind.Write))) this.nakGap();
       this.pastGapHighest = h.psn;
       return;
     }
@@ -361,26 +356,47 @@ export class Responder {
     this.inProgress = InProgress.Write;
   }
 
+  /** A PSN sequence error NAK for the expected PSN: the requester goes back to it, or resends it alone (selective repeat). */
+  private nakGap(): void {
+    this.nakSent = true;
+    this.nakAt = this.expectedPsn;
+    this.qp.stats.sequenceNaksSent++;
+    this.sendAck(Syndrome.NakPsnSequenceError, this.expectedPsn);
+  }
+
+  /**
+   * Selective repeat: where in the Write in progress a MIDDLE (`last` false) or LAST of `length`
+   * payload octets with `psn` goes, when it may be placed past a gap: its packet index, or -1 (off,
+   * no Write in progress, outside it, or not the length `write` checks: a MIDDLE a full path MTU,
+   * the LAST the rest of the DMA length).
+   */
+  private pastGapIndex(last: boolean, psn: number, length: number): number {
+    if (!this.selectiveRepeat || this.inProgress !== InProgress.Write) return -1;
+    const index = psnCompare(psn, this.writeFirstPsn);
+    if (index <= 0 || index >= this.writePackets || last !== (index === this.writePackets - 1)) return -1;
+    return length === (last ? this.writeLength - index * this.mtu : this.mtu) ? index : -1;
+  }
+
+  /** Packet `index` of the Write in progress (`length` payload octets) was placed past a gap: remembered and counted. */
+  private notePlacedPastGap(index: number, length: number): void {
+    this.placedPastGap ??= new Uint8Array(this.writePackets);
+    this.placedPastGap[index] = 1;
+    this.qp.stats.placedPastGap++;
+    this.qp.stats.payloadBytesReceived += length;
+  }
+
   /**
    * Selective repeat: a MIDDLE, or a LAST without Immediate Data, of the Write in progress that
    * arrived past a lost packet is placed where its PSN says and remembered (takePlacedPastGap
    * takes it into the sequence once the lost one arrives); anything else past the gap is left to
-   * the go-back-N the requester does after the Write. Returns whether it placed the packet.
+   * the go-back-N the requester does after the Write.
    */
-  private placePastGap(h: IbHeaders, payload: Uint8Array, position: Position): boolean {
-    if (this.inProgress !== InProgress.Write || (h.opcode !== IbOpcode.RdmaWriteMiddle && h.opcode !== IbOpcode.RdmaWriteLast)) return false;
-    const index = psnCompare(h.psn, this.writeFirstPsn);
-    if (index <= 0 || index >= this.writePackets) return false;
-    const last = index === this.writePackets - 1;
-    // The lengths `write` checks: a MIDDLE a full path MTU, the LAST the rest of the DMA length.
-    if (last !== (position === Position.Last) || payload.length !== (last ? this.writeLength - index * this.mtu : this.mtu)) return false;
-    this.placedPastGap ??= new Uint8Array(this.writePackets);
-    if (this.placedPastGap[index] === 1) return true;
+  private placePastGap(h: IbHeaders, payload: Uint8Array): void {
+    if (h.opcode !== IbOpcode.RdmaWriteMiddle && h.opcode !== IbOpcode.RdmaWriteLast) return;
+    const index = this.pastGapIndex(h.opcode === IbOpcode.RdmaWriteLast, h.psn, payload.length);
+    if (index < 0 || this.placedPastGap?.[index] === 1) return;
     copyInto(this.writeTarget, index * this.mtu, payload);
-    this.placedPastGap[index] = 1;
-    this.qp.stats.placedPastGap++;
-    this.qp.stats.payloadBytesReceived += payload.length;
-    return true;
+    this.notePlacedPastGap(index, payload.length);
   }
 
   /**
@@ -404,12 +420,7 @@ export class Responder {
       this.qp.stats.messagesReceived++;
     }
     this.acceptedPsn(through, true);
-    if (this.placedPastGap !== undefined && placedPastGap.indexOf(1, index) >= 0) {
-      this.nakSent = true;
-      this.nakAt = this.expectedPsn;
-      this.qp.stats.sequenceNaksSent++;
-      this.sendAck(Syndrome.NakPsnSequenceError, this.expectedPsn);
-    }
+    if (this.placedPastGap !== undefined && placedPastGap.indexOf(1, index) >= 0) this.nakGap();
   }
 
   /**
@@ -432,10 +443,9 @@ export class Responder {
    * lost: `request` judges it), not placed yet, with the length placePastGap checks.
    */
   private acceptsPastGap(last: boolean, psn: number, length: number): boolean {
-    if (!this.selectiveRepeat || !this.nakSent || psnCompare(psn, this.pastGapHighest) <= 0) return false;
-    const index = psnCompare(psn, this.writeFirstPsn);
-    if (index <= 0 || index >= this.writePackets || last !== (index === this.writePackets - 1) || this.placedPastGap?.[index] === 1) return false;
-    return length === (last ? this.writeLength - index * this.mtu : this.mtu);
+    if (!this.nakSent || psnCompare(psn, this.pastGapHighest) <= 0) return false;
+    const index = this.pastGapIndex(last, psn, length);
+    return index >= 0 && this.placedPastGap?.[index] !== 1;
   }
 
   /**
@@ -452,11 +462,8 @@ export class Responder {
       // Past the gap (acceptsPastGap): placed where its PSN says, as placePastGap does.
       const index = psnCompare(psn, this.writeFirstPsn);
       moveAt(this.writeAddress + index * this.mtu, payloadAddress, length);
-      this.placedPastGap ??= new Uint8Array(this.writePackets);
-      this.placedPastGap[index] = 1;
+      this.notePlacedPastGap(index, length);
       this.pastGapHighest = psn;
-      this.qp.stats.placedPastGap++;
-      this.qp.stats.payloadBytesReceived += length;
       return true;
     }
     moveAt(this.writeAddress + this.placed, payloadAddress, length);
