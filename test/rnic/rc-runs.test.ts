@@ -15,6 +15,7 @@ import type { BatchedUdpSocket } from '../../host/rnic/rc/batched-udp-socket.ts'
 import { socketIcrcHeaders, type PeerAddress } from '../../host/rnic/rc/link.ts';
 import { IbHeaders, decodeHeaders } from '../../host/rnic/wire/ib-headers.ts';
 import { IbOpcode } from '../../host/rnic/wire/ib-opcodes.ts';
+import { Access } from '../../host/rnic/memory.ts';
 import { WcStatus } from '../../host/rnic/work.ts';
 import { encodeIbPacket } from '../../host/rnic/wire/ib-packet.ts';
 import { completions, expectSuccess, rcPair, type RcPairOptions, type RcSide } from '../support/rc.ts';
@@ -122,7 +123,9 @@ test('a Write and a Read go as runs of middle packets, and the wire carries what
   // A retransmission (the early timer on a loaded machine) moves where later AckReqs fall: such
   // an attempt is repeated, a few times at most.
   for (let attempt = 1; ; attempt++) {
-    const pair = await rcPair({ pathMtu: 1024, maxUnackedPackets: 1024 });
+    // The 10-packet Write as FIRST, MIDDLE and LAST too, as the per-packet path sends it (without
+    // runs a short Write is not sent as ONLY packets).
+    const pair = await rcPair({ pathMtu: 1024, maxUnackedPackets: 1024, onlyPacketWritesUpTo: 1 });
     try {
       const { client, server } = pair;
       const sent = record(client);
@@ -205,6 +208,7 @@ test('a Write and a Read go as runs of middle packets, and the wire carries what
 });
 
 test("a message's LAST ends the run of its MIDDLE packets where it is BTH and a whole MTU: a 16 KiB Write or Send is FIRST and one run, on the wire as the per-packet path sends it", async () => {
+  // Writes as FIRST, MIDDLE and LAST here (a short one goes as ONLY packets by default: tested below).
   const size = 16 * KiB;
   // The LAST joins the run: RDMA_WRITE, SEND, SEND_WITH_SE (its SE bit on the LAST); it does not:
   // a Write with immediate (ImmDt) and a Write whose LAST is short.
@@ -216,7 +220,7 @@ test("a message's LAST ends the run of its MIDDLE packets where it is BTH and a 
     { opcode: 'RDMA_WRITE', length: size - 100, joins: false },
   ] as const;
   for (let attempt = 1; ; attempt++) {
-    const pair = await rcPair({ pathMtu: 4096, maxUnackedPackets: 1024 });
+    const pair = await rcPair({ pathMtu: 4096, maxUnackedPackets: 1024, onlyPacketWritesUpTo: 1 });
     try {
       const { client, server } = pair;
       const sent = record(client);
@@ -374,45 +378,49 @@ test('a middle packet with a bad ICRC, in sequence, is not placed by the lean pa
   }
 });
 
-test('16 KiB Writes and Reads: the lean path takes every packet of both (4 each), FIRST and LAST too', async () => {
-  const pair = await rcPair({ pathMtu: 4096 });
-  try {
-    const { client, server } = pair;
-    const count = 8;
-    const size = 16 * KiB;
-    for (let i = 0; i < count * size; i++) client.memory[i] = (i * 5 + 3) & 0xff;
-    for (let i = 0; i < count * size; i++) server.memory[MiB + i] = (i * 9 + 1) & 0xff;
-    for (let i = 0; i < count; i++) {
-      client.qp.postSend({
-        wrId: i,
-        opcode: 'RDMA_WRITE',
-        sgList: [{ lkey: client.mr.lkey, offset: i * size, length: size }],
-        remote: { stag: server.mr.rkey, taggedOffset: i * size },
-      });
+for (const form of ['ONLY packets', 'FIRST, MIDDLE and LAST'] as const) {
+  test(`16 KiB Writes (as ${form}) and Reads: the lean path takes every packet of both (4 each), FIRST and LAST too`, async () => {
+    const pair = await rcPair({ pathMtu: 4096, ...(form === 'ONLY packets' ? {} : { onlyPacketWritesUpTo: 1 }) });
+    try {
+      const { client, server } = pair;
+      const count = 8;
+      const size = 16 * KiB;
+      for (let i = 0; i < count * size; i++) client.memory[i] = (i * 5 + 3) & 0xff;
+      for (let i = 0; i < count * size; i++) server.memory[MiB + i] = (i * 9 + 1) & 0xff;
+      for (let i = 0; i < count; i++) {
+        client.qp.postSend({
+          wrId: i,
+          opcode: 'RDMA_WRITE',
+          sgList: [{ lkey: client.mr.lkey, offset: i * size, length: size }],
+          remote: { stag: server.mr.rkey, taggedOffset: i * size },
+        });
+      }
+      expectSuccess(await completions(client.cq, count, 20_000));
+      assert.equal(server.memory.subarray(0, count * size), client.memory.subarray(0, count * size), 'written data');
+      // All but the pair's first packet (the endpoint checks one in full before it takes the QP's
+      // packets lean): four ONLY packets, or FIRST (its RETH's range checked there), MIDDLE, MIDDLE, LAST.
+      assert.is(server.rnic.roceEndpoint!.stats.lean, 4 * count - 1, 'Write packets placed by the lean path');
+      const readBefore = client.rnic.roceEndpoint!.stats.lean;
+      for (let i = 0; i < count; i++) {
+        client.qp.postSend({
+          wrId: 100 + i,
+          opcode: 'RDMA_READ',
+          sgList: [{ lkey: client.mr.lkey, offset: MiB + i * size, length: size }],
+          remote: { stag: server.mr.rkey, taggedOffset: MiB + i * size },
+        });
+      }
+      expectSuccess(await completions(client.cq, count, 20_000));
+      assert.equal(client.memory.subarray(MiB, MiB + count * size), server.memory.subarray(MiB, MiB + count * size), 'read data');
+      // The client's endpoint took the Writes' ACKs in full first: every response goes lean.
+      assert.is(client.rnic.roceEndpoint!.stats.lean - readBefore, 4 * count, 'Read Responses placed by the lean path');
+      // The responder counts messages (its MSN): a Write as ONLY packets is four of them.
+      const writeMessages = form === 'ONLY packets' ? 4 * count : count;
+      assert.is(server.qp.statistics.messagesReceived, writeMessages + count, 'each Write completed at the responder (MSN), each Read executed');
+    } finally {
+      await pair.close();
     }
-    expectSuccess(await completions(client.cq, count, 20_000));
-    assert.equal(server.memory.subarray(0, count * size), client.memory.subarray(0, count * size), 'written data');
-    // All but the pair's first packet (the endpoint checks one in full before it takes the QP's
-    // packets lean): FIRST (its RETH's range checked there), MIDDLE, MIDDLE, LAST.
-    assert.is(server.rnic.roceEndpoint!.stats.lean, 4 * count - 1, 'Write packets placed by the lean path');
-    const readBefore = client.rnic.roceEndpoint!.stats.lean;
-    for (let i = 0; i < count; i++) {
-      client.qp.postSend({
-        wrId: 100 + i,
-        opcode: 'RDMA_READ',
-        sgList: [{ lkey: client.mr.lkey, offset: MiB + i * size, length: size }],
-        remote: { stag: server.mr.rkey, taggedOffset: MiB + i * size },
-      });
-    }
-    expectSuccess(await completions(client.cq, count, 20_000));
-    assert.equal(client.memory.subarray(MiB, MiB + count * size), server.memory.subarray(MiB, MiB + count * size), 'read data');
-    // The client's endpoint took the Writes' ACKs in full first: every response goes lean.
-    assert.is(client.rnic.roceEndpoint!.stats.lean - readBefore, 4 * count, 'Read Responses placed by the lean path');
-    assert.is(server.qp.statistics.messagesReceived, 2 * count, 'each Write completed at the responder (MSN), each Read executed');
-  } finally {
-    await pair.close();
-  }
-});
+  });
+}
 
 test("the lean path settles a Read's responses once per turn, not per packet: the acknowledged PSN and timers (advanced) follow about as often as the requester receives", async () => {
   const advanced = Retransmission.prototype.advanced;
@@ -473,7 +481,7 @@ test("the lean path settles a Read's responses once per turn, not per packet: th
 });
 
 test('a Write FIRST whose range its R_Key does not allow is left to the full path: NAK remote access error, the QP in error', async () => {
-  const pair = await rcPair({ pathMtu: 4096 });
+  const pair = await rcPair({ pathMtu: 4096, onlyPacketWritesUpTo: 1 });
   try {
     const { client, server } = pair;
     const write = (wrId: number, stag: number, taggedOffset: number): void =>
@@ -486,6 +494,163 @@ test('a Write FIRST whose range its R_Key does not allow is left to the full pat
     assert.is(failed!.status, WcStatus.RemoteAccessError, failed!.error);
     assert.is(server.rnic.roceEndpoint!.stats.lean, lean, 'nothing of it placed by the lean path');
     assert.is(server.qp.state, 'error');
+  } finally {
+    await pair.close();
+  }
+});
+
+test('a plain Write of 2 to 16 packets goes as RDMA WRITE ONLY packets in one run, each RETH naming its own part; with Immediate Data, or longer, as FIRST, MIDDLE and LAST', async () => {
+  const size = 16 * KiB;
+  // `only`: the Write's packets as ONLY ones; `alone`: packets sent outside a run (a short last
+  // ONLY packet; a FIRST; a LAST with ImmDt).
+  const cases = [
+    { opcode: 'RDMA_WRITE', length: size, only: true, alone: 0 },
+    { opcode: 'RDMA_WRITE', length: size - 100, only: true, alone: 1 },
+    { opcode: 'RDMA_WRITE', length: 64 * KiB, only: true, alone: 0 },
+    { opcode: 'RDMA_WRITE_WITH_IMM', length: size, only: false, alone: 2 },
+    { opcode: 'RDMA_WRITE', length: 68 * KiB, only: false, alone: 1 },
+  ] as const;
+  for (let attempt = 1; ; attempt++) {
+    const pair = await rcPair({ pathMtu: 4096, maxUnackedPackets: 1024 });
+    try {
+      const { client, server } = pair;
+      const sent = record(client);
+      const span = 68 * KiB;
+      for (let i = 0; i < cases.length * span; i++) client.memory[i] = (i * 19 + 11) & 0xff;
+      const headersByCase: IbHeaders[][] = [];
+      for (const [index, { opcode, length, alone }] of cases.entries()) {
+        const offset = index * span;
+        const remote = MiB + offset;
+        const runs = sent.runs();
+        const before = sent.alone();
+        if (opcode !== 'RDMA_WRITE') server.qp.postRecv({ wrId: index, sgList: [{ lkey: server.mr.lkey, offset: 3 * MiB, length: 4 * KiB }] });
+        client.qp.postSend({
+          wrId: index,
+          opcode,
+          sgList: [{ lkey: client.mr.lkey, offset, length }],
+          remote: { stag: server.mr.rkey, taggedOffset: remote },
+          ...(opcode === 'RDMA_WRITE_WITH_IMM' ? { immediate: 0x0bad_cafen } : {}),
+        });
+        expectSuccess(await completions(client.cq, 1, 20_000));
+        if (opcode !== 'RDMA_WRITE') expectSuccess(await completions(server.cq, 1, 20_000));
+        const what = `${opcode} of ${length}`;
+        assert.equal(server.memory.subarray(remote, remote + length), client.memory.subarray(offset, offset + length), `${what}: data`);
+        assert.is(sent.runs() - runs, 1, `${what}: one run`);
+        assert.is(sent.alone() - before, alone, `${what}: ${alone} packets alone`);
+        headersByCase.push(decodeAll(sent.datagrams.splice(0), client.link.local, server.link.local));
+      }
+      const retransmitted = client.qp.statistics.retransmittedPackets;
+      if (retransmitted > 0 && attempt < 5) continue;
+      assert.is(retransmitted, 0, 'no retransmission in five attempts');
+      for (const [index, { opcode, length, only }] of cases.entries()) {
+        const headers = headersByCase[index]!;
+        const what = `${opcode} of ${length}`;
+        const packets = Math.ceil(length / 4096);
+        assert.is(headers.length, packets, `${what}: packets`);
+        for (let i = 1; i < packets; i++) assert.is(headers[i]!.psn, (headers[0]!.psn + i) & 0xffffff, `${what}: packet ${i} PSN`);
+        assert.equal(
+          headers.flatMap((h, i) => (h.ackRequest ? [i] : [])),
+          [packets - 1],
+          `${what}: AckReq on the last packet only`,
+        );
+        if (!only) {
+          assert.is(headers[0]!.opcode, IbOpcode.RdmaWriteFirst, `${what}: a FIRST`);
+          assert.is(headers[0]!.dmaLength, length, `${what}: the FIRST's RETH names the whole Write`);
+          continue;
+        }
+        const remote = MiB + index * 68 * KiB;
+        for (const [i, h] of headers.entries()) {
+          assert.is(h.opcode, IbOpcode.RdmaWriteOnly, `${what}: packet ${i} ONLY`);
+          assert.is(h.virtualAddress, BigInt(remote + i * 4096), `${what}: packet ${i} RETH address`);
+          assert.is(h.rkey, server.mr.rkey, `${what}: packet ${i} R_Key`);
+          assert.is(h.dmaLength, Math.min(4096, length - i * 4096), `${what}: packet ${i} DMA length`);
+          assert.is(h.payloadLength, h.dmaLength, `${what}: packet ${i} payload`);
+        }
+      }
+      return;
+    } finally {
+      await pair.close();
+    }
+  }
+});
+
+test('a lost ONLY packet: the responder NAKs the gap and the requester goes back N (ONLY packets are not resent alone), every octet arrives, and the path, lossy now, sends the next short Write as FIRST, MIDDLE and LAST', async () => {
+  const pair = await rcPair({ pathMtu: 4096 });
+  try {
+    const { client, server } = pair;
+    const sent = record(client);
+    const socket = (client.link as BatchedUdpLink).socket;
+    const sendRun = socket.sendRun.bind(socket);
+    let corrupted = 0;
+    socket.sendRun = (to, run) => {
+      // The second packet of the first run of ONLY packets gets a bad ICRC (the link has filled
+      // the trailers): the responder drops it as lost.
+      if (corrupted === 0 && run.count > 2 && run.headers[0] === IbOpcode.RdmaWriteOnly) {
+        run.trailers[run.trailerLength] = run.trailers[run.trailerLength]! ^ 0x01;
+        corrupted++;
+      }
+      sendRun(to, run);
+    };
+    const size = 16 * KiB;
+    const count = 4;
+    for (let i = 0; i < (count + 1) * size; i++) client.memory[i] = (i * 7 + 13) & 0xff;
+    for (let i = 0; i < count; i++) {
+      client.qp.postSend({
+        wrId: i,
+        opcode: 'RDMA_WRITE',
+        sgList: [{ lkey: client.mr.lkey, offset: i * size, length: size }],
+        remote: { stag: server.mr.rkey, taggedOffset: i * size },
+      });
+    }
+    expectSuccess(await completions(client.cq, count, 20_000));
+    assert.is(corrupted, 1);
+    assert.equal(server.memory.subarray(0, count * size), client.memory.subarray(0, count * size), 'written data');
+    assert.is(server.rnic.roceEndpoint!.stats.icrcErrors, 1, 'the bad packet was dropped');
+    assert.ok(server.qp.statistics.sequenceNaksSent >= 1, 'the gap was NAKed');
+    assert.is(client.qp.stats.resentAlone, 0, 'no ONLY packet resent alone');
+    assert.ok(client.qp.statistics.retransmittedPackets >= 4 * count - 1, `went back N (${client.qp.statistics.retransmittedPackets} resent)`);
+    sent.datagrams.splice(0);
+    client.qp.postSend({
+      wrId: 9,
+      opcode: 'RDMA_WRITE',
+      sgList: [{ lkey: client.mr.lkey, offset: count * size, length: size }],
+      remote: { stag: server.mr.rkey, taggedOffset: count * size },
+    });
+    expectSuccess(await completions(client.cq, 1, 20_000));
+    assert.equal(server.memory.subarray(count * size, (count + 1) * size), client.memory.subarray(count * size, (count + 1) * size), 'the next Write');
+    assert.equal(
+      sent.datagrams.map((datagram) => datagram[0]),
+      [IbOpcode.RdmaWriteFirst, IbOpcode.RdmaWriteMiddle, IbOpcode.RdmaWriteMiddle, IbOpcode.RdmaWriteLast],
+      'FIRST, MIDDLE and LAST on the lossy path',
+    );
+  } finally {
+    await pair.close();
+  }
+});
+
+test('a short Write whose R_Key allows only its first half: its ONLY packets inside the range are placed, the first outside it is NAKed (remote access error), nothing past the range is written, the QP ends in error', async () => {
+  const pair = await rcPair({ pathMtu: 4096 });
+  try {
+    const { client, server } = pair;
+    for (let i = 0; i < 64 * KiB; i++) client.memory[i] = (i * 3 + 1) | 1; // no zero octet
+    await writeFromStart(client, server, 4 * KiB); // the endpoint takes the QP's packets lean from now on
+    const base = MiB;
+    const limited = server.rnic.registerMemory(server.pd, server.memory.subarray(base, base + 64 * KiB), { access: Access.LocalWrite | Access.RemoteWrite });
+    // 16 KiB at 56 KiB into a 64 KiB region: two packets inside, two past its end.
+    client.qp.postSend({
+      wrId: 2,
+      opcode: 'RDMA_WRITE',
+      sgList: [{ lkey: client.mr.lkey, offset: 0, length: 16 * KiB }],
+      remote: { stag: limited.rkey, taggedOffset: 56 * KiB },
+    });
+    const [failed] = await completions(client.cq, 1, 20_000);
+    assert.is(failed!.status, WcStatus.RemoteAccessError, failed!.error);
+    assert.is(server.qp.state, 'error');
+    assert.equal(server.memory.subarray(base + 56 * KiB, base + 64 * KiB), client.memory.subarray(0, 8 * KiB), 'the packets inside the range were placed');
+    assert.ok(
+      server.memory.subarray(base + 64 * KiB, base + 128 * KiB).every((octet) => octet === 0),
+      'nothing written past the range the R_Key allows',
+    );
   } finally {
     await pair.close();
   }

@@ -11,6 +11,7 @@ import {
   type MemoryRegion,
   type PacketLink,
   type PathMtu,
+  type ProtectionDomain,
   type RcQueuePair,
   type Rnic,
   type WorkCompletion,
@@ -22,6 +23,8 @@ export interface RcSide {
   qp: RcQueuePair;
   cq: CompletionQueue;
   mr: MemoryRegion;
+  /** The protection domain of `qp` and `mr` (a test registers more memory in it). */
+  pd: ProtectionDomain;
   memory: Uint8Array;
   /** The kernel UDP link ($KBTP_ROCE_UDP picks batched or dgram; default batched where koffi loads), maybe impaired. */
   link: PacketLink;
@@ -58,7 +61,7 @@ async function side(name: string, bytes: number, options: RcPairOptions, seed: n
   for (let i = 0; i < (options.receives ?? 0); i++) {
     qp.postRecv({ wrId: 1_000_000 + i, sgList: [{ lkey: mr.lkey, offset: bytes - receiveLength * ((i % 4) + 1), length: receiveLength }] });
   }
-  return { rnic, qp, cq, mr, memory, link };
+  return { rnic, qp, cq, mr, pd, memory, link };
 }
 
 export async function rcPair(options: RcPairOptions = {}): Promise<RcPair> {

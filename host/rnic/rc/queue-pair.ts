@@ -14,7 +14,7 @@ import { checkSendRequest } from '../qp-checks.ts';
 import { QueuePairAttributes, type QueuePairOptions } from '../qp-attributes.ts';
 import { ViewCache } from '../view-cache.ts';
 import { encodeHeaders, IbHeaders, padFor } from '../wire/ib-headers.ts';
-import { BTH_LENGTH, headerLength, IbOpcode, ICRC_LENGTH, OPCODES } from '../wire/ib-opcodes.ts';
+import { BTH_LENGTH, headerLength, IbOpcode, ICRC_LENGTH, OPCODES, RETH_LENGTH } from '../wire/ib-opcodes.ts';
 import type { ReceiveWorkRequest, SendWorkRequest, WorkCompletion } from '../work.ts';
 import { wcOpcodeFor, type WcOpcode, WcStatus } from '../work.ts';
 import type { PacketLink, PacketRun, PeerAddress } from './link.ts';
@@ -71,6 +71,11 @@ export interface RcPathParameters {
    * past a lost one, and the requester resends the lost packet alone (responder.ts, Transmitter.resendAlone).
    */
   selectiveRepeat?: boolean;
+  /**
+   * The longest plain RDMA Write, in packets, this side sends as one RDMA WRITE ONLY per packet
+   * on a clean path (requester-transmit.ts; default 16, 1 never).
+   */
+  onlyPacketWritesUpTo?: number;
 }
 
 interface RcQueuePairEvents {
@@ -167,6 +172,16 @@ export class RcQueuePair extends QueuePairAttributes<RcQueuePairEvents> {
     segment: 0,
     count: 0,
     trailers: new Uint8Array(RUN_PACKETS * ICRC_LENGTH),
+    trailerLength: ICRC_LENGTH,
+  };
+  /** The run of RDMA WRITE ONLY packets `sendWriteOnlyRun` fills (a BTH and a RETH each; the trailers are the other run's). */
+  private readonly writeOnlyRun: PacketRun = {
+    headers: new Uint8Array(RUN_PACKETS * (BTH_LENGTH + RETH_LENGTH)),
+    headerLength: BTH_LENGTH + RETH_LENGTH,
+    payload: EMPTY_PAYLOAD,
+    segment: 0,
+    count: 0,
+    trailers: this.run.trailers,
     trailerLength: ICRC_LENGTH,
   };
   private readonly disconnectWaiters: Array<(info: DisconnectInfo) => void> = [];
@@ -533,6 +548,81 @@ export class RcQueuePair extends QueuePairAttributes<RcQueuePairEvents> {
     if (ackRequestLast) headers[lastAt + 8]! |= 0x80;
     headers[lastAt] = lastOpcode;
     if (solicitedLast) headers[lastAt + 1]! |= 0x80;
+    this.stats.packetsSent += count;
+    run.payload = payload;
+    run.segment = segment;
+    run.count = count;
+    link.sendRun!(path.peer, run);
+    run.payload = EMPTY_PAYLOAD; // not kept reachable by the QP
+  }
+
+  /**
+   * Sends `count` (at most `runLimit`) RDMA WRITE ONLY packets, PSNs from `psn` on, packet i
+   * carrying `payload[i * segment, +segment)` to remote address `remoteAddress + remoteOffset +
+   * i * segment` under `rkey` (its RETH's DMA length the segment, a multiple of 4: no pad); only
+   * the last may ask for an ACK and carry the SE bit (`solicitedLast`). The same packets as
+   * `count` calls of sendPacket, in one call of the link's sendRun: equal datagrams, which a GSO
+   * link sends as few kernel messages (requester-transmit.ts: a short Write as ONLY packets).
+   */
+  sendWriteOnlyRun(
+    psn: number,
+    count: number,
+    payload: Uint8Array,
+    segment: number,
+    remoteAddress: bigint,
+    remoteOffset: number,
+    rkey: number,
+    ackRequestLast: boolean,
+    solicitedLast = false,
+  ): void {
+    const link = this.link;
+    const path = this.path;
+    if (link === undefined || path === undefined) return;
+    if (count < 1 || count > RUN_PACKETS || (segment & 3) !== 0 || payload.length < count * segment) {
+      throw new RangeError(`no run of ${count} WRITE ONLY packets with ${segment}-octet payloads in ${payload.length} octets`);
+    }
+    const h = this.headers(IbOpcode.RdmaWriteOnly, psn);
+    h.destQp = path.destQpNumber;
+    h.pkey = path.pkey ?? 0xffff;
+    h.padCount = 0;
+    h.virtualAddress = remoteAddress;
+    h.rkey = rkey;
+    h.dmaLength = segment;
+    const run = this.writeOnlyRun;
+    const headers = run.headers;
+    const stride = BTH_LENGTH + RETH_LENGTH;
+    encodeHeaders(headers, 0, h);
+    // The packets differ in their PSN and remote address only (and the last in AckReq); the
+    // address's halves are read back as encoded, so no BigInt is made per run.
+    let high = ((headers[BTH_LENGTH]! << 24) | (headers[BTH_LENGTH + 1]! << 16) | (headers[BTH_LENGTH + 2]! << 8) | headers[BTH_LENGTH + 3]!) >>> 0;
+    let low = ((headers[BTH_LENGTH + 4]! << 24) | (headers[BTH_LENGTH + 5]! << 16) | (headers[BTH_LENGTH + 6]! << 8) | headers[BTH_LENGTH + 7]!) >>> 0;
+    low += remoteOffset;
+    for (let i = 0; i < count; i++) {
+      const at = i * stride;
+      if (i > 0) {
+        headers.copyWithin(at, 0, stride);
+        const next = (psn + i) & 0xffffff;
+        headers[at + 9] = next >>> 16;
+        headers[at + 10] = (next >>> 8) & 0xff;
+        headers[at + 11] = next & 0xff;
+        low += segment;
+      }
+      while (low > 0xffffffff) {
+        low -= 0x100000000;
+        high = (high + 1) >>> 0;
+      }
+      const reth = at + BTH_LENGTH;
+      headers[reth] = high >>> 24;
+      headers[reth + 1] = (high >>> 16) & 0xff;
+      headers[reth + 2] = (high >>> 8) & 0xff;
+      headers[reth + 3] = high & 0xff;
+      headers[reth + 4] = low >>> 24;
+      headers[reth + 5] = (low >>> 16) & 0xff;
+      headers[reth + 6] = (low >>> 8) & 0xff;
+      headers[reth + 7] = low & 0xff;
+    }
+    if (ackRequestLast) headers[(count - 1) * stride + 8]! |= 0x80;
+    if (solicitedLast) headers[(count - 1) * stride + 1]! |= 0x80;
     this.stats.packetsSent += count;
     run.payload = payload;
     run.segment = segment;

@@ -1,7 +1,8 @@
 // The requester's transmission (requester.ts): turns the send queue's WQEs into packets, one
 // PSN each, within the PSN window, ORD and fences and a per-turn packet budget (a clean window's
 // 512; on a path that lost a packet lately in parts of 64, the thread's sockets read between them): path-MTU segments
-// of Sends and Writes (their middle packets as runs to the link), Read requests per chunk of
+// of Sends and Writes (their middle packets as runs to the link; a short Write's as a run of
+// ONLY packets), Read requests per chunk of
 // response packets, atomics; AckReq on every 64th packet, a message's last and the packet that
 // fills the window (the send queue's lossy or clean one, as the path lost a packet lately or not).
 // A rewind (requester-retransmit.ts) moves where it continues.
@@ -54,6 +55,35 @@ const PACKETS_PER_ACK_REQUEST = 64;
 function lastJoinsRun(wqe: Wqe, mtu: number): boolean {
   const opcode = wqe.wr.opcode;
   return (opcode === 'RDMA_WRITE' || opcode === 'SEND' || opcode === 'SEND_WITH_SE') && wqe.length === wqe.packets * mtu;
+}
+
+/**
+ * Whether `wqe` goes as one RDMA WRITE ONLY per packet, each with its own RETH: a plain RDMA Write
+ * (no Immediate Data, whose receive completion reports the message's length) of 2 to `upTo`
+ * packets (SendQueue.onlyPacketWritesUpTo), on a path that has not lost a packet lately, to a link
+ * that sends runs. The link sends a run of equal datagrams as one GSO message; a FIRST is 16
+ * octets longer than the MIDDLE and LAST packets after it, so a 16 KiB Write at path MTU 4096
+ * cost two kernel messages, and as ONLY packets a stream of them shares one per 15 packets
+ * (two-thread 16 KiB Writes 0.68-0.76 of iWARP's before, 0.90-0.91 after: docs/RNIC.md). The
+ * responder sees four Writes where one was posted, which changes nothing it reports (a Write
+ * without Immediate Data completes nothing there) but its MSN, and checks each packet's range
+ * alone: a Write its R_Key refuses part of may have placed the packets before that part (within
+ * what the R_Key allows) when the NAK ends the QP. On a lossy path a Write keeps FIRST, MIDDLE and
+ * LAST: selective repeat places MIDDLE and LAST packets past a gap, not ONLY ones.
+ */
+function sendsAsOnlyPackets(wqe: Wqe, upTo: number, lossy: boolean, runLimit: number): boolean {
+  return wqe.kind === Kind.Write && wqe.wr.opcode === 'RDMA_WRITE' && wqe.packets > 1 && wqe.packets <= upTo && !lossy && runLimit > 1;
+}
+
+/**
+ * Packets from `wqe`'s packet `from` on that one run to the link may carry: ONLY packets while
+ * they are a full path MTU; MIDDLE packets up to the LAST (included where it can join them,
+ * lastJoinsRun), none from a FIRST.
+ */
+function runAhead(wqe: Wqe, from: number, mtu: number): number {
+  if (wqe.onlyPackets) return Math.floor(wqe.length / mtu) - from;
+  if (from === 0) return 0;
+  return wqe.packets - (lastJoinsRun(wqe, mtu) ? 0 : 1) - from;
 }
 
 export class Transmitter {
@@ -151,6 +181,7 @@ export class Transmitter {
         wqe.started = true;
         wqe.chunkPackets = chunk;
         wqe.firstPsn = queue.nextPsn;
+        wqe.onlyPackets = sendsAsOnlyPackets(wqe, queue.onlyPacketWritesUpTo, lossy, qp.runLimit);
         qp.stats.messagesSent++;
       }
       if (newChunk) queue.holdResource(wqe, wqe.kind === Kind.Read ? chunkEnd : 1);
@@ -170,11 +201,10 @@ export class Transmitter {
         queue.nextPsn = psnAdd(queue.nextPsn, 1);
         queue.txIndex++;
         queue.txPacket = 0;
-      } else if (queue.txPacket > 0 && queue.txPacket < wqe.packets - (lastJoinsRun(wqe, queue.mtuFor()) ? 1 : 2) && budget > 1 && this.qp.runLimit > 1) {
-        // Middle packets, two or more of them (the LAST counted where it can join them): one run
-        // to the link (the same packets, not a call chain per packet). `budget` counts this one;
-        // the run takes what it sends of the rest.
-        const sent = this.sendMiddleRun(wqe, unacked, window, budget);
+      } else if (runAhead(wqe, queue.txPacket, queue.mtuFor()) >= 2 && budget > 1 && this.qp.runLimit > 1) {
+        // Two or more packets that can go as one run to the link (the same packets, not a call
+        // chain per packet). `budget` counts this one; the run takes what it sends of the rest.
+        const sent = this.sendRun(wqe, unacked, window, budget);
         queue.nextPsn = psnAdd(queue.nextPsn, sent);
         queue.txPacket += sent;
         budget -= sent - 1;
@@ -245,7 +275,7 @@ export class Transmitter {
       const offset = psnCompare(psn, wqe.firstPsn);
       if (offset < 0) return undefined;
       if (offset >= wqe.packets) continue;
-      if (wqe.kind !== Kind.Write || offset === 0 || wqe.done) return undefined;
+      if (wqe.kind !== Kind.Write || offset === 0 || wqe.done || wqe.onlyPackets) return undefined;
       this.qp.stats.retransmittedPackets++;
       this.qp.stats.resentAlone++;
       this.sendSegment(wqe, offset, psn, true);
@@ -264,7 +294,8 @@ export class Transmitter {
     const first = index === 0;
     const opcode = wqe.wr.opcode;
     let code: number;
-    if (wqe.kind === Kind.Write) {
+    if (wqe.onlyPackets) code = IbOpcode.RdmaWriteOnly;
+    else if (wqe.kind === Kind.Write) {
       const immediate = opcode === 'RDMA_WRITE_WITH_IMM';
       if (wqe.packets === 1) code = immediate ? IbOpcode.RdmaWriteOnlyWithImmediate : IbOpcode.RdmaWriteOnly;
       else if (first) code = IbOpcode.RdmaWriteFirst;
@@ -283,35 +314,38 @@ export class Transmitter {
       h.immediate = wqe.wr.immediate === undefined ? 0 : Number(wqe.wr.immediate & 0xffffffffn); // no BigInt made per message without one
       h.invalidateRkey = wqe.wr.invalidateStag ?? 0;
     }
-    if (first && wqe.kind === Kind.Write) {
+    const start = index * mtu;
+    const length = Math.min(wqe.length, start + mtu) - start;
+    if (wqe.onlyPackets) {
+      h.virtualAddress = wqe.remoteAddress + BigInt(start);
+      h.rkey = wqe.wr.remote!.stag;
+      h.dmaLength = length;
+    } else if (first && wqe.kind === Kind.Write) {
       h.virtualAddress = wqe.remoteAddress;
       h.rkey = wqe.wr.remote!.stag;
       h.dmaLength = wqe.length;
     }
     h.ackRequest = this.ackRequest(last || windowFull);
-    const start = index * mtu;
-    const length = Math.min(wqe.length, start + mtu) - start;
     const payload = wqe.region === undefined ? wqe.local.subarray(start, start + length) : wqe.region.view(wqe.regionOffset + start, length);
     qp.stats.payloadBytesSent += payload.length;
     qp.sendPacket(h, payload);
   }
 
   /**
-   * Sends MIDDLE packets of a Send or Write from `txPacket` on (at least one, which the caller
-   * admitted) as one run, as sendSegment would one by one: up to the message's last packet
-   * (included where it can join the run: lastJoinsRun), the PSN `window` (`unacked` before the
-   * first), the turn's `budget`, the link's run limit, and the next AckReq, which ends the run
-   * (every PACKETS_PER_ACK_REQUEST-th packet, the one that fills the window, the LAST); a run
+   * Sends packets of `wqe` from `txPacket` on (at least one, which the caller admitted) as one
+   * run, as sendSegment would one by one: ONLY packets of a Write sent so, or MIDDLE packets of a
+   * Send or Write, as far as runAhead allows, the PSN `window` (`unacked` before the first), the
+   * turn's `budget`, the link's run limit, and the next AckReq, which ends the run (every
+   * PACKETS_PER_ACK_REQUEST-th packet, the one that fills the window, the message's last); a run
    * stays all new or all retransmitted, so the retransmission count and the round-trip timing see
    * each packet as sendSegment does. Returns how many packets it sent.
    */
-  private sendMiddleRun(wqe: Wqe, unacked: number, window: number, budget: number): number {
+  private sendRun(wqe: Wqe, unacked: number, window: number, budget: number): number {
     const queue = this.queue;
     const qp = this.qp;
     const mtu = queue.mtuFor();
     const index = queue.txPacket;
-    const lastJoins = lastJoinsRun(wqe, mtu);
-    let count = Math.min(wqe.packets - (lastJoins ? 0 : 1) - index, budget, qp.runLimit, PACKETS_PER_ACK_REQUEST - this.sinceAckRequest);
+    let count = Math.min(runAhead(wqe, index, mtu), budget, qp.runLimit, PACKETS_PER_ACK_REQUEST - this.sinceAckRequest);
     // Packet j of the run has unacked + j unacknowledged before it: it fits while that stays below the window.
     count = Math.min(count, window - unacked);
     const resent = psnCompare(queue.sentEnd, queue.nextPsn);
@@ -327,6 +361,20 @@ export class Transmitter {
     const length = count * mtu;
     const payload = wqe.region === undefined ? wqe.local.subarray(start, start + length) : wqe.region.view(wqe.regionOffset + start, length);
     qp.stats.payloadBytesSent += length;
+    if (wqe.onlyPackets) {
+      qp.sendWriteOnlyRun(
+        queue.nextPsn,
+        count,
+        payload,
+        mtu,
+        wqe.remoteAddress,
+        start,
+        wqe.wr.remote!.stag,
+        ackRequest,
+        endsMessage && wqe.wr.solicited === true,
+      );
+      return count;
+    }
     const write = wqe.kind === Kind.Write;
     const middle = write ? IbOpcode.RdmaWriteMiddle : IbOpcode.SendMiddle;
     if (!endsMessage) qp.sendRun(middle, queue.nextPsn, count, payload, mtu, ackRequest);

@@ -49,6 +49,13 @@ const CLEAN_READ_WINDOW_PACKETS = 1024;
  */
 const LOSSY_WINDOW_PACKETS = 128;
 export const CLEAN_WINDOW_PACKETS = 512;
+/**
+ * Plain RDMA Writes of up to this many packets go as one RDMA WRITE ONLY per packet on a clean
+ * path (requester-transmit.ts, sendsAsOnlyPackets): 16 KiB and 64 KiB Writes at path MTU 4096.
+ * Each packet's RETH costs the responder a range check; past about 16 packets a Write's one
+ * FIRST is cheaper than that (session 20: 256 KiB Writes as ONLY packets ran no faster).
+ */
+export const ONLY_PACKET_WRITES_UP_TO = 16;
 export const EMPTY: Uint8Array = new Uint8Array(0);
 const NO_SGES: readonly Sge[] = [];
 
@@ -81,6 +88,8 @@ export interface Wqe {
    * chunks, and the retries within them, keep one size.
    */
   chunkPackets: number;
+  /** Write: sent as one RDMA WRITE ONLY per packet (requester-transmit.ts), fixed when it is first sent. */
+  onlyPackets: boolean;
   /** Read: response packets that arrived past a missing one (allocated at the first such packet). */
   arrived?: Uint8Array;
   /** Read: 1 where a retry asked again from this missing packet (one retry per gap; allocated at the first). */
@@ -121,6 +130,8 @@ export class SendQueue {
   readWindow = READ_WINDOW_PACKETS;
   cleanReadWindow = CLEAN_READ_WINDOW_PACKETS;
   ord = 1;
+  /** RcPathParameters.onlyPacketWritesUpTo. */
+  onlyPacketWritesUpTo = ONLY_PACKET_WRITES_UP_TO;
   running = false;
   /** Region and offset of the range the last `resolve` returned. */
   private resolvedRegion: MemoryRegion | undefined;
@@ -136,6 +147,7 @@ export class SendQueue {
     this.readWindow = path.maxUnackedPackets ?? READ_WINDOW_PACKETS;
     this.cleanReadWindow = path.maxUnackedPackets ?? CLEAN_READ_WINDOW_PACKETS;
     this.ord = Math.max(1, path.ord);
+    this.onlyPacketWritesUpTo = path.onlyPacketWritesUpTo ?? ONLY_PACKET_WRITES_UP_TO;
     this.resourceWqes = new Array<Wqe | undefined>(this.ord).fill(undefined);
     this.resourceEnds = new Int32Array(this.ord);
     this.resourceHead = 0;
@@ -228,6 +240,7 @@ export class SendQueue {
       received: 0,
       requested: 0,
       chunkPackets: READ_CHUNK_PACKETS,
+      onlyPackets: false,
       done: false,
       status: WcStatus.Success,
     });

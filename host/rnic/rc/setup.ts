@@ -64,6 +64,11 @@ export interface RcSetupOptions {
    * resent alone instead of with everything sent after it (go-back-N, which rxe and IB require).
    */
   selectiveRepeat?: boolean;
+  /**
+   * The longest plain RDMA Write, in packets, sent as one RDMA WRITE ONLY per packet on a clean
+   * path (default 16; 1 never): equal datagrams, which the kernel sends as few GSO messages.
+   */
+  onlyPacketWritesUpTo?: number;
 }
 
 export interface RcConnectOptions extends RcSetupOptions {
@@ -193,6 +198,7 @@ function pathFor(own: RcSetupOptions, peer: SetupMessage, pathMtu: PathMtu, ird:
     ...(own.rnrRetry === undefined ? {} : { rnrRetry: own.rnrRetry }),
     ...(own.minRnrTimer === undefined ? {} : { minRnrTimer: own.minRnrTimer }),
     ...(own.maxUnackedPackets === undefined ? {} : { maxUnackedPackets: own.maxUnackedPackets }),
+    ...(own.onlyPacketWritesUpTo === undefined ? {} : { onlyPacketWritesUpTo: own.onlyPacketWritesUpTo }),
     ...(ownFlags(own) & peer.flags & FLAG_SELECTIVE_REPEAT ? { selectiveRepeat: true } : {}),
   };
 }
