@@ -574,7 +574,7 @@ test('a plain Write of 2 to 16 packets goes as RDMA WRITE ONLY packets in one ru
   }
 });
 
-test('a lost ONLY packet: the responder NAKs the gap and the requester goes back N (ONLY packets are not resent alone), every octet arrives, and the path, lossy now, sends the next short Write as FIRST, MIDDLE and LAST', async () => {
+test('a lost ONLY packet: the responder NAKs the gap and the requester goes back N (ONLY packets are not resent alone), every octet arrives; the path, lossy now, still sends a short Write as ONLY packets', async () => {
   const pair = await rcPair({ pathMtu: 4096 });
   try {
     const { client, server } = pair;
@@ -618,10 +618,11 @@ test('a lost ONLY packet: the responder NAKs the gap and the requester goes back
     });
     expectSuccess(await completions(client.cq, 1, 20_000));
     assert.equal(server.memory.subarray(count * size, (count + 1) * size), client.memory.subarray(count * size, (count + 1) * size), 'the next Write');
+    assert.ok(client.qp.statistics.sequenceNaksReceived >= 1, 'the path lost a packet lately');
     assert.equal(
       sent.datagrams.map((datagram) => datagram[0]),
-      [IbOpcode.RdmaWriteFirst, IbOpcode.RdmaWriteMiddle, IbOpcode.RdmaWriteMiddle, IbOpcode.RdmaWriteLast],
-      'FIRST, MIDDLE and LAST on the lossy path',
+      new Array<number>(4).fill(IbOpcode.RdmaWriteOnly),
+      'ONLY packets on the lossy path too',
     );
   } finally {
     await pair.close();

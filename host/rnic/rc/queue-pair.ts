@@ -73,7 +73,7 @@ export interface RcPathParameters {
   selectiveRepeat?: boolean;
   /**
    * The longest plain RDMA Write, in packets, this side sends as one RDMA WRITE ONLY per packet
-   * on a clean path (requester-transmit.ts; default 16, 1 never).
+   * (requester-transmit.ts; default 16, 1 never).
    */
   onlyPacketWritesUpTo?: number;
 }

@@ -50,8 +50,8 @@ const CLEAN_READ_WINDOW_PACKETS = 1024;
 const LOSSY_WINDOW_PACKETS = 128;
 export const CLEAN_WINDOW_PACKETS = 512;
 /**
- * Plain RDMA Writes of up to this many packets go as one RDMA WRITE ONLY per packet on a clean
- * path (requester-transmit.ts, sendsAsOnlyPackets): 16 KiB and 64 KiB Writes at path MTU 4096.
+ * Plain RDMA Writes of up to this many packets go as one RDMA WRITE ONLY per packet
+ * (requester-transmit.ts, sendsAsOnlyPackets): 16 KiB and 64 KiB Writes at path MTU 4096.
  * Each packet's RETH costs the responder a range check; past about 16 packets a Write's one
  * FIRST is cheaper than that (session 20: 256 KiB Writes as ONLY packets ran no faster).
  */
@@ -88,7 +88,7 @@ export interface Wqe {
    * chunks, and the retries within them, keep one size.
    */
   chunkPackets: number;
-  /** Write: sent as one RDMA WRITE ONLY per packet (requester-transmit.ts), fixed when it is first sent. */
+  /** Write: sent as one RDMA WRITE ONLY per packet (requester-transmit.ts), fixed when it is first sent (a retransmission resends the same packets). */
   onlyPackets: boolean;
   /** Read: response packets that arrived past a missing one (allocated at the first such packet). */
   arrived?: Uint8Array;

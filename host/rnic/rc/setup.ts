@@ -65,8 +65,8 @@ export interface RcSetupOptions {
    */
   selectiveRepeat?: boolean;
   /**
-   * The longest plain RDMA Write, in packets, sent as one RDMA WRITE ONLY per packet on a clean
-   * path (default 16; 1 never): equal datagrams, which the kernel sends as few GSO messages.
+   * The longest plain RDMA Write, in packets, sent as one RDMA WRITE ONLY per packet (default 16;
+   * 1 never): equal datagrams, which the kernel sends as few GSO messages.
    */
   onlyPacketWritesUpTo?: number;
 }
