@@ -6,6 +6,7 @@
 
 import dgram from 'node:dgram';
 import { BatchedUdpSocket } from '../host/rnic/rc/batched-udp-socket.ts';
+import { ONLY_PACKET_WRITES_UP_TO } from '../host/rnic/rc/send-queue.ts';
 
 export const ROCE_PACKET = 12 + 4096 + 4;
 /** What a RoCE packet's headers add to a MIDDLE's 12 (BTH): a Write FIRST's RETH, a Read Response FIRST's or LAST's AETH. */
@@ -14,9 +15,10 @@ const AETH_EXTRA = 4;
 
 /**
  * The datagrams' sizes: all a MIDDLE's (uniform), or those of RC messages of `size` octets at path
- * MTU 4096: a Write's FIRST longer by its RETH, a Read's FIRST and LAST longer by their AETH. GSO
- * sends a run of equal datagrams (the last may be shorter) as one message, so these shapes cost
- * the kernel two or three messages per 16 KiB where a uniform stream costs a quarter of one.
+ * MTU 4096: a Write's FIRST longer by its RETH (every packet of a short Write, which goes as ONLY
+ * packets: requester-transmit.ts), a Read's FIRST and LAST longer by their AETH. GSO sends a run of
+ * equal datagrams (the last may be shorter) as one message, so a Read's shape costs the kernel two
+ * messages per 16 KiB where a uniform stream costs a quarter of one.
  */
 export type DatagramShape = { kind: 'uniform' } | { kind: 'write' | 'read'; size: number };
 export const UNIFORM: DatagramShape = { kind: 'uniform' };
@@ -100,7 +102,8 @@ export async function pump(pair: UdpPair, count: number, shape: DatagramShape = 
   const isLonger = (index: number): boolean => {
     if (shape.kind === 'uniform') return false;
     const position = index % perMessage;
-    return shape.kind === 'write' ? position === 0 : position === 0 || position === perMessage - 1;
+    if (shape.kind === 'write') return perMessage <= ONLY_PACKET_WRITES_UP_TO || position === 0;
+    return position === 0 || position === perMessage - 1;
   };
   let received = 0;
   const elsewhere = pair.arrived?.bind(pair);
