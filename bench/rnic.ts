@@ -12,9 +12,9 @@
 // and the batched pair once more with its receiver on a thread of its own ("udp-batched", threads:
 // 2; bench/rnic-udp-threads.ts): what the link carries where the two-thread RoCE rows run it;
 // with --rows udp,threads also in the shapes of RC Writes and Reads of each size ("udp-batched",
-// shape: "write" | "read": a Write's FIRST longer by its RETH, every packet of a short one (ONLY
-// packets), a Read's FIRST and LAST by their AETH, so GSO sends two messages per 16 KiB Read):
-// the link's own ceiling for the two-thread RoCE rows, with RC's work left out.
+// shape: "write" | "read": a Write's FIRST longer by its RETH, a Read's FIRST and LAST by their
+// AETH, every packet of a short Write or Read so (ONLY packets), so GSO sends a message of its own
+// for each FIRST): the link's own ceiling for the two-thread RoCE rows, with RC's work left out.
 //
 //   node --import tsx bench/rnic.ts [--mib-per-run N] [--threads-mib-per-run N] [--trials N] [--sizes 16384,262144] [--rows iwarp,roce] [--ops read] [--counters] [--output path]
 //

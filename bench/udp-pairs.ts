@@ -6,6 +6,7 @@
 
 import dgram from 'node:dgram';
 import { BatchedUdpSocket } from '../host/rnic/rc/batched-udp-socket.ts';
+import { ONLY_READ_RESPONSES_UP_TO } from '../host/rnic/rc/responder.ts';
 import { ONLY_PACKET_WRITES_UP_TO } from '../host/rnic/rc/send-queue.ts';
 
 export const ROCE_PACKET = 12 + 4096 + 4;
@@ -15,10 +16,11 @@ const AETH_EXTRA = 4;
 
 /**
  * The datagrams' sizes: all a MIDDLE's (uniform), or those of RC messages of `size` octets at path
- * MTU 4096: a Write's FIRST longer by its RETH (every packet of a short Write, which goes as ONLY
- * packets: requester-transmit.ts), a Read's FIRST and LAST longer by their AETH. GSO sends a run of
- * equal datagrams (the last may be shorter) as one message, so a Read's shape costs the kernel two
- * messages per 16 KiB where a uniform stream costs a quarter of one.
+ * MTU 4096 between kbtp RNICs: a Write's FIRST longer by its RETH, a Read's FIRST and LAST longer by
+ * their AETH, and every packet of a short Write or Read so (ONLY packets: requester-transmit.ts,
+ * responder.ts). GSO sends a run of equal datagrams (the last may be shorter) as one message, so a
+ * FIRST costs the kernel a message of its own where a uniform stream costs a quarter of one per
+ * 16 KiB.
  */
 export type DatagramShape = { kind: 'uniform' } | { kind: 'write' | 'read'; size: number };
 export const UNIFORM: DatagramShape = { kind: 'uniform' };
@@ -103,7 +105,7 @@ export async function pump(pair: UdpPair, count: number, shape: DatagramShape = 
     if (shape.kind === 'uniform') return false;
     const position = index % perMessage;
     if (shape.kind === 'write') return perMessage <= ONLY_PACKET_WRITES_UP_TO || position === 0;
-    return position === 0 || position === perMessage - 1;
+    return perMessage <= ONLY_READ_RESPONSES_UP_TO || position === 0 || position === perMessage - 1;
   };
   let received = 0;
   const elsewhere = pair.arrived?.bind(pair);

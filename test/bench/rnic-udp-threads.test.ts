@@ -67,7 +67,7 @@ function recordingPair(lengths: number[]): UdpPair {
   };
 }
 
-test("the pump's RoCE shapes: a Write's FIRST longer by its RETH (every packet of a short Write, sent as ONLY packets), a Read's FIRST and LAST by their AETH, per message of the size", async () => {
+test("the pump's RoCE shapes: a Write's FIRST longer by its RETH, a Read's FIRST and LAST by their AETH, every packet of a short Write or Read (ONLY packets), per message of the size", async () => {
   const sizes = async (shape: Parameters<typeof pump>[2]): Promise<number[]> => {
     const lengths: number[] = [];
     assert.is(await pump(recordingPair(lengths), 12, shape), 12);
@@ -78,7 +78,9 @@ test("the pump's RoCE shapes: a Write's FIRST longer by its RETH (every packet o
   // 16 KiB messages: four packets each, a Write's all ONLY packets; a 68 KiB Write's 17 packets: one FIRST.
   assert.equal(await sizes({ kind: 'write', size: 16384 }), new Array(12).fill(M + 16));
   assert.equal(await sizes({ kind: 'write', size: 17 * 4096 }), [M + 16, ...new Array(11).fill(M)]);
-  assert.equal(await sizes({ kind: 'read', size: 16384 }), [M + 4, M, M, M + 4, M + 4, M, M, M + 4, M + 4, M, M, M + 4]);
+  // A short Read's responses are ONLY packets, each with its AETH; a 36 KiB one's 9: FIRST, 7 MIDDLE, LAST.
+  assert.equal(await sizes({ kind: 'read', size: 16384 }), new Array(12).fill(M + 4));
+  assert.equal(await sizes({ kind: 'read', size: 9 * 4096 }), [M + 4, M, M, M, M, M, M, M, M + 4, M + 4, M, M]);
   // One-packet Reads are ONLY responses, each with its AETH.
   assert.equal(await sizes({ kind: 'read', size: 4096 }), new Array(12).fill(M + 4));
 });

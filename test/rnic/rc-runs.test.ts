@@ -13,7 +13,7 @@ import { BatchedUdpLink } from '../../host/rnic/rc/batched-udp-link.ts';
 import { Retransmission } from '../../host/rnic/rc/requester-retransmit.ts';
 import type { BatchedUdpSocket } from '../../host/rnic/rc/batched-udp-socket.ts';
 import { socketIcrcHeaders, type PeerAddress } from '../../host/rnic/rc/link.ts';
-import { IbHeaders, decodeHeaders } from '../../host/rnic/wire/ib-headers.ts';
+import { IbHeaders, decodeHeaders, Syndrome } from '../../host/rnic/wire/ib-headers.ts';
 import { IbOpcode } from '../../host/rnic/wire/ib-opcodes.ts';
 import { Access } from '../../host/rnic/memory.ts';
 import { WcStatus } from '../../host/rnic/work.ts';
@@ -652,6 +652,93 @@ test('a short Write whose R_Key allows only its first half: its ONLY packets ins
       server.memory.subarray(base + 64 * KiB, base + 128 * KiB).every((octet) => octet === 0),
       'nothing written past the range the R_Key allows',
     );
+  } finally {
+    await pair.close();
+  }
+});
+
+/** A Read of `length` octets from `server`'s `remote` into `client`'s `local`, completed. */
+async function readInto(client: RcSide, server: RcSide, local: number, remote: number, length: number): Promise<void> {
+  client.qp.postSend({
+    wrId: 7,
+    opcode: 'RDMA_READ',
+    sgList: [{ lkey: client.mr.lkey, offset: local, length }],
+    remote: { stag: server.mr.rkey, taggedOffset: remote },
+  });
+  expectSuccess(await completions(client.cq, 1, 20_000));
+  assert.equal(client.memory.subarray(local, local + length), server.memory.subarray(remote, remote + length), `read data (${length} octets)`);
+}
+
+test('between kbtp RNICs a Read of 2 to 8 packets is answered with READ RESPONSE ONLY packets in one run, each AETH an ACK; a longer Read, or an end that does not offer it, gets FIRST, MIDDLE and LAST', async () => {
+  const cases = [
+    { length: 16 * KiB, only: true, alone: 0 },
+    { length: 16 * KiB - 100, only: true, alone: 1 },
+    { length: 32 * KiB, only: true, alone: 0 },
+    { length: 36 * KiB, only: false, alone: 2 },
+  ] as const;
+  for (const offered of ['both', 'the responder only', 'the requester only'] as const) {
+    const pair = await rcPair({
+      pathMtu: 4096,
+      ...(offered === 'the responder only' ? { onlyReadResponses: false, acceptOptions: {} } : {}),
+      ...(offered === 'the requester only' ? { acceptOptions: { onlyReadResponses: false } } : {}),
+    });
+    try {
+      const { client, server } = pair;
+      const on = offered === 'both';
+      assert.is(client.qp.path?.onlyReadResponses === true, on, `${offered}: the client's path`);
+      assert.is(server.qp.path?.onlyReadResponses === true, on, `${offered}: the server's path`);
+      for (let i = 0; i < MiB; i++) server.memory[MiB + i] = (i * 37 + (i >>> 9)) & 0xff;
+      const answered = record(server);
+      for (const { length, only, alone } of cases) {
+        const what = `${offered}, a Read of ${length}`;
+        const runs = answered.runs();
+        const before = answered.alone();
+        await readInto(client, server, 2 * MiB, MiB, length);
+        const headers = decodeAll(answered.datagrams.splice(0), server.link.local, client.link.local);
+        const packets = Math.ceil(length / 4096);
+        assert.is(headers.length, packets, `${what}: packets`);
+        for (let i = 1; i < packets; i++) assert.is(headers[i]!.psn, (headers[0]!.psn + i) & 0xffffff, `${what}: packet ${i} PSN`);
+        if (on && only) {
+          assert.ok(
+            headers.every((h) => h.opcode === IbOpcode.RdmaReadResponseOnly && (h.syndrome & Syndrome.TypeMask) === Syndrome.TypeAck),
+            `${what}: ONLY responses, each AETH an ACK`,
+          );
+          assert.is(answered.runs() - runs, 1, `${what}: one run`);
+          assert.is(answered.alone() - before, alone, `${what}: ${alone} alone`);
+        } else {
+          assert.is(headers[0]!.opcode, IbOpcode.RdmaReadResponseFirst, `${what}: a FIRST`);
+          assert.is(headers[packets - 1]!.opcode, IbOpcode.RdmaReadResponseLast, `${what}: a LAST`);
+        }
+      }
+    } finally {
+      await pair.close();
+    }
+  }
+});
+
+test('a lost ONLY response of a short Read is asked for again alone when the next one arrives: no timeout, every octet read', async () => {
+  const pair = await rcPair({ pathMtu: 4096, ackTimeoutMs: 60_000 });
+  try {
+    const { client, server } = pair;
+    const socket = (server.link as BatchedUdpLink).socket;
+    const sendRun = socket.sendRun.bind(socket);
+    let corrupted = 0;
+    socket.sendRun = (to, run) => {
+      // The second packet of the first run of ONLY responses gets a bad ICRC (the link has filled
+      // the trailers): the requester drops it as lost.
+      if (corrupted === 0 && run.count > 2 && run.headers[0] === IbOpcode.RdmaReadResponseOnly) {
+        run.trailers[run.trailerLength] = run.trailers[run.trailerLength]! ^ 0x01;
+        corrupted++;
+      }
+      sendRun(to, run);
+    };
+    for (let i = 0; i < 64 * KiB; i++) server.memory[MiB + i] = (i * 41 + 3) & 0xff;
+    const sentBefore = server.qp.statistics.packetsSent;
+    await readInto(client, server, 2 * MiB, MiB, 16 * KiB);
+    assert.is(corrupted, 1);
+    assert.is(client.rnic.roceEndpoint!.stats.icrcErrors, 1, 'the bad response was dropped');
+    assert.is(client.qp.statistics.timeouts, 0, 'no ACK timeout');
+    assert.is(server.qp.statistics.packetsSent - sentBefore, 5, 'four responses and the lost one again');
   } finally {
     await pair.close();
   }

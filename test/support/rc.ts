@@ -37,6 +37,8 @@ export interface RcPair {
 }
 
 export interface RcPairOptions extends RcSetupOptions {
+  /** Setup options of the accepting (server) side instead of these (the connecting side keeps these). */
+  acceptOptions?: RcSetupOptions;
   bytes?: number;
   impairments?: Impairments;
   pathMtu?: PathMtu;
@@ -69,7 +71,7 @@ export async function rcPair(options: RcPairOptions = {}): Promise<RcPair> {
   const server = await side('rc-server', bytes, options, 7);
   const client = await side('rc-client', bytes, options, 11);
   const listener = await server.rnic.listenRc({ pathMtu: options.pathMtu ?? 4096 });
-  const accepted = listener.next().then((request) => request.accept(server.qp, options));
+  const accepted = listener.next().then((request) => request.accept(server.qp, options.acceptOptions ?? options));
   await client.rnic.connectRc(client.qp, { host: '127.0.0.1', port: listener.port, ...options, pathMtu: options.pathMtu ?? 4096 });
   await accepted;
   await listener.close();

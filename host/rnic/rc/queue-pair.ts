@@ -14,7 +14,7 @@ import { checkSendRequest } from '../qp-checks.ts';
 import { QueuePairAttributes, type QueuePairOptions } from '../qp-attributes.ts';
 import { ViewCache } from '../view-cache.ts';
 import { encodeHeaders, IbHeaders, padFor } from '../wire/ib-headers.ts';
-import { BTH_LENGTH, headerLength, IbOpcode, ICRC_LENGTH, OPCODES, RETH_LENGTH } from '../wire/ib-opcodes.ts';
+import { AETH_LENGTH, BTH_LENGTH, headerLength, IbOpcode, ICRC_LENGTH, OPCODES, RETH_LENGTH } from '../wire/ib-opcodes.ts';
 import type { ReceiveWorkRequest, SendWorkRequest, WorkCompletion } from '../work.ts';
 import { wcOpcodeFor, type WcOpcode, WcStatus } from '../work.ts';
 import type { PacketLink, PacketRun, PeerAddress } from './link.ts';
@@ -76,6 +76,12 @@ export interface RcPathParameters {
    * (requester-transmit.ts; default 16, 1 never).
    */
   onlyPacketWritesUpTo?: number;
+  /**
+   * Both ends are kbtp RNICs that said so at setup (setup.ts): the responder answers a short Read
+   * with one READ RESPONSE ONLY per packet (responder.ts), which the requester takes as any
+   * response (its PSN says where the data goes).
+   */
+  onlyReadResponses?: boolean;
 }
 
 interface RcQueuePairEvents {
@@ -172,6 +178,16 @@ export class RcQueuePair extends QueuePairAttributes<RcQueuePairEvents> {
     segment: 0,
     count: 0,
     trailers: new Uint8Array(RUN_PACKETS * ICRC_LENGTH),
+    trailerLength: ICRC_LENGTH,
+  };
+  /** The run of RDMA READ RESPONSE ONLY packets `sendReadResponseOnlyRun` fills (a BTH and an AETH each; the trailers are the first run's). */
+  private readonly readResponseOnlyRun: PacketRun = {
+    headers: new Uint8Array(RUN_PACKETS * (BTH_LENGTH + AETH_LENGTH)),
+    headerLength: BTH_LENGTH + AETH_LENGTH,
+    payload: EMPTY_PAYLOAD,
+    segment: 0,
+    count: 0,
+    trailers: this.run.trailers,
     trailerLength: ICRC_LENGTH,
   };
   /** The run of RDMA WRITE ONLY packets `sendWriteOnlyRun` fills (a BTH and a RETH each; the trailers are the other run's). */
@@ -557,6 +573,37 @@ export class RcQueuePair extends QueuePairAttributes<RcQueuePairEvents> {
   }
 
   /**
+   * Sends `count` (at most `runLimit`) RDMA READ RESPONSE ONLY packets, PSNs from `psn` on, packet
+   * i carrying `payload[i * segment, +segment)` (a multiple of 4: no pad), each with the AETH
+   * `syndrome` and `msn`: a Read's responses to a requester that takes them so (responder.ts). The
+   * same packets as `count` calls of sendPacket, in one call of the link's sendRun.
+   */
+  sendReadResponseOnlyRun(psn: number, count: number, payload: Uint8Array, segment: number, syndrome: number, msn: number): void {
+    const link = this.link;
+    const path = this.path;
+    if (link === undefined || path === undefined) return;
+    if (count < 1 || count > RUN_PACKETS || (segment & 3) !== 0 || payload.length < count * segment) {
+      throw new RangeError(`no run of ${count} READ RESPONSE ONLY packets with ${segment}-octet payloads in ${payload.length} octets`);
+    }
+    const h = this.headers(IbOpcode.RdmaReadResponseOnly, psn);
+    h.destQp = path.destQpNumber;
+    h.pkey = path.pkey ?? 0xffff;
+    h.padCount = 0;
+    h.syndrome = syndrome;
+    h.msn = msn;
+    const run = this.readResponseOnlyRun;
+    const headers = run.headers;
+    encodeHeaders(headers, 0, h);
+    repeatHeaders(headers, BTH_LENGTH + AETH_LENGTH, count, psn);
+    this.stats.packetsSent += count;
+    run.payload = payload;
+    run.segment = segment;
+    run.count = count;
+    link.sendRun!(path.peer, run);
+    run.payload = EMPTY_PAYLOAD; // not kept reachable by the QP
+  }
+
+  /**
    * Sends `count` (at most `runLimit`) RDMA WRITE ONLY packets, PSNs from `psn` on, packet i
    * carrying `payload[i * segment, +segment)` to remote address `remoteAddress + remoteOffset +
    * i * segment` under `rkey` (its RETH's DMA length the segment, a multiple of 4: no pad); only
@@ -688,4 +735,16 @@ const ALL_ONES = 0xffff_ffff_ffff_ffffn;
 /** The big-endian 32-bit word at `at`. */
 function u32At(bytes: Uint8Array, at: number): number {
   return ((bytes[at]! << 24) | (bytes[at + 1]! << 16) | (bytes[at + 2]! << 8) | bytes[at + 3]!) >>> 0;
+}
+
+/** Copies the first of `count` headers of `stride` octets into the others, packet i's PSN `psn + i`. */
+function repeatHeaders(headers: Uint8Array, stride: number, count: number, psn: number): void {
+  for (let i = 1; i < count; i++) {
+    const at = i * stride;
+    headers.copyWithin(at, 0, stride);
+    const next = (psn + i) & 0xffffff;
+    headers[at + 9] = next >>> 16;
+    headers[at + 10] = (next >>> 8) & 0xff;
+    headers[at + 11] = next & 0xff;
+  }
 }

@@ -9,8 +9,10 @@
 // code (1..5 = 256..4096), flags, QPN (4), PSN (4), UDP port (2), IRD (2), ORD (2),
 // private-data length (2), GID (16), private data. Flags: bit 0, selective repeat (this side's
 // responder places Write packets past a lost one and NAKs each hole, its requester resends a
-// NAKed Write packet alone): on for the connection when both ends set it. An end that predates
-// the flags sent 0 there (the octet was reserved) and ignores it.
+// NAKed Write packet alone); bit 1, Read responses as ONLY packets (this side's requester takes
+// a short Read's responses as one READ RESPONSE ONLY per packet, so its responder may answer so:
+// responder.ts). Each is on for the connection when both ends set it. An end that predates the
+// flags sent 0 there (the octet was reserved) and ignores it.
 
 import net from 'node:net';
 import { randomInt } from 'node:crypto';
@@ -30,6 +32,7 @@ const TYPE_REQUEST = 1;
 const TYPE_ACCEPT = 2;
 const TYPE_REJECT = 3;
 const FLAG_SELECTIVE_REPEAT = 0x01;
+const FLAG_ONLY_READ_RESPONSES = 0x02;
 export const DEFAULT_RC_SETUP_TIMEOUT_MS = 10_000;
 
 interface SetupMessage {
@@ -69,6 +72,12 @@ export interface RcSetupOptions {
    * 1 never): equal datagrams, which the kernel sends as few GSO messages.
    */
   onlyPacketWritesUpTo?: number;
+  /**
+   * Offer a kbtp peer to answer each other's short Reads with one READ RESPONSE ONLY per packet
+   * (default true): equal datagrams, where FIRST and LAST carry an AETH and MIDDLE packets none.
+   * Not InfiniBand's form: never with rxe or another IB peer, which do not offer it.
+   */
+  onlyReadResponses?: boolean;
 }
 
 export interface RcConnectOptions extends RcSetupOptions {
@@ -84,6 +93,8 @@ export interface RcConnectionSummary {
   peerPrivateData: Uint8Array;
   /** Both ends offered selective repeat (RcSetupOptions.selectiveRepeat). */
   selectiveRepeat: boolean;
+  /** Both ends offered Read responses as ONLY packets (RcSetupOptions.onlyReadResponses). */
+  onlyReadResponses: boolean;
 }
 
 function encode(message: SetupMessage): Uint8Array {
@@ -200,12 +211,13 @@ function pathFor(own: RcSetupOptions, peer: SetupMessage, pathMtu: PathMtu, ird:
     ...(own.maxUnackedPackets === undefined ? {} : { maxUnackedPackets: own.maxUnackedPackets }),
     ...(own.onlyPacketWritesUpTo === undefined ? {} : { onlyPacketWritesUpTo: own.onlyPacketWritesUpTo }),
     ...(ownFlags(own) & peer.flags & FLAG_SELECTIVE_REPEAT ? { selectiveRepeat: true } : {}),
+    ...(ownFlags(own) & peer.flags & FLAG_ONLY_READ_RESPONSES ? { onlyReadResponses: true } : {}),
   };
 }
 
 /** The flags this side's setup message carries. */
 function ownFlags(own: RcSetupOptions): number {
-  return own.selectiveRepeat === false ? 0 : FLAG_SELECTIVE_REPEAT;
+  return (own.selectiveRepeat === false ? 0 : FLAG_SELECTIVE_REPEAT) | (own.onlyReadResponses === false ? 0 : FLAG_ONLY_READ_RESPONSES);
 }
 
 /** Binds the QP's life to the side channel: either end closing it ends the other. */
@@ -284,6 +296,7 @@ export async function connectRc(endpoint: RoceEndpoint, qp: RcQueuePair, options
       peerQpNumber: reply.qpNumber,
       peerPrivateData: reply.privateData,
       selectiveRepeat: path.selectiveRepeat === true,
+      onlyReadResponses: path.onlyReadResponses === true,
     };
   } catch (error) {
     socket.destroy();
@@ -371,6 +384,7 @@ export class RcConnectionRequest {
       peerQpNumber: this.request.qpNumber,
       peerPrivateData: this.request.privateData,
       selectiveRepeat: path.selectiveRepeat === true,
+      onlyReadResponses: path.onlyReadResponses === true,
     };
   }
 
