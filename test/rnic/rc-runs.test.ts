@@ -379,7 +379,7 @@ test('a middle packet with a bad ICRC, in sequence, is not placed by the lean pa
 });
 
 for (const form of ['ONLY packets', 'FIRST, MIDDLE and LAST'] as const) {
-  test(`16 KiB Writes (as ${form}) and Reads: the lean path takes every packet of both (4 each), FIRST and LAST too`, async () => {
+  test(`16 KiB Writes (as ${form}) and Reads: the lean path takes every packet of both (4 each), FIRST and LAST too, and the Read Requests`, async () => {
     const pair = await rcPair({ pathMtu: 4096, ...(form === 'ONLY packets' ? {} : { onlyPacketWritesUpTo: 1 }) });
     try {
       const { client, server } = pair;
@@ -401,6 +401,7 @@ for (const form of ['ONLY packets', 'FIRST, MIDDLE and LAST'] as const) {
       // packets lean): four ONLY packets, or FIRST (its RETH's range checked there), MIDDLE, MIDDLE, LAST.
       assert.is(server.rnic.roceEndpoint!.stats.lean, 4 * count - 1, 'Write packets placed by the lean path');
       const readBefore = client.rnic.roceEndpoint!.stats.lean;
+      const requestsBefore = server.rnic.roceEndpoint!.stats.lean;
       for (let i = 0; i < count; i++) {
         client.qp.postSend({
           wrId: 100 + i,
@@ -413,6 +414,7 @@ for (const form of ['ONLY packets', 'FIRST, MIDDLE and LAST'] as const) {
       assert.equal(client.memory.subarray(MiB, MiB + count * size), server.memory.subarray(MiB, MiB + count * size), 'read data');
       // The client's endpoint took the Writes' ACKs in full first: every response goes lean.
       assert.is(client.rnic.roceEndpoint!.stats.lean - readBefore, 4 * count, 'Read Responses placed by the lean path');
+      assert.is(server.rnic.roceEndpoint!.stats.lean - requestsBefore, count, 'Read Requests answered by the lean path');
       // The responder counts messages (its MSN): a Write as ONLY packets is four of them.
       const writeMessages = form === 'ONLY packets' ? 4 * count : count;
       assert.is(server.qp.statistics.messagesReceived, writeMessages + count, 'each Write completed at the responder (MSN), each Read executed');

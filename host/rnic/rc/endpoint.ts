@@ -93,9 +93,10 @@ export class RoceEndpoint implements LeanPacketReceiver {
    *   whatever follows its NAK until the expected PSN arrives (IBA 9.7.5.1.2), so its ICRC, good
    *   or bad, would change nothing. At 1 % loss go-back-N makes these about a quarter of what a
    *   Write's responder receives;
-   * - a Write (FIRST, MIDDLE, LAST or ONLY, without Immediate Data) or a Read Response (FIRST,
-   *   MIDDLE, LAST or ONLY, its AETH an ACK) with no flags (no SE, MigReq or pad, TVer 0, reserved bits 0) that
-   *   the QP would place now (`acceptsLean`) is taken once its ICRC is good;
+   * - a Write (FIRST, MIDDLE, LAST or ONLY, without Immediate Data), a Read Request (no payload)
+   *   or a Read Response (FIRST, MIDDLE, LAST or ONLY, its AETH an ACK) with no flags (no SE,
+   *   MigReq or pad, TVer 0, reserved bits 0) that the QP would take now (`acceptsLean`) is taken
+   *   once its ICRC is good;
    * anything else has its ICRC computed once, by the full path.
    */
   wants(area: Uint8Array, at: number, length: number, from: PeerAddress): LeanVerdict {
@@ -117,14 +118,23 @@ export class RoceEndpoint implements LeanPacketReceiver {
       return LeanVerdict.Dropped;
     }
     const header = leanHeaderLength(opcode);
-    if (header === 0 || area[at + 1] !== 0 || (area[at + 8]! & 0x7f) !== 0 || length <= header + ICRC_LENGTH) return LeanVerdict.FullPath;
+    // A payload: none in a Read Request, some in every other packet the lean path takes.
+    const payloadLength = length - header - ICRC_LENGTH;
+    if (
+      header === 0 ||
+      area[at + 1] !== 0 ||
+      (area[at + 8]! & 0x7f) !== 0 ||
+      (opcode === IbOpcode.RdmaReadRequest ? payloadLength !== 0 : payloadLength <= 0)
+    ) {
+      return LeanVerdict.FullPath;
+    }
     // A Read Response that carries an AETH: only an ACK syndrome (readResponse fails the WQE on another).
-    if (header !== BTH_LENGTH && (area[at + BTH_LENGTH]! & Syndrome.TypeMask) !== Syndrome.TypeAck) return LeanVerdict.FullPath;
+    if (header === BTH_LENGTH + AETH_LENGTH && (area[at + BTH_LENGTH]! & Syndrome.TypeMask) !== Syndrome.TypeAck) return LeanVerdict.FullPath;
     // A Write FIRST or ONLY: its RETH's DMA length (octets 12-15 after the BTH).
     const rethDma = at + BTH_LENGTH + 12;
     const dmaLength =
       header === BTH_LENGTH + RETH_LENGTH ? ((area[rethDma]! << 24) | (area[rethDma + 1]! << 16) | (area[rethDma + 2]! << 8) | area[rethDma + 3]!) >>> 0 : 0;
-    return qp.acceptsLean(opcode, psn, length - header - ICRC_LENGTH, dmaLength) ? LeanVerdict.Take : LeanVerdict.FullPath;
+    return qp.acceptsLean(opcode, psn, payloadLength, dmaLength) ? LeanVerdict.Take : LeanVerdict.FullPath;
   }
 
   /** The packet `wants` accepted, its ICRC good: placed by its QP, or false (the full path takes it). */
@@ -208,7 +218,8 @@ export class RoceEndpoint implements LeanPacketReceiver {
 
 /**
  * The headers before the payload of an opcode the lean path takes (BTH; BTH and AETH for a Read
- * Response FIRST, LAST or ONLY; BTH and RETH for a Write FIRST or ONLY), or 0 for any other.
+ * Response FIRST, LAST or ONLY; BTH and RETH for a Write FIRST or ONLY and a Read Request), or 0
+ * for any other.
  */
 function leanHeaderLength(opcode: number): number {
   switch (opcode) {
@@ -222,6 +233,7 @@ function leanHeaderLength(opcode: number): number {
       return BTH_LENGTH + AETH_LENGTH;
     case IbOpcode.RdmaWriteFirst:
     case IbOpcode.RdmaWriteOnly:
+    case IbOpcode.RdmaReadRequest:
       return BTH_LENGTH + RETH_LENGTH;
     default:
       return 0;

@@ -410,6 +410,7 @@ export class RcQueuePair extends QueuePairAttributes<RcQueuePairEvents> {
     if (this.state !== 'rts') return false;
     if (opcode === IbOpcode.RdmaWriteFirst || opcode === IbOpcode.RdmaWriteOnly)
       return this.responder.acceptsWriteStart(opcode === IbOpcode.RdmaWriteOnly, psn, length, dmaLength);
+    if (opcode === IbOpcode.RdmaReadRequest) return length === 0 && this.responder.acceptsReadRequest(psn, dmaLength);
     return opcode === IbOpcode.RdmaWriteMiddle || opcode === IbOpcode.RdmaWriteLast
       ? this.responder.acceptsWrite(opcode === IbOpcode.RdmaWriteLast, psn, length)
       : this.requester.acceptsReadResponse(opcode, psn, length);
@@ -427,24 +428,29 @@ export class RcQueuePair extends QueuePairAttributes<RcQueuePairEvents> {
   }
 
   /**
-   * The lean receive path (endpoint.ts): a Write MIDDLE or LAST (`opcode`) for the responder or a
-   * Read Response for the requester, its payload at raw address `payloadAddress` in the link's
-   * receive area, ICRC and every endpoint check passed. Taken (true) only when it is exactly the
-   * packet the full path would place next with no other effect than placing it and what the full
-   * path does after (the next PSN of the Write in progress; a Read Response of the oldest WQE);
-   * otherwise false, and the packet goes through `receive`.
+   * The lean receive path (endpoint.ts): a Write packet (`opcode`) or Read Request for the
+   * responder or a Read Response for the requester, its payload (none for a Read Request) at raw
+   * address `payloadAddress` in the link's receive area, its RETH (a Write FIRST or ONLY, a Read
+   * Request) at `rethAt` in `reth`, ICRC and every endpoint check passed. Taken (true) only when it
+   * is exactly the packet the full path would take next with no other effect than placing or
+   * answering it and what the full path does after (the next PSN of the Write in progress or the
+   * next request; a Read Response of an outstanding Read); otherwise false, and the packet goes
+   * through `receive`.
    */
   takeLean(opcode: number, psn: number, ackRequest: boolean, payloadAddress: number, length: number, reth: Uint8Array, rethAt: number): boolean {
     if (this.state !== 'rts') return false;
     let taken: boolean;
     try {
-      if (opcode === IbOpcode.RdmaWriteFirst || opcode === IbOpcode.RdmaWriteOnly) {
+      if (opcode === IbOpcode.RdmaWriteFirst || opcode === IbOpcode.RdmaWriteOnly || opcode === IbOpcode.RdmaReadRequest) {
         // The RETH, read where it lies: the tagged offset's halves, the R_Key, the DMA length.
         const high = u32At(reth, rethAt);
         const low = u32At(reth, rethAt + 4);
         const rkey = u32At(reth, rethAt + 8);
         const dmaLength = u32At(reth, rethAt + 12);
-        taken = this.responder.takeWriteStart(opcode === IbOpcode.RdmaWriteOnly, psn, ackRequest, high, low, rkey, dmaLength, payloadAddress, length);
+        taken =
+          opcode === IbOpcode.RdmaReadRequest
+            ? length === 0 && this.responder.takeReadRequest(psn, high, low, rkey, dmaLength)
+            : this.responder.takeWriteStart(opcode === IbOpcode.RdmaWriteOnly, psn, ackRequest, high, low, rkey, dmaLength, payloadAddress, length);
       } else {
         taken =
           opcode === IbOpcode.RdmaWriteMiddle || opcode === IbOpcode.RdmaWriteLast

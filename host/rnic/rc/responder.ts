@@ -26,14 +26,17 @@ import type { RcPathParameters, RcQueuePair, RcRecvWqe } from './queue-pair.ts';
 const MAX_DMA_LENGTH = 0x80000000;
 const EMPTY: Uint8Array = new Uint8Array(0);
 
+/** A Read or atomic kept for a duplicate (a ring slot, rewritten in place: none made per request). */
 interface Resource {
-  readonly kind: 'read' | 'atomic';
-  readonly psn: number;
-  readonly packets: number;
-  readonly virtualAddress: bigint;
-  readonly rkey: number;
-  readonly length: number;
-  readonly original: bigint;
+  kind: 'read' | 'atomic';
+  psn: number;
+  packets: number;
+  /** The remote address's 32-bit halves (a duplicate compares them as one BigInt). */
+  addressHigh: number;
+  addressLow: number;
+  rkey: number;
+  length: number;
+  original: bigint;
 }
 
 const InProgress = { None: 0, Send: 1, Write: 2 } as const;
@@ -492,12 +495,42 @@ export class Responder {
       return;
     }
     if (length > 0 && !this.remoteAllowed(h, Access.RemoteRead, length, 'RDMA Read')) return;
+    this.answerRead(h.psn, h.virtualAddressHigh, h.virtualAddressLow, h.rkey, length);
+  }
+
+  /**
+   * Whether takeReadRequest could answer an RDMA Read Request with `psn` and `dmaLength` from its
+   * RETH now, before its remote range is checked (no effect): the next PSN, no message in
+   * progress, a DMA length the full path would not refuse.
+   */
+  acceptsReadRequest(psn: number, dmaLength: number): boolean {
+    return this.inProgress === InProgress.None && psn === this.expectedPsn && dmaLength <= MAX_DMA_LENGTH;
+  }
+
+  /**
+   * The lean path's RDMA Read Request (RcQueuePair.takeLean): as acceptsReadRequest, and its
+   * remote range (RETH: the address's halves, `rkey`, `dmaLength`) allowed, answered as
+   * readRequest would answer it; a range refused is not answered here (false): the full path
+   * checks it again and NAKs. A short Read's request was the one packet of its exchange the
+   * responder decoded in full (two-thread 16 KiB Reads: one per 16 KiB).
+   */
+  takeReadRequest(psn: number, high: number, low: number, rkey: number, dmaLength: number): boolean {
+    if (!this.acceptsReadRequest(psn, dmaLength)) return false;
+    const qp = this.qp;
+    if (dmaLength > 0 && qp.memory.checkRemoteAt(rkey, qp.pd, Access.RemoteRead, high, low, dmaLength) !== AccessStatus.Ok) return false;
+    this.nakSent = false;
+    this.answerRead(psn, high, low, rkey, dmaLength);
+    return true;
+  }
+
+  /** A Read Request with `psn` whose range (`length` octets at the address's halves, `rkey`) was just resolved: kept as a resource, counted and answered. */
+  private answerRead(psn: number, high: number, low: number, rkey: number, length: number): void {
     const packets = Math.max(1, Math.ceil(length / this.mtu));
-    this.remember({ kind: 'read', psn: h.psn, packets, virtualAddress: h.virtualAddress, rkey: h.rkey, length, original: 0n });
+    this.remember('read', psn, packets, high, low, rkey, length, 0n);
     this.msn = (this.msn + 1) & 0xffffff;
     this.qp.stats.messagesReceived++;
-    this.expectedPsn = psnAdd(h.psn, packets);
-    this.sendReadResponse(h.psn, length);
+    this.expectedPsn = psnAdd(psn, packets);
+    this.sendReadResponse(psn, length);
   }
 
   private atomic(h: IbHeaders): void {
@@ -523,7 +556,7 @@ export class Responder {
       compareMask: ALL_ONES_64,
     });
     region.onRemoteAtomic?.(offset, original);
-    this.remember({ kind: 'atomic', psn: h.psn, packets: 1, virtualAddress: h.virtualAddress, rkey: h.rkey, length: 8, original });
+    this.remember('atomic', h.psn, 1, h.virtualAddressHigh, h.virtualAddressLow, h.rkey, 8, original);
     this.msn = (this.msn + 1) & 0xffffff;
     this.qp.stats.messagesReceived++;
     this.expectedPsn = psnAdd(h.psn, 1);
@@ -547,7 +580,7 @@ export class Responder {
       }
       if (kind === Kind.ReadRequest && resource.kind === 'read') {
         // A retried Read may ask for the tail of the original range only, same rkey.
-        const start = h.virtualAddress - resource.virtualAddress;
+        const start = h.virtualAddress - ((BigInt(resource.addressHigh) << 32n) | BigInt(resource.addressLow));
         if (h.rkey !== resource.rkey || start < 0n || start + BigInt(h.dmaLength) > BigInt(resource.length)) return;
         if (h.dmaLength > 0 && !this.remoteAllowed(h, Access.RemoteRead, h.dmaLength, 'RDMA Read (repeated)')) return;
         this.sendReadResponse(h.psn, h.dmaLength);
@@ -712,8 +745,20 @@ export class Responder {
     return memory.resolvedRegion!.view(memory.resolvedOffset, length);
   }
 
-  private remember(resource: Resource): void {
-    this.resources[this.nextResource] = resource;
+  private remember(kind: Resource['kind'], psn: number, packets: number, high: number, low: number, rkey: number, length: number, original: bigint): void {
+    const slot = this.resources[this.nextResource];
+    if (slot === undefined) {
+      this.resources[this.nextResource] = { kind, psn, packets, addressHigh: high, addressLow: low, rkey, length, original };
+    } else {
+      slot.kind = kind;
+      slot.psn = psn;
+      slot.packets = packets;
+      slot.addressHigh = high;
+      slot.addressLow = low;
+      slot.rkey = rkey;
+      slot.length = length;
+      slot.original = original;
+    }
     this.nextResource = (this.nextResource + 1) % this.resources.length;
   }
 
