@@ -8,7 +8,7 @@ import { Random } from '../../host/util/random.ts';
 import { Access, WcStatus, type PacketLink, type SendWorkRequest } from '../../host/rnic/verbs.ts';
 import { psnAdd } from '../../host/rnic/wire/ib-headers.ts';
 import { IbOpcode } from '../../host/rnic/wire/ib-opcodes.ts';
-import { completions, expectSuccess, rcPair, type RcPair, type RcPairOptions, type RcSide } from '../support/rc.ts';
+import { completions, expectSuccess, rcPair, type RcPair, type RcPairOptions, type RcSide, withRcPair } from '../support/rc.ts';
 
 const MiB = 1024 * 1024;
 
@@ -25,16 +25,6 @@ function dropFirst(link: PacketLink, opcode: number, skip = 0): () => number {
     send(to, header, payload, trailer);
   };
   return () => dropped;
-}
-
-/** Opens a pair with `options`, runs `body` on its two sides and closes it, whatever happens. */
-async function withPair(options: RcPairOptions, body: (pair: RcPair) => Promise<void>): Promise<void> {
-  const pair = await rcPair(options);
-  try {
-    await body(pair);
-  } finally {
-    await pair.close();
-  }
 }
 
 /** Posts an RDMA Read (server [remote, +length) into client [local, +length)) or Write (the other way). */
@@ -230,7 +220,7 @@ test('a lost Atomic Acknowledge overtaken by a later Read Response is asked for 
   // the acknowledged PSN must move with it, or a retransmission starts from a PSN no WQE holds and
   // the atomic waits forever (the stall CI saw at 2 % loss). The Read Response's PSN is past the
   // missing one: that gap starts the retry, so a minute-long ACK timeout never comes into play.
-  await withPair({ pathMtu: 1024, ackTimeoutMs: 60_000 }, async ({ client, server }) => {
+  await withRcPair({ pathMtu: 1024, ackTimeoutMs: 60_000 }, async ({ client, server }) => {
     const dropped = dropFirst(server.link, IbOpcode.AtomicAcknowledge);
     new DataView(server.memory.buffer).setBigUint64(3 * MiB, 40n, true);
     postWrite(client, server, 1, 0, 2 * MiB, 1024);
@@ -251,7 +241,7 @@ test('a lost Atomic Acknowledge overtaken by a later Read Response is asked for 
 
 test('a lost last Read Response packet is asked for again when a later Read answers, not after the ACK timeout', async () => {
   // InfiniBand's FIRST, MIDDLE and LAST responses (between kbtp RNICs a short Read's are ONLY packets where the link sends runs: rc-runs).
-  await withPair({ pathMtu: 1024, ackTimeoutMs: 60_000, onlyReadResponses: false }, async ({ client, server }) => {
+  await withRcPair({ pathMtu: 1024, ackTimeoutMs: 60_000, onlyReadResponses: false }, async ({ client, server }) => {
     // The first Read's last response packet (3 packets: FIRST, MIDDLE, LAST), once.
     const dropped = dropFirst(server.link, IbOpcode.RdmaReadResponseLast);
     for (let i = 0; i < 256 * 1024; i++) server.memory[i] = (i * 13) & 0xff;
@@ -271,7 +261,7 @@ test('a lost last Read Response packet is asked for again when a later Read answ
 });
 
 test('a lost Read Response packet costs the rest of its chunk, asked for alone, not the Read responses sent after it', async () => {
-  await withPair({ pathMtu: 1024, ackTimeoutMs: 60_000 }, async ({ client, server }) => {
+  await withRcPair({ pathMtu: 1024, ackTimeoutMs: 60_000 }, async ({ client, server }) => {
     // A 64 KiB Read at path MTU 1024: 64 responses in one request (a clean path). The sixth MIDDLE (PSN
     // offset 6) is lost; the seventh reveals it.
     const dropped = dropFirst(server.link, IbOpcode.RdmaReadResponseMiddle, 5);
@@ -308,7 +298,7 @@ test('a Read whose retried response is lost again is still answered after later 
   // Read 2's ORD slot been freed while Read 1 still waited, Read 3's request would have taken
   // the responder resource Read 1's next retry needs (the ring overwrites its oldest entry), and
   // that retry would be dropped at every ACK timeout until the retry count ends the QP.
-  await withPair({ pathMtu: 1024, ird: 2, ord: 2, maxUnackedPackets: 512, ackTimeoutMs: 100, retryCount: 3 }, async ({ client, server }) => {
+  await withRcPair({ pathMtu: 1024, ird: 2, ord: 2, maxUnackedPackets: 512, ackTimeoutMs: 100, retryCount: 3 }, async ({ client, server }) => {
     const dropped = dropPsn(server.link, () => psnAdd(client.qp.path!.sendPsn, 5), 2);
     fill(server.memory.subarray(0, 64 * 1024), 21);
     for (let i = 0; i < 4; i++) {
@@ -330,7 +320,7 @@ test('Reads keep ORD chunks in flight past the 128-PSN Send/Write window (their 
   // response comes back, the requester asks for as many chunks as the Read window (1024 PSNs)
   // and ORD (16) allow: 16, where the 128-PSN window admitted 2. Then the responses flow (the ACK
   // timer asks again; the responder answers from its resources) and the Read completes, data exact.
-  await withPair({ bytes: 8 * MiB, ackTimeoutMs: 200 }, async ({ client, server }) => {
+  await withRcPair({ bytes: 8 * MiB, ackTimeoutMs: 200 }, async ({ client, server }) => {
     let held = true;
     const send = server.link.send.bind(server.link);
     server.link.send = (to, header, payload, trailer) => {
@@ -349,7 +339,7 @@ test('Reads keep ORD chunks in flight past the 128-PSN Send/Write window (their 
 });
 
 test('RNR: a Send before its receive is posted is retried until the receive appears', async () => {
-  await withPair({ pathMtu: 1024, minRnrTimer: 1 }, async ({ client, server }) => {
+  await withRcPair({ pathMtu: 1024, minRnrTimer: 1 }, async ({ client, server }) => {
     client.qp.postSend({ wrId: 1, opcode: 'SEND', sgList: [{ lkey: client.mr.lkey, offset: 0, length: 2048 }] });
     await new Promise((resolve) => setTimeout(resolve, 100));
     assert.is(client.cq.poll().length, 0, 'not complete without a receive');
@@ -364,7 +354,7 @@ test('RNR: a Send before its receive is posted is retried until the receive appe
 test('an RNR wait longer than the ACK timeout spends no transport retries', async () => {
   // While the RNR timer runs nothing is unacknowledged by loss: the ACK timer must stay off, or a
   // receiver that is merely slow to post ends the QP with RETRY_EXC_ERR.
-  await withPair({ pathMtu: 1024, minRnrTimer: 28, ackTimeoutMs: 60, retryCount: 3 }, async ({ client, server }) => {
+  await withRcPair({ pathMtu: 1024, minRnrTimer: 28, ackTimeoutMs: 60, retryCount: 3 }, async ({ client, server }) => {
     client.qp.postSend({ wrId: 1, opcode: 'SEND', sgList: [{ lkey: client.mr.lkey, offset: 0, length: 100 }] });
     await new Promise((resolve) => setTimeout(resolve, 400));
     server.qp.postRecv({ wrId: 2, sgList: [{ lkey: server.mr.lkey, offset: 0, length: 4096 }] });
@@ -379,7 +369,7 @@ test('a PSN window smaller than the AckReq interval: the packet that fills the w
   // 256 packets at path MTU 1024 through a window of 16 PSNs. The responder acknowledges only
   // packets that ask; with AckReq only every 64th packet and at the message's end, the
   // requester would stall at 16 unacknowledged until the (here 60 s) ACK timer.
-  await withPair({ pathMtu: 1024, maxUnackedPackets: 16, ackTimeoutMs: 60_000 }, async ({ client, server }) => {
+  await withRcPair({ pathMtu: 1024, maxUnackedPackets: 16, ackTimeoutMs: 60_000 }, async ({ client, server }) => {
     fill(client.memory.subarray(0, 256 * 1024), 9);
     postWrite(client, server, 1, 0, MiB, 256 * 1024);
     expectSuccess(await completions(client.cq, 1, 20_000));
@@ -401,7 +391,7 @@ test('a lost NAK is recovered by the early timer, not the ACK timer (and costs n
   // path it first probes the tail (the last packet again, asking for an ACK): a PSN the
   // responder already dropped past its gap, so it NAKs the gap again and the requester goes back
   // N from there; before, the probe was dropped silently and the next early expiry went back N.
-  await withPair({ pathMtu: 1024, ackTimeoutMs: 60_000, retryCount: 1 }, async ({ client, server }) => {
+  await withRcPair({ pathMtu: 1024, ackTimeoutMs: 60_000, retryCount: 1 }, async ({ client, server }) => {
     const write = (wrId: number, length: number): void => postWrite(client, server, wrId, 0, MiB, length);
     write(1, 4096); // measures the round trip the early timer scales
     expectSuccess(await completions(client.cq, 1, 20_000));
@@ -424,7 +414,7 @@ test('an ACK timer that fires while the ACK waits unread in the socket retransmi
   // timer runs before the sockets are read, though the packet arrived and its ACK is on its way.
   // Going back N then would resend a whole window for nothing (the RoCE benchmark's losses on a
   // loaded machine); the timeout must count only when reading the sockets brought no progress.
-  await withPair({ pathMtu: 1024, ackTimeoutMs: 10 }, async ({ client, server }) => {
+  await withRcPair({ pathMtu: 1024, ackTimeoutMs: 10 }, async ({ client, server }) => {
     // A batched link's send worker writes the packets: the block starts once they are in the
     // peer's socket (a send worker starved on a loaded machine would otherwise hold them past
     // the block, and the timeout would be real).
@@ -507,7 +497,7 @@ test('bad rkey: NAK remote access error, REM_ACCESS_ERR, both QPs error and flus
 });
 
 test('a region whose tagged offsets lie above 2^32: Write, Read and FetchAdd land at the right octets; below its base is REM_ACCESS_ERR', async () => {
-  await withPair({ pathMtu: 1024 }, async ({ client, server }) => {
+  await withRcPair({ pathMtu: 1024 }, async ({ client, server }) => {
     const base = 0x1_2345_6789_0000n;
     const high = server.rnic.registerMemory(server.qp.pd, server.memory, {
       access: Access.LocalWrite | Access.RemoteWrite | Access.RemoteRead | Access.RemoteAtomic,
@@ -550,7 +540,7 @@ test('a region whose tagged offsets lie above 2^32: Write, Read and FetchAdd lan
 });
 
 test('a silent peer ends the QP with RETRY_EXC_ERR, not the process', async () => {
-  await withPair({ pathMtu: 1024, ackTimeoutMs: 20, retryCount: 3 }, async ({ client, server }) => {
+  await withRcPair({ pathMtu: 1024, ackTimeoutMs: 20, retryCount: 3 }, async ({ client, server }) => {
     // The peer's port goes quiet (its socket closes) but the side channel stays up.
     await server.link.close();
     postWrite(client, server, 1, 0, 0, 5000);
@@ -565,7 +555,7 @@ test('a silent peer ends the QP with RETRY_EXC_ERR, not the process', async () =
 });
 
 test('disconnect on one side ends the other (side channel), posting after it flushes', async () => {
-  await withPair({ pathMtu: 1024 }, async ({ client, server }) => {
+  await withRcPair({ pathMtu: 1024 }, async ({ client, server }) => {
     server.qp.postRecv({ wrId: 7, sgList: [{ lkey: server.mr.lkey, offset: 0, length: 16 }] });
     client.qp.disconnect();
     const info = await server.qp.whenDisconnected();
@@ -579,7 +569,7 @@ test('disconnect on one side ends the other (side channel), posting after it flu
 });
 
 test('RC API checks: masked atomics and 64-bit immediates are iWARP-only', async () => {
-  await withPair({ pathMtu: 1024 }, async ({ client, server }) => {
+  await withRcPair({ pathMtu: 1024 }, async ({ client, server }) => {
     assert.throws(
       () => client.qp.postSend({ wrId: 1, opcode: 'ATOMIC_FETCH_ADD', remote: { stag: server.mr.rkey, taggedOffset: 0 }, atomic: { add: 1n, addMask: 0xffn } }),
       /not masked/,

@@ -18,7 +18,7 @@ import { IbOpcode } from '../../host/rnic/wire/ib-opcodes.ts';
 import { Access } from '../../host/rnic/memory.ts';
 import { WcStatus } from '../../host/rnic/work.ts';
 import { encodeIbPacket } from '../../host/rnic/wire/ib-packet.ts';
-import { completions, expectSuccess, rcPair, type RcPairOptions, type RcSide } from '../support/rc.ts';
+import { completions, expectSuccess, rcPair, type RcPairOptions, type RcSide, withRcPair } from '../support/rc.ts';
 
 const KiB = 1024;
 const MiB = 1024 * KiB;
@@ -64,6 +64,25 @@ function perPacket(side: RcSide): void {
   link.send = link.send.bind(link);
 }
 
+/**
+ * Gives the second packet of the first run of `opcode` packets `side` sends a bad ICRC (the link
+ * has filled the trailers when its socket takes the run), so the peer drops it as lost; returns
+ * how many it damaged (0 or 1).
+ */
+function corruptSecondOfFirstRun(side: RcSide, opcode: number): () => number {
+  const socket = (side.link as BatchedUdpLink).socket;
+  const sendRun = socket.sendRun.bind(socket);
+  let corrupted = 0;
+  socket.sendRun = (to, run) => {
+    if (corrupted === 0 && run.count > 2 && run.headers[0] === opcode) {
+      run.trailers[run.trailerLength] = run.trailers[run.trailerLength]! ^ 0x01;
+      corrupted++;
+    }
+    sendRun(to, run);
+  };
+  return () => corrupted;
+}
+
 /** The packets' headers decoded, each checked to carry the ICRC the encoder computes for it between `from` and `to`. */
 function decodeAll(datagrams: Uint8Array[], from: PeerAddress, to: PeerAddress): IbHeaders[] {
   const ip = new Uint8Array(20);
@@ -106,6 +125,20 @@ async function writeFromStart(client: RcSide, server: RcSide, length: number): P
     remote: { stag: server.mr.rkey, taggedOffset: 0 },
   });
   expectSuccess(await completions(client.cq, 1, 20_000));
+}
+
+/** `count` RDMA Writes of `size` octets posted at once, the i-th from `client`'s i * size to `server`'s, completed, the data checked. */
+async function writeEach(client: RcSide, server: RcSide, count: number, size: number): Promise<void> {
+  for (let i = 0; i < count; i++) {
+    client.qp.postSend({
+      wrId: i,
+      opcode: 'RDMA_WRITE',
+      sgList: [{ lkey: client.mr.lkey, offset: i * size, length: size }],
+      remote: { stag: server.mr.rkey, taggedOffset: i * size },
+    });
+  }
+  expectSuccess(await completions(client.cq, count, 20_000));
+  assert.equal(server.memory.subarray(0, count * size), client.memory.subarray(0, count * size), 'written data');
 }
 
 /** The first transmission of each PSN among `datagrams` whose opcode is in [low, high]. */
@@ -387,16 +420,7 @@ for (const form of ['ONLY packets', 'FIRST, MIDDLE and LAST'] as const) {
       const size = 16 * KiB;
       for (let i = 0; i < count * size; i++) client.memory[i] = (i * 5 + 3) & 0xff;
       for (let i = 0; i < count * size; i++) server.memory[MiB + i] = (i * 9 + 1) & 0xff;
-      for (let i = 0; i < count; i++) {
-        client.qp.postSend({
-          wrId: i,
-          opcode: 'RDMA_WRITE',
-          sgList: [{ lkey: client.mr.lkey, offset: i * size, length: size }],
-          remote: { stag: server.mr.rkey, taggedOffset: i * size },
-        });
-      }
-      expectSuccess(await completions(client.cq, count, 20_000));
-      assert.equal(server.memory.subarray(0, count * size), client.memory.subarray(0, count * size), 'written data');
+      await writeEach(client, server, count, size);
       // All but the pair's first packet (the endpoint checks one in full before it takes the QP's
       // packets lean): four ONLY packets, or FIRST (its RETH's range checked there), MIDDLE, MIDDLE, LAST.
       assert.is(server.rnic.roceEndpoint!.stats.lean, 4 * count - 1, 'Write packets placed by the lean path');
@@ -577,36 +601,14 @@ test('a plain Write of 2 to 16 packets goes as RDMA WRITE ONLY packets in one ru
 });
 
 test('a lost ONLY packet: the responder NAKs the gap and the requester goes back N (ONLY packets are not resent alone), every octet arrives; the path, lossy now, still sends a short Write as ONLY packets', async () => {
-  const pair = await rcPair({ pathMtu: 4096 });
-  try {
-    const { client, server } = pair;
+  await withRcPair({ pathMtu: 4096 }, async ({ client, server }) => {
     const sent = record(client);
-    const socket = (client.link as BatchedUdpLink).socket;
-    const sendRun = socket.sendRun.bind(socket);
-    let corrupted = 0;
-    socket.sendRun = (to, run) => {
-      // The second packet of the first run of ONLY packets gets a bad ICRC (the link has filled
-      // the trailers): the responder drops it as lost.
-      if (corrupted === 0 && run.count > 2 && run.headers[0] === IbOpcode.RdmaWriteOnly) {
-        run.trailers[run.trailerLength] = run.trailers[run.trailerLength]! ^ 0x01;
-        corrupted++;
-      }
-      sendRun(to, run);
-    };
+    const corrupted = corruptSecondOfFirstRun(client, IbOpcode.RdmaWriteOnly);
     const size = 16 * KiB;
     const count = 4;
     for (let i = 0; i < (count + 1) * size; i++) client.memory[i] = (i * 7 + 13) & 0xff;
-    for (let i = 0; i < count; i++) {
-      client.qp.postSend({
-        wrId: i,
-        opcode: 'RDMA_WRITE',
-        sgList: [{ lkey: client.mr.lkey, offset: i * size, length: size }],
-        remote: { stag: server.mr.rkey, taggedOffset: i * size },
-      });
-    }
-    expectSuccess(await completions(client.cq, count, 20_000));
-    assert.is(corrupted, 1);
-    assert.equal(server.memory.subarray(0, count * size), client.memory.subarray(0, count * size), 'written data');
+    await writeEach(client, server, count, size);
+    assert.is(corrupted(), 1);
     assert.is(server.rnic.roceEndpoint!.stats.icrcErrors, 1, 'the bad packet was dropped');
     assert.ok(server.qp.statistics.sequenceNaksSent >= 1, 'the gap was NAKed');
     assert.is(client.qp.stats.resentAlone, 0, 'no ONLY packet resent alone');
@@ -626,15 +628,11 @@ test('a lost ONLY packet: the responder NAKs the gap and the requester goes back
       new Array<number>(4).fill(IbOpcode.RdmaWriteOnly),
       'ONLY packets on the lossy path too',
     );
-  } finally {
-    await pair.close();
-  }
+  });
 });
 
 test('a short Write whose R_Key allows only its first half: its ONLY packets inside the range are placed, the first outside it is NAKed (remote access error), nothing past the range is written, the QP ends in error', async () => {
-  const pair = await rcPair({ pathMtu: 4096 });
-  try {
-    const { client, server } = pair;
+  await withRcPair({ pathMtu: 4096 }, async ({ client, server }) => {
     for (let i = 0; i < 64 * KiB; i++) client.memory[i] = (i * 3 + 1) | 1; // no zero octet
     await writeFromStart(client, server, 4 * KiB); // the endpoint takes the QP's packets lean from now on
     const base = MiB;
@@ -654,9 +652,7 @@ test('a short Write whose R_Key allows only its first half: its ONLY packets ins
       server.memory.subarray(base + 64 * KiB, base + 128 * KiB).every((octet) => octet === 0),
       'nothing written past the range the R_Key allows',
     );
-  } finally {
-    await pair.close();
-  }
+  });
 });
 
 /** A Read of `length` octets from `server`'s `remote` into `client`'s `local`, completed. */
@@ -719,31 +715,16 @@ test('between kbtp RNICs a Read of 2 to 8 packets is answered with READ RESPONSE
 });
 
 test('a lost ONLY response of a short Read is asked for again alone when the next one arrives: no timeout, every octet read', async () => {
-  const pair = await rcPair({ pathMtu: 4096, ackTimeoutMs: 60_000 });
-  try {
-    const { client, server } = pair;
-    const socket = (server.link as BatchedUdpLink).socket;
-    const sendRun = socket.sendRun.bind(socket);
-    let corrupted = 0;
-    socket.sendRun = (to, run) => {
-      // The second packet of the first run of ONLY responses gets a bad ICRC (the link has filled
-      // the trailers): the requester drops it as lost.
-      if (corrupted === 0 && run.count > 2 && run.headers[0] === IbOpcode.RdmaReadResponseOnly) {
-        run.trailers[run.trailerLength] = run.trailers[run.trailerLength]! ^ 0x01;
-        corrupted++;
-      }
-      sendRun(to, run);
-    };
+  await withRcPair({ pathMtu: 4096, ackTimeoutMs: 60_000 }, async ({ client, server }) => {
+    const corrupted = corruptSecondOfFirstRun(server, IbOpcode.RdmaReadResponseOnly);
     for (let i = 0; i < 64 * KiB; i++) server.memory[MiB + i] = (i * 41 + 3) & 0xff;
     const sentBefore = server.qp.statistics.packetsSent;
     await readInto(client, server, 2 * MiB, MiB, 16 * KiB);
-    assert.is(corrupted, 1);
+    assert.is(corrupted(), 1);
     assert.is(client.rnic.roceEndpoint!.stats.icrcErrors, 1, 'the bad response was dropped');
     assert.is(client.qp.statistics.timeouts, 0, 'no ACK timeout');
     assert.is(server.qp.statistics.packetsSent - sentBefore, 5, 'four responses and the lost one again');
-  } finally {
-    await pair.close();
-  }
+  });
 });
 
 test.run();

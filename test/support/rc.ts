@@ -85,6 +85,16 @@ export async function rcPair(options: RcPairOptions = {}): Promise<RcPair> {
   };
 }
 
+/** Opens a pair with `options`, runs `body` on its two sides and closes it, whatever happens. */
+export async function withRcPair(options: RcPairOptions, body: (pair: RcPair) => Promise<void>): Promise<void> {
+  const pair = await rcPair(options);
+  try {
+    await body(pair);
+  } finally {
+    await pair.close();
+  }
+}
+
 /** Waits for `count` completions on `cq` (bounded by `timeoutMs`, generous for a loaded box). */
 export async function completions(cq: CompletionQueue, count: number, timeoutMs = 60_000): Promise<WorkCompletion[]> {
   const out: WorkCompletion[] = [];

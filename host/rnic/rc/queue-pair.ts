@@ -171,35 +171,10 @@ export class RcQueuePair extends QueuePairAttributes<RcQueuePairEvents> {
   /** By header length: the header's view of packetScratch, then the trailer's by pad (1 + pad). */
   private readonly packetViews: Uint8Array[][] = [];
   /** The run of packets `sendRun` fills and hands to the link (its headers and trailers room for RUN_PACKETS). */
-  private readonly run: PacketRun = {
-    headers: new Uint8Array(RUN_PACKETS * BTH_LENGTH),
-    headerLength: BTH_LENGTH,
-    payload: EMPTY_PAYLOAD,
-    segment: 0,
-    count: 0,
-    trailers: new Uint8Array(RUN_PACKETS * ICRC_LENGTH),
-    trailerLength: ICRC_LENGTH,
-  };
-  /** The run of RDMA READ RESPONSE ONLY packets `sendReadResponseOnlyRun` fills (a BTH and an AETH each; the trailers are the first run's). */
-  private readonly readResponseOnlyRun: PacketRun = {
-    headers: new Uint8Array(RUN_PACKETS * (BTH_LENGTH + AETH_LENGTH)),
-    headerLength: BTH_LENGTH + AETH_LENGTH,
-    payload: EMPTY_PAYLOAD,
-    segment: 0,
-    count: 0,
-    trailers: this.run.trailers,
-    trailerLength: ICRC_LENGTH,
-  };
-  /** The run of RDMA WRITE ONLY packets `sendWriteOnlyRun` fills (a BTH and a RETH each; the trailers are the other run's). */
-  private readonly writeOnlyRun: PacketRun = {
-    headers: new Uint8Array(RUN_PACKETS * (BTH_LENGTH + RETH_LENGTH)),
-    headerLength: BTH_LENGTH + RETH_LENGTH,
-    payload: EMPTY_PAYLOAD,
-    segment: 0,
-    count: 0,
-    trailers: this.run.trailers,
-    trailerLength: ICRC_LENGTH,
-  };
+  private readonly run: PacketRun = packetRun(BTH_LENGTH, new Uint8Array(RUN_PACKETS * ICRC_LENGTH));
+  /** The runs `sendReadResponseOnlyRun` (a BTH and an AETH each) and `sendWriteOnlyRun` (a BTH and a RETH each) fill; the trailers are the first run's. */
+  private readonly readResponseOnlyRun: PacketRun = packetRun(BTH_LENGTH + AETH_LENGTH, this.run.trailers);
+  private readonly writeOnlyRun: PacketRun = packetRun(BTH_LENGTH + RETH_LENGTH, this.run.trailers);
   private readonly disconnectWaiters: Array<(info: DisconnectInfo) => void> = [];
   /** The receive ring whose payload views are kept, and the views (payloadView). */
   private ringViewsOf: ArrayBufferLike | undefined;
@@ -550,26 +525,29 @@ export class RcQueuePair extends QueuePairAttributes<RcQueuePairEvents> {
     ) {
       throw new RangeError(`no run of ${count} packets of opcode 0x${opcode.toString(16)} (last 0x${lastOpcode.toString(16)}) with ${segment}-octet payloads`);
     }
-    const h = this.headers(opcode, psn);
-    h.destQp = path.destQpNumber;
-    h.pkey = path.pkey ?? 0xffff;
-    h.padCount = 0;
     const run = this.run;
     const headers = run.headers;
-    encodeHeaders(headers, 0, h);
+    encodeHeaders(headers, 0, this.runHeaders(opcode, psn, path));
     // The packets differ in their PSN only (and the last in AckReq, its opcode and SE bit).
-    for (let i = 1; i < count; i++) {
-      const at = i * BTH_LENGTH;
-      for (let b = 0; b < 9; b++) headers[at + b] = headers[b]!;
-      const next = (psn + i) & 0xffffff;
-      headers[at + 9] = next >>> 16;
-      headers[at + 10] = (next >>> 8) & 0xff;
-      headers[at + 11] = next & 0xff;
-    }
+    repeatHeaders(headers, BTH_LENGTH, count, psn);
     const lastAt = (count - 1) * BTH_LENGTH;
     if (ackRequestLast) headers[lastAt + 8]! |= 0x80;
     headers[lastAt] = lastOpcode;
     if (solicitedLast) headers[lastAt + 1]! |= 0x80;
+    this.handRun(link, path, run, payload, segment, count);
+  }
+
+  /** The headers of a run's first packet: `opcode`, `psn`, the path's QP and P_Key, no pad (a run's payloads are multiples of 4). */
+  private runHeaders(opcode: number, psn: number, path: RcPathParameters): IbHeaders {
+    const h = this.headers(opcode, psn);
+    h.destQp = path.destQpNumber;
+    h.pkey = path.pkey ?? 0xffff;
+    h.padCount = 0;
+    return h;
+  }
+
+  /** Hands `run`, its headers written, to the link with `count` payloads of `segment` octets from `payload`. */
+  private handRun(link: PacketLink, path: RcPathParameters, run: PacketRun, payload: Uint8Array, segment: number, count: number): void {
     this.stats.packetsSent += count;
     run.payload = payload;
     run.segment = segment;
@@ -591,22 +569,13 @@ export class RcQueuePair extends QueuePairAttributes<RcQueuePairEvents> {
     if (count < 1 || count > RUN_PACKETS || (segment & 3) !== 0 || payload.length < count * segment) {
       throw new RangeError(`no run of ${count} READ RESPONSE ONLY packets with ${segment}-octet payloads in ${payload.length} octets`);
     }
-    const h = this.headers(IbOpcode.RdmaReadResponseOnly, psn);
-    h.destQp = path.destQpNumber;
-    h.pkey = path.pkey ?? 0xffff;
-    h.padCount = 0;
+    const h = this.runHeaders(IbOpcode.RdmaReadResponseOnly, psn, path);
     h.syndrome = syndrome;
     h.msn = msn;
     const run = this.readResponseOnlyRun;
-    const headers = run.headers;
-    encodeHeaders(headers, 0, h);
-    repeatHeaders(headers, BTH_LENGTH + AETH_LENGTH, count, psn);
-    this.stats.packetsSent += count;
-    run.payload = payload;
-    run.segment = segment;
-    run.count = count;
-    link.sendRun!(path.peer, run);
-    run.payload = EMPTY_PAYLOAD; // not kept reachable by the QP
+    encodeHeaders(run.headers, 0, h);
+    repeatHeaders(run.headers, BTH_LENGTH + AETH_LENGTH, count, psn);
+    this.handRun(link, path, run, payload, segment, count);
   }
 
   /**
@@ -634,10 +603,7 @@ export class RcQueuePair extends QueuePairAttributes<RcQueuePairEvents> {
     if (count < 1 || count > RUN_PACKETS || (segment & 3) !== 0 || payload.length < count * segment) {
       throw new RangeError(`no run of ${count} WRITE ONLY packets with ${segment}-octet payloads in ${payload.length} octets`);
     }
-    const h = this.headers(IbOpcode.RdmaWriteOnly, psn);
-    h.destQp = path.destQpNumber;
-    h.pkey = path.pkey ?? 0xffff;
-    h.padCount = 0;
+    const h = this.runHeaders(IbOpcode.RdmaWriteOnly, psn, path);
     h.virtualAddress = remoteAddress;
     h.rkey = rkey;
     h.dmaLength = segment;
@@ -645,6 +611,7 @@ export class RcQueuePair extends QueuePairAttributes<RcQueuePairEvents> {
     const headers = run.headers;
     const stride = BTH_LENGTH + RETH_LENGTH;
     encodeHeaders(headers, 0, h);
+    repeatHeaders(headers, stride, count, psn);
     // The packets differ in their PSN and remote address only (and the last in AckReq); the
     // address's halves are read back as encoded, so no BigInt is made per run.
     let high = ((headers[BTH_LENGTH]! << 24) | (headers[BTH_LENGTH + 1]! << 16) | (headers[BTH_LENGTH + 2]! << 8) | headers[BTH_LENGTH + 3]!) >>> 0;
@@ -652,14 +619,7 @@ export class RcQueuePair extends QueuePairAttributes<RcQueuePairEvents> {
     low += remoteOffset;
     for (let i = 0; i < count; i++) {
       const at = i * stride;
-      if (i > 0) {
-        headers.copyWithin(at, 0, stride);
-        const next = (psn + i) & 0xffffff;
-        headers[at + 9] = next >>> 16;
-        headers[at + 10] = (next >>> 8) & 0xff;
-        headers[at + 11] = next & 0xff;
-        low += segment;
-      }
+      if (i > 0) low += segment;
       while (low > 0xffffffff) {
         low -= 0x100000000;
         high = (high + 1) >>> 0;
@@ -676,12 +636,7 @@ export class RcQueuePair extends QueuePairAttributes<RcQueuePairEvents> {
     }
     if (ackRequestLast) headers[(count - 1) * stride + 8]! |= 0x80;
     if (solicitedLast) headers[(count - 1) * stride + 1]! |= 0x80;
-    this.stats.packetsSent += count;
-    run.payload = payload;
-    run.segment = segment;
-    run.count = count;
-    link.sendRun!(path.peer, run);
-    run.payload = EMPTY_PAYLOAD; // not kept reachable by the QP
+    this.handRun(link, path, run, payload, segment, count);
   }
 
   /**
@@ -743,14 +698,31 @@ function u32At(bytes: Uint8Array, at: number): number {
   return ((bytes[at]! << 24) | (bytes[at + 1]! << 16) | (bytes[at + 2]! << 8) | bytes[at + 3]!) >>> 0;
 }
 
-/** Copies the first of `count` headers of `stride` octets into the others, packet i's PSN `psn + i`. */
+/**
+ * Copies the first of `count` headers of `stride` octets into the others, packet i's PSN `psn + i`
+ * (octet by octet: a builtin call per header of 12-28 octets cost more than the copy).
+ */
 function repeatHeaders(headers: Uint8Array, stride: number, count: number, psn: number): void {
   for (let i = 1; i < count; i++) {
     const at = i * stride;
-    headers.copyWithin(at, 0, stride);
+    for (let b = 0; b < 9; b++) headers[at + b] = headers[b]!;
+    for (let b = BTH_LENGTH; b < stride; b++) headers[at + b] = headers[b]!;
     const next = (psn + i) & 0xffffff;
     headers[at + 9] = next >>> 16;
     headers[at + 10] = (next >>> 8) & 0xff;
     headers[at + 11] = next & 0xff;
   }
+}
+
+/** A run of RUN_PACKETS packets' room with headers of `headerLength` octets and the ICRC trailers in `trailers`. */
+function packetRun(headerLength: number, trailers: Uint8Array): PacketRun {
+  return {
+    headers: new Uint8Array(RUN_PACKETS * headerLength),
+    headerLength,
+    payload: EMPTY_PAYLOAD,
+    segment: 0,
+    count: 0,
+    trailers,
+    trailerLength: ICRC_LENGTH,
+  };
 }
