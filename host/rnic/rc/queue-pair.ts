@@ -385,7 +385,7 @@ export class RcQueuePair extends QueuePairAttributes<RcQueuePairEvents> {
     if (this.state !== 'rts') return false;
     if (opcode === IbOpcode.RdmaWriteFirst || opcode === IbOpcode.RdmaWriteOnly)
       return this.responder.acceptsWriteStart(opcode === IbOpcode.RdmaWriteOnly, psn, length, dmaLength);
-    if (opcode === IbOpcode.RdmaReadRequest) return length === 0 && this.responder.acceptsReadRequest(psn, dmaLength);
+    if (opcode === IbOpcode.RdmaReadRequest) return this.responder.acceptsReadRequest(psn, length, dmaLength);
     return opcode === IbOpcode.RdmaWriteMiddle || opcode === IbOpcode.RdmaWriteLast
       ? this.responder.acceptsWrite(opcode === IbOpcode.RdmaWriteLast, psn, length)
       : this.requester.acceptsReadResponse(opcode, psn, length);
@@ -424,7 +424,7 @@ export class RcQueuePair extends QueuePairAttributes<RcQueuePairEvents> {
         const dmaLength = u32At(reth, rethAt + 12);
         taken =
           opcode === IbOpcode.RdmaReadRequest
-            ? length === 0 && this.responder.takeReadRequest(psn, high, low, rkey, dmaLength)
+            ? this.responder.takeReadRequest(psn, length, high, low, rkey, dmaLength)
             : this.responder.takeWriteStart(opcode === IbOpcode.RdmaWriteOnly, psn, ackRequest, high, low, rkey, dmaLength, payloadAddress, length);
       } else {
         taken =

@@ -499,12 +499,12 @@ export class Responder {
   }
 
   /**
-   * Whether takeReadRequest could answer an RDMA Read Request with `psn` and `dmaLength` from its
-   * RETH now, before its remote range is checked (no effect): the next PSN, no message in
-   * progress, a DMA length the full path would not refuse.
+   * Whether takeReadRequest could answer an RDMA Read Request with `psn`, `length` payload octets
+   * and `dmaLength` from its RETH now, before its remote range is checked (no effect): the next
+   * PSN, no message in progress, no payload, a DMA length the full path would not refuse.
    */
-  acceptsReadRequest(psn: number, dmaLength: number): boolean {
-    return this.inProgress === InProgress.None && psn === this.expectedPsn && dmaLength <= MAX_DMA_LENGTH;
+  acceptsReadRequest(psn: number, length: number, dmaLength: number): boolean {
+    return this.inProgress === InProgress.None && psn === this.expectedPsn && length === 0 && dmaLength <= MAX_DMA_LENGTH;
   }
 
   /**
@@ -514,8 +514,8 @@ export class Responder {
    * checks it again and NAKs. A short Read's request was the one packet of its exchange the
    * responder decoded in full (two-thread 16 KiB Reads: one per 16 KiB).
    */
-  takeReadRequest(psn: number, high: number, low: number, rkey: number, dmaLength: number): boolean {
-    if (!this.acceptsReadRequest(psn, dmaLength)) return false;
+  takeReadRequest(psn: number, length: number, high: number, low: number, rkey: number, dmaLength: number): boolean {
+    if (!this.acceptsReadRequest(psn, length, dmaLength)) return false;
     const qp = this.qp;
     if (dmaLength > 0 && qp.memory.checkRemoteAt(rkey, qp.pd, Access.RemoteRead, high, low, dmaLength) !== AccessStatus.Ok) return false;
     this.nakSent = false;
@@ -593,10 +593,10 @@ export class Responder {
   /**
    * Answers a Read of `length` octets from where the caller's `remoteAllowed` just resolved it
    * (the region and offset the memory table holds until its next check). A short one, to a peer
-   * that takes them so, over a link that sends runs, as ONLY packets: GSO sends a run of equal datagrams as one message, and a
-   * FIRST and LAST carry an AETH where the MIDDLE packets between them carry none, so a 16 KiB
-   * Read's four responses were two kernel messages; as ONLY packets a stream of short Reads shares
-   * one per 15 packets (session 20: two-thread 16 KiB Reads 11-12 -> 15-16 Gbit/s, 32 KiB ones
+   * that takes them so, over a link that sends runs, as ONLY packets: GSO sends a run of equal
+   * datagrams as one message, and a FIRST and LAST carry an AETH where the MIDDLE packets between
+   * them carry none, so a 16 KiB Read's four responses were two kernel messages; as ONLY packets a
+   * stream of short Reads shares one per 15 packets (session 20: two-thread 16 KiB Reads 11-12 -> 15-16 Gbit/s, 32 KiB ones
    * 15-16 -> 18.5-19; 64 KiB and longer ones no faster, 256 KiB two-thread ones slower).
    */
   private sendReadResponse(psn: number, length: number): void {
@@ -609,7 +609,7 @@ export class Responder {
     const allOnly = this.onlyReadResponses && packets > 1 && packets <= ONLY_READ_RESPONSES_UP_TO && runLimit > 1;
     const fullPackets = Math.floor(length / this.mtu);
     for (let index = 0; index < packets; index++) {
-      if (allOnly && fullPackets - index >= 2 && runLimit > 1) {
+      if (allOnly && fullPackets - index >= 2) {
         // Full-MTU ONLY responses, two or more, go as one run.
         const count = Math.min(fullPackets - index, runLimit);
         const bytes = count * this.mtu;
