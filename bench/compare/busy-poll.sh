@@ -51,7 +51,7 @@ load_now() { cut -d' ' -f1-3 /proc/loadavg; }
 # kbtp_row BUDGET: one kbtp bench run against a pinned kbtp target, both with KBTP_BUSY_POLL_US=BUDGET.
 kbtp_row() {
   local poll=$1 blocks=64
-  echo "{ \"pool\": { \"blockSize\": $size, \"blockCount\": $blocks, \"maxInline\": $((size < 262144 ? size : 262144)) } }" >"$work/target.json"
+  echo "{ \"pool\": { \"blockSize\": $size, \"blockCount\": $blocks, \"maxInline\": $((size < 1048576 ? size : 1048576)) } }" >"$work/target.json"
   local load_before
   load_before=$(load_now)
   KBTP_BUSY_POLL_US=$poll taskset -c "$server_cpu" node dist/host/cli.js target --config "$work/target.json" --listen 127.0.0.1:0 --workers 1 --credits 8 >"$work/target.out" 2>&1 &

@@ -6,7 +6,7 @@
 //        [--size 16K] [--sessions 16] [--in-flight 1] [--batch] [--mix load|store] [--max-inline N]
 //
 // --mix store measures STOREs; their target takes Max Inline as make compare's spawned target
-// does (whole blocks up to 256 KiB) unless --max-inline says otherwise; LOADs run against `kbtp
+// does (whole blocks up to 1 MiB) unless --max-inline says otherwise; LOADs run against `kbtp
 // target`'s defaults, as make compare's CPU measure does.
 import { loadavg } from 'node:os';
 import { parseCommandLine } from '../../host/commands/command-line.ts';

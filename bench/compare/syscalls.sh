@@ -98,9 +98,9 @@ report() {
 
 # --- kbtp -------------------------------------------------------------------------------------
 # Max Inline as make compare's spawned target has it (host/bench/spawn.ts SPAWNED_MAX_INLINE):
-# whole blocks up to 256 KiB go inline, larger ones by RDMA Read.
+# whole blocks up to 1 MiB go inline, larger ones by RDMA Read.
 blocks=$((sessions * in_flight + 16))
-echo "{ \"pool\": { \"blockSize\": $size, \"blockCount\": $blocks, \"maxInline\": $((size < 262144 ? size : 262144)) } }" >"$work/target.json"
+echo "{ \"pool\": { \"blockSize\": $size, \"blockCount\": $blocks, \"maxInline\": $((size < 1048576 ? size : 1048576)) } }" >"$work/target.json"
 start_kbtp_target syscalls.sh --config "$work/target.json" --listen 127.0.0.1:0 --workers 1 --block-size "$size" --blocks "$blocks" --credits 8
 kbtp_client=(node dist/host/cli.js bench --target "127.0.0.1:$port" --sizes "$size" --mix "$op" --sessions "$sessions" --in-flight "$in_flight" "${kbtp_batch[@]}" --quiet --count)
 measure kbtp "$target" "${kbtp_client[@]}"

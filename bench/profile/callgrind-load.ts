@@ -23,7 +23,7 @@ import { attribute, named, NO_JS_CALLER, parseCallgrind, PerfMap, perOperation, 
 const USAGE = `usage: node dist/bench/profile/callgrind-load.js [options]
   Instructions per LOAD (or STORE) of one block (both sides in one process), by side and by function,
   from two callgrind runs. Needs valgrind (Debian: apt-get install valgrind). Run it niced: a run takes minutes.
-  --op OP       load (default) or store (a STORE of a registered buffer: inline up to 256 KiB)
+  --op OP       load (default) or store (a STORE of a registered buffer: inline up to 1 MiB)
   --bench       requests issued by kbtp bench's workload (host/bench/workload.ts, 1 in flight per
                 session, every loaded block checked), its functions the side 'bench'; default: a bare
                 chain of loadInto/storeFrom calls (side 'loop')

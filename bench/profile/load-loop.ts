@@ -9,7 +9,7 @@
 // bench --spawn --sessions N --in-flight 1` runs it): the client then includes the bench's
 // per-request work (the check of each loaded block, the stamp of each stored one, the latency
 // record), as in make compare's rows. The target is configured as `kbtp bench --spawn` configures
-// it (inline STOREs up to 256 KiB). `--in-flight N` (with --bench) runs make compare's pipelined
+// it (inline STOREs up to 1 MiB). `--in-flight N` (with --bench) runs make compare's pipelined
 // rows: each session posts N requests at a time through loadMany/storeMany (kbtp bench --batch).
 //
 // With `--initiator-root DIR` the initiator's modules (session, its RNIC, its end of the link)

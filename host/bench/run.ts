@@ -20,6 +20,8 @@ export interface BenchConfig {
   workers: number;
   /** A spawned target's CPU wake-latency request while busy (undefined: the target's default; null: none). */
   cpuWakeLatencyUs?: number | null;
+  /** A spawned target's Max Inline (undefined: spawn.ts's default). */
+  maxInline?: number;
   /** Block sizes; empty: the block size of the target (a running target only). */
   sizes: readonly number[];
   phases: readonly Phase[];
@@ -144,6 +146,7 @@ export async function runBench(config: BenchConfig, rows: BenchRow[] = []): Prom
         directLoad: direct.load,
         directAlloc: direct.alloc,
         ...(config.cpuWakeLatencyUs !== undefined ? { cpuWakeLatencyUs: config.cpuWakeLatencyUs } : {}),
+        ...(config.maxInline !== undefined ? { maxInline: config.maxInline } : {}),
         ...(config.log !== undefined ? { log: config.log } : {}),
       });
       address = `127.0.0.1:${target.port}`;

@@ -20,15 +20,19 @@ export interface SpawnOptions {
 }
 
 /**
- * The largest inline STORE of a spawned target: a whole block up to 256 KiB. A STORE that fits
+ * The largest inline STORE of a spawned target: a whole block up to 1 MiB. A STORE that fits
  * goes out with its request and is answered in one round trip; one that does not is pulled by
  * RDMA Read, a second round trip, which made a 16 KiB STORE take twice a 16 KiB LOAD with the
- * 8 KiB of `kbtp target`'s default (issue 16, session 4). Inline costs the target a copy from the
- * request context into the block: at 256 KiB it still used less CPU and time than the RDMA Read
- * (docs/BENCH.md, session 4), at 1 MiB the two were even, so larger blocks keep the RDMA Read. It
- * also costs memory: each of the target's 2 x credits x sessions request contexts holds this much.
+ * 8 KiB of `kbtp target`'s default (issue 16, session 4). Up to session 20 this was 256 KiB: an
+ * inline 1 MiB STORE then cost as much as the RDMA Read (the target copied it from the request
+ * context into the block). Since an inline STORE's payload is read straight into its block
+ * (session 10), inline is faster at 1 MiB too: interleaved, 1 MiB STOREs 3.2-3.7 -> 3.9-7.1 GB/s
+ * at 1 x 1, 4.1-4.4 -> 4.8-5.9 at 16 x 1, 4.9-5.1 -> 5.1-6.7 at 1 x 8 (docs/BENCH.md, session 21).
+ * It costs address space more than memory: each of the target's 2 x credits x sessions request
+ * contexts has room for this much, touched only by a STORE that cannot go to its block (a spawned
+ * 16-session 1 MiB run peaked 23 MB higher).
  */
-export const SPAWNED_MAX_INLINE = 256 * 1024;
+export const SPAWNED_MAX_INLINE = 1024 * 1024;
 
 /** The shared ring holds at least 2x the pool (ring order is a power of two). */
 export async function spawnTarget(options: SpawnOptions): Promise<RunningTarget> {

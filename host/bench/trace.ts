@@ -115,6 +115,8 @@ export interface ReplayOptions {
   workers?: number;
   /** A spawned target's CPU wake-latency request while busy (undefined: the target's default; null: none). */
   cpuWakeLatencyUs?: number | null;
+  /** A spawned target's Max Inline (undefined: spawn.ts's default). */
+  maxInline?: number;
   sessions?: number;
   blockSize: number;
   /** Replay timestamps this many times faster; 0 issues requests as fast as concurrency allows. */
@@ -217,6 +219,7 @@ export async function replayTrace(options: ReplayOptions): Promise<ReplayResult>
       credits: pipeline,
       sessions: sessionCount,
       ...(options.cpuWakeLatencyUs !== undefined ? { cpuWakeLatencyUs: options.cpuWakeLatencyUs } : {}),
+      ...(options.maxInline !== undefined ? { maxInline: options.maxInline } : {}),
       log,
     });
     address = `127.0.0.1:${target.port}`;

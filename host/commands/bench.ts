@@ -27,6 +27,9 @@ target:
   --cpu-wake-latency-us N|off
                          the spawned target's CPU wake-latency request while busy (default 0, as
                          kbtp target's: idle CPUs poll; off: none; docs/PROTOCOL.md)
+  --max-inline SIZE      the spawned target's Max Inline: the largest STORE sent with its request;
+                         larger ones are pulled by RDMA Read, a second round trip (default: the
+                         block size, up to 1M; 0: every STORE pulled)
   --target HOST:PORT     benchmark a running target instead (default 127.0.0.1:${DEFAULT_PORT}, or $KBTP_TARGET)
   --tenant NAME          tenant (default "default", or $KBTP_TENANT)
   --secret SECRET        the tenant's secret (default $KBTP_SECRET)
@@ -103,6 +106,7 @@ export const command: Command = {
       spawn: { type: 'boolean' },
       workers: { type: 'string' },
       'cpu-wake-latency-us': { type: 'string' },
+      'max-inline': { type: 'string' },
       target: { type: 'string' },
       tenant: { type: 'string' },
       secret: { type: 'string' },
@@ -164,6 +168,10 @@ export const command: Command = {
       if (wakeText !== undefined && cpuWakeLatencyUs === undefined)
         throw new UsageError(`--cpu-wake-latency-us: "${wakeText}" is not a wake latency: give ${CPU_WAKE_LATENCY_CHOICES}`);
       const wake = cpuWakeLatencyUs !== undefined ? { cpuWakeLatencyUs } : {};
+      if (values['max-inline'] !== undefined && target !== undefined)
+        throw new UsageError('--max-inline sets a spawned target: give --spawn, or set it on the running target (kbtp target --max-inline)');
+      const inline =
+        values['max-inline'] === undefined ? {} : { maxInline: values['max-inline'] === '0' ? 0 : parseSize(values['max-inline'], '--max-inline') };
       const sessions = parseInteger(values.sessions, '--sessions', 1);
       if (values.duration !== undefined && values.count !== undefined) throw new UsageError('give either --duration or --count, not both');
 
@@ -178,6 +186,7 @@ export const command: Command = {
           secret,
           workers,
           ...wake,
+          ...inline,
           sessions,
           blockSize: values['block-size'] === undefined ? 16 * 1024 : parseSize(values['block-size'], '--block-size'),
           timeScale: parseNumber(values['time-scale'], '--time-scale', 0),
@@ -211,6 +220,7 @@ export const command: Command = {
         secret,
         workers,
         ...wake,
+        ...inline,
         sizes: values.sizes !== undefined ? parseSizes(values.sizes, '--sizes') : target === undefined ? parseSizes('16K,256K,1M', '--sizes') : [],
         phases: parseMix(values.mix ?? 'load,store'),
         sessions,

@@ -92,6 +92,36 @@ test('a spawned target takes a whole 16 KiB block inline, so a STORE is one roun
   for (const session of sessions) assert.is(session.hello.maxInline, 16 * 1024);
 });
 
+test('a spawned target takes a whole 1 MiB block inline by default, and --max-inline sets it', async () => {
+  // Since an inline STORE's payload is read straight into its block, a 1 MiB STORE sent with its
+  // request beats one pulled by RDMA Read (spawn.ts); --max-inline gives the other choice.
+  for (const [maxInline, expected] of [
+    [undefined, 1024 * 1024],
+    [64 * 1024, 64 * 1024],
+    [0, 0],
+  ] as const) {
+    const spawned = await spawnTarget({
+      blockSize: 1024 * 1024,
+      blocks: 4,
+      workers: 1,
+      credits: 2,
+      sessions: 1,
+      ...(maxInline !== undefined ? { maxInline } : {}),
+      log: () => undefined,
+    });
+    try {
+      const session = await connect(`127.0.0.1:${spawned.port}`, { pipeline: 1 });
+      try {
+        assert.is(session.hello.maxInline, expected, `maxInline ${maxInline}`);
+      } finally {
+        await session.close(500);
+      }
+    } finally {
+      await spawned.stop(1000);
+    }
+  }
+});
+
 test('a LOAD that returns other data is an error, not a fast answer', async () => {
   const session = sessions[0];
   if (session === undefined) throw new Error('no session');
@@ -312,10 +342,17 @@ test('bad options get a message and exit code 2', async () => {
   const wakeOfRunning = await kbtp(['bench', '--target', '127.0.0.1:1', '--cpu-wake-latency-us', 'off']);
   assert.is(wakeOfRunning.code, 2);
   assert.match(wakeOfRunning.stderr, /sets a spawned target/);
+  const inline = await kbtp(['bench', '--spawn', '--max-inline', 'lots']);
+  assert.is(inline.code, 2);
+  assert.match(inline.stderr, /--max-inline: "lots" is not a size/);
+  const inlineOfRunning = await kbtp(['bench', '--target', '127.0.0.1:1', '--max-inline', '1M']);
+  assert.is(inlineOfRunning.code, 2);
+  assert.match(inlineOfRunning.stderr, /--max-inline sets a spawned target/);
   const help = await kbtp(['bench', '--help']);
   assert.is(help.code, 0);
   assert.match(help.stdout, /--trace FILE/);
   assert.match(help.stdout, /--cpu-wake-latency-us N\|off/);
+  assert.match(help.stdout, /--max-inline SIZE/);
 });
 
 test.run();
