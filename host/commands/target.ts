@@ -46,11 +46,12 @@ options:
   --credits N            requests a session may have outstanding (default 64)
   --max-inline BYTES     largest STORE sent inside its request (default 8192, at most the block size;
                          e.g. 256K). A larger STORE costs a second round trip: the target pulls its
-                         data by RDMA Read, about half the STOREs per second at 16 KiB and 256 KiB
-                         (docs/BENCH.md). The price is address space: the target keeps 2 x credits
-                         receives of this size for each session it may hold (8192 at the defaults:
-                         2 GiB of the engine's 4 GiB at 256K; a page is used once data lands in it);
-                         with a large value lower --credits or session.maxSessions (config file)
+                         data by RDMA Read, about half the STOREs per second at 16 KiB and 256 KiB,
+                         a fifth to a third fewer at 1 MiB (docs/BENCH.md). The price is address
+                         space: the target keeps 2 x credits receives of this size for each session
+                         it may hold (8192 at the defaults: 2 GiB of the engine's 4 GiB at 256K; a
+                         page is used once data lands in it); with a large value lower --credits or
+                         session.maxSessions (config file)
   --sram-model FILE      model the RNIC's on-chip SRAM cache with this config (docs/SRAM.md)
   --loopback-congestion-control NAME|host
                          iwarp on a loopback address: the TCP congestion control of its connections
