@@ -1,7 +1,9 @@
 // `kbtp bench --spawn`: a target started in this process (its workers are threads of their own,
 // the benchmark's sessions run on the main thread), on a free loopback port, sized for the run.
-import { resolveTargetSettings } from '../kbtp/server/target-config.ts';
+import { engineConfigFor, resolveTargetSettings, type TargetSettings } from '../kbtp/server/target-config.ts';
 import { startTarget, type RunningTarget } from '../kbtp/server/target.ts';
+import { EngineConfigError, resolveEngineConfig } from '../engine/config.ts';
+import { computeLayout } from '../engine/layout.ts';
 
 export interface SpawnOptions {
   blockSize: number;
@@ -12,7 +14,10 @@ export interface SpawnOptions {
   /** Trust the open tenant for DIRECT_LOAD / DIRECT_ALLOC. */
   directLoad?: boolean;
   directAlloc?: boolean;
-  /** Largest inline STORE payload (default: min(blockSize, SPAWNED_MAX_INLINE)). */
+  /**
+   * Largest inline STORE payload. Default: min(blockSize, SPAWNED_MAX_INLINE), halved until the
+   * engine fits its 4 GiB (spawnedMaxInline); one given here is kept, and a run it does not fit fails.
+   */
   maxInline?: number;
   /** The target's CPU wake-latency request while busy (undefined: the target's default; null: none). */
   cpuWakeLatencyUs?: number | null;
@@ -30,17 +35,50 @@ export interface SpawnOptions {
  * at 1 x 1, 4.1-4.4 -> 4.8-5.9 at 16 x 1, 4.9-5.1 -> 5.1-6.7 at 1 x 8 (docs/BENCH.md, session 21).
  * It costs address space more than memory: each of the target's 2 x credits x sessions request
  * contexts has room for this much, touched only by a STORE that cannot go to its block (a spawned
- * 16-session 1 MiB run peaked 23 MB higher).
+ * 16-session 1 MiB run peaked 23 MB higher); where those contexts would not fit the engine's 4 GiB
+ * (hundreds of sessions of 1 MiB blocks), spawnedTargetSettings halves it until they do.
  */
 export const SPAWNED_MAX_INLINE = 1024 * 1024;
+/** The smallest Max Inline spawnedMaxInline steps down to (kbtp target's own default). */
+export const SPAWNED_MIN_INLINE = 8 * 1024;
 
 /** The shared ring holds at least 2x the pool (ring order is a power of two). */
 export async function spawnTarget(options: SpawnOptions): Promise<RunningTarget> {
+  return startTarget(spawnedTargetSettings(options), { log: options.log ?? ((line) => console.error(line)) });
+}
+
+/** The settings spawnTarget starts a target with. */
+export function spawnedTargetSettings(options: SpawnOptions): TargetSettings {
+  const settings = spawnedSettings(options, Math.min(options.maxInline ?? SPAWNED_MAX_INLINE, options.blockSize));
+  if (options.maxInline === undefined) settings.pool.maxInline = spawnedMaxInline(settings);
+  return settings;
+}
+
+/**
+ * The largest Max Inline, from the one in `settings` down by halves to SPAWNED_MIN_INLINE, with
+ * which the engine fits its 32-bit memory: a run with many sessions of large blocks, whose request
+ * contexts (2 x credits x sessions of Max Inline each) would not fit at 1 MiB, keeps inline STOREs
+ * at a smaller size rather than failing. Below that floor the layout's own error stands.
+ */
+function spawnedMaxInline(settings: TargetSettings): number {
+  let maxInline = settings.pool.maxInline;
+  for (;;) {
+    try {
+      computeLayout(resolveEngineConfig(engineConfigFor({ ...settings, pool: { ...settings.pool, maxInline } })), 16);
+      return maxInline;
+    } catch (error) {
+      if (!(error instanceof EngineConfigError) || maxInline / 2 < SPAWNED_MIN_INLINE) return maxInline;
+      maxInline = Math.floor(maxInline / 2);
+    }
+  }
+}
+
+function spawnedSettings(options: SpawnOptions, maxInline: number): TargetSettings {
   const { blockSize, blocks } = options;
-  const settings = resolveTargetSettings({
+  return resolveTargetSettings({
     listen: '127.0.0.1:0',
     workers: options.workers,
-    pool: { blockSize, blockCount: blocks, handleCount: blocks * 4, maxInline: Math.min(options.maxInline ?? SPAWNED_MAX_INLINE, blockSize) },
+    pool: { blockSize, blockCount: blocks, handleCount: blocks * 4, maxInline },
     session: { credits: options.credits, maxSessions: Math.max(32, options.sessions + 4) },
     ...(options.cpuWakeLatencyUs !== undefined ? { cpuWakeLatencyUs: options.cpuWakeLatencyUs } : {}),
     tenants: [
@@ -52,5 +90,4 @@ export async function spawnTarget(options: SpawnOptions): Promise<RunningTarget>
       },
     ],
   });
-  return startTarget(settings, { log: options.log ?? ((line) => console.error(line)) });
 }

@@ -7,7 +7,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { connect, type KbtpSession } from '../../host/kbtp/initiator.ts';
 import type { RunningTarget } from '../../host/kbtp/server/target.ts';
-import { spawnTarget } from '../../host/bench/spawn.ts';
+import { spawnTarget, spawnedTargetSettings } from '../../host/bench/spawn.ts';
 import { parseMix } from '../../host/bench/mix.ts';
 import { runPhase } from '../../host/bench/workload.ts';
 import { rowsOf } from '../../host/bench/report.ts';
@@ -119,6 +119,21 @@ test('a spawned target takes a whole 1 MiB block inline by default, and --max-in
     } finally {
       await spawned.stop(1000);
     }
+  }
+});
+
+test("a spawned target's default Max Inline steps down until the engine fits; one asked for is kept", async () => {
+  const shape = { blockSize: 1024 * 1024, blocks: 16, workers: 1, credits: 8 };
+  assert.is(spawnedTargetSettings({ ...shape, sessions: 16 }).pool.maxInline, 1024 * 1024);
+  // 304 sessions x 2 x 8 credits of 1 MiB contexts is 4.75 GiB: over a 32-bit memory; at 512 KiB it fits.
+  assert.is(spawnedTargetSettings({ ...shape, sessions: 300 }).pool.maxInline, 512 * 1024);
+  assert.is(spawnedTargetSettings({ ...shape, sessions: 300, maxInline: 1024 * 1024 }).pool.maxInline, 1024 * 1024);
+  try {
+    const started = await spawnTarget({ ...shape, sessions: 300, maxInline: 1024 * 1024, log: () => undefined });
+    await started.stop(1000);
+    assert.unreachable('a Max Inline that does not fit started a target');
+  } catch (error) {
+    assert.match(String(error), /request contexts take .* lower Max Inline/);
   }
 });
 
