@@ -82,7 +82,7 @@ export async function cpuPerOp(pid: number, requests: number, client: (count: nu
 /**
  * A kbtp target in a process of its own (`kbtp target`), so that its CPU is its own. `maxInline`
  * sets its Max Inline (through a configuration file; `kbtp target`'s default is min(8 KiB, block
- * size), make compare's spawned targets take whole blocks up to 256 KiB).
+ * size), make compare's spawned targets take whole blocks up to 1 MiB).
  */
 export async function startTargetProcess(
   repoRoot: string,
