@@ -7,7 +7,8 @@ import { connect, type KbtpSession } from '../kbtp/initiator.ts';
 import type { RunningTarget } from '../kbtp/server/target.ts';
 import { OP_LABELS, usesDirect, type Phase } from './mix.ts';
 import { rowsOf, formatSize, type BenchRow } from './report.ts';
-import { spawnTarget } from './spawn.ts';
+import { spawnTarget, transportOf } from './spawn.ts';
+import type { Transport } from '../kbtp/server/target-config.ts';
 import { runPhase, type Progress } from './workload.ts';
 import { ThreadCpu } from './thread-cpu.ts';
 
@@ -22,6 +23,8 @@ export interface BenchConfig {
   cpuWakeLatencyUs?: number | null;
   /** A spawned target's Max Inline (undefined: spawn.ts's default). */
   maxInline?: number;
+  /** RDMA binding of the sessions and of a spawned target (default iwarp). */
+  transport?: Transport;
   /** Block sizes; empty: the block size of the target (a running target only). */
   sizes: readonly number[];
   phases: readonly Phase[];
@@ -76,7 +79,7 @@ async function openSessions(address: string, config: BenchConfig): Promise<KbtpS
   const sessions: KbtpSession[] = [];
   try {
     for (let i = 0; i < config.sessions; i++) {
-      sessions.push(await connect(address, { tenant: config.tenant ?? 'default', secret: config.secret ?? '', capabilities, pipeline: config.inFlight }));
+      sessions.push(await connect(address, { tenant: config.tenant ?? 'default', secret: config.secret ?? '', capabilities, pipeline: config.inFlight, ...transportOf(config) }));
     }
   } catch (error) {
     await Promise.all(sessions.map((session) => session.close(500).catch(() => undefined)));
@@ -119,7 +122,7 @@ function checkFit(sessions: readonly KbtpSession[], size: number, config: BenchC
 /** The block size a running target grants (one short session to ask). */
 async function targetBlockSize(config: BenchConfig): Promise<number> {
   if (config.target === undefined) throw new BenchConfigError('give --sizes for a spawned target');
-  const session = await connect(config.target, { tenant: config.tenant ?? 'default', secret: config.secret ?? '', pipeline: 1 });
+  const session = await connect(config.target, { tenant: config.tenant ?? 'default', secret: config.secret ?? '', pipeline: 1, ...transportOf(config) });
   const size = session.hello.blockSize;
   await session.close(500).catch(() => undefined);
   return size;
@@ -147,6 +150,7 @@ export async function runBench(config: BenchConfig, rows: BenchRow[] = []): Prom
         directAlloc: direct.alloc,
         ...(config.cpuWakeLatencyUs !== undefined ? { cpuWakeLatencyUs: config.cpuWakeLatencyUs } : {}),
         ...(config.maxInline !== undefined ? { maxInline: config.maxInline } : {}),
+        ...transportOf(config),
         ...(config.log !== undefined ? { log: config.log } : {}),
       });
       address = `127.0.0.1:${target.port}`;

@@ -1,6 +1,6 @@
 // `kbtp bench --spawn`: a target started in this process (its workers are threads of their own,
 // the benchmark's sessions run on the main thread), on a free loopback port, sized for the run.
-import { engineConfigFor, resolveTargetSettings, type TargetSettings } from '../kbtp/server/target-config.ts';
+import { engineConfigFor, resolveTargetSettings, type TargetSettings, type Transport } from '../kbtp/server/target-config.ts';
 import { startTarget, type RunningTarget } from '../kbtp/server/target.ts';
 import { EngineConfigError, resolveEngineConfig } from '../engine/config.ts';
 import { computeLayout } from '../engine/layout.ts';
@@ -21,6 +21,8 @@ export interface SpawnOptions {
   maxInline?: number;
   /** The target's CPU wake-latency request while busy (undefined: the target's default; null: none). */
   cpuWakeLatencyUs?: number | null;
+  /** RDMA binding (default iwarp): roce serves IB RC over RoCEv2 on 127.0.0.1. */
+  transport?: Transport;
   log?: (line: string) => void;
 }
 
@@ -41,6 +43,11 @@ export interface SpawnOptions {
 export const SPAWNED_MAX_INLINE = 1024 * 1024;
 /** The smallest Max Inline spawnedMaxInline steps down to (kbtp target's own default). */
 export const SPAWNED_MIN_INLINE = 8 * 1024;
+
+/** `transport` as connect() and spawnTarget() take it: absent when not given (iwarp). */
+export function transportOf(options: { transport?: Transport }): { transport?: Transport } {
+  return options.transport !== undefined ? { transport: options.transport } : {};
+}
 
 /** The shared ring holds at least 2x the pool (ring order is a power of two). */
 export async function spawnTarget(options: SpawnOptions): Promise<RunningTarget> {
@@ -77,6 +84,7 @@ function spawnedSettings(options: SpawnOptions, maxInline: number): TargetSettin
   const { blockSize, blocks } = options;
   return resolveTargetSettings({
     listen: '127.0.0.1:0',
+    ...transportOf(options),
     workers: options.workers,
     pool: { blockSize, blockCount: blocks, handleCount: blocks * 4, maxInline },
     session: { credits: options.credits, maxSessions: Math.max(32, options.sessions + 4) },

@@ -18,7 +18,8 @@ import type { RunningTarget } from '../kbtp/server/target.ts';
 import { BlockMaker, type ExpectedBlock } from './blocks.ts';
 import { LatencyHistogram } from './histogram.ts';
 import { formatSize, stack } from './report.ts';
-import { spawnTarget } from './spawn.ts';
+import { spawnTarget, transportOf } from './spawn.ts';
+import type { Transport } from '../kbtp/server/target-config.ts';
 import { formatTable, percent } from '../report/table.ts';
 import { barChart } from '../report/svg.ts';
 
@@ -117,6 +118,8 @@ export interface ReplayOptions {
   cpuWakeLatencyUs?: number | null;
   /** A spawned target's Max Inline (undefined: spawn.ts's default). */
   maxInline?: number;
+  /** RDMA binding of the sessions and of a spawned target (default iwarp). */
+  transport?: Transport;
   sessions?: number;
   blockSize: number;
   /** Replay timestamps this many times faster; 0 issues requests as fast as concurrency allows. */
@@ -220,6 +223,7 @@ export async function replayTrace(options: ReplayOptions): Promise<ReplayResult>
       sessions: sessionCount,
       ...(options.cpuWakeLatencyUs !== undefined ? { cpuWakeLatencyUs: options.cpuWakeLatencyUs } : {}),
       ...(options.maxInline !== undefined ? { maxInline: options.maxInline } : {}),
+      ...transportOf(options),
       log,
     });
     address = `127.0.0.1:${target.port}`;
@@ -227,7 +231,7 @@ export async function replayTrace(options: ReplayOptions): Promise<ReplayResult>
   const sessions: KbtpSession[] = [];
   try {
     for (let i = 0; i < sessionCount; i++) {
-      sessions.push(await connect(address, { tenant: options.tenant ?? 'default', secret: options.secret ?? '', pipeline }));
+      sessions.push(await connect(address, { tenant: options.tenant ?? 'default', secret: options.secret ?? '', pipeline, ...transportOf(options) }));
     }
     const hello = sessions[0]?.hello;
     if (hello === undefined) throw new TraceError('no session');

@@ -8,6 +8,7 @@ import { parseTarget } from '../kbtp/initiator.ts';
 import { KbtpStatusError } from '../kbtp/errors.ts';
 import { parseMix } from '../bench/mix.ts';
 import { parseInteger, parseNumber, parseSize, parseSizes, UsageError } from '../bench/options.ts';
+import type { Transport } from '../kbtp/server/target-config.ts';
 import { CPU_WAKE_LATENCY_CHOICES, parseCpuWakeLatencyUs } from '../util/cpu-latency.ts';
 import { chartRows, formatRows, formatSize, type BenchRow } from '../bench/report.ts';
 import { runBench } from '../bench/run.ts';
@@ -31,6 +32,8 @@ target:
                          larger ones are pulled by RDMA Read, a second round trip (default: the
                          block size, up to 1M; 0: every STORE pulled)
   --target HOST:PORT     benchmark a running target instead (default 127.0.0.1:${DEFAULT_PORT}, or $KBTP_TARGET)
+  --transport T          iwarp (default, or $KBTP_TRANSPORT) or roce: the sessions' RDMA binding, and
+                         a spawned target's; a running target's must match (kbtp target --transport)
   --tenant NAME          tenant (default "default", or $KBTP_TENANT)
   --secret SECRET        the tenant's secret (default $KBTP_SECRET)
   --handle-base H        first handle used on a running target (default: its store range start);
@@ -108,6 +111,7 @@ export const command: Command = {
       'cpu-wake-latency-us': { type: 'string' },
       'max-inline': { type: 'string' },
       target: { type: 'string' },
+      transport: { type: 'string' },
       tenant: { type: 'string' },
       secret: { type: 'string' },
       'handle-base': { type: 'string' },
@@ -172,6 +176,10 @@ export const command: Command = {
         throw new UsageError('--max-inline sets a spawned target: give --spawn, or set it on the running target (kbtp target --max-inline)');
       const inline =
         values['max-inline'] === undefined ? {} : { maxInline: values['max-inline'] === '0' ? 0 : parseSize(values['max-inline'], '--max-inline') };
+      const transportText = values.transport ?? process.env.KBTP_TRANSPORT ?? 'iwarp';
+      if (transportText !== 'iwarp' && transportText !== 'roce')
+        throw new UsageError(`--transport ${transportText}: use iwarp or roce${values.transport === undefined ? ' (from $KBTP_TRANSPORT)' : ''}`);
+      const transport: Transport = transportText;
       const sessions = parseInteger(values.sessions, '--sessions', 1);
       if (values.duration !== undefined && values.count !== undefined) throw new UsageError('give either --duration or --count, not both');
 
@@ -187,6 +195,7 @@ export const command: Command = {
           workers,
           ...wake,
           ...inline,
+          transport,
           sessions,
           blockSize: values['block-size'] === undefined ? 16 * 1024 : parseSize(values['block-size'], '--block-size'),
           timeScale: parseNumber(values['time-scale'], '--time-scale', 0),
@@ -221,6 +230,7 @@ export const command: Command = {
         workers,
         ...wake,
         ...inline,
+        transport,
         sizes: values.sizes !== undefined ? parseSizes(values.sizes, '--sizes') : target === undefined ? parseSizes('16K,256K,1M', '--sizes') : [],
         phases: parseMix(values.mix ?? 'load,store'),
         sessions,
@@ -239,17 +249,17 @@ export const command: Command = {
         log,
       };
       log(
-        `kbtp bench: ${target === undefined ? `spawned target (${workers} worker${workers === 1 ? '' : 's'}) per size` : `target ${target}`}, ` +
+        `kbtp bench: ${target === undefined ? `spawned target (${workers} worker${workers === 1 ? '' : 's'}) per size` : `target ${target}`}${transport === 'roce' ? ' over RoCE' : ''}, ` +
           `${sessions} session${sessions === 1 ? '' : 's'} x ${inFlight} in flight${values.batch === true ? ' (batched)' : ''}, sizes ${config.sizes.length === 0 ? "the target's block size" : config.sizes.map(formatSize).join(', ')}`,
       );
-      title = `kbtp bench (${target === undefined ? `spawned, ${workers} worker${workers === 1 ? '' : 's'}` : target}, ${sessions} session${sessions === 1 ? '' : 's'} x ${inFlight} in flight)`;
+      title = `kbtp bench (${target === undefined ? `spawned, ${workers} worker${workers === 1 ? '' : 's'}` : target}${transport === 'roce' ? ', RoCE' : ''}, ${sessions} session${sessions === 1 ? '' : 's'} x ${inFlight} in flight)`;
       await runBench(config, rows);
       endProgress(quiet);
       if (values.json === true) {
         reported = true;
         console.log(
           JSON.stringify(
-            { target: target ?? 'spawned', workers: target === undefined ? workers : undefined, sessions, inFlight, keysPerSession: keys, rows },
+            { target: target ?? 'spawned', transport, workers: target === undefined ? workers : undefined, sessions, inFlight, keysPerSession: keys, rows },
             null,
             2,
           ),
