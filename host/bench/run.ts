@@ -79,7 +79,15 @@ async function openSessions(address: string, config: BenchConfig): Promise<KbtpS
   const sessions: KbtpSession[] = [];
   try {
     for (let i = 0; i < config.sessions; i++) {
-      sessions.push(await connect(address, { tenant: config.tenant ?? 'default', secret: config.secret ?? '', capabilities, pipeline: config.inFlight, ...transportOf(config) }));
+      sessions.push(
+        await connect(address, {
+          tenant: config.tenant ?? 'default',
+          secret: config.secret ?? '',
+          capabilities,
+          pipeline: config.inFlight,
+          ...transportOf(config),
+        }),
+      );
     }
   } catch (error) {
     await Promise.all(sessions.map((session) => session.close(500).catch(() => undefined)));

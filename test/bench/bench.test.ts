@@ -337,6 +337,23 @@ test('kbtp bench --spawn --json --svg: a row per operation and size, data checke
   assert.match(chart, /p99 latency/);
 });
 
+test('kbtp bench --transport roce: the sessions and the spawned target speak RoCE, every block checked', async () => {
+  const run = await kbtp(['bench', '--spawn', '--transport', 'roce', '--sizes', '16K', '--sessions', '2', '--in-flight', '2', '--count', '200', '--json']);
+  assert.is(run.code, 0, run.stderr);
+  const report = JSON.parse(run.stdout) as { transport: string; rows: Array<{ op: string; ops: number; corrupt: number; errors: object }> };
+  assert.is(report.transport, 'roce');
+  assert.equal(
+    report.rows.map((row) => row.op),
+    ['load', 'store'],
+  );
+  for (const row of report.rows) {
+    assert.ok(row.ops > 0, `${row.op} moved data`);
+    assert.is(row.corrupt, 0);
+    assert.equal(row.errors, {});
+  }
+  assert.match(run.stderr, /over RoCE/);
+});
+
 test('bad options get a message and exit code 2', async () => {
   const sizes = await kbtp(['bench', '--spawn', '--sizes', '12X']);
   assert.is(sizes.code, 2);
@@ -363,11 +380,15 @@ test('bad options get a message and exit code 2', async () => {
   const inlineOfRunning = await kbtp(['bench', '--target', '127.0.0.1:1', '--max-inline', '1M']);
   assert.is(inlineOfRunning.code, 2);
   assert.match(inlineOfRunning.stderr, /--max-inline sets a spawned target/);
+  const transport = await kbtp(['bench', '--spawn', '--transport', 'rdma']);
+  assert.is(transport.code, 2);
+  assert.match(transport.stderr, /--transport rdma: use iwarp or roce/);
   const help = await kbtp(['bench', '--help']);
   assert.is(help.code, 0);
   assert.match(help.stdout, /--trace FILE/);
   assert.match(help.stdout, /--cpu-wake-latency-us N\|off/);
   assert.match(help.stdout, /--max-inline SIZE/);
+  assert.match(help.stdout, /--transport T/);
 });
 
 test.run();
