@@ -10,7 +10,7 @@ import { isIPv4 } from 'node:net';
 import { loadIsal, type Isal } from '../../util/isal.ts';
 import { icrcAfterUdp, icrcContinue, icrcContinueBth, icrcContinueBthHead, icrcContinueBthTail, icrcContinueRange, readIcrc, writeIcrc } from '../wire/icrc.ts';
 import { BTH_LENGTH, ICRC_LENGTH } from '../wire/ib-opcodes.ts';
-import { sharedAddress } from './shared-copy.ts';
+import { placementAddress, sharedAddress } from './shared-copy.ts';
 import { encodeIpv4Header, encodeUdpHeader, IPV4_HEADER_LENGTH, parseIpv4, UDP_HEADER_LENGTH } from '../wire/roce-frame.ts';
 
 export interface PeerAddress {
@@ -152,7 +152,7 @@ function isalCrcAtAddress(): Isal['crc32AtAddress'] | null {
 function continueOverPayload(running: number, payload: Uint8Array): number {
   if (payload.length >= ISAL_FROM) {
     const crcAt = isalCrcAtAddress();
-    const address = crcAt === null ? -1 : sharedAddress(payload);
+    const address = crcAt === null ? -1 : placementAddress(payload);
     if (address >= 0) return crcAt!(running | 0, address, payload.length);
   }
   return icrcContinue(running, payload);
@@ -202,7 +202,7 @@ export function fillIcrcAfterUdp(afterUdp: number, header: Uint8Array, payload: 
 export function fillRunIcrcs(afterUdp: number, run: PacketRun): void {
   const { headers, headerLength, payload, segment, count, trailers, trailerLength } = run;
   const crcAt = segment >= ISAL_FROM ? isalCrcAtAddress() : null;
-  const address = crcAt === null ? -1 : sharedAddress(payload);
+  const address = crcAt === null ? -1 : placementAddress(payload);
   // The headers' first 8 octets are the same in every packet of a run but a LAST that ends it: their ICRC part once (twice).
   const head = icrcContinueBthHead(afterUdp, headers, 0);
   const lastAt = (count - 1) * headerLength;

@@ -11,7 +11,7 @@ import type { RcQueuePair } from './queue-pair.ts';
 import type { Retransmission } from './requester-retransmit.ts';
 import type { Transmitter } from './requester-transmit.ts';
 import { Kind, type SendQueue, type Wqe } from './send-queue.ts';
-import { copyInto, moveAt, sharedAddress } from './shared-copy.ts';
+import { copyInto, moveAt, placementAddress } from './shared-copy.ts';
 import { turn, type TurnParticipant } from '../turn.ts';
 
 export class Responses {
@@ -133,9 +133,10 @@ export class Responses {
     if (index === wqe.packets - 1) {
       if (length !== wqe.length - index * mtu || (opcode !== IbOpcode.RdmaReadResponseLast && opcode !== IbOpcode.RdmaReadResponseOnly)) return false;
     } else if (length !== mtu) return false;
-    // Where the sink lies, looked up once per WQE (plain memory has none: the full path copies).
-    if (wqe.localAddress === -2) wqe.localAddress = sharedAddress(wqe.local);
-    return wqe.localAddress >= 0;
+    // Where the sink lies, looked up once per WQE (small plain memory has none: the full path
+    // copies); a plain sink detached since (its length 0) has none any more.
+    if (wqe.localAddress === -2) wqe.localAddress = placementAddress(wqe.local);
+    return wqe.localAddress >= 0 && wqe.local.length !== 0;
   }
 
   /**

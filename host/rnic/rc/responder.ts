@@ -20,7 +20,7 @@ import { psnAdd, psnCompare, Syndrome, type IbHeaders } from '../wire/ib-headers
 import { IbOpcode, Kind, OPCODES, Position } from '../wire/ib-opcodes.ts';
 import { WcStatus } from '../work.ts';
 import { LOSSY_SPAN } from './requester-retransmit.ts';
-import { copyInto, moveAt, sharedAddress } from './shared-copy.ts';
+import { copyInto, moveAt, placementAddress } from './shared-copy.ts';
 import type { RcPathParameters, RcQueuePair, RcRecvWqe } from './queue-pair.ts';
 
 const MAX_DMA_LENGTH = 0x80000000;
@@ -256,7 +256,7 @@ export class Responder {
         const target = this.remote(h, Access.RemoteWrite, h.dmaLength, 'RDMA Write');
         if (target === undefined) return;
         this.writeTarget = target;
-        this.writeAddress = sharedAddress(target);
+        this.writeAddress = placementAddress(target);
       }
       this.startWrite(h.psn, h.dmaLength);
     }
@@ -347,7 +347,7 @@ export class Responder {
     const memory = qp.memory;
     if (memory.checkRemoteAt(rkey, qp.pd, Access.RemoteWrite, high, low, dmaLength) !== AccessStatus.Ok) return false;
     const target = memory.resolvedRegion!.view(memory.resolvedOffset, dmaLength);
-    const address = sharedAddress(target);
+    const address = placementAddress(target);
     if (address < 0) return false;
     this.writeTarget = target;
     this.writeAddress = address;
@@ -437,7 +437,8 @@ export class Responder {
    * (`last`) with `psn` and `length` payload octets now (no effect).
    */
   acceptsWrite(last: boolean, psn: number, length: number): boolean {
-    if (this.inProgress !== InProgress.Write || this.writeAddress < 0) return false;
+    // A plain target detached since the Write began (its length 0) has no address any more.
+    if (this.inProgress !== InProgress.Write || this.writeAddress < 0 || this.writeTarget.length === 0) return false;
     if (psn !== this.expectedPsn) return this.acceptsPastGap(last, psn, length);
     // The packet that fills a gap takes what was placed past it: the full path's (write).
     return (

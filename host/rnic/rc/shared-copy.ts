@@ -64,6 +64,36 @@ export function sharedAddress(view: Uint8Array): number {
   return address;
 }
 
+/**
+ * Plain (non-shared) buffers at least this long are used by address: V8 keeps such a buffer's
+ * memory outside its heap, where it stays until the buffer is collected or detached (a small
+ * typed array's may live on the heap, which moves).
+ */
+const PLAIN_BY_ADDRESS_FROM = 4096;
+
+/**
+ * The address of `view`'s first octet for native code that reads or writes it now: a shared
+ * view's (sharedAddress), or one over a plain ArrayBuffer of at least PLAIN_BY_ADDRESS_FROM
+ * octets (an application's registered buffer: a KBTP client's load buffers are plain memory);
+ * else -1. A plain buffer can be detached (transferred) while registered, which frees or moves
+ * its memory: a caller that keeps the address checks `view.length` (0 once detached) before each
+ * use, in the same synchronous run as the use.
+ */
+export function placementAddress(view: Uint8Array): number {
+  const shared = sharedAddress(view);
+  if (shared >= 0) return shared;
+  const buffer = view.buffer;
+  if (
+    !(buffer instanceof ArrayBuffer) ||
+    buffer.byteLength < PLAIN_BY_ADDRESS_FROM ||
+    (buffer as { resizable?: boolean }).resizable === true ||
+    view.length === 0
+  )
+    return -1;
+  if ((move === undefined ? bind() : move) === null) return -1;
+  return base(view, buffer) + view.byteOffset;
+}
+
 function base(view: Uint8Array, buffer: ArrayBufferLike): number {
   let address = bases.get(buffer);
   if (address === undefined) {
@@ -81,11 +111,14 @@ export function moveAt(to: number, from: number, length: number): void {
   move!(to, from, length);
 }
 
-/** `target.set(source, offset)`, with memmove where both lie in shared memory. */
+/**
+ * `target.set(source, offset)`, with memmove where the source lies in shared memory and the target
+ * has an address (placementAddress: shared, or a large plain buffer, checked not detached here).
+ */
 export function copyInto(target: Uint8Array, offset: number, source: Uint8Array): void {
   const length = source.length;
   if (length >= NATIVE_FROM) {
-    const to = sharedAddress(target);
+    const to = placementAddress(target);
     const from = to < 0 ? -1 : sharedAddress(source);
     if (from >= 0) {
       // The bounds TypedArray.set enforces: native code must never write past the view.
