@@ -41,6 +41,13 @@ export interface SpawnOptions {
  * (hundreds of sessions of 1 MiB blocks), spawnedTargetSettings halves it until they do.
  */
 export const SPAWNED_MAX_INLINE = 1024 * 1024;
+/**
+ * The same over RoCE: 256 KiB, as before session 21. Inline Sends of 1 MiB from many sessions at
+ * once overrun the target's UDP socket (each QP may have 512 packets unacknowledged; the kernel
+ * drops what its receive buffer cannot hold, and RC resends): 16 sessions of 1 MiB STOREs ran at
+ * 0.19 GB/s inline against 3.13 pulled by RDMA Read, which the target paces (its ORD).
+ */
+export const SPAWNED_MAX_INLINE_ROCE = 256 * 1024;
 /** The smallest Max Inline spawnedMaxInline steps down to (kbtp target's own default). */
 export const SPAWNED_MIN_INLINE = 8 * 1024;
 
@@ -56,7 +63,8 @@ export async function spawnTarget(options: SpawnOptions): Promise<RunningTarget>
 
 /** The settings spawnTarget starts a target with. */
 export function spawnedTargetSettings(options: SpawnOptions): TargetSettings {
-  const settings = spawnedSettings(options, Math.min(options.maxInline ?? SPAWNED_MAX_INLINE, options.blockSize));
+  const largest = options.transport === 'roce' ? SPAWNED_MAX_INLINE_ROCE : SPAWNED_MAX_INLINE;
+  const settings = spawnedSettings(options, Math.min(options.maxInline ?? largest, options.blockSize));
   if (options.maxInline === undefined) settings.pool.maxInline = spawnedMaxInline(settings);
   return settings;
 }

@@ -30,7 +30,7 @@ target:
                          kbtp target's: idle CPUs poll; off: none; docs/PROTOCOL.md)
   --max-inline SIZE      the spawned target's Max Inline: the largest STORE sent with its request;
                          larger ones are pulled by RDMA Read, a second round trip (default: the
-                         block size, up to 1M; 0: every STORE pulled)
+                         block size, up to 1M, 256K over RoCE; 0: every STORE pulled)
   --target HOST:PORT     benchmark a running target instead (default 127.0.0.1:${DEFAULT_PORT}, or $KBTP_TARGET)
   --transport T          iwarp (default, or $KBTP_TRANSPORT) or roce: the sessions' RDMA binding, and
                          a spawned target's; a running target's must match (kbtp target --transport)

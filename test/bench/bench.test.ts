@@ -128,6 +128,9 @@ test("a spawned target's default Max Inline steps down until the engine fits; on
   // 304 sessions x 2 x 8 credits of 1 MiB contexts is 4.75 GiB: over a 32-bit memory; at 512 KiB it fits.
   assert.is(spawnedTargetSettings({ ...shape, sessions: 300 }).pool.maxInline, 512 * 1024);
   assert.is(spawnedTargetSettings({ ...shape, sessions: 300, maxInline: 1024 * 1024 }).pool.maxInline, 1024 * 1024);
+  // Over RoCE 1 MiB STOREs stay on RDMA Read: inline ones from many sessions overrun the target's UDP socket.
+  assert.is(spawnedTargetSettings({ ...shape, sessions: 16, transport: 'roce' }).pool.maxInline, 256 * 1024);
+  assert.is(spawnedTargetSettings({ ...shape, sessions: 16, transport: 'roce', maxInline: 1024 * 1024 }).pool.maxInline, 1024 * 1024);
   try {
     const started = await spawnTarget({ ...shape, sessions: 300, maxInline: 1024 * 1024, log: () => undefined });
     await started.stop(1000);
