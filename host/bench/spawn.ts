@@ -43,9 +43,9 @@ export interface SpawnOptions {
 export const SPAWNED_MAX_INLINE = 1024 * 1024;
 /**
  * The same over RoCE: 256 KiB, as before session 21. Inline Sends of 1 MiB from many sessions at
- * once overrun the target's UDP socket (each QP may have 512 packets unacknowledged; the kernel
- * drops what its receive buffer cannot hold, and RC resends): 16 sessions of 1 MiB STOREs ran at
- * 0.19 GB/s inline against 3.13 pulled by RDMA Read, which the target paces (its ORD).
+ * once are slow over RoCE (cause not found: docs/notes/2026-12-03/issue-15-session21.md): 16
+ * sessions of 1 MiB STOREs ran at 0.19 GB/s inline against 3.13 pulled by RDMA Read, which the
+ * target paces (its ORD).
  */
 export const SPAWNED_MAX_INLINE_ROCE = 256 * 1024;
 /** The smallest Max Inline spawnedMaxInline steps down to (kbtp target's own default). */
