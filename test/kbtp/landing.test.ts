@@ -6,7 +6,8 @@
 import { test } from 'uvu';
 import * as assert from 'uvu/assert';
 import { KbtpError, KbtpStatusError } from '../../host/kbtp/errors.ts';
-import type { KbtpSession } from '../../host/kbtp/initiator.ts';
+import { connect, type KbtpSession } from '../../host/kbtp/initiator.ts';
+import { spawnTarget } from '../../host/bench/spawn.ts';
 import { openInProcessSession } from './in-process-session.ts';
 
 const BLOCK = 65536;
@@ -180,6 +181,41 @@ test('deregisterLoadBuffer is refused while a LOAD into the buffer waits for its
   } finally {
     await session.close(500);
     await target.stop();
+  }
+});
+
+test('over RoCE an inline STORE from a registered buffer is copied into its slot: one element per Send, never a gathered message', async () => {
+  // The RC requester flattens a Send of several elements into a new buffer of the message's
+  // length per post (rc/send-queue.ts): 256 KiB STOREs from 16 sessions spent 1.3 ms of the
+  // client's CPU each in copies and collections. So a RoCE session copies at the call, as for an
+  // unregistered buffer: a change to the buffer after store() returned does not reach the block.
+  const target = await spawnTarget({ blockSize: BLOCK, blocks: 16, workers: 1, credits: 4, sessions: 1, transport: 'roce', log: () => undefined });
+  try {
+    const session = await connect(`127.0.0.1:${target.port}`, { pipeline: 4, transport: 'roce' });
+    try {
+      assert.is(session.hello.maxInline, BLOCK);
+      const qp = (session as unknown as { qp: { postSend(wr: { sgList?: unknown[] }): void } }).qp;
+      const post = qp.postSend.bind(qp);
+      const elements: number[] = [];
+      qp.postSend = (wr) => {
+        elements.push(wr.sgList?.length ?? 0);
+        post(wr);
+      };
+      const buffer = new Uint8Array(BLOCK);
+      session.registerLoadBuffer(buffer);
+      buffer.set(pattern(BLOCK, 20));
+      const stored = session.allocStore(1n, buffer, { seal: true });
+      buffer.set(pattern(BLOCK, 21));
+      await stored;
+      qp.postSend = post;
+      assert.equal(Buffer.compare((await session.load(1n)).data, pattern(BLOCK, 20)), 0, 'the data at the call was stored');
+      assert.ok(elements.length > 0 && elements.every((count) => count === 1), `Sends of ${elements.join(', ')} elements`);
+      session.deregisterLoadBuffer(buffer);
+    } finally {
+      await session.close(500);
+    }
+  } finally {
+    await target.stop(1000);
   }
 });
 
