@@ -12,6 +12,20 @@ import { openInProcessSession } from './in-process-session.ts';
 
 const BLOCK = 65536;
 
+/**
+ * A registered buffer holding pattern `before` is allocStore()d (sealed) under `handle`, then set
+ * to pattern `after` as soon as the call returned; resolves with the buffer once the STORE is done.
+ */
+async function registeredBufferChangedWhileStored(session: KbtpSession, handle: bigint, before: number, after: number): Promise<Uint8Array> {
+  const buffer = new Uint8Array(BLOCK);
+  session.registerLoadBuffer(buffer);
+  buffer.set(pattern(BLOCK, before));
+  const stored = session.allocStore(handle, buffer, { seal: true });
+  buffer.set(pattern(BLOCK, after));
+  await stored;
+  return buffer;
+}
+
 function pattern(length: number, seed: number): Uint8Array {
   return new Uint8Array(length).map((_, i) => (i * 31 + seed * 7) & 0xff);
 }
@@ -122,12 +136,7 @@ test('a STORE from a registered buffer is sent from the buffer itself, inline or
   for (const maxInline of [BLOCK, 64]) {
     const { session, target } = await openInProcessSession(BLOCK, 16, 4, undefined, maxInline);
     try {
-      const buffer = new Uint8Array(BLOCK);
-      session.registerLoadBuffer(buffer);
-      buffer.set(pattern(BLOCK, 10));
-      const single = session.allocStore(1n, buffer, { seal: true });
-      buffer.set(pattern(BLOCK, 11));
-      await single;
+      const buffer = await registeredBufferChangedWhileStored(session, 1n, 10, 11);
       assert.equal(Buffer.compare((await session.load(1n)).data, pattern(BLOCK, 11)), 0, `allocStore() sent the buffer itself (Max Inline ${maxInline})`);
 
       await session.allocStore(2n, pattern(64, 1)); // bound, unsealed: storeMany stores into it
@@ -201,12 +210,7 @@ test('over RoCE an inline STORE from a registered buffer is copied into its slot
         elements.push(wr.sgList?.length ?? 0);
         post(wr);
       };
-      const buffer = new Uint8Array(BLOCK);
-      session.registerLoadBuffer(buffer);
-      buffer.set(pattern(BLOCK, 20));
-      const stored = session.allocStore(1n, buffer, { seal: true });
-      buffer.set(pattern(BLOCK, 21));
-      await stored;
+      const buffer = await registeredBufferChangedWhileStored(session, 1n, 20, 21);
       qp.postSend = post;
       assert.equal(Buffer.compare((await session.load(1n)).data, pattern(BLOCK, 20)), 0, 'the data at the call was stored');
       assert.ok(elements.length > 0 && elements.every((count) => count === 1), `Sends of ${elements.join(', ')} elements`);
