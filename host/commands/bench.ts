@@ -3,12 +3,12 @@
 import { writeFileSync } from 'node:fs';
 import type { Command } from '../cli.ts';
 import { parseCommandLine } from './command-line.ts';
+import { transportOption } from './client-common.ts';
 import { DEFAULT_PORT } from '../kbtp/address.ts';
 import { parseTarget } from '../kbtp/initiator.ts';
 import { KbtpStatusError } from '../kbtp/errors.ts';
 import { parseMix } from '../bench/mix.ts';
 import { parseInteger, parseNumber, parseSize, parseSizes, UsageError } from '../bench/options.ts';
-import type { Transport } from '../kbtp/server/target-config.ts';
 import { CPU_WAKE_LATENCY_CHOICES, parseCpuWakeLatencyUs } from '../util/cpu-latency.ts';
 import { chartRows, formatRows, formatSize, type BenchRow } from '../bench/report.ts';
 import { runBench } from '../bench/run.ts';
@@ -176,10 +176,7 @@ export const command: Command = {
         throw new UsageError('--max-inline sets a spawned target: give --spawn, or set it on the running target (kbtp target --max-inline)');
       const inline =
         values['max-inline'] === undefined ? {} : { maxInline: values['max-inline'] === '0' ? 0 : parseSize(values['max-inline'], '--max-inline') };
-      const transportText = values.transport ?? process.env.KBTP_TRANSPORT ?? 'iwarp';
-      if (transportText !== 'iwarp' && transportText !== 'roce')
-        throw new UsageError(`--transport ${transportText}: use iwarp or roce${values.transport === undefined ? ' (from $KBTP_TRANSPORT)' : ''}`);
-      const transport: Transport = transportText;
+      const transport = transportOption(values.transport);
       const sessions = parseInteger(values.sessions, '--sessions', 1);
       if (values.duration !== undefined && values.count !== undefined) throw new UsageError('give either --duration or --count, not both');
 

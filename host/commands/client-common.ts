@@ -34,6 +34,14 @@ export const TARGET_OPTIONS = {
 /** Input the command cannot use, e.g. data larger than a block: the message alone (exit 2). */
 export class InputError extends UsageError {}
 
+/** The RDMA binding a client command uses: `--transport`, else $KBTP_TRANSPORT, else iwarp. */
+export function transportOption(value: string | undefined): 'iwarp' | 'roce' {
+  const transport = value ?? process.env.KBTP_TRANSPORT ?? 'iwarp';
+  if (transport !== 'iwarp' && transport !== 'roce')
+    throw new UsageError(`--transport ${transport}: use iwarp or roce${value === undefined ? ' (from $KBTP_TRANSPORT)' : ''}`);
+  return transport;
+}
+
 export function parseHandle(text: string | undefined): bigint {
   if (text === undefined) throw new UsageError('a handle is required (a decimal or 0x-hex number)');
   if (!/^(0x[0-9a-fA-F]+|[0-9]+)$/.test(text)) throw new UsageError(`"${text}" is not a handle; give a decimal or 0x-hex number`);
@@ -63,8 +71,7 @@ export async function openSession(
   capabilities = 0,
 ): Promise<KbtpSession> {
   const wanted = values.direct === true ? capabilities : 0;
-  const transport = values.transport ?? process.env.KBTP_TRANSPORT ?? 'iwarp';
-  if (transport !== 'iwarp' && transport !== 'roce') throw new UsageError(`--transport ${transport}: use iwarp or roce`);
+  const transport = transportOption(values.transport);
   return connect(values.target ?? process.env.KBTP_TARGET ?? `127.0.0.1:${DEFAULT_PORT}`, {
     tenant: values.tenant ?? process.env.KBTP_TENANT ?? 'default',
     secret: values.secret ?? process.env.KBTP_SECRET ?? '',
