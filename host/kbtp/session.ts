@@ -343,11 +343,7 @@ export class KbtpSession {
   private postStore(slot: number, at: number, opcode: number, flags: number, idLow: number, handle: bigint, generation: number, data: Uint8Array): void {
     const view = this.sendView;
     const inline = data.length <= this.hello.maxInline;
-    // Over RoCE an inline STORE is copied into its slot, never gathered from the caller's buffer:
-    // the RC requester flattens a Send of two elements into a new buffer of the message's length
-    // per post (rc/send-queue.ts), so every 256 KiB STORE allocated and zeroed 256 KiB, and 16
-    // sessions of them spent 1.3 ms of the client's CPU per STORE in copies and collections.
-    const source = inline && this.transport === 'roce' ? undefined : this.landing.claimSource(slot, data);
+    const source = this.landing.claimSource(slot, data);
     if (inline) {
       const length = writeRequestAt(view, at, opcode, flags | K.FLAG_INLINE, SLOT_ID_MARK, idLow, handle, generation, 0, 0, data.length);
       if (source !== undefined) {

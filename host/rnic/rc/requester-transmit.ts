@@ -14,7 +14,7 @@ import { IbOpcode } from '../wire/ib-opcodes.ts';
 import { WcStatus } from '../work.ts';
 import type { RcQueuePair } from './queue-pair.ts';
 import type { Retransmission } from './requester-retransmit.ts';
-import { CLEAN_WINDOW_PACKETS, EMPTY, Kind, READ_CHUNK_PACKETS, type SendQueue, type Wqe } from './send-queue.ts';
+import { CLEAN_WINDOW_PACKETS, EMPTY, Kind, packetsInElement, payloadOf, READ_CHUNK_PACKETS, type SendQueue, type Wqe } from './send-queue.ts';
 
 /**
  * Packets sent per part of a turn on a path that lost a packet lately: a loss then costs at most
@@ -83,9 +83,9 @@ function sendsAsOnlyPackets(wqe: Wqe, upTo: number, runLimit: number): boolean {
  * lastJoinsRun), none from a FIRST.
  */
 function runAhead(wqe: Wqe, from: number, mtu: number): number {
-  if (wqe.onlyPackets) return Math.floor(wqe.length / mtu) - from;
-  if (from === 0) return 0;
-  return wqe.packets - (lastJoinsRun(wqe, mtu) ? 0 : 1) - from;
+  const ahead = wqe.onlyPackets ? Math.floor(wqe.length / mtu) - from : from === 0 ? 0 : wqe.packets - (lastJoinsRun(wqe, mtu) ? 0 : 1) - from;
+  // A run is one view: a gathered message's runs stay inside one element.
+  return wqe.elements === undefined ? ahead : Math.min(ahead, packetsInElement(wqe, from, mtu));
 }
 
 export class Transmitter {
@@ -328,7 +328,7 @@ export class Transmitter {
       h.dmaLength = wqe.length;
     }
     h.ackRequest = this.ackRequest(last || windowFull);
-    const payload = wqe.region === undefined ? wqe.local.subarray(start, start + length) : wqe.region.view(wqe.regionOffset + start, length);
+    const payload = payloadOf(wqe, start, length);
     qp.stats.payloadBytesSent += payload.length;
     qp.sendPacket(h, payload);
   }
@@ -361,7 +361,7 @@ export class Transmitter {
     if (resent > 0) qp.stats.retransmittedPackets += count - 1;
     const start = index * mtu;
     const length = count * mtu;
-    const payload = wqe.region === undefined ? wqe.local.subarray(start, start + length) : wqe.region.view(wqe.regionOffset + start, length);
+    const payload = payloadOf(wqe, start, length);
     qp.stats.payloadBytesSent += length;
     if (wqe.onlyPackets) {
       qp.sendWriteOnlyRun(

@@ -66,8 +66,18 @@ export interface Wqe {
   readonly length: number;
   /** PSNs the message uses (a Read: one per response packet). */
   readonly packets: number;
-  /** Send/Write: the data; Read: the sink; Atomic: the 8-octet result (or empty). */
+  /** Send/Write of one SGE: the data; Read: the sink; Atomic: the 8-octet result (or empty); several SGEs: empty (see `elements`). */
   readonly local: Uint8Array;
+  /**
+   * A Send or Write of several SGEs: their views, in order. A packet that lies inside one is sent
+   * from it, as the one-SGE case is (payloadOf); only a packet that spans two is copied, at post
+   * (`spanningCopies`). Gathering the whole message into a new buffer per post made every 256 KiB
+   * inline STORE of a KBTP session allocate and zero 256 KiB (session 21).
+   */
+  readonly elements: readonly Uint8Array[] | undefined;
+  /** The message offsets of the packets that span two elements, ascending, and their copies (one path MTU of room each, from the queue's spares). */
+  readonly spanningStarts: readonly number[] | undefined;
+  readonly spanningCopies: readonly Uint8Array[] | undefined;
   /** Where `local` lies when it is one SGE's range of a region: its segments are the region's cached views. */
   readonly region: MemoryRegion | undefined;
   readonly regionOffset: number;
@@ -136,6 +146,8 @@ export class SendQueue {
   /** Region and offset of the range the last `resolve` returned. */
   private resolvedRegion: MemoryRegion | undefined;
   private resolvedOffset = 0;
+  /** Path-MTU buffers for the spanning packets of gathered Sends and Writes, returned when their WQE completes. */
+  private readonly spareCopies: Uint8Array[] = [];
 
   constructor(readonly qp: RcQueuePair) {}
 
@@ -187,6 +199,8 @@ export class SendQueue {
     let region: MemoryRegion | undefined;
     let regionOffset = 0;
     let localError: Wqe['localError'];
+    let elements: Uint8Array[] | undefined;
+    let dataLength = 0;
     const required = kind === Kind.Read || kind === Kind.Atomic ? Access.LocalWrite : 0;
     if (sgList.length === 1) {
       // The common case: the region's own (cached) view, no array of views.
@@ -208,20 +222,33 @@ export class SendQueue {
         views.push(view);
       }
       if (localError === undefined) {
-        // Several SGEs: gathered once, so every (re)transmission cuts the same MTU segments.
-        local = new Uint8Array(views.reduce((sum, view) => sum + view.length, 0));
-        let offset = 0;
-        for (const view of views) {
-          local.set(view, offset);
-          offset += view.length;
-        }
+        elements = views;
+        for (const view of views) dataLength += view.length;
       }
     }
-    const length = kind === Kind.Atomic ? 8 : local.length;
-    if (localError === undefined && local.length > 0x80000000) {
-      localError = { status: WcStatus.LocalLengthError, text: `message of ${local.length} octets exceeds 2^31` };
+    if (elements === undefined) dataLength = local.length;
+    const length = kind === Kind.Atomic ? 8 : dataLength;
+    if (localError === undefined && dataLength > 0x80000000) {
+      localError = { status: WcStatus.LocalLengthError, text: `message of ${dataLength} octets exceeds 2^31` };
     }
-    const packets = kind === Kind.Local ? 0 : kind === Kind.Atomic ? 1 : Math.max(1, Math.ceil(length / this.mtuFor()));
+    const mtu = this.mtuFor();
+    let spanningStarts: number[] | undefined;
+    let spanningCopies: Uint8Array[] | undefined;
+    if (elements !== undefined && localError === undefined) {
+      // Copied now, so every (re)transmission sends the same octets in the spanning packets.
+      let at = 0;
+      for (let e = 0; e + 1 < elements.length; e++) {
+        at += elements[e]!.length;
+        if (at % mtu === 0 || at >= length) continue;
+        const start = at - (at % mtu);
+        if (spanningStarts !== undefined && spanningStarts[spanningStarts.length - 1] === start) continue;
+        const copy = this.spareCopy(mtu);
+        gatherInto(copy, elements, start, Math.min(length, start + mtu));
+        (spanningStarts ??= []).push(start);
+        (spanningCopies ??= []).push(copy);
+      }
+    }
+    const packets = kind === Kind.Local ? 0 : kind === Kind.Atomic ? 1 : Math.max(1, Math.ceil(length / mtu));
     this.wqes.push({
       wr,
       signaled: wr.signaled ?? qp.signalAll,
@@ -229,6 +256,9 @@ export class SendQueue {
       length,
       packets,
       local,
+      elements,
+      spanningStarts,
+      spanningCopies,
       region,
       regionOffset,
       // Checked at post (qp-checks) for the operations that name one; a Send's is not looked at.
@@ -331,6 +361,11 @@ export class SendQueue {
       }
       if (!wqe.done) break;
       this.head++;
+      const copies = wqe.spanningCopies;
+      // Acknowledged: no packet of it is sent again. (One resent before the ACK came may still
+      // wait in the link's queue and go out with another WQE's octets; its ICRC, computed when it
+      // was queued, no longer matches, and the responder drops a duplicate it would have ignored.)
+      if (copies !== undefined) for (let c = 0; c < copies.length; c++) this.spareCopies.push(copies[c]!);
       if (this.txIndex < this.head) {
         // A rewound transmission point passed by an acknowledgement resumes after that WQE.
         this.txIndex = this.head;
@@ -350,6 +385,11 @@ export class SendQueue {
     }
   }
 
+  private spareCopy(mtu: number): Uint8Array {
+    const spare = this.spareCopies.pop();
+    return spare !== undefined && spare.length >= mtu ? spare : new Uint8Array(mtu);
+  }
+
   private resolve(sge: Sge, required: number): Uint8Array | string {
     const memory = this.qp.memory;
     const status = memory.checkLocal(sge.lkey, this.qp.pd, required, sge.offset, sge.length);
@@ -359,4 +399,60 @@ export class SendQueue {
     this.resolvedOffset = memory.resolvedOffset;
     return region.view(memory.resolvedOffset, sge.length);
   }
+}
+
+/** Copies octets `start` to `end` of the message made of `elements` to the front of `into`. */
+function gatherInto(into: Uint8Array, elements: readonly Uint8Array[], start: number, end: number): void {
+  let at = 0;
+  for (let e = 0; e < elements.length && at < end; e++) {
+    const view = elements[e]!;
+    const from = Math.max(start, at);
+    const to = Math.min(end, at + view.length);
+    if (from < to) into.set(view.subarray(from - at, to - at), from - start);
+    at += view.length;
+  }
+}
+
+/**
+ * Octets `start` to `start + length` of `wqe`'s message: a view of its region or of the one
+ * element holding them, else (a packet spanning two elements) the copy made at post. Callers
+ * ask for a spanning range only as that one packet (packetsInElement bounds runs).
+ */
+export function payloadOf(wqe: Wqe, start: number, length: number): Uint8Array {
+  if (wqe.region !== undefined) return wqe.region.view(wqe.regionOffset + start, length);
+  const elements = wqe.elements;
+  if (elements === undefined) return wqe.local.subarray(start, start + length);
+  let at = 0;
+  for (let e = 0; e < elements.length; e++) {
+    const view = elements[e]!;
+    const end = at + view.length;
+    if (start < end) {
+      if (start + length <= end) return view.subarray(start - at, start - at + length);
+      break;
+    }
+    at = end;
+  }
+  const starts = wqe.spanningStarts;
+  if (starts !== undefined) {
+    for (let s = 0; s < starts.length; s++) if (starts[s] === start) return wqe.spanningCopies![s]!.subarray(0, length);
+  }
+  throw new RangeError(`octets ${start}-${start + length} of a gathered message span two elements and are not a spanning packet`);
+}
+
+/**
+ * How many packets from packet `from` on lie whole inside the element holding `from`'s first
+ * octet (0 when that packet spans two): a run of them can be sent from that element's view.
+ * Every packet, for a message of one SGE.
+ */
+export function packetsInElement(wqe: Wqe, from: number, mtu: number): number {
+  const elements = wqe.elements;
+  if (elements === undefined) return wqe.packets - from;
+  const start = from * mtu;
+  let end = 0;
+  for (let e = 0; e < elements.length; e++) {
+    end += elements[e]!.length;
+    if (start < end) break;
+  }
+  if (end >= wqe.length) return wqe.packets - from;
+  return Math.floor((end - start) / mtu);
 }
