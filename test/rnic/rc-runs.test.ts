@@ -463,6 +463,81 @@ test('a plain target detached while registered is written no more: its address i
   });
 });
 
+test('the lean path places the MIDDLE and plain LAST packets of a Send into a receive of one element, shared or plain memory; a receive of several elements, or a LAST with SE, goes the full path', async () => {
+  // A KBTP inline STORE over RoCE is a Send: 62 of a 256 KiB one's 64 packets are MIDDLEs.
+  await withRcPair({}, async ({ client, server }) => {
+    const plain = new Uint8Array(512 * KiB);
+    const plainMr = server.rnic.registerMemory(server.pd, plain, { access: Access.LocalWrite });
+    for (let i = 0; i < 512 * KiB; i++) client.memory[i] = (i * 29 + (i >>> 12)) & 0xff;
+    const cases = [
+      // Path MTU 4096: FIRST, 74 MIDDLEs, a LAST of 64 octets.
+      { what: 'shared memory', length: 300 * KiB + 64, sgList: [{ lkey: server.mr.lkey, offset: 0, length: 320 * KiB }], lean: 75, solicited: false },
+      { what: 'plain memory', length: 256 * KiB, sgList: [{ lkey: plainMr.lkey, offset: 0, length: 512 * KiB }], lean: 63, solicited: false },
+      {
+        what: 'two elements',
+        length: 64 * KiB,
+        sgList: [
+          { lkey: server.mr.lkey, offset: 0, length: 10_000 },
+          { lkey: server.mr.lkey, offset: 20_000, length: 100_000 },
+        ],
+        lean: 0,
+        solicited: false,
+      },
+      // Its LAST carries the SE bit, which the lean path does not look at.
+      { what: 'SE', length: 64 * KiB, sgList: [{ lkey: server.mr.lkey, offset: 0, length: 64 * KiB }], lean: 14, solicited: true },
+    ];
+    for (const [index, { what, length, sgList, lean, solicited }] of cases.entries()) {
+      server.memory.fill(0, 0, 320 * KiB);
+      plain.fill(0);
+      const before = server.rnic.roceEndpoint!.stats.lean;
+      server.qp.postRecv({ wrId: 100 + index, sgList });
+      client.qp.postSend({ wrId: index, opcode: solicited ? 'SEND_WITH_SE' : 'SEND', sgList: [{ lkey: client.mr.lkey, offset: 0, length }] });
+      expectSuccess(await completions(client.cq, 1));
+      const [received] = await completions(server.cq, 1);
+      expectSuccess([received!]);
+      assert.is(received!.wrId, 100 + index);
+      assert.is(received!.opcode, 'RECV');
+      assert.is(received!.byteLength, length, `${what}: length`);
+      assert.is(received!.solicited ?? false, solicited, `${what}: solicited`);
+      const landed =
+        sgList.length === 1
+          ? (sgList[0]!.lkey === plainMr.lkey ? plain : server.memory).subarray(0, length)
+          : new Uint8Array(Buffer.concat([server.memory.subarray(0, 10_000), server.memory.subarray(20_000, 20_000 + length - 10_000)]));
+      assert.equal(landed, client.memory.subarray(0, length), `${what}: data`);
+      assert.is(server.rnic.roceEndpoint!.stats.lean - before, lean, `${what}: packets on the lean path`);
+    }
+  });
+});
+
+test('a plain receive buffer detached while a Send lands in it is written no more: the lean path declines the Send in progress', async () => {
+  await withRcPair({}, async ({ server }) => {
+    const plain = new Uint8Array(64 * KiB);
+    server.rnic.registerMemory(server.pd, plain, { access: Access.LocalWrite });
+    const view = new Uint8Array(plain.buffer, 0, 16 * KiB);
+    type ResponderState = {
+      inProgress: number;
+      scatter: Uint8Array[];
+      scatterAddress: number;
+      placed: number;
+      expectedPsn: number;
+      acceptsSend(last: boolean, psn: number, length: number): boolean;
+    };
+    const responder = (server.qp as unknown as { responder: ResponderState }).responder;
+    const psn = responder.expectedPsn;
+    // A Send in progress into it, as `send` leaves one after its FIRST (the responder's own fields).
+    Object.assign(responder, { inProgress: 1, scatter: [view], scatterAddress: placementAddress(view), placed: 4096 });
+    assert.ok(responder.acceptsSend(false, psn, 4096), 'before: the lean path takes the next MIDDLE');
+    assert.ok(responder.acceptsSend(true, psn, 100), 'and a LAST that fits');
+    assert.not.ok(responder.acceptsSend(true, psn, 4097), 'not a LAST longer than the path MTU');
+    assert.not.ok(responder.acceptsSend(false, psn + 1, 4096), 'not a packet past the next PSN');
+    structuredClone(plain.buffer, { transfer: [plain.buffer] });
+    assert.is(view.length, 0, 'detached');
+    assert.not.ok(responder.acceptsSend(false, psn, 4096), 'after: declined');
+    assert.not.ok(responder.acceptsSend(true, psn, 100), 'after: its LAST declined too');
+    Object.assign(responder, { inProgress: 0, scatter: [], scatterAddress: -1, placed: 0 });
+  });
+});
+
 test('a middle packet with a bad ICRC, in sequence, is not placed by the lean path: the full path drops and counts it, the Write recovers', async () => {
   const pair = await rcPair({ pathMtu: 1024 });
   try {

@@ -93,7 +93,8 @@ export class RoceEndpoint implements LeanPacketReceiver {
    *   whatever follows its NAK until the expected PSN arrives (IBA 9.7.5.1.2), so its ICRC, good
    *   or bad, would change nothing. At 1 % loss go-back-N makes these about a quarter of what a
    *   Write's responder receives;
-   * - a Write (FIRST, MIDDLE, LAST or ONLY, without Immediate Data), a Read Request (no payload)
+   * - a Send MIDDLE or LAST (without Immediate Data or Invalidate), a Write (FIRST, MIDDLE, LAST
+   *   or ONLY, without Immediate Data), a Read Request (no payload)
    *   or a Read Response (FIRST, MIDDLE, LAST or ONLY, its AETH an ACK) with no flags (no SE,
    *   MigReq or pad, TVer 0, reserved bits 0) that the QP would take now (`acceptsLean`) is taken
    *   once its ICRC is good;
@@ -223,6 +224,8 @@ export class RoceEndpoint implements LeanPacketReceiver {
  */
 function leanHeaderLength(opcode: number): number {
   switch (opcode) {
+    case IbOpcode.SendMiddle:
+    case IbOpcode.SendLast:
     case IbOpcode.RdmaWriteMiddle:
     case IbOpcode.RdmaWriteLast:
     case IbOpcode.RdmaReadResponseMiddle:

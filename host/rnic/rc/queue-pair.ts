@@ -386,6 +386,7 @@ export class RcQueuePair extends QueuePairAttributes<RcQueuePairEvents> {
     if (opcode === IbOpcode.RdmaWriteFirst || opcode === IbOpcode.RdmaWriteOnly)
       return this.responder.acceptsWriteStart(opcode === IbOpcode.RdmaWriteOnly, psn, length, dmaLength);
     if (opcode === IbOpcode.RdmaReadRequest) return this.responder.acceptsReadRequest(psn, length, dmaLength);
+    if (opcode === IbOpcode.SendMiddle || opcode === IbOpcode.SendLast) return this.responder.acceptsSend(opcode === IbOpcode.SendLast, psn, length);
     return opcode === IbOpcode.RdmaWriteMiddle || opcode === IbOpcode.RdmaWriteLast
       ? this.responder.acceptsWrite(opcode === IbOpcode.RdmaWriteLast, psn, length)
       : this.requester.acceptsReadResponse(opcode, psn, length);
@@ -428,9 +429,11 @@ export class RcQueuePair extends QueuePairAttributes<RcQueuePairEvents> {
             : this.responder.takeWriteStart(opcode === IbOpcode.RdmaWriteOnly, psn, ackRequest, high, low, rkey, dmaLength, payloadAddress, length);
       } else {
         taken =
-          opcode === IbOpcode.RdmaWriteMiddle || opcode === IbOpcode.RdmaWriteLast
-            ? this.responder.takeWrite(opcode === IbOpcode.RdmaWriteLast, psn, ackRequest, payloadAddress, length)
-            : this.requester.takeReadResponse(opcode, psn, payloadAddress, length);
+          opcode === IbOpcode.SendMiddle || opcode === IbOpcode.SendLast
+            ? this.responder.takeSend(opcode === IbOpcode.SendLast, psn, ackRequest, payloadAddress, length)
+            : opcode === IbOpcode.RdmaWriteMiddle || opcode === IbOpcode.RdmaWriteLast
+              ? this.responder.takeWrite(opcode === IbOpcode.RdmaWriteLast, psn, ackRequest, payloadAddress, length)
+              : this.requester.takeReadResponse(opcode, psn, payloadAddress, length);
       }
     } catch (error) {
       // As in receive: a bug ends this QP, never the process or another QP.

@@ -57,6 +57,8 @@ export class Responder {
   // The inbound Send being placed.
   private recv: RcRecvWqe | undefined;
   private scatter: Uint8Array[] = [];
+  /** The address of its one scatter element (shared or off-heap plain memory), or -1: the lean path needs it. */
+  private scatterAddress = -1;
   private placed = 0;
   // The inbound Write being placed.
   private writeTarget: Uint8Array = EMPTY;
@@ -185,6 +187,7 @@ export class Responder {
       }
       this.recv = recv;
       this.scatter = views;
+      this.scatterAddress = views.length === 1 ? placementAddress(views[0]!) : -1;
       this.placed = 0;
       this.inProgress = InProgress.Send;
     }
@@ -230,8 +233,55 @@ export class Responder {
       });
       this.recv = undefined;
       this.scatter = [];
+      this.scatterAddress = -1;
     }
     this.accepted(h);
+  }
+
+  /**
+   * Whether takeSend would place a Send MIDDLE (`last` false) or plain LAST (no Immediate Data or
+   * Invalidate; the lean path passes no SE bit) with `psn` and `length` payload octets now (no
+   * effect): the next PSN of the Send in progress into a receive of one element with an address,
+   * a MIDDLE a full path MTU, a LAST that fits.
+   */
+  acceptsSend(last: boolean, psn: number, length: number): boolean {
+    if (this.inProgress !== InProgress.Send || this.scatterAddress < 0 || psn !== this.expectedPsn) return false;
+    // A plain receive buffer detached since the Send began has length 0 and no address any more.
+    const room = this.scatter[0]!.length - this.placed;
+    return last ? length >= 1 && length <= this.mtu && length <= room : length === this.mtu && length <= room;
+  }
+
+  /**
+   * The lean path's Send MIDDLE or plain LAST (RcQueuePair.takeLean): placed as `send` would place
+   * it, the LAST completing the receive as there. A 256 KiB inline STORE of a KBTP session over
+   * RoCE is 64 packets, 62 of them MIDDLEs, each decoded and checked by the full path before.
+   */
+  takeSend(last: boolean, psn: number, ackRequest: boolean, payloadAddress: number, length: number): boolean {
+    if (!this.acceptsSend(last, psn, length)) return false;
+    moveAt(this.scatterAddress + this.placed, payloadAddress, length);
+    this.placed += length;
+    const qp = this.qp;
+    qp.stats.payloadBytesReceived += length;
+    this.nakSent = false;
+    if (last) {
+      const recv = this.recv!;
+      this.inProgress = InProgress.None;
+      this.msn = (this.msn + 1) & 0xffffff;
+      qp.stats.messagesReceived++;
+      qp.pushCompletion(qp.recvCq, {
+        wrId: recv.wr.wrId,
+        status: WcStatus.Success,
+        opcode: 'RECV',
+        qpNumber: qp.qpNumber,
+        byteLength: this.placed,
+        solicited: false,
+      });
+      this.recv = undefined;
+      this.scatter = [];
+      this.scatterAddress = -1;
+    }
+    this.acceptedPsn(psn, ackRequest);
+    return true;
   }
 
   private write(h: IbHeaders, payload: Uint8Array, position: Position): void {
