@@ -244,8 +244,12 @@ export class SendQueue {
         if (spanningStarts !== undefined && spanningStarts[spanningStarts.length - 1] === start) continue;
         const copy = this.spareCopy(mtu);
         gatherInto(copy, elements, start, Math.min(length, start + mtu));
-        (spanningStarts ??= []).push(start);
-        (spanningCopies ??= []).push(copy);
+        if (spanningStarts === undefined || spanningCopies === undefined) {
+          spanningStarts = [];
+          spanningCopies = [];
+        }
+        spanningStarts.push(start);
+        spanningCopies.push(copy);
       }
     }
     const packets = kind === Kind.Local ? 0 : kind === Kind.Atomic ? 1 : Math.max(1, Math.ceil(length / mtu));
