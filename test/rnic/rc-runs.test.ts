@@ -369,6 +369,26 @@ async function writeAndRead(options: RcPairOptions): Promise<{ serverLean: numbe
   }
 }
 
+/** The responder's own fields and checks that the detach tests set and ask (a Write or Send in progress, as the full path leaves one). */
+interface ResponderState {
+  inProgress: number;
+  writeTarget: Uint8Array;
+  writeAddress: number;
+  writeLength: number;
+  writeFirstPsn: number;
+  writePackets: number;
+  scatter: Uint8Array[];
+  scatterAddress: number;
+  placed: number;
+  expectedPsn: number;
+  acceptsWrite(last: boolean, psn: number, length: number): boolean;
+  acceptsSend(last: boolean, psn: number, length: number): boolean;
+}
+
+function responderOf(side: RcSide): ResponderState {
+  return (side.qp as unknown as { responder: ResponderState }).responder;
+}
+
 test('the lean path places the middle packets of a Write and a Read; with loss, duplication and reordering the full path takes what does not continue, its ICRC computed once', async () => {
   // Path MTU 4096: 256 packets each way, 254 of the Write's MIDDLE, 14 of each Read chunk's 16.
   const clean = await writeAndRead({});
@@ -431,18 +451,7 @@ test('a plain target detached while registered is written no more: its address i
     assert.ok(placementAddress(view) >= 0, 'plain memory of 64 KiB has an address');
     assert.is(placementAddress(new Uint8Array(1024)), -1, 'a small plain buffer has none (it may live on the moving heap)');
     // A Write in progress into it, as takeWriteStart leaves one (the responder's own fields).
-    type ResponderState = {
-      inProgress: number;
-      writeTarget: Uint8Array;
-      writeAddress: number;
-      writeLength: number;
-      writeFirstPsn: number;
-      writePackets: number;
-      placed: number;
-      expectedPsn: number;
-      acceptsWrite(last: boolean, psn: number, length: number): boolean;
-    };
-    const responder = (server.qp as unknown as { responder: ResponderState }).responder;
+    const responder = responderOf(server);
     const psn = responder.expectedPsn;
     Object.assign(responder, {
       inProgress: 2,
@@ -514,15 +523,7 @@ test('a plain receive buffer detached while a Send lands in it is written no mor
     const plain = new Uint8Array(64 * KiB);
     server.rnic.registerMemory(server.pd, plain, { access: Access.LocalWrite });
     const view = new Uint8Array(plain.buffer, 0, 16 * KiB);
-    type ResponderState = {
-      inProgress: number;
-      scatter: Uint8Array[];
-      scatterAddress: number;
-      placed: number;
-      expectedPsn: number;
-      acceptsSend(last: boolean, psn: number, length: number): boolean;
-    };
-    const responder = (server.qp as unknown as { responder: ResponderState }).responder;
+    const responder = responderOf(server);
     const psn = responder.expectedPsn;
     // A Send in progress into it, as `send` leaves one after its FIRST (the responder's own fields).
     Object.assign(responder, { inProgress: 1, scatter: [view], scatterAddress: placementAddress(view), placed: 4096 });

@@ -219,23 +219,37 @@ export class Responder {
         invalidated = h.invalidateRkey;
       }
       const immediate = h.opcode === IbOpcode.SendLastWithImmediate || h.opcode === IbOpcode.SendOnlyWithImmediate;
-      this.msn = (this.msn + 1) & 0xffffff;
-      this.qp.stats.messagesReceived++;
-      qp.pushCompletion(qp.recvCq, {
-        wrId: recv.wr.wrId,
-        status: WcStatus.Success,
-        opcode: 'RECV',
-        qpNumber: qp.qpNumber,
-        byteLength: this.placed,
-        solicited: h.solicited,
-        ...(immediate ? { immediate: BigInt(h.immediate) } : {}),
-        ...(invalidated === undefined ? {} : { invalidatedStag: invalidated }),
-      });
-      this.recv = undefined;
-      this.scatter = [];
-      this.scatterAddress = -1;
+      this.completeSend(recv, h.solicited, immediate ? h.immediate : undefined, invalidated);
     }
     this.accepted(h);
+  }
+
+  /** The lean path's in-order packet of the Send or Write in progress, placed at `base` + what is placed so far. */
+  private placeNext(base: number, payloadAddress: number, length: number): void {
+    moveAt(base + this.placed, payloadAddress, length);
+    this.placed += length;
+    this.qp.stats.payloadBytesReceived += length;
+    this.nakSent = false;
+  }
+
+  /** The Send in progress was placed whole (the full path or the lean one): its receive completes. */
+  private completeSend(recv: RcRecvWqe, solicited: boolean, immediate: number | undefined, invalidated: number | undefined): void {
+    const qp = this.qp;
+    this.msn = (this.msn + 1) & 0xffffff;
+    qp.stats.messagesReceived++;
+    qp.pushCompletion(qp.recvCq, {
+      wrId: recv.wr.wrId,
+      status: WcStatus.Success,
+      opcode: 'RECV',
+      qpNumber: qp.qpNumber,
+      byteLength: this.placed,
+      solicited,
+      ...(immediate === undefined ? {} : { immediate: BigInt(immediate) }),
+      ...(invalidated === undefined ? {} : { invalidatedStag: invalidated }),
+    });
+    this.recv = undefined;
+    this.scatter = [];
+    this.scatterAddress = -1;
   }
 
   /**
@@ -258,27 +272,10 @@ export class Responder {
    */
   takeSend(last: boolean, psn: number, ackRequest: boolean, payloadAddress: number, length: number): boolean {
     if (!this.acceptsSend(last, psn, length)) return false;
-    moveAt(this.scatterAddress + this.placed, payloadAddress, length);
-    this.placed += length;
-    const qp = this.qp;
-    qp.stats.payloadBytesReceived += length;
-    this.nakSent = false;
+    this.placeNext(this.scatterAddress, payloadAddress, length);
     if (last) {
-      const recv = this.recv!;
       this.inProgress = InProgress.None;
-      this.msn = (this.msn + 1) & 0xffffff;
-      qp.stats.messagesReceived++;
-      qp.pushCompletion(qp.recvCq, {
-        wrId: recv.wr.wrId,
-        status: WcStatus.Success,
-        opcode: 'RECV',
-        qpNumber: qp.qpNumber,
-        byteLength: this.placed,
-        solicited: false,
-      });
-      this.recv = undefined;
-      this.scatter = [];
-      this.scatterAddress = -1;
+      this.completeSend(this.recv!, false, undefined, undefined);
     }
     this.acceptedPsn(psn, ackRequest);
     return true;
@@ -526,10 +523,7 @@ export class Responder {
       this.pastGapHighest = psn;
       return true;
     }
-    moveAt(this.writeAddress + this.placed, payloadAddress, length);
-    this.placed += length;
-    this.qp.stats.payloadBytesReceived += length;
-    this.nakSent = false;
+    this.placeNext(this.writeAddress, payloadAddress, length);
     if (last) {
       this.inProgress = InProgress.None;
       this.msn = (this.msn + 1) & 0xffffff;
