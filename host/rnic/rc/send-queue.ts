@@ -57,6 +57,11 @@ export const CLEAN_WINDOW_PACKETS = 512;
  */
 export const ONLY_PACKET_WRITES_UP_TO = 16;
 export const EMPTY: Uint8Array = new Uint8Array(0);
+/**
+ * Spanning-packet buffers a send queue keeps for reuse at most (1 MiB at path MTU 4096): enough
+ * for 256 gathered messages in flight, where a burst of thousands would otherwise stay held.
+ */
+const SPARE_COPIES_KEPT = 256;
 const NO_SGES: readonly Sge[] = [];
 
 export interface Wqe {
@@ -369,7 +374,7 @@ export class SendQueue {
       // Acknowledged: no packet of it is sent again. (One resent before the ACK came may still
       // wait in the link's queue and go out with another WQE's octets; its ICRC, computed when it
       // was queued, no longer matches, and the responder drops a duplicate it would have ignored.)
-      if (copies !== undefined) for (let c = 0; c < copies.length; c++) this.spareCopies.push(copies[c]!);
+      if (copies !== undefined) for (let c = 0; c < copies.length && this.spareCopies.length < SPARE_COPIES_KEPT; c++) this.spareCopies.push(copies[c]!);
       if (this.txIndex < this.head) {
         // A rewound transmission point passed by an acknowledgement resumes after that WQE.
         this.txIndex = this.head;
