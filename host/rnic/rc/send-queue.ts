@@ -106,16 +106,57 @@ export interface Wqe {
   /** Write: sent as one RDMA WRITE ONLY per packet (requester-transmit.ts), fixed when it is first sent (a retransmission resends the same packets). */
   onlyPackets: boolean;
   /** Read: response packets that arrived past a missing one (allocated at the first such packet). */
-  arrived?: Uint8Array;
+  arrived: Uint8Array | undefined;
   /** Read: 1 where a retry asked again from this missing packet (one retry per gap; allocated at the first). */
-  retried?: Uint8Array;
+  retried: Uint8Array | undefined;
   done: boolean;
   status: WcStatus;
-  error?: string;
-  atomicResult?: bigint;
+  error: string | undefined;
+  atomicResult: bigint | undefined;
 }
 
+/**
+ * A WQE's record, reused: the queue keeps completed ones (recycle) and fills one per post, so a
+ * post allocates no object of its own (about 260 octets per WR before, the RC path's largest
+ * allocation). Every field is written by `post`.
+ */
+class WqeRecord implements Wqe {
+  wr: SendWorkRequest = NO_WR;
+  signaled = false;
+  kind: Kind = Kind.Send;
+  length = 0;
+  packets = 0;
+  local: Uint8Array = EMPTY;
+  elements: readonly Uint8Array[] | undefined = undefined;
+  spanningStarts: readonly number[] | undefined = undefined;
+  spanningCopies: readonly Uint8Array[] | undefined = undefined;
+  region: MemoryRegion | undefined = undefined;
+  regionOffset = 0;
+  remoteAddress = 0n;
+  localAddress = -2;
+  localError: { status: WcStatus; text: string } | undefined = undefined;
+  firstPsn = 0;
+  started = false;
+  received = 0;
+  requested = 0;
+  chunkPackets = READ_CHUNK_PACKETS;
+  onlyPackets = false;
+  arrived: Uint8Array | undefined = undefined;
+  retried: Uint8Array | undefined = undefined;
+  done = false;
+  status: WcStatus = WcStatus.Success;
+  error: string | undefined = undefined;
+  atomicResult: bigint | undefined = undefined;
+  /** ORD slots that name this WQE (SendQueue.holdResource): it is not reused while any does. */
+  resourceHolds = 0;
+}
+
+const NO_WR: SendWorkRequest = { wrId: 0, opcode: 'SEND' };
+/** Completed WQE records a queue keeps for reuse at most. */
+const SPARE_WQES_KEPT = 4096;
+
 export class SendQueue {
+  /** The WQEs from the oldest not yet reported (`head`) on; records before `head` are completed and leave in batches (completeInOrder). */
   readonly wqes: Wqe[] = [];
   head = 0;
   /** Next WQE to transmit and the packet of it; nextPsn is that packet's PSN. */
@@ -153,6 +194,8 @@ export class SendQueue {
   private resolvedOffset = 0;
   /** Path-MTU buffers for the spanning packets of gathered Sends and Writes, returned when their WQE completes. */
   private readonly spareCopies: Uint8Array[] = [];
+  /** Completed WQE records, for `post` to fill again (recycle). */
+  private readonly spareWqes: WqeRecord[] = [];
 
   constructor(readonly qp: RcQueuePair) {}
 
@@ -258,31 +301,61 @@ export class SendQueue {
       }
     }
     const packets = kind === Kind.Local ? 0 : kind === Kind.Atomic ? 1 : Math.max(1, Math.ceil(length / mtu));
-    this.wqes.push({
-      wr,
-      signaled: wr.signaled ?? qp.signalAll,
-      kind,
-      length,
-      packets,
-      local,
-      elements,
-      spanningStarts,
-      spanningCopies,
-      region,
-      regionOffset,
-      // Checked at post (qp-checks) for the operations that name one; a Send's is not looked at.
-      remoteAddress: kind === Kind.Write || kind === Kind.Read || kind === Kind.Atomic ? BigInt(wr.remote!.taggedOffset) : 0n,
-      localError,
-      localAddress: -2,
-      firstPsn: 0,
-      started: false,
-      received: 0,
-      requested: 0,
-      chunkPackets: READ_CHUNK_PACKETS,
-      onlyPackets: false,
-      done: false,
-      status: WcStatus.Success,
-    });
+    const wqe = this.spareWqes.pop() ?? new WqeRecord();
+    wqe.wr = wr;
+    wqe.signaled = wr.signaled ?? qp.signalAll;
+    wqe.kind = kind;
+    wqe.length = length;
+    wqe.packets = packets;
+    wqe.local = local;
+    wqe.elements = elements;
+    wqe.spanningStarts = spanningStarts;
+    wqe.spanningCopies = spanningCopies;
+    wqe.region = region;
+    wqe.regionOffset = regionOffset;
+    // Checked at post (qp-checks) for the operations that name one; a Send's is not looked at.
+    wqe.remoteAddress = kind === Kind.Write || kind === Kind.Read || kind === Kind.Atomic ? BigInt(wr.remote!.taggedOffset) : 0n;
+    wqe.localError = localError;
+    wqe.localAddress = -2;
+    wqe.firstPsn = 0;
+    wqe.started = false;
+    wqe.received = 0;
+    wqe.requested = 0;
+    wqe.chunkPackets = READ_CHUNK_PACKETS;
+    wqe.onlyPackets = false;
+    wqe.arrived = undefined;
+    wqe.retried = undefined;
+    wqe.done = false;
+    wqe.status = WcStatus.Success;
+    wqe.error = undefined;
+    wqe.atomicResult = undefined;
+    wqe.resourceHolds = 0;
+    this.wqes.push(wqe);
+  }
+
+  /**
+   * Keeps completed WQEs (the first `count`, about to leave `wqes`) for reuse, but for one an ORD
+   * slot still names (releaseResources frees it later; it is left to the collector). Drops what
+   * each referred to, so a kept record holds no application buffer.
+   */
+  private recycle(count: number): void {
+    const wqes = this.wqes as WqeRecord[];
+    for (let index = 0; index < count; index++) {
+      const wqe = wqes[index]!;
+      if (wqe.resourceHolds !== 0 || this.spareWqes.length >= SPARE_WQES_KEPT) continue;
+      wqe.wr = NO_WR;
+      wqe.local = EMPTY;
+      wqe.elements = undefined;
+      wqe.spanningStarts = undefined;
+      wqe.spanningCopies = undefined;
+      wqe.region = undefined;
+      wqe.localError = undefined;
+      wqe.arrived = undefined;
+      wqe.retried = undefined;
+      wqe.error = undefined;
+      wqe.atomicResult = undefined;
+      this.spareWqes.push(wqe);
+    }
   }
 
   /** Completes every WR still queued: failed ones with their status, the rest flushed. */
@@ -312,6 +385,7 @@ export class SendQueue {
 
   holdResource(wqe: Wqe, answeredAt: number): void {
     const slot = (this.resourceHead + this.readsOutstanding) % this.ord;
+    (wqe as WqeRecord).resourceHolds++;
     this.resourceWqes[slot] = wqe;
     this.resourceEnds[slot] = answeredAt;
     this.readsOutstanding++;
@@ -323,6 +397,7 @@ export class SendQueue {
       const slot = this.resourceHead;
       const wqe = this.resourceWqes[slot]!;
       if (!wqe.done && wqe.received < this.resourceEnds[slot]!) return;
+      (wqe as WqeRecord).resourceHolds--;
       this.resourceWqes[slot] = undefined;
       this.resourceHead = (slot + 1) % this.ord;
       this.readsOutstanding--;
@@ -388,6 +463,7 @@ export class SendQueue {
       }
     }
     if (this.head > 256 && this.head * 2 > this.wqes.length) {
+      this.recycle(this.head);
       this.wqes.splice(0, this.head);
       this.txIndex -= this.head;
       this.head = 0;
