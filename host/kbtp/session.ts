@@ -342,9 +342,8 @@ export class KbtpSession {
    */
   private postStore(slot: number, at: number, opcode: number, flags: number, idLow: number, handle: bigint, generation: number, data: Uint8Array): void {
     const view = this.sendView;
-    const inline = data.length <= this.hello.maxInline;
     const source = this.landing.claimSource(slot, data);
-    if (inline) {
+    if (data.length <= this.hello.maxInline) {
       const length = writeRequestAt(view, at, opcode, flags | K.FLAG_INLINE, SLOT_ID_MARK, idLow, handle, generation, 0, 0, data.length);
       if (source !== undefined) {
         const send = this.slotGatherSends[slot]!;
