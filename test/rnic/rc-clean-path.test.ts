@@ -1,5 +1,5 @@
 // What a requester does differently on a path that has not lost a packet lately. Its PSN window
-// for Sends and Writes (send-queue.ts) is 512 unacknowledged PSNs, rxe's 128 on a lossy one
+// for Sends and Writes (send-queue.ts) is 1024 unacknowledged PSNs, rxe's 128 on a lossy one
 // (go-back-N resends what followed a loss, so there the window bounds what a loss costs): counted
 // with the responder's ACKs held back, the requester sends new packets until its window is full
 // and then none. And when ACKs stop coming for the early wait, it first sends a tail-loss probe
@@ -15,6 +15,8 @@ import { completions, expectSuccess, rcPair, type RcPair } from '../support/rc.t
 import type { RcStatistics } from '../../host/rnic/rc/queue-pair.ts';
 
 const MiB = 1024 * 1024;
+/** The Write whose packets meet the closed window: 2048 packets at path MTU 4096, twice the clean window. */
+const WRITE_BYTES = 8 * MiB;
 
 /** Holds every Acknowledge `link` would send until `release` sends them; the rest passes. */
 function holdAcks(link: PacketLink): { held(): number; release(): void } {
@@ -95,7 +97,7 @@ async function untilStalled(pair: RcPair, expected: number): Promise<number> {
   return last;
 }
 
-/** Posts a 4 MiB Write (1024 packets at path MTU 4096) with the responder's ACKs held; returns the new packets sent before the window stopped it, then lets it finish. */
+/** Posts an 8 MiB Write (WRITE_BYTES) with the responder's ACKs held; returns the new packets sent before the window stopped it, then lets it finish. */
 async function packetsBeforeTheWindowCloses(pair: RcPair, wrId: number, expected: number): Promise<number> {
   const { client, server } = pair;
   const acks = holdAcks(server.link);
@@ -103,26 +105,26 @@ async function packetsBeforeTheWindowCloses(pair: RcPair, wrId: number, expected
   client.qp.postSend({
     wrId,
     opcode: 'RDMA_WRITE',
-    sgList: [{ lkey: client.mr.lkey, offset: 0, length: 4 * MiB }],
+    sgList: [{ lkey: client.mr.lkey, offset: 0, length: WRITE_BYTES }],
     remote: { stag: server.mr.rkey, taggedOffset: 0 },
   });
   const sent = (await untilStalled(pair, before + expected)) - before;
   assert.ok(acks.held() > 0, 'the responder acknowledged what asked for it');
   acks.release();
   expectSuccess(await completions(client.cq, 1, 30_000));
-  assert.equal(server.memory.subarray(0, 4 * MiB), client.memory.subarray(0, 4 * MiB), 'written data');
+  assert.equal(server.memory.subarray(0, WRITE_BYTES), client.memory.subarray(0, WRITE_BYTES), 'written data');
   return sent;
 }
 
-test('a clean path keeps 512 PSNs of Writes unacknowledged; one that lost a packet lately, 128', async () => {
+test('a clean path keeps 1024 PSNs of Writes unacknowledged; one that lost a packet lately, 128', async () => {
   // No ACK timer in the way. The early timer arms only once a round trip is measured: not during
   // the first Write of a new pair; later it may resend (old packets, not new ones), never fail the QP.
-  const pair = await rcPair({ pathMtu: 4096, ackTimeoutMs: 60_000, bytes: 8 * MiB });
+  const pair = await rcPair({ pathMtu: 4096, ackTimeoutMs: 60_000, bytes: 16 * MiB });
   try {
     const { client } = pair;
-    for (let i = 0; i < 4 * MiB; i++) client.memory[i] = (i * 29 + 3) & 0xff;
-    assert.is(await packetsBeforeTheWindowCloses(pair, 1, 512), 512, 'clean path: new packets before the first ACK');
-    await lossyWrite(pair, 2, 4 * MiB);
+    for (let i = 0; i < WRITE_BYTES; i++) client.memory[i] = (i * 29 + 3) & 0xff;
+    assert.is(await packetsBeforeTheWindowCloses(pair, 1, 1024), 1024, 'clean path: new packets before the first ACK');
+    await lossyWrite(pair, 2, WRITE_BYTES);
     assert.is(await packetsBeforeTheWindowCloses(pair, 3, 128), 128, 'lossy path: new packets before the first ACK');
   } finally {
     await pair.close();
@@ -130,7 +132,7 @@ test('a clean path keeps 512 PSNs of Writes unacknowledged; one that lost a pack
 });
 
 test('an explicit maxUnackedPackets is the window on a clean path too', async () => {
-  const pair = await rcPair({ pathMtu: 4096, ackTimeoutMs: 60_000, bytes: 8 * MiB, maxUnackedPackets: 200 });
+  const pair = await rcPair({ pathMtu: 4096, ackTimeoutMs: 60_000, bytes: 16 * MiB, maxUnackedPackets: 200 });
   try {
     assert.is(await packetsBeforeTheWindowCloses(pair, 1, 200), 200);
   } finally {

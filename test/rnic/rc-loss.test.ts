@@ -64,7 +64,7 @@ test('go-back-N: on a path that lost packets lately, a NAK waiting in the socket
     }
     // A 1 MiB Write is 256 packets. Its 11th packet (PSN index 10, a MIDDLE) is lost: the
     // responder NAKs PSN index 10 when the packets after it arrive, then drops them. On a path
-    // that has not lost a packet lately a turn sends a clean window's worth (512 packets), so
+    // that has not lost a packet lately a turn sends a clean window's worth (1024 packets), so
     // the first Write leaves whole before the NAK can be read: it costs indices 10-255 again
     // (246), 244 dropped unchecked. The path is lossy then and sends 64 packets per turn; read
     // at the start of the second turn, the NAK costs the first turn's packets after the gap
