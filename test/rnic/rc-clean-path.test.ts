@@ -13,6 +13,7 @@ import type { PacketLink } from '../../host/rnic/rc/link.ts';
 import { IbOpcode } from '../../host/rnic/wire/ib-opcodes.ts';
 import { completions, expectSuccess, rcPair, type RcPair } from '../support/rc.ts';
 import type { RcStatistics } from '../../host/rnic/rc/queue-pair.ts';
+import { packetsFitting } from '../../host/rnic/rc/send-queue.ts';
 
 const MiB = 1024 * 1024;
 /** The Write whose packets meet the closed window: 2048 packets at path MTU 4096, twice the clean window. */
@@ -116,19 +117,57 @@ async function packetsBeforeTheWindowCloses(pair: RcPair, wrId: number, expected
   return sent;
 }
 
-test('a clean path keeps 1024 PSNs of Writes unacknowledged; one that lost a packet lately, 128', async () => {
+test('a clean path keeps 1024 PSNs of Writes unacknowledged; one that lost a packet lately, 128 (as the receive buffer holds)', async () => {
   // No ACK timer in the way. The early timer arms only once a round trip is measured: not during
   // the first Write of a new pair; later it may resend (old packets, not new ones), never fail the QP.
   const pair = await rcPair({ pathMtu: 4096, ackTimeoutMs: 60_000, bytes: 16 * MiB });
   try {
     const { client } = pair;
+    // Where net.core.rmem_max keeps the socket's buffer under ~4.4 MiB, what it holds bounds both windows.
+    const fit = packetsFitting(client.link.receiveBufferBytes, 4096);
+    const clean = Math.min(1024, fit);
+    const lossy = Math.min(128, fit);
     for (let i = 0; i < WRITE_BYTES; i++) client.memory[i] = (i * 29 + 3) & 0xff;
-    assert.is(await packetsBeforeTheWindowCloses(pair, 1, 1024), 1024, 'clean path: new packets before the first ACK');
+    assert.is(await packetsBeforeTheWindowCloses(pair, 1, clean), clean, 'clean path: new packets before the first ACK');
     await lossyWrite(pair, 2, WRITE_BYTES);
-    assert.is(await packetsBeforeTheWindowCloses(pair, 3, 128), 128, 'lossy path: new packets before the first ACK');
+    assert.is(await packetsBeforeTheWindowCloses(pair, 3, lossy), lossy, 'lossy path: new packets before the first ACK');
   } finally {
     await pair.close();
   }
+});
+
+test('the window is what the receive buffer of the link holds when that is less: a 256 KiB socket buffer', async () => {
+  const pair = await rcPair({ pathMtu: 4096, ackTimeoutMs: 60_000, bytes: 16 * MiB, udpReceiveBufferBytes: 256 * 1024 });
+  try {
+    const { client } = pair;
+    const granted = client.link.receiveBufferBytes;
+    assert.ok(granted !== undefined && granted > 0 && granted <= 512 * 1024, `the kernel granted ${granted} octets (at most twice what was asked)`);
+    const fit = packetsFitting(granted, 4096);
+    assert.ok(fit >= 16 && fit < 128, `${fit} packets of 4 KiB fit ${granted} octets: fewer than either default window`);
+    for (let i = 0; i < WRITE_BYTES; i++) client.memory[i] = (i * 13 + 5) & 0xff;
+    assert.is(await packetsBeforeTheWindowCloses(pair, 1, fit), fit, 'new packets before the first ACK');
+    // The Read window too: its responses land in this side's socket.
+    for (let i = 0; i < 4 * MiB; i++) pair.server.memory[8 * MiB + i] = (i * 11 + 1) & 0xff;
+    pair.client.qp.postSend({
+      wrId: 9,
+      opcode: 'RDMA_READ',
+      sgList: [{ lkey: client.mr.lkey, offset: 0, length: 4 * MiB }],
+      remote: { stag: pair.server.mr.rkey, taggedOffset: 8 * MiB },
+    });
+    expectSuccess(await completions(client.cq, 1, 30_000));
+    assert.equal(client.memory.subarray(0, 4 * MiB), pair.server.memory.subarray(8 * MiB, 12 * MiB), 'read data');
+    assert.is(client.qp.statistics.retransmittedPackets, 0, 'nothing sent again: nothing overflowed');
+  } finally {
+    await pair.close();
+  }
+});
+
+test('a receive buffer the link cannot report leaves the windows as they are', () => {
+  assert.is(packetsFitting(undefined, 4096), Number.POSITIVE_INFINITY);
+  assert.is(packetsFitting(0, 4096), Number.POSITIVE_INFINITY);
+  assert.is(packetsFitting(8 * MiB, 4096), 1820);
+  assert.is(packetsFitting(425_984, 4096), 92);
+  assert.is(packetsFitting(16 * 1024, 4096), 16, 'never below 16 packets');
 });
 
 test('an explicit maxUnackedPackets is the window on a clean path too', async () => {
@@ -363,11 +402,16 @@ test('a clean path keeps 16 Read requests of 64 responses outstanding (4 MiB); o
   try {
     const { client, server } = pair;
     for (let i = 0; i < 4 * MiB; i++) server.memory[4 * MiB + i] = (i * 23 + 9) & 0xff;
-    assert.is(await readRequestsBeforeTheWindowCloses(pair, 1, 16), 16, 'clean path: Read requests before the first response');
+    // As many as the receive buffer holds where it holds fewer (node:dgram's link reports half of it).
+    const fit = packetsFitting(client.link.receiveBufferBytes, 4096);
+    const chunks = (window: number): number => Math.max(1, Math.floor(Math.min(window, fit) / Math.min(64, fit)));
+    const clean = Math.min(16, chunks(1024));
+    const lossy = Math.min(4, chunks(256));
+    assert.is(await readRequestsBeforeTheWindowCloses(pair, 1, clean), clean, 'clean path: Read requests before the first response');
     for (let i = 0; i < 64 * 1024; i++) client.memory[i] = (i * 3 + 1) & 0xff;
     await lossyWrite(pair, 2, 0);
     server.memory.fill(0, 0, 64 * 1024);
-    assert.is(await readRequestsBeforeTheWindowCloses(pair, 3, 4), 4, 'lossy path: Read requests before the first response');
+    assert.is(await readRequestsBeforeTheWindowCloses(pair, 3, lossy), lossy, 'lossy path: Read requests before the first response');
   } finally {
     await pair.close();
   }
@@ -384,7 +428,9 @@ test('a lost Read Response makes the path lossy: the next Read keeps 1 MiB outst
     assert.is(await readRequests(pair, 1, MiB), 4, 'Read requests for the first 1 MiB');
     assert.ok(dropped(), 'a response was lost');
     assert.ok(pair.client.qp.statistics.retransmittedPackets > 0, 'the lost response was asked for again');
-    assert.is(await readRequestsBeforeTheWindowCloses(pair, 2, 4), 4, 'Read requests of the next Read before its first response');
+    const fit = packetsFitting(pair.client.link.receiveBufferBytes, 4096);
+    const lossy = Math.min(4, Math.max(1, Math.floor(Math.min(256, fit) / Math.min(64, fit))));
+    assert.is(await readRequestsBeforeTheWindowCloses(pair, 2, lossy), lossy, 'Read requests of the next Read before its first response');
   } finally {
     await pair.close();
   }

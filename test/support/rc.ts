@@ -46,12 +46,14 @@ export interface RcPairOptions extends RcSetupOptions {
   ord?: number;
   /** Receives posted on each side before connecting. */
   receives?: number;
+  /** Receive buffer each side's UDP socket asks for (UdpLinkOptions.receiveBufferBytes; default the link's 4 MiB). */
+  udpReceiveBufferBytes?: number;
   receiveLength?: number;
 }
 
 async function side(name: string, bytes: number, options: RcPairOptions, seed: number): Promise<RcSide> {
   const rnic = createRnic({ name });
-  const udp = await openUdpLink();
+  const udp = await openUdpLink(options.udpReceiveBufferBytes === undefined ? {} : { receiveBufferBytes: options.udpReceiveBufferBytes });
   const link = options.impairments === undefined ? udp : new ImpairedLink(udp, { ...options.impairments, seed });
   await rnic.openRoce({ link });
   const pd = rnic.allocPd();

@@ -12,6 +12,7 @@ export interface Libc {
   bind(fd: number, address: Uint8Array, length: number): number;
   getsockname(fd: number, address: Uint8Array, length: Int32Array): number;
   setsockopt(fd: number, level: number, name: number, value: Uint8Array, length: number): number;
+  getsockopt(fd: number, level: number, name: number, value: Uint8Array, length: Int32Array): number;
   close(fd: number): number;
   sendmmsg(fd: number, vector: number, count: number, flags: number): number;
   recvmmsg(fd: number, vector: number, count: number, flags: number, timeout: number): number;
@@ -61,6 +62,7 @@ export function loadBatchedUdp(): Libc | Error {
     const bind = libc.func('int bind(int, void *, uint32_t)') as Libc['bind'];
     const getsockname = libc.func('int getsockname(int, void *, void *)') as Libc['getsockname'];
     const setsockopt = libc.func('int setsockopt(int, int, int, void *, uint32_t)') as Libc['setsockopt'];
+    const getsockopt = libc.func('int getsockopt(int, int, int, void *, void *)') as Libc['getsockopt'];
     const close = libc.func('int close(int)') as Libc['close'];
     const sendmmsg = libc.func('int sendmmsg(int, intptr_t, unsigned int, int)') as Libc['sendmmsg'];
     const recvmmsg = libc.func('int recvmmsg(int, intptr_t, unsigned int, int, intptr_t)') as Libc['recvmmsg'];
@@ -82,6 +84,7 @@ export function loadBatchedUdp(): Libc | Error {
       bind,
       getsockname,
       setsockopt,
+      getsockopt,
       close,
       sendmmsg,
       recvmmsg,

@@ -53,6 +53,10 @@ export class BatchedUdpLink implements PacketLink {
     return this.socket.local;
   }
 
+  get receiveBufferBytes(): number | undefined {
+    return this.socket.receiveBufferBytes;
+  }
+
   get stats(): BatchedUdpStatistics {
     return this.socket.stats;
   }

@@ -203,6 +203,12 @@ export class BatchedUdpSocket implements TurnParticipant {
     gso: boolean,
     slots: number,
     slotBytes: number,
+    /**
+     * SO_RCVBUF as the kernel granted it (PacketLink.receiveBufferBytes: with UDP GRO a run of
+     * packets waits as one skb, so the packets' own octets are nearly all it is charged);
+     * undefined if it would not say.
+     */
+    readonly receiveBufferBytes: number | undefined,
   ) {
     this.gso = gso;
     const n = sendBatch;
@@ -305,13 +311,15 @@ export class BatchedUdpSocket implements TurnParticipant {
       // Capped silently at net.core.{r,w}mem_max: what the kernel grants is enough to work with.
       libc.setsockopt(fd, SOL_SOCKET, SO_RCVBUF, value, 4);
       libc.setsockopt(fd, SOL_SOCKET, SO_SNDBUF, value, 4);
+      const granted = new Int32Array([4]);
+      const receiveBufferBytes = libc.getsockopt(fd, SOL_SOCKET, SO_RCVBUF, value, granted) === 0 ? view.getInt32(0, true) : undefined;
       if (options.gro ?? true) {
         view.setInt32(0, 1, true);
         // A kernel before 5.0 refuses: runs then arrive cut into datagrams, which works as well.
         libc.setsockopt(fd, SOL_UDP, UDP_GRO, value, 4);
       }
       const local = { address: readSockaddrAddress(sockaddr, 0), port: (sockaddr[2]! << 8) | sockaddr[3]! };
-      socket = new BatchedUdpSocket(libc, fd, local, sendBatch, options.gso ?? true, slots, slotBytes);
+      socket = new BatchedUdpSocket(libc, fd, local, sendBatch, options.gso ?? true, slots, slotBytes, receiveBufferBytes);
     } catch (error) {
       libc.close(fd);
       throw error;

@@ -56,6 +56,10 @@ export class ImpairedLink implements PacketLink {
     return this.inner.local;
   }
 
+  get receiveBufferBytes(): number | undefined {
+    return this.inner.receiveBufferBytes;
+  }
+
   setReceiver(receiver: PacketReceiver): void {
     this.inner.setReceiver(receiver);
   }

@@ -53,6 +53,14 @@ export interface LeanPacketReceiver {
 export interface PacketLink {
   readonly local: PeerAddress;
   /**
+   * Octets of packets that can wait in this link's socket to be read: what the kernel granted
+   * (SO_RCVBUF as getsockopt reports it, twice what was asked, at most twice net.core.rmem_max),
+   * less what its accounting adds per packet as this link receives them. RC keeps no more packets
+   * in flight than fit it (send-queue.ts). Absent where no kernel socket receives (a guest's
+   * Ethernet tunnel).
+   */
+  readonly receiveBufferBytes?: number | undefined;
+  /**
    * Sends one IB packet made of `header` (BTH and extended headers), `payload` and `trailer`
    * (pad octets, then 4 octets the link fills with the ICRC). `header` and `trailer` belong to
    * the caller again once send returns (it reuses them for the next packet: a link that keeps
@@ -351,6 +359,19 @@ export class UdpLink implements PacketLink {
     }
     const address = socket.address();
     return new UdpLink(socket, { address: address.address, port: address.port });
+  }
+
+  /**
+   * Half of what the kernel granted: without UDP GRO each datagram waits as an skb of its own,
+   * whose data the kernel allocates in a power-of-two slab (a 4 KiB packet is charged ~8.5 KiB);
+   * a window of half that many packets of 4 KiB lost the last one to a 512 KiB buffer (session 23).
+   */
+  get receiveBufferBytes(): number | undefined {
+    try {
+      return Math.floor(this.socket.getRecvBufferSize() / 2);
+    } catch {
+      return undefined; // closed
+    }
   }
 
   setReceiver(receiver: PacketReceiver): void {

@@ -298,7 +298,7 @@ export class RcQueuePair extends QueuePairAttributes<RcQueuePairEvents> {
     if (!PATH_MTUS.includes(path.pathMtu)) throw new RnicError('EINVAL', `path MTU ${path.pathMtu} is not one of ${PATH_MTUS.join(', ')}`);
     this.link = link;
     this.path = path;
-    this.requester.start(path);
+    this.requester.start(path, link.receiveBufferBytes);
     this.responder.start(path);
     this.state = 'rts';
     this.emit('established');

@@ -14,7 +14,7 @@ import { IbOpcode } from '../wire/ib-opcodes.ts';
 import { WcStatus } from '../work.ts';
 import type { RcQueuePair } from './queue-pair.ts';
 import type { Retransmission } from './requester-retransmit.ts';
-import { CLEAN_WINDOW_PACKETS, EMPTY, Kind, packetsInElement, payloadOf, READ_CHUNK_PACKETS, type SendQueue, type Wqe } from './send-queue.ts';
+import { CLEAN_WINDOW_PACKETS, EMPTY, Kind, packetsInElement, payloadOf, type SendQueue, type Wqe } from './send-queue.ts';
 
 /**
  * Packets sent per part of a turn on a path that lost a packet lately: a loss then costs at most
@@ -173,7 +173,7 @@ export class Transmitter {
       if (firstTime && wqe.wr.fence === true && queue.readsOutstanding > 0) break;
       const newChunk = wqe.kind === Kind.Read ? queue.txPacket >= wqe.requested : firstTime && wqe.kind === Kind.Atomic;
       if (newChunk && queue.readsOutstanding >= queue.ord) break;
-      const chunk = firstTime ? READ_CHUNK_PACKETS : wqe.chunkPackets;
+      const chunk = firstTime ? queue.readChunkPackets : wqe.chunkPackets;
       const chunkEnd = Math.min(wqe.packets, (Math.floor(queue.txPacket / chunk) + 1) * chunk);
       // The window: a Read chunk needs its whole response range unless nothing else is unacknowledged.
       const needed = wqe.kind === Kind.Read ? chunkEnd - queue.txPacket : 1;

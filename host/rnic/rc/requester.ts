@@ -39,8 +39,9 @@ export class Requester {
     return this.queue.outstanding;
   }
 
-  start(path: RcPathParameters): void {
-    this.queue.configure(path);
+  /** `receiveBufferBytes`: the link's (PacketLink.receiveBufferBytes), which bounds the windows. */
+  start(path: RcPathParameters, receiveBufferBytes?: number): void {
+    this.queue.configure(path, receiveBufferBytes);
     this.retransmission.configure(path);
     this.queue.running = true;
     this.transmitter.scheduleTransmit();

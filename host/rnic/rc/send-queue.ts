@@ -56,6 +56,28 @@ const CLEAN_READ_WINDOW_PACKETS = 1024;
 const LOSSY_WINDOW_PACKETS = 128;
 export const CLEAN_WINDOW_PACKETS = 1024;
 /**
+ * Every window is also bounded by what the link's receive buffer holds (PacketLink
+ * .receiveBufferBytes, packetsFitting): a Write's packets wait in the peer's socket until its
+ * thread reads them, a Read's responses in this one, and what overflows the buffer the kernel
+ * drops, for go-back-N to send again. This side's own buffer stands for the peer's, which it
+ * cannot see (two kbtp hosts are set up alike). A host whose net.core.rmem_max is Linux's default
+ * (212,992: a socket is granted 425,984) holds ~96 packets of 4 KiB: there windows of 128 to 1024
+ * resent 17-131 packets per MiB of loss-free two-thread Writes (session 23, rmem_max set to the
+ * default for the runs); sized to the buffer, none, at the same Gbit/s within this VM's noise
+ * (loopback drops are cheap to resend here; on a wire they cost a retransmission's round trip).
+ * A packet is charged its path MTU and PACKET_CHARGE_OVER_MTU: 96 of 4 KiB fit 425,984 octets,
+ * 2048 overflowed 8 MiB.
+ */
+const PACKET_CHARGE_OVER_MTU = 512;
+/** The smallest window a small buffer leaves: below it a stream would stop at every ACK request. */
+const SMALLEST_WINDOW_PACKETS = 16;
+
+/** Packets of `pathMtu` octets a receive buffer of `bufferBytes` holds (PacketLink.receiveBufferBytes); unbounded where unknown. */
+export function packetsFitting(bufferBytes: number | undefined, pathMtu: number): number {
+  if (bufferBytes === undefined || !(bufferBytes > 0)) return Number.POSITIVE_INFINITY;
+  return Math.max(SMALLEST_WINDOW_PACKETS, Math.floor(bufferBytes / (pathMtu + PACKET_CHARGE_OVER_MTU)));
+}
+/**
  * Plain RDMA Writes of up to this many packets go as one RDMA WRITE ONLY per packet
  * (requester-transmit.ts, sendsAsOnlyPackets): 16 KiB and 64 KiB Writes at path MTU 4096.
  * Each packet's RETH costs the responder a range check; past about 16 packets a Write's one
@@ -191,6 +213,8 @@ export class SendQueue {
   /** The windows Read chunks are admitted by, lossy and clean (READ_WINDOW_PACKETS, CLEAN_READ_WINDOW_PACKETS, or the path's one window for all). */
   readWindow = READ_WINDOW_PACKETS;
   cleanReadWindow = CLEAN_READ_WINDOW_PACKETS;
+  /** Response packets a Read asks for per request: READ_CHUNK_PACKETS, or fewer where the receive buffer holds fewer (a chunk's responses come in one burst). */
+  readChunkPackets = READ_CHUNK_PACKETS;
   ord = 1;
   /** RcPathParameters.onlyPacketWritesUpTo. */
   onlyPacketWritesUpTo = ONLY_PACKET_WRITES_UP_TO;
@@ -205,13 +229,18 @@ export class SendQueue {
 
   constructor(readonly qp: RcQueuePair) {}
 
-  /** Takes the path's MTU, windows, ORD and first PSN (the QP reaches RTS). */
-  configure(path: RcPathParameters): void {
+  /**
+   * Takes the path's MTU, windows, ORD and first PSN (the QP reaches RTS); the default windows no
+   * larger than what `receiveBufferBytes` (the link's) holds.
+   */
+  configure(path: RcPathParameters, receiveBufferBytes?: number): void {
     this.mtu = path.pathMtu;
-    this.window = path.maxUnackedPackets ?? LOSSY_WINDOW_PACKETS;
-    this.cleanWindow = path.maxUnackedPackets ?? CLEAN_WINDOW_PACKETS;
-    this.readWindow = path.maxUnackedPackets ?? READ_WINDOW_PACKETS;
-    this.cleanReadWindow = path.maxUnackedPackets ?? CLEAN_READ_WINDOW_PACKETS;
+    const fit = packetsFitting(receiveBufferBytes, path.pathMtu);
+    this.window = path.maxUnackedPackets ?? Math.min(LOSSY_WINDOW_PACKETS, fit);
+    this.cleanWindow = path.maxUnackedPackets ?? Math.min(CLEAN_WINDOW_PACKETS, fit);
+    this.readWindow = path.maxUnackedPackets ?? Math.min(READ_WINDOW_PACKETS, fit);
+    this.cleanReadWindow = path.maxUnackedPackets ?? Math.min(CLEAN_READ_WINDOW_PACKETS, fit);
+    this.readChunkPackets = Math.min(READ_CHUNK_PACKETS, fit);
     this.ord = Math.max(1, path.ord);
     this.onlyPacketWritesUpTo = path.onlyPacketWritesUpTo ?? ONLY_PACKET_WRITES_UP_TO;
     this.resourceWqes = new Array<Wqe | undefined>(this.ord).fill(undefined);
