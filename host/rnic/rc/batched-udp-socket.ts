@@ -308,7 +308,7 @@ export class BatchedUdpSocket implements TurnParticipant {
       const value = new Uint8Array(4);
       const view = new DataView(value.buffer);
       view.setInt32(0, options.bufferBytes ?? 4 * 1024 * 1024, true);
-      // Capped silently at net.core.{r,w}mem_max: what the kernel grants is enough to work with.
+      // Capped silently at net.core.{r,w}mem_max: RC sizes its windows to what was granted (receiveBufferBytes).
       libc.setsockopt(fd, SOL_SOCKET, SO_RCVBUF, value, 4);
       libc.setsockopt(fd, SOL_SOCKET, SO_SNDBUF, value, 4);
       const granted = new Int32Array([4]);
