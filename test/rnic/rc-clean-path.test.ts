@@ -11,7 +11,7 @@ import { test } from 'uvu';
 import * as assert from 'uvu/assert';
 import type { PacketLink } from '../../host/rnic/rc/link.ts';
 import { IbOpcode } from '../../host/rnic/wire/ib-opcodes.ts';
-import { completions, expectSuccess, rcPair, type RcPair } from '../support/rc.ts';
+import { completions, expectSuccess, rcPair, readRequestsInWindow, type RcPair } from '../support/rc.ts';
 import type { RcStatistics } from '../../host/rnic/rc/queue-pair.ts';
 import { packetsFitting } from '../../host/rnic/rc/send-queue.ts';
 
@@ -403,10 +403,8 @@ test('a clean path keeps 16 Read requests of 64 responses outstanding (4 MiB); o
     const { client, server } = pair;
     for (let i = 0; i < 4 * MiB; i++) server.memory[4 * MiB + i] = (i * 23 + 9) & 0xff;
     // As many as the receive buffer holds where it holds fewer (node:dgram's link reports half of it).
-    const fit = packetsFitting(client.link.receiveBufferBytes, 4096);
-    const chunks = (window: number): number => Math.max(1, Math.floor(Math.min(window, fit) / Math.min(64, fit)));
-    const clean = Math.min(16, chunks(1024));
-    const lossy = Math.min(4, chunks(256));
+    const clean = readRequestsInWindow(client.link, 1024, 16);
+    const lossy = readRequestsInWindow(client.link, 256, 4);
     assert.is(await readRequestsBeforeTheWindowCloses(pair, 1, clean), clean, 'clean path: Read requests before the first response');
     for (let i = 0; i < 64 * 1024; i++) client.memory[i] = (i * 3 + 1) & 0xff;
     await lossyWrite(pair, 2, 0);
@@ -428,8 +426,7 @@ test('a lost Read Response makes the path lossy: the next Read keeps 1 MiB outst
     assert.is(await readRequests(pair, 1, MiB), 4, 'Read requests for the first 1 MiB');
     assert.ok(dropped(), 'a response was lost');
     assert.ok(pair.client.qp.statistics.retransmittedPackets > 0, 'the lost response was asked for again');
-    const fit = packetsFitting(pair.client.link.receiveBufferBytes, 4096);
-    const lossy = Math.min(4, Math.max(1, Math.floor(Math.min(256, fit) / Math.min(64, fit))));
+    const lossy = readRequestsInWindow(pair.client.link, 256, 4);
     assert.is(await readRequestsBeforeTheWindowCloses(pair, 2, lossy), lossy, 'Read requests of the next Read before its first response');
   } finally {
     await pair.close();

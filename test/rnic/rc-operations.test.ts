@@ -8,8 +8,7 @@ import { Random } from '../../host/util/random.ts';
 import { Access, WcStatus, type PacketLink, type SendWorkRequest } from '../../host/rnic/verbs.ts';
 import { psnAdd } from '../../host/rnic/wire/ib-headers.ts';
 import { IbOpcode } from '../../host/rnic/wire/ib-opcodes.ts';
-import { packetsFitting } from '../../host/rnic/rc/send-queue.ts';
-import { completions, expectSuccess, rcPair, type RcPair, type RcPairOptions, type RcSide, withRcPair } from '../support/rc.ts';
+import { completions, expectSuccess, rcPair, readRequestsInWindow, type RcPair, type RcPairOptions, type RcSide, withRcPair } from '../support/rc.ts';
 
 const MiB = 1024 * 1024;
 
@@ -324,8 +323,7 @@ test('Reads keep ORD chunks in flight past the 128-PSN Send/Write window (their 
   // Fewer where the link's receive buffer holds fewer responses (node:dgram's link reports half its
   // buffer: 14 chunks of a 4 MiB socket; a default net.core.rmem_max: 1).
   await withRcPair({ bytes: 8 * MiB, ackTimeoutMs: 200 }, async ({ client, server }) => {
-    const fit = packetsFitting(client.link.receiveBufferBytes, 4096);
-    const chunks = Math.min(16, Math.max(1, Math.floor(Math.min(1024, fit) / Math.min(64, fit))));
+    const chunks = readRequestsInWindow(client.link, 1024, 16);
     let held = true;
     const send = server.link.send.bind(server.link);
     server.link.send = (to, header, payload, trailer) => {

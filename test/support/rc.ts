@@ -17,6 +17,7 @@ import {
   type WorkCompletion,
 } from '../../host/rnic/verbs.ts';
 import type { RcSetupOptions } from '../../host/rnic/rc/setup.ts';
+import { packetsFitting } from '../../host/rnic/rc/send-queue.ts';
 
 export interface RcSide {
   rnic: Rnic;
@@ -85,6 +86,17 @@ export async function rcPair(options: RcPairOptions = {}): Promise<RcPair> {
       await server.rnic.close();
     },
   };
+}
+
+/**
+ * Read requests a requester on `link` keeps outstanding at path MTU 4096 while no response comes:
+ * chunks of 64 response packets (fewer where the link's receive buffer holds fewer, send-queue.ts
+ * packetsFitting) inside a Read window of `window` PSNs bounded the same way, at most `ord`, at
+ * least one (a chunk goes when nothing else is unacknowledged).
+ */
+export function readRequestsInWindow(link: PacketLink, window: number, ord: number): number {
+  const fit = packetsFitting(link.receiveBufferBytes, 4096);
+  return Math.min(ord, Math.max(1, Math.floor(Math.min(window, fit) / Math.min(64, fit))));
 }
 
 /** Opens a pair with `options`, runs `body` on its two sides and closes it, whatever happens. */
